@@ -1,0 +1,1 @@
+"""HTTP API: FastAPI app, routes per resource, WebSocket streams."""

@@ -1,0 +1,274 @@
+"""One Settings object for every gpufleet process.
+
+Values come, lowest to highest priority, from defaults, the optional YAML file
+named by ``GPUFLEET_CONFIG`` (its ``gpu:`` block and any top-level setting), and
+``GPUFLEET_*`` environment variables. Invalid values fail at start with a
+message naming the setting (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_SECRET = "change-me"
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message names it and says what to fix."""
+
+
+class NVLinkConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    topology: Literal["auto", "ring", "mesh", "custom"] = "auto"
+    bandwidth_test: bool = False
+
+
+class GPUConfig(BaseModel):
+    """The seed's ``gpu:`` block."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["auto", "single", "nvlink", "cpu"] = "auto"
+    devices: list[int] | None = None
+    max_models_per_gpu: int = Field(default=4, ge=1, le=64)
+    allow_peer_access: bool = True
+    nvlink: NVLinkConfig = Field(default_factory=NVLinkConfig)
+
+    @field_validator("devices")
+    @classmethod
+    def _unique_devices(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if any(i < 0 for i in v):
+            raise ValueError("device indexes must be >= 0")
+        if len(set(v)) != len(v):
+            raise ValueError(f"device indexes must be unique, got {v}")
+        return v
+
+
+_SIM_PART = re.compile(r"^(\d+)x([A-Za-z0-9]+?)(?:-(\d+)GB)?$")
+
+
+def parse_simulate_spec(spec: str) -> list[tuple[int, str, int | None]]:
+    """Parse ``4xH100-80GB`` or ``2xRTX3090-24GB+1xA770-16GB``.
+
+    Returns ``[(count, model, memory_gb or None), ...]``. Raises ``ValueError``
+    with a message that shows the expected form.
+    """
+    parts = [p.strip() for p in spec.split("+") if p.strip()]
+    if not parts:
+        raise ValueError("empty spec; expected e.g. 4xH100-80GB or 2xRTX3090-24GB+1xA770-16GB")
+    out: list[tuple[int, str, int | None]] = []
+    for part in parts:
+        m = _SIM_PART.match(part)
+        if not m:
+            raise ValueError(
+                f"cannot read {part!r}; expected COUNTxMODEL[-MEMGB], e.g. 4xH100-80GB"
+            )
+        count = int(m.group(1))
+        if not 1 <= count <= 64:
+            raise ValueError(f"{part!r}: count must be between 1 and 64")
+        mem = int(m.group(3)) if m.group(3) else None
+        if mem is not None and not 1 <= mem <= 1024:
+            raise ValueError(f"{part!r}: memory must be between 1 and 1024 GB")
+        out.append((count, m.group(2), mem))
+    return out
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpufleet"
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by GPUFLEET_CONFIG (if any)."""
+
+    def __init__(self, settings_cls: type[BaseSettings]):
+        super().__init__(settings_cls)
+        path = os.environ.get("GPUFLEET_CONFIG")
+        self._data: dict[str, Any] = {}
+        if path:
+            p = Path(path)
+            if not p.is_file():
+                raise ConfigError(f"GPUFLEET_CONFIG: file {p} does not exist")
+            try:
+                data = yaml.safe_load(p.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"GPUFLEET_CONFIG: {p} is not valid YAML: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ConfigError(f"GPUFLEET_CONFIG: {p} must hold a mapping at the top level")
+            self._data = data
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GPUFLEET_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    # Where the embedded database, logs, checkpoints and the simulated fleet's
+    # state live.
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    database_url: str | None = None
+    redis_url: str | None = None
+
+    # The API.
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    cors_origins: list[str] = Field(default_factory=list)
+    secret_key: str = DEFAULT_SECRET
+    auth: Literal["auto", "on", "off"] = "auto"
+
+    # This machine's name in the fleet (the Celery queue it consumes is named after it).
+    host_name: str = Field(default_factory=socket.gethostname)
+
+    # GPUs.
+    simulate: str | None = None
+    simulate_topology: Literal["nvlink-all", "nvlink-pairs", "pcie"] = "nvlink-all"
+    gpu: GPUConfig = Field(default_factory=GPUConfig)
+
+    # Trainings.
+    data_root: Path | None = None
+    checkpoint_root: Path | None = None
+    collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    lease_s: float = Field(default=30.0, ge=2, le=3600)
+    log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
+    max_queued_per_user: int = Field(default=500, ge=1)
+
+    # Telemetry.
+    sample_interval_s: float = Field(default=1.0, gt=0.05, le=60)
+    slow_sample_interval_s: float = Field(default=10.0, gt=0.1, le=600)
+    retention_days: int = Field(default=7, ge=1, le=3650)
+    rollup_retention_days: int = Field(default=90, ge=1, le=3650)
+    foreign_memory_threshold_mb: int = Field(default=1024, ge=0)
+
+    # `serve` runs the embedded worker and agent unless told not to.
+    embedded_worker: bool = True
+
+    @field_validator("simulate")
+    @classmethod
+    def _check_simulate(cls, v: str | None) -> str | None:
+        if v is None or v.strip() == "" or v.strip().lower() in {"0", "off", "false", "no"}:
+            return None
+        parse_simulate_spec(v)
+        return v.strip()
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_db_url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if not (v.startswith("sqlite") or v.startswith("postgresql")):
+            raise ValueError("must start with sqlite:// or postgresql:// (postgresql+psycopg://)")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if not (v.startswith("redis://") or v.startswith("rediss://") or v.startswith("unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+    @model_validator(mode="after")
+    def _fill_paths(self) -> "Settings":
+        self.data_dir = self.data_dir.expanduser()
+        if self.data_root is None:
+            self.data_root = self.data_dir / "data"
+        if self.checkpoint_root is None:
+            self.checkpoint_root = self.data_dir / "checkpoints"
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+    # Derived values ------------------------------------------------------
+
+    @property
+    def effective_database_url(self) -> str:
+        """The database URL, with the embedded SQLite file as the default."""
+        if self.database_url:
+            url = self.database_url
+            # psycopg 3 is the driver; accept the bare scheme people paste.
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url[len("postgresql://"):]
+            return url
+        return f"sqlite:///{self.data_dir / 'gpufleet.db'}"
+
+    @property
+    def is_embedded(self) -> bool:
+        """True when no external service is configured (SQLite and no Redis)."""
+        return self.database_url is None and self.redis_url is None
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def sim_state_dir(self) -> Path:
+        return self.data_dir / "sim"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "settings"
+        name = "GPUFLEET_" + loc.replace(".", "__").upper()
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{name}: {msg}{shown}")
+    return "; ".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings, turning validation errors into one clear ConfigError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()
+
+
+def reset_settings_cache() -> None:
+    get_settings.cache_clear()

@@ -1,0 +1,110 @@
+"""Engines and sessions; schema upgrades through Alembic."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.config import ConfigError, Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ALEMBIC_DIR = REPO_ROOT / "alembic"
+ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+    cur = dbapi_conn.cursor()
+    # WAL lets the API read while the worker and the agent write.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            **kw,
+        )
+        event.listen(engine, "connect", _sqlite_pragmas)
+        # Let "BEGIN IMMEDIATE" be issued explicitly by the scheduler: pysqlite's
+        # own transaction handling is turned off and SQLAlchemy emits BEGIN.
+        @event.listens_for(engine, "connect")
+        def _no_autobegin(dbapi_conn, _record) -> None:  # noqa: ANN001
+            dbapi_conn.isolation_level = None
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn) -> None:  # noqa: ANN001
+            mode = conn.info.pop("sqlite_begin", "BEGIN")
+            conn.exec_driver_sql(mode)
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kw)
+
+
+@lru_cache(maxsize=8)
+def get_engine(url: str) -> Engine:
+    return make_engine(url)
+
+
+def session_factory(settings: Settings) -> sessionmaker[Session]:
+    return sessionmaker(get_engine(settings.effective_database_url), expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(settings: Settings) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    sess = session_factory(settings)()
+    try:
+        yield sess
+        sess.commit()
+    except BaseException:
+        sess.rollback()
+        raise
+    finally:
+        sess.close()
+
+
+def check_database(settings: Settings) -> None:
+    """Connect once; raise ConfigError with one clear line when that fails."""
+    url = settings.effective_database_url
+    try:
+        with get_engine(url).connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - any driver error means "cannot reach"
+        shown = url.split("@")[-1] if "@" in url else url
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"GPUFLEET_DATABASE_URL: cannot connect to {shown}: {first}") from None
+
+
+def alembic_config(url: str):  # noqa: ANN201
+    from alembic.config import Config
+
+    cfg = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    cfg.set_main_option("script_location", str(ALEMBIC_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes["gpufleet_url"] = url
+    return cfg
+
+
+def upgrade_database(settings: Settings, revision: str = "head") -> None:
+    from alembic import command
+
+    command.upgrade(alembic_config(settings.effective_database_url), revision)
+
+
+def downgrade_database(settings: Settings, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(settings.effective_database_url), revision)

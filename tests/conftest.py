@@ -1,0 +1,119 @@
+"""Shared fixtures.
+
+PostgreSQL and Redis are real servers, started by `.ci/run` (or by a developer
+with `.ci/services.sh`) and named by GPUFLEET_TEST_DATABASE_URL and
+GPUFLEET_TEST_REDIS_URL. Outside CI a test that needs one is skipped when its
+URL is unset; in CI (CI=true) a missing server fails the run instead, so the
+suite never passes by skipping them silently.
+
+Each test session makes its own PostgreSQL database, so several runs can share
+one server.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from gpufleet.config import Settings, load_settings, reset_settings_cache
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _need(var: str) -> str:
+    val = os.environ.get(var)
+    if not val:
+        if IN_CI:
+            pytest.fail(f"{var} is not set: .ci/run must start the server before the tests")
+        pytest.skip(f"{var} not set (start the services with .ci/services.sh)")
+    return val
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    # No test reads the developer's own configuration or data dir.
+    for key in list(os.environ):
+        if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
+            monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "gpufleet-data"))
+    reset_settings_cache()
+    yield
+    reset_settings_cache()
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    return _need("GPUFLEET_TEST_DATABASE_URL")
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test session."""
+    url = make_url(pg_server_url)
+    name = f"gpufleet_t_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        from gpufleet.db.session import get_engine
+
+        get_engine.cache_clear()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return _need("GPUFLEET_TEST_REDIS_URL")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Embedded-default settings on a temporary data dir."""
+    return load_settings(data_dir=tmp_path / "gpufleet-data")
+
+
+@pytest.fixture
+def sim_settings(tmp_path: Path) -> Settings:
+    """Embedded settings with four simulated H100s, all NVLink-connected."""
+    return load_settings(
+        data_dir=tmp_path / "gpufleet-data",
+        simulate="4xH100-80GB",
+        simulate_topology="nvlink-all",
+        host_name="sim-host",
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_migrated_url(pg_url: str) -> str:
+    """The session's PostgreSQL database, upgraded to head once."""
+    from gpufleet.db.session import upgrade_database
+
+    upgrade_database(load_settings(database_url=pg_url, data_dir=Path("/tmp")))
+    return pg_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings on a migrated database: the embedded SQLite file, then PostgreSQL.
+
+    The PostgreSQL database is shared by the session; tests that use it must
+    not assume an empty table (use unique names and ids).
+    """
+    from gpufleet.db.session import upgrade_database
+
+    if request.param == "sqlite":
+        s = load_settings(data_dir=tmp_path / "gpufleet-data")
+        upgrade_database(s)
+        return s
+    url = request.getfixturevalue("pg_migrated_url")
+    return load_settings(data_dir=tmp_path / "gpufleet-data", database_url=url)
