@@ -1,0 +1,115 @@
+"""The newest sample of every GPU of the fleet: ``read_live_samples(settings)``.
+
+Where the newest samples live depends on the deployment:
+
+- embedded default (no Redis): the agent runs as a thread in this process and
+  keeps them in :data:`LOCAL` (a dict guarded by a lock);
+- fleet (``GPUFLEET_REDIS_URL`` set): each host's agent writes one Redis hash
+  ``gpufleet:live:host:<name>`` (field = GPU index, value = the sample as JSON)
+  with a TTL of a few sample intervals, so a host whose agent stops vanishes
+  from the live view on its own instead of showing stale numbers forever.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from gpufleet.config import Settings
+from gpufleet.telemetry.sample import GPUSample
+
+if TYPE_CHECKING:
+    import redis
+
+log = logging.getLogger(__name__)
+
+LIVE_KEY_PREFIX = "gpufleet:live:host:"
+
+
+def live_ttl_s(settings: Settings) -> int:
+    # Long enough to survive a slow sample or two, short enough that a dead
+    # host disappears within seconds.
+    return max(5, int(settings.sample_interval_s * 5) + 1)
+
+
+class LocalLiveStore:
+    """Newest sample per (host, index), for agents running in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._samples: dict[tuple[str, int], GPUSample] = {}
+
+    def put_host(self, host: str, samples: list[GPUSample]) -> None:
+        """Replace everything known about ``host`` (GPUs that vanished go too)."""
+        with self._lock:
+            for key in [k for k in self._samples if k[0] == host]:
+                del self._samples[key]
+            for s in samples:
+                self._samples[s.key] = s
+
+    def all(self) -> list[GPUSample]:
+        with self._lock:
+            return sorted(self._samples.values(), key=lambda s: s.key)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._samples.clear()
+
+
+LOCAL = LocalLiveStore()
+
+
+@lru_cache(maxsize=4)
+def redis_client(url: str) -> redis.Redis:
+    import redis as redis_mod
+
+    return redis_mod.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+
+def write_live_redis(settings: Settings, host: str, samples: list[GPUSample]) -> None:
+    """Publish ``host``'s newest samples for every API process to read."""
+    assert settings.redis_url
+    key = LIVE_KEY_PREFIX + host
+    mapping = {str(s.index): json.dumps(s.to_dict()) for s in samples}
+    pipe = redis_client(settings.redis_url).pipeline(transaction=True)
+    pipe.delete(key)
+    if mapping:
+        pipe.hset(key, mapping=mapping)
+        pipe.expire(key, live_ttl_s(settings))
+    pipe.execute()
+
+
+def _read_redis(url: str) -> list[GPUSample]:
+    client = redis_client(url)
+    keys = sorted(client.scan_iter(match=LIVE_KEY_PREFIX + "*", count=500))
+    if not keys:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for k in keys:
+        pipe.hgetall(k)
+    out: list[GPUSample] = []
+    for rows in pipe.execute():
+        for raw in rows.values():
+            try:
+                out.append(GPUSample.from_dict(json.loads(raw)))
+            except (ValueError, KeyError, TypeError) as exc:
+                # One bad entry (an agent of another version) must not hide the fleet.
+                log.warning("skipping an unreadable live sample: %s", exc)
+    return sorted(out, key=lambda s: s.key)
+
+
+def read_live_samples(settings: Settings) -> list[GPUSample]:
+    """The newest sample of every GPU, sorted by (host, index).
+
+    In a fleet this reads Redis; if Redis cannot be reached it falls back to
+    whatever agents run in this process (possibly none) and logs why.
+    """
+    if settings.redis_url:
+        try:
+            return _read_redis(settings.redis_url)
+        except Exception as exc:  # noqa: BLE001 - any client error means "no fleet view"
+            log.warning("cannot read live samples from Redis (%s); using this process's agent only", exc)
+    return LOCAL.all()
