@@ -1,0 +1,215 @@
+"""Plain dataclasses that GPU selection takes and returns.
+
+Nothing here knows HTTP, Celery or the database schema: the API route and the
+jobs scheduler gather these from the database and the live samples
+(``gpufleet.scheduling.inputs``) and call the pure functions in
+``availability``, ``recommend`` and ``validate``. Memory is always in bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+GiB = 1024**3
+MiB = 1024**2
+
+AvailabilityState = Literal["free", "shared", "busy", "foreign-busy", "drained", "unhealthy"]
+# How the GPUs of a set talk to each other, best first.
+Connection = Literal["single", "nvlink", "pcie-switch", "numa", "system"]
+Policy = Literal["pack", "spread"]
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    """Memory in words, e.g. ``11.2 GiB`` or ``512 MiB``."""
+    if n is None:
+        return "unknown"
+    if abs(n) >= GiB:
+        return f"{n / GiB:.1f} GiB"
+    return f"{n / MiB:.0f} MiB"
+
+
+@dataclass(frozen=True)
+class LinkInfo:
+    """One pair of GPUs on a host, as ``gpu_links`` / ``Topology`` hold it."""
+
+    nvlink_count: int = 0
+    # nvidia-smi topo levels: SAME, PIX, PXB, PHB, NODE, SYS (None = unknown).
+    pcie_level: str | None = None
+    peer_access: bool = False
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process on a GPU (from the live sample)."""
+
+    pid: int
+    used_memory: int | None = None
+    user: str | None = None
+    command: str | None = None
+    training_id: str | None = None
+    # True when gpufleet did not start it.
+    foreign: bool = True
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """An active ``gpu_allocations`` row: a gpufleet training holds the GPU."""
+
+    training_id: str
+    exclusive: bool = True
+    reserved_memory: int | None = None
+    training_name: str | None = None
+    owner: str | None = None
+
+
+@dataclass(frozen=True)
+class GPUObservation:
+    """Everything known about one GPU now: inventory, live sample, reservations."""
+
+    host: str
+    index: int
+    vendor: str = "nvidia"
+    name: str = ""
+    memory_total: int | None = None
+    # The device's own view; None when no live sample is available.
+    memory_free: int | None = None
+    utilization: float | None = None
+    # Recent utilization samples (oldest first), to tell sustained load from a blip.
+    recent_utilization: tuple[float, ...] = ()
+    processes: tuple[ProcessInfo, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    compute_capability: str | None = None
+    drained: bool = False
+    drain_reason: str | None = None
+    # Inventory status: ok | missing | unhealthy.
+    status: str = "ok"
+    status_reason: str | None = None
+    lost: bool = False
+    # Errors that appeared since the GPU was last known good.
+    new_ecc_errors: int = 0
+    new_xid_errors: int = 0
+
+
+@dataclass(frozen=True)
+class AvailabilityPolicy:
+    """Thresholds that turn observations into states; validates itself."""
+
+    # A foreign process holding more than this makes the GPU foreign-busy.
+    foreign_memory_threshold: int = 1 * GiB
+    # Utilization by someone else above this for ``sustained_samples`` samples.
+    foreign_utilization_threshold: float = 50.0
+    sustained_samples: int = 5
+    # Leave this much of a GPU unreserved for the CUDA context of others.
+    headroom: int = 256 * MiB
+    max_models_per_gpu: int = 4
+
+    def __post_init__(self) -> None:
+        if self.foreign_memory_threshold < 0:
+            raise ValueError("foreign_memory_threshold must be >= 0 bytes")
+        if not 0 <= self.foreign_utilization_threshold <= 100:
+            raise ValueError("foreign_utilization_threshold must be a percentage (0-100)")
+        if self.sustained_samples < 1:
+            raise ValueError("sustained_samples must be >= 1")
+        if self.headroom < 0:
+            raise ValueError("headroom must be >= 0 bytes")
+        if self.max_models_per_gpu < 1:
+            raise ValueError("max_models_per_gpu must be >= 1")
+
+
+@dataclass(frozen=True)
+class GPUAvailability:
+    """One GPU's state, with the reason in words and the memory gpufleet may still give."""
+
+    host: str
+    index: int
+    state: AvailabilityState
+    reason: str
+    vendor: str = "nvidia"
+    name: str = ""
+    memory_total: int | None = None
+    # Device-reported free memory minus what gpufleet has reserved but not yet used.
+    free_memory: int = 0
+    reserved_memory: int = 0
+    holders: tuple[str, ...] = ()
+    compute_capability: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("free", "shared")
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    gpus: tuple[GPUAvailability, ...]
+    # Keyed (a, b) with a < b by GPU index.
+    links: Mapping[tuple[int, int], LinkInfo] = field(default_factory=dict)
+
+    def link(self, a: int, b: int) -> LinkInfo | None:
+        return self.links.get((a, b) if a < b else (b, a))
+
+
+@dataclass(frozen=True)
+class FleetState:
+    hosts: tuple[HostState, ...]
+    # GPU model name -> samples/s per GPU that gpufleet measured (weights.py).
+    measured_speed: Mapping[str, float] = field(default_factory=dict)
+
+    def host(self, name: str) -> HostState | None:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        return None
+
+
+@dataclass(frozen=True)
+class SelectionRequest:
+    """What a training needs: ``count`` GPUs on one host with ``memory_bytes`` free each."""
+
+    memory_bytes: int
+    count: int = 1
+    host: str | None = None
+    # Exclusive trainings need free GPUs; shared ones may join a shared GPU.
+    exclusive: bool = True
+    policy: Policy = "pack"
+    max_candidates: int = 5
+
+    def __post_init__(self) -> None:
+        if self.memory_bytes < 0:
+            raise ValueError("memory must be >= 0")
+        if self.count < 1:
+            raise ValueError("count must be >= 1")
+        if self.policy not in ("pack", "spread"):
+            raise ValueError(f"policy must be 'pack' or 'spread', not {self.policy!r}")
+        if self.max_candidates < 1:
+            raise ValueError("max_candidates must be >= 1")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One GPU set on one host, with its score (higher is better) and reasons."""
+
+    host: str
+    gpu_indexes: tuple[int, ...]
+    score: float
+    connection: Connection
+    reasons: tuple[str, ...] = ()
+    free_memory: tuple[int, ...] = ()
+    # Relative speed weights (sum 1) for mixed GPU models; see weights.py.
+    weights: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Ranked candidates; or ``refused`` (can never fit); or ``wait_reason`` (nothing fits now)."""
+
+    request: SelectionRequest
+    candidates: tuple[Candidate, ...] = ()
+    refused: str | None = None
+    wait_reason: str | None = None
+
+    @property
+    def top(self) -> Candidate | None:
+        return self.candidates[0] if self.candidates else None
