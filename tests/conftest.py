@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,9 @@ def pg_server_url() -> str:
     return _need("GPUFLEET_TEST_DATABASE_URL")
 
 
-@pytest.fixture(scope="session")
-def pg_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL database for this test session."""
-    url = make_url(pg_server_url)
+@contextmanager
+def _pg_database(server_url: str) -> Iterator[str]:
+    url = make_url(server_url)
     name = f"gpufleet_t_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -69,6 +69,20 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for this test session."""
+    with _pg_database(pg_server_url) as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    with _pg_database(pg_server_url) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -108,3 +108,16 @@ def downgrade_database(settings: Settings, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(settings.effective_database_url), revision)
+
+
+def current_revision(settings: Settings) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with get_engine(settings.effective_database_url).connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()

@@ -1,0 +1,184 @@
+"""System resource: hosts, GPUs (with live metrics and availability), topology."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fastapi import APIRouter, Query, Response
+from sqlalchemy import func, select, text
+
+from gpufleet import __version__
+from gpufleet.api.deps import SessionDep, SettingsDep
+from gpufleet.api.schemas.system import (
+    GPUAvailabilityPublic,
+    GPULive,
+    GPUProcessPublic,
+    GPUPublic,
+    GPUsPublic,
+    Health,
+    HostPublic,
+    HostsPublic,
+    HostTopology,
+    LinkPublic,
+    TopologyPublic,
+)
+from gpufleet.db.models import GPU, GPULink, Host
+
+router = APIRouter(prefix="/api/v1/system", tags=["system"])
+health_router = APIRouter(tags=["health"])
+
+
+def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:  # noqa: ANN001
+    from gpufleet.telemetry.live import read_live_samples
+
+    out: dict[tuple[str, int], GPULive] = {}
+    for s in read_live_samples(settings):
+        out[(s.host, s.index)] = GPULive(
+            timestamp=s.timestamp,
+            utilization=s.utilization,
+            memory_util=s.memory_util,
+            memory_used=s.memory_used,
+            memory_free=s.memory_free,
+            memory_total=s.memory_total,
+            temperature=s.temperature,
+            power_draw=s.power_draw,
+            power_limit=s.power_limit,
+            sm_clock=s.sm_clock,
+            mem_clock=s.mem_clock,
+            lost=s.lost,
+            processes=[
+                GPUProcessPublic(
+                    pid=p.pid,
+                    user=p.user,
+                    command=p.command,
+                    used_memory=p.used_memory,
+                    training_id=p.training_id,
+                    foreign=p.foreign,
+                )
+                for p in s.processes
+            ],
+        )
+    return out
+
+
+def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:  # noqa: ANN001
+    from gpufleet.scheduling.inputs import availability_by_gpu
+
+    return {
+        key: GPUAvailabilityPublic(
+            state=a.state, reason=a.reason, free_memory=a.free_memory, holders=list(a.holders)
+        )
+        for key, a in availability_by_gpu(sess, settings).items()
+    }
+
+
+@router.get("/gpus", response_model=GPUsPublic, operation_id="gpus-list")
+def list_gpus(
+    sess: SessionDep,
+    settings: SettingsDep,
+    host: str | None = Query(default=None, description="only the GPUs of this host"),
+) -> GPUsPublic:
+    """Every GPU of the fleet with its newest sample and its availability."""
+    stmt = select(GPU, Host.name).join(Host, GPU.host_id == Host.id).order_by(Host.name, GPU.index)
+    if host is not None:
+        stmt = stmt.where(Host.name == host)
+    rows = sess.execute(stmt).all()
+    live = _live_by_gpu(settings)
+    avail = _availability_by_gpu(sess, settings)
+    data = [
+        GPUPublic(
+            id=g.id,
+            host=host_name,
+            index=g.index,
+            uuid=g.uuid,
+            vendor=g.vendor,
+            backend=g.backend,
+            name=g.name,
+            pci_bus_id=g.pci_bus_id,
+            memory_total=g.memory_total,
+            compute_capability=g.compute_capability,
+            simulated=g.simulated,
+            status=g.status,
+            status_reason=g.status_reason,
+            drained=g.drained,
+            drain_reason=g.drain_reason,
+            live=live.get((host_name, g.index)),
+            availability=avail.get((host_name, g.index)),
+        )
+        for g, host_name in rows
+    ]
+    return GPUsPublic(data=data, count=len(data), simulated=any(g.simulated for g in data))
+
+
+@router.get("/hosts", response_model=HostsPublic, operation_id="hosts-list")
+def list_hosts(sess: SessionDep) -> HostsPublic:
+    counts = dict(sess.execute(select(GPU.host_id, func.count()).group_by(GPU.host_id)).all())
+    hosts = sess.scalars(select(Host).order_by(Host.name)).all()
+    data = [
+        HostPublic.model_validate(h, from_attributes=True).model_copy(update={"gpu_count": counts.get(h.id, 0)})
+        for h in hosts
+    ]
+    return HostsPublic(data=data, count=len(data))
+
+
+def _level(link: GPULink | None) -> str:
+    if link is None:
+        return "SYS"
+    if link.nvlink_count:
+        return f"NV{link.nvlink_count}"
+    return link.pcie_level or "SYS"
+
+
+@router.get("/topology", response_model=TopologyPublic, operation_id="topology-get")
+def get_topology(sess: SessionDep, host: str | None = None) -> TopologyPublic:
+    """The GPU link matrix of each host (NVLink link counts, PCIe levels, peer access)."""
+    hosts_q = select(Host).order_by(Host.name)
+    if host is not None:
+        hosts_q = hosts_q.where(Host.name == host)
+    gpus_by_host: dict = defaultdict(list)
+    for g in sess.scalars(select(GPU).order_by(GPU.index)):
+        gpus_by_host[g.host_id].append(g.index)
+    links_by_host: dict = defaultdict(dict)
+    for l in sess.scalars(select(GPULink)):
+        links_by_host[l.host_id][(l.gpu_a, l.gpu_b)] = l
+    out = []
+    for h in sess.scalars(hosts_q):
+        idx = gpus_by_host.get(h.id, [])
+        links = links_by_host.get(h.id, {})
+        matrix = [
+            ["X" if a == b else _level(links.get((min(a, b), max(a, b)))) for b in idx] for a in idx
+        ]
+        out.append(
+            HostTopology(
+                host=h.name,
+                gpus=idx,
+                links=[
+                    LinkPublic(
+                        gpu_a=l.gpu_a,
+                        gpu_b=l.gpu_b,
+                        nvlink_count=l.nvlink_count,
+                        pcie_level=l.pcie_level,
+                        peer_access=l.peer_access,
+                    )
+                    for l in sorted(links.values(), key=lambda l: (l.gpu_a, l.gpu_b))
+                ],
+                matrix=matrix,
+            )
+        )
+    return TopologyPublic(hosts=out)
+
+
+@health_router.get("/healthz", response_model=Health, operation_id="health-get")
+def healthz(sess: SessionDep, settings: SettingsDep, response: Response) -> Health:
+    try:
+        sess.execute(text("SELECT 1"))
+        status = "ok"
+    except Exception:  # noqa: BLE001 - any driver error means the database is unreachable
+        response.status_code = 503
+        status = "database unreachable"
+    return Health(
+        status=status,
+        version=__version__,
+        database="sqlite" if settings.is_sqlite else "postgresql",
+        embedded=settings.is_embedded,
+    )

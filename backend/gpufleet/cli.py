@@ -1,0 +1,210 @@
+"""The `gpufleet` command line: serve, db, and each domain's commands."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import signal
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from gpufleet.config import ConfigError, Settings, get_settings
+
+app = typer.Typer(
+    name="gpufleet",
+    help="A team-shared GPU training server.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+console = Console()
+err = Console(stderr=True)
+
+# Modules under gpufleet/commands/ that add their commands with register(app).
+COMMAND_MODULES = (
+    "devices",
+    "drain",
+    "train",
+    "trainings",
+    "worker",
+    "recommend",
+    "top",
+    "users",
+)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print one clear line and exit non-zero."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def settings_or_exit() -> Settings:
+    try:
+        return get_settings()
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
+    worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
+) -> None:
+    """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    try:
+        from gpufleet.config import load_settings
+
+        settings = load_settings(**overrides)
+        from gpufleet.api.auth import check_serve_safety
+
+        check_serve_safety(settings)
+        _prepare_database(settings)
+        inventory = _register_this_host(settings)
+    except ConfigError as exc:
+        fail(str(exc))
+
+    import uvicorn
+
+    from gpufleet.api.app import create_app
+
+    worker_proc = None
+    if worker and settings.redis_url is None and settings.embedded_worker:
+        from gpufleet.jobs.embedded import start_embedded_worker
+
+        worker_proc = start_embedded_worker(settings)
+    mode = "embedded (SQLite, no external service)" if settings.is_embedded else "fleet"
+    console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
+    console.print(f"database: {_safe_url(settings.effective_database_url)}")
+    console.print(inventory)
+    console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
+                  f"(dashboard at /, API docs at /docs)")
+    try:
+        uvicorn.run(
+            create_app(settings, background=True),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            ws_max_size=1 << 20,
+        )
+    finally:
+        if worker_proc is not None and worker_proc.poll() is None:
+            worker_proc.send_signal(signal.SIGTERM)
+            try:
+                worker_proc.wait(timeout=15)
+            except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
+                worker_proc.kill()
+
+
+def _version() -> str:
+    from gpufleet import __version__
+
+    return __version__
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _safe_url(url: str) -> str:
+    if "@" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://…@{rest.split('@', 1)[1]}"
+    return url
+
+
+def _prepare_database(settings: Settings) -> None:
+    from gpufleet.db.session import check_database, current_revision, head_revision, upgrade_database
+
+    check_database(settings)
+    if settings.is_sqlite:
+        upgrade_database(settings)
+        return
+    current, head = current_revision(settings), head_revision()
+    if current != head:
+        raise ConfigError(
+            f"GPUFLEET_DATABASE_URL: the database schema is at {current or 'nothing'}, "
+            f"this gpufleet needs {head}; run `gpufleet db upgrade` first"
+        )
+
+
+def _register_this_host(settings: Settings) -> str:
+    """Write this host's GPUs to the database; return the lines that say what was found."""
+    from gpufleet.devices import detect_gpus, detect_topology, log_gpu_topology
+    from gpufleet.telemetry.inventory import register_host
+
+    inv = register_host(settings)
+    gpus = detect_gpus(settings)
+    log_gpu_topology(detect_topology(settings, gpus))
+    if not gpus:
+        return f"host {inv.host_name}: no GPUs found (trainings run on CPU; GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)"
+    sim = " (simulated)" if settings.simulate else ""
+    lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
+    for g in gpus:
+        mem = f"{g.memory_total / 2**30:.0f} GiB" if g.memory_total else "? GiB"
+        state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
+        lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
+    return "\n".join(lines)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Bring the database schema to the newest revision."""
+    from gpufleet.db.session import check_database, current_revision, upgrade_database
+
+    settings = settings_or_exit()
+    try:
+        check_database(settings)
+        upgrade_database(settings, revision)
+    except ConfigError as exc:
+        fail(str(exc))
+    console.print(f"database {_safe_url(settings.effective_database_url)} is at revision {current_revision(settings)}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the database's schema revision."""
+    from gpufleet.db.session import check_database, current_revision
+
+    settings = settings_or_exit()
+    try:
+        check_database(settings)
+    except ConfigError as exc:
+        fail(str(exc))
+    console.print(current_revision(settings) or "empty (run `gpufleet db upgrade`)")
+
+
+def _register_commands() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"gpufleet.commands.{name}")
+        except ModuleNotFoundError as exc:  # INTEGRATION: remove once every module has landed
+            if exc.name != f"gpufleet.commands.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        app()
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install gpufleet into .venv (and build the dashboard). Safe to run again.
+#   GPUFLEET_EXTRAS=test  also installs the test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+# torch first, pinned: on a CPU machine this takes the CPU build of 2.13.0; a
+# GPU host installs its CUDA build of 2.13.0 beforehand (README, "GPU hosts"),
+# which this pin then leaves alone.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install --quiet "torch==2.13.0"
+extras=${GPUFLEET_EXTRAS:-}
+target="."
+[ -n "$extras" ] && target=".[$extras]"
+.venv/bin/pip install --quiet -e "$target"
+if [ -x scripts/build-frontend.sh ] || [ -f scripts/build-frontend.sh ]; then
+  bash scripts/build-frontend.sh
+fi

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The README's first command: install gpufleet, then start it on the embedded
+# default (SQLite under the data dir, embedded worker and agent, no external
+# service). Arguments go to `gpufleet serve` (e.g. --port 8080).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+exec .venv/bin/gpufleet serve "$@"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The README's second command: run every test — Python (unit, PostgreSQL,
+# Redis, Celery workers, multi-process training, browser) and the dashboard's
+# component tests. PostgreSQL and Redis are real servers: when
+# GPUFLEET_TEST_DATABASE_URL / GPUFLEET_TEST_REDIS_URL are not set, this starts
+# throwaway ones with .ci/services.sh (needs Debian's postgresql and
+# redis-server; .ci/run installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GPUFLEET_EXTRAS=test bash scripts/install.sh
+
+if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
+  services_dir=$(mktemp -d /tmp/gpufleet-services.XXXXXX)
+  eval "$(bash .ci/services.sh start "$services_dir")"
+  trap 'bash .ci/services.sh stop "$services_dir"' EXIT
+fi
+
+status=0
+if [ -f frontend/package.json ]; then
+  (cd frontend && npm test) || status=$?
+fi
+.venv/bin/python -m pytest "$@" || status=$?
+exit $status
