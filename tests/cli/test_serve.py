@@ -1,0 +1,94 @@
+"""`gpufleet serve` as a newcomer runs it: a real process, a real port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env["GPUFLEET_DATA_DIR"] = str(tmp_path / "data")
+    env.update(extra)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"GPUFLEET_GPU__MODE": "turbo"}, "GPUFLEET_GPU__MODE"),
+        ({"GPUFLEET_SIMULATE": "4xH100-80"}, "GPUFLEET_SIMULATE"),
+        ({"GPUFLEET_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}, "GPUFLEET_DATABASE_URL: cannot connect"),
+    ],
+)
+def test_bad_configuration_stops_serve_with_one_line(tmp_path: Path, extra: dict, named: str) -> None:
+    proc = subprocess.run(
+        [*GPUFLEET, "serve", "--port", str(_free_port())],
+        env=_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert named in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.slow
+def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*GPUFLEET, "serve", "--port", str(port)],
+        env=_env(tmp_path, GPUFLEET_SIMULATE="4xH100-80GB", GPUFLEET_HOST_NAME="sim-a"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "serve did not come up within 90 s"
+            time.sleep(0.3)
+        gpus = httpx.get(f"{base}/api/v1/system/gpus", timeout=10).json()
+        assert gpus["count"] == 4 and gpus["simulated"] is True
+        assert all("H100" in g["name"] and g["simulated"] for g in gpus["data"])
+        assert {g["host"] for g in gpus["data"]} == {"sim-a"}
+        topo = httpx.get(f"{base}/api/v1/system/topology", timeout=10).json()
+        assert topo["hosts"][0]["matrix"][0][1].startswith("NV")
+        # The embedded database was created and upgraded by serve itself.
+        assert (tmp_path / "data" / "gpufleet.db").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+    assert f"http://127.0.0.1:{port}" in out
+    assert "4 GPU(s) (simulated)" in out
