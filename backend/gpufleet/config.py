@@ -154,6 +154,13 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 
+    # Team use (gpufleet.api.auth and gpufleet.api.limits).
+    session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
+    ws_ticket_ttl_s: int = Field(default=30, ge=5, le=300)
+    create_rate_per_minute: int = Field(default=30, ge=1, le=10000)
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    max_ws_message_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+
     # Telemetry.
     sample_interval_s: float = Field(default=1.0, gt=0.05, le=60)
     slow_sample_interval_s: float = Field(default=10.0, gt=0.1, le=600)

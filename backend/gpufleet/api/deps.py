@@ -1,13 +1,25 @@
-"""Dependencies shared by the routes, as Annotated aliases."""
+"""Dependencies shared by the routes, as Annotated aliases.
+
+Who may do what:
+- ``ViewerUser`` / ``CurrentUser``: any signed-in user (viewers read only).
+- ``MemberUser``: admin or member (may create trainings, cancel their own).
+- ``CreatorUser``: a ``MemberUser`` that is also within its rate limit and its
+  cap of queued trainings — use it on routes that create trainings.
+- ``AdminUser``: admin (cancel any training, drain GPUs).
+- ``can_cancel(user, owner)`` / ``ensure_can_cancel(user, owner)`` for ownership.
+- ``PageDep``: bounded ``limit`` / ``offset`` query parameters.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session
 
+from gpufleet.api.auth import AuthError, AuthUser, resolve_user
+from gpufleet.api.limits import Page, check_create_allowed, page_params
 from gpufleet.config import Settings
 from gpufleet.db.session import session_factory
 
@@ -28,3 +40,71 @@ def get_session(settings: SettingsDep) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
+    from gpufleet.api.security.gate import STATE_KEY
+
+    cached = getattr(request.state, STATE_KEY, None)
+    if isinstance(cached, AuthUser):
+        return cached
+    try:
+        user = resolve_user(settings, request.method, request.headers, request.cookies)
+    except AuthError as exc:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        raise HTTPException(exc.status, exc.reason, headers=headers) from None
+    setattr(request.state, STATE_KEY, user)
+    return user
+
+
+CurrentUser = Annotated[AuthUser, Depends(get_current_user)]
+# Any signed-in user may read; the alias says so at the route.
+ViewerUser = CurrentUser
+
+
+def require_member(user: CurrentUser) -> AuthUser:
+    if not user.can_write:
+        raise HTTPException(
+            403, f"user {user.name!r} has the {user.role} role, which may only read; ask an admin for the member role"
+        )
+    return user
+
+
+MemberUser = Annotated[AuthUser, Depends(require_member)]
+
+
+def require_admin(user: CurrentUser) -> AuthUser:
+    if not user.is_admin:
+        raise HTTPException(403, f"only an admin may do this; user {user.name!r} has the {user.role} role")
+    return user
+
+
+AdminUser = Annotated[AuthUser, Depends(require_admin)]
+
+
+def require_creator(request: Request, user: MemberUser, settings: SettingsDep, session: SessionDep) -> AuthUser:
+    check_create_allowed(request.app, settings, session, user)
+    return user
+
+
+CreatorUser = Annotated[AuthUser, Depends(require_creator)]
+
+
+def can_cancel(user: AuthUser, training_owner: str) -> tuple[bool, str]:
+    """Whether ``user`` may cancel a training owned by ``training_owner``, and why."""
+    if user.is_admin:
+        return True, f"{user.name} is an admin"
+    if user.role == "viewer":
+        return False, f"user {user.name!r} has the viewer role, which may only read"
+    if user.name == training_owner:
+        return True, f"{user.name} owns the training"
+    return False, f"the training belongs to {training_owner!r}; only its owner or an admin may cancel it"
+
+
+def ensure_can_cancel(user: AuthUser, training_owner: str) -> None:
+    ok, reason = can_cancel(user, training_owner)
+    if not ok:
+        raise HTTPException(403, reason)
+
+
+PageDep = Annotated[Page, Depends(page_params)]

@@ -1,0 +1,292 @@
+"""Limits: per-user rate of creating trainings, queued cap, body and message sizes, pages.
+
+Counters live in Redis when ``GPUFLEET_REDIS_URL`` is set, so that several API
+processes share one budget per user; the embedded default keeps them in this
+process, which is the only API process there is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fastapi import FastAPI, HTTPException, Query
+from pydantic import BaseModel
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpufleet.config import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+# Guessing a token is hopeless (256 bits), but a bound on sign-in attempts keeps
+# a misbehaving client from turning the endpoint into database load.
+SIGN_IN_PER_MINUTE = 20
+
+
+class Limiter(Protocol):
+    def hit(self, key: str, limit: int, window_s: float) -> float | None:
+        """Count one event; return None if within ``limit`` per ``window_s``, else seconds to wait."""
+
+    def claim_once(self, key: str, ttl_s: float) -> bool:
+        """True the first time ``key`` is claimed within ``ttl_s``, False after."""
+
+
+class MemoryLimiter:
+    """Sliding-window counters in this process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[str, deque[float]] = {}
+        self._claims: dict[str, float] = {}
+
+    def hit(self, key: str, limit: int, window_s: float) -> float | None:
+        now = time.monotonic()
+        with self._lock:
+            q = self._events.setdefault(key, deque())
+            while q and q[0] <= now - window_s:
+                q.popleft()
+            if len(q) >= limit:
+                return max(0.0, q[0] + window_s - now)
+            q.append(now)
+            return None
+
+    def claim_once(self, key: str, ttl_s: float) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._claims) > 10_000:
+                self._claims = {k: t for k, t in self._claims.items() if t > now}
+            if self._claims.get(key, 0.0) > now:
+                return False
+            self._claims[key] = now + ttl_s
+            return True
+
+
+class RedisLimiter:
+    """Fixed-window counters in Redis, shared by every API process of a fleet."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+    def hit(self, key: str, limit: int, window_s: float) -> float | None:
+        now = time.time()
+        window = int(now // window_s)
+        rkey = f"gpufleet:rl:{key}:{window}"
+        try:
+            pipe = self._redis.pipeline()
+            pipe.incr(rkey)
+            pipe.expire(rkey, int(window_s) + 1)
+            count = pipe.execute()[0]
+        except Exception as exc:  # noqa: BLE001 - a limiter outage must not stop the API
+            log.warning("rate limiter unavailable (%s); allowing the request", exc)
+            return None
+        if count > limit:
+            return (window + 1) * window_s - now
+        return None
+
+    def claim_once(self, key: str, ttl_s: float) -> bool:
+        try:
+            return bool(self._redis.set(f"gpufleet:once:{key}", b"1", nx=True, ex=max(1, int(ttl_s))))
+        except Exception as exc:  # noqa: BLE001 - refuse rather than allow a replay
+            log.warning("cannot record a single-use ticket (%s); refusing it", exc)
+            return False
+
+
+def get_limiter(app: Any, settings: Settings) -> Limiter:
+    limiter = getattr(app.state, "gpufleet_limiter", None)
+    if limiter is None:
+        limiter = RedisLimiter(settings.redis_url) if settings.redis_url else MemoryLimiter()
+        app.state.gpufleet_limiter = limiter
+    return limiter
+
+
+def _too_many(what: str, retry_after: float) -> HTTPException:
+    wait = max(1, int(retry_after + 0.999))
+    return HTTPException(429, f"{what}; try again in {wait} s", headers={"Retry-After": str(wait)})
+
+
+def check_create_allowed(app: Any, settings: Settings, session: Session, user: Any) -> None:
+    """Refuse (429) a new training over the user's queued cap or creation rate."""
+    from gpufleet.db.models import Training
+
+    queued = session.scalar(
+        select(func.count()).select_from(Training).where(Training.owner == user.name, Training.status == "queued")
+    )
+    if queued is not None and queued >= settings.max_queued_per_user:
+        raise HTTPException(
+            429,
+            f"user {user.name!r} already has {queued} queued trainings, the most allowed"
+            " (GPUFLEET_MAX_QUEUED_PER_USER); cancel some or wait for them to start",
+            headers={"Retry-After": "60"},
+        )
+    retry = get_limiter(app, settings).hit(f"create:{user.name}", settings.create_rate_per_minute, 60.0)
+    if retry is not None:
+        raise _too_many(
+            f"user {user.name!r} created {settings.create_rate_per_minute} trainings in the last minute,"
+            " the most allowed (GPUFLEET_CREATE_RATE_PER_MINUTE)",
+            retry,
+        )
+
+
+def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
+    retry = get_limiter(app, settings).hit(f"sign-in:{client}", SIGN_IN_PER_MINUTE, 60.0)
+    if retry is not None:
+        raise _too_many(f"too many sign-in attempts from {client}", retry)
+
+
+@dataclass(frozen=True)
+class Page:
+    limit: int
+    offset: int
+
+
+def page_params(
+    limit: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, description="items per page"),
+    offset: int = Query(0, ge=0, le=1_000_000, description="items to skip"),
+) -> Page:
+    return Page(limit=limit, offset=offset)
+
+
+# Size limits ---------------------------------------------------------------
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class SizeLimits:
+    """Refuse request bodies over ``max_request_bytes`` (413) and WebSocket
+    messages over ``max_ws_message_bytes`` (close 1009), before a route reads them."""
+
+    def __init__(self, app: ASGIApp, max_body: int, max_ws_message: int):
+        self.app = app
+        self.max_body = max_body
+        self.max_ws_message = max_ws_message
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _body_error(self) -> str:
+        return f"request body is larger than {self.max_body} bytes (GPUFLEET_MAX_REQUEST_BYTES)"
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from gpufleet.api.security.gate import send_error
+
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await send_error(send, 400, "the Content-Length header is not a number")
+                    return
+                if declared > self.max_body:
+                    await send_error(send, 413, self._body_error())
+                    return
+        seen = 0
+        started = False
+
+        async def counted_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise _TooLarge
+            return message
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _TooLarge:
+            if started:
+                raise
+            await send_error(send, 413, self._body_error())
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        closed = False
+
+        async def bounded_receive() -> Message:
+            nonlocal closed
+            if closed:
+                return {"type": "websocket.disconnect", "code": 1009}
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                size = len(message.get("bytes") or b"") + len((message.get("text") or "").encode("utf-8"))
+                if size > self.max_ws_message:
+                    closed = True
+                    # 1009: message too big. The route sees a disconnect and ends.
+                    await send({"type": "websocket.close", "code": 1009, "reason": "message too large"})
+                    return {"type": "websocket.disconnect", "code": 1009}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if not closed:
+                await send(message)
+
+        await self.app(scope, bounded_receive, guarded_send)
+
+
+# OpenAPI: say which refusals each route can answer with ------------------------
+
+
+class ErrorDetail(BaseModel):
+    detail: str
+
+
+def _uses(dependant: Any, fn: Any) -> bool:
+    return any(d.call is fn or _uses(d, fn) for d in dependant.dependencies)
+
+
+def document_refusals(app: FastAPI) -> None:
+    """Declare 401/403/413/429 on the routes that can give them, so the schema is honest."""
+    from fastapi.routing import APIRoute
+
+    from gpufleet.api.deps import require_creator
+    from gpufleet.api.security.gate import OPEN_PATHS
+
+    err = {"model": ErrorDetail}
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
+            continue
+        extra: dict[int, dict[str, Any]] = {}
+        if route.body_field is not None:
+            extra[413] = {**err, "description": "Request body too large"}
+        if route.path not in OPEN_PATHS:
+            extra[401] = {**err, "description": "Not signed in, or the credentials are not valid"}
+            extra[403] = {**err, "description": "Signed in, but not allowed to do this"}
+        if route.path == "/api/v1/auth/sign-in" or _uses(route.dependant, require_creator):
+            extra[429] = {**err, "description": "Over a rate limit or the queued-trainings cap"}
+        for code, spec in extra.items():
+            route.responses.setdefault(code, spec)
+    app.openapi_schema = None
+
+
+def install_limits(app: FastAPI, settings: Settings) -> None:
+    from gpufleet.api.security.gate import AuthGate
+
+    get_limiter(app, settings)
+    document_refusals(app)
+    # Added last = outermost: an oversized body is refused before any database lookup.
+    app.add_middleware(AuthGate, settings=settings)
+    app.add_middleware(
+        SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes
+    )

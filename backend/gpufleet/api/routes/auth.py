@@ -1,0 +1,94 @@
+"""Signing in and out, who am I, and WebSocket tickets.
+
+The dashboard signs in once with an API token; the answer sets an HTTP-only,
+SameSite=Strict session cookie that later requests (and WebSockets) carry.
+Scripts skip all this and send ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException, Request, Response
+from pydantic import BaseModel, Field
+
+from gpufleet.api.auth import (
+    SESSION_COOKIE,
+    AuthError,
+    auth_required,
+    make_session_cookie,
+    make_ws_ticket,
+    resolve_user,
+)
+from gpufleet.api.deps import CurrentUser, SettingsDep
+from gpufleet.api.limits import check_sign_in_rate
+
+router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
+
+
+class SignIn(BaseModel):
+    token: str = Field(min_length=1, max_length=256, description="an API token from `gpufleet tokens create`")
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: Literal["admin", "member", "viewer"]
+    # How this request was authenticated: token | session | local.
+    via: str
+    auth_required: bool
+
+
+class SignedOut(BaseModel):
+    signed_out: bool
+
+
+class WSTicket(BaseModel):
+    ticket: str
+    expires_in_s: int
+    # Where to use it: append ?ticket=… to this path.
+    url: str
+
+
+def _whoami(user, required: bool) -> WhoAmI:  # noqa: ANN001
+    return WhoAmI(name=user.name, role=user.role, via=user.via, auth_required=required)
+
+
+@router.post("/sign-in", response_model=WhoAmI, operation_id="auth-sign-in")
+def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep) -> WhoAmI:
+    """Exchange an API token for an HTTP-only session cookie."""
+    check_sign_in_rate(request.app, settings, request.client.host if request.client else "unknown")
+    try:
+        user = resolve_user(settings, "GET", {"authorization": f"Bearer {body.token.strip()}"}, {})
+    except AuthError as exc:
+        raise HTTPException(401, exc.reason) from None
+    response.set_cookie(
+        SESSION_COOKIE,
+        make_session_cookie(settings, user),
+        max_age=settings.session_ttl_s,
+        httponly=True,
+        # Strict: the cookie never rides on a request started by another site.
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return WhoAmI(name=user.name, role=user.role, via="session", auth_required=auth_required(settings))
+
+
+@router.post("/sign-out", response_model=SignedOut, operation_id="auth-sign-out")
+def sign_out(request: Request, response: Response) -> SignedOut:
+    """Drop the session cookie (revoke the token to end every session opened with it)."""
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
+    return SignedOut(signed_out=True)
+
+
+@router.get("/whoami", response_model=WhoAmI, operation_id="auth-whoami")
+def whoami(user: CurrentUser, settings: SettingsDep) -> WhoAmI:
+    """The user this request acts as (``local`` on a loopback server without sign-in)."""
+    return _whoami(user, auth_required(settings))
+
+
+@router.post("/ws-ticket", response_model=WSTicket, operation_id="auth-ws-ticket")
+def ws_ticket(user: CurrentUser, settings: SettingsDep) -> WSTicket:
+    """A single-use ticket, valid for a few seconds, to open ``/api/v1/ws?ticket=…``."""
+    return WSTicket(ticket=make_ws_ticket(settings, user), expires_in_s=settings.ws_ticket_ttl_s, url="/api/v1/ws")

@@ -1,0 +1,62 @@
+"""The auth gate: no request under /api/ reaches a route without a user.
+
+Routes still declare what they need (`CurrentUser`, `MemberUser`, …), but a
+route that forgot to must not become an open door: the gate authenticates
+every HTTP request under ``/api/`` (except signing in and out) and keeps the
+user in the request's state, where the dependencies pick it up without a
+second database round trip.
+"""
+
+from __future__ import annotations
+
+import json
+
+from anyio import to_thread
+from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gpufleet.api.auth import AuthError, resolve_user
+from gpufleet.config import Settings
+
+STATE_KEY = "gpufleet_user"
+# Reachable without credentials: signing in needs none, signing out must always work.
+OPEN_PATHS = frozenset({"/api/v1/auth/sign-in", "/api/v1/auth/sign-out"})
+
+
+async def send_error(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class AuthGate:
+    def __init__(self, app: ASGIApp, settings: Settings):
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/") or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        cookies = cookie_parser(headers.get("cookie", ""))
+        try:
+            # The lookup touches the database; keep it off the event loop.
+            user = await to_thread.run_sync(resolve_user, self.settings, scope["method"], headers, cookies)
+        except AuthError as exc:
+            extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
+            await send_error(send, exc.status, exc.reason, extra)
+            return
+        scope.setdefault("state", {})[STATE_KEY] = user
+        await self.app(scope, receive, send)
