@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 GiB = 1024**3
 MiB = 1024**2
@@ -90,6 +90,8 @@ class GPUObservation:
     # Errors that appeared since the GPU was last known good.
     new_ecc_errors: int = 0
     new_xid_errors: int = 0
+    # The host's agent stopped reporting (hosts.status offline).
+    host_offline: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,6 @@ class AvailabilityPolicy:
     # Utilization by someone else above this for ``sustained_samples`` samples.
     foreign_utilization_threshold: float = 50.0
     sustained_samples: int = 5
-    # Leave this much of a GPU unreserved for the CUDA context of others.
-    headroom: int = 256 * MiB
     max_models_per_gpu: int = 4
 
     def __post_init__(self) -> None:
@@ -112,8 +112,6 @@ class AvailabilityPolicy:
             raise ValueError("foreign_utilization_threshold must be a percentage (0-100)")
         if self.sustained_samples < 1:
             raise ValueError("sustained_samples must be >= 1")
-        if self.headroom < 0:
-            raise ValueError("headroom must be >= 0 bytes")
         if self.max_models_per_gpu < 1:
             raise ValueError("max_models_per_gpu must be >= 1")
 
@@ -132,7 +130,10 @@ class GPUAvailability:
     # Device-reported free memory minus what gpufleet has reserved but not yet used.
     free_memory: int = 0
     reserved_memory: int = 0
-    holders: tuple[str, ...] = ()
+    # Who is on the GPU: {"training_id", "name", "owner", "exclusive", "reserved_memory"}
+    # for gpufleet trainings, {"pid", "user", "command", "used_memory", "foreign": True}
+    # for processes gpufleet did not start.
+    holders: tuple[dict[str, Any], ...] = ()
     compute_capability: str | None = None
 
     @property

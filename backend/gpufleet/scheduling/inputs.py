@@ -1,0 +1,239 @@
+"""Gather selection's inputs from the database and the live samples.
+
+The one place where scheduling touches the schema: the API routes and the jobs
+scheduler both call :func:`fleet_state` / :func:`availability_by_gpu` and hand
+the plain dataclasses to the pure functions in ``availability``,
+``recommend`` and ``validate``.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from statistics import median
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import GPU, GPUAllocation, GPULink, GPUMetricsHistory, Host, Training, TrainingMetric
+from gpufleet.db.types import utcnow
+from gpufleet.scheduling.availability import assess_gpu
+from gpufleet.scheduling.types import (
+    AvailabilityPolicy,
+    FleetState,
+    GPUAvailability,
+    GPUObservation,
+    HostState,
+    LinkInfo,
+    ProcessInfo,
+    Reservation,
+    MiB,
+)
+
+_OFFLINE = {"offline", "lost", "down"}
+
+# Error counters are cumulative; a GPU is unhealthy when they grow. The first
+# count this process sees is the baseline, so errors from before the server
+# started (already looked at) do not keep a GPU out forever.
+_baseline_lock = threading.Lock()
+_error_baseline: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def reset_error_baseline(host: str | None = None, gpu_key: str | None = None) -> None:
+    """Accept the current error counts as good (after an operator checked the GPU)."""
+    with _baseline_lock:
+        for key in list(_error_baseline):
+            if (host is None or key[0] == host) and (gpu_key is None or key[1] == gpu_key):
+                del _error_baseline[key]
+
+
+def _new_errors(host: str, gpu_key: str, ecc: int | None, xid: int | None) -> tuple[int, int]:
+    ecc, xid = ecc or 0, xid or 0
+    with _baseline_lock:
+        base = _error_baseline.setdefault((host, gpu_key), (ecc, xid))
+    return max(ecc - base[0], 0), max(xid - base[1], 0)
+
+
+def policy_from_settings(settings: Settings) -> AvailabilityPolicy:
+    return AvailabilityPolicy(
+        foreign_memory_threshold=settings.foreign_memory_threshold_mb * MiB,
+        max_models_per_gpu=settings.gpu.max_models_per_gpu,
+    )
+
+
+def _recent_utilization(
+    sess: Session, settings: Settings, samples: int
+) -> dict[tuple[object, int], list[float]]:
+    # Twice the window the samples should span, so one late sample does not
+    # make sustained load look like a blip.
+    since = utcnow() - timedelta(seconds=settings.sample_interval_s * samples * 2 + 1)
+    rows = sess.execute(
+        select(GPUMetricsHistory.host_id, GPUMetricsHistory.gpu_index, GPUMetricsHistory.utilization)
+        .where(GPUMetricsHistory.timestamp >= since)
+        .order_by(GPUMetricsHistory.timestamp)
+    )
+    out: dict[tuple[object, int], list[float]] = {}
+    for host_id, index, util in rows:
+        out.setdefault((host_id, index), []).append(float(util))
+    return out
+
+
+def gather_observations(
+    sess: Session, settings: Settings, *, host: str | None = None,
+    policy: AvailabilityPolicy | None = None,
+) -> tuple[list[GPUObservation], dict[str, dict[tuple[int, int], LinkInfo]]]:
+    """Every GPU of the fleet (or of ``host``) as an observation, and each host's links."""
+    from gpufleet.telemetry.live import read_live_samples
+
+    policy = policy or policy_from_settings(settings)
+    q = select(GPU, Host.name, Host.status).join(Host, GPU.host_id == Host.id).order_by(Host.name, GPU.index)
+    if host is not None:
+        q = q.where(Host.name == host)
+    gpu_rows = sess.execute(q).all()
+
+    lq = select(GPULink, Host.name).join(Host, GPULink.host_id == Host.id)
+    if host is not None:
+        lq = lq.where(Host.name == host)
+    links: dict[str, dict[tuple[int, int], LinkInfo]] = {}
+    for link, hname in sess.execute(lq):
+        a, b = sorted((link.gpu_a, link.gpu_b))
+        links.setdefault(hname, {})[(a, b)] = LinkInfo(link.nvlink_count, link.pcie_level, link.peer_access)
+
+    reservations: dict[object, list[Reservation]] = {}
+    aq = (
+        select(GPUAllocation, Training.name, Training.owner)
+        .join(Training, GPUAllocation.training_id == Training.id)
+        .where(GPUAllocation.released_at.is_(None))
+    )
+    for alloc, tname, owner in sess.execute(aq):
+        reservations.setdefault(alloc.gpu_id, []).append(
+            Reservation(
+                training_id=str(alloc.training_id),
+                exclusive=alloc.exclusive,
+                reserved_memory=alloc.reserved_memory,
+                training_name=tname,
+                owner=owner,
+            )
+        )
+
+    live = {s.key: s for s in read_live_samples(settings)}
+    recent = _recent_utilization(sess, settings, policy.sustained_samples)
+
+    out: list[GPUObservation] = []
+    for gpu, hname, hstatus in gpu_rows:
+        s = live.get((hname, gpu.index))
+        processes: tuple[ProcessInfo, ...] = ()
+        ecc = xid = 0
+        if s is not None:
+            processes = tuple(
+                ProcessInfo(
+                    pid=p.pid,
+                    used_memory=p.used_memory,
+                    user=p.user,
+                    command=p.command,
+                    training_id=str(p.training_id) if p.training_id else None,
+                    foreign=p.foreign,
+                )
+                for p in s.processes
+            )
+            ecc, xid = _new_errors(hname, gpu.uuid or str(gpu.index), s.ecc_errors, s.xid_errors)
+        out.append(
+            GPUObservation(
+                host=hname,
+                index=gpu.index,
+                vendor=gpu.vendor,
+                name=gpu.name,
+                memory_total=gpu.memory_total if gpu.memory_total is not None else (s.memory_total if s else None),
+                memory_free=s.memory_free if s is not None else None,
+                utilization=s.utilization if s is not None else None,
+                recent_utilization=tuple(recent.get((gpu.host_id, gpu.index), ())),
+                processes=processes,
+                reservations=tuple(reservations.get(gpu.id, ())),
+                compute_capability=gpu.compute_capability,
+                drained=gpu.drained or not gpu.enabled,
+                drain_reason=gpu.drain_reason if gpu.drained else ("disabled" if not gpu.enabled else None),
+                status=gpu.status,
+                status_reason=gpu.status_reason,
+                lost=bool(s is not None and s.lost),
+                new_ecc_errors=ecc,
+                new_xid_errors=xid,
+                host_offline=(hstatus or "").lower() in _OFFLINE,
+            )
+        )
+    return out, links
+
+
+def availability_by_gpu(
+    sess: Session, settings: Settings, *, host: str | None = None
+) -> dict[tuple[str, int], GPUAvailability]:
+    """Each GPU's availability keyed by (host, index), for ``GET /system/gpus``."""
+    policy = policy_from_settings(settings)
+    observations, _ = gather_observations(sess, settings, host=host, policy=policy)
+    return {(o.host, o.index): assess_gpu(o, policy) for o in observations}
+
+
+def measured_speed(sess: Session, estimate_key: str | None, limit: int = 50) -> dict[str, float]:
+    """GPU model -> samples/s per GPU, from trainings of the same recipe and shape.
+
+    Only runs of the same workload are comparable, so the figures come from
+    trainings with the same ``estimate_key``; each rank's step time is matched
+    to the GPU that rank ran on.
+    """
+    if not estimate_key:
+        return {}
+    runs = sess.execute(
+        select(Training.id, Training.gpu_ids, Training.host_id, Training.config)
+        .where(Training.estimate_key == estimate_key, Training.gpu_ids.is_not(None), Training.host_id.is_not(None))
+        .order_by(Training.created_at.desc())
+        .limit(limit)
+    ).all()
+    per_model: dict[str, list[float]] = {}
+    for tid, gpu_ids, host_id, config in runs:
+        names = dict(sess.execute(select(GPU.index, GPU.name).where(GPU.host_id == host_id)).all())
+        batch = (config or {}).get("micro_batch_size") or (config or {}).get("global_batch_size")
+        if not batch:
+            continue
+        times = sess.scalars(
+            select(TrainingMetric.rank_step_times)
+            .where(TrainingMetric.training_id == tid, TrainingMetric.rank_step_times.is_not(None))
+            .order_by(TrainingMetric.step.desc())
+            .limit(20)
+        ).all()
+        for rank, gpu_index in enumerate(gpu_ids or []):
+            per_rank = [t[rank] for t in times if t and len(t) > rank and t[rank]]
+            if per_rank and gpu_index in names:
+                per_model.setdefault(names[gpu_index], []).append(batch / median(per_rank))
+    return {name: median(v) for name, v in per_model.items()}
+
+
+def fleet_state(
+    sess: Session, settings: Settings, *, host: str | None = None, estimate_key: str | None = None
+) -> FleetState:
+    """The whole fleet (or one host) as ``recommend`` and ``validate`` take it."""
+    policy = policy_from_settings(settings)
+    observations, links = gather_observations(sess, settings, host=host, policy=policy)
+    by_host: dict[str, list[GPUAvailability]] = {}
+    for o in observations:
+        by_host.setdefault(o.host, []).append(assess_gpu(o, policy))
+    hosts = tuple(HostState(name, tuple(gpus), links.get(name, {})) for name, gpus in by_host.items())
+    return FleetState(hosts=hosts, measured_speed=measured_speed(sess, estimate_key))
+
+
+class GPUAvailabilityService:
+    """The seed's service, kept by name: availability and recommendations from the database."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    def get_available_gpus(self, sess: Session) -> list[GPUAvailability]:
+        return [a for a in availability_by_gpu(sess, self.settings).values() if a.usable]
+
+    def get_all_gpus(self, sess: Session) -> list[GPUAvailability]:
+        return list(availability_by_gpu(sess, self.settings).values())
+
+    def recommend_gpus(self, sess: Session, memory_required: int, count: int = 1):  # noqa: ANN201
+        from gpufleet.scheduling.recommend import recommend
+        from gpufleet.scheduling.types import SelectionRequest
+
+        return recommend(SelectionRequest(memory_bytes=memory_required, count=count), fleet_state(sess, self.settings))

@@ -1,0 +1,173 @@
+"""Is a hand-picked GPU selection usable? ``validate_selection`` lists every problem.
+
+A person who picks GPUs should learn everything wrong with the choice at once,
+not one problem per attempt, so nothing here stops at the first problem.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from gpufleet.scheduling.recommend import pair_class
+from gpufleet.scheduling.types import (
+    FleetState,
+    GPUAvailability,
+    fmt_bytes,
+)
+from gpufleet.scheduling.weights import selection_weights
+
+
+@dataclass(frozen=True)
+class Problem:
+    # unknown-host | unknown-gpu | duplicate | busy | foreign-busy | drained |
+    # unhealthy | shared | short-of-memory | mixed-vendors | no-peer-access | slow-link
+    code: str
+    message: str
+    gpu_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Validation:
+    ok: bool
+    host: str | None
+    gpu_indexes: tuple[int, ...]
+    problems: tuple[Problem, ...] = ()
+    # Usable, but worth knowing (no peer access, no NVLink, mixed models).
+    warnings: tuple[Problem, ...] = ()
+    weights: tuple[float, ...] = ()
+    gpus: tuple[GPUAvailability, ...] = field(default=(), repr=False)
+
+
+def _ranges(indexes: Sequence[int]) -> str:
+    """``0–3, 6`` for [0, 1, 2, 3, 6]."""
+    idx = sorted(indexes)
+    if not idx:
+        return "none"
+    parts, start, prev = [], idx[0], idx[0]
+    for i in idx[1:] + [None]:  # type: ignore[list-item]
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}–{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
+
+
+def validate_selection(
+    fleet: FleetState,
+    gpu_indexes: Sequence[int],
+    *,
+    host: str | None = None,
+    memory_bytes: int = 0,
+    exclusive: bool = True,
+) -> Validation:
+    """Every problem with running one training on ``gpu_indexes`` of ``host``.
+
+    ``host`` may be omitted when the fleet has a single host. Mixed vendors in
+    one job are a problem (NCCL, RCCL and oneCCL do not talk to each other);
+    pairs without peer access or without NVLink are warnings.
+    """
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    indexes = tuple(gpu_indexes)
+
+    if host is None:
+        if len(fleet.hosts) == 1:
+            host = fleet.hosts[0].name
+        else:
+            names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
+            problems.append(Problem("unknown-host", f"name the host: the fleet has several ({names})"))
+            return Validation(False, None, indexes, tuple(problems))
+    hstate = fleet.host(host)
+    if hstate is None:
+        names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
+        problems.append(Problem("unknown-host", f"host {host!r} is not in the fleet; known hosts: {names}"))
+        return Validation(False, host, indexes, tuple(problems))
+    if not indexes:
+        problems.append(Problem("unknown-gpu", "no GPU given; name at least one GPU index"))
+        return Validation(False, host, indexes, tuple(problems))
+
+    by_index = {g.index: g for g in hstate.gpus}
+    for idx, n in sorted(Counter(indexes).items()):
+        if n > 1:
+            problems.append(Problem("duplicate", f"GPU {idx} is listed {n} times; a GPU runs one rank", idx))
+
+    chosen: list[GPUAvailability] = []
+    for idx in dict.fromkeys(indexes):
+        gpu = by_index.get(idx)
+        if gpu is None:
+            problems.append(
+                Problem(
+                    "unknown-gpu",
+                    f"GPU {idx} does not exist on host {host}; it has GPUs {_ranges(list(by_index))}",
+                    idx,
+                )
+            )
+            continue
+        chosen.append(gpu)
+        if gpu.state in ("busy", "foreign-busy", "drained", "unhealthy"):
+            problems.append(Problem(gpu.state, f"GPU {idx} is {gpu.state}: {gpu.reason}", idx))
+            continue
+        if gpu.state == "shared" and exclusive:
+            problems.append(
+                Problem("shared", f"GPU {idx} is shared ({gpu.reason}); an exclusive training needs it alone", idx)
+            )
+        if memory_bytes and gpu.free_memory < memory_bytes:
+            problems.append(
+                Problem(
+                    "short-of-memory",
+                    f"GPU {idx} has {fmt_bytes(gpu.free_memory)} free, "
+                    f"{fmt_bytes(memory_bytes - gpu.free_memory)} short of the {fmt_bytes(memory_bytes)} needed",
+                    idx,
+                )
+            )
+
+    vendors = sorted({g.vendor for g in chosen})
+    if len(vendors) > 1:
+        problems.append(
+            Problem(
+                "mixed-vendors",
+                f"GPUs of {' and '.join(vendors)} in one DDP job: their collective libraries "
+                "cannot talk to each other; pick GPUs of one vendor",
+            )
+        )
+    for a, b in combinations(chosen, 2):
+        link = hstate.link(a.index, b.index)
+        if link is None or not link.peer_access:
+            warnings.append(
+                Problem(
+                    "no-peer-access",
+                    f"GPUs {a.index} and {b.index} have no peer access: gradients go through host memory",
+                )
+            )
+        elif pair_class(link) >= 2:
+            warnings.append(
+                Problem(
+                    "slow-link",
+                    f"GPUs {a.index} and {b.index} connect only through the "
+                    f"{'CPU host bridge' if pair_class(link) == 2 else 'inter-socket link'} ({link.pcie_level})",
+                )
+            )
+    weights: tuple[float, ...] = ()
+    if len({g.name for g in chosen}) > 1:
+        weights = selection_weights(chosen, fleet.measured_speed)
+        warnings.append(
+            Problem(
+                "mixed-models",
+                "mixed GPU models; the slowest sets the pace. Relative speed: "
+                + ", ".join(f"GPU {g.index} {w:.2f}" for g, w in zip(chosen, weights)),
+            )
+        )
+    return Validation(
+        ok=not problems,
+        host=host,
+        gpu_indexes=indexes,
+        problems=tuple(problems),
+        warnings=tuple(warnings),
+        weights=weights,
+        gpus=tuple(chosen),
+    )
