@@ -1,0 +1,262 @@
+"""The training fields every recipe config shares, and how configs are read.
+
+Torch-free on purpose: the API validates a training request with these classes
+before anything is written, and the web app must not import torch.
+
+A recipe config is a dataclass that subclasses :class:`TrainConfig`. It
+validates itself in ``__post_init__`` and raises :class:`ConfigError` naming
+the field, which the API turns into a 422 and the CLI into a clear message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+STRATEGIES = ("auto", "ddp", "fsdp")
+LR_SCHEDULES = ("constant", "cosine", "linear")
+FSDP_SHARDING = ("full_shard", "shard_grad_op")
+
+
+class ConfigError(ValueError):
+    """A training config value is wrong; ``field`` names it."""
+
+    def __init__(self, field: str | None, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+@dataclass
+class TrainConfig:
+    """Fields shared by every recipe; the defaults give a sensible short run."""
+
+    max_steps: int = 200
+    # Samples per optimizer step, summed over ranks and accumulation steps.
+    global_batch_size: int = 256
+    # Samples per rank per forward; None = global / (world size * grad_accum_steps).
+    micro_batch_size: int | None = None
+    grad_accum_steps: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    seed: int = 0
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
+    fsdp_sharding: Literal["full_shard", "shard_grad_op"] = "full_shard"
+    ddp_bucket_mb: float = 25.0
+    grad_clip: float | None = 1.0
+    warmup_steps: int = 0
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    # Ranks agree on metrics (and on a stop request) every log_every steps.
+    log_every: int = 10
+    # A file under the data root; None = the recipe's synthetic data.
+    data_path: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_steps", "global_batch_size", "grad_accum_steps",
+                  "checkpoint_every", "keep_checkpoints", "log_every")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ConfigError("micro_batch_size", f"must be >= 1 or null, got {self.micro_batch_size}")
+        if self.global_batch_size % self.grad_accum_steps:
+            raise ConfigError(
+                "grad_accum_steps",
+                f"{self.grad_accum_steps} does not divide global_batch_size {self.global_batch_size}",
+            )
+        if not self.lr > 0:
+            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}")
+        _choice(self, "precision", PRECISIONS)
+        _choice(self, "strategy", STRATEGIES)
+        _choice(self, "fsdp_sharding", FSDP_SHARDING)
+        _choice(self, "lr_schedule", LR_SCHEDULES)
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ConfigError("grad_clip", f"must be > 0 or null (no clipping), got {self.grad_clip}")
+        if not self.ddp_bucket_mb > 0:
+            raise ConfigError("ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
+        if not 0 <= self.warmup_steps <= self.max_steps:
+            raise ConfigError("warmup_steps", f"must be between 0 and max_steps ({self.max_steps})")
+        if self.data_path is not None and not str(self.data_path).strip():
+            raise ConfigError("data_path", "must be a path under the data root, or null for synthetic data")
+
+    def batch_layout(self, world_size: int) -> tuple[int, int]:
+        """(micro_batch_size per rank, grad_accum_steps) for ``world_size`` ranks.
+
+        The global batch never changes with the layout: that is what lets a run
+        move between one and many devices, or halve its micro batch after an
+        out-of-memory error, and still compute the same steps.
+        """
+        if world_size < 1:
+            raise ConfigError(None, f"world size must be >= 1, got {world_size}")
+        per_rank_step, rem = divmod(self.global_batch_size, world_size)
+        if rem:
+            raise ConfigError(
+                "global_batch_size",
+                f"{self.global_batch_size} is not divisible by the world size {world_size}",
+            )
+        if self.micro_batch_size is None:
+            micro, rem = divmod(per_rank_step, self.grad_accum_steps)
+            if rem or micro < 1:
+                raise ConfigError(
+                    "grad_accum_steps",
+                    f"global_batch_size {self.global_batch_size} over {world_size} rank(s) gives "
+                    f"{per_rank_step} samples per rank, which {self.grad_accum_steps} "
+                    "accumulation steps do not divide",
+                )
+            return micro, self.grad_accum_steps
+        if self.micro_batch_size * self.grad_accum_steps != per_rank_step:
+            raise ConfigError(
+                "micro_batch_size",
+                f"micro_batch_size {self.micro_batch_size} x grad_accum_steps {self.grad_accum_steps} "
+                f"x world size {world_size} must equal global_batch_size {self.global_batch_size}",
+            )
+        return self.micro_batch_size, self.grad_accum_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _positive(cfg: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
+
+
+def _choice(cfg: Any, name: str, options: Iterable[str]) -> None:
+    value = getattr(cfg, name)
+    if value not in options:
+        raise ConfigError(name, f"must be one of {', '.join(options)}; got {value!r}")
+
+
+C = TypeVar("C", bound=TrainConfig)
+
+
+def resolve_config(config_cls: type[C], values: Mapping[str, Any] | None) -> C:
+    """Build ``config_cls`` from plain values (JSON, YAML, ``--set`` strings).
+
+    Unknown fields and values of the wrong type are refused with the field's
+    name, so a typo never silently falls back to a default.
+    """
+    values = dict(values or {})
+    hints = typing.get_type_hints(config_cls)
+    known = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            unknown[0], f"unknown field; known fields are: {', '.join(sorted(known))}"
+        )
+    kwargs = {name: _coerce(name, value, hints[name]) for name, value in values.items()}
+    try:
+        return config_cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:  # a validator that raised a plain error
+        raise ConfigError(None, str(exc)) from None
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() in {"null", "none", "~"}):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        errors = []
+        for a in inner:
+            try:
+                return _coerce(name, value, a)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(name, f"cannot use {value!r}: " + "; ".join(errors))
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(name, f"must be one of {', '.join(map(str, args))}; got {value!r}")
+        return value
+    if origin in (list, tuple):
+        if isinstance(value, str):
+            value = yaml.safe_load(value) if value.strip().startswith("[") else [
+                v for v in value.split(",") if v.strip()
+            ]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(name, f"must be a list, got {value!r}")
+        item = args[0] if args else Any
+        return [_coerce(name, v, item) for v in value]
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in {"true", "yes", "on", "1"}:
+            return True
+        if isinstance(value, str) and value.strip().lower() in {"false", "no", "off", "0"}:
+            return False
+        raise ConfigError(name, f"must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(name, f"must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, bool):
+            raise ConfigError(name, f"must be a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(name, f"must be a string, got {value!r}")
+    return value
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML (or JSON) config file into plain values."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(None, f"config file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(None, f"config file {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(None, f"config file {p} must hold a mapping of field: value")
+    return data
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["max_steps=200", "lr=3e-4"]`` -> values; each value is read as YAML."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(None, f"--set {item!r}: expected FIELD=VALUE, e.g. max_steps=200")
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            out[key] = raw
+    return out

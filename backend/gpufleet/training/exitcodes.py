@@ -1,0 +1,40 @@
+"""Exit codes of ``python -m gpufleet.training.launch``.
+
+The jobs supervisor maps these to a training's final status, so each names one
+outcome a person acts on differently (retry, shrink the batch, fix the data).
+"""
+
+from __future__ import annotations
+
+SUCCEEDED = 0
+LAUNCHER_ERROR = 1
+OUT_OF_MEMORY = 10
+BAD_DATA = 11
+RANK_FAILED = 12
+COLLECTIVE_TIMEOUT = 13
+INTERRUPTED = 14
+
+DESCRIPTIONS: dict[int, str] = {
+    SUCCEEDED: "succeeded",
+    LAUNCHER_ERROR: "launcher error",
+    OUT_OF_MEMORY: "out of memory",
+    BAD_DATA: "bad data or config",
+    RANK_FAILED: "a rank failed",
+    COLLECTIVE_TIMEOUT: "collective timeout",
+    INTERRUPTED: "interrupted (checkpointed on SIGTERM)",
+}
+
+# Error kinds that ranks report, and the exit code each one leads to.
+KIND_TO_CODE: dict[str, int] = {
+    "oom": OUT_OF_MEMORY,
+    "bad_data": BAD_DATA,
+    "config": BAD_DATA,
+    "timeout": COLLECTIVE_TIMEOUT,
+    "error": RANK_FAILED,
+    "peer_lost": RANK_FAILED,
+    "interrupted": INTERRUPTED,
+}
+
+
+def describe(code: int) -> str:
+    return DESCRIPTIONS.get(code, f"unknown exit code {code}")

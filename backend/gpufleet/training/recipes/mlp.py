@@ -1,0 +1,63 @@
+"""The ``mlp`` recipe: a small multilayer perceptron on tabular arrays.
+
+Data: a ``.npy`` matrix whose last ``out_features`` columns (regression) or
+last column (classification, integer labels) are the targets, or a
+``.safetensors`` / ``.pt`` file with ``x`` and ``y`` tensors. Without a
+``data_path`` a seeded synthetic task is generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpufleet.training.config import ConfigError, TrainConfig, _choice, _positive
+from gpufleet.training.recipes import Recipe
+
+
+@dataclass
+class MLPConfig(TrainConfig):
+    in_features: int = 16
+    out_features: int = 1
+    hidden: list[int] = field(default_factory=lambda: [64, 64])
+    task: Literal["regression", "classification"] = "regression"
+    activation: Literal["relu", "gelu", "tanh"] = "relu"
+    x_key: str = "x"
+    y_key: str = "y"
+    synthetic_samples: int = 8192
+    synthetic_noise: float = 0.05
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive(self, "in_features", "out_features", "synthetic_samples")
+        _choice(self, "task", ("regression", "classification"))
+        _choice(self, "activation", ("relu", "gelu", "tanh"))
+        if any(not isinstance(h, int) or h < 1 for h in self.hidden):
+            raise ConfigError("hidden", f"must be a list of layer widths >= 1, got {self.hidden}")
+        if self.task == "classification" and self.out_features < 2:
+            raise ConfigError("out_features", "classification needs at least 2 classes")
+        if self.synthetic_noise < 0:
+            raise ConfigError("synthetic_noise", "must be >= 0")
+
+
+def _build_model(config: MLPConfig):
+    from gpufleet.training.recipes.mlp_model import MLP
+
+    return MLP(config.in_features, config.hidden, config.out_features, config.activation)
+
+
+def _build(config: MLPConfig, data_root: str | Path | None):
+    from gpufleet.training.recipes.mlp_model import make_dataset, make_loss_fn
+
+    return _build_model(config), make_dataset(config, data_root), make_loss_fn(config)
+
+
+RECIPE = Recipe(
+    name="mlp",
+    config_cls=MLPConfig,
+    build_fn=_build,
+    build_model_fn=_build_model,
+    loss_parts=("mse", "cross_entropy", "accuracy"),
+    description="multilayer perceptron for regression or classification on tabular arrays",
+)

@@ -1,0 +1,87 @@
+"""The ``sae`` recipe: a sparse autoencoder over activation vectors.
+
+Two variants: ``relu`` (ReLU codes with an L1 penalty) and ``topk`` (the k
+largest pre-activations, with the AuxK loss that revives dead latents). Both
+keep decoder directions at unit norm after every optimizer step.
+
+Config and registration only; the torch model is in ``sae_model`` and is
+imported when the recipe is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpufleet.training.config import ConfigError, TrainConfig, _choice, _positive
+from gpufleet.training.recipes import Recipe
+
+
+@dataclass
+class SAEConfig(TrainConfig):
+    d_in: int = 64
+    n_latents: int = 512
+    variant: Literal["relu", "topk"] = "topk"
+    # TopK: latents kept per sample.
+    k: int = 8
+    # ReLU: weight of the L1 penalty on the codes.
+    l1_coeff: float = 1e-3
+    # TopK: weight of the AuxK loss, the dead latents it may use, and after
+    # how many optimizer steps without firing a latent counts as dead.
+    aux_coeff: float = 1 / 32
+    aux_k: int = 32
+    dead_steps: int = 100
+    # Key of the activations tensor in a .safetensors / .pt file.
+    data_key: str = "activations"
+    # Synthetic data (used when data_path is null).
+    synthetic_features: int = 256
+    synthetic_samples: int = 32768
+    synthetic_active: float = 4.0
+    synthetic_noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive(self, "d_in", "n_latents", "k", "aux_k", "dead_steps",
+                  "synthetic_features", "synthetic_samples")
+        _choice(self, "variant", ("relu", "topk"))
+        if self.k > self.n_latents:
+            raise ConfigError("k", f"must be <= n_latents ({self.n_latents}), got {self.k}")
+        if self.aux_k > self.n_latents:
+            raise ConfigError("aux_k", f"must be <= n_latents ({self.n_latents}), got {self.aux_k}")
+        for name in ("l1_coeff", "aux_coeff", "synthetic_noise"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.synthetic_active <= self.synthetic_features:
+            raise ConfigError("synthetic_active", "must be > 0 and <= synthetic_features")
+
+
+def _build_model(config: SAEConfig):
+    from gpufleet.training.recipes.sae_model import SparseAutoencoder
+
+    return SparseAutoencoder(config.d_in, config.n_latents, config.variant, k=config.k,
+                             aux_k=config.aux_k, dead_steps=config.dead_steps,
+                             use_aux=config.variant == "topk" and config.aux_coeff > 0)
+
+
+def _build(config: SAEConfig, data_root: str | Path | None):
+    from gpufleet.training.recipes.sae_model import make_dataset, make_loss_fn
+
+    return _build_model(config), make_dataset(config, data_root), make_loss_fn(config)
+
+
+def _evaluate(model, dataset, config: SAEConfig) -> dict[str, float]:
+    from gpufleet.training.recipes.sae_model import evaluate
+
+    return evaluate(model, dataset, config)
+
+
+RECIPE = Recipe(
+    name="sae",
+    config_cls=SAEConfig,
+    build_fn=_build,
+    build_model_fn=_build_model,
+    loss_parts=("reconstruction", "sparsity", "auxiliary"),
+    description="sparse autoencoder over activation vectors (ReLU+L1 or TopK)",
+    evaluate_fn=_evaluate,
+)

@@ -1,0 +1,145 @@
+"""LaunchSpec: everything the launcher needs, as one JSON file.
+
+The jobs supervisor writes it; ``python -m gpufleet.training.launch SPEC.json``
+reads it. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.training.config import ConfigError
+
+_DEVICE = re.compile(r"^(cpu|cuda|hip|xpu)(?::(\d+))?$")
+GPU_BACKENDS = ("cuda", "hip", "xpu")
+
+
+def normalize_device(text: str) -> str:
+    """``"0"`` -> ``"cuda:0"``, ``"hip:1"`` stays, ``"cpu"`` stays; else ConfigError."""
+    t = str(text).strip().lower()
+    if t.isdigit():
+        return f"cuda:{int(t)}"
+    m = _DEVICE.match(t)
+    if not m:
+        raise ConfigError("devices", f"cannot read device {text!r}; use 0, cuda:0, hip:0, xpu:0 or cpu")
+    kind, idx = m.group(1), m.group(2)
+    if kind == "cpu":
+        return "cpu"
+    return f"{kind}:{int(idx) if idx is not None else 0}"
+
+
+def parse_devices(text: str, world_size: int | None = None) -> list[str]:
+    """``"0,1"`` / ``"cuda:0,cuda:1"`` / ``"cpu"`` (with ``world_size`` copies)."""
+    parts = [p for p in (s.strip() for s in str(text).split(",")) if p]
+    if not parts:
+        raise ConfigError("devices", "no device given; use e.g. 0,1 or cuda:0,cuda:1 or cpu")
+    devices = [normalize_device(p) for p in parts]
+    if devices == ["cpu"] and world_size:
+        devices = ["cpu"] * world_size
+    return devices
+
+
+@dataclass
+class LaunchSpec:
+    recipe: str
+    config: dict[str, Any]
+    devices: list[str]
+    checkpoint_dir: str
+    progress_file: str
+    data_root: str | None = None
+    # Resume from the newest valid checkpoint in checkpoint_dir when there is one.
+    resume: bool = True
+    collective_timeout_s: float = 60.0
+    training_id: str | None = None
+    # The devices are GPUs of a simulated fleet, which cannot run kernels: each
+    # rank runs on CPU with gloo while the rank <-> GPU mapping is kept (it is
+    # written in the "start" progress line).
+    simulated: bool = False
+    # How long ranks get to checkpoint after SIGTERM before they are killed.
+    stop_grace_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise ConfigError("devices", "at least one device is needed")
+        self.devices = [normalize_device(d) for d in self.devices]
+        kinds = {d.split(":")[0] for d in self.devices}
+        if len(kinds) > 1:
+            raise ConfigError(
+                "devices",
+                f"one training cannot mix device kinds ({', '.join(sorted(kinds))}): "
+                "their ranks cannot share one process group",
+            )
+        gpus = [d for d in self.devices if d != "cpu"]
+        if len(set(gpus)) != len(gpus):
+            raise ConfigError("devices", f"a GPU is listed twice: {self.devices}")
+        if not self.collective_timeout_s > 0:
+            raise ConfigError("collective_timeout_s", "must be > 0")
+        if not self.stop_grace_s > 0:
+            raise ConfigError("stop_grace_s", "must be > 0")
+        if not isinstance(self.config, dict):
+            raise ConfigError("config", "must be a mapping of field: value")
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+    @property
+    def backend(self) -> str:
+        return self.devices[0].split(":")[0]
+
+    def run_devices(self) -> list[str]:
+        """The torch devices the ranks use.
+
+        GPU indexes are renumbered 0..n-1 because the launcher narrows the
+        visible devices (``CUDA_VISIBLE_DEVICES``) to exactly this training's.
+        HIP runs through torch's cuda device type.
+        """
+        if self.simulated or self.backend == "cpu":
+            return ["cpu"] * self.world_size
+        kind = "cuda" if self.backend in ("cuda", "hip") else self.backend
+        return [f"{kind}:{i}" for i in range(self.world_size)]
+
+    def visible_devices_env(self) -> dict[str, str]:
+        if self.simulated or self.backend == "cpu":
+            return {}
+        ids = ",".join(d.split(":")[1] for d in self.devices)
+        var = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+        return {var[self.backend]: ids}
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def write(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.write_text(self.to_json())
+        return p
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LaunchSpec":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown launch spec field; known: {', '.join(sorted(known))}")
+        missing = [k for k in ("recipe", "config", "devices", "checkpoint_dir", "progress_file") if k not in data]
+        if missing:
+            raise ConfigError(missing[0], "missing from the launch spec")
+        return cls(**data)
+
+    @classmethod
+    def read(cls, path: str | Path) -> "LaunchSpec":
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(None, f"launch spec {p} does not exist") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(None, f"launch spec {p} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(None, f"launch spec {p} must hold a JSON object")
+        return cls.from_dict(data)
+
+
