@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import torch
 
-
 def move_to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
     """Move tensors (also inside dicts, lists, tuples), numpy arrays and
     objects with ``.to()`` to ``device``; other values come back unchanged."""
@@ -43,7 +42,6 @@ def move_to_device(data: Any, device: torch.device | str, non_blocking: bool = F
         except TypeError:  # a .to() without non_blocking
             return to(device)
     return data
-
 
 @dataclass(frozen=True)
 class BackendOps:
@@ -120,7 +118,6 @@ class BackendOps:
     def is_oom(self, exc: BaseException) -> bool:
         return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
-
 def backend_ops(device: torch.device | str) -> BackendOps:
     """The operations for ``device`` (``"cpu"``, ``"cuda:1"``, ``"xpu:0"``;
     ``"hip:N"`` maps to torch's cuda device, as ROCm builds of torch do)."""
@@ -130,5 +127,4 @@ def backend_ops(device: torch.device | str) -> BackendOps:
             device = f"cuda:{idx or 0}"
         device = torch.device(device)
     return BackendOps(device)
-
 
