@@ -1,0 +1,183 @@
+"""`gpufleet users add|list|disable|enable|set-role` and `gpufleet tokens create|list|revoke`.
+
+These talk to the database directly: whoever can run them on the server can
+already read its configuration, which is the trust boundary for making admins.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
+tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
+
+out = Console()
+err = Console(stderr=True)
+
+RoleOpt = Annotated[str, typer.Option("--role", help="admin | member | viewer")]
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _session():  # noqa: ANN202
+    """A committing session on a reachable, up-to-date database (or exit with why not)."""
+    from gpufleet.config import ConfigError, get_settings
+    from gpufleet.db.session import check_database, session_scope, upgrade_database
+
+    try:
+        settings = get_settings()
+        check_database(settings)
+        if settings.is_sqlite:
+            # The embedded database is created on first use, as `serve` does.
+            upgrade_database(settings)
+    except ConfigError as exc:
+        _fail(str(exc))
+    return session_scope(settings)
+
+
+def _run(fn):  # noqa: ANN001, ANN202
+    from gpufleet.api.security.users import UserError
+
+    try:
+        with _session() as sess:
+            return fn(sess)
+    except UserError as exc:
+        _fail(str(exc))
+
+
+@users_app.command("add")
+def users_add(
+    name: Annotated[str, typer.Argument(help="lowercase user name, e.g. alice")],
+    role: RoleOpt = "member",
+    token: Annotated[bool, typer.Option("--token/--no-token", help="also create a first API token")] = False,
+) -> None:
+    """Add a user."""
+    from gpufleet.api.security.users import add_user, create_token
+
+    def work(sess):  # noqa: ANN001, ANN202
+        add_user(sess, name, role)
+        return create_token(sess, name) if token else None
+
+    created = _run(work)
+    err.print(f"added user {name} ({role})", highlight=False)
+    if created is not None:
+        _print_token(created)
+    else:
+        err.print(f"create a token with `gpufleet tokens create {name}`", highlight=False)
+
+
+@users_app.command("list")
+def users_list() -> None:
+    """List users, their roles and live tokens."""
+    from gpufleet.api.security.users import list_tokens, list_users
+    from gpufleet.db.types import utcnow
+
+    def work(sess):  # noqa: ANN001, ANN202
+        now = utcnow()
+        live: dict[str, int] = {}
+        for tok, owner in list_tokens(sess):
+            if tok.revoked_at is None and (tok.expires_at is None or tok.expires_at > now):
+                live[owner] = live.get(owner, 0) + 1
+        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
+
+    rows = _run(work)
+    table = Table("name", "role", "state", "live tokens", "created")
+    for name, role, disabled, count, created in rows:
+        table.add_row(name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
+    out.print(table)
+    if not rows:
+        err.print("no users yet; add one with `gpufleet users add NAME --role admin --token`")
+
+
+def _set_disabled(name: str, disabled: bool) -> None:
+    from gpufleet.api.security.users import set_disabled
+
+    _run(lambda sess: set_disabled(sess, name, disabled))
+    state = "disabled: its tokens and sessions no longer work" if disabled else "enabled"
+    err.print(f"user {name} {state}", highlight=False)
+
+
+@users_app.command("disable")
+def users_disable(name: str) -> None:
+    """Disable a user: every token and session of theirs stops working at once."""
+    _set_disabled(name, True)
+
+
+@users_app.command("enable")
+def users_enable(name: str) -> None:
+    """Enable a disabled user again."""
+    _set_disabled(name, False)
+
+
+@users_app.command("set-role")
+def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | member | viewer")]) -> None:
+    """Change a user's role."""
+    from gpufleet.api.security.users import check_role, get_user
+
+    def work(sess):  # noqa: ANN001, ANN202
+        check_role(role)
+        get_user(sess, name).role = role
+
+    _run(work)
+    err.print(f"user {name} is now {role}", highlight=False)
+
+
+def _print_token(created) -> None:  # noqa: ANN001
+    expiry = f", expires {created.expires_at:%Y-%m-%d}" if created.expires_at else ""
+    err.print(
+        f"token {created.prefix}… for {created.user} ({created.name}{expiry}); it is shown once, store it now:",
+        highlight=False,
+    )
+    # The secret alone on stdout, so `TOKEN=$(gpufleet tokens create alice)` works.
+    print(created.secret)
+
+
+@tokens_app.command("create")
+def tokens_create(
+    user: Annotated[str, typer.Argument(help="the user the token acts as")],
+    name: Annotated[str, typer.Option("--name", help="a label, e.g. laptop or ci")] = "default",
+    expires_days: Annotated[int | None, typer.Option("--expires-days", help="days until it expires")] = None,
+) -> None:
+    """Create an API token for a user and print it (once)."""
+    from gpufleet.api.security.users import create_token
+
+    _print_token(_run(lambda sess: create_token(sess, user, name, expires_days)))
+
+
+@tokens_app.command("list")
+def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only this user's tokens")] = None) -> None:
+    """List tokens by prefix (the secrets are not stored)."""
+    from gpufleet.api.security.users import list_tokens
+
+    def work(sess):  # noqa: ANN001, ANN202
+        return [
+            (str(t.id), t.prefix, owner, t.name, t.created_at, t.expires_at, t.revoked_at, t.last_used_at)
+            for t, owner in list_tokens(sess, user)
+        ]
+
+    table = Table("id", "prefix", "user", "name", "created", "expires", "state", "last used")
+    fmt = lambda d: f"{d:%Y-%m-%d %H:%M}" if d else "-"  # noqa: E731
+    for tid, prefix, owner, label, created, expires, revoked, used in _run(work):
+        table.add_row(tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
+    out.print(table)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(ident: Annotated[str, typer.Argument(help="token id or prefix (see `gpufleet tokens list`)")]) -> None:
+    """Revoke a token; sessions opened with it end too."""
+    from gpufleet.api.security.users import revoke_token
+
+    prefix = _run(lambda sess: revoke_token(sess, ident).prefix)
+    err.print(f"token {prefix}… revoked", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(users_app, name="users")
+    app.add_typer(tokens_app, name="tokens")

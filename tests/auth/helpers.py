@@ -1,0 +1,98 @@
+"""Helpers for the auth tests: users with tokens, and a small app behind the real auth layer.
+
+The app mounts routes that use the same dependencies the product's routes use
+(`CreatorUser`, `ensure_can_cancel`, `AdminUser`, a read with no dependency at
+all), so these tests prove the layer on its own; tests against `create_app`
+prove the product's routes use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+
+from gpufleet.api.auth import authenticate_websocket, install
+from gpufleet.api.deps import AdminUser, CreatorUser, CurrentUser, PageDep, ensure_can_cancel
+from gpufleet.api.security.users import add_user, create_token
+from gpufleet.config import Settings
+from gpufleet.db.session import session_scope
+
+SECRET = "s3cret-for-tests-" + "x" * 32
+
+
+@dataclass
+class People:
+    admin: str
+    alice: str  # member
+    bob: str  # member
+    vic: str  # viewer
+    names: dict[str, str]
+
+
+def make_people(settings: Settings, suffix: str = "") -> People:
+    tokens: dict[str, str] = {}
+    names: dict[str, str] = {}
+    with session_scope(settings) as sess:
+        for key, role in (("admin", "admin"), ("alice", "member"), ("bob", "member"), ("vic", "viewer")):
+            name = f"{key}{suffix}"
+            add_user(sess, name, role)
+            tokens[key] = create_token(sess, name).secret
+            names[key] = name
+    return People(tokens["admin"], tokens["alice"], tokens["bob"], tokens["vic"], names)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def build_app(settings: Settings) -> FastAPI:
+    app = FastAPI()
+    app.state.settings = settings
+    created: list[str] = []
+    app.state.created = created
+
+    @app.post("/api/v1/things")
+    def create_thing(user: CreatorUser) -> dict:
+        created.append(user.name)
+        return {"owner": user.name}
+
+    @app.post("/api/v1/things/{owner}/cancel")
+    def cancel_thing(owner: str, user: CurrentUser) -> dict:
+        ensure_can_cancel(user, owner)
+        return {"cancelled_by": user.name}
+
+    @app.post("/api/v1/gpus/drain")
+    def drain(user: AdminUser) -> dict:
+        return {"drained_by": user.name}
+
+    @app.get("/api/v1/open-read")
+    def open_read() -> dict:
+        # Declares no user at all: the gate must still close it.
+        return {"ok": True}
+
+    @app.get("/api/v1/page")
+    def page(p: PageDep) -> dict:
+        return {"limit": p.limit, "offset": p.offset}
+
+    @app.post("/api/v1/echo")
+    def echo(body: dict) -> dict:
+        return {"keys": len(body)}
+
+    @app.websocket("/api/v1/ws")
+    async def ws(websocket: WebSocket) -> None:
+        user = authenticate_websocket(websocket, settings)
+        if user is None:
+            await websocket.close(code=1008)
+            return
+        await websocket.accept()
+        await websocket.send_json({"user": user.name})
+        try:
+            while True:
+                msg = await websocket.receive_text()
+                await websocket.send_json({"echo": len(msg)})
+        except WebSocketDisconnect:
+            pass
+
+    install(app, settings)
+    return app

@@ -1,0 +1,97 @@
+"""WebSocket authentication: Origin check, tickets, cookies — never a token in the URL."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
+
+from auth.helpers import People, bearer, build_app
+from gpufleet.config import Settings
+from gpufleet.db.session import upgrade_database
+
+
+def _refused(client: TestClient, url: str, headers: dict[str, str] | None = None) -> int:
+    with pytest.raises(WebSocketDisconnect) as exc:
+        with client.websocket_connect(url, headers=headers or {}) as ws:
+            ws.receive_json()
+    return exc.value.code
+
+
+def test_no_credentials_is_closed(client: TestClient, people: People) -> None:
+    assert _refused(client, "/api/v1/ws") == 1008
+
+
+def test_a_long_lived_token_in_the_url_or_header_is_not_enough(client: TestClient, people: People) -> None:
+    assert _refused(client, f"/api/v1/ws?ticket={people.alice}") == 1008
+    assert _refused(client, f"/api/v1/ws?token={people.alice}") == 1008
+
+
+def test_ticket_opens_one_socket_once(client: TestClient, people: People) -> None:
+    r = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.alice))
+    assert r.status_code == 200
+    body = r.json()
+    assert body["url"] == "/api/v1/ws" and body["expires_in_s"] == 30
+    with client.websocket_connect(f"/api/v1/ws?ticket={body['ticket']}") as ws:
+        assert ws.receive_json() == {"user": people.names["alice"]}
+    # Single use: a ticket that leaked into a log is worth nothing.
+    assert _refused(client, f"/api/v1/ws?ticket={body['ticket']}") == 1008
+
+
+def test_ticket_cannot_be_used_as_a_session_cookie(client: TestClient, people: People) -> None:
+    ticket = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.alice)).json()["ticket"]
+    client.cookies.set("gpufleet_session", ticket)
+    assert client.get("/api/v1/auth/whoami").status_code == 401
+
+
+def test_session_cookie_opens_a_socket_from_the_same_origin(client: TestClient, people: People) -> None:
+    client.post("/api/v1/auth/sign-in", json={"token": people.bob})
+    with client.websocket_connect("/api/v1/ws", headers={"Origin": "http://testserver"}) as ws:
+        assert ws.receive_json() == {"user": people.names["bob"]}
+
+
+def test_foreign_origin_is_closed_even_with_a_valid_session(client: TestClient, people: People) -> None:
+    client.post("/api/v1/auth/sign-in", json={"token": people.bob})
+    assert _refused(client, "/api/v1/ws", {"Origin": "https://evil.example"}) == 1008
+    ticket = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.bob)).json()["ticket"]
+    assert _refused(client, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
+
+
+def test_configured_origin_is_allowed(on_settings: Settings, people: People) -> None:
+    settings = on_settings.model_copy(update={"cors_origins": ["https://dash.example.org"]})
+    with TestClient(build_app(settings)) as client:
+        client.post("/api/v1/auth/sign-in", json={"token": people.vic})
+        with client.websocket_connect("/api/v1/ws", headers={"Origin": "https://dash.example.org"}) as ws:
+            assert ws.receive_json() == {"user": people.names["vic"]}
+        # CORS answers the configured origin only, with credentials.
+        r = client.get("/api/v1/auth/whoami", headers={"Origin": "https://dash.example.org"})
+        assert r.headers["access-control-allow-origin"] == "https://dash.example.org"
+        assert r.headers["access-control-allow-credentials"] == "true"
+        r = client.get("/api/v1/auth/whoami", headers={"Origin": "https://evil.example"})
+        assert "access-control-allow-origin" not in r.headers
+
+
+def test_no_cors_headers_unless_origins_are_configured(client: TestClient, people: People) -> None:
+    r = client.get("/api/v1/auth/whoami", headers={**bearer(people.vic), "Origin": "https://evil.example"})
+    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+
+
+def test_local_server_accepts_its_own_origin_and_refuses_others(settings: Settings) -> None:
+    upgrade_database(settings)
+    with TestClient(build_app(settings)) as client:
+        with client.websocket_connect("/api/v1/ws") as ws:
+            assert ws.receive_json() == {"user": "local"}
+        # A page on another site is exactly what CORS does not stop for WebSockets.
+        assert _refused(client, "/api/v1/ws", {"Origin": "http://evil.example"}) == 1008
+
+
+def test_oversized_message_closes_the_socket(client: TestClient, people: People, on_settings: Settings) -> None:
+    ticket = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.alice)).json()["ticket"]
+    with client.websocket_connect(f"/api/v1/ws?ticket={ticket}") as ws:
+        ws.receive_json()
+        ws.send_text("x" * 100)
+        assert ws.receive_json() == {"echo": 100}
+        ws.send_text("x" * (on_settings.max_ws_message_bytes + 1))
+        with pytest.raises(WebSocketDisconnect) as exc:
+            ws.receive_json()
+        assert exc.value.code == 1009
