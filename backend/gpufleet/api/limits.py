@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Query
-from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,6 +28,7 @@ DEFAULT_PAGE_SIZE = 50
 # Guessing a token is hopeless (256 bits), but a bound on sign-in attempts keeps
 # a misbehaving client from turning the endpoint into database load.
 SIGN_IN_PER_MINUTE = 20
+SIGN_IN_PATH = "/api/v1/auth/sign-in"
 
 
 class Limiter(Protocol):
@@ -159,10 +159,6 @@ def page_params(
 # Size limits ---------------------------------------------------------------
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class SizeLimits:
     """Refuse request bodies over ``max_request_bytes`` (413) and WebSocket
     messages over ``max_ws_message_bytes`` (close 1009), before a route reads them."""
@@ -198,28 +194,33 @@ class SizeLimits:
                     return
         seen = 0
         started = False
+        refused = False
 
         async def counted_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    raise _TooLarge
+                if seen > self.max_body and not started:
+                    # Answer now and tell the route the client is gone; whatever
+                    # it answers after that is dropped (an exception raised here
+                    # would be turned into a 400 by FastAPI's body parsing).
+                    refused = True
+                    await send_error(send, 413, self._body_error())
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracked_send(message: Message) -> None:
             nonlocal started
+            if refused:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if started:
-                raise
-            await send_error(send, 413, self._body_error())
+        await self.app(scope, counted_receive, tracked_send)
 
     async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         closed = False
@@ -245,43 +246,9 @@ class SizeLimits:
         await self.app(scope, bounded_receive, guarded_send)
 
 
-# OpenAPI: say which refusals each route can answer with ------------------------
-
-
-class ErrorDetail(BaseModel):
-    detail: str
-
-
-def _uses(dependant: Any, fn: Any) -> bool:
-    return any(d.call is fn or _uses(d, fn) for d in dependant.dependencies)
-
-
-def document_refusals(app: FastAPI) -> None:
-    """Declare 401/403/413/429 on the routes that can give them, so the schema is honest."""
-    from fastapi.routing import APIRoute
-
-    from gpufleet.api.deps import require_creator
-    from gpufleet.api.security.gate import OPEN_PATHS
-
-    err = {"model": ErrorDetail}
-    for route in app.routes:
-        if not isinstance(route, APIRoute) or not route.path.startswith("/api/"):
-            continue
-        extra: dict[int, dict[str, Any]] = {}
-        if route.body_field is not None:
-            extra[413] = {**err, "description": "Request body too large"}
-        if route.path not in OPEN_PATHS:
-            extra[401] = {**err, "description": "Not signed in, or the credentials are not valid"}
-            extra[403] = {**err, "description": "Signed in, but not allowed to do this"}
-        if route.path == "/api/v1/auth/sign-in" or _uses(route.dependant, require_creator):
-            extra[429] = {**err, "description": "Over a rate limit or the queued-trainings cap"}
-        for code, spec in extra.items():
-            route.responses.setdefault(code, spec)
-    app.openapi_schema = None
-
-
 def install_limits(app: FastAPI, settings: Settings) -> None:
     from gpufleet.api.security.gate import AuthGate
+    from gpufleet.api.security.openapi import document_refusals
 
     get_limiter(app, settings)
     document_refusals(app)
