@@ -42,6 +42,18 @@ def _session():  # noqa: ANN202
     return session_scope(settings)
 
 
+def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table on a terminal; tab-separated lines for scripts (`| cut -f2`)."""
+    if out.is_terminal:
+        table = Table(*headers)
+        for row in rows:
+            table.add_row(*row)
+        out.print(table)
+        return
+    for row in (headers, *rows):
+        print("\t".join(row))
+
+
 def _run(fn):  # noqa: ANN001, ANN202
     from gpufleet.api.security.users import UserError
 
@@ -88,10 +100,13 @@ def users_list() -> None:
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
 
     rows = _run(work)
-    table = Table("name", "role", "state", "live tokens", "created")
-    for name, role, disabled, count, created in rows:
-        table.add_row(name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
-    out.print(table)
+    _emit(
+        ("name", "role", "state", "live tokens", "created"),
+        [
+            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
+            for name, role, disabled, count, created in rows
+        ],
+    )
     if not rows:
         err.print("no users yet; add one with `gpufleet users add NAME --role admin --token`")
 
@@ -162,11 +177,16 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
             for t, owner in list_tokens(sess, user)
         ]
 
-    table = Table("id", "prefix", "user", "name", "created", "expires", "state", "last used")
-    fmt = lambda d: f"{d:%Y-%m-%d %H:%M}" if d else "-"  # noqa: E731
-    for tid, prefix, owner, label, created, expires, revoked, used in _run(work):
-        table.add_row(tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
-    out.print(table)
+    def fmt(d) -> str:  # noqa: ANN001
+        return f"{d:%Y-%m-%d %H:%M}" if d else "-"
+
+    _emit(
+        ("id", "prefix", "user", "name", "created", "expires", "state", "last used"),
+        [
+            (tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
+            for tid, prefix, owner, label, created, expires, revoked, used in _run(work)
+        ],
+    )
 
 
 @tokens_app.command("revoke")
