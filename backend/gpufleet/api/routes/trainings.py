@@ -1,0 +1,208 @@
+"""Trainings resource: create (one or a batch), read, events, metrics, logs, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.api.deps import CreatorUser, MemberUser, PageDep, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel
+from gpufleet.api.schemas.trainings import (
+    TrainingBatchCreate,
+    TrainingBatchPublic,
+    TrainingCreate,
+    TrainingEventPublic,
+    TrainingEventsPublic,
+    TrainingGPU,
+    TrainingLogPublic,
+    TrainingMetricPublic,
+    TrainingMetricsPublic,
+    TrainingPublic,
+    TrainingsPublic,
+)
+from gpufleet.db.models import TRAINING_STATUSES, GPUAllocation, Host, Training, TrainingEvent, TrainingMetric
+from gpufleet.jobs import service
+from gpufleet.jobs.logs import log_path, read_log
+
+router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
+
+
+def _http(exc: service.TrainingRequestError) -> HTTPException:
+    return HTTPException(exc.status, str(exc))
+
+
+def _load(sess: Session, training_id: uuid.UUID) -> Training:
+    t = sess.get(Training, training_id, populate_existing=True)
+    if t is None:
+        raise HTTPException(404, f"training {training_id} does not exist")
+    return t
+
+
+def _public(sess: Session, t: Training) -> TrainingPublic:
+    out = TrainingPublic.model_validate(t)
+    if t.host_id is not None:
+        out.host_name = sess.scalar(select(Host.name).where(Host.id == t.host_id))
+    allocs = list(sess.execute(
+        select(GPUAllocation).where(GPUAllocation.training_id == t.id)
+        .order_by(GPUAllocation.allocated_at.desc(), GPUAllocation.gpu_index)
+    ).scalars())
+    if allocs:
+        # The newest reservation: the active one, or the last one once it ended.
+        newest = allocs[0].allocated_at
+        current = [a for a in allocs if a.released_at is None] or [
+            a for a in allocs if abs((a.allocated_at - newest).total_seconds()) < 1.0
+        ]
+        out.gpus = sorted(
+            (TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
+                         released_at=a.released_at) for a in current),
+            key=lambda g: g.index,
+        )
+    return out
+
+
+def _wake() -> None:
+    from gpufleet.jobs.scheduler_loop import wake
+
+    wake()
+
+
+@router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create")
+def create_training(body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser) -> TrainingPublic:
+    try:
+        req = service.TrainingRequest(**body.model_dump())
+        [row] = service.create_trainings(session, settings, [req], user.name)
+    except service.TrainingRequestError as exc:
+        session.rollback()
+        raise _http(exc) from None
+    session.commit()
+    _wake()
+    return _public(session, row)
+
+
+@router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch")
+def create_batch(body: TrainingBatchCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser) -> TrainingBatchPublic:
+    """Many small trainings sharing GPUs (up to ``max_models_per_gpu`` each, within memory).
+
+    What does not fit now waits in the queue; nothing is dropped.
+    """
+    batch_id = uuid.uuid4().hex[:12]
+    try:
+        reqs = [
+            service.TrainingRequest(
+                name=item.name, recipe=item.recipe, config=item.config, host=body.host,
+                priority=body.priority, max_restarts=body.max_restarts, memory_mb=item.memory_mb,
+                world_size=1, exclusive=False,
+            )
+            for item in body.items
+        ]
+        rows = service.create_trainings(session, settings, reqs, user.name,
+                                        selection={"strategy": body.strategy, "batch": batch_id})
+    except service.TrainingRequestError as exc:
+        session.rollback()
+        raise _http(exc) from None
+    session.commit()
+    _wake()
+    data = [_public(session, r) for r in rows]
+    return TrainingBatchPublic(batch_id=batch_id, strategy=body.strategy, data=data, count=len(data))
+
+
+@router.get("", response_model=TrainingsPublic, operation_id="trainings-list")
+def list_trainings(
+    session: SessionDep,
+    page: PageDep,
+    _user: ViewerUser,
+    status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
+    owner: str | None = None,
+) -> TrainingsPublic:
+    where = []
+    if status:
+        bad = [s for s in status if s not in TRAINING_STATUSES]
+        if bad:
+            raise HTTPException(422, f"unknown status {bad[0]!r}; use one of {', '.join(TRAINING_STATUSES)}")
+        where.append(Training.status.in_(status))
+    if owner:
+        where.append(Training.owner == owner)
+    count = session.scalar(select(func.count()).select_from(Training).where(*where)) or 0
+    rows = session.execute(
+        select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
+        .offset(page.offset).limit(page.limit)
+    ).scalars()
+    return TrainingsPublic(data=[_public(session, t) for t in rows], count=count)
+
+
+@router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
+def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser) -> TrainingPublic:
+    return _public(session, _load(session, training_id))
+
+
+@router.post("/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel")
+def cancel_training(training_id: uuid.UUID, session: SessionDep, user: MemberUser) -> TrainingPublic:
+    t = _load(session, training_id)
+    ensure_can_cancel(user, t.owner)
+    try:
+        t = service.cancel(session, training_id, user.name)
+    except service.TrainingRequestError as exc:
+        session.rollback()
+        raise _http(exc) from None
+    session.commit()
+    _wake()  # freed GPUs may start a queued training
+    return _public(session, t)
+
+
+@router.get("/{training_id}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
+def list_events(
+    training_id: uuid.UUID,
+    session: SessionDep,
+    _user: ViewerUser,
+    after_seq: Annotated[int, Query(ge=0, description="only events with a larger seq (resume a stream)")] = 0,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+) -> TrainingEventsPublic:
+    _load(session, training_id)
+    rows = session.execute(
+        select(TrainingEvent).where(TrainingEvent.training_id == training_id, TrainingEvent.seq > after_seq)
+        .order_by(TrainingEvent.seq).limit(limit)
+    ).scalars()
+    data = [TrainingEventPublic.model_validate(e) for e in rows]
+    return TrainingEventsPublic(data=data, count=len(data))
+
+
+@router.get("/{training_id}/metrics", response_model=TrainingMetricsPublic, operation_id="trainings-metrics")
+def list_metrics(
+    training_id: uuid.UUID,
+    session: SessionDep,
+    _user: ViewerUser,
+    max_points: Annotated[int, Query(ge=2, le=10000, description="downsample to at most this many rows")] = 500,
+    after_step: Annotated[int, Query(ge=-1)] = -1,
+) -> TrainingMetricsPublic:
+    _load(session, training_id)
+    where = [TrainingMetric.training_id == training_id, TrainingMetric.step > after_step]
+    total = session.scalar(select(func.count()).select_from(TrainingMetric).where(*where)) or 0
+    stride = max(1, -(-total // max_points))
+    stmt = select(TrainingMetric).where(*where).order_by(TrainingMetric.step)
+    if stride > 1:
+        # Every stride-th row by step order, plus the newest, computed in SQL.
+        rn = func.row_number().over(order_by=TrainingMetric.step).label("rn")
+        sub = select(TrainingMetric.id, rn).where(*where).subquery()
+        keep = select(sub.c.id).where(((sub.c.rn - 1) % stride == 0) | (sub.c.rn == total))
+        stmt = select(TrainingMetric).where(TrainingMetric.id.in_(keep)).order_by(TrainingMetric.step)
+    data = [TrainingMetricPublic.model_validate(m) for m in session.execute(stmt).scalars()]
+    return TrainingMetricsPublic(data=data, count=len(data), total=total)
+
+
+@router.get("/{training_id}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
+def get_logs(
+    training_id: uuid.UUID,
+    session: SessionDep,
+    settings: SettingsDep,
+    _user: ViewerUser,
+    offset: Annotated[int | None, Query(ge=0, description="byte offset to read from")] = None,
+    tail: Annotated[int | None, Query(ge=0, le=100000, description="the last N lines instead")] = None,
+) -> TrainingLogPublic:
+    _load(session, training_id)
+    if offset is not None and tail is not None:
+        raise HTTPException(422, "give offset or tail, not both")
+    chunk = read_log(log_path(settings, training_id), offset=offset, tail=tail)
+    return TrainingLogPublic(offset=chunk.offset, next_offset=chunk.next_offset, size=chunk.size, text=chunk.text)

@@ -1,0 +1,149 @@
+"""Schemas of the trainings resource."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrainingCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255)
+    recipe: str = Field(min_length=1, max_length=128)
+    config: dict[str, Any] = Field(default_factory=dict, description="the recipe's config fields")
+    gpu_ids: list[int] | None = Field(default=None, description="GPU indexes on the host; omit to let the server choose")
+    host: str | None = Field(default=None, max_length=255)
+    distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
+    world_size: int | None = Field(default=None, ge=1, le=1024, description="number of GPUs when gpu_ids is omitted")
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_restarts: int = Field(default=2, ge=0, le=100)
+    checkpoint_every: int | None = Field(default=None, ge=1)
+    allow_rebalance: bool = Field(
+        default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
+    )
+    memory_mb: int | None = Field(default=None, ge=1, description="memory one rank needs, if known")
+
+
+class BatchItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255)
+    recipe: str = Field(min_length=1, max_length=128)
+    config: dict[str, Any] = Field(default_factory=dict)
+    memory_mb: int | None = Field(default=None, ge=1)
+
+
+class TrainingBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[BatchItem] = Field(min_length=1, max_length=2000)
+    strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
+    host: str | None = Field(default=None, max_length=255)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_restarts: int = Field(default=2, ge=0, le=100)
+
+
+class TrainingGPU(BaseModel):
+    index: int
+    exclusive: bool
+    allocated_at: datetime
+    released_at: datetime | None
+
+
+class TrainingPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: uuid.UUID
+    name: str
+    owner: str
+    recipe: str
+    config: dict[str, Any]
+    status: str
+    status_reason: str | None
+    priority: int
+    gpu_ids: list[int] | None
+    distributed: bool
+    world_size: int
+    host_name: str | None = Field(default=None, description="the host that owns the GPUs")
+    requested_host: str | None
+    auto_select: bool
+    exclusive: bool
+    memory_estimate: int | None
+    estimate: dict[str, Any] | None
+    selection: dict[str, Any] | None
+    wait_reason: str | None
+    measured_peak_memory: int | None
+    peak_memory_per_rank: list[int] | None
+    restarts: int
+    max_restarts: int
+    allow_rebalance: bool
+    attempt: int
+    exit_code: int | None
+    cancel_requested: bool
+    step: int
+    max_steps: int | None
+    last_loss: float | None
+    last_checkpoint: str | None
+    event_seq: int
+    created_at: datetime
+    updated_at: datetime
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    gpus: list[TrainingGPU] = Field(default_factory=list, description="current reservation")
+
+
+class TrainingsPublic(BaseModel):
+    data: list[TrainingPublic]
+    count: int
+
+
+class TrainingBatchPublic(BaseModel):
+    batch_id: str
+    strategy: str
+    data: list[TrainingPublic]
+    count: int
+
+
+class TrainingEventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    seq: int
+    time: datetime
+    kind: str
+    status: str | None
+    reason: str | None
+    user: str | None
+    data: dict[str, Any] | None
+
+
+class TrainingEventsPublic(BaseModel):
+    data: list[TrainingEventPublic]
+    count: int
+
+
+class TrainingMetricPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    step: int
+    time: datetime
+    loss: float | None
+    metrics: dict[str, Any]
+    rank_step_times: list[float] | None
+
+
+class TrainingMetricsPublic(BaseModel):
+    data: list[TrainingMetricPublic]
+    count: int = Field(description="rows returned")
+    total: int = Field(description="rows stored; more than count when downsampled")
+
+
+class TrainingLogPublic(BaseModel):
+    offset: int
+    next_offset: int
+    size: int
+    text: str

@@ -1,0 +1,208 @@
+"""From progress lines to ``training_metrics`` rows, events and the lease.
+
+The supervisor calls :meth:`MetricsSink.pump` a few times a second. Lines are
+parsed at once; the database is written at most about once a second, in one
+transaction that also renews the lease and reads ``cancel_requested``. Fewer,
+larger writes keep a fast training from turning into database load.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, update
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Training, TrainingMetric
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.jobs.lifecycle import record_event
+from gpufleet.jobs.progress import ProgressReader, StragglerWatch
+
+log = logging.getLogger(__name__)
+
+TOPIC_PROGRESS = "training.progress"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def newest_checkpoint_step(ckpt_dir: Path) -> tuple[int, Path] | None:
+    """The newest complete ``step-N`` folder (its ``meta.json`` is written last)."""
+    best: tuple[int, Path] | None = None
+    if not ckpt_dir.is_dir():
+        return None
+    for d in ckpt_dir.iterdir():
+        m = _STEP_DIR.match(d.name)
+        if m and (d / "meta.json").exists():
+            n = int(m.group(1))
+            if best is None or n > best[0]:
+                best = (n, d)
+    return best
+
+
+class MetricsSink:
+    def __init__(self, settings: Settings, t: Training, worker_id: str, progress: Path, host_name: str):
+        self.settings = settings
+        self.tid: uuid.UUID = t.id
+        self.worker_id = worker_id
+        self.host_name = host_name
+        self.reader = ProgressReader(progress)
+        self.flush_every_s = min(1.0, settings.lease_s / 3)
+        # The launcher enforces the collective timeout itself (exit 13); this
+        # is the backstop for a launcher that stops reporting altogether.
+        self.hang_after_s = 2 * settings.collective_timeout_s + 60
+        self.straggler = StragglerWatch()
+        self.last_error: dict[str, Any] | None = None
+        self.forced_exit_code: int | None = None
+        self._metrics: dict[int, TrainingMetric] = {}
+        self._events: list[dict[str, Any]] = []
+        self._row: dict[str, Any] = {}
+        self._last_flush = 0.0
+        self._last_line = time.monotonic()
+        self._bus = None
+
+    # -- setup -------------------------------------------------------------
+
+    def trim_after_resume(self, ckpt_dir: Path) -> None:
+        """Drop metric rows past the checkpoint this attempt resumes from.
+
+        The resumed run computes those steps again; its values replace them,
+        so the stored loss curve is the one the final model went through.
+        """
+        newest = newest_checkpoint_step(ckpt_dir)
+        step = newest[0] if newest else 0
+        with session_scope(self.settings) as sess:
+            sess.execute(delete(TrainingMetric).where(TrainingMetric.training_id == self.tid,
+                                                      TrainingMetric.step > step))
+            if newest:
+                sess.execute(update(Training).where(Training.id == self.tid)
+                             .values(last_checkpoint=str(newest[1]), step=step)
+                             .execution_options(synchronize_session=False))
+
+    # -- lines -------------------------------------------------------------
+
+    def note_error(self, err: dict[str, Any]) -> None:
+        self.last_error = err
+
+    def force_exit_code(self, code: int) -> None:
+        self.forced_exit_code = code
+
+    def hung(self) -> bool:
+        return time.monotonic() - self._last_line > self.hang_after_s
+
+    def _event(self, kind: str, reason: str, data: dict[str, Any] | None = None, status: str | None = None) -> None:
+        self._events.append({"kind": kind, "reason": reason, "data": data, "status": status})
+
+    def _handle(self, line: dict[str, Any]) -> None:
+        kind = line.get("type")
+        if kind == "step":
+            step = int(line["step"])
+            metrics = {k: v for k, v in (line.get("parts") or {}).items()}
+            for k in ("samples_per_s", "lr", "grad_norm"):
+                if line.get(k) is not None:
+                    metrics[k] = line[k]
+            times = line.get("rank_step_times")
+            self._metrics[step] = TrainingMetric(
+                training_id=self.tid, step=step, time=utcnow(), loss=line.get("loss"),
+                metrics=metrics, rank_step_times=times,
+            )
+            self._row["step"] = step
+            if line.get("loss") is not None:
+                self._row["last_loss"] = float(line["loss"])
+            for rank, t, med in self.straggler.observe(times):
+                self._event("warning", f"rank {rank} is a straggler: {t:.3f}s per step vs {med:.3f}s for the others",
+                            {"rank": rank, "step_time_s": t, "others_median_s": med, "step": step})
+        elif kind == "checkpoint":
+            self._row["last_checkpoint"] = str(line.get("path"))
+            self._event("checkpoint", f"checkpoint at step {line.get('step')}",
+                        {"step": line.get("step"), "path": line.get("path")})
+        elif kind == "peak_memory":
+            per_rank = [int(x) for x in (line.get("per_rank") or []) if x is not None]
+            if per_rank:
+                self._row["peak_memory_per_rank"] = per_rank
+                self._row["measured_peak_memory"] = max(per_rank)
+        elif kind == "error":
+            self.last_error = line
+            rank = line.get("rank")
+            who = f"rank {rank}" if rank is not None else "launcher"
+            self._event("error", f"{who}: {line.get('kind')}: {line.get('message')}",
+                        {k: line.get(k) for k in ("rank", "kind", "message")})
+        elif kind == "start":
+            self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",
+                        {k: v for k, v in line.items() if k != "type"})
+
+    # -- the database --------------------------------------------------------
+
+    def pump(self, final: bool = False) -> str:
+        """Read new lines; write when due. Returns ``ok``, ``cancel`` or ``lost``."""
+        lines = self.reader.read()
+        if lines:
+            self._last_line = time.monotonic()
+        for line in lines:
+            try:
+                self._handle(line)
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring a malformed progress line for %s: %r", self.tid, line)
+        now = time.monotonic()
+        if not final and now - self._last_flush < self.flush_every_s:
+            return "ok"
+        self._last_flush = now
+        return self._flush(final)
+
+    def _flush(self, final: bool) -> str:
+        metrics, events, row = list(self._metrics.values()), self._events, self._row
+        with session_scope(self.settings) as sess:
+            values: dict[str, Any] = dict(row)
+            if not final:
+                values["lease_expires_at"] = utcnow() + timedelta(seconds=self.settings.lease_s)
+            cancel = sess.execute(
+                update(Training)
+                .where(Training.id == self.tid, Training.status == "running",
+                       Training.lease_owner == self.worker_id)
+                .values(**values)
+                .returning(Training.cancel_requested)
+                .execution_options(synchronize_session=False)
+            ).scalar_one_or_none()
+            if cancel is None:
+                sess.rollback()
+                return "lost"
+            self._write(sess, metrics, events)
+        self._metrics, self._events, self._row = {}, [], {}
+        self._publish(metrics, events)
+        return "cancel" if cancel else "ok"
+
+    def _write(self, sess: Session, metrics: list[TrainingMetric], events: list[dict[str, Any]]) -> None:
+        if metrics:
+            # A resumed attempt may report a step the previous one reported too.
+            sess.execute(delete(TrainingMetric).where(
+                TrainingMetric.training_id == self.tid,
+                TrainingMetric.step.in_([m.step for m in metrics]),
+            ))
+            sess.add_all(metrics)
+        for ev in events:
+            record_event(sess, self.tid, ev["kind"], status=ev["status"], reason=ev["reason"], data=ev["data"])
+
+    def _publish(self, metrics: list[TrainingMetric], events: list[dict[str, Any]]) -> None:
+        if not metrics and not events:
+            return
+        try:
+            if self._bus is None:
+                from gpufleet.events import get_bus
+
+                self._bus = get_bus(self.settings)
+            last = max(metrics, key=lambda m: m.step) if metrics else None
+            self._bus.publish(TOPIC_PROGRESS, {
+                "training_id": str(self.tid),
+                "host": self.host_name,
+                "step": last.step if last else None,
+                "loss": last.loss if last else None,
+                "events": [{"kind": e["kind"], "reason": e["reason"]} for e in events],
+            })
+        except Exception:  # noqa: BLE001 - live events are best effort; the tables are the truth
+            log.debug("could not publish progress for %s", self.tid, exc_info=True)

@@ -1,0 +1,81 @@
+"""Trainings whose worker went away.
+
+A running training's supervisor renews ``lease_expires_at`` about once a
+second. When the lease runs out (worker killed, host lost) the training is
+requeued to resume from its newest checkpoint, counting as a restart, or
+fails once its restarts are spent. A training scheduled long ago that no
+worker claimed has its task sent again; the claim makes a duplicate harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+from sqlalchemy import select, update
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Host, Training
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.jobs.lifecycle import transition
+
+log = logging.getLogger(__name__)
+
+
+def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
+    """Requeue or fail running trainings with an expired lease; returns (id, new status)."""
+    now = utcnow()
+    with session_scope(settings) as sess:
+        rows = sess.execute(
+            select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select, Host.name)
+            .join(Host, Host.id == Training.host_id, isouter=True)
+            .where(Training.status == "running", Training.lease_expires_at < now)
+        ).all()
+    out = []
+    for tid, restarts, max_restarts, auto, host_name in rows:
+        where = [Training.lease_expires_at < now]  # a renewal that lands first wins
+        why = f"the worker on host {host_name} stopped renewing its lease (killed, or the host is lost)"
+        with session_scope(settings) as sess:
+            if restarts >= max_restarts:
+                ok = transition(sess, tid, ["running"], "failed", extra_where=where,
+                                reason=f"{why}; gave up after {restarts} restart(s)")
+                status = "failed"
+            else:
+                values = {"restarts": Training.restarts + 1, "lease_owner": None, "lease_expires_at": None,
+                          "launcher_pid": None}
+                if auto:
+                    values.update(gpu_ids=None, host_id=None)
+                ok = transition(sess, tid, ["running"], "queued", kind="retry", extra_where=where,
+                                reason=f"{why}; requeued to resume from the newest checkpoint "
+                                       f"(restart {restarts + 1} of {max_restarts})",
+                                data={"retry_kind": "lease", "host": host_name}, **values)
+                status = "queued"
+        if ok:
+            log.warning("training %s: lease expired on host %s -> %s", tid, host_name, status)
+            out.append((tid, status))
+    return out
+
+
+def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
+    """Send the task again for trainings scheduled long ago and never claimed."""
+    cutoff = utcnow() - timedelta(seconds=max(4 * settings.lease_s, 10))
+    with session_scope(settings) as sess:
+        rows = sess.execute(
+            select(Training.id, Host.name)
+            .join(Host, Host.id == Training.host_id)
+            .where(Training.status == "scheduled", Training.scheduled_at < cutoff)
+        ).all()
+        for tid, _ in rows:
+            sess.execute(update(Training).where(Training.id == tid, Training.status == "scheduled")
+                         .values(scheduled_at=utcnow()).execution_options(synchronize_session=False))
+    sent = []
+    for tid, host_name in rows:
+        try:
+            send(tid, host_name)
+            sent.append(tid)
+        except Exception:  # noqa: BLE001 - the broker may be down; try again next time
+            log.warning("could not re-send training %s to host %s", tid, host_name, exc_info=True)
+    return sent

@@ -1,0 +1,255 @@
+"""Running one attempt of a training: claim, launch, supervise, end.
+
+The Celery task calls :func:`run_attempt`. The launcher runs as a subprocess
+in its own session (process group), never through ``mp.spawn`` inside the
+Celery process: pool children are daemonic and may not have children, and a
+process group lets cancel kill every rank with one signal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from gpufleet.config import Settings
+from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.jobs import outcome, procs
+from gpufleet.jobs.lifecycle import get_training, transition
+from gpufleet.jobs.logs import BoundedLog, log_path, pump
+from gpufleet.jobs.metrics_sink import MetricsSink
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+# SIGTERM first so rank 0 may checkpoint; the group is killed after this.
+CANCEL_GRACE_S = 2.0
+SIM_RANK_MEMORY = 512 * 2**20
+
+
+def checkpoint_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+    return Path(settings.checkpoint_root) / str(training_id)  # type: ignore[arg-type]
+
+
+def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+    return settings.data_dir / "jobs" / str(training_id)
+
+
+def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> Training | None:
+    """scheduled -> running for this host, or None (redelivery, cancel, other host)."""
+    with session_scope(settings) as sess:
+        t = get_training(sess, tid)
+        if t is None or t.status != "scheduled" or t.host_id != host_id:
+            return None
+        now = utcnow()
+        ok = transition(
+            sess, tid, ["scheduled"], "running",
+            reason=f"running on host {host_name} (attempt {t.attempt + 1})",
+            data={"host": host_name, "worker": worker_id, "attempt": t.attempt + 1},
+            extra_where=[Training.host_id == host_id, Training.cancel_requested.is_(False)],
+            lease_owner=worker_id,
+            lease_expires_at=now + timedelta(seconds=settings.lease_s),
+            attempt=Training.attempt + 1,
+            started_at=func.coalesce(Training.started_at, now),
+            exit_code=None,
+        )
+        if not ok:
+            return None
+        return get_training(sess, tid)
+
+
+def _devices(settings: Settings, t: Training) -> tuple[list[str], bool]:
+    with session_scope(settings) as sess:
+        gpus = {
+            g.index: g
+            for g in sess.execute(
+                select(GPU).join(GPUAllocation, GPUAllocation.gpu_id == GPU.id).where(
+                    GPUAllocation.training_id == t.id, GPUAllocation.released_at.is_(None)
+                )
+            ).scalars()
+        }
+    order = t.gpu_ids or sorted(gpus)
+    devices = [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in order]
+    simulated = bool(gpus) and all(g.simulated for g in gpus.values())
+    return devices, simulated
+
+
+def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
+    with session_scope(settings) as sess:
+        rows = sess.execute(
+            select(TrainingEvent.data).where(TrainingEvent.training_id == tid, TrainingEvent.kind == "retry")
+        ).scalars()
+        return sum(1 for d in rows if d and d.get("retry_kind") == kind)
+
+
+def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: bool) -> tuple[Path, Path]:
+    from gpufleet.training.spec import LaunchSpec
+
+    rdir = run_dir(settings, t.id)
+    rdir.mkdir(parents=True, exist_ok=True)
+    progress = rdir / f"progress-{t.attempt}.jsonl"
+    progress.unlink(missing_ok=True)
+    timeouts = _retries_of(settings, t.id, "timeout")
+    spec = LaunchSpec(
+        recipe=t.recipe,
+        config=dict(t.config),
+        devices=devices,
+        checkpoint_dir=str(checkpoint_dir(settings, t.id)),
+        progress_file=str(progress),
+        data_root=str(settings.data_root),
+        resume=True,
+        # Each collective-timeout retry doubles the timeout (the seed's table).
+        collective_timeout_s=settings.collective_timeout_s * 2**timeouts,
+        training_id=str(t.id),
+        simulated=simulated,
+        stop_grace_s=CANCEL_GRACE_S,
+    )
+    path = rdir / f"spec-{t.attempt}.json"
+    spec.write(path)
+    return path, progress
+
+
+def launch(spec_path: Path, log_file: BoundedLog) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "gpufleet.training.launch", str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # own process group: one killpg reaches every rank
+        env=env,
+    )
+    pump(proc.stdout, log_file)  # type: ignore[arg-type]
+    return proc
+
+
+def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
+    """Run one attempt of training ``tid`` on this host; returns what happened."""
+    t = _claim(settings, tid, host_id, host_name, worker_id)
+    if t is None:
+        return "skipped"
+    logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
+    logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
+    try:
+        devices, simulated = _devices(settings, t)
+        spec_path, progress_path = _write_spec(settings, t, devices, simulated)
+    except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
+        logf.line(f"[gpufleet] cannot prepare the launch: {exc}")
+        logf.close()
+        _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot prepare the launch: {exc}"), None)
+        return "failed"
+    sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
+    sink.trim_after_resume(checkpoint_dir(settings, tid))
+    proc = launch(spec_path, logf)
+    pgid = proc.pid  # start_new_session: the launcher leads its own group
+    procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
+    _register_sim(settings, t, proc.pid, simulated)
+    with session_scope(settings) as sess:
+        sess.execute(update(Training).where(Training.id == tid).values(launcher_pid=proc.pid)
+                     .execution_options(synchronize_session=False))
+    cancelled = lost = False
+    try:
+        while proc.poll() is None:
+            time.sleep(POLL_S)
+            state = sink.pump()
+            if state == "lost":
+                lost = True
+                logf.line("[gpufleet] the lease on this training was lost; stopping it here")
+                procs.stop_group(pgid, CANCEL_GRACE_S)
+                break
+            if state == "cancel" and not cancelled:
+                cancelled = True
+                logf.line("[gpufleet] cancel requested; stopping every rank")
+                procs.stop_group(pgid, CANCEL_GRACE_S)
+            if sink.hung():
+                logf.line(f"[gpufleet] no progress for {sink.hang_after_s:.0f}s; killing the training")
+                sink.note_error({"rank": None, "kind": "timeout",
+                                 "message": f"no progress for {sink.hang_after_s:.0f}s (hung collective?)"})
+                procs.stop_group(pgid, CANCEL_GRACE_S)
+                sink.force_exit_code(13)
+    finally:
+        procs.stop_group(pgid, 0.0)  # leftover ranks of a launcher that died first
+        code = proc.wait()
+        _unregister_sim(settings, t, proc.pid, simulated)
+        procs.remove_pidfile(settings, host_name, tid)
+        sink.pump(final=True)
+        logf.line(f"[gpufleet] launcher exited with {code}")
+        logf.close()
+    if lost:
+        return "lost"
+    code = sink.forced_exit_code if sink.forced_exit_code is not None else code
+    with session_scope(settings) as sess:
+        fresh = get_training(sess, tid)
+    attempt = outcome.Attempt(
+        exit_code=code,
+        cancel_requested=cancelled or bool(fresh and fresh.cancel_requested),
+        restarts=t.restarts,
+        max_restarts=t.max_restarts,
+        allow_rebalance=t.allow_rebalance,
+        already_rebalanced=_retries_of(settings, tid, "oom_rebalance") > 0,
+        config=dict(t.config),
+        world_size=t.world_size,
+        error=sink.last_error,
+    )
+    decision = outcome.decide(attempt)
+    _finish(settings, t, worker_id, decision, code)
+    return decision.status
+
+
+def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None) -> None:
+    """Write the end of the attempt; the reservation ends in the same transaction."""
+    with session_scope(settings) as sess:
+        mine = [Training.lease_owner == worker_id]
+        if d.status != "queued":
+            transition(sess, t.id, ["running"], d.status, reason=d.reason, extra_where=mine,
+                       exit_code=code, cancel_requested=False, data={"exit_code": code})
+            return
+        values: dict[str, Any] = {
+            "exit_code": code,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "not_before": utcnow() + timedelta(seconds=d.backoff_s) if d.backoff_s else None,
+        }
+        if d.counts_restart:
+            values["restarts"] = Training.restarts + 1
+        if d.config is not None:
+            values["config"] = d.config
+        if t.auto_select:
+            # The server chose the GPUs; it may choose others for the retry.
+            values.update(gpu_ids=None, host_id=None)
+        transition(sess, t.id, ["running"], "queued", reason=d.reason, kind="retry", extra_where=mine,
+                   data={"retry_kind": d.retry_kind, "exit_code": code, "backoff_s": d.backoff_s}, **values)
+
+
+def _register_sim(settings: Settings, t: Training, pid: int, simulated: bool) -> None:
+    if not simulated:
+        return
+    try:
+        from gpufleet.devices import simstate
+
+        for idx in t.gpu_ids or []:
+            simstate.register_process(settings, idx, pid, t.memory_estimate or SIM_RANK_MEMORY,
+                                      training_id=str(t.id))
+    except Exception:  # noqa: BLE001 - telemetry of a simulated GPU must not stop a training
+        log.exception("could not register training %s in the simulated NVML", t.id)
+
+
+def _unregister_sim(settings: Settings, t: Training, pid: int, simulated: bool) -> None:
+    if not simulated:
+        return
+    try:
+        from gpufleet.devices import simstate
+
+        simstate.unregister_process(settings, None, pid)
+    except Exception:  # noqa: BLE001
+        log.exception("could not unregister training %s from the simulated NVML", t.id)

@@ -1,0 +1,111 @@
+"""The Celery worker of one GPU host (``gpufleet worker``).
+
+It consumes only ``host.<name>``, so trainings reach the host that owns
+their GPUs. Before taking work it kills launcher groups a previous worker of
+this host left behind. The pool is threads: a task only supervises a
+subprocess (the launcher), and threads let a host run many trainings at once
+without forking a process that holds database connections.
+
+``python -m gpufleet.jobs.worker`` runs it with settings from the environment
+(how ``serve`` starts the embedded worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import uuid
+
+from sqlalchemy import select
+
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.models import Host
+from gpufleet.db.session import check_database, session_scope
+from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
+from gpufleet.jobs.procs import kill_orphans
+
+log = logging.getLogger(__name__)
+
+
+def ensure_host(settings: Settings) -> uuid.UUID:
+    """This host's row: registered by the inventory when it can detect GPUs."""
+    try:
+        from gpufleet.telemetry.inventory import register_host
+
+        return register_host(settings).host_id
+    except Exception:  # noqa: BLE001 - detection trouble must not keep the worker down
+        log.exception("could not register this host's GPUs; using the host row as it is")
+    with session_scope(settings) as sess:
+        host = sess.execute(select(Host).where(Host.name == settings.host_name)).scalar_one_or_none()
+        if host is None:
+            host = Host(name=settings.host_name, status="online")
+            sess.add(host)
+            sess.flush()
+        return host.id
+
+
+def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: ANN201
+    app = make_celery(settings)
+
+    @app.task(name=TASK_RUN, ignore_result=True)
+    def run_training(training_id: str) -> str:
+        from gpufleet.jobs.supervisor import run_attempt
+
+        try:
+            tid = uuid.UUID(training_id)
+        except ValueError:
+            log.error("ignoring a task with a bad training id %r", training_id)
+            return "bad-id"
+        status = run_attempt(settings, tid, host_id, settings.host_name, worker_id)
+        log.info("training %s: %s", training_id, status)
+        return status
+
+    return app
+
+
+def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
+    check_database(settings)
+    host_id = ensure_host(settings)
+    killed = kill_orphans(settings, settings.host_name)
+    if killed:
+        log.warning("killed leftover launchers of trainings %s", ", ".join(killed))
+    stop = threading.Event()
+    if agent:
+        try:
+            from gpufleet.telemetry.agent import start_agent
+
+            start_agent(settings, stop)
+        except ImportError:
+            log.warning("the telemetry agent is not available; running without it")
+    worker_id = f"{settings.host_name}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    app = build_app(settings, host_id, worker_id)
+    slots = concurrency or max(4, 8 * settings.gpu.max_models_per_gpu)
+    try:
+        app.worker_main([
+            "worker",
+            "-Q", host_queue(settings.host_name),
+            "-n", f"gpufleet@{settings.host_name}",
+            "--pool", "threads",
+            "-c", str(slots),
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", "INFO",
+        ])
+    finally:
+        stop.set()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m gpufleet.jobs.worker")
+    ap.add_argument("--host-name")
+    ap.add_argument("--concurrency", type=int)
+    ap.add_argument("--no-agent", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {"host_name": args.host_name} if args.host_name else {}
+    run_worker(load_settings(**overrides), concurrency=args.concurrency, agent=not args.no_agent)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""The job scheduler: queued trainings onto free GPUs, by priority then age.
+
+Each training is placed in its own reservation transaction
+(:mod:`gpufleet.scheduling.reservation`); the Celery task is sent only after
+that transaction has committed, to the queue of the host that owns the GPUs.
+A training that cannot be placed stays queued with a ``wait_reason`` that
+says why; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Host, Training
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.scheduling import batch
+from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
+
+log = logging.getLogger(__name__)
+
+# Round-robin position per host for shared trainings; losing it on restart only
+# changes where the next model starts, never correctness.
+_RR_CURSOR: dict[uuid.UUID, int] = {}
+
+
+@dataclass
+class PassResult:
+    scheduled: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    waiting: dict[uuid.UUID, str] = field(default_factory=dict)
+
+
+def queued_ids(sess: Session, limit: int) -> list[uuid.UUID]:
+    now = utcnow()
+    return list(
+        sess.execute(
+            select(Training.id)
+            .where(
+                Training.status == "queued",
+                or_(Training.not_before.is_(None), Training.not_before <= now),
+            )
+            .order_by(Training.priority.desc(), Training.created_at, Training.id)
+            .limit(limit)
+        ).scalars()
+    )
+
+
+def schedule_pending(
+    settings: Settings,
+    send: Callable[[uuid.UUID, str], None] | None = None,
+    *,
+    limit: int = 200,
+) -> PassResult:
+    """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
+    result = PassResult()
+    with session_scope(settings) as sess:
+        ids = queued_ids(sess, limit)
+    full_hosts: set[uuid.UUID] = set()
+    for tid in ids:
+        try:
+            with reservation_session(settings) as sess:
+                placed, reason = _schedule_one(sess, settings, tid, full_hosts)
+        except IntegrityError:
+            # The exclusive-holder index refused a double booking that raced
+            # past the lock; the training simply waits for the next pass.
+            log.warning("reservation for %s lost a race; will retry", tid)
+            continue
+        except OperationalError as exc:  # lock timeout, serialization, busy SQLite
+            log.warning("reservation for %s failed: %s", tid, exc)
+            continue
+        if placed:
+            result.scheduled.append((tid, placed))
+            if send is not None:
+                try:
+                    send(tid, placed)
+                except Exception:  # noqa: BLE001 - the recovery loop re-sends stale scheduled rows
+                    log.exception("could not send training %s to host %s", tid, placed)
+        elif reason:
+            result.waiting[tid] = reason
+    return result
+
+
+def _schedule_one(
+    sess: Session, settings: Settings, tid: uuid.UUID, full_hosts: set[uuid.UUID]
+) -> tuple[str | None, str | None]:
+    stmt = select(Training).where(Training.id == tid, Training.status == "queued")
+    if sess.get_bind().dialect.name == "postgresql":
+        # Another scheduler working on this row: leave it to them.
+        stmt = stmt.with_for_update(skip_locked=True)
+    t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
+    if t is None:
+        return None, None
+    hosts = _candidate_hosts(sess, t)
+    if not hosts:
+        reason = (
+            f"host {t.requested_host} is not known to the fleet" if t.requested_host
+            else "no GPU host is online"
+        )
+        _set_wait(sess, t, reason)
+        return None, reason
+    reasons: list[str] = []
+    for host in hosts:
+        states = lock_host_gpus(sess, host.id)
+        chosen, why, selection = _choose(settings, t, host, states)
+        if chosen:
+            if reserve(sess, t, host, chosen, selection=selection):
+                return host.name, None
+            return None, None
+        reasons.append(why if len(hosts) == 1 else f"{host.name}: {why}")
+    reason = "; ".join(reasons)
+    _set_wait(sess, t, reason)
+    return None, reason
+
+
+def _candidate_hosts(sess: Session, t: Training) -> list[Host]:
+    if t.host_id is not None:
+        stmt = select(Host).where(Host.id == t.host_id)
+    elif t.requested_host:
+        stmt = select(Host).where(Host.name == t.requested_host)
+    else:
+        stmt = select(Host).where(Host.status == "online").order_by(Host.name)
+    return list(sess.execute(stmt).scalars())
+
+
+def _choose(
+    settings: Settings, t: Training, host: Host, states: list[GPUState]
+) -> tuple[list[GPUState], str, dict | None]:
+    by_index = {s.index: s for s in states}
+    max_models = settings.gpu.max_models_per_gpu
+    if t.gpu_ids and not t.auto_select:
+        missing = [i for i in t.gpu_ids if i not in by_index]
+        if missing:
+            return [], f"GPU {missing[0]} does not exist on host {host.name}", None
+        chosen = [by_index[i] for i in t.gpu_ids]
+        for st in chosen:
+            why = st.why_not_exclusive() if t.exclusive else st.why_not_shared(t.memory_estimate, max_models)
+            if why:
+                return [], why, None
+        return chosen, "", None
+    count = t.requested_count or t.world_size or 1
+    if not t.exclusive:
+        slots = [
+            batch.Slot(s.index, s.gpu.memory_total, len(s.shared_holders), s.shared_reserved,
+                       list(s.shared_recipes))
+            for s in states if s.usable and not s.exclusive_holders
+        ]
+        strategy = (t.selection or {}).get("strategy", "load_balance")
+        slot = batch.pick(slots, t.recipe, t.memory_estimate, strategy, max_models,
+                          _RR_CURSOR.get(host.id, 0))
+        if slot is None:
+            return [], f"every GPU on host {host.name} is full (max {max_models} models per GPU, or memory)", None
+        _RR_CURSOR[host.id] = [s.index for s in slots].index(slot.index) + 1
+        sel = dict(t.selection or {}, chosen=[slot.index], reason=f"{strategy} placement")
+        return [by_index[slot.index]], "", sel
+    free = [s for s in states if s.why_not_exclusive() is None]
+    if len(free) < count:
+        busy = [s.why_not_exclusive() for s in states if s.why_not_exclusive()]
+        detail = f" ({busy[0]})" if busy else ""
+        return [], f"needs {count} free GPU(s) on host {host.name}, {len(free)} free{detail}", None
+    chosen, sel = _auto_select(settings, t, host, free, count)
+    return chosen, "", sel
+
+
+def _auto_select(
+    settings: Settings, t: Training, host: Host, free: Sequence[GPUState], count: int
+) -> tuple[list[GPUState], dict]:
+    """The server's choice of GPUs: the selection logic when present, else the first free."""
+    picked = _recommend(settings, t, host, free, count)
+    if picked is not None:
+        return picked
+    chosen = list(free[:count])
+    return chosen, {"chosen": [s.index for s in chosen], "reason": "first free GPUs", "by": "scheduler"}
+
+
+def _recommend(
+    settings: Settings, t: Training, host: Host, free: Sequence[GPUState], count: int
+) -> tuple[list[GPUState], dict] | None:
+    try:
+        from gpufleet.scheduling import recommend as rec  # noqa: PLC0415 - optional sibling module
+    except ImportError:
+        return None
+    choose = getattr(rec, "choose_for_scheduler", None)
+    if choose is None:
+        return None
+    try:
+        out = choose(
+            [s.index for s in free], count, t.memory_estimate, host_name=host.name, settings=settings
+        )
+    except Exception:  # noqa: BLE001 - a selection bug must not stop the queue
+        log.exception("GPU recommendation failed for %s; using the first free GPUs", t.id)
+        return None
+    if not out:
+        return None
+    indexes, why = out
+    by_index = {s.index: s for s in free}
+    if len(indexes) != count or any(i not in by_index for i in indexes):
+        return None
+    return [by_index[i] for i in indexes], {"chosen": list(indexes), "reason": why, "by": "recommend"}
+
+
+def _set_wait(sess: Session, t: Training, reason: str) -> None:
+    if t.wait_reason != reason:
+        sess.execute(
+            update(Training).where(Training.id == t.id).values(wait_reason=reason)
+            .execution_options(synchronize_session=False)
+        )

@@ -1,0 +1,186 @@
+"""Fixtures for the jobs tests: a fleet in the database, the API, real workers.
+
+Hosts and GPUs are registered by the real inventory code from a simulated
+fleet spec; workers are real Celery worker processes (``python -m
+gpufleet.jobs.worker``), on the embedded filesystem broker or on Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.session import upgrade_database
+
+TINY_SAE = {
+    "max_steps": 6,
+    "global_batch_size": 16,
+    "checkpoint_every": 2,
+    "log_every": 1,
+}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def make_settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest | None = None, **kw) -> Settings:
+    """Embedded (SQLite + filesystem broker) or fleet (PostgreSQL + Redis) settings."""
+    base = dict(
+        data_dir=tmp_path / "data",
+        simulate=kw.pop("simulate", "2xH100-80GB"),
+        host_name=kw.pop("host_name", unique("host")),
+        lease_s=kw.pop("lease_s", 3.0),
+        create_rate_per_minute=10000,
+        max_queued_per_user=100000,
+        auth="off",
+    )
+    base.update(kw)
+    if backend == "postgresql":
+        assert request is not None
+        base["database_url"] = request.getfixturevalue("pg_migrated_url")
+        base["redis_url"] = request.getfixturevalue("redis_url")
+        s = load_settings(**base)
+    else:
+        s = load_settings(**base)
+        upgrade_database(s)
+    return s
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=[pytest.mark.postgres, pytest.mark.redis])])
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def fleet_settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Settings:
+    return make_settings(tmp_path, backend, request)
+
+
+def api_app(settings: Settings) -> FastAPI:
+    """The trainings router on its own app, with the real auth dependencies."""
+    from gpufleet.api.routes.trainings import router
+
+    app = FastAPI()
+    app.state.settings = settings
+    app.include_router(router)
+    return app
+
+
+@pytest.fixture
+def client_for() -> Iterator[Callable[[Settings], TestClient]]:
+    clients: list[TestClient] = []
+
+    def make(settings: Settings) -> TestClient:
+        c = TestClient(api_app(settings))
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+def register(settings: Settings):  # noqa: ANN201
+    from gpufleet.jobs.worker import ensure_host
+
+    return ensure_host(settings)
+
+
+class WorkerProc:
+    def __init__(self, settings: Settings, log: Path):
+        from gpufleet.jobs.embedded import settings_env, worker_command
+
+        self.settings = settings
+        self.log = log
+        self._fh = open(log, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            worker_command(settings.host_name, agent=False) + ["--concurrency", "8"],
+            env=settings_env(settings), stdout=self._fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+        self._fh.close()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[Callable[[Settings], WorkerProc]]:
+    started: list[WorkerProc] = []
+
+    def start(settings: Settings) -> WorkerProc:
+        w = WorkerProc(settings, tmp_path / f"worker-{len(started)}.log")
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+    # Launchers are in their own groups: make sure no test leaves one behind.
+    from gpufleet.jobs.procs import kill_orphans
+
+    for w in started:
+        kill_orphans(w.settings, w.settings.host_name)
+
+
+@pytest.fixture
+def scheduler() -> Iterator[Callable[[Settings], threading.Thread]]:
+    stops: list[tuple[threading.Event, threading.Thread]] = []
+
+    def start(settings: Settings) -> threading.Thread:
+        from gpufleet.jobs.scheduler_loop import start as start_loop
+
+        stop = threading.Event()
+        t = start_loop(settings, stop)
+        stops.append((stop, t))
+        return t
+
+    yield start
+    for stop, t in stops:
+        stop.set()
+        t.join(10)
+
+
+def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float = 0.1):  # noqa: ANN201
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
+
+
+def pids_in_group(pgid: int) -> list[int]:
+    from gpufleet.jobs.procs import group_members
+
+    return group_members(pgid)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,80 @@
+"""POST /api/v1/trainings: what is accepted, what is refused, and that a refusal writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from gpufleet.db.models import Training, TrainingEvent
+from gpufleet.db.session import session_scope
+
+from .conftest import TINY_SAE, register
+
+
+def _counts(settings):
+    with session_scope(settings) as sess:
+        return (sess.scalar(select(func.count()).select_from(Training)),
+                sess.scalar(select(func.count()).select_from(TrainingEvent)))
+
+
+def test_create_fills_seed_columns_and_queues(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    r = c.post("/api/v1/trainings", json={"name": "two-rank", "recipe": "sae", "config": TINY_SAE,
+                                                 "gpu_ids": [0, 1], "host": fleet_settings.host_name})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["gpu_ids"] == [0, 1] and body["distributed"] is True and body["world_size"] == 2
+    assert body["status"] == "queued" and body["auto_select"] is False
+    # The config is the recipe's resolved config, defaults filled in.
+    assert body["config"]["max_steps"] == 6 and "lr" in body["config"]
+    ev = c.get(f"/api/v1/trainings/{body['id']}/events").json()["data"]
+    assert [(e["seq"], e["status"]) for e in ev] == [(1, "queued")]
+
+    r = c.post("/api/v1/trainings", json={"name": "auto", "recipe": "sae", "config": TINY_SAE})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["gpu_ids"] is None and body["auto_select"] is True
+    assert body["world_size"] == 1 and body["distributed"] is False
+
+
+@pytest.mark.parametrize(
+    "patch, status, words",
+    [
+        ({"recipe": "nope"}, 422, ["unknown recipe 'nope'", "sae"]),
+        ({"gpu_ids": [0, 7]}, 422, ["GPU 7 does not exist on host", "0–1"]),
+        ({"gpu_ids": [1, 1]}, 422, ["GPU 1 is listed twice"]),
+        ({"gpu_ids": [0, 1], "world_size": 3}, 422, ["world_size 3 does not match the 2 GPU"]),
+        ({"gpu_ids": [0, 1], "distributed": False}, 422, ["need distributed=true"]),
+        ({"config": dict(TINY_SAE, data_path="../../etc/passwd.npy")}, 422, ["outside the data root"]),
+        ({"config": dict(TINY_SAE, bogus=1)}, 422, ["bogus", "unknown field"]),
+        ({"host": "no-such-host"}, 422, ["host 'no-such-host' is not known"]),
+        ({"distributed": True}, 422, ["needs world_size"]),
+        ({"gpu_ids": []}, 422, ["gpu_ids is empty"]),
+    ],
+)
+def test_bad_requests_say_what_to_fix_and_write_nothing(fleet_settings, client_for, patch, status, words):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    before = _counts(fleet_settings)
+    body = {"name": "bad", "recipe": "sae", "config": TINY_SAE, "host": fleet_settings.host_name}
+    body.update(patch)
+    r = c.post("/api/v1/trainings", json=body)
+    assert r.status_code == status, r.text
+    for w in words:
+        assert w in r.json()["detail"], r.json()
+    assert _counts(fleet_settings) == before
+
+
+def test_batch_is_all_or_nothing(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    before = _counts(fleet_settings)
+    items = [{"name": f"m{i}", "recipe": "mlp", "config": {"max_steps": 2}} for i in range(5)]
+    items[3]["config"] = {"max_steps": 0}
+    r = c.post("/api/v1/trainings/batch", json={"items": items, "strategy": "round_robin"})
+    assert r.status_code == 422 and "item 3" in r.json()["detail"] and "max_steps" in r.json()["detail"]
+    assert _counts(fleet_settings) == before
+    r = c.post("/api/v1/trainings/batch", json={"items": items[:3], "strategy": "spread"})
+    assert r.status_code == 422
+    assert _counts(fleet_settings) == before
