@@ -1,0 +1,73 @@
+import { NavLink, Route, Routes } from 'react-router-dom';
+import { useLiveStatus } from './api/useLive';
+import { useFleet } from './pages/fleet/useFleet';
+import { FleetPage } from './pages/fleet/FleetPage';
+import { HistoryPage } from './pages/history/HistoryPage';
+import { CreateTrainingPage } from './pages/trainings/CreateTrainingPage';
+import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
+import { TrainingsPage } from './pages/trainings/TrainingsPage';
+
+function LiveBadge() {
+  const status = useLiveStatus();
+  const text = status === 'open' ? 'live' : status === 'connecting' ? 'connecting…' : 'offline';
+  return (
+    <span className={`live live-${status}`} role="status" aria-live="polite" title="Live updates over WebSocket">
+      <span className="live-dot" aria-hidden /> {text}
+    </span>
+  );
+}
+
+function SimulatedBanner() {
+  // A slow poll: only whether the fleet is simulated, which rarely changes.
+  const { simulated } = useFleet(60_000);
+  if (!simulated) return null;
+  return (
+    <div className="banner banner-sim" data-testid="simulated-banner">
+      Simulated fleet: these GPUs are not real hardware (GPUFLEET_SIMULATE). Trainings run on the CPU.
+    </div>
+  );
+}
+
+export function App() {
+  return (
+    <div className="app">
+      <header className="topbar">
+        <a className="brand" href="/">
+          gpufleet
+        </a>
+        <nav aria-label="Main">
+          <NavLink to="/" end>
+            Fleet
+          </NavLink>
+          <NavLink to="/history">History</NavLink>
+          <NavLink to="/trainings" end>
+            Trainings
+          </NavLink>
+          <NavLink to="/trainings/new">New training</NavLink>
+        </nav>
+        <LiveBadge />
+      </header>
+      <SimulatedBanner />
+      <main>
+        <Routes>
+          <Route path="/" element={<FleetPage />} />
+          <Route path="/history" element={<HistoryPage />} />
+          <Route path="/trainings" element={<TrainingsPage />} />
+          <Route path="/trainings/new" element={<CreateTrainingPage />} />
+          <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+          <Route
+            path="*"
+            element={
+              <div className="page">
+                <h2>Page not found</h2>
+                <p>
+                  <NavLink to="/">Back to the fleet</NavLink>
+                </p>
+              </div>
+            }
+          />
+        </Routes>
+      </main>
+    </div>
+  );
+}

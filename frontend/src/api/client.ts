@@ -1,0 +1,124 @@
+/**
+ * The one module that talks HTTP to gpufleet. Every request goes through
+ * `request()`, so authentication (the HTTP-only session cookie the server sets
+ * at sign-in) and errors are handled once: a failure is always an `ApiError`
+ * whose message a person can act on.
+ */
+
+export const API_BASE = '/api/v1';
+
+export class ApiError extends Error {
+  /** HTTP status; 0 when the server could not be reached at all. */
+  readonly status: number;
+  /** Per-field problems from a 422, keyed by dotted field path. */
+  readonly fields: Record<string, string>;
+
+  constructor(status: number, message: string, fields: Record<string, string> = {}) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.fields = fields;
+  }
+
+  get unreachable(): boolean {
+    return this.status === 0;
+  }
+}
+
+type Query = Record<string, string | number | boolean | null | undefined | (string | number)[]>;
+
+export interface RequestOptions {
+  query?: Query;
+  body?: unknown;
+  signal?: AbortSignal;
+}
+
+/** Listeners told when the server answers 401, so the app can show sign-in. */
+const authListeners = new Set<() => void>();
+export function onAuthRequired(fn: () => void): () => void {
+  authListeners.add(fn);
+  return () => authListeners.delete(fn);
+}
+
+export function buildUrl(path: string, query?: Query): string {
+  const url = path.startsWith('/api/') ? path : `${API_BASE}${path}`;
+  if (!query) return url;
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(query)) {
+    if (v == null || v === '') continue;
+    if (Array.isArray(v)) v.forEach((item) => params.append(k, String(item)));
+    else params.append(k, String(v));
+  }
+  const qs = params.toString();
+  return qs ? `${url}?${qs}` : url;
+}
+
+interface ValidationItem {
+  loc?: (string | number)[];
+  msg?: string;
+}
+
+/** Turn FastAPI's error bodies ({detail: str} or {detail: [{loc, msg}]}) into words. */
+export function describeError(status: number, body: unknown): ApiError {
+  const detail = (body as { detail?: unknown } | null)?.detail;
+  if (typeof detail === 'string') return new ApiError(status, detail);
+  if (Array.isArray(detail)) {
+    const fields: Record<string, string> = {};
+    const lines = (detail as ValidationItem[]).map((d) => {
+      // Drop the "body"/"query" prefix: the person sees the form, not the request.
+      const loc = (d.loc ?? []).filter((p) => p !== 'body' && p !== 'query').join('.');
+      const msg = d.msg ?? 'invalid value';
+      if (loc) fields[loc] = msg;
+      return loc ? `${loc}: ${msg}` : msg;
+    });
+    return new ApiError(status, lines.join('; ') || `Request refused (${status})`, fields);
+  }
+  if (detail && typeof detail === 'object' && 'message' in detail) {
+    return new ApiError(status, String((detail as { message: unknown }).message));
+  }
+  if (status === 401) return new ApiError(status, 'Sign in to continue.');
+  if (status === 403) return new ApiError(status, 'You are not allowed to do this.');
+  if (status >= 500) return new ApiError(status, `The server failed (${status}). Its log says why.`);
+  return new ApiError(status, `Request failed (${status}).`);
+}
+
+export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+  const headers: Record<string, string> = { Accept: 'application/json' };
+  let body: string | undefined;
+  if (opts.body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    body = JSON.stringify(opts.body);
+  }
+  let res: Response;
+  try {
+    res = await fetch(buildUrl(path, opts.query), {
+      method,
+      headers,
+      body,
+      credentials: 'same-origin',
+      signal: opts.signal,
+    });
+  } catch (err) {
+    if ((err as Error).name === 'AbortError') throw err;
+    throw new ApiError(0, 'The gpufleet server cannot be reached. Is `gpufleet serve` running?');
+  }
+  const text = await res.text();
+  let parsed: unknown = null;
+  if (text) {
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = text;
+    }
+  }
+  if (!res.ok) {
+    if (res.status === 401) authListeners.forEach((fn) => fn());
+    throw describeError(res.status, parsed);
+  }
+  return parsed as T;
+}
+
+export const api = {
+  get: <T>(path: string, query?: Query, signal?: AbortSignal) => request<T>('GET', path, { query, signal }),
+  post: <T>(path: string, body?: unknown, query?: Query) => request<T>('POST', path, { body, query }),
+};

@@ -1,0 +1,93 @@
+import { useEffect, useRef } from 'react';
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+
+export interface SeriesSpec {
+  label: string;
+  color: string;
+  /** Fill under the line (mini charts). */
+  fill?: boolean;
+  width?: number;
+}
+
+export interface ChartProps {
+  series: SeriesSpec[];
+  /** [x (seconds since epoch, or steps), ...one column per series]. */
+  data: (number | null)[][];
+  height: number;
+  /** Mini chart: no axes, no legend, no cursor. */
+  mini?: boolean;
+  /** x is time (seconds) rather than a plain number such as a step. */
+  time?: boolean;
+  yMin?: number;
+  yMax?: number;
+  yFormat?: (v: number) => string;
+  title?: string;
+  testId?: string;
+}
+
+const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
+
+/**
+ * A uPlot canvas chart. uPlot draws 64 one-second series with a few hundred
+ * points each in well under a frame (bench/dashboard_charts.py), which is why
+ * the dashboard uses it instead of an SVG chart library.
+ */
+export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId }: ChartProps) {
+  const box = useRef<HTMLDivElement>(null);
+  const plot = useRef<uPlot | null>(null);
+  const dataRef = useRef(data);
+  dataRef.current = data;
+  const seriesKey = series.map((s) => `${s.label}:${s.color}`).join('|');
+
+  useEffect(() => {
+    const el = box.current;
+    if (!el) return;
+    const width = Math.max(el.clientWidth, 120);
+    const opts: uPlot.Options = {
+      width,
+      height,
+      title,
+      legend: { show: !mini },
+      cursor: mini ? { show: false } : { drag: { x: true, y: false } },
+      scales: {
+        x: { time },
+        y: yMin !== undefined || yMax !== undefined ? { range: (_u, lo, hi) => [yMin ?? lo, Math.max(yMax ?? hi, hi)] } : {},
+      },
+      axes: mini
+        ? [{ show: false }, { show: false }]
+        : [
+            { ...AXIS },
+            { ...AXIS, size: 60, values: yFormat ? (_u, vals) => vals.map((v) => (v == null ? '' : yFormat(v))) : undefined },
+          ],
+      series: [
+        {},
+        ...series.map((s) => ({
+          label: s.label,
+          stroke: s.color,
+          width: s.width ?? (mini ? 1.5 : 2),
+          fill: s.fill ? `${s.color}33` : undefined,
+          points: { show: false },
+          value: yFormat ? (_u: uPlot, v: number | null) => (v == null ? '—' : yFormat(v)) : undefined,
+        })),
+      ],
+    };
+    const u = new uPlot(opts, dataRef.current as uPlot.AlignedData, el);
+    plot.current = u;
+    const ro = typeof ResizeObserver !== 'undefined' ? new ResizeObserver(() => u.setSize({ width: Math.max(el.clientWidth, 120), height })) : null;
+    ro?.observe(el);
+    return () => {
+      ro?.disconnect();
+      u.destroy();
+      plot.current = null;
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [seriesKey, height, mini, time, yMin, yMax, title]);
+
+  useEffect(() => {
+    plot.current?.setData(data as uPlot.AlignedData);
+  }, [data]);
+
+  const points = data[0]?.length ?? 0;
+  return <div ref={box} className={mini ? 'chart chart-mini' : 'chart'} data-testid={testId} data-points={points} />;
+}

@@ -1,0 +1,77 @@
+import { useSearchParams } from 'react-router-dom';
+import { Empty, ErrorState, Loading } from '../../components/States';
+import { AggregateView } from './AggregateView';
+import { GpuCard } from './GpuCard';
+import { TopologyView } from './TopologyView';
+import { useFleet } from './useFleet';
+
+type View = 'gpus' | 'aggregate' | 'topology';
+const VIEWS: [View, string][] = [
+  ['gpus', 'Per GPU'],
+  ['aggregate', 'Aggregated'],
+  ['topology', 'Topology'],
+];
+
+export function ViewToggle({ view, onChange }: { view: View; onChange: (v: View) => void }) {
+  return (
+    <div className="toggle" role="group" aria-label="Fleet view">
+      {VIEWS.map(([v, label]) => (
+        <button key={v} type="button" aria-pressed={view === v} className={view === v ? 'active' : ''} onClick={() => onChange(v)}>
+          {label}
+        </button>
+      ))}
+    </div>
+  );
+}
+
+/** The seed's SystemMonitor: the whole fleet, per GPU or aggregated, live. */
+export function FleetPage() {
+  const [params, setParams] = useSearchParams();
+  const view = (params.get('view') as View) || 'gpus';
+  const fleet = useFleet();
+  const setView = (v: View) => setParams(v === 'gpus' ? {} : { view: v }, { replace: true });
+
+  let body;
+  if (fleet.error && !fleet.data) body = <ErrorState error={fleet.error} onRetry={fleet.reload} />;
+  else if (!fleet.data) body = <Loading what="GPUs" />;
+  else if (fleet.gpus.length === 0)
+    body = (
+      <Empty title="No GPUs found.">
+        No host has registered a GPU yet. Start a worker on a GPU host (<code>gpufleet worker</code>), or try gpufleet without one:{' '}
+        <code>GPUFLEET_SIMULATE=4xH100-80GB gpufleet serve</code>.
+      </Empty>
+    );
+  else if (view === 'aggregate') body = <AggregateView gpus={fleet.gpus} byHost={fleet.byHost} />;
+  else if (view === 'topology') body = <TopologyView />;
+  else
+    body = (
+      <div data-testid="gpu-view">
+        {fleet.byHost.map(([host, gpus]) => (
+          <section key={host} className="host-group" aria-label={`Host ${host}`}>
+            <h3 className="host-title">
+              {host} <span className="muted">· {gpus.length} GPU{gpus.length === 1 ? '' : 's'}</span>
+            </h3>
+            <div className="gpu-grid">
+              {gpus.map((g) => (
+                <GpuCard key={g.id} gpu={g} />
+              ))}
+            </div>
+          </section>
+        ))}
+      </div>
+    );
+
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2>Fleet</h2>
+        <span className="muted" data-testid="gpu-total">
+          {fleet.data ? `${fleet.gpus.length} GPU${fleet.gpus.length === 1 ? '' : 's'} on ${fleet.byHost.length} host${fleet.byHost.length === 1 ? '' : 's'}` : ''}
+        </span>
+        <ViewToggle view={view} onChange={setView} />
+      </div>
+      {fleet.error && fleet.data && <div className="banner banner-error">Refresh failed: {fleet.error.message} Showing the last known state.</div>}
+      {body}
+    </div>
+  );
+}

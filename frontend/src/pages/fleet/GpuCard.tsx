@@ -1,0 +1,102 @@
+import { useMemo, useRef } from 'react';
+import { Link } from 'react-router-dom';
+import type { GPU, GPULive } from '../../api/types';
+import { Bar } from '../../components/Bar';
+import { Chart } from '../../components/Chart';
+import { Pill } from '../../components/States';
+import { fmtBytes, fmtPct, fmtTemp, fmtWatts, shortId } from '../../lib/format';
+import { useVisible } from '../../lib/useVisible';
+import { useGpuStream } from './useGpuStream';
+
+const MINI_SERIES = [
+  { label: 'util %', color: '#4fb3ff', fill: true },
+  { label: 'mem %', color: '#f5b945' },
+];
+
+interface Holder {
+  training_id?: string;
+  training_name?: string | null;
+  name?: string | null;
+  owner?: string | null;
+}
+
+/** Who holds the GPU: gpufleet trainings (from the reservations), then foreign processes. */
+export function Holders({ gpu, live }: { gpu: GPU; live: GPULive | null }) {
+  const holders = (gpu.availability?.holders ?? []) as Holder[];
+  const foreign = (live?.processes ?? []).filter((p) => p.foreign !== false);
+  const ownProcs = (live?.processes ?? []).filter((p) => p.foreign === false && p.training_id);
+  const trainings = new Map<string, Holder>();
+  for (const h of holders) if (h.training_id) trainings.set(h.training_id, h);
+  for (const p of ownProcs) if (p.training_id && !trainings.has(p.training_id)) trainings.set(p.training_id, { training_id: p.training_id });
+  if (trainings.size === 0 && foreign.length === 0) return <div className="holders holders-none">No processes</div>;
+  return (
+    <ul className="holders">
+      {[...trainings.values()].map((h) => (
+        <li key={h.training_id}>
+          <span className="holder-kind">training</span>{' '}
+          <Link to={`/trainings/${h.training_id}`}>{h.training_name ?? h.name ?? shortId(h.training_id!)}</Link>
+          {h.owner && <span className="muted"> · {h.owner}</span>}
+        </li>
+      ))}
+      {foreign.map((p) => (
+        <li key={p.pid} className="holder-foreign" title={p.command ?? undefined}>
+          <span className="holder-kind">foreign</span> pid {p.pid}
+          {p.user && <span> · {p.user}</span>}
+          {p.command && <span className="muted"> · {p.command.split(/\s+/)[0].split('/').pop()}</span>}
+          {p.used_memory != null && <span className="muted"> · {fmtBytes(p.used_memory)}</span>}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+export function GpuCard({ gpu }: { gpu: GPU }) {
+  const ref = useRef<HTMLElement>(null);
+  const visible = useVisible(ref);
+  const { live, util, mem, version } = useGpuStream(gpu.host, gpu.index, gpu.live, visible);
+  const data = useMemo(() => {
+    const [x, u] = util.columns();
+    const [, m] = mem.columns();
+    return [x, u, m];
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [version]);
+
+  const total = live?.memory_total ?? gpu.memory_total ?? null;
+  const used = live?.memory_used ?? null;
+  const state = gpu.availability?.state ?? (gpu.drained ? 'drained' : gpu.status === 'ok' ? 'unknown' : gpu.status);
+  const lost = live?.lost;
+  return (
+    <article ref={ref} className={`gpu-card${lost ? ' gpu-lost' : ''}`} data-testid={`gpu-card-${gpu.host}-${gpu.index}`} aria-label={`GPU ${gpu.index} on ${gpu.host}`}>
+      <header className="gpu-card-head">
+        <div>
+          <span className="gpu-index">GPU {gpu.index}</span>
+          <span className="gpu-name">{gpu.name}</span>
+        </div>
+        <Pill value={lost ? 'unhealthy' : state} title={gpu.availability?.reason ?? gpu.status_reason ?? undefined} />
+      </header>
+      {gpu.availability?.reason && <div className="gpu-reason">{gpu.availability.reason}</div>}
+      <Bar label="Utilization" value={live?.utilization} text={fmtPct(live?.utilization)} />
+      <Bar label="Memory" value={used} max={total ?? 0} text={`${fmtBytes(used)} / ${fmtBytes(total)}`} />
+      <div className="gpu-stats">
+        <span title="temperature">
+          <span className="muted">Temp</span> <b data-testid="gpu-temp">{fmtTemp(live?.temperature)}</b>
+        </span>
+        <span title="power draw / limit">
+          <span className="muted">Power</span> <b>{fmtWatts(live?.power_draw)}</b>
+          {live?.power_limit != null && <span className="muted"> / {fmtWatts(live.power_limit)}</span>}
+        </span>
+        {live?.sm_clock != null && (
+          <span>
+            <span className="muted">SM</span> <b>{Math.round(live.sm_clock)} MHz</b>
+          </span>
+        )}
+      </div>
+      <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} testId={`gpu-chart-${gpu.index}`} />
+      <Holders gpu={gpu} live={live} />
+      <footer className="gpu-card-foot">
+        <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>
+        <span className="muted" data-testid="gpu-updated">{live?.timestamp ? new Date(live.timestamp).toLocaleTimeString() : 'no sample yet'}</span>
+      </footer>
+    </article>
+  );
+}

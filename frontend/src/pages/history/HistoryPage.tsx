@@ -1,0 +1,94 @@
+import { useSearchParams } from 'react-router-dom';
+import { endpoints, type HistoryMetric } from '../../api/endpoints';
+import { useQuery } from '../../api/useQuery';
+import { Chart } from '../../components/Chart';
+import { Empty, ErrorState, Loading } from '../../components/States';
+import { useFleet } from '../fleet/useFleet';
+import { columnsFor, POINTS, RANGES, type RangeKey } from './history';
+
+const GiB = 1024 ** 3;
+const CHARTS: { metric: HistoryMetric; title: string; scale?: number; fmt: (v: number) => string }[] = [
+  { metric: 'utilization', title: 'Utilization', fmt: (v) => `${Math.round(v)}%` },
+  { metric: 'memory_used', title: 'Memory used', scale: 1 / GiB, fmt: (v) => `${v.toFixed(1)} GiB` },
+  { metric: 'temperature', title: 'Temperature', fmt: (v) => `${Math.round(v)}°C` },
+  { metric: 'power_draw', title: 'Power', fmt: (v) => `${Math.round(v)} W` },
+];
+const SERIES = [
+  { label: 'avg', color: '#4fb3ff' },
+  { label: 'min', color: '#4fb3ff66', width: 1 },
+  { label: 'max', color: '#f5b94599', width: 1 },
+];
+
+export function HistoryPage() {
+  const [params, setParams] = useSearchParams();
+  const target = params.get('gpu') ?? 'aggregate';
+  const range = (params.get('range') as RangeKey) in RANGES ? (params.get('range') as RangeKey) : '1h';
+  const fleet = useFleet(30_000);
+  const set = (k: string, v: string) => {
+    const next = new URLSearchParams(params);
+    next.set(k, v);
+    setParams(next, { replace: true });
+  };
+
+  // Rounded to the minute so the key (and the request) is stable between renders.
+  const to = new Date(Math.ceil(Date.now() / 60_000) * 60_000);
+  const from = new Date(to.getTime() - RANGES[range].seconds * 1000);
+  const key = `${target}|${range}|${to.toISOString()}`;
+  const q = useQuery(key, (signal) =>
+    endpoints.history(
+      { ...(target === 'aggregate' ? {} : { gpu: target }), from: from.toISOString(), to: to.toISOString(), points: POINTS },
+      signal,
+    ),
+  );
+
+  const empty = q.data && (q.data.series ?? []).every((s) => Object.values(s.metrics ?? {}).every((pts) => !pts?.length));
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2>History</h2>
+      </div>
+      <div className="filters">
+        <div className="field">
+          <label htmlFor="hist-gpu">GPU</label>
+          <select id="hist-gpu" value={target} onChange={(e) => set('gpu', e.target.value)}>
+            <option value="aggregate">All GPUs (aggregate)</option>
+            {fleet.gpus.map((g) => (
+              <option key={g.id} value={`${g.host}:${g.index}`}>
+                {g.host} · GPU {g.index} · {g.name}
+              </option>
+            ))}
+          </select>
+        </div>
+        <div className="field">
+          <span className="field-help">Time range</span>
+          <div className="toggle" role="group" aria-label="Time range">
+            {(Object.keys(RANGES) as RangeKey[]).map((r) => (
+              <button key={r} type="button" aria-pressed={r === range} className={r === range ? 'active' : ''} onClick={() => set('range', r)}>
+                {RANGES[r].label}
+              </button>
+            ))}
+          </div>
+        </div>
+        <button type="button" onClick={q.reload}>
+          Refresh
+        </button>
+      </div>
+      {q.error && !q.data ? (
+        <ErrorState error={q.error} onRetry={q.reload} />
+      ) : !q.data ? (
+        <Loading what="history" />
+      ) : empty ? (
+        <Empty title="No samples in this range.">The agent stores one sample per GPU per second; pick a longer range or wait a moment.</Empty>
+      ) : (
+        <div className="charts-grid" data-testid="history-charts">
+          {CHARTS.map((c) => (
+            <div className="panel" key={c.metric}>
+              <h3>{c.title}</h3>
+              <Chart series={SERIES} data={columnsFor(q.data, c.metric, c.scale)} height={200} yFormat={c.fmt} testId={`history-${c.metric}`} />
+            </div>
+          ))}
+        </div>
+      )}
+    </div>
+  );
+}

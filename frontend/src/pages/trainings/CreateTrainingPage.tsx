@@ -1,0 +1,203 @@
+import { useEffect, useMemo, useState, type FormEvent } from 'react';
+import { useNavigate } from 'react-router-dom';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import { fmtBytes } from '../../lib/format';
+import { useFleet } from '../fleet/useFleet';
+import { GpuSelector, type Selection } from './GpuSelector';
+import { RECIPES, defaults, recipeSpec, toConfig, type FieldSpec } from './recipes';
+import { useSelectionAdvice } from './useSelectionAdvice';
+
+function ConfigField({ f, value, error, onChange }: { f: FieldSpec; value: string; error?: string; onChange: (v: string) => void }) {
+  const id = `cfg-${f.name}`;
+  return (
+    <div className="field">
+      <label htmlFor={id}>{f.label}</label>
+      {f.kind === 'choice' ? (
+        <select id={id} name={f.name} value={value} onChange={(e) => onChange(e.target.value)} aria-invalid={!!error}>
+          {f.choices!.map((c) => (
+            <option key={c}>{c}</option>
+          ))}
+        </select>
+      ) : (
+        <input
+          id={id}
+          name={f.name}
+          value={value}
+          inputMode={f.kind === 'int' || f.kind === 'float' ? 'decimal' : undefined}
+          placeholder={f.optional ? 'default' : undefined}
+          onChange={(e) => onChange(e.target.value)}
+          aria-invalid={!!error}
+          aria-describedby={error ? `${id}-err` : undefined}
+        />
+      )}
+      {error ? (
+        <span id={`${id}-err`} className="field-error">
+          {error}
+        </span>
+      ) : (
+        f.help && <span className="field-help">{f.help}</span>
+      )}
+    </div>
+  );
+}
+
+const stamp = () => new Date().toISOString().slice(5, 16).replace('T', '-').replace(':', '');
+
+export function CreateTrainingPage() {
+  const navigate = useNavigate();
+  const fleet = useFleet(5000);
+  const [recipe, setRecipe] = useState(RECIPES[0].name);
+  const spec = recipeSpec(recipe);
+  const [values, setValues] = useState<Record<string, string>>(() => defaults(spec));
+  const [name, setName] = useState(() => `${RECIPES[0].name}-${stamp()}`);
+  const [count, setCount] = useState(1);
+  const [selection, setSelection] = useState<Selection>({ host: null, indexes: [] });
+  const [touched, setTouched] = useState(false);
+  const [serverErrors, setServerErrors] = useState<Record<string, string>>({});
+  const [submitError, setSubmitError] = useState<string | null>(null);
+  const [submitting, setSubmitting] = useState(false);
+
+  const { config, errors } = useMemo(() => toConfig(spec, values), [spec, values]);
+  const ok = Object.keys(errors).length === 0;
+  const advice = useSelectionAdvice(recipe, ok ? config : null, count, selection);
+  const top = advice.candidates[0] ?? null;
+
+  // Preselect the recommended set until the person picks GPUs themselves.
+  useEffect(() => {
+    if (!touched && top) setSelection({ host: top.host, indexes: [...top.gpu_indexes] });
+  }, [touched, top]);
+
+  const changeRecipe = (r: string) => {
+    setRecipe(r);
+    setValues(defaults(recipeSpec(r)));
+    setName(`${r}-${stamp()}`);
+    setServerErrors({});
+  };
+  const setField = (k: string, v: string) => {
+    setValues((old) => ({ ...old, [k]: v }));
+    setServerErrors(({ [k]: _drop, ...rest }) => rest);
+  };
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    if (!ok || submitting) return;
+    setSubmitting(true);
+    setSubmitError(null);
+    try {
+      const t = await endpoints.createTraining({
+        name: name.trim(),
+        recipe,
+        config,
+        gpu_ids: selection.indexes.length ? selection.indexes : null,
+        host: selection.host,
+        distributed: selection.indexes.length > 1,
+      });
+      navigate(`/trainings/${t.id}`);
+    } catch (err) {
+      const ae = err as ApiError;
+      const fields: Record<string, string> = {};
+      for (const [k, v] of Object.entries(ae.fields ?? {})) fields[k.replace(/^config\./, '')] = v;
+      setServerErrors(fields);
+      setSubmitError(ae.message);
+    } finally {
+      setSubmitting(false);
+    }
+  };
+
+  const selErr = serverErrors.gpu_ids ?? serverErrors.host ?? serverErrors.world_size;
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2>New training</h2>
+      </div>
+      <form onSubmit={submit} noValidate aria-label="New training">
+        <div className="panel">
+          <h3>Recipe</h3>
+          <div className="form-grid">
+            <div className="field">
+              <label htmlFor="t-name">Name</label>
+              <input id="t-name" value={name} onChange={(e) => setName(e.target.value)} aria-invalid={!!serverErrors.name} required />
+              {serverErrors.name && <span className="field-error">{serverErrors.name}</span>}
+            </div>
+            <div className="field">
+              <label htmlFor="t-recipe">Recipe</label>
+              <select id="t-recipe" value={recipe} onChange={(e) => changeRecipe(e.target.value)}>
+                {RECIPES.map((r) => (
+                  <option key={r.name} value={r.name}>
+                    {r.name}
+                  </option>
+                ))}
+              </select>
+              <span className="field-help">{spec.description}</span>
+            </div>
+          </div>
+        </div>
+        <div className="panel">
+          <h3>Config</h3>
+          <div className="form-grid">
+            {spec.fields.map((f) => (
+              <ConfigField key={f.name} f={f} value={values[f.name] ?? ''} error={errors[f.name] ?? serverErrors[f.name]} onChange={(v) => setField(f.name, v)} />
+            ))}
+          </div>
+        </div>
+        <div className="panel">
+          <h3>GPUs</h3>
+          <div className="estimate" data-testid="estimate">
+            <span>
+              Memory per GPU: <b>{advice.needBytes != null ? fmtBytes(advice.needBytes) : ok ? 'estimating…' : 'fix the config first'}</b>
+            </span>
+            {advice.estimateNote && <span className="muted">{advice.estimateNote}</span>}
+            <span className="field" style={{ flexDirection: 'row', alignItems: 'center', gap: '0.5rem' }}>
+              <label htmlFor="t-count">GPUs wanted</label>
+              <input id="t-count" type="number" min={1} max={64} value={count} style={{ width: '5rem' }} onChange={(e) => setCount(Math.max(1, Number(e.target.value) || 1))} />
+            </span>
+            {touched && top && (
+              <button type="button" onClick={() => setTouched(false)}>
+                Use recommended
+              </button>
+            )}
+          </div>
+          {top && (
+            <div className="candidates">
+              Recommended: {top.host} GPU {top.gpu_indexes.join(', ')} ({top.connection}) — {top.reasons.join('; ')}
+            </div>
+          )}
+          {advice.refused && <div className="banner-error">{advice.refused}</div>}
+          {!advice.refused && advice.waitReason && <div className="candidates">Nothing fits now: {advice.waitReason}</div>}
+          {advice.adviceError && <div className="field-help">Could not get a recommendation: {advice.adviceError}</div>}
+          <GpuSelector
+            gpus={fleet.gpus}
+            selection={selection}
+            onChange={(s) => {
+              setTouched(true);
+              setSelection(s);
+              setServerErrors(({ gpu_ids: _a, host: _b, world_size: _c, ...rest }) => rest);
+            }}
+            needBytes={advice.needBytes}
+            recommended={top}
+            problems={advice.problems}
+            warnings={advice.warnings}
+          />
+          {selErr && <div className="field-error">{selErr}</div>}
+          <p className="field-help">
+            {selection.indexes.length === 0
+              ? 'No GPU selected: the server chooses when the training is scheduled.'
+              : `${selection.indexes.length} GPU${selection.indexes.length > 1 ? 's (distributed, one rank per GPU)' : ''} on ${selection.host}.`}
+          </p>
+        </div>
+        {submitError && (
+          <div className="banner banner-error" role="alert">
+            {submitError}
+          </div>
+        )}
+        <div className="actions">
+          <button type="submit" className="primary" disabled={!ok || submitting || !name.trim()}>
+            {submitting ? 'Starting…' : 'Start training'}
+          </button>
+          {!ok && <span className="field-error">Fix the highlighted fields.</span>}
+        </div>
+      </form>
+    </div>
+  );
+}

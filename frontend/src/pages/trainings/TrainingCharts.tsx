@@ -1,0 +1,107 @@
+import { useMemo } from 'react';
+import { endpoints } from '../../api/endpoints';
+import type { Training, TrainingMetric } from '../../api/types';
+import { useQuery } from '../../api/useQuery';
+import { Chart } from '../../components/Chart';
+import { fmtLoss } from '../../lib/format';
+import { columnsFor } from '../history/history';
+
+const PALETTE = ['#4fb3ff', '#f5b945', '#62d48f', '#b48cff', '#ff6b6b', '#5ce1e6', '#ff9f5c', '#e6e65c'];
+/** Metric keys that are not parts of the loss. */
+const NOT_PARTS = new Set(['samples_per_s', 'lr', 'tokens_per_s', 'grad_norm', 'step_time', 'epoch']);
+
+export function lossParts(metrics: TrainingMetric[]): string[] {
+  const keys = new Set<string>();
+  for (const m of metrics.slice(-50)) for (const k of Object.keys(m.metrics ?? {})) if (!NOT_PARTS.has(k) && k !== 'loss') keys.add(k);
+  return [...keys].sort();
+}
+
+export function LossChart({ metrics }: { metrics: TrainingMetric[] }) {
+  const parts = useMemo(() => lossParts(metrics), [metrics]);
+  const series = useMemo(() => [{ label: 'loss', color: PALETTE[0], width: 2 }, ...parts.map((p, i) => ({ label: p, color: PALETTE[(i + 1) % PALETTE.length], width: 1.5 }))], [parts]);
+  const data = useMemo(
+    () => [metrics.map((m) => m.step), metrics.map((m) => m.loss), ...parts.map((p) => metrics.map((m) => m.metrics?.[p] ?? null))],
+    [metrics, parts],
+  );
+  return <Chart series={series} data={data} height={240} time={false} yFormat={fmtLoss} testId="loss-chart" />;
+}
+
+export function ThroughputChart({ metrics }: { metrics: TrainingMetric[] }) {
+  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => m.metrics?.samples_per_s ?? null)], [metrics]);
+  return <Chart series={[{ label: 'samples/s', color: PALETTE[2], fill: true }]} data={data} height={160} time={false} yFormat={(v) => v.toFixed(0)} testId="throughput-chart" />;
+}
+
+/** Ranks whose newest step time is well above the median (the straggler rule of thumb). */
+export function stragglers(times: number[], factor = 1.3): Set<number> {
+  if (times.length < 2) return new Set();
+  const sorted = [...times].sort((a, b) => a - b);
+  const median = sorted[Math.floor(sorted.length / 2)];
+  return new Set(times.flatMap((t, i) => (median > 0 && t > factor * median ? [i] : [])));
+}
+
+export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {
+  const withRanks = useMemo(() => metrics.filter((m) => m.rank_step_times?.length), [metrics]);
+  const latest = withRanks.length ? withRanks[withRanks.length - 1].rank_step_times! : [];
+  const slow = stragglers(latest);
+  const nRanks = latest.length;
+  const series = useMemo(() => Array.from({ length: nRanks }, (_, r) => ({ label: `rank ${r}`, color: PALETTE[r % PALETTE.length], width: 1.5 })), [nRanks]);
+  const data = useMemo(
+    () => [withRanks.map((m) => m.step), ...Array.from({ length: nRanks }, (_, r) => withRanks.map((m) => (m.rank_step_times?.[r] ?? null) as number | null))],
+    [withRanks, nRanks],
+  );
+  if (nRanks === 0) return <p className="muted">No per-rank step times reported yet.</p>;
+  const max = Math.max(...latest, 1e-9);
+  return (
+    <div data-testid="rank-times">
+      <div className="ranks" aria-label="Newest step time per rank">
+        {latest.map((t, r) => (
+          <div key={r} className={`rank${slow.has(r) ? ' straggler' : ''}`} title={`rank ${r}: ${(t * 1000).toFixed(1)} ms${slow.has(r) ? ' (straggler)' : ''}`}>
+            <span>{(t * 1000).toFixed(0)} ms</span>
+            <div className="rank-bar" style={{ height: `${Math.max(4, (t / max) * 60)}px` }} />
+            <span>
+              r{r}
+              {slow.has(r) ? ' slow' : ''}
+            </span>
+          </div>
+        ))}
+      </div>
+      <Chart series={series} data={data} height={150} time={false} yFormat={(v) => `${(v * 1000).toFixed(0)} ms`} testId="rank-chart" />
+    </div>
+  );
+}
+
+/** Utilization of the training's GPUs from the history endpoint, over the run. */
+export function RunGpuUtilization({ t }: { t: Training }) {
+  const gpus = t.host && t.gpu_ids?.length ? t.gpu_ids : [];
+  const running = !t.finished_at;
+  const from = t.started_at ?? t.created_at;
+  const key = gpus.length ? `run-util|${t.id}|${gpus.join(',')}|${t.finished_at ?? ''}` : null;
+  const q = useQuery(
+    key,
+    async (signal) => {
+      const to = t.finished_at ?? new Date().toISOString();
+      return Promise.all(gpus.map((g) => endpoints.history({ gpu: `${t.host}:${g}`, from, to, points: 300 }, signal)));
+    },
+    running ? 10_000 : undefined,
+  );
+  const data = useMemo(() => {
+    if (!q.data) return [[]];
+    const cols = q.data.map((r) => columnsFor(r, 'utilization'));
+    // Align on the first GPU's buckets (all come from the same bucketing).
+    const xs = cols[0]?.[0] ?? [];
+    return [xs, ...cols.map((c) => xs.map((x) => c[1][c[0].indexOf(x)] ?? null))];
+  }, [q.data]);
+  if (gpus.length === 0) return <p className="muted">No GPUs assigned yet.</p>;
+  if (q.error && !q.data) return <p className="field-error">GPU history unavailable: {q.error.message}</p>;
+  return (
+    <Chart
+      series={gpus.map((g, i) => ({ label: `GPU ${g}`, color: PALETTE[i % PALETTE.length] }))}
+      data={data as (number | null)[][]}
+      height={160}
+      yMin={0}
+      yMax={100}
+      yFormat={(v) => `${Math.round(v)}%`}
+      testId="run-gpu-chart"
+    />
+  );
+}

@@ -1,0 +1,152 @@
+import { useState } from 'react';
+import { Link, useParams } from 'react-router-dom';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import type { Training } from '../../api/types';
+import { ErrorState, Loading, Pill } from '../../components/States';
+import { elapsed, fmtBytes, fmtLoss } from '../../lib/format';
+import { LossChart, RankTimes, RunGpuUtilization, ThroughputChart } from './TrainingCharts';
+import { EventList, LogTail } from './TrainingLog';
+import { gpuText, Progress } from './TrainingsPage';
+import { FINAL, useTraining } from './useTraining';
+
+function CancelButton({ t, onDone }: { t: Training; onDone: () => void }) {
+  const [confirming, setConfirming] = useState(false);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  if (FINAL.has(t.status)) return null;
+  const cancel = async () => {
+    setBusy(true);
+    try {
+      await endpoints.cancelTraining(t.id);
+      setConfirming(false);
+      onDone();
+    } catch (e) {
+      setError((e as ApiError).message);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div className="actions">
+      {error && <span className="field-error">{error}</span>}
+      {confirming ? (
+        <>
+          <span>Stop every rank of this training?</span>
+          <button type="button" className="danger" onClick={cancel} disabled={busy} autoFocus>
+            {busy ? 'Cancelling…' : 'Yes, cancel it'}
+          </button>
+          <button type="button" onClick={() => setConfirming(false)}>
+            Keep running
+          </button>
+        </>
+      ) : (
+        <button type="button" className="danger" onClick={() => setConfirming(true)}>
+          Cancel training
+        </button>
+      )}
+    </div>
+  );
+}
+
+export function TrainingDetailPage() {
+  const { id = '' } = useParams();
+  const { training: t, events, metrics, error, refresh } = useTraining(id);
+  if (error && !t) return <div className="page">{error.status === 404 ? <ErrorState error={new ApiError(404, `No training with id ${id}.`)} /> : <ErrorState error={error} onRetry={refresh} />}</div>;
+  if (!t) return <Loading what="training" />;
+  const last = metrics[metrics.length - 1];
+  const reason = t.status_reason ?? (t.status === 'queued' ? t.wait_reason : null);
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2 data-testid="training-name">{t.name}</h2>
+        <span data-testid="training-status">
+          <Pill value={t.status} />
+        </span>
+        <CancelButton t={t} onDone={refresh} />
+      </div>
+      {reason && <div className={`banner ${t.status === 'failed' ? 'banner-error' : 'banner-info'}`}>{reason}</div>}
+      <div className="panel">
+        <dl className="kv">
+          <div>
+            <dt>Progress</dt>
+            <dd>
+              <Progress t={t} />
+            </dd>
+          </div>
+          <div>
+            <dt>Loss</dt>
+            <dd data-testid="last-loss">{fmtLoss(last?.loss ?? t.last_loss)}</dd>
+          </div>
+          <div>
+            <dt>Samples/s</dt>
+            <dd>{last?.metrics?.samples_per_s != null ? Math.round(last.metrics.samples_per_s) : '—'}</dd>
+          </div>
+          <div>
+            <dt>GPUs</dt>
+            <dd>
+              {gpuText(t)}
+              {t.distributed ? ` · ${t.world_size} ranks` : ''}
+            </dd>
+          </div>
+          <div>
+            <dt>Recipe</dt>
+            <dd>{t.recipe}</dd>
+          </div>
+          <div>
+            <dt>Owner</dt>
+            <dd>{t.owner}</dd>
+          </div>
+          <div>
+            <dt>Elapsed</dt>
+            <dd>{elapsed(t.started_at, t.finished_at)}</dd>
+          </div>
+          <div>
+            <dt>Memory est. / peak</dt>
+            <dd>
+              {fmtBytes(t.memory_estimate)} / {fmtBytes(t.measured_peak_memory)}
+            </dd>
+          </div>
+          <div>
+            <dt>Restarts</dt>
+            <dd>
+              {t.restarts ?? 0}
+              {t.max_restarts != null ? ` of ${t.max_restarts}` : ''}
+            </dd>
+          </div>
+        </dl>
+      </div>
+      <div className="charts-grid">
+        <div className="panel">
+          <h3>Loss</h3>
+          {metrics.length ? <LossChart metrics={metrics} /> : <p className="muted">No steps reported yet.</p>}
+        </div>
+        <div className="panel">
+          <h3>Throughput</h3>
+          {metrics.length ? <ThroughputChart metrics={metrics} /> : <p className="muted">No steps reported yet.</p>}
+        </div>
+        <div className="panel">
+          <h3>Step time per rank</h3>
+          <RankTimes metrics={metrics} />
+        </div>
+        <div className="panel">
+          <h3>GPU utilization during the run</h3>
+          <RunGpuUtilization t={t} />
+        </div>
+      </div>
+      <div className="charts-grid" style={{ marginTop: '1rem' }}>
+        <div className="panel">
+          <h3>Events</h3>
+          <EventList events={events} />
+        </div>
+        <div className="panel">
+          <h3>Log</h3>
+          <LogTail id={t.id} active={!FINAL.has(t.status)} />
+        </div>
+      </div>
+      <p>
+        <Link to="/trainings">← All trainings</Link>
+      </p>
+    </div>
+  );
+}

@@ -1,0 +1,142 @@
+import { Link, useSearchParams } from 'react-router-dom';
+import { endpoints } from '../../api/endpoints';
+import type { Training } from '../../api/types';
+import { useQuery } from '../../api/useQuery';
+import { Empty, ErrorState, Loading, Pill } from '../../components/States';
+import { elapsed, fmtLoss } from '../../lib/format';
+
+const STATUSES = ['queued', 'scheduled', 'running', 'succeeded', 'failed', 'cancelled'];
+const PAGE = 50;
+
+export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {
+  const max = t.max_steps ?? 0;
+  const frac = max ? Math.min(1, (t.step ?? 0) / max) : t.status === 'succeeded' ? 1 : 0;
+  return (
+    <div title={`step ${t.step ?? 0} of ${max || '?'}`} style={{ minWidth: 110 }}>
+      <div className="progress" role="progressbar" aria-valuemin={0} aria-valuemax={max || 100} aria-valuenow={t.step ?? 0}>
+        <div style={{ width: `${(frac * 100).toFixed(1)}%` }} />
+      </div>
+      <span className="muted" style={{ fontSize: '0.78rem' }}>
+        {t.step ?? 0} / {max || '?'}
+      </span>
+    </div>
+  );
+}
+
+export function gpuText(t: Training): string {
+  if (!t.gpu_ids?.length) return 'auto';
+  return `${t.host ? `${t.host}: ` : ''}${t.gpu_ids.join(', ')}`;
+}
+
+export function TrainingsTable({ rows }: { rows: Training[] }) {
+  return (
+    <table className="table" data-testid="trainings-table">
+      <thead>
+        <tr>
+          <th scope="col">Name</th>
+          <th scope="col">Status</th>
+          <th scope="col">Progress</th>
+          <th scope="col">Loss</th>
+          <th scope="col">GPUs</th>
+          <th scope="col">Owner</th>
+          <th scope="col">Elapsed</th>
+          <th scope="col">Created</th>
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map((t) => (
+          <tr key={t.id} data-testid={`training-row-${t.id}`}>
+            <td>
+              <Link to={`/trainings/${t.id}`}>{t.name}</Link>
+              <div className="muted" style={{ fontSize: '0.78rem' }}>
+                {t.recipe}
+              </div>
+            </td>
+            <td>
+              <Pill value={t.status} title={t.status_reason ?? t.wait_reason ?? undefined} />
+            </td>
+            <td>
+              <Progress t={t} />
+            </td>
+            <td className="num">{fmtLoss(t.last_loss)}</td>
+            <td>{gpuText(t)}</td>
+            <td>{t.owner}</td>
+            <td className="num">{elapsed(t.started_at, t.finished_at)}</td>
+            <td className="muted">{new Date(t.created_at).toLocaleString()}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+export function TrainingsPage() {
+  const [params, setParams] = useSearchParams();
+  const status = params.get('status') ?? '';
+  const owner = params.get('owner') ?? '';
+  const offset = Math.max(0, Number(params.get('offset')) || 0);
+  const set = (k: string, v: string) => {
+    const next = new URLSearchParams(params);
+    if (v) next.set(k, v);
+    else next.delete(k);
+    if (k !== 'offset') next.delete('offset');
+    setParams(next, { replace: true });
+  };
+  const q = useQuery(`trainings|${status}|${owner}|${offset}`, (s) => endpoints.trainings({ status: status || undefined, owner: owner || undefined, limit: PAGE, offset }, s), 3000);
+  const rows = q.data?.data ?? [];
+  const count = q.data?.count ?? 0;
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2>Trainings</h2>
+        <span className="muted">{q.data ? `${count} total` : ''}</span>
+        <div className="actions">
+          <Link to="/trainings/new" className="button primary">
+            New training
+          </Link>
+        </div>
+      </div>
+      <div className="filters">
+        <div className="field">
+          <label htmlFor="f-status">Status</label>
+          <select id="f-status" value={status} onChange={(e) => set('status', e.target.value)}>
+            <option value="">any</option>
+            {STATUSES.map((s) => (
+              <option key={s}>{s}</option>
+            ))}
+          </select>
+        </div>
+        <div className="field">
+          <label htmlFor="f-owner">Owner</label>
+          <input id="f-owner" value={owner} placeholder="anyone" onChange={(e) => set('owner', e.target.value)} />
+        </div>
+      </div>
+      {q.error && !q.data ? (
+        <ErrorState error={q.error} onRetry={q.reload} />
+      ) : !q.data ? (
+        <Loading what="trainings" />
+      ) : rows.length === 0 ? (
+        <Empty title={status || owner ? 'No training matches these filters.' : 'No trainings yet.'}>
+          <Link to="/trainings/new">Start one</Link> from a recipe, or submit with <code>gpufleet train</code>.
+        </Empty>
+      ) : (
+        <div className="panel">
+          <TrainingsTable rows={rows} />
+          {count > PAGE && (
+            <div className="actions" style={{ marginTop: '0.6rem' }}>
+              <button type="button" disabled={offset === 0} onClick={() => set('offset', String(Math.max(0, offset - PAGE)))}>
+                Previous
+              </button>
+              <span className="muted">
+                {offset + 1}–{Math.min(count, offset + PAGE)} of {count}
+              </span>
+              <button type="button" disabled={offset + PAGE >= count} onClick={() => set('offset', String(offset + PAGE))}>
+                Next
+              </button>
+            </div>
+          )}
+        </div>
+      )}
+    </div>
+  );
+}

@@ -1,0 +1,89 @@
+import { useCallback, useEffect, useRef, useState } from 'react';
+import { ApiError } from '../../api/client';
+import { endpoints, listOf } from '../../api/endpoints';
+import type { LiveMessage } from '../../api/live';
+import type { Training, TrainingEvent, TrainingMetric } from '../../api/types';
+import { useChannel } from '../../api/useLive';
+
+export const FINAL = new Set(['succeeded', 'failed', 'cancelled']);
+/** The most metric rows kept in the tab; beyond it every other old row is dropped. */
+export const MAX_METRICS = 4000;
+export const MAX_EVENTS = 500;
+
+export function mergeMetrics(old: TrainingMetric[], add: TrainingMetric[]): TrainingMetric[] {
+  if (add.length === 0) return old;
+  const last = old.length ? old[old.length - 1].step : -Infinity;
+  // The stream and the REST answer can overlap: keep steps strictly increasing.
+  const fresh = add.filter((m) => m.step > last);
+  let out = fresh.length ? old.concat(fresh) : old;
+  if (out.length > MAX_METRICS) {
+    // Thin the older half so the curve keeps its shape and the newest steps stay dense.
+    const half = Math.floor(out.length / 2);
+    out = out.slice(0, half).filter((_, i) => i % 2 === 0).concat(out.slice(half));
+  }
+  return out;
+}
+
+export function mergeEvents(old: TrainingEvent[], add: TrainingEvent[]): TrainingEvent[] {
+  if (add.length === 0) return old;
+  const seen = new Set(old.map((e) => e.seq));
+  const out = old.concat(add.filter((e) => !seen.has(e.seq))).sort((a, b) => a.seq - b.seq);
+  return out.length > MAX_EVENTS ? out.slice(out.length - MAX_EVENTS) : out;
+}
+
+interface FeedData {
+  training?: Training | null;
+  events?: TrainingEvent[];
+  metrics?: TrainingMetric[];
+}
+
+/**
+ * One training, live: the REST answers first (the whole metric history,
+ * downsampled by the server), then the `training:<id>` channel's snapshot and
+ * updates. A slow poll covers the time the WebSocket is down.
+ */
+export function useTraining(id: string) {
+  const [training, setTraining] = useState<Training | null>(null);
+  const [events, setEvents] = useState<TrainingEvent[]>([]);
+  const [metrics, setMetrics] = useState<TrainingMetric[]>([]);
+  const [error, setError] = useState<ApiError | null>(null);
+  const done = useRef(false);
+
+  const refresh = useCallback(async () => {
+    try {
+      const [t, ev, m] = await Promise.all([endpoints.training(id), endpoints.events(id), endpoints.metrics(id)]);
+      setTraining((old) => ({ ...(old ?? {}), ...t }));
+      setEvents((old) => mergeEvents(old, listOf(ev)));
+      setMetrics((old) => (old.length === 0 ? mergeMetrics([], listOf(m)) : mergeMetrics(old, listOf(m))));
+      setError(null);
+      done.current = FINAL.has(t.status);
+    } catch (e) {
+      setError(e as ApiError);
+    }
+  }, [id]);
+
+  useEffect(() => {
+    setTraining(null);
+    setEvents([]);
+    setMetrics([]);
+    done.current = false;
+    void refresh();
+    const timer = setInterval(() => {
+      if (!done.current) void refresh();
+    }, 4000);
+    return () => clearInterval(timer);
+  }, [id, refresh]);
+
+  const onMessage = useCallback((msg: LiveMessage) => {
+    const d = (msg.data ?? {}) as FeedData;
+    if (d.training) {
+      setTraining((old) => ({ ...(old ?? ({} as Training)), ...d.training! }));
+      done.current = FINAL.has(d.training.status);
+    }
+    if (d.events?.length) setEvents((old) => mergeEvents(old, d.events!));
+    if (d.metrics?.length) setMetrics((old) => mergeMetrics(old, d.metrics!));
+  }, []);
+  useChannel(`training:${id}`, onMessage);
+
+  return { training, events, metrics, error, refresh };
+}
