@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVE_KEY_PREFIX = "gpufleet:live:host:"
+HEALTH_KEY_PREFIX = "gpufleet:live:health:"
 
 
 def live_ttl_s(settings: Settings) -> int:
@@ -41,6 +42,15 @@ class LocalLiveStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._samples: dict[tuple[str, int], GPUSample] = {}
+        self._health: dict[str, dict] = {}
+
+    def put_health(self, host: str, health: dict) -> None:
+        with self._lock:
+            self._health[host] = health
+
+    def health(self) -> dict[str, dict]:
+        with self._lock:
+            return dict(self._health)
 
     def put_host(self, host: str, samples: list[GPUSample]) -> None:
         """Replace everything known about ``host`` (GPUs that vanished go too)."""
@@ -57,6 +67,7 @@ class LocalLiveStore:
     def clear(self) -> None:
         with self._lock:
             self._samples.clear()
+            self._health.clear()
 
 
 LOCAL = LocalLiveStore()
@@ -69,8 +80,9 @@ def redis_client(url: str) -> redis.Redis:
     return redis_mod.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
 
 
-def write_live_redis(settings: Settings, host: str, samples: list[GPUSample]) -> None:
-    """Publish ``host``'s newest samples for every API process to read."""
+def write_live_redis(settings: Settings, host: str, samples: list[GPUSample],
+                     health: dict | None = None) -> None:
+    """Publish ``host``'s newest samples (and its agent's health) for every API process to read."""
     assert settings.redis_url
     key = LIVE_KEY_PREFIX + host
     mapping = {str(s.index): json.dumps(s.to_dict()) for s in samples}
@@ -79,7 +91,23 @@ def write_live_redis(settings: Settings, host: str, samples: list[GPUSample]) ->
     if mapping:
         pipe.hset(key, mapping=mapping)
         pipe.expire(key, live_ttl_s(settings))
+    if health is not None:
+        pipe.set(HEALTH_KEY_PREFIX + host, json.dumps(health, default=str), ex=live_ttl_s(settings))
     pipe.execute()
+
+
+def read_agent_health(settings: Settings) -> dict[str, dict]:
+    """Each reporting agent's sampler and writer health, by host name."""
+    if settings.redis_url:
+        try:
+            client = redis_client(settings.redis_url)
+            keys = sorted(client.scan_iter(match=HEALTH_KEY_PREFIX + "*", count=500))
+            values = client.mget(keys) if keys else []
+            return {k.decode().removeprefix(HEALTH_KEY_PREFIX): json.loads(v)
+                    for k, v in zip(keys, values, strict=True) if v}
+        except Exception as exc:  # noqa: BLE001
+            log.warning("cannot read agent health from Redis: %s", exc)
+    return LOCAL.health()
 
 
 def _read_redis(url: str) -> list[GPUSample]:
