@@ -1,0 +1,128 @@
+"""GPU metrics over HTTP: downsampled history, the live view, and Prometheus ``/metrics``."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from gpufleet.api.deps import SessionDep, SettingsDep
+from gpufleet.db.models import Training
+from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
+from gpufleet.telemetry.history import GPURef, HistoryError, HistoryQuery, query_history
+from gpufleet.telemetry.live import read_live_samples
+
+router = APIRouter()
+
+
+class HistoryPoint(BaseModel):
+    t: datetime
+    samples: int
+    utilization_min: float | None = None
+    utilization_avg: float | None = None
+    utilization_max: float | None = None
+    memory_used_min: float | None = None
+    memory_used_avg: float | None = None
+    memory_used_max: float | None = None
+    temperature_min: float | None = None
+    temperature_avg: float | None = None
+    temperature_max: float | None = None
+    power_draw_min: float | None = None
+    power_draw_avg: float | None = None
+    power_draw_max: float | None = None
+
+
+class HistorySeries(BaseModel):
+    host: str | None
+    gpu_index: int | None
+    points: list[HistoryPoint]
+
+
+class HistoryPublic(BaseModel):
+    start: datetime
+    end: datetime
+    step_s: float
+    source: str
+    aggregate: bool
+    series: list[HistorySeries]
+
+
+class LivePublic(BaseModel):
+    gpus: list[dict[str, Any]]
+    aggregate: dict[str, Any]
+    hosts: dict[str, dict[str, Any]]
+    trainings: dict[str, dict[str, Any]]
+
+
+def _parse_time(name: str, value: str | None, default: datetime) -> datetime:
+    if value is None or value == "":
+        return default
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "+"))
+    except ValueError:
+        raise HTTPException(422, f"{name}={value!r} is not a time; use ISO 8601 such as 2026-11-21T10:00:00Z") from None
+    if t.tzinfo is None:
+        raise HTTPException(422, f"{name}={value!r} has no time zone; add Z or +00:00")
+    return t
+
+
+@router.get(
+    "/api/v1/system/metrics/history",
+    response_model=HistoryPublic,
+    operation_id="metrics-history",
+    tags=["metrics"],
+)
+def metrics_history(
+    settings: SettingsDep,
+    gpu: Annotated[list[str] | None, Query(description="index or host:index; repeat or comma-separate")] = None,
+    host: Annotated[str | None, Query(description="only this host's GPUs")] = None,
+    from_: Annotated[str | None, Query(alias="from", description="ISO 8601 start (default: 1 h before to)")] = None,
+    to: Annotated[str | None, Query(description="ISO 8601 end (default: now)")] = None,
+    points: Annotated[int, Query(description="at most this many buckets per GPU")] = 300,
+    aggregate: Annotated[bool, Query(description="one series over all selected GPUs")] = False,
+) -> HistoryPublic:
+    """At most ``points`` buckets per GPU, each with min/avg/max, bucketed in the database."""
+    end = _parse_time("to", to, datetime.now(timezone.utc))
+    start = _parse_time("from", from_, end - timedelta(hours=1))
+    try:
+        refs = tuple(GPURef.parse(p) for g in (gpu or []) for p in g.split(",") if p.strip())
+        q = HistoryQuery(start=start, end=end, points=points, gpus=refs, host=host, aggregate=aggregate)
+        res = query_history(settings, q)
+    except HistoryError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return HistoryPublic(
+        start=res.start, end=res.end, step_s=res.step_s, source=res.source, aggregate=aggregate,
+        series=[HistorySeries(host=s.host, gpu_index=s.gpu_index,
+                              points=[HistoryPoint(**p) for p in s.points]) for s in res.series],
+    )
+
+
+@router.get("/api/v1/system/metrics/live", response_model=LivePublic, operation_id="metrics-live", tags=["metrics"])
+def metrics_live(settings: SettingsDep, sess: SessionDep) -> LivePublic:
+    """The newest sample of every GPU, the aggregates, and who holds each GPU."""
+    samples = read_live_samples(settings)
+    ids = {p.training_id for s in samples for p in s.processes if p.training_id}
+    trainings: dict[str, dict[str, Any]] = {}
+    if ids:
+        for t in sess.scalars(select(Training).where(Training.id.in_(list(ids)))):
+            trainings[str(t.id)] = {"name": t.name, "owner": t.owner, "status": t.status, "step": t.step,
+                                    "max_steps": t.max_steps}
+    return LivePublic(
+        gpus=[s.to_dict() for s in samples],
+        aggregate=compute_aggregated(samples).to_dict(),
+        hosts={h: a.to_dict() for h, a in aggregate_by_host(samples).items()},
+        trainings=trainings,
+    )
+
+
+@router.get("/metrics", include_in_schema=False)
+def prometheus_metrics(settings: SettingsDep) -> Response:
+    """Prometheus exposition: dcgm-exporter's names for GPUs, ``gpufleet_*`` for the rest."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from gpufleet.telemetry.prometheus import render
+
+    return Response(render(settings), media_type=CONTENT_TYPE_LATEST)

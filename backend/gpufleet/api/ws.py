@@ -1,0 +1,169 @@
+"""``/api/v1/ws``: the live stream, one WebSocket with dynamic subscriptions.
+
+Protocol (JSON text frames):
+
+- client → server: ``{"op": "subscribe", "channel": "gpu:a100-01:0", "since": 41, "epoch": "…"}``
+  (``since``/``epoch`` only when resuming; ``"channels": [...]`` subscribes
+  several), ``{"op": "unsubscribe", "channel": …}``, ``{"op": "ping"}``.
+- server → client: ``hello`` (with the hub's ``epoch``), ``snapshot`` (the
+  channel's whole state and its current ``seq``), ``update`` (``seq`` + 1),
+  ``resumed`` (after replaying what a reconnecting client missed), ``error``
+  (what to fix), ``pong``; several messages may come as one ``batch``.
+
+Channels: ``gpu:<host>:<index>``, ``host:<name>``, ``aggregate``,
+``training:<id>``. See :mod:`gpufleet.telemetry.stream` for sequence numbers,
+resume and slow clients.
+
+Authentication runs before ``accept()`` through a hook,
+``app.state.ws_authenticate(websocket, settings) -> user | None`` (sync or
+async); by default :func:`gpufleet.api.auth.authenticate_websocket`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
+
+from gpufleet.config import Settings
+from gpufleet.events import TELEMETRY_SAMPLES, get_bus
+from gpufleet.telemetry.stream import ChannelError, Client, Hub, StreamConfig
+from gpufleet.telemetry.training_feed import TrainingFeed
+
+log = logging.getLogger(__name__)
+
+WS_PATH = "/api/v1/ws"
+router = APIRouter()
+
+
+def _default_authenticate(websocket: WebSocket, settings: Settings) -> Any:
+    from gpufleet.api.auth import authenticate_websocket
+
+    return authenticate_websocket(websocket, settings)
+
+
+@dataclass
+class LiveStream:
+    hub: Hub
+    feed: TrainingFeed
+    unsubscribe_bus: Any = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        if self.unsubscribe_bus:
+            self.unsubscribe_bus()
+        for t in self.tasks:
+            t.cancel()
+
+
+def get_stream(app: FastAPI) -> LiveStream:
+    """This app's hub, created on first use on the running event loop."""
+    stream: LiveStream | None = getattr(app.state, "live_stream", None)
+    if stream is not None:
+        return stream
+    settings: Settings = app.state.settings
+    hub = Hub(getattr(app.state, "stream_config", None) or StreamConfig())
+    hub.attach_loop(asyncio.get_running_loop())
+    feed = TrainingFeed(hub, settings)
+    hub.on_first_subscriber = feed.start
+    # Start from what is known now, so the first snapshot is not empty.
+    from gpufleet.telemetry.live import read_live_samples
+
+    by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in read_live_samples(settings):
+        by_host[s.host].append(s.to_dict())
+    for host, samples in by_host.items():
+        hub.ingest({"host": host, "samples": samples})
+    stream = LiveStream(hub, feed)
+    stream.unsubscribe_bus = get_bus(settings).subscribe(TELEMETRY_SAMPLES, hub.on_bus_message)
+
+    async def expire() -> None:
+        while True:
+            await asyncio.sleep(30)
+            hub.expire_idle()
+
+    stream.tasks.append(asyncio.get_running_loop().create_task(expire()))
+    app.state.live_stream = stream
+    return stream
+
+
+def _error(client: Client, message: str, **extra: Any) -> None:
+    client.enqueue("", json.dumps({"type": "error", "message": message, **extra}))
+
+
+async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
+    try:
+        msg = json.loads(raw)
+    except ValueError:
+        _error(client, 'frames must be JSON objects such as {"op": "subscribe", "channel": "aggregate"}')
+        return
+    if not isinstance(msg, dict):
+        _error(client, 'frames must be JSON objects such as {"op": "subscribe", "channel": "aggregate"}')
+        return
+    op = msg.get("op")
+    if op == "ping":
+        client.enqueue("", json.dumps({"type": "pong"}))
+        return
+    if op not in ("subscribe", "unsubscribe"):
+        _error(client, f"unknown op {op!r}; use subscribe, unsubscribe or ping")
+        return
+    names = msg.get("channels") if "channels" in msg else [msg.get("channel")]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        _error(client, f"{op} needs \"channel\": a name, or \"channels\": a list of names")
+        return
+    since = msg.get("since")
+    if since is not None and (not isinstance(since, int) or isinstance(since, bool) or since < 0):
+        _error(client, "since must be the last seq you received (an integer >= 0)")
+        return
+    epoch = msg.get("epoch")
+    for name in names:
+        if op == "unsubscribe":
+            stream.hub.unsubscribe(client, name)
+            client.enqueue(name, json.dumps({"type": "unsubscribed", "channel": name}))
+            continue
+        try:
+            await stream.feed.prepare(name)
+            if client.closed:
+                return
+            stream.hub.subscribe(client, name, since=since, epoch=epoch if isinstance(epoch, str) else None)
+        except ChannelError as exc:
+            _error(client, str(exc), channel=name)
+
+
+@router.websocket(WS_PATH)
+async def live_stream(websocket: WebSocket) -> None:
+    settings: Settings = websocket.app.state.settings
+    hook = getattr(websocket.app.state, "ws_authenticate", None) or _default_authenticate
+    user = hook(websocket, settings)
+    if inspect.isawaitable(user):
+        user = await user
+    if user is None:
+        await websocket.close(code=1008, reason="sign in first (session cookie or ticket from /api/v1/auth/ws-ticket)")
+        return
+    await websocket.accept()
+    stream = get_stream(websocket.app)
+
+    async def close(code: int, reason: str) -> None:
+        await websocket.close(code=code, reason=reason)
+
+    client = Client(stream.hub, websocket.send_text, close)
+    client.start()
+    client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
+                                   "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))
+    try:
+        while not client.closed:
+            raw = await websocket.receive_text()
+            await _handle(stream, client, raw)
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        client.closed = True
+        stream.hub.detach(client)
+        if client.task is not None:
+            client.task.cancel()

@@ -1,0 +1,145 @@
+"""Prometheus exposition of the live fleet.
+
+GPU series use dcgm-exporter's names, units and labels (``gpu``, ``UUID``,
+``device``, ``modelName``, ``Hostname``) so that existing Grafana dashboards
+built for dcgm-exporter work unchanged: utilization in percent, framebuffer
+in MiB, temperature in °C, power in W, clocks in MHz. What dcgm-exporter has
+no name for, and everything about trainings, the queue and the sampler
+itself, is under ``gpufleet_*``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from sqlalchemy import func, select
+
+from gpufleet.config import Settings
+from gpufleet.db.models import TRAINING_STATUSES, Training
+from gpufleet.db.session import session_scope
+from gpufleet.telemetry.live import read_agent_health, read_live_samples
+from gpufleet.telemetry.sample import GPUSample
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
+
+# (name, help, value from a sample)
+DCGM_GAUGES: list[tuple[str, str, Callable[[GPUSample], float | None]]] = [
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda s: s.utilization),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda s: s.memory_util),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+     lambda s: None if s.memory_used is None else s.memory_used / MIB),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+     lambda s: None if s.memory_free is None else s.memory_free / MIB),
+    ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).",
+     lambda s: None if s.memory_total is None else s.memory_total / MIB),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda s: s.temperature),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda s: s.power_draw),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", lambda s: s.power_limit),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda s: s.sm_clock),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda s: s.mem_clock),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "PCIe transmitted bytes per second.", lambda s: s.pcie_tx),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "PCIe received bytes per second.", lambda s: s.pcie_rx),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "NVLink transmitted bytes per second.", lambda s: s.nvlink_tx),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "NVLink received bytes per second.", lambda s: s.nvlink_rx),
+]
+
+
+def _labels(s: GPUSample) -> list[str]:
+    return [str(s.index), s.uuid or "", f"nvidia{s.index}" if (s.vendor or "nvidia") == "nvidia" else f"gpu{s.index}",
+            s.name or "", s.host]
+
+
+class FleetCollector:
+    """Reads the live view (and the database for trainings) on every scrape."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        samples = read_live_samples(self.settings)
+        for name, help_, get in DCGM_GAUGES:
+            fam = GaugeMetricFamily(name, help_, labels=GPU_LABELS)
+            for s in samples:
+                v = None if s.lost else get(s)
+                if v is not None:
+                    fam.add_metric(_labels(s), float(v))
+            yield fam
+        yield from self._gpufleet_gpu(samples)
+        yield from self._trainings()
+        yield from self._health()
+
+    def _gpufleet_gpu(self, samples: list[GPUSample]) -> Iterator[Metric]:
+        lost = GaugeMetricFamily("gpufleet_gpu_lost", "1 when the GPU stopped answering.", labels=GPU_LABELS)
+        ecc = GaugeMetricFamily("gpufleet_gpu_ecc_errors", "Uncorrected ECC errors (volatile).", labels=GPU_LABELS)
+        xid = CounterMetricFamily("gpufleet_gpu_xid_errors", "XID errors seen since the agent started.",
+                                  labels=GPU_LABELS)
+        procs = GaugeMetricFamily("gpufleet_gpu_processes", "Processes on the GPU, by owner kind.",
+                                  labels=[*GPU_LABELS, "kind"])
+        held = GaugeMetricFamily("gpufleet_gpu_training_info", "1 for the training that holds the GPU.",
+                                 labels=[*GPU_LABELS, "training_id"])
+        for s in samples:
+            lab = _labels(s)
+            lost.add_metric(lab, 1.0 if s.lost else 0.0)
+            if s.ecc_errors is not None:
+                ecc.add_metric(lab, float(s.ecc_errors))
+            if s.xid_errors is not None:
+                xid.add_metric(lab, float(s.xid_errors))
+            foreign = sum(1 for p in s.processes if p.foreign)
+            procs.add_metric([*lab, "foreign"], float(foreign))
+            procs.add_metric([*lab, "training"], float(len(s.processes) - foreign))
+            if s.job_id is not None:
+                held.add_metric([*lab, str(s.job_id)], 1.0)
+        yield from (lost, ecc, xid, procs, held)
+
+    def _trainings(self) -> Iterator[Metric]:
+        by_status = GaugeMetricFamily("gpufleet_trainings", "Trainings by status.", labels=["status"])
+        queue = GaugeMetricFamily("gpufleet_queue_length", "Trainings waiting for GPUs.")
+        try:
+            with session_scope(self.settings) as sess:
+                counts = dict(sess.execute(select(Training.status, func.count()).group_by(Training.status)).all())
+        except Exception as exc:  # noqa: BLE001 - a scrape still shows the GPUs while the database is away
+            log.warning("cannot count trainings for /metrics: %s", exc)
+            return
+        for st in TRAINING_STATUSES:
+            by_status.add_metric([st], float(counts.get(st, 0)))
+        queue.add_metric([], float(counts.get("queued", 0)))
+        yield by_status
+        yield queue
+
+    def _health(self) -> Iterator[Metric]:
+        health = read_agent_health(self.settings)
+        specs: list[tuple[str, str, str, type]] = [
+            ("gpufleet_sampler_samples", "Samples taken by the agent.", "samples_total", CounterMetricFamily),
+            ("gpufleet_sampler_errors", "Sampling rounds that failed.", "sample_errors_total", CounterMetricFamily),
+            ("gpufleet_sampler_last_sample_timestamp_seconds", "Unix time of the newest sample.",
+             "last_sample_unix", GaugeMetricFamily),
+            ("gpufleet_sampler_duration_seconds", "How long the newest sampling round took.",
+             "last_duration_s", GaugeMetricFamily),
+            ("gpufleet_sampler_disabled_fields", "Fields no longer asked of a GPU (not supported).",
+             "disabled_fields", GaugeMetricFamily),
+            ("gpufleet_metrics_buffered_rows", "History rows waiting for the database.", "buffered",
+             GaugeMetricFamily),
+            ("gpufleet_metrics_written_rows", "History rows written.", "written_total", CounterMetricFamily),
+            ("gpufleet_metrics_dropped_rows", "History rows dropped because the buffer overflowed.",
+             "dropped_total", CounterMetricFamily),
+        ]
+        for name, help_, key, cls in specs:
+            fam = cls(name, help_, labels=["Hostname"])
+            for host, h in sorted(health.items()):
+                v: Any = h.get(key)
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    fam.add_metric([host], float(v))
+            yield fam
+
+
+def render(settings: Settings) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(settings))
+    return generate_latest(registry)
