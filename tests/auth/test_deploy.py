@@ -1,0 +1,152 @@
+"""The deployment files: docker-compose.yml is checked by structure (Docker cannot
+run here), the health-check script is run for real."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Host
+from gpufleet.db.session import session_scope, upgrade_database
+from gpufleet.db.types import utcnow
+
+ROOT = Path(__file__).resolve().parents[2]
+HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _env(service: dict) -> dict[str, str]:
+    return {k: str(v) for k, v in service["environment"].items()}
+
+
+def test_services_health_checks_and_order(compose: dict) -> None:
+    services = compose["services"]
+    assert {"postgres", "redis", "api", "worker", "migrate"} <= set(services)
+    for name in ("postgres", "redis", "api", "worker"):
+        hc = services[name]["healthcheck"]
+        assert hc["test"][0] in ("CMD", "CMD-SHELL") and len(hc["test"]) > 1, name
+    for name in ("api", "worker"):
+        deps = services[name]["depends_on"]
+        assert deps["postgres"]["condition"] == "service_healthy"
+        assert deps["redis"]["condition"] == "service_healthy"
+        assert deps["migrate"]["condition"] == "service_completed_successfully"
+    assert services["migrate"]["command"] == ["gpufleet", "db", "upgrade"]
+
+
+def test_volumes_are_declared_and_used(compose: dict) -> None:
+    declared = set(compose["volumes"])
+    used = set()
+    for svc in compose["services"].values():
+        for v in svc.get("volumes", []):
+            source = v.split(":", 1)[0]
+            if not source.startswith(("/", ".", "$")):
+                used.add(source)
+    assert used and used <= declared
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in compose["services"]["postgres"]["volumes"])
+    # Training data is mounted read-only into the worker.
+    assert any(v.endswith(":/data:ro") for v in compose["services"]["worker"]["volumes"])
+
+
+def test_api_is_safe_on_the_network(compose: dict) -> None:
+    api = compose["services"]["api"]
+    cmd = api["command"]
+    assert cmd[:2] == ["gpufleet", "serve"] and cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    env = _env(api)
+    assert env["GPUFLEET_AUTH"] == "on"
+    # The secret must come from .env, and compose must refuse to start without it.
+    assert re.fullmatch(r"\$\{GPUFLEET_SECRET_KEY:\?.+\}", env["GPUFLEET_SECRET_KEY"])
+    assert env["GPUFLEET_DATABASE_URL"].startswith("postgresql+psycopg://")
+    assert env["GPUFLEET_REDIS_URL"].startswith("redis://redis:")
+    # Published on the host's loopback only: the TLS proxy is the way in.
+    assert all(p.startswith("127.0.0.1:") for p in api["ports"])
+
+
+def test_worker_gets_the_gpus(compose: dict) -> None:
+    worker = compose["services"]["worker"]
+    assert worker["command"][:3] == ["gpufleet", "worker", "--host-name"]
+    devices = worker["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    assert _env(worker)["GPUFLEET_AUTH"] == "on"
+
+
+def test_env_example_names_every_variable_compose_needs(compose: dict) -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    needed = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", text))
+    example = {
+        line.split("=", 1)[0]
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    assert needed <= example, needed - example
+    assert "GPUFLEET_SECRET_KEY" in example and "POSTGRES_PASSWORD" in example
+
+
+def test_systemd_units_and_proxy_config() -> None:
+    api = (ROOT / "deploy/systemd/gpufleet-api.service").read_text()
+    assert "ExecStartPre=/opt/gpufleet/venv/bin/gpufleet db upgrade" in api
+    assert "--host 127.0.0.1" in api and "EnvironmentFile=" in api
+    worker = (ROOT / "deploy/systemd/gpufleet-worker.service").read_text()
+    assert "gpufleet worker --host-name" in worker and "PrivateDevices=yes" not in worker
+    nginx = (ROOT / "deploy/nginx/gpufleet.conf").read_text()
+    assert "ssl_certificate" in nginx and "proxy_set_header Upgrade $http_upgrade" in nginx
+    assert "location /api/v1/ws" in nginx and "X-Forwarded-Proto" in nginx
+
+
+def _run_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HEALTHCHECK), *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_api_healthcheck_follows_the_server() -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        status = 200
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(Handler.status)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:  # noqa: ANN002
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/healthz"
+    try:
+        assert _run_check("api", "--url", url).returncode == 0
+        Handler.status = 503
+        r = _run_check("api", "--url", url)
+        assert r.returncode == 1 and "503" in r.stderr
+    finally:
+        server.shutdown()
+    r = _run_check("api", "--url", url)
+    assert r.returncode == 1 and "not reachable" in r.stderr
+
+
+def test_worker_healthcheck_follows_the_heartbeat(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    upgrade_database(settings)
+    env = {**os.environ, "GPUFLEET_HOST_NAME": "hc-host"}
+    r = _run_check("worker", env=env)
+    assert r.returncode == 1 and "not registered" in r.stderr
+    with session_scope(settings) as sess:
+        sess.add(Host(name="hc-host", last_heartbeat=utcnow()))
+    assert _run_check("worker", env=env).returncode == 0
+    with session_scope(settings) as sess:
+        from sqlalchemy import update
+
+        sess.execute(update(Host).where(Host.name == "hc-host").values(last_heartbeat=utcnow() - timedelta(minutes=5)))
+    r = _run_check("worker", env=env)
+    assert r.returncode == 1 and "last heartbeat" in r.stderr
