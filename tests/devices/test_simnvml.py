@@ -206,7 +206,7 @@ def _inject_later(state_dir: str) -> None:
 def test_event_wait_sees_an_xid_from_another_process(nvml, sim_settings):
     es = nvml.nvmlEventSetCreate()
     nvml.nvmlDeviceRegisterEvents(nvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlEventTypeXidCriticalError, es)
-    p = mp.get_context("spawn").Process(target=_inject_later, args=(str(sim_settings.sim_state_dir),))
+    p = mp.get_context("fork").Process(target=_inject_later, args=(str(sim_settings.sim_state_dir),))
     p.start()
     try:
         assert nvml.nvmlEventSetWait_v2(es, 10_000).eventData == 48
@@ -236,7 +236,7 @@ def _add_many(state_dir: str, gpu: int, count: int) -> None:
 
 
 def test_concurrent_writers_lose_no_update(sim_settings):
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_add_many, args=(str(sim_settings.sim_state_dir), i, 15)) for i in range(3)]
     for p in procs:
         p.start()
