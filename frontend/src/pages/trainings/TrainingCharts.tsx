@@ -31,12 +31,20 @@ export function ThroughputChart({ metrics }: { metrics: TrainingMetric[] }) {
   return <Chart series={[{ label: 'samples/s', color: PALETTE[2], fill: true }]} data={data} height={160} time={false} yFormat={(v) => v.toFixed(0)} testId="throughput-chart" />;
 }
 
-/** Ranks whose newest step time is well above the median (the straggler rule of thumb). */
+/**
+ * Ranks whose newest step time is well above the others'. Each rank is
+ * compared with the median of the other ranks, so that with two ranks the slow
+ * one does not set the bar it is measured against.
+ */
 export function stragglers(times: number[], factor = 1.3): Set<number> {
   if (times.length < 2) return new Set();
-  const sorted = [...times].sort((a, b) => a - b);
-  const median = sorted[Math.floor(sorted.length / 2)];
-  return new Set(times.flatMap((t, i) => (median > 0 && t > factor * median ? [i] : [])));
+  const out = new Set<number>();
+  times.forEach((t, i) => {
+    const others = times.filter((_, j) => j !== i).sort((a, b) => a - b);
+    const median = others[Math.floor((others.length - 1) / 2)];
+    if (median > 0 && t > factor * median) out.add(i);
+  });
+  return out;
 }
 
 export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {

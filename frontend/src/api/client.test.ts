@@ -1,0 +1,57 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { ApiError, api, buildUrl, describeError, onAuthRequired } from './client';
+
+function respond(status: number, body: unknown) {
+  return vi.spyOn(globalThis, 'fetch').mockResolvedValue(new Response(body === undefined ? '' : JSON.stringify(body), { status }));
+}
+
+afterEach(() => vi.restoreAllMocks());
+
+describe('request module', () => {
+  it('builds URLs under /api/v1 and drops empty query values', () => {
+    expect(buildUrl('/trainings', { status: 'running', owner: '', limit: 50, x: null })).toBe('/api/v1/trainings?status=running&limit=50');
+    expect(buildUrl('/system/gpus')).toBe('/api/v1/system/gpus');
+  });
+
+  it('sends JSON with the session cookie and returns the parsed body', async () => {
+    const f = respond(200, { data: [], count: 0 });
+    await expect(api.post('/trainings', { name: 'a' })).resolves.toEqual({ data: [], count: 0 });
+    const [url, init] = f.mock.calls[0];
+    expect(url).toBe('/api/v1/trainings');
+    expect(init?.credentials).toBe('same-origin');
+    expect(init?.body).toBe('{"name":"a"}');
+    expect((init?.headers as Record<string, string>)['Content-Type']).toBe('application/json');
+  });
+
+  it('turns a FastAPI detail string into the error message', async () => {
+    respond(409, { detail: 'GPU 7 does not exist on host a100-01; it has GPUs 0–3' });
+    await expect(api.get('/x')).rejects.toMatchObject({ status: 409, message: 'GPU 7 does not exist on host a100-01; it has GPUs 0–3' });
+  });
+
+  it('maps 422 items to fields without the body prefix', () => {
+    const e = describeError(422, { detail: [{ loc: ['body', 'config', 'lr'], msg: 'must be > 0' }] });
+    expect(e.message).toBe('config.lr: must be > 0');
+    expect(e.fields).toEqual({ 'config.lr': 'must be > 0' });
+  });
+
+  it('says the server is unreachable when fetch fails', async () => {
+    vi.spyOn(globalThis, 'fetch').mockRejectedValue(new TypeError('Failed to fetch'));
+    const err = (await api.get('/system/gpus').catch((e) => e)) as ApiError;
+    expect(err).toBeInstanceOf(ApiError);
+    expect(err.unreachable).toBe(true);
+    expect(err.message).toMatch(/cannot be reached/);
+  });
+
+  it('tells listeners when sign-in is needed', async () => {
+    respond(401, { detail: 'sign in first' });
+    const seen = vi.fn();
+    const off = onAuthRequired(seen);
+    await api.get('/trainings').catch(() => undefined);
+    off();
+    expect(seen).toHaveBeenCalledTimes(1);
+  });
+
+  it('never shows a bare 500', () => {
+    expect(describeError(500, 'Internal Server Error').message).toMatch(/server failed \(500\)/);
+  });
+});

@@ -1,0 +1,132 @@
+import { act, render, screen, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter } from 'react-router-dom';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { ApiError } from '../../api/client';
+import { gpu } from '../../test/factories';
+import { installFakeLive } from '../../test/fakeSocket';
+import { aggregate } from './aggregate';
+import { FleetPage } from './FleetPage';
+import { useFleet } from './useFleet';
+
+vi.mock('./useFleet', () => ({ useFleet: vi.fn() }));
+vi.mock('./TopologyView', () => ({ TopologyView: () => <div data-testid="topology-view" /> }));
+
+const GiB = 1024 ** 3;
+
+function fleetOf(gpus: ReturnType<typeof gpu>[], over: Partial<ReturnType<typeof useFleet>> = {}) {
+  const byHost = new Map<string, typeof gpus>();
+  gpus.forEach((g) => byHost.set(g.host, [...(byHost.get(g.host) ?? []), g]));
+  vi.mocked(useFleet).mockReturnValue({
+    data: { data: gpus, count: gpus.length, simulated: true },
+    error: null,
+    loading: false,
+    reload: vi.fn(),
+    gpus,
+    byHost: [...byHost.entries()],
+    simulated: true,
+    ...over,
+  });
+}
+
+function renderPage(path = '/') {
+  return render(
+    <MemoryRouter initialEntries={[path]}>
+      <FleetPage />
+    </MemoryRouter>,
+  );
+}
+
+describe('FleetPage', () => {
+  beforeEach(() => vi.mocked(useFleet).mockReset());
+
+  it('shows a card per GPU, grouped by host', () => {
+    installFakeLive();
+    fleetOf([gpu('a100-01', 0), gpu('a100-01', 1), gpu('b-02', 0)]);
+    renderPage();
+    expect(screen.getByTestId('gpu-total')).toHaveTextContent('3 GPUs on 2 hosts');
+    const hostA = screen.getByRole('region', { name: 'Host a100-01' });
+    expect(within(hostA).getAllByRole('article')).toHaveLength(2);
+    expect(within(screen.getByRole('region', { name: 'Host b-02' })).getAllByRole('article')).toHaveLength(1);
+  });
+
+  it('shows who holds a GPU: the training and its owner, or the foreign process', () => {
+    installFakeLive();
+    const busy = gpu('h', 0, {
+      availability: { state: 'busy', reason: 'held by sae-run', holders: [{ training_id: 'abcd1234-0000', training_name: 'sae-run', owner: 'alice' }] },
+    });
+    const foreign = gpu('h', 1, {
+      availability: { state: 'foreign-busy', reason: 'pid 4242 (bob) holds 20 GiB', holders: [] },
+      live: { ...gpu('h', 1).live!, processes: [{ pid: 4242, user: 'bob', command: '/usr/bin/python train.py', used_memory: 20 * GiB, foreign: true }] },
+    });
+    fleetOf([busy, foreign]);
+    renderPage();
+    const c0 = screen.getByTestId('gpu-card-h-0');
+    expect(within(c0).getByRole('link', { name: 'sae-run' })).toHaveAttribute('href', '/trainings/abcd1234-0000');
+    expect(c0).toHaveTextContent('alice');
+    expect(c0).toHaveTextContent('busy');
+    const c1 = screen.getByTestId('gpu-card-h-1');
+    expect(c1).toHaveTextContent('pid 4242');
+    expect(c1).toHaveTextContent('bob');
+    expect(c1).toHaveTextContent('python');
+    expect(c1).toHaveTextContent('foreign');
+  });
+
+  it('subscribes to each card and shows live updates', () => {
+    const { client, sockets } = installFakeLive();
+    fleetOf([gpu('h', 0), gpu('h', 1)]);
+    renderPage();
+    expect(client.channels().sort()).toEqual(['gpu:h:0', 'gpu:h:1']);
+    act(() => sockets[0].open());
+    act(() =>
+      sockets[0].push({
+        type: 'update',
+        channel: 'gpu:h:1',
+        seq: 5,
+        data: { timestamp: '2026-11-21T10:00:05Z', utilization: 87, memory_used: 60 * GiB, memory_total: 80 * GiB, temperature: 71, power_draw: 650, processes: [] },
+      }),
+    );
+    const card = screen.getByTestId('gpu-card-h-1');
+    expect(within(card).getByRole('meter', { name: 'Utilization' })).toHaveAttribute('aria-valuenow', '87');
+    expect(within(card).getByTestId('gpu-temp')).toHaveTextContent('71°C');
+    expect(within(card).getByTestId('gpu-chart-1')).toHaveAttribute('data-points', '1');
+  });
+
+  it('toggles to the aggregated view, which follows only aggregate and host channels', async () => {
+    const { client } = installFakeLive();
+    fleetOf([gpu('h', 0), gpu('h', 1)]);
+    renderPage();
+    await userEvent.click(screen.getByRole('button', { name: 'Aggregated' }));
+    expect(screen.getByRole('button', { name: 'Aggregated' })).toHaveAttribute('aria-pressed', 'true');
+    expect(screen.queryByTestId('gpu-view')).toBeNull();
+    expect(screen.getByTestId('agg-gpu-count')).toHaveTextContent('2');
+    expect(screen.getByTestId('host-row-h')).toBeInTheDocument();
+    expect(client.channels().sort()).toEqual(['aggregate', 'host:h']);
+    await userEvent.click(screen.getByRole('button', { name: 'Topology' }));
+    expect(screen.getByTestId('topology-view')).toBeInTheDocument();
+  });
+
+  it('says so when no GPU is found', () => {
+    installFakeLive();
+    fleetOf([]);
+    renderPage();
+    expect(screen.getByText('No GPUs found.')).toBeInTheDocument();
+    expect(screen.getByText(/GPUFLEET_SIMULATE/)).toBeInTheDocument();
+  });
+
+  it('says so when the server is unreachable', () => {
+    installFakeLive();
+    fleetOf([], { data: undefined, error: new ApiError(0, 'The gpufleet server cannot be reached.') });
+    renderPage();
+    expect(screen.getByRole('alert')).toHaveTextContent('Server unreachable');
+    expect(screen.getByRole('button', { name: 'Retry' })).toBeInTheDocument();
+  });
+});
+
+describe('aggregate', () => {
+  it('handles an empty fleet and missing fields without NaN', () => {
+    expect(aggregate([])).toMatchObject({ gpu_count: 0, average_utilization: null, max_temperature: null, total_power_draw: null, total_memory_total: 0 });
+    const a = aggregate([{ utilization: 50, temperature: null, power_draw: 100, memory_used: 1, memory_total: 4 }, { lost: true }, null]);
+    expect(a).toMatchObject({ gpu_count: 3, reporting_count: 1, lost_count: 2, average_utilization: 50, max_temperature: null, total_power_draw: 100 });
+  });
+});

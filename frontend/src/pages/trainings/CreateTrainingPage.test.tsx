@@ -1,0 +1,91 @@
+import { render, screen, waitFor, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter, Route, Routes } from 'react-router-dom';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import { gpu } from '../../test/factories';
+import { useFleet } from '../fleet/useFleet';
+import { CreateTrainingPage } from './CreateTrainingPage';
+
+vi.mock('../fleet/useFleet', () => ({ useFleet: vi.fn() }));
+const GiB = 1024 ** 3;
+
+function setup() {
+  const gpus = [
+    gpu('sim-host', 0),
+    gpu('sim-host', 1),
+    gpu('sim-host', 2, { availability: { state: 'foreign-busy', reason: 'pid 7 (bob) holds 70 GiB', free_memory: 6 * GiB, holders: [] } }),
+  ];
+  vi.mocked(useFleet).mockReturnValue({ data: { data: gpus, count: 3, simulated: true }, error: null, loading: false, reload: vi.fn(), gpus, byHost: [['sim-host', gpus]], simulated: true });
+  const recommend = vi.spyOn(endpoints, 'recommend').mockResolvedValue({
+    estimate: { total: 10 * GiB, method: 'traced' },
+    candidates: [{ host: 'sim-host', gpu_indexes: [1], score: 1, connection: 'single', reasons: ['best fit'] }],
+  });
+  const validate = vi.spyOn(endpoints, 'validate').mockImplementation(async (b) =>
+    b.gpu_ids.includes(2)
+      ? { ok: false, problems: [{ code: 'short-of-memory', message: 'GPU 2 is short of memory by 4.0 GiB', gpu_index: 2 }], warnings: [{ code: 'no-peer-access', message: 'GPUs 1 and 2 have no peer access' }] }
+      : { ok: true, problems: [], warnings: [] },
+  );
+  const create = vi.spyOn(endpoints, 'createTraining');
+  render(
+    <MemoryRouter initialEntries={['/trainings/new']}>
+      <Routes>
+        <Route path="/trainings/new" element={<CreateTrainingPage />} />
+        <Route path="/trainings/:id" element={<div data-testid="detail" />} />
+      </Routes>
+    </MemoryRouter>,
+  );
+  return { recommend, validate, create };
+}
+
+describe('CreateTrainingPage', () => {
+  beforeEach(() => vi.mocked(useFleet).mockReset());
+
+  it('preselects the recommended GPUs and shows the memory need', async () => {
+    const { recommend } = setup();
+    await waitFor(() => expect(screen.getByTestId('estimate')).toHaveTextContent('10.0 GiB'));
+    expect(recommend.mock.calls[0][0]).toMatchObject({ recipe: 'sae', count: 1, config: expect.objectContaining({ d_in: 64 }) });
+    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    expect(screen.getByLabelText(/sim-host · GPU 0/)).not.toBeChecked();
+    // GPU 2 has 6 GiB free: the indicator says it falls short.
+    expect(screen.getByTestId('sel-sim-host-2')).toHaveTextContent('short by 4.0 GiB');
+  });
+
+  it('shows validation problems inline before submit', async () => {
+    const { validate } = setup();
+    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await userEvent.click(screen.getByLabelText(/sim-host · GPU 2/));
+    await waitFor(() => expect(screen.getByTestId('sel-sim-host-2')).toHaveTextContent('GPU 2 is short of memory by 4.0 GiB'));
+    expect(validate).toHaveBeenLastCalledWith(expect.objectContaining({ host: 'sim-host', gpu_ids: [1, 2] }));
+    expect(within(screen.getByRole('list', { name: 'Selection problems' })).getByText('GPUs 1 and 2 have no peer access')).toBeInTheDocument();
+  });
+
+  it('checks fields as they are typed and blocks submit until they are fixed', async () => {
+    setup();
+    const steps = screen.getByLabelText('Steps');
+    await userEvent.clear(steps);
+    await userEvent.type(steps, '12.5');
+    expect(screen.getByText('a whole number')).toBeInTheDocument();
+    expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+  });
+
+  it('submits the config and the chosen GPUs, then opens the training', async () => {
+    const { create } = setup();
+    create.mockResolvedValue({ id: 'new-id', name: 'x', owner: 'me', recipe: 'sae', config: {}, status: 'queued', created_at: '2026-01-01T00:00:00Z' });
+    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await userEvent.click(screen.getByLabelText(/sim-host · GPU 0/));
+    await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
+    await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
+    expect(create.mock.calls[0][0]).toMatchObject({ recipe: 'sae', gpu_ids: [0, 1], host: 'sim-host', distributed: true, config: expect.objectContaining({ max_steps: 200 }) });
+  });
+
+  it('puts a refused field next to its input', async () => {
+    const { create } = setup();
+    create.mockRejectedValue(new ApiError(422, 'config.n_latents: must be >= d_in', { 'config.n_latents': 'must be >= d_in' }));
+    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
+    await waitFor(() => expect(screen.getByRole('alert')).toHaveTextContent('config.n_latents: must be >= d_in'));
+    expect(screen.getByLabelText('Latents')).toHaveAttribute('aria-invalid', 'true');
+  });
+});

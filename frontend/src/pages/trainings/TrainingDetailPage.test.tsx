@@ -1,0 +1,66 @@
+import { render, screen, waitFor } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter, Route, Routes } from 'react-router-dom';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { endpoints } from '../../api/endpoints';
+import type { TrainingMetric } from '../../api/types';
+import { training } from '../../test/factories';
+import { TrainingDetailPage } from './TrainingDetailPage';
+import { useTraining } from './useTraining';
+
+vi.mock('./useTraining', async (orig) => ({ ...(await orig<typeof import('./useTraining')>()), useTraining: vi.fn() }));
+
+function metrics(n: number): TrainingMetric[] {
+  return Array.from({ length: n }, (_, i) => ({ step: i + 1, loss: 1 / (i + 1), metrics: { recon: 0.8 / (i + 1), aux: 0.01, samples_per_s: 900 }, rank_step_times: [0.1, i === n - 1 ? 0.5 : 0.1] }));
+}
+
+function show(over = {}, m = metrics(20)) {
+  const refresh = vi.fn();
+  vi.mocked(useTraining).mockReturnValue({
+    training: training(over),
+    events: [{ seq: 1, time: '2026-11-21T10:00:00Z', kind: 'status', status: 'queued', reason: 'created by alice' }],
+    metrics: m,
+    error: null,
+    refresh,
+  });
+  vi.spyOn(endpoints, 'logs').mockResolvedValue({ offset: 0, next_offset: 12, size: 12, text: 'step 1 loss\n' });
+  vi.spyOn(endpoints, 'history').mockResolvedValue({ series: [] });
+  render(
+    <MemoryRouter initialEntries={['/trainings/t1']}>
+      <Routes>
+        <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+      </Routes>
+    </MemoryRouter>,
+  );
+  return { refresh };
+}
+
+describe('TrainingDetailPage', () => {
+  beforeEach(() => vi.mocked(useTraining).mockReset());
+
+  it('draws the loss and its parts, throughput and per-rank step times with the straggler marked', async () => {
+    show();
+    expect(screen.getByTestId('loss-chart')).toHaveAttribute('data-points', '20');
+    expect(screen.getByTestId('throughput-chart')).toHaveAttribute('data-points', '20');
+    expect(screen.getByTestId('rank-times')).toHaveTextContent('r1 slow');
+    expect(screen.getByTestId('last-loss')).toHaveTextContent('0.05000');
+    expect(screen.getByTestId('events')).toHaveTextContent('created by alice');
+    await waitFor(() => expect(screen.getByTestId('log')).toHaveTextContent('step 1 loss'));
+  });
+
+  it('cancels after confirmation', async () => {
+    const { refresh } = show();
+    const cancel = vi.spyOn(endpoints, 'cancelTraining').mockResolvedValue(training({ status: 'cancelled' }));
+    await userEvent.click(screen.getByRole('button', { name: 'Cancel training' }));
+    expect(cancel).not.toHaveBeenCalled();
+    await userEvent.click(screen.getByRole('button', { name: 'Yes, cancel it' }));
+    expect(cancel).toHaveBeenCalledWith(training().id);
+    expect(refresh).toHaveBeenCalled();
+  });
+
+  it('offers no cancel for a finished training and shows why it failed', () => {
+    show({ status: 'failed', status_reason: 'rank 1 ran out of memory', finished_at: '2026-11-21T10:05:00Z' });
+    expect(screen.queryByRole('button', { name: 'Cancel training' })).toBeNull();
+    expect(screen.getByText('rank 1 ran out of memory')).toBeInTheDocument();
+  });
+});
