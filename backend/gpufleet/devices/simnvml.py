@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import inspect
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
 from gpufleet.devices import simspecs, simstate
+from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
 from gpufleet.devices.simmetrics import read_gpu
 
 DRIVER_VERSION = "560.35.03"
@@ -44,9 +43,6 @@ _LEVELS = {
     "NODE": pynvml.NVML_TOPOLOGY_NODE,
     "SYS": pynvml.NVML_TOPOLOGY_SYSTEM,
 }
-# NVML's "no MIG instance" value for gpuInstanceId / computeInstanceId.
-_NO_INSTANCE = 0xFFFFFFFF
-_EVENT_POLL_S = 0.02
 # pynvml's API calls (as opposed to its helpers such as nvmlFriendlyObject).
 _API_PREFIXES = ("nvmlDevice", "nvmlSystem", "nvmlEventSet", "nvmlUnit", "nvmlVgpu", "nvmlGpuInstance",
                  "nvmlComputeInstance", "nvmlGetVgpu", "nvmlSetVgpu", "nvmlGpm")
@@ -61,24 +57,7 @@ def _error_code(reason: str) -> int:
     return getattr(pynvml, "NVML_ERROR_" + reason.upper())
 
 
-@dataclass(frozen=True)
-class SimHandle:
-    """A device handle (the real one is an opaque pointer)."""
-
-    index: int
-
-    def __repr__(self) -> str:
-        return f"<simulated nvmlDevice {self.index}>"
-
-
-@dataclass(eq=False)
-class SimEventSet:
-    masks: dict[int, int] = field(default_factory=dict)  # gpu index -> event type mask
-    last_seq: int = 0
-    freed: bool = False
-
-
-class SimNVML:
+class SimNVML(SimEventsMixin):
     """The simulated ``pynvml`` for one fleet (spec, topology, state dir, host)."""
 
     def __init__(self, spec: str, topology: str, state_dir: Any, host_name: str = "localhost"):
@@ -290,8 +269,8 @@ class SimNVML:
                 {
                     "pid": p.pid,
                     "usedGpuMemory": p.used_memory,
-                    "gpuInstanceId": _NO_INSTANCE,
-                    "computeInstanceId": _NO_INSTANCE,
+                    "gpuInstanceId": NO_INSTANCE,
+                    "computeInstanceId": NO_INSTANCE,
                 }
             )
             for p in simstate.live_processes(state, gpu.index)
@@ -364,56 +343,3 @@ class SimNVML:
         else:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return pynvml.NVML_P2P_STATUS_OK if ok else pynvml.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
-
-    # -- events ----------------------------------------------------------
-
-    def nvmlEventSetCreate(self) -> SimEventSet:
-        self._check_init()
-        state = simstate.read_state(self.state_dir)
-        # Like NVML, a set only receives events raised after it exists.
-        return SimEventSet(last_seq=state.xids[-1]["seq"] if state.xids else 0)
-
-    def nvmlDeviceGetSupportedEventTypes(self, handle: SimHandle) -> int:
-        gpu, _ = self._dev(handle, "events")
-        ecc = pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError
-        return pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypePState | (ecc if gpu.spec.ecc else 0)
-
-    def nvmlDeviceRegisterEvents(self, handle: SimHandle, eventTypes: int, eventSet: SimEventSet) -> None:
-        gpu, _ = self._dev(handle, "events")
-        if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        eventSet.masks[gpu.index] = eventSet.masks.get(gpu.index, 0) | int(eventTypes)
-
-    def nvmlEventSetWait_v2(self, eventSet: SimEventSet, timeoutms: int) -> Any:
-        """The next XID event for a registered GPU, or ``NVMLError_Timeout``."""
-        self._check_init()
-        if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        deadline = time.monotonic() + max(timeoutms, 0) / 1000
-        while True:
-            for ev in simstate.read_state(self.state_dir).xids:
-                if ev["seq"] <= eventSet.last_seq:
-                    continue
-                eventSet.last_seq = ev["seq"]
-                if eventSet.masks.get(ev["gpu"], 0) & pynvml.nvmlEventTypeXidCriticalError:
-                    return pynvml.nvmlFriendlyObject(
-                        {
-                            "device": SimHandle(ev["gpu"]),
-                            "eventType": pynvml.nvmlEventTypeXidCriticalError,
-                            "eventData": ev["xid"],
-                            "gpuInstanceId": _NO_INSTANCE,
-                            "computeInstanceId": _NO_INSTANCE,
-                        }
-                    )
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _err(pynvml.NVML_ERROR_TIMEOUT)
-            time.sleep(min(_EVENT_POLL_S, remaining))
-
-    nvmlEventSetWait = nvmlEventSetWait_v2
-
-    def nvmlEventSetFree(self, eventSet: SimEventSet) -> None:
-        self._check_init()
-        if not isinstance(eventSet, SimEventSet) or eventSet.freed:
-            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        eventSet.freed = True
