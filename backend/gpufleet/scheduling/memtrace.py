@@ -1,0 +1,262 @@
+"""Measure a training step's memory from the real model, without running it.
+
+One optimizer step of the recipe's own model, loss and optimizer runs under
+``FakeTensorMode``: every tensor has its real shape and dtype but no storage,
+so a model of any size traces in well under a second on the API's CPU. A
+dispatch mode on top of it keeps the bytes of every live storage (rounded up
+to the CUDA caching allocator's 512-byte blocks, as
+``torch.cuda.max_memory_allocated`` counts them) and records the peak and what
+was alive at that moment: parameters, gradients, optimizer states, and the
+rest (activations saved for backward, autocast weight copies, temporaries).
+
+The same tracker also runs on real tensors, which is how the tests check the
+fake trace against a real step on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes.
+BLOCK = 512
+
+
+def _round(n: int) -> int:
+    return int(math.ceil(n / BLOCK) * BLOCK) if n > 0 else 0
+
+
+class MemoryTracker(TorchDispatchMode):
+    """Live and peak bytes of the storages created while it is active.
+
+    Storages that already exist can be added with :meth:`tag`. A storage is
+    counted once however many views share it, and leaves the count when
+    Python frees it. Each storage has a category ("other" until tagged); the
+    totals per category at the peak are kept. ``scalars``: what data-dependent
+    reads (``.item()``, ``int(t)``) return under fake tensors, namely 1, so
+    optional branches such as "if any latent is dead" are taken and the trace
+    covers the larger path.
+    """
+
+    def __init__(self, scalars: bool = False) -> None:
+        super().__init__()
+        self.live: dict[int, tuple[int, str]] = {}
+        self.by_category: dict[str, int] = {}
+        self.current = 0
+        self.peak = 0
+        self.peak_by_category: dict[str, int] = {}
+        self._refs: dict[int, weakref.ref] = {}
+        self._scalars = scalars
+
+    def _free(self, key: int) -> None:
+        size, cat = self.live.pop(key, (0, "other"))
+        self._refs.pop(key, None)
+        self.current -= size
+        self.by_category[cat] = self.by_category.get(cat, 0) - size
+
+    def _add(self, st: torch.UntypedStorage, category: str = "other") -> None:
+        key = id(st)
+        size = _round(st.nbytes())
+        if key in self.live:
+            old, cat = self.live[key]
+            if category != "other" and category != cat:
+                self.by_category[cat] -= old
+                self.by_category[category] = self.by_category.get(category, 0) + old
+                cat = category
+            # Storages can grow in place (resize_); keep the larger figure.
+            if size > old:
+                self.current += size - old
+                self.by_category[cat] += size - old
+            self.live[key] = (max(size, old), cat)
+        elif size > 0:
+            self.live[key] = (size, category)
+            self.current += size
+            self.by_category[category] = self.by_category.get(category, 0) + size
+            self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
+        if self.current > self.peak:
+            self.peak = self.current
+            self.peak_by_category = dict(self.by_category)
+
+    def tag(self, tensors: Iterable[Any], category: str) -> None:
+        """Count ``tensors`` (already existing or not) under ``category``."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                self._add(t.untyped_storage(), category)
+
+    def retag(self, old: str, new: str) -> None:
+        """Move every live storage of category ``old`` to ``new``."""
+        for key, (size, cat) in list(self.live.items()):
+            if cat == old:
+                self.live[key] = (size, new)
+                self.by_category[old] -= size
+                self.by_category[new] = self.by_category.get(new, 0) + size
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+        self.peak_by_category = dict(self.by_category)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if self._scalars and func is torch.ops.aten._local_scalar_dense.default:
+            t = args[0]
+            return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+        out = func(*args, **(kwargs or {}))
+        flat, _ = tree_flatten(out)
+        for t in flat:
+            if isinstance(t, torch.Tensor):
+                self._add(t.untyped_storage())
+        return out
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    """The peak of one phase of a step and what was alive at that moment (bytes)."""
+
+    peak: int = 0
+    parameters: int = 0
+    buffers: int = 0
+    gradients: int = 0
+    optimizer_states: int = 0
+    batch: int = 0
+    # Everything else: saved activations, autocast weight copies and temporaries
+    # in forward/backward; the optimizer's foreach scratch in the step.
+    other: int = 0
+
+    @classmethod
+    def of(cls, tracker: MemoryTracker) -> PhasePeak:
+        c = tracker.peak_by_category
+        named = {k: c.get(k, 0) for k in ("parameters", "buffers", "gradients", "optimizer_states", "batch")}
+        # "host" tensors (AdamW's step counters) live in host memory on a GPU.
+        peak = tracker.peak - c.get("host", 0)
+        return cls(peak=peak, other=peak - sum(named.values()), **named)
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """The peaks of forward/backward and of the optimizer step of one rank."""
+
+    forward_backward: PhasePeak
+    optimizer_step: PhasePeak
+    parameter_bytes: int
+    gradient_bytes: int
+    parameter_count: int
+    fake: bool
+    # What the forward pass left alive for backward (saved activations,
+    # autocast weight copies, the loss), measured at the end of the forward.
+    forward_saved: int = 0
+
+    @property
+    def peak(self) -> int:
+        return max(self.forward_backward.peak, self.optimizer_step.peak)
+
+    @property
+    def peak_phase(self) -> str:
+        return "forward/backward" if self.forward_backward.peak >= self.optimizer_step.peak else "optimizer step"
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def _example_batch(dataset: Any, n: int) -> Any:
+    idx = list(range(min(n, len(dataset))))
+    if hasattr(dataset, "__getitems__"):
+        batch = dataset.__getitems__(idx)
+    else:
+        batch = torch.utils.data.default_collate([dataset[i] for i in idx])
+    if len(idx) < n:
+        raise ValueError(f"the dataset has {len(idx)} samples, fewer than one micro-batch of {n}")
+    return batch
+
+
+def trace_step(
+    build: Callable[[], tuple[torch.nn.Module, Any, Callable[..., dict[str, Any]]]],
+    micro_batch: int,
+    *,
+    precision: str = "fp32",
+    accum_steps: int = 1,
+    grad_clip: float | None = None,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+    fake: bool = True,
+) -> StepTrace:
+    """Trace optimizer steps of the recipe's model and report the peaks.
+
+    ``build()`` returns ``(model, dataset, loss_fn)`` like ``Recipe.build``.
+    AdamW runs with ``foreach=True``, as it does on a GPU by default, so its
+    scratch memory is counted. A first step creates the optimizer states; the
+    next one is measured (steady state). With ``accum_steps > 1`` two
+    micro-batches run per step: the second backward adds to gradients that
+    already exist.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else None
+    tracker = MemoryTracker(scalars=fake)
+    if fake_mode is not None:
+        fake_mode.__enter__()
+    try:
+        with tracker:
+            model, dataset, loss_fn = build()
+            model.train()
+            params = [p for p in model.parameters() if p.requires_grad]
+            tracker.tag(model.parameters(), "parameters")
+            tracker.tag(model.buffers(), "buffers")
+            for p in params:
+                p.register_post_accumulate_grad_hook(lambda q: tracker.tag([q.grad], "gradients"))
+            batch = _example_batch(dataset, micro_batch)
+            tracker.tag(tree_flatten(batch)[0], "batch")
+            # What else exists now is the dataset and leftovers of building:
+            # host memory in a real run (only the batch goes to the device).
+            tracker.retag("other", "host")
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
+            amp = autocast_dtype(precision)
+            post_step = getattr(model, "post_step", None)
+            peaks: dict[str, PhasePeak] = {}
+            forward_saved = 0
+            for step in range(2):
+                tracker.reset_peak()
+                for micro in range(max(1, min(accum_steps, 2))):
+                    if amp is not None:
+                        with torch.autocast("cpu", dtype=amp):
+                            out = loss_fn(model, batch)
+                    else:
+                        out = loss_fn(model, batch)
+                    if step == 1 and micro == 0:
+                        forward_saved = tracker.by_category.get("other", 0)
+                    out["loss"].backward()
+                    del out
+                if grad_clip:
+                    torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
+                fb = PhasePeak.of(tracker)
+                tracker.reset_peak()
+                opt.step()
+                st = PhasePeak.of(tracker)
+                states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+                # Without capturable/fused, AdamW keeps its step counters on the host.
+                tracker.tag([v for v in states if v.dim() == 0], "host")
+                tracker.tag([v for v in states if v.dim() > 0], "optimizer_states")
+                if callable(post_step):
+                    post_step()
+                opt.zero_grad(set_to_none=True)
+                if step == 1:
+                    peaks = {"fb": fb, "step": st}
+            param_list = list(model.parameters())
+            return StepTrace(
+                forward_backward=peaks["fb"],
+                optimizer_step=peaks["step"],
+                parameter_bytes=sum(_round(p.numel() * p.element_size()) for p in param_list),
+                gradient_bytes=sum(_round(p.numel() * p.element_size()) for p in params),
+                parameter_count=sum(p.numel() for p in param_list),
+                fake=fake,
+                forward_saved=forward_saved,
+            )
+    finally:
+        if fake_mode is not None:
+            fake_mode.__exit__(None, None, None)
