@@ -71,6 +71,10 @@ def build_app(settings: Settings) -> FastAPI:
         # Declares no user at all: the gate must still close it.
         return {"ok": True}
 
+    @app.get("/metrics")
+    def metrics() -> dict:
+        return {"gpus": 0}
+
     @app.get("/api/v1/page")
     def page(p: PageDep) -> dict:
         return {"limit": p.limit, "offset": p.offset}

@@ -16,6 +16,9 @@ def test_without_a_token_mutations_and_reads_are_refused(client: TestClient, peo
     # A route that declares no user is still closed by the gate.
     assert client.get("/api/v1/open-read").status_code == 401
     assert client.post("/api/v1/gpus/drain").status_code == 401
+    # The Prometheus exposition too: scrape it with a viewer's token.
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=bearer(people.vic)).status_code == 200
     assert client.app.state.created == []
 
 

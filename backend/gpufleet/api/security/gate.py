@@ -1,8 +1,9 @@
-"""The auth gate: no request under /api/ reaches a route without a user.
+"""The auth gate: no request under /api/ (or /metrics) reaches a route without a user.
 
 Routes still declare what they need (`CurrentUser`, `MemberUser`, …), but a
 route that forgot to must not become an open door: the gate authenticates
-every HTTP request under ``/api/`` (except signing in and out) and keeps the
+every HTTP request under ``/api/`` (except signing in and out) and the
+Prometheus exposition at ``/metrics`` (scrape it with a viewer's token), and keeps the
 user in the request's state, where the dependencies pick it up without a
 second database round trip.
 """
@@ -22,6 +23,12 @@ from gpufleet.config import Settings
 STATE_KEY = "gpufleet_user"
 # Reachable without credentials: signing in needs none, signing out must always work.
 OPEN_PATHS = frozenset({"/api/v1/auth/sign-in", "/api/v1/auth/sign-out"})
+
+
+def is_gated(path: str) -> bool:
+    if path in OPEN_PATHS:
+        return False
+    return path.startswith("/api/") or path == "/metrics" or path.startswith("/metrics/")
 
 
 async def send_error(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -46,7 +53,7 @@ class AuthGate:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/api/") or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or not is_gated(scope["path"]):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

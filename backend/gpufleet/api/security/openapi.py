@@ -49,7 +49,7 @@ def document_refusals(app: FastAPI) -> None:
     The gate and the limits answer before any route runs, so the routes cannot
     declare these themselves; the generated schema is completed instead.
     """
-    from gpufleet.api.security.gate import OPEN_PATHS
+    from gpufleet.api.security.gate import is_gated
 
     generate = app.openapi
 
@@ -71,7 +71,7 @@ def document_refusals(app: FastAPI) -> None:
             "ErrorDetail", ErrorDetail.model_json_schema()
         )
         for path, ops in schema.get("paths", {}).items():
-            if not path.startswith("/api/"):
+            if not (is_gated(path) or path == SIGN_IN_PATH):
                 continue
             for method, op in ops.items():
                 if not isinstance(op, dict) or "responses" not in op:
@@ -79,7 +79,7 @@ def document_refusals(app: FastAPI) -> None:
                 extra: dict[str, dict[str, Any]] = {}
                 if "requestBody" in op:
                     extra["413"] = ref("Request body too large")
-                if path not in OPEN_PATHS:
+                if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
                     extra["403"] = ref("Signed in, but not allowed to do this")
                 if path == SIGN_IN_PATH:
