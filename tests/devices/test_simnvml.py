@@ -254,3 +254,12 @@ def test_unreadable_state_reads_as_idle(sim_settings, caplog):
     path.write_text("{not json")
     assert simstate.read_state(sim_settings).foreign == []
     assert "unreadable" in caplog.text
+
+
+def test_process_memory_is_whole_bytes_and_never_negative(sim_settings):
+    simstate.register_process(sim_settings, 0, os.getpid(), 1.5e9)
+    assert [p.used_memory for p in simstate.live_processes(sim_settings, 0)] == [1_500_000_000]
+    with pytest.raises(ValueError, match="used_memory"):
+        simstate.add_foreign_process(sim_settings, 0, -1)
+    with pytest.raises(ValueError, match="used_memory"):
+        simstate.register_process(sim_settings, 0, os.getpid(), "8GB")

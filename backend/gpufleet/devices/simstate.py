@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import numbers
 import os
 import tempfile
 import threading
@@ -200,9 +201,11 @@ def _check_gpu(gpu_index: int) -> None:
         raise ValueError(f"gpu_index must be an integer >= 0, got {gpu_index!r}")
 
 
-def _check_memory(used_memory: int) -> None:
-    if not isinstance(used_memory, int) or used_memory < 0:
+def _check_memory(used_memory: int) -> int:
+    # Estimates often arrive as floats or numpy numbers; bytes are whole.
+    if isinstance(used_memory, bool) or not isinstance(used_memory, numbers.Real) or used_memory < 0:
         raise ValueError(f"used_memory must be a number of bytes >= 0, got {used_memory!r}")
+    return int(used_memory)
 
 
 def pid_alive(pid: int) -> bool:
@@ -240,7 +243,7 @@ def add_foreign_process(
     Without ``pid`` a simulated pid is chosen that no real process can have.
     """
     _check_gpu(gpu_index)
-    _check_memory(used_memory)
+    used_memory = _check_memory(used_memory)
     if kind not in PROCESS_KINDS:
         raise ValueError(f"kind must be one of {PROCESS_KINDS}, got {kind!r}")
     with _mutate(target) as state:
@@ -276,7 +279,7 @@ def register_process(
     leaves phantom memory behind.
     """
     _check_gpu(gpu_index)
-    _check_memory(used_memory)
+    used_memory = _check_memory(used_memory)
     with _mutate(target) as state:
         state.gpufleet = [p for p in state.gpufleet if not (p.pid == pid and p.gpu_index == gpu_index)]
         state.gpufleet.append(
