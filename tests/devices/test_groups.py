@@ -7,6 +7,7 @@ import torch
 
 from gpufleet.devices import (
     DeviceGroup,
+    GPUDevice,
     DeviceId,
     create_device_group,
     detect_gpus,
@@ -156,3 +157,10 @@ def test_resolve_device_ids(make_sim):
     # On a ROCm host torch calls AMD GPUs cuda:N.
     _, amd, _ = _machine(make_sim, "2xMI300X")
     assert [g.label for g in resolve_device_ids("cuda:1", amd)] == ["hip:1"]
+
+
+def test_gpu_device_names_the_torch_device(make_sim):
+    _, gpus, _ = _machine(make_sim, "1xH100-80GB+1xMI300X+1xA770-16GB")
+    devs = [GPUDevice(g) for g in gpus]
+    assert [d.device for d in devs] == [torch.device("cuda", 0), torch.device("cuda", 0), torch.device("xpu", 0)]
+    assert [(d.backend, d.vendor) for d in devs] == [("cuda", "nvidia"), ("hip", "amd"), ("xpu", "intel")]

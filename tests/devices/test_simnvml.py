@@ -104,6 +104,10 @@ def test_processes_drive_memory_and_utilization(nvml, sim_settings):
     assert 80 <= util <= 100
     assert nvml.nvmlDeviceGetTemperature(h, 0) > 60
     assert nvml.nvmlDeviceGetPowerUsage(h) > 400_000
+    assert nvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) >= 150_000
+    idle = nvml.nvmlDeviceGetHandleByIndex(3)
+    assert nvml.nvmlDeviceGetPcieThroughput(idle, pynvml.NVML_PCIE_UTIL_RX_BYTES) < 200
+    assert nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) > nvml.nvmlDeviceGetClockInfo(idle, pynvml.NVML_CLOCK_SM)
     assert nvml.nvmlSystemGetProcessName(stranger) == "jupyter"
     assert simstate.describe_process(sim_settings, stranger).user == "bob"
     assert simstate.describe_process(sim_settings, me).training_id == "t-1"
