@@ -80,6 +80,8 @@ def get_stream(app: FastAPI) -> LiveStream:
         by_host[s.host].append(s.to_dict())
     for host, samples in by_host.items():
         hub.ingest({"host": host, "samples": samples})
+    if "aggregate" not in hub.channels:
+        hub.publish("aggregate", hub.aggregate_state())  # an empty fleet is a state too
     stream = LiveStream(hub, feed)
     stream.unsubscribe_bus = get_bus(settings).subscribe(TELEMETRY_SAMPLES, hub.on_bus_message)
 

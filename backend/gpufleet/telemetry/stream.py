@@ -192,7 +192,7 @@ class Hub:
             self.received_at[s.key] = now
             self.publish(f"gpu:{host}:{s.index}", s.to_dict())
         self.publish(f"host:{host}", self._host_state(host))
-        self.publish("aggregate", self._aggregate_state())
+        self.publish("aggregate", self.aggregate_state())
 
     def fresh_samples(self) -> list[GPUSample]:
         cutoff = time.monotonic() - self.config.stale_after_s
@@ -203,7 +203,7 @@ class Hub:
         return {"host": host, "aggregate": compute_aggregated(samples).to_dict(),
                 "gpus": [s.to_dict() for s in samples]}
 
-    def _aggregate_state(self) -> dict[str, Any]:
+    def aggregate_state(self) -> dict[str, Any]:
         samples = self.fresh_samples()
         return {"fleet": compute_aggregated(samples).to_dict(),
                 "hosts": {h: a.to_dict() for h, a in aggregate_by_host(samples).items()}}
