@@ -125,7 +125,9 @@ export interface Training {
   gpu_ids?: number[] | null;
   distributed?: boolean;
   world_size?: number;
-  host?: string | null;
+  /** The host that owns the GPUs. */
+  host_name?: string | null;
+  requested_host?: string | null;
   memory_estimate?: number | null;
   estimate?: Record<string, unknown> | null;
   selection?: Record<string, unknown> | null;

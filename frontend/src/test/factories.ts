@@ -44,7 +44,7 @@ export function training(over: Partial<Training> = {}): Training {
     config: {},
     status: 'running',
     gpu_ids: [0, 1],
-    host: 'sim-host',
+    host_name: 'sim-host',
     world_size: 2,
     distributed: true,
     step: 50,

@@ -36,12 +36,12 @@ export function HistoryPage() {
   const key = `${target}|${range}|${to.toISOString()}`;
   const q = useQuery(key, (signal) =>
     endpoints.history(
-      { ...(target === 'aggregate' ? {} : { gpu: target }), from: from.toISOString(), to: to.toISOString(), points: POINTS },
+      { ...(target === 'aggregate' ? { aggregate: true } : { gpu: target }), from: from.toISOString(), to: to.toISOString(), points: POINTS },
       signal,
     ),
   );
 
-  const empty = q.data && (q.data.series ?? []).every((s) => Object.values(s.metrics ?? {}).every((pts) => !pts?.length));
+  const empty = q.data && (q.data.series ?? []).every((s) => !s.points?.length);
   return (
     <div className="page">
       <div className="page-head">

@@ -10,19 +10,24 @@ export type RangeKey = keyof typeof RANGES;
 export const POINTS = 500;
 
 /**
- * Columns for a min/avg/max chart of one metric: [t, avg, min, max], one
- * row per bucket. Buckets of several series (aggregate over GPUs) are
- * averaged per timestamp.
+ * Columns for a min/avg/max chart of one metric: [t, avg, min, max], one row
+ * per bucket. Several series (GPUs) are folded per timestamp: mean of the
+ * averages, min of the minimums, max of the maximums.
  */
 export function columnsFor(resp: HistoryResponse | undefined, metric: HistoryMetric, scale = 1): (number | null)[][] {
   const rows = new Map<number, { avg: number[]; min: number[]; max: number[] }>();
+  const num = (p: HistoryPoint, k: string) => {
+    const v = p[`${metric}_${k}`];
+    return typeof v === 'number' ? v * scale : null;
+  };
   for (const s of resp?.series ?? []) {
-    for (const p of (s.metrics[metric] ?? []) as HistoryPoint[]) {
+    for (const p of s.points ?? []) {
       const t = Date.parse(p.t) / 1000;
       const r = rows.get(t) ?? { avg: [], min: [], max: [] };
-      if (p.avg != null) r.avg.push(p.avg * scale);
-      if (p.min != null) r.min.push(p.min * scale);
-      if (p.max != null) r.max.push(p.max * scale);
+      for (const k of ['avg', 'min', 'max'] as const) {
+        const v = num(p, k);
+        if (v != null) r[k].push(v);
+      }
       rows.set(t, r);
     }
   }

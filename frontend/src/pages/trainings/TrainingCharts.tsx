@@ -80,25 +80,24 @@ export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {
 
 /** Utilization of the training's GPUs from the history endpoint, over the run. */
 export function RunGpuUtilization({ t }: { t: Training }) {
-  const gpus = t.host && t.gpu_ids?.length ? t.gpu_ids : [];
+  const host = t.host_name;
+  const gpus = host && t.gpu_ids?.length ? t.gpu_ids : [];
   const running = !t.finished_at;
   const from = t.started_at ?? t.created_at;
   const key = gpus.length ? `run-util|${t.id}|${gpus.join(',')}|${t.finished_at ?? ''}` : null;
   const q = useQuery(
     key,
-    async (signal) => {
-      const to = t.finished_at ?? new Date().toISOString();
-      return Promise.all(gpus.map((g) => endpoints.history({ gpu: `${t.host}:${g}`, from, to, points: 300 }, signal)));
-    },
+    (signal) =>
+      endpoints.history({ gpu: gpus.map((g) => `${host}:${g}`), from, to: t.finished_at ?? new Date().toISOString(), points: 300 }, signal),
     running ? 10_000 : undefined,
   );
   const data = useMemo(() => {
     if (!q.data) return [[]];
-    const cols = q.data.map((r) => columnsFor(r, 'utilization'));
-    // Align on the first GPU's buckets (all come from the same bucketing).
-    const xs = cols[0]?.[0] ?? [];
-    return [xs, ...cols.map((c) => xs.map((x) => c[1][c[0].indexOf(x)] ?? null))];
-  }, [q.data]);
+    // One series per GPU; align them on the union of bucket times.
+    const cols = gpus.map((g) => columnsFor({ series: q.data!.series.filter((s) => s.gpu_index === g) }, 'utilization'));
+    const xs = [...new Set(cols.flatMap((c) => c[0] as number[]))].sort((a, b) => a - b);
+    return [xs, ...cols.map((c) => xs.map((x) => c[1][(c[0] as number[]).indexOf(x)] ?? null))];
+  }, [q.data, gpus]);
   if (gpus.length === 0) return <p className="muted">No GPUs assigned yet.</p>;
   if (q.error && !q.data) return <p className="field-error">GPU history unavailable: {q.error.message}</p>;
   return (

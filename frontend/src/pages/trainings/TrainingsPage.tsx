@@ -25,7 +25,7 @@ export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'stat
 
 export function gpuText(t: Training): string {
   if (!t.gpu_ids?.length) return 'auto';
-  return `${t.host ? `${t.host}: ` : ''}${t.gpu_ids.join(', ')}`;
+  return `${t.host_name ? `${t.host_name}: ` : ''}${t.gpu_ids.join(', ')}`;
 }
 
 export function TrainingsTable({ rows }: { rows: Training[] }) {

@@ -49,12 +49,22 @@ export function useTraining(id: string) {
   const [error, setError] = useState<ApiError | null>(null);
   const done = useRef(false);
 
+  const lastStep = useRef(-1);
+  const lastSeq = useRef(0);
+  lastStep.current = metrics.length ? metrics[metrics.length - 1].step : -1;
+  lastSeq.current = events.length ? events[events.length - 1].seq : 0;
+
+  // The first call gets the whole curve downsampled; later ones only new rows.
   const refresh = useCallback(async () => {
     try {
-      const [t, ev, m] = await Promise.all([endpoints.training(id), endpoints.events(id), endpoints.metrics(id)]);
+      const [t, ev, m] = await Promise.all([
+        endpoints.training(id),
+        endpoints.events(id, lastSeq.current),
+        endpoints.metrics(id, lastStep.current, lastStep.current < 0 ? 2000 : 10000),
+      ]);
       setTraining((old) => ({ ...(old ?? {}), ...t }));
       setEvents((old) => mergeEvents(old, listOf(ev)));
-      setMetrics((old) => (old.length === 0 ? mergeMetrics([], listOf(m)) : mergeMetrics(old, listOf(m))));
+      setMetrics((old) => mergeMetrics(old, listOf(m)));
       setError(null);
       done.current = FINAL.has(t.status);
     } catch (e) {

@@ -1,0 +1,156 @@
+"""A real `gpufleet serve` on a simulated fleet, and Debian's Chromium driven by Playwright.
+
+The server runs as a subprocess exactly as a user starts it (embedded default:
+SQLite, embedded worker and agent) with GPUFLEET_SIMULATE=4xH100-80GB, a
+temporary data dir and a free port. The browser is /usr/bin/chromium from
+Debian's package (Playwright's own browser download does not work here).
+Outside CI the browser tests are skipped when that browser is missing; in CI
+they fail instead, so they never pass by not running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("GPUFLEET_E2E_CHROMIUM", "/usr/bin/chromium"))
+STATIC_INDEX = REPO / "backend" / "gpufleet" / "static" / "index.html"
+SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _need(ok: bool, why: str) -> None:
+    if ok:
+        return
+    if IN_CI:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sources_newer_than_build() -> bool:
+    built = STATIC_INDEX.stat().st_mtime
+    src = REPO / "frontend"
+    for path in [*src.joinpath("src").rglob("*"), src / "index.html", src / "vite.config.ts"]:
+        if path.is_file() and path.stat().st_mtime > built:
+            return True
+    return False
+
+
+@pytest.fixture(scope="session")
+def dashboard_built() -> Path:
+    """The built dashboard; rebuilt when the sources changed and npm is set up."""
+    has_modules = (REPO / "frontend" / "node_modules").is_dir()
+    if has_modules and (not STATIC_INDEX.is_file() or _sources_newer_than_build()):
+        subprocess.run(["npm", "run", "build"], cwd=REPO / "frontend", check=True, capture_output=True, timeout=300)
+    _need(STATIC_INDEX.is_file(), "the dashboard is not built: run scripts/build-frontend.sh")
+    return STATIC_INDEX.parent
+
+
+@pytest.fixture(scope="session")
+def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a live `gpufleet serve` with four simulated H100s."""
+    data_dir = tmp_path_factory.mktemp("e2e-data")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env.update(
+        GPUFLEET_SIMULATE="4xH100-80GB",
+        GPUFLEET_SIMULATE_TOPOLOGY="nvlink-all",
+        GPUFLEET_HOST_NAME="sim-host",
+        GPUFLEET_DATA_DIR=str(data_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    exe = Path(sys.executable).with_name("gpufleet")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from gpufleet.cli import main; main()"]
+    log = open(data_dir / "serve.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*cmd, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: the worker and ranks stop with it
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gpufleet serve exited ({proc.returncode}):\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gpufleet serve did not answer in 90 s:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    _need(CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install -y chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need(False, "playwright is not installed: pip install -e '.[test]'")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser, server: str) -> Iterator[object]:  # noqa: ANN001
+    # 1280 x 800: the narrow laptop screen the dashboard must stay readable on.
+    ctx = browser.new_context(base_url=server, viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.set_default_timeout(15_000)
+    yield pg
+    ctx.close()
+    assert not errors, f"the dashboard threw in the browser: {errors}"
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS

@@ -1,0 +1,111 @@
+"""The dashboard in a real browser against a real `gpufleet serve` on a simulated fleet.
+
+Screenshots of the fleet page and of training pages are written to
+test-artifacts/screenshots/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GPU_COUNT = 4
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
+def _cards(page):  # noqa: ANN001, ANN202
+    return page.locator("[data-testid^='gpu-card-']")
+
+
+def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:  # noqa: ANN001
+    page.goto("/")
+    page.wait_for_function(f"document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === {GPU_COUNT}")
+    assert page.get_by_test_id("gpu-total").inner_text() == f"{GPU_COUNT} GPUs on 1 host"
+    assert "Simulated fleet" in page.get_by_test_id("simulated-banner").inner_text()
+    for i in range(GPU_COUNT):
+        assert "H100" in page.get_by_test_id(f"gpu-card-sim-host-{i}").inner_text()
+    # Live: the WebSocket connects and each card's sample time moves on.
+    page.wait_for_selector(".live-open", timeout=15_000)
+    first = page.get_by_test_id("gpu-card-sim-host-0").get_by_test_id("gpu-updated").inner_text()
+    page.wait_for_function(
+        "(first) => document.querySelector(\"[data-testid='gpu-card-sim-host-0'] [data-testid='gpu-updated']\").innerText !== first",
+        arg=first,
+        timeout=15_000,
+    )
+    # The mini chart fills from the stream.
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='gpu-chart-0']\").dataset.points) >= 2", timeout=15_000
+    )
+    page.screenshot(path=str(screenshots / "fleet-per-gpu.png"), full_page=True)
+
+
+def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
+    page.goto("/")
+    _cards(page).first.wait_for()
+    page.get_by_role("button", name="Aggregated").click()
+    page.get_by_test_id("aggregate-view").wait_for()
+    assert _cards(page).count() == 0
+    assert page.get_by_test_id("agg-gpu-count").inner_text() == str(GPU_COUNT)
+    assert page.get_by_test_id("host-row-sim-host").is_visible()
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='aggregate-chart']\").dataset.points) >= 2", timeout=15_000
+    )
+    page.screenshot(path=str(screenshots / "fleet-aggregated.png"), full_page=True)
+    page.get_by_role("button", name="Topology").click()
+    page.get_by_test_id("topology-view").wait_for()
+    # nvlink-all: every pair of the four GPUs is an NVLink cell.
+    assert page.locator("td.topo-nv").count() == GPU_COUNT * (GPU_COUNT - 1)
+    page.screenshot(path=str(screenshots / "fleet-topology.png"), full_page=True)
+    page.get_by_role("button", name="Per GPU").click()
+    _cards(page).first.wait_for()
+    assert _cards(page).count() == GPU_COUNT
+
+
+def _start_training(page, name: str, steps: int) -> str:  # noqa: ANN001
+    page.goto("/trainings/new")
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Steps").fill(str(steps))
+    page.get_by_label("Log every (steps)").fill("2")
+    page.get_by_label("Checkpoint every (steps)").fill("20")
+    # The recommended GPU is preselected once the server answered.
+    page.wait_for_function("document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length >= 1", timeout=15_000)
+    page.get_by_role("button", name="Start training").click()
+    page.wait_for_url(re.compile(rf"/trainings/{UUID}$"), timeout=15_000)
+    return page.url.rsplit("/", 1)[1]
+
+
+def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Path) -> None:  # noqa: ANN001
+    tid = _start_training(page, "e2e-sae", steps=40)
+    assert page.get_by_test_id("training-name").inner_text() == "e2e-sae"
+    page.wait_for_function(
+        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('succeeded')", timeout=180_000
+    )
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='loss-chart']\")?.dataset.points) >= 5", timeout=15_000
+    )
+    assert "succeeded" in page.get_by_test_id("events").inner_text()
+    page.screenshot(path=str(screenshots / "training-succeeded.png"), full_page=True)
+    # It is listed with its status.
+    page.goto("/trainings")
+    row = page.get_by_test_id(f"training-row-{tid}")
+    row.wait_for()
+    assert "succeeded" in row.inner_text()
+    page.screenshot(path=str(screenshots / "trainings-list.png"), full_page=True)
+
+
+def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> None:  # noqa: ANN001
+    _start_training(page, "e2e-cancel-me", steps=100_000)
+    page.wait_for_function(
+        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('running')", timeout=120_000
+    )
+    page.get_by_role("button", name="Cancel training").click()
+    page.get_by_role("button", name="Yes, cancel it").click()
+    page.wait_for_function(
+        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('cancelled')", timeout=30_000
+    )
+    assert page.get_by_role("button", name="Cancel training").count() == 0
+    page.screenshot(path=str(screenshots / "training-cancelled.png"), full_page=True)
