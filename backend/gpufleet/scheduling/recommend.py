@@ -293,3 +293,36 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
         return Recommendation(request=request, wait_reason=_wait_reason(request, hosts))
     candidates.sort(key=lambda c: (-c.score, c.host, c.gpu_indexes))
     return Recommendation(request=request, candidates=tuple(candidates[: request.max_candidates]))
+
+
+def choose_for_scheduler(
+    free: list[int],
+    count: int,
+    memory: int | None,
+    *,
+    host_name: str,
+    settings,  # noqa: ANN001 - gpufleet.config.Settings; untyped to keep this module pure
+) -> tuple[list[int], str] | None:
+    """The jobs scheduler's hook: the best ``count`` of ``free`` GPUs on ``host_name``.
+
+    ``free`` are the GPUs the scheduler's own bookkeeping found free; this adds
+    what it cannot see (foreign processes, live free memory, NVLink). Returns
+    ``(indexes, reason)``, or None when no set of ``free`` GPUs is usable here.
+    """
+    from gpufleet.db.session import session_scope
+    from gpufleet.scheduling.inputs import fleet_state
+
+    with session_scope(settings) as sess:
+        fleet = fleet_state(sess, settings, host=host_name)
+    host = fleet.host(host_name)
+    if host is None:
+        return None
+    allowed = set(free)
+    only = HostState(host.name, tuple(g for g in host.gpus if g.index in allowed), host.links)
+    rec = recommend(
+        SelectionRequest(memory_bytes=memory or 0, count=count, host=host_name),
+        FleetState(hosts=(only,), measured_speed=fleet.measured_speed),
+    )
+    if rec.top is None:
+        return None
+    return list(rec.top.gpu_indexes), "; ".join(rec.top.reasons)

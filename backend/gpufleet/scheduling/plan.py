@@ -1,0 +1,90 @@
+"""Selection for one training: estimate (calibrated), recommendation, what to store.
+
+Used by the recommend endpoint (with a full training config), the CLI, and the
+code that creates trainings without ``gpu_ids``: the estimate, the chosen set
+and its reasons go to ``trainings.memory_estimate``/``estimate``/
+``estimate_key``/``selection``, or the reason it waits to ``wait_reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.scheduling.calibration import calibration_for
+from gpufleet.scheduling.inputs import fleet_state
+from gpufleet.scheduling.memory import (
+    MemoryEstimate,
+    estimate_key,
+    estimate_memory_requirement,
+    resolve_strategy,
+)
+from gpufleet.scheduling.recommend import recommend
+from gpufleet.scheduling.types import Policy, Recommendation, SelectionRequest
+
+
+@dataclass(frozen=True)
+class SelectionPlan:
+    estimate: MemoryEstimate
+    recommendation: Recommendation
+
+    def selection_doc(self) -> dict[str, Any]:
+        """What ``trainings.selection`` stores: the chosen set and why, or why not."""
+        rec = self.recommendation
+        doc: dict[str, Any] = {"by": "recommend", "estimate": self.estimate.summary()}
+        if rec.top is not None:
+            doc.update(
+                host=rec.top.host,
+                chosen=list(rec.top.gpu_indexes),
+                score=rec.top.score,
+                connection=rec.top.connection,
+                reasons=list(rec.top.reasons),
+                weights=list(rec.top.weights),
+            )
+        if rec.refused:
+            doc["refused"] = rec.refused
+        if rec.wait_reason:
+            doc["wait_reason"] = rec.wait_reason
+        return doc
+
+
+def estimate_for(
+    sess: Session, recipe: str, config: Mapping[str, Any] | Any, *, world_size: int = 1,
+    backend: str = "cuda",
+) -> MemoryEstimate:
+    """The estimate, corrected by earlier runs of the same recipe and shape."""
+    from gpufleet.training.recipes import get_recipe
+
+    cfg = get_recipe(recipe).resolve_config(dict(config)) if isinstance(config, Mapping) else config
+    micro, accum = cfg.batch_layout(world_size)
+    key = estimate_key(recipe, cfg.to_dict(), micro_batch=micro, accum=accum, precision=cfg.precision,
+                       strategy=resolve_strategy(cfg.strategy, world_size), world_size=world_size)
+    return estimate_memory_requirement(
+        recipe, cfg, world_size=world_size, backend=backend, calibration=calibration_for(sess, key)
+    )
+
+
+def plan_selection(
+    sess: Session, settings: Settings, recipe: str, config: Mapping[str, Any] | Any, *,
+    count: int = 1, host: str | None = None, exclusive: bool = True, policy: Policy = "pack",
+    max_candidates: int = 5,
+) -> SelectionPlan:
+    est = estimate_for(sess, recipe, config, world_size=count)
+    fleet = fleet_state(sess, settings, host=host, estimate_key=est.key)
+    req = SelectionRequest(memory_bytes=est.total, count=count, host=host, exclusive=exclusive,
+                           policy=policy, max_candidates=max_candidates)
+    return SelectionPlan(estimate=est, recommendation=recommend(req, fleet))
+
+
+def apply_plan(training: Any, plan: SelectionPlan) -> None:
+    """Store the estimate and the choice on a ``Training`` row (the caller commits)."""
+    training.memory_estimate = plan.estimate.total
+    training.estimate = plan.estimate.to_dict()
+    training.estimate_key = plan.estimate.key
+    training.selection = {**(training.selection or {}), **plan.selection_doc()}
+    rec = plan.recommendation
+    training.wait_reason = rec.refused or rec.wait_reason

@@ -1,0 +1,50 @@
+"""A simulated host registered in a real database, sampled through the simulated NVML."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+import uuid
+
+import pytest
+
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.session import upgrade_database
+from gpufleet.telemetry.live import LOCAL
+
+
+def sample_into_live(settings: Settings) -> None:
+    """One sampler round, published where read_live_samples looks (this process)."""
+    from gpufleet.devices import get_nvml
+    from gpufleet.telemetry.sampler import NvmlSampler
+
+    sampler = NvmlSampler(settings, get_nvml(settings))
+    try:
+        LOCAL.put_host(settings.host_name, sampler.sample())
+    finally:
+        sampler.close()
+
+
+@pytest.fixture
+def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Settings]]:
+    """``sim_host(topology, spec)`` registers a simulated host and samples it once."""
+    from gpufleet.telemetry.inventory import register_host
+
+    db_url = None
+    if getattr(request, "param", "sqlite") == "postgresql":
+        db_url = request.getfixturevalue("pg_migrated_url")
+
+    def make(topology: str = "nvlink-pairs", spec: str = "8xH100-80GB", name: str | None = None) -> Settings:
+        # The PostgreSQL database is shared by the session: a host name of its own.
+        name = name or f"sim-{uuid.uuid4().hex[:8]}"
+        s = load_settings(data_dir=tmp_path / "data", simulate=spec, simulate_topology=topology,
+                          host_name=name, database_url=db_url)
+        if db_url is None:
+            upgrade_database(s)
+        register_host(s)
+        sample_into_live(s)
+        return s
+
+    LOCAL.clear()
+    yield make
+    LOCAL.clear()
