@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from gpufleet.config import load_settings
-from gpufleet.devices import simnvml
+from gpufleet.devices import simstate
 from gpufleet.telemetry.inventory import register_host
 
 
@@ -62,7 +62,7 @@ def test_pairs_topology_is_stored(tmp_path) -> None:
 
 
 def test_lost_and_missing_gpus_are_marked_not_deleted(sim_app_settings, client: TestClient) -> None:
-    simnvml.lose_gpu(sim_app_settings, 2)
+    simstate.lose_gpu(sim_app_settings, 2)
     register_host(sim_app_settings)
     gpus = {g["index"]: g for g in client.get("/api/v1/system/gpus").json()["data"]}
     assert len(gpus) == 4

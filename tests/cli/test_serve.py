@@ -34,7 +34,14 @@ def _free_port() -> int:
     [
         ({"GPUFLEET_GPU__MODE": "turbo"}, "GPUFLEET_GPU__MODE"),
         ({"GPUFLEET_SIMULATE": "4xH100-80"}, "GPUFLEET_SIMULATE"),
-        ({"GPUFLEET_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}, "GPUFLEET_DATABASE_URL: cannot connect"),
+        (
+            {
+                "GPUFLEET_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+                # A server on PostgreSQL signs people in, so it needs a real secret.
+                "GPUFLEET_SECRET_KEY": "k" * 48,
+            },
+            "GPUFLEET_DATABASE_URL: cannot connect",
+        ),
     ],
 )
 def test_bad_configuration_stops_serve_with_one_line(tmp_path: Path, extra: dict, named: str) -> None:
