@@ -27,7 +27,9 @@ def fmt_bytes(n: int | float | None) -> str:
         return "unknown"
     if abs(n) >= GiB:
         return f"{n / GiB:.1f} GiB"
-    return f"{n / MiB:.0f} MiB"
+    if abs(n) >= MiB or n == 0:
+        return f"{n / MiB:.0f} MiB"
+    return f"{n / 1024:.0f} KiB"
 
 
 @dataclass(frozen=True)

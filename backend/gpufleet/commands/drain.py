@@ -1,0 +1,95 @@
+"""`gpufleet gpus drain|undrain`: take GPUs out of scheduling and put them back.
+
+An operator tool that works on the server's database directly (like
+`gpufleet db`), so it works while the API is down or being upgraded; anyone
+who can reach the database is an operator already. Over HTTP, the same change
+belongs to an admin. Draining stops new placements; trainings already on the
+GPU keep running.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from sqlalchemy import select
+
+from gpufleet.config import ConfigError, get_settings
+
+GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
+HostOpt = Annotated[str | None, typer.Option("--host", help="host name (default: this machine)")]
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: str | None) -> None:
+    from gpufleet.db.models import GPU, GPUAllocation, Host, Training
+    from gpufleet.db.session import session_scope
+
+    try:
+        settings = get_settings()
+    except ConfigError as exc:
+        _fail(str(exc))
+    name = host or settings.host_name
+    if len(set(indexes)) != len(indexes):
+        _fail(f"GPU indexes repeat: {indexes}")
+    try:
+        with session_scope(settings) as sess:
+            h = sess.scalar(select(Host).where(Host.name == name))
+            if h is None:
+                known = ", ".join(sess.scalars(select(Host.name).order_by(Host.name))) or "none"
+                _fail(f"host {name!r} is not registered; known hosts: {known} (use --host)")
+            gpus = {g.index: g for g in sess.scalars(select(GPU).where(GPU.host_id == h.id))}
+            missing = [i for i in indexes if i not in gpus]
+            if missing:
+                # Nothing is changed unless every GPU named exists.
+                _fail(f"GPU {missing[0]} does not exist on host {name}; it has GPUs "
+                      f"{', '.join(map(str, sorted(gpus))) or 'none'}")
+            for i in indexes:
+                gpus[i].drained = drained
+                gpus[i].drain_reason = reason if drained else None
+            running = sess.execute(
+                select(GPUAllocation.gpu_index, Training.name)
+                .join(Training, GPUAllocation.training_id == Training.id)
+                .where(GPUAllocation.host_id == h.id, GPUAllocation.released_at.is_(None),
+                       GPUAllocation.gpu_index.in_(indexes))
+            ).all()
+    except typer.Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a database that cannot be reached or is not migrated
+        if type(exc).__module__.startswith("sqlalchemy"):
+            _fail(f"cannot update the database ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
+                  "run `gpufleet db upgrade` or set GPUFLEET_DATABASE_URL")
+        raise
+    verb = "drained" if drained else "undrained"
+    typer.echo(f"{verb} GPU {', '.join(map(str, indexes))} on {name}" + (f" ({reason})" if drained and reason else ""))
+    if drained:
+        for idx, tname in running:
+            typer.echo(f"GPU {idx}: training {tname} keeps running; no new training will be placed there")
+
+
+def drain(gpus: GpuArgs, host: HostOpt = None,
+          reason: Annotated[str | None, typer.Option("--reason", help="shown with the GPU's state")] = None) -> None:
+    """Stop placing trainings on these GPUs (running ones continue)."""
+    _set_drained(gpus, host, True, reason)
+
+
+def undrain(gpus: GpuArgs, host: HostOpt = None) -> None:
+    """Let the scheduler place trainings on these GPUs again."""
+    _set_drained(gpus, host, False, None)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``drain`` and ``undrain`` under ``gpufleet gpus``."""
+    try:
+        from gpufleet.commands.devices import gpus_app
+    except ImportError:
+        # The devices commands are not there: give drain/undrain a group of their own.
+        gpus_app = typer.Typer(help="Manage GPUs.", no_args_is_help=True)
+        app.add_typer(gpus_app, name="gpus")
+    gpus_app.command("drain")(drain)
+    gpus_app.command("undrain")(undrain)

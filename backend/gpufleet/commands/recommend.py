@@ -1,0 +1,100 @@
+"""`gpufleet recommend`: a training's memory estimate and the GPU sets that can hold it.
+
+Reads the fleet from the database the server uses (and the live samples from
+Redis in a fleet), like an operator tool; nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.config import ConfigError, get_settings
+from gpufleet.scheduling.types import fmt_bytes
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def recommend(
+    recipe: Annotated[str, typer.Option("--recipe", help="recipe name, e.g. sae or mlp")],
+    config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of recipe fields")] = None,
+    count: Annotated[int, typer.Option("--count", min=1, max=64, help="GPUs (one DDP rank each)")] = 1,
+    host: Annotated[str | None, typer.Option("--host", help="only this host")] = None,
+    policy: Annotated[str, typer.Option("--policy", help="pack (best fit) or spread")] = "pack",
+    shared: Annotated[bool, typer.Option("--shared", help="may share GPUs with other small trainings")] = False,
+    top: Annotated[int, typer.Option("--top", min=1, max=50, help="how many sets to show")] = 5,
+    sets: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, over the file")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+) -> None:
+    """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
+    from gpufleet.scheduling.memory import EstimateError
+    from gpufleet.training.config import parse_overrides, read_config_file
+
+    if policy not in ("pack", "spread"):
+        _fail(f"--policy must be pack or spread, not {policy!r}")
+    try:
+        settings = get_settings()
+        values: dict[str, Any] = read_config_file(config) if config else {}
+        values.update(parse_overrides(sets or []))
+        from gpufleet.db.session import session_scope
+        from gpufleet.scheduling.plan import plan_selection
+
+        with session_scope(settings) as sess:
+            plan = plan_selection(sess, settings, recipe, values, count=count, host=host,
+                                  exclusive=not shared, policy=policy, max_candidates=top)  # type: ignore[arg-type]
+    except (ConfigError, EstimateError, ValueError) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
+        if type(exc).__module__.startswith("sqlalchemy"):
+            _fail(f"cannot read the fleet from the database ({type(exc).__name__}); run `gpufleet db upgrade` "
+                  "or set GPUFLEET_DATABASE_URL to the server's database")
+        raise
+    est, rec = plan.estimate, plan.recommendation
+    if as_json:
+        typer.echo(json.dumps({
+            "estimate": est.to_dict(),
+            "candidates": [
+                {"host": c.host, "gpu_indexes": list(c.gpu_indexes), "score": c.score,
+                 "connection": c.connection, "reasons": list(c.reasons), "weights": list(c.weights)}
+                for c in rec.candidates
+            ],
+            "refused": rec.refused,
+            "wait_reason": rec.wait_reason,
+        }, indent=2))
+        raise typer.Exit(1 if rec.refused else 0)
+
+    console = Console()
+    console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
+                  f"micro-batch {est.micro_batch_size} per rank: {est.summary()}", highlight=False)
+    breakdown = Table(show_header=True, header_style="bold")
+    breakdown.add_column("per rank")
+    breakdown.add_column("bytes", justify="right")
+    for name, value in est.breakdown().items():
+        breakdown.add_row(name.replace("_", " "), fmt_bytes(value))
+    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_bytes(est.total)}[/]")
+    console.print(breakdown)
+    console.print(f"method: {est.method}", highlight=False, soft_wrap=True)
+    if rec.refused:
+        _fail(f"this training can never be placed: {rec.refused}")
+    if not rec.candidates:
+        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False, soft_wrap=True)
+        return
+    table = Table(show_header=True, header_style="bold")
+    for col in ("#", "host", "GPUs", "link", "score", "why"):
+        table.add_column(col)
+    for i, c in enumerate(rec.candidates, 1):
+        table.add_row(str(i), c.host, ",".join(map(str, c.gpu_indexes)), c.connection,
+                      f"{c.score:.0f}", "; ".join(c.reasons))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recommend")(recommend)

@@ -1,0 +1,87 @@
+"""`gpufleet recommend` and `gpufleet gpus drain|undrain` against a registered simulated host."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from gpufleet.config import reset_settings_cache
+from gpufleet.db.models import GPU, Host
+from gpufleet.db.session import session_scope
+
+
+@pytest.fixture
+def run(sim_host, monkeypatch):  # noqa: ANN001, ANN201
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(s.data_dir))
+    monkeypatch.setenv("GPUFLEET_SIMULATE", "4xH100-80GB")
+    monkeypatch.setenv("GPUFLEET_HOST_NAME", s.host_name)
+    from gpufleet.cli import app
+
+    def invoke(*args: str):  # noqa: ANN202
+        reset_settings_cache()
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+    return s, invoke
+
+
+def _drained(s) -> dict[int, tuple[bool, str | None]]:  # noqa: ANN001
+    with session_scope(s) as sess:
+        host = sess.scalar(select(Host).where(Host.name == s.host_name))
+        return {g.index: (g.drained, g.drain_reason) for g in sess.scalars(select(GPU).where(GPU.host_id == host.id))}
+
+
+def test_recommend_prints_the_breakdown_and_ranked_sets(run, tmp_path) -> None:  # noqa: ANN001
+    s, invoke = run
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("d_in: 256\nn_latents: 4096\nglobal_batch_size: 1024\nprecision: bf16\n")
+    r = invoke("recommend", "--recipe", "sae", "--config", str(cfg), "--count", "2")
+    assert r.exit_code == 0, r.output
+    for words in ("optimizer states", "activations", "ddp buckets", "framework overhead", "nvlink", "estimated"):
+        assert words in r.output
+    r = invoke("recommend", "--recipe", "sae", "--config", str(cfg), "--count", "2", "--json")
+    body = json.loads(r.output)
+    assert body["candidates"][0]["gpu_indexes"] in ([0, 1], [2, 3])
+    assert body["estimate"]["micro_batch_size"] == 512
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("--recipe", "sae", "--count", "8"), "can never be placed: needs 8 GPUs on one host"),
+        (("--recipe", "nope"), "unknown recipe 'nope'"),
+        (("--recipe", "sae", "--set", "n_latents=0"), "n_latents"),
+        (("--recipe", "sae", "--config", "/does/not/exist.yaml"), "does not exist"),
+    ],
+)
+def test_recommend_errors_are_one_clear_line(run, args: tuple, words: str) -> None:  # noqa: ANN001
+    _s, invoke = run
+    r = invoke("recommend", *args)
+    assert r.exit_code == 2
+    assert words in r.output
+
+
+def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:  # noqa: ANN001
+    s, invoke = run
+    r = invoke("gpus", "drain", "1", "3", "--reason", "fan swap")
+    assert r.exit_code == 0, r.output
+    assert _drained(s) == {0: (False, None), 1: (True, "fan swap"), 2: (False, None), 3: (True, "fan swap")}
+    from gpufleet.scheduling.inputs import availability_by_gpu
+
+    with session_scope(s) as sess:
+        a = availability_by_gpu(sess, s)[(s.host_name, 1)]
+    assert a.state == "drained" and "fan swap" in a.reason
+    assert invoke("gpus", "undrain", "1").exit_code == 0
+    assert _drained(s)[1] == (False, None) and _drained(s)[3][0] is True
+
+
+def test_drain_refuses_unknown_gpus_and_hosts_and_writes_nothing(run) -> None:  # noqa: ANN001
+    s, invoke = run
+    r = invoke("gpus", "drain", "0", "7")
+    assert r.exit_code == 2 and "GPU 7 does not exist" in r.output and "0, 1, 2, 3" in r.output
+    assert not any(d for d, _ in _drained(s).values())
+    r = invoke("gpus", "drain", "0", "--host", "nowhere")
+    assert r.exit_code == 2 and "host 'nowhere' is not registered" in r.output
