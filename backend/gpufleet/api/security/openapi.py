@@ -1,8 +1,10 @@
-"""Complete the OpenAPI schema with the refusals the auth layer answers with.
+"""Complete the OpenAPI schema with the refusals every route may answer with.
 
-The gate and the limits answer before any route runs (401, 403, 413, 429), so
-routes cannot declare these themselves. Declaring them keeps the schema honest
-for the generated TypeScript client and for schemathesis.
+The gate and the limits answer before any route runs (401, 403, 413, 429),
+FastAPI answers 400 for a body that is not JSON, and a path that names a
+missing thing answers 404, so routes do not declare these one by one.
+Declaring them keeps the schema honest for the generated TypeScript client and
+for schemathesis (tests/fuzz).
 """
 
 from __future__ import annotations
@@ -21,6 +23,25 @@ class ErrorDetail(BaseModel):
 
 def _uses(dependant: Any, fn: Any) -> bool:
     return any(d.call is fn or _uses(d, fn) for d in dependant.dependencies)
+
+
+def _widen_validation_error(components: dict[str, Any]) -> None:
+    """A 422 carries either FastAPI's list of field errors or one sentence.
+
+    Routes refuse input the schema cannot express (a GPU that does not exist,
+    two fields that exclude each other) with ``HTTPException(422, "…")``, whose
+    ``detail`` is a string; the generated schema only knew the list form.
+    """
+    hve = components.get("HTTPValidationError")
+    if not hve or "properties" not in hve or "detail" not in hve["properties"]:
+        return
+    listed = hve["properties"]["detail"]
+    if "anyOf" in listed:
+        return
+    hve["properties"]["detail"] = {
+        "anyOf": [{k: v for k, v in listed.items() if k != "title"}, {"type": "string"}],
+        "title": listed.get("title", "Detail"),
+    }
 
 
 def _creator_operations(app: FastAPI) -> set[tuple[str, str]]:
@@ -44,7 +65,7 @@ def _creator_operations(app: FastAPI) -> set[tuple[str, str]]:
 
 
 def document_refusals(app: FastAPI) -> None:
-    """Declare 401/403/413/429 where the auth layer can answer with them, so the schema is honest.
+    """Declare 400/401/403/404/413/429 where they can happen, so the schema is honest.
 
     The gate and the limits answer before any route runs, so the routes cannot
     declare these themselves; the generated schema is completed instead.
@@ -67,9 +88,9 @@ def document_refusals(app: FastAPI) -> None:
         if done and done[0] is schema:
             return schema
         creators = _creator_operations(app)
-        schema.setdefault("components", {}).setdefault("schemas", {}).setdefault(
-            "ErrorDetail", ErrorDetail.model_json_schema()
-        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("ErrorDetail", ErrorDetail.model_json_schema())
+        _widen_validation_error(components)
         for path, ops in schema.get("paths", {}).items():
             if not (is_gated(path) or path == SIGN_IN_PATH):
                 continue
@@ -78,7 +99,11 @@ def document_refusals(app: FastAPI) -> None:
                     continue
                 extra: dict[str, dict[str, Any]] = {}
                 if "requestBody" in op:
+                    # FastAPI answers 400 itself when the body is not JSON at all.
+                    extra["400"] = ref("The body is not valid JSON")
                     extra["413"] = ref("Request body too large")
+                if any(p.get("in") == "path" for p in op.get("parameters", [])):
+                    extra["404"] = ref("What the path names does not exist")
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
                     extra["403"] = ref("Signed in, but not allowed to do this")

@@ -1,0 +1,71 @@
+"""The fuzzer itself must fail on the bugs it is there to find.
+
+A tiny app behind the same auth layer has one route that answers 500 for some
+inputs and one whose body does not match its declared schema; the harness of
+test_schema.py must report both, and pass a correct route.
+"""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from fastapi import FastAPI, Query
+from pydantic import BaseModel
+from schemathesis import GenerationMode
+
+from fuzz.test_schema import _fuzz
+from gpufleet.config import Settings
+
+
+class Count(BaseModel):
+    count: int
+
+
+def _app(settings: Settings) -> FastAPI:
+    from gpufleet.api.auth import install
+
+    app = FastAPI()
+    app.state.settings = settings
+
+    @app.get("/api/v1/boom", response_model=Count, operation_id="boom")
+    def boom(n: int = Query(ge=0, le=100)) -> Count:
+        if n > 3:
+            raise RuntimeError("bug")
+        return Count(count=n)
+
+    @app.get("/api/v1/liar", responses={200: {"model": Count}}, operation_id="liar")
+    def liar() -> dict:
+        return {"count": "many"}
+
+    @app.get("/api/v1/fine", response_model=Count, operation_id="fine")
+    def fine(n: int = Query(ge=0, le=100)) -> Count:
+        return Count(count=n)
+
+    install(app, settings)
+    return app
+
+
+@pytest.fixture
+def canary(settings: Settings):  # noqa: ANN201
+    # Loopback embedded default: the implicit local admin, no token needed.
+    from gpufleet.db.session import upgrade_database
+
+    upgrade_database(settings)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", _app(settings))
+    return {op.path: op for op in (r.ok() for r in schema.get_all_operations())}
+
+
+def test_a_server_error_fails_the_run(canary) -> None:  # noqa: ANN001
+    # In process the app's exception comes through as is; over HTTP it is a 500.
+    with pytest.raises(BaseException, match="bug|Server error"):
+        _fuzz(canary["/api/v1/boom"], GenerationMode.POSITIVE, {})
+
+
+def test_a_body_that_breaks_its_schema_fails_the_run(canary) -> None:  # noqa: ANN001
+    with pytest.raises(BaseException, match="violates schema"):
+        _fuzz(canary["/api/v1/liar"], GenerationMode.POSITIVE, {})
+
+
+def test_a_correct_route_passes(canary) -> None:  # noqa: ANN001
+    assert _fuzz(canary["/api/v1/fine"], GenerationMode.POSITIVE, {}) >= 1
+    assert _fuzz(canary["/api/v1/fine"], GenerationMode.NEGATIVE, {}) >= 1
