@@ -57,6 +57,11 @@ def build_app(settings: Settings) -> FastAPI:
         created.append(user.name)
         return {"owner": user.name}
 
+    @app.post("/api/v1/things/batch")
+    def create_things(body: dict, user: CreatorUser) -> dict:
+        created.extend(user.name for _ in body["items"])
+        return {"count": len(body["items"])}
+
     @app.post("/api/v1/things/{owner}/cancel")
     def cancel_thing(owner: str, user: CurrentUser) -> dict:
         ensure_can_cancel(user, owner)

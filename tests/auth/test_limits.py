@@ -39,7 +39,7 @@ def test_queued_cap_per_user(on_settings: Settings, people: People) -> None:
     with TestClient(build_app(settings)) as client:
         r = client.post("/api/v1/things", headers=bearer(people.alice))
         assert r.status_code == 429
-        assert "2 queued trainings" in r.json()["detail"] and "GPUFLEET_MAX_QUEUED_PER_USER" in r.json()["detail"]
+        assert "has 2 queued trainings" in r.json()["detail"] and "GPUFLEET_MAX_QUEUED_PER_USER" in r.json()["detail"]
         assert client.post("/api/v1/things", headers=bearer(people.bob)).status_code == 200
         with session_scope(settings) as sess:
             sess.add(Training(name="x", owner=alice, recipe="mlp", config={}, status="succeeded"))
@@ -104,3 +104,16 @@ def test_schema_declares_the_refusals(client: TestClient) -> None:
     sign_in = paths["/api/v1/auth/sign-in"]["post"]["responses"]
     assert {"401", "429"} <= set(sign_in) and "403" not in sign_in
     assert "401" not in paths["/api/v1/auth/sign-out"]["post"]["responses"]
+
+
+def test_a_batch_counts_its_items_against_the_cap(on_settings: Settings, people: People) -> None:
+    settings = on_settings.model_copy(update={"max_queued_per_user": 3})
+    with session_scope(settings) as sess:
+        sess.add(Training(name="t", owner=people.names["alice"], recipe="mlp", config={}, status="queued"))
+    with TestClient(build_app(settings)) as client:
+        h = bearer(people.alice)
+        r = client.post("/api/v1/things/batch", json={"items": [{}, {}, {}]}, headers=h)
+        assert r.status_code == 429 and "this request adds 3" in r.json()["detail"]
+        assert client.app.state.created == []
+        r = client.post("/api/v1/things/batch", json={"items": [{}, {}]}, headers=h)
+        assert r.status_code == 200 and r.json() == {"count": 2}

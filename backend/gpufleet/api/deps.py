@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthError, AuthUser, resolve_user
-from gpufleet.api.limits import Page, check_create_allowed, page_params
+from gpufleet.api.limits import Page, check_create_allowed, page_params, requested_count
 from gpufleet.config import Settings
 from gpufleet.db.session import session_factory
 
@@ -82,8 +83,10 @@ def require_admin(user: CurrentUser) -> AuthUser:
 AdminUser = Annotated[AuthUser, Depends(require_admin)]
 
 
-def require_creator(request: Request, user: MemberUser, settings: SettingsDep, session: SessionDep) -> AuthUser:
-    check_create_allowed(request.app, settings, session, user)
+async def require_creator(request: Request, user: MemberUser, settings: SettingsDep, session: SessionDep) -> AuthUser:
+    # Async only to read the (cached) body: a batch counts its items against the cap.
+    count = requested_count(await request.body())
+    await run_in_threadpool(check_create_allowed, request.app, settings, session, user, count)
     return user
 
 

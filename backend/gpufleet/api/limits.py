@@ -7,6 +7,7 @@ process, which is the only API process there is.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -114,27 +115,48 @@ def _too_many(what: str, retry_after: float) -> HTTPException:
     return HTTPException(429, f"{what}; try again in {wait} s", headers={"Retry-After": str(wait)})
 
 
-def check_create_allowed(app: Any, settings: Settings, session: Session, user: Any) -> None:
-    """Refuse (429) a new training over the user's queued cap or creation rate."""
+def check_create_allowed(app: Any, settings: Settings, session: Session, user: Any, count: int = 1) -> None:
+    """Refuse (429) ``count`` new trainings over the user's queued cap, or a request over the creation rate.
+
+    The rate counts requests (a batch is one request); the cap counts trainings.
+    """
     from gpufleet.db.models import Training
 
     queued = session.scalar(
         select(func.count()).select_from(Training).where(Training.owner == user.name, Training.status == "queued")
-    )
-    if queued is not None and queued >= settings.max_queued_per_user:
+    ) or 0
+    if queued + count > settings.max_queued_per_user:
+        asked = "" if count == 1 else f"; this request adds {count}"
         raise HTTPException(
             429,
-            f"user {user.name!r} already has {queued} queued trainings, the most allowed"
-            " (GPUFLEET_MAX_QUEUED_PER_USER); cancel some or wait for them to start",
+            f"user {user.name!r} has {queued} queued trainings and may have at most"
+            f" {settings.max_queued_per_user} (GPUFLEET_MAX_QUEUED_PER_USER){asked};"
+            " cancel some or wait for them to start",
             headers={"Retry-After": "60"},
         )
     retry = get_limiter(app, settings).hit(f"create:{user.name}", settings.create_rate_per_minute, 60.0)
     if retry is not None:
         raise _too_many(
-            f"user {user.name!r} created {settings.create_rate_per_minute} trainings in the last minute,"
+            f"user {user.name!r} sent {settings.create_rate_per_minute} creation requests in the last minute,"
             " the most allowed (GPUFLEET_CREATE_RATE_PER_MINUTE)",
             retry,
         )
+
+
+def requested_count(raw_body: bytes) -> int:
+    """How many trainings a create request asks for: its ``items`` (a batch), else one.
+
+    The body is read again here (Starlette caches it) because the cap must be
+    checked before the route creates anything; a body that does not parse is
+    left for the route to refuse.
+    """
+    try:
+        body = json.loads(raw_body) if raw_body else None
+    except ValueError:
+        return 1
+    if isinstance(body, dict) and isinstance(body.get("items"), list):
+        return max(1, len(body["items"]))
+    return 1
 
 
 def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
