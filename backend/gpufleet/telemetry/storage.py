@@ -11,6 +11,7 @@ newest data is what people look at and memory must stay bounded.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -42,8 +43,53 @@ COPY_SQL = f"COPY gpu_metrics_history ({', '.join(COLUMNS)}) FROM STDIN (FORMAT 
 
 Row = tuple[Any, ...]
 
+class _Uuid7:
+    """Time-ordered UUIDs (RFC 9562 version 7): 48-bit milliseconds, then a counter.
 
-def sample_to_row(host_id: uuid.UUID, s: GPUSample) -> Row | None:
+    The history's primary key starts with ``id``: random UUIDs land all over
+    its B-tree, time-ordered ones append at its right edge, which is what lets
+    the table take tens of thousands of rows a second. The counter (random
+    start per process) keeps ids unique and ordered within a millisecond and is
+    far cheaper than drawing random bytes for every row.
+    """
+
+    _VERSION = 0x7 << 76
+    _VARIANT = 0b10 << 62
+    _LOW = (1 << 62) - 1
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ms = 0
+        self._rand_a = int.from_bytes(os.urandom(2), "big") & 0xFFF
+        self._counter = int.from_bytes(os.urandom(8), "big") & self._LOW
+
+    def many(self, n: int) -> list[uuid.UUID]:
+        """``n`` ids in order; one clock read and one lock for the lot."""
+        with self._lock:
+            # Never go back, even if the clock does.
+            self._ms = max(time.time_ns() // 1_000_000, self._ms)
+            first = self._counter + 1
+            self._counter = (self._counter + n) & self._LOW
+            high = self._ms << 80 | self._VERSION | self._rand_a << 64 | self._VARIANT
+        out = []
+        new, setattr_, unknown = object.__new__, object.__setattr__, uuid.SafeUUID.unknown
+        for k in range(first, first + n):
+            # uuid.UUID(int=...) re-validates a value built to be valid; skipping
+            # __init__ makes an id several times cheaper, which matters at 50k rows/s.
+            u = new(uuid.UUID)
+            setattr_(u, "int", high | (k & self._LOW))
+            setattr_(u, "is_safe", unknown)
+            out.append(u)
+        return out
+
+    def __call__(self) -> uuid.UUID:
+        return self.many(1)[0]
+
+
+uuid7 = _Uuid7()
+
+
+def sample_to_row(host_id: uuid.UUID, s: GPUSample, row_id: uuid.UUID | None = None) -> Row | None:
     """The history row for one sample, or None when it cannot be stored.
 
     The seed's columns ``utilization``, ``memory_used`` and ``memory_total``
@@ -54,10 +100,17 @@ def sample_to_row(host_id: uuid.UUID, s: GPUSample) -> Row | None:
         return None
     job_id = s.job_id
     return (
-        uuid.uuid4(), s.timestamp, host_id, s.index, float(s.utilization),
+        row_id or uuid7(), s.timestamp, host_id, s.index, float(s.utilization),
         int(s.memory_used), int(s.memory_total), s.temperature, s.power_draw,
-        job_id, s.job_type,
+        job_id, s.job_type if job_id else None,
     )
+
+
+def samples_to_rows(host_id: uuid.UUID, samples: list[GPUSample]) -> tuple[list[Row], int]:
+    """Rows for the storable samples, and how many could not be stored."""
+    ids = uuid7.many(len(samples))
+    rows = [r for r in (sample_to_row(host_id, s, i) for s, i in zip(samples, ids, strict=True)) if r is not None]
+    return rows, len(samples) - len(rows)
 
 
 def copy_rows(engine: Engine, rows: list[Row]) -> None:
@@ -157,13 +210,8 @@ class MetricsWriter:
         return self._engine
 
     def add(self, samples: list[GPUSample]) -> None:
-        rows = []
-        for s in samples:
-            r = sample_to_row(self.host_id, s)
-            if r is None:
-                self.stats.unstorable_total += 1
-            else:
-                rows.append(r)
+        rows, unstorable = samples_to_rows(self.host_id, samples)
+        self.stats.unstorable_total += unstorable
         self.add_rows(rows)
 
     def add_rows(self, rows: list[Row]) -> None:
