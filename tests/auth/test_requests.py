@@ -129,3 +129,10 @@ def test_cookie_mutation_from_a_foreign_origin_is_refused(client: TestClient, pe
     # The dashboard's own origin (same host) is fine.
     assert client.post("/api/v1/things", headers={"Origin": "http://testserver"}).status_code == 200
     assert client.app.state.created == [people.names["alice"]]
+
+
+def test_sign_in_from_a_foreign_origin_is_refused(client: TestClient, people: People) -> None:
+    r = client.post("/api/v1/auth/sign-in", json={"token": people.alice}, headers={"Origin": "https://evil.example"})
+    assert r.status_code == 403 and "set-cookie" not in r.headers
+    r = client.post("/api/v1/auth/sign-in", json={"token": people.alice}, headers={"Origin": "http://testserver"})
+    assert r.status_code == 200 and "gpufleet_session=" in r.headers["set-cookie"]

@@ -18,6 +18,7 @@ from gpufleet.api.auth import (
     auth_required,
     make_session_cookie,
     make_ws_ticket,
+    origin_allowed,
     resolve_user,
 )
 from gpufleet.api.deps import CurrentUser, SettingsDep
@@ -57,6 +58,9 @@ def _whoami(user, required: bool) -> WhoAmI:  # noqa: ANN001
 def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep) -> WhoAmI:
     """Exchange an API token for an HTTP-only session cookie."""
     check_sign_in_rate(request.app, settings, request.client.host if request.client else "unknown")
+    # A page on another site must not sign the browser in as someone else.
+    if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), settings):
+        raise HTTPException(403, "sign-in from this Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
     try:
         user = resolve_user(settings, "GET", {"authorization": f"Bearer {body.token.strip()}"}, {})
     except AuthError as exc:

@@ -109,6 +109,7 @@ def document_refusals(app: FastAPI) -> None:
                     extra["403"] = ref("Signed in, but not allowed to do this")
                 if path == SIGN_IN_PATH:
                     extra["401"] = ref("The token is not valid")
+                    extra["403"] = ref("Signing in from this Origin is not allowed")
                 if path == SIGN_IN_PATH or (path, method) in creators:
                     extra["429"] = ref("Over a rate limit or the queued-trainings cap")
                 for code, spec in extra.items():
