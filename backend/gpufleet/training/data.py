@@ -115,7 +115,12 @@ class SyntheticSparseActivations:
 
     Everything derives from ``seed``: every rank builds the same data. The
     arrays are generated on first use, so building the recipe stays cheap.
+    The generators are offset from ``seed`` so the true features never equal
+    a model's initial weights drawn from ``torch.manual_seed(seed)``.
     """
+
+    _FEATURE_STREAM = 0x5AE_0001
+    _SAMPLE_STREAM = 0x5AE_0002
 
     def __init__(self, d_in: int, n_features: int, n_samples: int, mean_active: float,
                  noise: float = 0.0, seed: int = 0):
@@ -127,7 +132,7 @@ class SyntheticSparseActivations:
     @property
     def features(self) -> torch.Tensor:
         if self._features is None:
-            g = torch.Generator().manual_seed(self.seed)
+            g = torch.Generator().manual_seed(self.seed + self._FEATURE_STREAM)
             f = torch.randn(self.n_features, self.d_in, generator=g)
             self._features = f / f.norm(dim=1, keepdim=True)
         return self._features
@@ -135,7 +140,7 @@ class SyntheticSparseActivations:
     @property
     def data(self) -> torch.Tensor:
         if self._data is None:
-            g = torch.Generator().manual_seed(self.seed + 1)
+            g = torch.Generator().manual_seed(self.seed + self._SAMPLE_STREAM)
             p = min(1.0, self.mean_active / self.n_features)
             chunks = []
             # In chunks, so the dense (samples x features) mask stays small.

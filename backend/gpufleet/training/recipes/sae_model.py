@@ -28,6 +28,10 @@ class SparseAutoencoder(nn.Module):
     step needs no communication.
     """
 
+    # Its only buffer (steps since each latent fired) is updated from an
+    # all-reduced count in post_step, so DDP need not broadcast it every forward.
+    ddp_sync_buffers = False
+
     def __init__(self, d_in: int, n_latents: int, variant: str = "topk", *, k: int = 8,
                  aux_k: int = 32, dead_steps: int = 100, use_aux: bool = True):
         super().__init__()

@@ -1,0 +1,322 @@
+"""``python -m gpufleet.training.launch SPEC.json``: run one training.
+
+Sets the visible devices before anything touches a GPU, starts one rank per
+device with ``torch.multiprocessing`` (spawn), streams progress as JSON lines
+to ``spec.progress_file`` and exits with a code from ``exitcodes``.
+
+- One rank dies: the others are terminated within seconds (a short grace,
+  then SIGTERM, then SIGKILL), never left waiting for a collective timeout.
+- SIGTERM/SIGINT: ranks agree to stop at their next report, checkpoint and
+  exit (code 14); after ``stop_grace_s`` (or a second signal) they are killed.
+- Ranks die with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
+
+This module is torch-free at import time on purpose: torch is imported only
+after ``CUDA_VISIBLE_DEVICES`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from gpufleet.training import exitcodes
+from gpufleet.training.config import ConfigError
+from gpufleet.training.progress import ProgressWriter
+from gpufleet.training.spec import LaunchSpec
+
+# Wait this long for the other ranks to notice a dead peer on their own before
+# SIGTERM, and again before SIGKILL: well inside the 10 s promise.
+FAILURE_GRACE_S = 2.0
+POLL_S = 0.25
+
+
+def classify(exc: BaseException) -> str:
+    """The kind of a rank's failure, which decides the exit code."""
+    import torch
+
+    from gpufleet.training.trainer import InjectedFault
+
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
+        return "oom"
+    if isinstance(exc, ConfigError):
+        return "bad_data"
+    if isinstance(exc, InjectedFault):
+        return "error"
+    if "timed out" in text or "timeout" in text:
+        return "timeout"
+    if any(s in text for s in ("connection closed", "connection reset", "broken pipe", "peer")):
+        return "peer_lost"
+    return "error"
+
+
+def _die_with_parent() -> None:
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
+    """One rank, in its own spawned process."""
+    _die_with_parent()
+    requested = {"stop": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        requested["stop"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    state_dir = Path(payload["state_dir"])
+    spec = LaunchSpec.from_dict(payload["spec"])
+    trainer = None
+    try:
+        from gpufleet.training.recipes import get_recipe
+        from gpufleet.training.trainer import Trainer
+
+        recipe = get_recipe(spec.recipe)
+        config = recipe.resolve_config(spec.config)
+        progress = ProgressWriter(spec.progress_file) if rank == 0 else None
+        trainer = Trainer(
+            recipe, config, devices=payload["run_devices"], rank=rank,
+            checkpoint_dir=spec.checkpoint_dir, data_root=spec.data_root, resume=spec.resume,
+            progress=progress, collective_timeout_s=spec.collective_timeout_s,
+            master_port=payload["master_port"],
+            should_stop=lambda: requested["stop"] or stop_event.is_set(),
+        )
+        result = trainer.train()
+        if rank == 0:
+            evaluation = trainer.evaluate() if result.status == "succeeded" and trainer.strategy != "fsdp" else {}
+            if evaluation and progress:
+                progress.write("eval", step=result.step, metrics=evaluation)
+            _write_json(state_dir / "result.json", {"status": result.status, "step": result.step,
+                                                    "checkpoint": result.checkpoint})
+    except BaseException as exc:
+        _write_json(state_dir / f"rank-{rank}.json", {
+            "rank": rank, "kind": classify(exc), "message": f"{type(exc).__name__}: {exc}",
+            "time": time.time(), "traceback": traceback.format_exc(),
+        })
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+
+
+def _root_cause(state_dir: Path, failed_rank: int | None, fallback: str) -> dict[str, Any]:
+    """The error that started it: the earliest one that is not a peer noticing
+    that another rank died."""
+    errors = []
+    for p in state_dir.glob("rank-*.json"):
+        try:
+            errors.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    errors.sort(key=lambda e: (e["kind"] == "peer_lost", e["time"]))
+    if errors:
+        return errors[0]
+    return {"rank": failed_rank, "kind": "error", "message": fallback}
+
+
+def _check_devices(spec: LaunchSpec, run_devices: list[str]) -> None:
+    import torch
+
+    kind = run_devices[0].split(":")[0]
+    if kind == "cpu":
+        return
+    mod = getattr(torch, kind, None)
+    count = mod.device_count() if mod is not None and mod.is_available() else 0
+    if count < spec.world_size:
+        raise ConfigError("devices", f"{spec.devices} asked for, but only {count} {kind} device(s) are usable here")
+
+
+def run(spec: LaunchSpec, echo: Any = None) -> int:
+    """Run the training described by ``spec``; returns the exit code."""
+    progress = ProgressWriter(spec.progress_file, echo)
+    started = time.time()
+
+    def end(code: int, **fields: Any) -> int:
+        progress.write("end", status=exitcodes.describe(code), exit_code=code,
+                       elapsed_s=time.time() - started, **fields)
+        progress.close()
+        return code
+
+    try:
+        from gpufleet.training.paths import resolve_data_path
+        from gpufleet.training.recipes import get_recipe
+
+        recipe = get_recipe(spec.recipe)
+        config = recipe.resolve_config(spec.config)
+        micro, accum = config.batch_layout(spec.world_size)
+        if config.data_path is not None:
+            resolve_data_path(spec.data_root, config.data_path)
+        run_devices = spec.run_devices()
+        _check_devices(spec, run_devices)
+    except ConfigError as exc:
+        progress.write("error", rank=None, kind="config", message=str(exc))
+        return end(exitcodes.BAD_DATA)
+
+    note = None
+    if spec.simulated:
+        note = ("simulated GPUs cannot run kernels: each rank runs on CPU with gloo; "
+                + ", ".join(f"rank {r} <-> {d}" for r, d in enumerate(spec.devices)))
+    progress.write("start", recipe=spec.recipe, training_id=spec.training_id, world_size=spec.world_size,
+                   devices=spec.devices, run_devices=run_devices, simulated=spec.simulated, note=note,
+                   micro_batch_size=micro, grad_accum_steps=accum, pid=os.getpid(), config=config.to_dict())
+    if note:
+        print(f"gpufleet launch: {note}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="gpufleet-launch-") as tmp:
+        state_dir = Path(tmp)
+        try:
+            if spec.world_size == 1:
+                code, fields = _run_inprocess(spec, recipe, config, run_devices, progress, state_dir)
+            else:
+                code, fields = _run_spawned(spec, run_devices, progress, state_dir)
+        except Exception as exc:  # the launcher itself broke
+            progress.write("error", rank=None, kind="launcher", message=f"{type(exc).__name__}: {exc}")
+            return end(exitcodes.LAUNCHER_ERROR)
+    return end(code, **fields)
+
+
+class _StopFlag:
+    """Counts SIGTERM/SIGINT; the first asks for a checkpointed stop."""
+
+    def __init__(self, on_first: Any = None):
+        self.count = 0
+        self.first_at: float | None = None
+        self.on_first = on_first
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.first_at = time.monotonic()
+            if self.on_first is not None:
+                self.on_first()
+
+    def install(self) -> dict[int, Any]:
+        return {s: signal.signal(s, self) for s in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _result_fields(state_dir: Path) -> dict[str, Any]:
+    p = state_dir / "result.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _end_fields(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k in ("step", "checkpoint")}
+
+
+def _run_inprocess(spec, recipe, config, run_devices, progress, state_dir) -> tuple[int, dict[str, Any]]:
+    from gpufleet.training.trainer import Trainer
+
+    flag = _StopFlag()
+    previous = flag.install()
+    trainer = Trainer(recipe, config, devices=run_devices, rank=0, checkpoint_dir=spec.checkpoint_dir,
+                      data_root=spec.data_root, resume=spec.resume, progress=progress,
+                      collective_timeout_s=spec.collective_timeout_s, should_stop=lambda: flag.count > 0)
+    try:
+        result = trainer.train()
+        if result.status == "succeeded":
+            evaluation = trainer.evaluate()
+            if evaluation:
+                progress.write("eval", step=result.step, metrics=evaluation)
+            return exitcodes.SUCCEEDED, {"step": result.step, "checkpoint": result.checkpoint}
+        return exitcodes.INTERRUPTED, {"step": result.step, "checkpoint": result.checkpoint}
+    except Exception as exc:
+        kind = classify(exc)
+        progress.write("error", rank=0, kind=kind, message=f"{type(exc).__name__}: {exc}")
+        return exitcodes.KIND_TO_CODE[kind], {"step": trainer.step}
+    finally:
+        trainer.close()
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str, Any]]:
+    import torch.multiprocessing as mp
+
+    from gpufleet.training.distributed import find_free_port
+
+    ctx = mp.get_context("spawn")
+    stop_event = ctx.Event()
+    flag = _StopFlag(on_first=stop_event.set)
+    previous = flag.install()
+    payload = {"spec": json.loads(spec.to_json()), "run_devices": run_devices,
+               "master_port": find_free_port(), "state_dir": str(state_dir)}
+    procs = mp.start_processes(_rank_main, args=(payload, stop_event), nprocs=spec.world_size,
+                               join=False, start_method="spawn")
+    progress.write("ranks", pids=[p.pid for p in procs.processes])
+    try:
+        while True:
+            try:
+                if procs.join(timeout=POLL_S, grace_period=FAILURE_GRACE_S):
+                    break
+            except mp.ProcessException as exc:
+                if flag.count:
+                    # A rank that died while we were stopping: still an interruption.
+                    return exitcodes.INTERRUPTED, {"message": str(exc).strip()[:500]}
+                cause = _root_cause(state_dir, exc.error_index, str(exc).strip().splitlines()[-1])
+                progress.write("error", rank=cause["rank"], kind=cause["kind"],
+                               message=f"rank {cause['rank']}: {cause['message']}")
+                return exitcodes.KIND_TO_CODE.get(cause["kind"], exitcodes.RANK_FAILED), {}
+            if flag.count and (flag.count > 1 or time.monotonic() - flag.first_at > spec.stop_grace_s):
+                _kill_all(procs)
+                progress.write("error", rank=None, kind="interrupted",
+                               message="ranks did not stop in time after SIGTERM; killed without a checkpoint")
+                return exitcodes.INTERRUPTED, {}
+        result = _result_fields(state_dir)
+        if result.get("status") == "interrupted" or flag.count:
+            return exitcodes.INTERRUPTED, _end_fields(result)
+        return exitcodes.SUCCEEDED, _end_fields(result)
+    finally:
+        _kill_all(procs)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _kill_all(procs: Any) -> None:
+    for p in procs.processes:
+        if p.is_alive():
+            p.kill()
+    for p in procs.processes:
+        p.join(timeout=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m gpufleet.training.launch SPEC.json", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    try:
+        spec = LaunchSpec.read(argv[0])
+    except ConfigError as exc:
+        print(f"gpufleet launch: {exc}", file=sys.stderr)
+        return exitcodes.BAD_DATA
+    # Before torch is imported, so the ranks only ever see this training's GPUs.
+    os.environ.update(spec.visible_devices_env())
+    code = run(spec)
+    print(f"gpufleet launch: {exitcodes.describe(code)} (exit {code})", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    # Through the imported module, so the ranks unpickle
+    # gpufleet.training.launch._rank_main rather than a function of __main__.
+    from gpufleet.training.launch import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,332 @@
+"""The per-rank training loop.
+
+``Trainer(recipe, config, devices=[...], rank=r).train()`` runs one rank. With
+one device it runs without a process group or a DDP wrapper and writes the
+same checkpoints, so a run can move between one and many devices. The
+launcher starts one Trainer per rank; a notebook can run a one-device
+Trainer directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gpufleet.devices.ops import backend_ops, move_to_device
+from gpufleet.training import checkpoint as ckpt
+from gpufleet.training.config import TrainConfig
+from gpufleet.training.distributed import DistributedTrainer
+from gpufleet.training.progress import ProgressWriter
+from gpufleet.training.recipes import Recipe
+
+_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the GPUFLEET_TRAIN_FAULT drill (see ``_fault_at``)."""
+
+
+@dataclass
+class TrainResult:
+    status: str  # "succeeded" | "interrupted"
+    step: int
+    last_metrics: dict[str, Any]
+    checkpoint: str | None
+
+
+def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
+    warm, total, kind = config.warmup_steps, config.max_steps, config.lr_schedule
+
+    def f(step: int) -> float:
+        if warm and step < warm:
+            return (step + 1) / warm
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warm) / max(1, total - warm))
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def _fault_at() -> tuple[int, int, str] | None:
+    """``GPUFLEET_TRAIN_FAULT=RANK:STEP[:KIND]`` makes that rank fail at that
+    step (KIND: error, oom, exit). A drill for tests and for checking that a
+    deployment stops a whole job when one rank dies; unset in normal runs."""
+    raw = os.environ.get("GPUFLEET_TRAIN_FAULT")
+    if not raw:
+        return None
+    parts = raw.split(":")
+    return int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else "error"
+
+
+class Trainer:
+    def __init__(self, recipe: Recipe, config: TrainConfig, *, devices: list[str] | None = None,
+                 rank: int = 0, checkpoint_dir: str | Path | None = None, data_root: str | Path | None = None,
+                 resume: bool = True, progress: ProgressWriter | None = None,
+                 should_stop: Callable[[], bool] | None = None, collective_timeout_s: float = 60.0,
+                 master_port: int | None = None, dist_trainer: DistributedTrainer | None = None):
+        self.recipe, self.config = recipe, config
+        self.dt = dist_trainer or DistributedTrainer(devices or ["cpu"], config,
+                                                     collective_timeout_s=collective_timeout_s,
+                                                     master_port=master_port)
+        self.rank = rank
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.data_root, self.resume = data_root, resume
+        self.progress = progress if rank == 0 else None
+        self.should_stop = should_stop or (lambda: False)
+        self.step = 0
+        self.consumed_batches = 0
+        self.last_checkpoint: str | None = None
+        self._checkpoint_step = -1
+        self.last_metrics: dict[str, Any] = {}
+        self._setup_done = False
+
+    # -- set-up -------------------------------------------------------------
+
+    def setup(self) -> None:
+        self.device = self.dt.setup(self.rank)
+        self.ops = backend_ops(self.device)
+        if self.ops.kind == "cpu" and self.dt.world_size > 1:
+            # CPU ranks share the cores: more threads than cores only thrash.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.dt.world_size))
+        cfg = self.config
+        # Same seed on every rank: identical initial weights with no broadcast.
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        random.seed(cfg.seed)
+        model, self.dataset, self.loss_fn = self.recipe.build(cfg, self.data_root)
+        self.raw_model: nn.Module = model
+        self.model = self.dt.wrap_model(model, self.rank)
+        self.strategy = self.dt.resolved_strategy()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        self.amp_dtype = _DTYPES[cfg.precision]
+        self.scaler = self.ops.grad_scaler(enabled=cfg.precision == "fp16")
+        self.ops.reset_peak_memory_stats()
+        if self.resume and self.checkpoint_dir is not None:
+            found = ckpt.newest_checkpoint(self.checkpoint_dir)
+            if found is not None:
+                self._load(found)
+        self.loader = self.dt.create_distributed_dataloader(self.dataset, self.rank, self.consumed_batches)
+        self._batches = iter(self.loader)
+        self._setup_done = True
+
+    def _load(self, path: Path) -> None:
+        state = ckpt.load_checkpoint(path)
+        ckpt.apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
+        s = state["state"]
+        self.scheduler.load_state_dict(s["scheduler"])
+        self.scaler.load_state_dict(s["scaler"])
+        self.step = int(s["step"])
+        # Micro-batches are counted globally (per-rank count x accumulation is
+        # the same whatever the layout), so a run can resume on another world size.
+        self.consumed_batches = int(s["samples_seen"]) // (self.dt.micro_batch_size * self.dt.world_size)
+        rng = s["rng"]
+        mine = rng[self.rank] if self.rank < len(rng) else rng[0]
+        torch.set_rng_state(mine["torch"])
+        np.random.set_state(("MT19937", np.array(mine["numpy"][0], dtype=np.uint32), *mine["numpy"][1:]))
+        random.setstate(_to_tuple(mine["python"]))
+        if mine.get("accel") is not None and self.ops.kind == "cuda":
+            torch.cuda.set_rng_state(mine["accel"], self.device)
+        self.last_checkpoint = str(path)
+        self._checkpoint_step = self.step
+        if self.progress:
+            self.progress.write("resume", step=self.step, path=str(path))
+
+    # -- the loop -----------------------------------------------------------
+
+    def _no_sync(self, last_micro: bool):
+        if last_micro or self.strategy == "single":
+            return contextlib.nullcontext()
+        if self.strategy == "ddp":
+            return self.model.no_sync()
+        return _fsdp_no_sync(self.model)
+
+    def train_step(self) -> dict[str, torch.Tensor]:
+        """One optimizer step over the global batch; returns the step's loss parts (on device)."""
+        accum = self.dt.grad_accum_steps
+        totals: dict[str, torch.Tensor] = {}
+        for i in range(accum):
+            batch = move_to_device(next(self._batches), self.device, non_blocking=True)
+            self.consumed_batches += 1
+            with self._no_sync(i == accum - 1):
+                with self.ops.autocast(self.amp_dtype):
+                    out = self.loss_fn(self.model, batch)
+                self.scaler.scale(out["loss"] / accum).backward()
+            for k, v in out.items():
+                v = v.detach().float() / accum
+                totals[k] = totals[k] + v if k in totals else v
+        if self.config.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        post = getattr(self.raw_model, "post_step", None)
+        if post is not None:
+            post()
+        self.step += 1
+        return totals
+
+    def train(self) -> TrainResult:
+        if not self._setup_done:
+            self.setup()
+        cfg = self.config
+        fault = _fault_at()
+        world = self.dt.world_size
+        window: torch.Tensor | None = None
+        names: list[str] = []
+        step_times: list[float] = []
+        t_window = time.perf_counter()
+        status = "succeeded"
+        first_report = True
+        while self.step < cfg.max_steps:
+            if fault and fault[0] == self.rank and fault[1] == self.step:
+                _raise_fault(fault[2], self.rank, self.step)
+            t0 = time.perf_counter()
+            parts = self.train_step()
+            step_times.append(time.perf_counter() - t0)
+            if window is None:
+                names = ["loss"] + sorted(k for k in parts if k != "loss")
+                window = torch.zeros(len(names), device=self.device)
+            window += torch.stack([parts[n] for n in names])
+            stop_here = self.should_stop() if world == 1 else False
+            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps or stop_here:
+                stop = self._report(names, window, step_times, t_window, first_report)
+                first_report = False
+                window.zero_()
+                step_times.clear()
+                t_window = time.perf_counter()
+                if stop:
+                    status = "interrupted"
+                    self.checkpoint()
+                    break
+            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
+                self.checkpoint()
+        return TrainResult(status, self.step, self.last_metrics, self.last_checkpoint)
+
+    def _report(self, names: list[str], window: torch.Tensor, step_times: list[float], t_window: float,
+                first: bool) -> bool:
+        """Average metrics over ranks with one all-reduce, which also carries
+        each rank's step time, peak memory and stop request. Returns whether
+        every rank should stop now."""
+        world, n = self.dt.world_size, max(1, len(step_times))
+        extra = torch.zeros(1 + 2 * world, dtype=torch.float64)
+        extra[0] = 1.0 if self.should_stop() else 0.0
+        extra[1 + self.rank] = sum(step_times) / n
+        extra[1 + world + self.rank] = float(self.ops.max_memory_allocated() or 0)
+        vec = torch.cat([window.double() / n, extra.to(self.device)])
+        if self.dt.distributed:
+            dist.all_reduce(vec)
+        vec = vec.cpu()
+        k = len(names)
+        means = (vec[:k] / world).tolist()
+        stop = bool(vec[k] > 0)
+        rank_times = vec[k + 1:k + 1 + world].tolist()
+        peaks = [int(x) for x in vec[k + 1 + world:].tolist()]
+        elapsed = time.perf_counter() - t_window
+        metrics = {
+            "step": self.step,
+            "loss": means[0],
+            "parts": dict(zip(names[1:], means[1:])),
+            "samples_per_s": self.config.global_batch_size * len(step_times) / elapsed if elapsed > 0 else None,
+            "lr": self.scheduler.get_last_lr()[0],
+            "rank_step_times": rank_times,
+        }
+        self.last_metrics = metrics
+        if self.progress:
+            self.progress.write("step", **metrics)
+            if first or self.step >= self.config.max_steps or stop:
+                self.progress.write("peak_memory", step=self.step, per_rank=peaks, device_kind=self.ops.kind)
+        return stop
+
+    def checkpoint(self) -> str | None:
+        """Save ``step-N/`` (rank 0 writes; under FSDP every rank helps gather)."""
+        if self.checkpoint_dir is None or self._checkpoint_step == self.step:
+            return self.last_checkpoint
+        model_state, optim_state = ckpt.gather_state(self.model, self.optimizer)
+        rng = _rng_state(self.ops)
+        rngs = [rng]
+        if self.dt.distributed:
+            rngs = [None] * self.dt.world_size
+            dist.all_gather_object(rngs, rng)
+        path = None
+        if self.rank == 0:
+            train_state = {
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "step": self.step,
+                "samples_seen": self.consumed_batches * self.dt.micro_batch_size * self.dt.world_size,
+                "rng": rngs,
+            }
+            meta = {"recipe": self.recipe.name, "config": self.config.to_dict(),
+                    "world_size": self.dt.world_size, "strategy": self.strategy,
+                    "metrics": self.last_metrics}
+            path = str(ckpt.write_checkpoint(self.checkpoint_dir, self.step, model_state=model_state,
+                                             optim_state=optim_state, train_state=train_state, meta=meta,
+                                             keep=self.config.keep_checkpoints))
+            if self.progress:
+                self.progress.write("checkpoint", step=self.step, path=path)
+        if self.dt.distributed:
+            dist.barrier()  # nobody races ahead (or exits) while rank 0 still writes
+        self.last_checkpoint = path or str(self.checkpoint_dir / f"step-{self.step}")
+        self._checkpoint_step = self.step
+        return self.last_checkpoint
+
+    def evaluate(self) -> dict[str, float]:
+        if self.recipe.evaluate_fn is None:
+            return {}
+        return self.recipe.evaluate_fn(self.raw_model, self.dataset, self.config)
+
+    def close(self) -> None:
+        self.dt.cleanup()
+
+
+def _rng_state(ops) -> dict[str, Any]:
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": [np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "python": _to_list(random.getstate()),
+        "accel": torch.cuda.get_rng_state(ops.device) if ops.kind == "cuda" else None,
+    }
+
+
+def _to_list(x: Any) -> Any:
+    return [_to_list(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _to_tuple(x: Any) -> Any:
+    return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _raise_fault(kind: str, rank: int, step: int) -> None:
+    if kind == "exit":
+        os._exit(3)  # a crash: no exception, no clean-up
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"injected out of memory on rank {rank} at step {step}")
+    raise InjectedFault(f"injected failure on rank {rank} at step {step}")
