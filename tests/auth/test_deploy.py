@@ -56,8 +56,10 @@ def test_volumes_are_declared_and_used(compose: dict) -> None:
                 used.add(source)
     assert used and used <= declared
     assert any(v.endswith(":/var/lib/postgresql/data") for v in compose["services"]["postgres"]["volumes"])
-    # Training data is mounted read-only into the worker.
-    assert any(v.endswith(":/data:ro") for v in compose["services"]["worker"]["volumes"])
+    # Training data is mounted read-only where data paths are checked and read.
+    for name in ("api", "worker"):
+        assert any(v.endswith(":/data:ro") for v in compose["services"][name]["volumes"]), name
+        assert _env(compose["services"][name])["GPUFLEET_DATA_ROOT"] == "/data"
 
 
 def test_api_is_safe_on_the_network(compose: dict) -> None:
