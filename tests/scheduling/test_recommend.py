@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.scheduling.recommend import recommend
-from gpufleet.scheduling.types import GiB, ProcessInfo, Reservation, SelectionRequest
+from gpufleet.scheduling.types import GiB, LinkInfo, ProcessInfo, Reservation, SelectionRequest
 
 from scheduling.fleets import fleet, host, nvlink_pairs_links, pcie_links
 
@@ -111,3 +111,41 @@ def test_mixed_models_in_a_set_carry_speed_weights() -> None:
     # An H100 is faster than an A100 (989 vs 312 dense TFLOPS).
     assert top.weights[0] > top.weights[1]
     assert sum(top.weights) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+@pytest.mark.parametrize("policy", ["pack", "spread"])
+def test_pruned_ranking_equals_scoring_every_set(seed: int, count: int, policy: str) -> None:
+    # recommend() skips hosts whose bound cannot beat the k-th best set; the
+    # answer must be the one an exhaustive ranking gives.
+    import random
+    from itertools import combinations
+
+    from gpufleet.scheduling.recommend import _fits, _HostView
+
+    rng = random.Random(seed)
+    hosts = []
+    for h in range(12):
+        per = {}
+        for i in range(8):
+            r = rng.random()
+            if r < 0.3:
+                per[f"g{i}"] = {"reservations": (Reservation(f"t{h}{i}"),)}
+            elif r < 0.6:
+                per[f"g{i}"] = {"memory_free": rng.randint(12, 79) * GiB}
+        links = [nvlink_pairs_links(8), pcie_links(8), {k: LinkInfo(12, v.pcie_level, True) for k, v in nvlink_pairs_links(8).items()}][h % 3]
+        hosts.append(host(f"h{h:02d}", 8, links=links, **per))
+    f = fleet(*hosts)
+    req = SelectionRequest(10 * GiB, count, policy=policy, max_candidates=5)
+    got = [(c.host, c.gpu_indexes, c.score) for c in recommend(req, f).candidates]
+    every = []
+    for hs in f.hosts:
+        usable = [g for g in hs.gpus if _fits(g, req)]
+        if len(usable) < count:
+            continue
+        view = _HostView(hs, usable, req)
+        for members in combinations(view.indexes, count):
+            every.append((-view.score(members)[0], hs.name, members))
+    every.sort()
+    assert got == [(name, m, round(-s, 2)) for s, name, m in every[:5]]

@@ -13,6 +13,7 @@ cross the inter-socket link and are taken to be on different NUMA nodes;
 
 from __future__ import annotations
 
+import heapq
 from itertools import combinations
 from math import comb
 
@@ -26,6 +27,7 @@ from gpufleet.scheduling.types import (
     Recommendation,
     SelectionRequest,
     fmt_bytes,
+    link_rank,
 )
 from gpufleet.scheduling.weights import selection_weights
 
@@ -52,16 +54,7 @@ _MAX_ENUMERATED = 256
 
 def pair_class(link: LinkInfo | None) -> int:
     """The connection rank of one pair (0 = NVLink ... 3 = across the system)."""
-    if link is None:
-        return 3
-    if link.nvlink_count > 0:
-        return 0
-    level = (link.pcie_level or "").upper()
-    if level in ("SAME", "PIX", "PXB"):
-        return 1
-    if level in ("PHB", "NODE"):
-        return 2
-    return 3
+    return link_rank(link)
 
 
 def _fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
@@ -71,25 +64,33 @@ def _fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
 
 
 class _HostView:
-    """Pair classes of one host's usable GPUs, computed once per request."""
+    """One host's usable GPUs with everything a set's score needs.
 
-    def __init__(self, host: HostState, usable: list[GPUAvailability], measured: dict | None = None):
+    Sets are tuples of GPU indexes. The link matrices come from the host
+    snapshot (computed once per snapshot, see ``HostState.pairs``); the fit
+    figures depend on the request.
+    """
+
+    def __init__(self, host: HostState, usable: list[GPUAvailability], request: SelectionRequest,
+                 measured: dict | None = None):
         self.host = host
         self.measured = measured or {}
         self.usable = usable
-        n = len(usable)
-        self.cls = [[0] * n for _ in range(n)]
-        self.nvl = [[0] * n for _ in range(n)]
-        self.peer = [[True] * n for _ in range(n)]
-        for i in range(n):
-            for j in range(i + 1, n):
-                link = host.link(usable[i].index, usable[j].index)
-                c = pair_class(link)
-                self.cls[i][j] = self.cls[j][i] = c
-                nv = link.nvlink_count if link else 0
-                self.nvl[i][j] = self.nvl[j][i] = nv
-                ok = bool(link and link.peer_access)
-                self.peer[i][j] = self.peer[j][i] = ok
+        self.by_index = {g.index: g for g in usable}
+        self.request = request
+        self.indexes = [g.index for g in usable]
+        pairs = host.pairs
+        self.cls, self.nvl, self.peer, self.pxb = pairs.cls, pairs.nvl, pairs.peer, pairs.pxb
+        # The share of each GPU's memory this job would leave idle.
+        need = request.memory_bytes
+        size = len(self.cls)
+        self.left = [0.0] * size
+        self.partners = [0] * size
+        for g in usable:
+            self.left[g.index] = max(g.free_memory - need, 0) / (g.memory_total or max(g.free_memory, 1))
+            row = self.nvl[g.index]
+            # NVLink partners each GPU has among the other usable GPUs.
+            self.partners[g.index] = sum(1 for j in self.indexes if row[j] > 0)
 
     def set_class(self, members: tuple[int, ...]) -> int:
         worst = 0
@@ -106,13 +107,13 @@ class _HostView:
     def sets(self, count: int) -> list[tuple[int, ...]]:
         n = len(self.usable)
         if comb(n, count) <= _MAX_ENUMERATED:
-            return list(combinations(range(n), count))
+            return list(combinations(self.indexes, count))
         # Too many to enumerate: grow one set from each GPU, adding the GPU
         # whose worst link to the set is best (ties: the most NVLinks).
         out: set[tuple[int, ...]] = set()
-        for seed in range(n):
+        for seed in self.indexes:
             members = [seed]
-            rest = set(range(n)) - {seed}
+            rest = set(self.indexes) - {seed}
             while len(members) < count:
                 best = min(
                     rest,
@@ -127,73 +128,101 @@ class _HostView:
             out.add(tuple(sorted(members)))
         return sorted(out)
 
+    def bound(self, count: int) -> float:
+        """No set of ``count`` of these GPUs can score more than this."""
+        lefts = sorted(self.left[i] for i in self.indexes)
+        if self.request.policy == "pack":
+            fit = 100.0 * (1.0 - sum(lefts[:count]) / count)
+            # At least this many NVLink partners stay behind: each member's
+            # partners, less the links inside the set (at most count - 1 each).
+            fewest = sorted(self.partners[i] for i in self.indexes)[:count]
+            fit -= min(5.0 * max(0, sum(fewest) - count * (count - 1)), 60.0)
+        else:
+            fit = 100.0 * sum(lefts[-count:]) / count
+        if count == 1:
+            return _CLASS_BASE["single"] + fit
+        # Any set holds a pair, and its worst pair is no better than the best pair here.
+        pairs = list(combinations(self.indexes, 2))
+        best_rank = min(self.cls[a][b] for a, b in pairs)
+        bonus = min(max(self.nvl[a][b] for a, b in pairs), 18) if best_rank == 0 else 0.0
+        return _CLASS_BASE[_RANK_CLASS[best_rank]] + bonus + fit
 
-def _score(view: _HostView, members: tuple[int, ...], request: SelectionRequest) -> Candidate:
-    usable = view.usable
-    gpus = [usable[m] for m in members]
+    def score(self, members: tuple[int, ...]) -> tuple[float, int, float, int, bool]:
+        """(score, class, mean idle share, broken NVLink partners, peer access missing)."""
+        count = len(members)
+        if count == 1:
+            m = members[0]
+            left, broken = self.left[m], self.partners[m]
+            if self.request.policy == "pack":
+                return _CLASS_BASE["single"] + 100.0 * (1.0 - left) - min(5.0 * broken, 60.0), 0, left, broken, False
+            return _CLASS_BASE["single"] + 100.0 * left, 0, left, broken, False
+        worst = 0
+        nvl_sum = 0
+        inner_links = 0
+        far = False
+        no_peer = False
+        for pos, a in enumerate(members):
+            cls_a, nvl_a, peer_a, pxb_a = self.cls[a], self.nvl[a], self.peer[a], self.pxb[a]
+            for b in members[pos + 1 :]:
+                if cls_a[b] > worst:
+                    worst = cls_a[b]
+                nv = nvl_a[b]
+                nvl_sum += nv
+                if nv:
+                    inner_links += 1
+                if pxb_a[b]:
+                    far = True
+                if not peer_a[b]:
+                    no_peer = True
+        if count == 1:
+            score = _CLASS_BASE["single"]
+        else:
+            score = _CLASS_BASE[_RANK_CLASS[worst]]
+            if worst == 1 and far:
+                # PIX (one switch) is closer than PXB (several switches).
+                score -= 40.0
+            if worst == 0:
+                # More NVLinks per pair = more bandwidth for the all-reduce.
+                score += min(nvl_sum / (count * (count - 1) / 2), 18.0)
+        if no_peer:
+            score -= 60.0
+        mean_left = sum(self.left[m] for m in members) / count
+        broken = sum(self.partners[m] for m in members) - 2 * inner_links
+        if self.request.policy == "pack":
+            # Taking a GPU whose NVLink partner stays free breaks a connected
+            # group another job could have used.
+            score += 100.0 * (1.0 - mean_left) - min(5.0 * broken, 60.0)
+        else:
+            score += 100.0 * mean_left
+        return score, worst, mean_left, broken, no_peer
+
+
+def _candidate(view: _HostView, members: tuple[int, ...]) -> Candidate:
+    """The full candidate, with its reasons in words (built only for the winners)."""
+    score, cls, mean_left, broken, no_peer = view.score(members)
+    gpus = [view.by_index[m] for m in members]
     count = len(members)
     if count == 1:
         connection: Connection = "single"
         reasons = [f"GPU {gpus[0].index} has {fmt_bytes(gpus[0].free_memory)} free"]
-        cls = 0
     else:
-        cls = view.set_class(members)
         connection = _RANK_CLASS[cls]  # type: ignore[assignment]
         idx = ", ".join(str(g.index) for g in gpus)
         reasons = [f"GPUs {idx} {_CLASS_WORDS[connection]}"]
-    score = _CLASS_BASE[connection]
-
-    if count > 1 and cls == 1:
-        # PIX (one switch) is closer than PXB (several switches).
-        levels = [
-            (view.host.link(a.index, b.index) or LinkInfo()).pcie_level
-            for a, b in combinations(gpus, 2)
+    if no_peer:
+        missing = [
+            f"{a}-{b}"
+            for a, b in combinations(members, 2)
+            if not view.peer[a][b]
         ]
-        if any((lv or "").upper() == "PXB" for lv in levels):
-            score -= 40.0
-    if count > 1 and cls == 0:
-        # More NVLinks per pair = more bandwidth for the all-reduce.
-        pairs = list(combinations(members, 2))
-        mean_links = sum(view.nvl[a][b] for a, b in pairs) / len(pairs)
-        score += min(mean_links, 18.0)
-
-    missing_peer = [
-        (usable[a].index, usable[b].index)
-        for a, b in combinations(members, 2)
-        if not view.peer[a][b]
-    ]
-    if missing_peer:
-        score -= 60.0
-        shown = ", ".join(f"{a}-{b}" for a, b in missing_peer[:3])
-        reasons.append(f"no peer access between GPUs {shown}: transfers go through host memory")
-
-    # Fit: the share of each GPU's memory this job leaves idle.
-    leftover = []
-    for g in gpus:
-        total = g.memory_total or max(g.free_memory, 1)
-        leftover.append(max(g.free_memory - request.memory_bytes, 0) / total)
-    mean_left = sum(leftover) / count
-    if request.policy == "pack":
-        score += 100.0 * (1.0 - mean_left)
-        # Taking a GPU whose NVLink partner stays free breaks a connected
-        # group another job could have used.
-        chosen = set(members)
-        broken = sum(
-            1
-            for m in members
-            for other in range(len(usable))
-            if other not in chosen and view.nvl[m][other] > 0
-        )
-        score -= min(5.0 * broken, 60.0)
-        if broken == 0 and len(usable) > count:
+        reasons.append(f"no peer access between GPUs {', '.join(missing[:3])}: transfers go through host memory")
+    if view.request.policy == "pack":
+        if broken == 0 and len(view.usable) > count:
             reasons.append("keeps the other free GPUs' NVLink groups whole")
         reasons.append(f"best fit: leaves {mean_left:.0%} of each GPU's memory idle on average")
     else:
-        score += 100.0 * mean_left
         reasons.append(f"spread: leaves {mean_left:.0%} of each GPU's memory free on average")
-
-    names = {g.name for g in gpus}
-    weights = selection_weights(gpus, view.measured) if len(names) > 1 else ()
+    weights = selection_weights(gpus, view.measured) if len({g.name for g in gpus}) > 1 else ()
     if weights:
         reasons.append(
             "mixed GPU models; relative speed "
@@ -281,18 +310,51 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
         return Recommendation(request=request, refused=refused)
     hosts = fleet.hosts if request.host is None else (fleet.host(request.host),)  # type: ignore[assignment]
     measured = dict(fleet.measured_speed)
-    candidates: list[Candidate] = []
+    # Each host's best possible score bounds what its sets can reach; hosts
+    # are scored best bound first, and once the k-th best set beats a host's
+    # bound, that host (and every later one) cannot change the answer.
+    views = []
     for host in hosts:
         usable = [g for g in host.gpus if _fits(g, request)]
-        if len(usable) < request.count:
-            continue
-        view = _HostView(host, usable, measured)
-        for members in view.sets(request.count):
-            candidates.append(_score(view, members, request))
-    if not candidates:
+        if len(usable) >= request.count:
+            view = _HostView(host, usable, request, measured)
+            views.append((view.bound(request.count), host.name, view))
+    if not views:
         return Recommendation(request=request, wait_reason=_wait_reason(request, hosts))
-    candidates.sort(key=lambda c: (-c.score, c.host, c.gpu_indexes))
-    return Recommendation(request=request, candidates=tuple(candidates[: request.max_candidates]))
+    views.sort(key=lambda v: (-v[0], v[1]))
+    k = request.max_candidates
+    # A heap of the best k so far, worst on top: (score, reversed tie-break).
+    best: list[tuple[float, _Rev, tuple[int, ...], _HostView]] = []
+    for bound, name, view in views:
+        if len(best) >= k and best[0][0] > bound:
+            break
+        score = view.score
+        for members in view.sets(request.count):
+            entry = (score(members)[0], _Rev((name, members)), members, view)
+            if len(best) < k:
+                heapq.heappush(best, entry)
+            elif entry[:2] > best[0][:2]:
+                heapq.heapreplace(best, entry)
+    ranked = sorted(best, key=lambda e: e[:2], reverse=True)
+    return Recommendation(request=request, candidates=tuple(_candidate(view, members) for _, _, members, view in ranked))
+
+
+class _Rev:
+    """Orders (host, indexes) backwards, so that among equal scores the first by name ranks higher."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Rev) -> bool:
+        return self.key > other.key
+
+    def __gt__(self, other: _Rev) -> bool:
+        return self.key < other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Rev) and self.key == other.key
 
 
 def choose_for_scheduler(

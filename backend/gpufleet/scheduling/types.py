@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 GiB = 1024**3
@@ -152,6 +153,51 @@ class HostState:
 
     def link(self, a: int, b: int) -> LinkInfo | None:
         return self.links.get((a, b) if a < b else (b, a))
+
+    @cached_property
+    def pairs(self) -> PairMatrix:
+        """Link matrices by GPU index, computed once per snapshot (recommend reads them)."""
+        return PairMatrix.of(self)
+
+
+@dataclass(frozen=True)
+class PairMatrix:
+    """Per pair of GPU indexes: connection rank (0 NVLink .. 3 system), NVLinks, peer access, PXB."""
+
+    cls: list[list[int]]
+    nvl: list[list[int]]
+    peer: list[list[bool]]
+    pxb: list[list[bool]]
+
+    @classmethod
+    def of(cls, host: HostState) -> PairMatrix:
+        size = max([g.index for g in host.gpus] + [i for pair in host.links for i in pair] + [-1]) + 1
+        # Pairs with no link row count as "across the system", without peer access.
+        rank = [[3] * size for _ in range(size)]
+        nvl = [[0] * size for _ in range(size)]
+        peer = [[False] * size for _ in range(size)]
+        pxb = [[False] * size for _ in range(size)]
+        for (a, b), link in host.links.items():
+            c = link_rank(link)
+            rank[a][b] = rank[b][a] = c
+            nvl[a][b] = nvl[b][a] = link.nvlink_count
+            peer[a][b] = peer[b][a] = link.peer_access
+            pxb[a][b] = pxb[b][a] = c == 1 and (link.pcie_level or "").upper() == "PXB"
+        return cls(rank, nvl, peer, pxb)
+
+
+def link_rank(link: LinkInfo | None) -> int:
+    """The connection rank of one pair: 0 NVLink, 1 one PCIe switch, 2 one NUMA node, 3 system."""
+    if link is None:
+        return 3
+    if link.nvlink_count > 0:
+        return 0
+    level = (link.pcie_level or "").upper()
+    if level in ("SAME", "PIX", "PXB"):
+        return 1
+    if level in ("PHB", "NODE"):
+        return 2
+    return 3
 
 
 @dataclass(frozen=True)
