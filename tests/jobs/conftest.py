@@ -184,3 +184,34 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def live_api() -> Iterator[Callable[[Settings], str]]:
+    """A real uvicorn server with the trainings router, on a free port; returns its base URL."""
+    import uvicorn
+
+    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+
+    def start(settings: Settings) -> str:
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(api_app(settings), host="127.0.0.1", port=port,
+                                               log_level="warning", lifespan="off"))
+        t = threading.Thread(target=server.run, daemon=True)
+        t.start()
+        wait_for(lambda: server.started, 10, "uvicorn to start")
+        servers.append((server, t))
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server, t in servers:
+        server.should_exit = True
+        t.join(10)

@@ -21,9 +21,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingMetric
-from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import record_event
+from gpufleet.jobs.lifecycle import record_event, write_session
 from gpufleet.jobs.progress import ProgressReader, StragglerWatch
 
 log = logging.getLogger(__name__)
@@ -77,7 +76,7 @@ class MetricsSink:
         """
         newest = newest_checkpoint_step(ckpt_dir)
         step = newest[0] if newest else 0
-        with session_scope(self.settings) as sess:
+        with write_session(self.settings) as sess:
             sess.execute(delete(TrainingMetric).where(TrainingMetric.training_id == self.tid,
                                                       TrainingMetric.step > step))
             if newest:
@@ -157,7 +156,7 @@ class MetricsSink:
 
     def _flush(self, final: bool) -> str:
         metrics, events, row = list(self._metrics.values()), self._events, self._row
-        with session_scope(self.settings) as sess:
+        with write_session(self.settings) as sess:
             values: dict[str, Any] = dict(row)
             if not final:
                 values["lease_expires_at"] = utcnow() + timedelta(seconds=self.settings.lease_s)

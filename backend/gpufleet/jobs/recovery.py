@@ -20,7 +20,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import transition
+from gpufleet.jobs.lifecycle import transition, write_session
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
     for tid, restarts, max_restarts, auto, host_name in rows:
         where = [Training.lease_expires_at < now]  # a renewal that lands first wins
         why = f"the worker on host {host_name} stopped renewing its lease (killed, or the host is lost)"
-        with session_scope(settings) as sess:
+        with write_session(settings) as sess:
             if restarts >= max_restarts:
                 ok = transition(sess, tid, ["running"], "failed", extra_where=where,
                                 reason=f"{why}; gave up after {restarts} restart(s)")
@@ -62,7 +62,7 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
 def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
     """Send the task again for trainings scheduled long ago and never claimed."""
     cutoff = utcnow() - timedelta(seconds=max(4 * settings.lease_s, 10))
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         rows = sess.execute(
             select(Training.id, Host.name)
             .join(Host, Host.id == Training.host_id)

@@ -25,7 +25,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import outcome, procs
-from gpufleet.jobs.lifecycle import get_training, transition
+from gpufleet.jobs.lifecycle import get_training, transition, write_session
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 
@@ -47,7 +47,7 @@ def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
 
 def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> Training | None:
     """scheduled -> running for this host, or None (redelivery, cancel, other host)."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         t = get_training(sess, tid)
         if t is None or t.status != "scheduled" or t.host_id != host_id:
             return None
@@ -154,7 +154,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     _register_sim(settings, t, proc.pid, simulated)
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         sess.execute(update(Training).where(Training.id == tid).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
@@ -208,7 +208,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
 
 def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None) -> None:
     """Write the end of the attempt; the reservation ends in the same transaction."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         mine = [Training.lease_owner == worker_id]
         if d.status != "queued":
             transition(sess, t.id, ["running"], d.status, reason=d.reason, extra_where=mine,

@@ -15,40 +15,19 @@ never shares a GPU with an exclusive one. Three things make that true:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
-from gpufleet.db.session import get_engine
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import transition
+from gpufleet.jobs.lifecycle import transition, write_session
 
 
-@contextmanager
-def reservation_session(settings: Settings) -> Iterator[Session]:
-    """A session whose transaction holds the write lock from its first statement.
-
-    Commits on success, rolls back on error.
-    """
-    engine = get_engine(settings.effective_database_url)
-    with engine.connect() as conn:
-        if settings.is_sqlite:
-            # Read by the engine's "begin" hook in gpufleet.db.session.
-            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
-        sess = Session(bind=conn, expire_on_commit=False)
-        try:
-            yield sess
-            sess.commit()
-        except BaseException:
-            sess.rollback()
-            raise
-        finally:
-            sess.close()
+# The reservation's transaction takes the write lock first (SQLite).
+reservation_session = write_session
 
 
 @dataclass

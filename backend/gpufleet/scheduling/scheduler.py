@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
-from gpufleet.db.models import Host, Training
+from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling import batch
@@ -38,11 +38,55 @@ class PassResult:
     waiting: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
-def queued_ids(sess: Session, limit: int) -> list[uuid.UUID]:
+@dataclass
+class _Snapshot:
+    """What the pass believes is busy, read once without locks.
+
+    Only used to skip trainings that cannot fit, so that a long queue costs
+    one write transaction per training that might start rather than one per
+    queued training. The decision itself is always re-made under the lock.
+    """
+
+    busy: dict[uuid.UUID, set[int]] = field(default_factory=dict)
+    usable: dict[uuid.UUID, set[int]] = field(default_factory=dict)
+    shared_full: set[uuid.UUID] = field(default_factory=set)
+
+    def free(self, host_id: uuid.UUID) -> set[int]:
+        return self.usable.get(host_id, set()) - self.busy.get(host_id, set())
+
+
+def _snapshot(sess: Session) -> _Snapshot:
+    snap = _Snapshot()
+    for host_id, index, ok in sess.execute(
+        select(GPU.host_id, GPU.index, (GPU.enabled & ~GPU.drained & (GPU.status == "ok")))
+    ):
+        if ok:
+            snap.usable.setdefault(host_id, set()).add(index)
+    for host_id, index in sess.execute(
+        select(GPUAllocation.host_id, GPUAllocation.gpu_index).where(GPUAllocation.released_at.is_(None))
+    ):
+        snap.busy.setdefault(host_id, set()).add(index)
+    return snap
+
+
+def _hopeless(snap: _Snapshot, t: Training) -> bool:
+    if t.wait_reason is None:
+        return False  # try once under the lock, so the row says why it waits
+    if not t.exclusive:
+        hosts = [t.host_id] if t.host_id else list(snap.usable)
+        return all(h in snap.shared_full for h in hosts)
+    if t.gpu_ids and not t.auto_select and t.host_id is not None:
+        return bool(set(t.gpu_ids) & snap.busy.get(t.host_id, set()))
+    count = t.requested_count or t.world_size or 1
+    hosts = [t.host_id] if t.host_id else list(snap.usable)
+    return all(len(snap.free(h)) < count for h in hosts)
+
+
+def queued(sess: Session, limit: int) -> list[Training]:
     now = utcnow()
     return list(
         sess.execute(
-            select(Training.id)
+            select(Training)
             .where(
                 Training.status == "queued",
                 or_(Training.not_before.is_(None), Training.not_before <= now),
@@ -62,12 +106,15 @@ def schedule_pending(
     """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
     result = PassResult()
     with session_scope(settings) as sess:
-        ids = queued_ids(sess, limit)
-    full_hosts: set[uuid.UUID] = set()
-    for tid in ids:
+        rows = queued(sess, limit)
+        snap = _snapshot(sess)
+    for row in rows:
+        if _hopeless(snap, row):
+            continue
+        tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason = _schedule_one(sess, settings, tid, full_hosts)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -77,6 +124,7 @@ def schedule_pending(
             log.warning("reservation for %s failed: %s", tid, exc)
             continue
         if placed:
+            snap.busy.setdefault(host_id, set()).update(gpus)  # type: ignore[arg-type]
             result.scheduled.append((tid, placed))
             if send is not None:
                 try:
@@ -85,19 +133,21 @@ def schedule_pending(
                     log.exception("could not send training %s to host %s", tid, placed)
         elif reason:
             result.waiting[tid] = reason
+            if not row.exclusive:
+                snap.shared_full.update([row.host_id] if row.host_id else list(snap.usable))
     return result
 
 
 def _schedule_one(
-    sess: Session, settings: Settings, tid: uuid.UUID, full_hosts: set[uuid.UUID]
-) -> tuple[str | None, str | None]:
+    sess: Session, settings: Settings, tid: uuid.UUID
+) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
         # Another scheduler working on this row: leave it to them.
         stmt = stmt.with_for_update(skip_locked=True)
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
-        return None, None
+        return None, None, None, []
     hosts = _candidate_hosts(sess, t)
     if not hosts:
         reason = (
@@ -105,19 +155,19 @@ def _schedule_one(
             else "no GPU host is online"
         )
         _set_wait(sess, t, reason)
-        return None, reason
+        return None, reason, None, []
     reasons: list[str] = []
     for host in hosts:
         states = lock_host_gpus(sess, host.id)
         chosen, why, selection = _choose(settings, t, host, states)
         if chosen:
             if reserve(sess, t, host, chosen, selection=selection):
-                return host.name, None
-            return None, None
+                return host.name, None, host.id, [c.index for c in chosen]
+            return None, None, None, []
         reasons.append(why if len(hosts) == 1 else f"{host.name}: {why}")
     reason = "; ".join(reasons)
     _set_wait(sess, t, reason)
-    return None, reason
+    return None, reason, None, []
 
 
 def _candidate_hosts(sess: Session, t: Training) -> list[Host]:

@@ -25,6 +25,7 @@ from gpufleet.api.schemas.trainings import (
 )
 from gpufleet.db.models import TRAINING_STATUSES, GPUAllocation, Host, Training, TrainingEvent, TrainingMetric
 from gpufleet.jobs import service
+from gpufleet.jobs.lifecycle import write_session
 from gpufleet.jobs.logs import log_path, read_log
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
@@ -63,6 +64,16 @@ def _public(sess: Session, t: Training) -> TrainingPublic:
     return out
 
 
+def _release(session: Session) -> None:
+    """Give back the request session's connection before the write transaction.
+
+    The auth and rate-limit checks read through it; holding that connection
+    while waiting for a second one would let a burst of requests exhaust
+    the pool with every request waiting on another.
+    """
+    session.close()
+
+
 def _wake() -> None:
     from gpufleet.jobs.scheduler_loop import wake
 
@@ -70,24 +81,30 @@ def _wake() -> None:
 
 
 @router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create")
-def create_training(body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser) -> TrainingPublic:
+def create_training(
+    body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
+) -> TrainingPublic:
+    _release(session)
     try:
         req = service.TrainingRequest(**body.model_dump())
-        [row] = service.create_trainings(session, settings, [req], user.name)
+        with write_session(settings) as sess:
+            [row] = service.create_trainings(sess, settings, [req], user.name)
+            out = _public(sess, row)
     except service.TrainingRequestError as exc:
-        session.rollback()
         raise _http(exc) from None
-    session.commit()
     _wake()
-    return _public(session, row)
+    return out
 
 
 @router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch")
-def create_batch(body: TrainingBatchCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser) -> TrainingBatchPublic:
+def create_batch(
+    body: TrainingBatchCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
+) -> TrainingBatchPublic:
     """Many small trainings sharing GPUs (up to ``max_models_per_gpu`` each, within memory).
 
     What does not fit now waits in the queue; nothing is dropped.
     """
+    _release(session)
     batch_id = uuid.uuid4().hex[:12]
     try:
         reqs = [
@@ -98,14 +115,13 @@ def create_batch(body: TrainingBatchCreate, session: SessionDep, settings: Setti
             )
             for item in body.items
         ]
-        rows = service.create_trainings(session, settings, reqs, user.name,
-                                        selection={"strategy": body.strategy, "batch": batch_id})
+        with write_session(settings) as sess:
+            rows = service.create_trainings(sess, settings, reqs, user.name,
+                                            selection={"strategy": body.strategy, "batch": batch_id})
+            data = [_public(sess, r) for r in rows]
     except service.TrainingRequestError as exc:
-        session.rollback()
         raise _http(exc) from None
-    session.commit()
     _wake()
-    data = [_public(session, r) for r in rows]
     return TrainingBatchPublic(batch_id=batch_id, strategy=body.strategy, data=data, count=len(data))
 
 
@@ -139,17 +155,19 @@ def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser)
 
 
 @router.post("/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel")
-def cancel_training(training_id: uuid.UUID, session: SessionDep, user: MemberUser) -> TrainingPublic:
-    t = _load(session, training_id)
-    ensure_can_cancel(user, t.owner)
+def cancel_training(
+    training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: MemberUser
+) -> TrainingPublic:
+    ensure_can_cancel(user, _load(session, training_id).owner)
+    _release(session)
     try:
-        t = service.cancel(session, training_id, user.name)
+        with write_session(settings) as sess:
+            t = service.cancel(sess, training_id, user.name)
+            out = _public(sess, t)
     except service.TrainingRequestError as exc:
-        session.rollback()
         raise _http(exc) from None
-    session.commit()
     _wake()  # freed GPUs may start a queued training
-    return _public(session, t)
+    return out
 
 
 @router.get("/{training_id}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
