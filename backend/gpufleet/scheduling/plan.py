@@ -88,3 +88,19 @@ def apply_plan(training: Any, plan: SelectionPlan) -> None:
     training.selection = {**(training.selection or {}), **plan.selection_doc()}
     rec = plan.recommendation
     training.wait_reason = rec.refused or rec.wait_reason
+
+
+def estimate_training(sess: Session, training: Any, *, backend: str = "cuda") -> MemoryEstimate:
+    """Estimate a new ``Training`` row from its recipe and config and store the estimate.
+
+    A memory figure the user gave (``memory_estimate`` already set) is kept as
+    what to reserve; the traced estimate is stored beside it for comparison
+    and calibration.
+    """
+    est = estimate_for(sess, training.recipe, training.config or {}, world_size=training.world_size or 1,
+                       backend=backend)
+    if training.memory_estimate is None:
+        training.memory_estimate = est.total
+    training.estimate = est.to_dict()
+    training.estimate_key = est.key
+    return est

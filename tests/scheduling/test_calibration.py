@@ -1,0 +1,87 @@
+"""Calibration from measured peaks, and speed weights from measured step times, on a real database."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from gpufleet.db.models import GPU, Host, Training, TrainingMetric
+from gpufleet.db.session import session_scope
+from gpufleet.scheduling.calibration import calibration_for, calibration_ratios, record_peak_memory
+from gpufleet.scheduling.inputs import measured_speed
+from gpufleet.scheduling.plan import estimate_for, estimate_training
+from gpufleet.scheduling.types import GiB, GPUAvailability
+from gpufleet.scheduling.weights import speed_weights
+
+CFG = {"d_in": 128, "n_latents": 2048, "global_batch_size": 256, "seed": 0}
+
+
+def _run(sess, est, measured: int | None, **kw) -> Training:  # noqa: ANN001
+    t = Training(id=uuid.uuid4(), name="r", owner="u", recipe="sae", config=dict(CFG), status="succeeded",
+                 estimate=est.to_dict(), estimate_key=est.key, **kw)
+    if measured is not None:
+        record_peak_memory(t, [measured, int(measured * 0.98)])
+    sess.add(t)
+    return t
+
+
+def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -> None:  # noqa: ANN001
+    # The shared PostgreSQL database: a config of its own (seed does not change the key, lr does not either).
+    cfg = {**CFG, "n_latents": 2048 + (uuid.uuid4().int % 64) * 8}
+    with session_scope(db_settings) as sess:
+        first = estimate_for(sess, "sae", cfg)
+        assert first.calibrated_from == 0 and "calibrated" not in first.summary()
+        base = first.allocator_bytes
+        for ratio in (1.10, 1.20, 1.15):
+            t = _run(sess, first, int(base * ratio))
+            t.config = dict(cfg)
+        _run(sess, first, 0)  # a CPU run measured nothing: not used
+    with session_scope(db_settings) as sess:
+        cal = calibration_for(sess, first.key)
+        assert cal is not None and cal.runs == 3 and abs(cal.ratio - 1.15) < 1e-6
+        again = estimate_for(sess, "sae", {**cfg, "lr": 0.01})
+    assert again.key == first.key
+    assert again.summary().endswith("calibrated from 3 runs")
+    assert again.total == int(base * 1.15) + (first.total - base)
+
+
+def test_a_new_training_row_gets_its_estimate(db_settings) -> None:  # noqa: ANN001
+    with session_scope(db_settings) as sess:
+        t = Training(id=uuid.uuid4(), name="n", owner="u", recipe="mlp", config={"global_batch_size": 64},
+                     world_size=2)
+        est = estimate_training(sess, t)
+        assert t.memory_estimate == est.total and t.estimate_key == est.key
+        assert t.estimate["ddp_buckets"] > 0 and t.estimate["summary"].startswith("estimated")
+
+
+def test_odd_ratios_are_ignored() -> None:
+    assert calibration_ratios([(100, 100), (1, 100), (900, 100), (0, 100), (100, 0)]) == [1.0]
+
+
+def test_measured_step_times_set_the_speed_weights(db_settings) -> None:  # noqa: ANN001
+    key = f"test-key-{uuid.uuid4().hex[:6]}"
+    with session_scope(db_settings) as sess:
+        host = Host(name=f"mixed-{uuid.uuid4().hex[:6]}")
+        sess.add(host)
+        sess.flush()
+        sess.add_all([GPU(host_id=host.id, index=0, vendor="nvidia", backend="cuda", name="NVIDIA A100"),
+                      GPU(host_id=host.id, index=1, vendor="nvidia", backend="cuda", name="NVIDIA RTX 3090")])
+        t = Training(id=uuid.uuid4(), name="m", owner="u", recipe="sae", config={"micro_batch_size": 100},
+                     estimate_key=key, gpu_ids=[0, 1], host_id=host.id, world_size=2)
+        sess.add(t)
+        sess.flush()
+        for step in range(1, 6):
+            # Rank 0 (A100) takes 0.1 s per step, rank 1 (3090) 0.3 s.
+            sess.add(TrainingMetric(training_id=t.id, step=step, rank_step_times=[0.1, 0.3]))
+    with session_scope(db_settings) as sess:
+        speed = measured_speed(sess, key)
+    assert speed == {"NVIDIA A100": 1000.0, "NVIDIA RTX 3090": 100 / 0.3}
+    gpus = [GPUAvailability("h", 0, "free", "", name="NVIDIA A100"),
+            GPUAvailability("h", 1, "free", "", name="NVIDIA RTX 3090")]
+    measured = speed_weights(gpus, speed)
+    assert [w.source for w in measured] == ["measured", "measured"]
+    assert abs(measured[0].weight - 0.75) < 1e-9
+    spec = speed_weights(gpus)
+    # The data sheets: 312 vs 71 dense TFLOPS.
+    assert [w.source for w in spec] == ["spec", "spec"] and abs(spec[0].weight - 312 / 383) < 1e-9
