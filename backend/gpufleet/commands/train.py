@@ -1,0 +1,172 @@
+"""``gpufleet train``: run a training in the foreground (``--local``).
+
+``--local`` writes a LaunchSpec and runs the same launcher the server's worker
+runs (``python -m gpufleet.training.launch``) as a child process, showing its
+progress lines as a progress bar and ending with a summary. Without
+``--local`` the training is submitted to a server (not yet: see
+``submit_to_server``).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from gpufleet.training import exitcodes
+from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
+from gpufleet.training.progress import follow_progress
+from gpufleet.training.spec import LaunchSpec, parse_devices
+
+console = Console(stderr=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train", help="Run a training (--local: here, in the foreground).")(train)
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    raise typer.Exit(code=2)
+
+
+def train(
+    recipe: Annotated[str, typer.Option(help="Recipe name (gpufleet.recipes entry point), e.g. sae or mlp.")] = "sae",
+    local: Annotated[bool, typer.Option("--local", help="Run here in the foreground instead of on a server.")] = False,
+    gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="GPUs: 0,1 or cuda:0,cuda:1 (hip:N, xpu:N).")] = None,
+    devices: Annotated[str | None, typer.Option("--devices", help="'cpu' to train on CPU ranks.")] = None,
+    world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks with --devices cpu.")] = 1,
+    config: Annotated[Path | None, typer.Option("--config", help="YAML file of config fields.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, repeatable; wins over --config.")] = None,
+    checkpoint_dir: Annotated[Path | None, typer.Option(help="Where step-N/ checkpoints go.")] = None,
+    data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
+    resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
+) -> None:
+    values: dict[str, Any] = {}
+    try:
+        if config is not None:
+            values.update(read_config_file(config))
+        values.update(parse_overrides(set_ or []))
+        from gpufleet.training.recipes import get_recipe
+
+        rec = get_recipe(recipe)
+        resolved = rec.resolve_config(values)
+        if gpu_ids and devices:
+            raise ConfigError("devices", "give --gpu-ids or --devices, not both")
+        device_list = parse_devices(gpu_ids or devices or "cpu", world_size)
+        if gpu_ids and world_size != 1 and world_size != len(device_list):
+            raise ConfigError("world_size", f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
+        resolved.batch_layout(len(device_list))
+    except ConfigError as exc:
+        _fail(str(exc))
+    if not local:
+        submit_to_server(recipe, values, device_list)
+        return
+    code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
+                     resume=resume, max_steps=resolved.max_steps)
+    raise typer.Exit(code=code)
+
+
+def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) -> None:
+    """Submit the training to a gpufleet server (the jobs work adds this)."""
+    console.print("submitting to a server: use --local for now")
+    raise typer.Exit(code=2)
+
+
+def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,
+              data_root: Path | None, resume: bool, max_steps: int) -> int:
+    from gpufleet.config import ConfigError as SettingsError
+    from gpufleet.config import load_settings
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        _fail(str(exc))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = settings.data_dir / "local-runs" / f"{recipe}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    simulated = bool(settings.simulate) and devices[0] != "cpu"
+    try:
+        spec = LaunchSpec(
+            recipe=recipe, config=config, devices=devices,
+            checkpoint_dir=str(checkpoint_dir or (settings.checkpoint_root / f"local-{recipe}-{stamp}")),
+            progress_file=str(run_dir / "progress.jsonl"),
+            data_root=str(data_root or settings.data_root), resume=resume,
+            collective_timeout_s=settings.collective_timeout_s, simulated=simulated,
+        )
+    except ConfigError as exc:
+        _fail(str(exc))
+    spec_path = spec.write(run_dir / "spec.json")
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(spec_path)])
+    records = _watch(proc, Path(spec.progress_file), max_steps)
+    code = proc.wait()
+    _summary(records, code, spec)
+    return code
+
+
+def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    offset = 0
+    interrupts = 0
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("training", total=max_steps, info="starting ranks")
+        while True:
+            try:
+                new, offset = follow_progress(progress_file, offset)
+                for r in new:
+                    records.append(r)
+                    if r["type"] == "step":
+                        sps = r.get("samples_per_s") or 0
+                        bar.update(task, completed=r["step"],
+                                   info=f"loss {r['loss']:.4g}  {sps:,.0f} samples/s")
+                    elif r["type"] == "resume":
+                        bar.update(task, completed=r["step"], info=f"resumed at step {r['step']}")
+                    elif r["type"] == "checkpoint":
+                        bar.update(task, info=f"checkpoint step {r['step']}")
+                if proc.poll() is not None:
+                    new, offset = follow_progress(progress_file, offset)
+                    records.extend(new)
+                    return records
+                time.sleep(0.2)
+            except KeyboardInterrupt:
+                # Ctrl-C reaches the launcher too; a second one stops it hard.
+                interrupts += 1
+                bar.update(task, info="stopping: checkpointing (Ctrl-C again to kill)")
+                proc.send_signal(signal.SIGTERM if interrupts == 1 else signal.SIGKILL)
+
+
+def _summary(records: list[dict[str, Any]], code: int, spec: LaunchSpec) -> None:
+    last = {r["type"]: r for r in records}
+    table = Table(title=f"training {spec.recipe} on {', '.join(spec.devices)}", show_header=False)
+    table.add_row("status", f"{exitcodes.describe(code)} (exit {code})")
+    if "step" in last:
+        s = last["step"]
+        table.add_row("steps", str(s["step"]))
+        table.add_row("loss", f"{s['loss']:.6g}" if s["loss"] is not None else "n/a")
+        for name, value in s.get("parts", {}).items():
+            table.add_row(f"  {name}", f"{value:.6g}" if value is not None else "n/a")
+        if s.get("samples_per_s"):
+            table.add_row("samples/s", f"{s['samples_per_s']:,.0f}")
+    if "eval" in last:
+        for name, value in last["eval"]["metrics"].items():
+            table.add_row(name, f"{value:.4g}")
+    if "peak_memory" in last:
+        table.add_row("peak memory", ", ".join(f"{b / 2**20:,.0f} MiB" for b in last["peak_memory"]["per_rank"]))
+    if "checkpoint" in last:
+        table.add_row("checkpoint", last["checkpoint"]["path"])
+    if "error" in last:
+        e = last["error"]
+        table.add_row("error", f"rank {e.get('rank')}: {e.get('message')}" if e.get("rank") is not None
+                      else str(e.get("message")))
+    table.add_row("progress log", spec.progress_file)
+    Console().print(table)
