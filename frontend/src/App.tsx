@@ -9,6 +9,7 @@ import { TrainingsPage } from './pages/trainings/TrainingsPage';
 
 function LiveBadge() {
   const status = useLiveStatus();
+  if (status === 'idle') return null;
   const text = status === 'open' ? 'live' : status === 'connecting' ? 'connecting…' : 'offline';
   return (
     <span className={`live live-${status}`} role="status" aria-live="polite" title="Live updates over WebSocket">

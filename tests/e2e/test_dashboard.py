@@ -21,6 +21,14 @@ def _cards(page):  # noqa: ANN001, ANN202
     return page.locator("[data-testid^='gpu-card-']")
 
 
+def _wait_status(page, status: str, timeout_s: float) -> None:  # noqa: ANN001
+    page.wait_for_function(
+        "(s) => (document.querySelector(\"[data-testid='training-status']\")?.innerText ?? '').includes(s)",
+        arg=status,
+        timeout=timeout_s * 1000,
+    )
+
+
 def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:  # noqa: ANN001
     page.goto("/")
     page.wait_for_function(f"document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === {GPU_COUNT}")
@@ -32,13 +40,13 @@ def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None
     page.wait_for_selector(".live-open", timeout=15_000)
     first = page.get_by_test_id("gpu-card-sim-host-0").get_by_test_id("gpu-updated").inner_text()
     page.wait_for_function(
-        "(first) => document.querySelector(\"[data-testid='gpu-card-sim-host-0'] [data-testid='gpu-updated']\").innerText !== first",
+        "(first) => document.querySelector(\"[data-testid='gpu-card-sim-host-0'] [data-testid='gpu-updated']\")?.innerText !== first",
         arg=first,
         timeout=15_000,
     )
     # The mini chart fills from the stream.
     page.wait_for_function(
-        "Number(document.querySelector(\"[data-testid='gpu-chart-0']\").dataset.points) >= 2", timeout=15_000
+        "Number(document.querySelector(\"[data-testid='gpu-chart-0']\")?.dataset.points) >= 2", timeout=15_000
     )
     page.screenshot(path=str(screenshots / "fleet-per-gpu.png"), full_page=True)
 
@@ -52,7 +60,7 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
     assert page.get_by_test_id("agg-gpu-count").inner_text() == str(GPU_COUNT)
     assert page.get_by_test_id("host-row-sim-host").is_visible()
     page.wait_for_function(
-        "Number(document.querySelector(\"[data-testid='aggregate-chart']\").dataset.points) >= 2", timeout=15_000
+        "Number(document.querySelector(\"[data-testid='aggregate-chart']\")?.dataset.points) >= 2", timeout=15_000
     )
     page.screenshot(path=str(screenshots / "fleet-aggregated.png"), full_page=True)
     page.get_by_role("button", name="Topology").click()
@@ -65,25 +73,38 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
     assert _cards(page).count() == GPU_COUNT
 
 
-def _start_training(page, name: str, steps: int) -> str:  # noqa: ANN001
+def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # noqa: ANN001
+    # The agent has been storing one sample per GPU per second since the server started.
+    page.goto("/history?gpu=sim-host:1&range=1h")
+    page.get_by_test_id("history-charts").wait_for(timeout=20_000)
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='history-utilization']\")?.dataset.points) >= 1"
+    )
+    assert page.get_by_label("GPU").input_value() == "sim-host:1"
+    page.get_by_role("button", name="Last day").click()
+    page.get_by_test_id("history-charts").wait_for()
+    page.screenshot(path=str(screenshots / "history.png"), full_page=True)
+
+
+def _start_training(page, name: str, steps: int, screenshot: Path | None = None) -> str:  # noqa: ANN001
     page.goto("/trainings/new")
-    page.get_by_label("Name").fill(name)
-    page.get_by_label("Steps").fill(str(steps))
+    page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("Steps", exact=True).fill(str(steps))
     page.get_by_label("Log every (steps)").fill("2")
     page.get_by_label("Checkpoint every (steps)").fill("20")
     # The recommended GPU is preselected once the server answered.
     page.wait_for_function("document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length >= 1", timeout=15_000)
+    if screenshot is not None:
+        page.screenshot(path=str(screenshot), full_page=True)
     page.get_by_role("button", name="Start training").click()
     page.wait_for_url(re.compile(rf"/trainings/{UUID}$"), timeout=15_000)
     return page.url.rsplit("/", 1)[1]
 
 
 def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Path) -> None:  # noqa: ANN001
-    tid = _start_training(page, "e2e-sae", steps=40)
+    tid = _start_training(page, "e2e-sae", steps=40, screenshot=screenshots / "training-new.png")
     assert page.get_by_test_id("training-name").inner_text() == "e2e-sae"
-    page.wait_for_function(
-        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('succeeded')", timeout=180_000
-    )
+    _wait_status(page, "succeeded", 180)
     page.wait_for_function(
         "Number(document.querySelector(\"[data-testid='loss-chart']\")?.dataset.points) >= 5", timeout=15_000
     )
@@ -99,13 +120,9 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Pa
 
 def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> None:  # noqa: ANN001
     _start_training(page, "e2e-cancel-me", steps=100_000)
-    page.wait_for_function(
-        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('running')", timeout=120_000
-    )
+    _wait_status(page, "running", 120)
     page.get_by_role("button", name="Cancel training").click()
     page.get_by_role("button", name="Yes, cancel it").click()
-    page.wait_for_function(
-        "document.querySelector(\"[data-testid='training-status']\").innerText.includes('cancelled')", timeout=30_000
-    )
+    _wait_status(page, "cancelled", 30)
     assert page.get_by_role("button", name="Cancel training").count() == 0
     page.screenshot(path=str(screenshots / "training-cancelled.png"), full_page=True)

@@ -2,49 +2,22 @@
 import { api } from './client';
 import type {
   GPUsPublic,
+  HistoryResponse,
   HostsPublic,
+  RecommendBody,
   RecommendResponse,
   Topology,
   Training,
+  TrainingCreate,
   TrainingEvent,
   TrainingLogs,
   TrainingMetric,
   TrainingsPublic,
+  ValidateBody,
   ValidateResponse,
 } from './types';
 
-/** One bucket of the history endpoint: min/avg/max per metric. */
-export interface HistoryPoint {
-  t: string;
-  samples: number;
-  [field: string]: number | string | null;
-}
-
 export type HistoryMetric = 'utilization' | 'memory_used' | 'temperature' | 'power_draw';
-
-export interface HistorySeries {
-  host: string | null;
-  gpu_index: number | null;
-  points: HistoryPoint[];
-}
-
-export interface HistoryResponse {
-  start?: string;
-  end?: string;
-  step_s?: number;
-  aggregate?: boolean;
-  series: HistorySeries[];
-}
-
-export interface TrainingCreate {
-  name: string;
-  recipe: string;
-  config: Record<string, unknown>;
-  gpu_ids?: number[] | null;
-  host?: string | null;
-  distributed?: boolean;
-  priority?: number;
-}
 
 export const endpoints = {
   gpus: (signal?: AbortSignal) => api.get<GPUsPublic>('/system/gpus', undefined, signal),
@@ -53,15 +26,14 @@ export const endpoints = {
   /** `gpu` is host:index (repeatable); `aggregate` folds the GPUs into one series. */
   history: (q: { gpu?: string | string[]; host?: string; aggregate?: boolean; from: string; to: string; points: number }, signal?: AbortSignal) =>
     api.get<HistoryResponse>('/system/metrics/history', q, signal),
-  recommend: (body: { recipe: string; config: Record<string, unknown>; count: number; host?: string | null }) =>
+  recommend: (body: Partial<RecommendBody> & Pick<RecommendBody, 'recipe' | 'config' | 'count'>) =>
     api.post<RecommendResponse>('/system/gpus/recommend', body),
-  validate: (body: { gpu_ids: number[]; host: string; recipe: string; config: Record<string, unknown> }) =>
-    api.post<ValidateResponse>('/system/gpus/validate', body),
+  validate: (body: Partial<ValidateBody> & Pick<ValidateBody, 'gpu_ids'>) => api.post<ValidateResponse>('/system/gpus/validate', body),
 
   trainings: (q: { status?: string; owner?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
     api.get<TrainingsPublic>('/trainings', q, signal),
   training: (id: string, signal?: AbortSignal) => api.get<Training>(`/trainings/${encodeURIComponent(id)}`, undefined, signal),
-  createTraining: (body: TrainingCreate) => api.post<Training>('/trainings', body),
+  createTraining: (body: Partial<TrainingCreate> & Pick<TrainingCreate, 'name' | 'recipe'>) => api.post<Training>('/trainings', body),
   cancelTraining: (id: string) => api.post<Training>(`/trainings/${encodeURIComponent(id)}/cancel`),
   events: (id: string, afterSeq = 0, signal?: AbortSignal) =>
     api.get<{ data: TrainingEvent[]; count: number }>(`/trainings/${encodeURIComponent(id)}/events`, { after_seq: afterSeq }, signal),

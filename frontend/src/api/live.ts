@@ -9,7 +9,8 @@
  * missed in between are replayed rather than lost.
  */
 
-export type LiveStatus = 'connecting' | 'open' | 'closed';
+/** idle: nothing on screen needs live data, so no socket is open (not an error). */
+export type LiveStatus = 'idle' | 'connecting' | 'open' | 'closed';
 
 export interface LiveMessage {
   /** snapshot (the channel's whole state) | update | resumed | skipped snapshots carry skipped: true */
@@ -50,7 +51,7 @@ export class LiveClient {
   private retry = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
-  status: LiveStatus = 'closed';
+  status: LiveStatus = 'idle';
 
   constructor(
     private readonly open: () => SocketLike = () => new WebSocket(defaultWsUrl()) as unknown as SocketLike,
@@ -140,8 +141,10 @@ export class LiveClient {
     sock.onclose = () => {
       this.socket = null;
       if (this.stopped) return;
-      this.setStatus('closed');
-      if (this.handlers.size > 0) this.scheduleReconnect();
+      if (this.handlers.size > 0) {
+        this.setStatus('closed');
+        this.scheduleReconnect();
+      } else this.setStatus('idle');
     };
   }
 

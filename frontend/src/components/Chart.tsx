@@ -24,6 +24,8 @@ export interface ChartProps {
   yFormat?: (v: number) => string;
   title?: string;
   testId?: string;
+  /** Live charts: always show this many seconds ending at the newest point. */
+  windowSec?: number;
 }
 
 const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
@@ -33,7 +35,7 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * points each in well under a frame (bench/dashboard_charts.py), which is why
  * the dashboard uses it instead of an SVG chart library.
  */
-export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId }: ChartProps) {
+export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec }: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -51,8 +53,13 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       legend: { show: !mini },
       cursor: mini ? { show: false } : { drag: { x: true, y: false } },
       scales: {
-        x: { time },
-        y: yMin !== undefined || yMax !== undefined ? { range: (_u, lo, hi) => [yMin ?? lo, Math.max(yMax ?? hi, hi)] } : {},
+        // A fixed window keeps a fresh live chart from zooming into milliseconds.
+        x: windowSec ? { time, range: (_u, _lo, hi) => [hi - windowSec, hi] } : { time },
+        // Mini charts get a little headroom so a line at 0% or 100% stays visible.
+        y:
+          yMin !== undefined || yMax !== undefined
+            ? { range: (_u, lo, hi) => [(yMin ?? lo) - (mini ? 3 : 0), Math.max(yMax ?? hi, hi) + (mini ? 3 : 0)] }
+            : {},
       },
       axes: mini
         ? [{ show: false }, { show: false }]
@@ -61,7 +68,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
             { ...AXIS, size: 60, values: yFormat ? (_u, vals) => vals.map((v) => (v == null ? '' : yFormat(v))) : undefined },
           ],
       series: [
-        {},
+        { label: time ? 'time' : 'step' },
         ...series.map((s) => ({
           label: s.label,
           stroke: s.color,
@@ -82,7 +89,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       plot.current = null;
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [seriesKey, height, mini, time, yMin, yMax, title]);
+  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec]);
 
   useEffect(() => {
     plot.current?.setData(data as uPlot.AlignedData);

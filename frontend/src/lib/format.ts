@@ -48,6 +48,11 @@ export function fmtLoss(n: number | null | undefined): string {
   return n.toPrecision(4);
 }
 
+/** A metric from a free-form dict: a finite number, or null. */
+export function num(v: unknown): number | null {
+  return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
 export function shortId(id: string): string {
   return id.slice(0, 8);
 }

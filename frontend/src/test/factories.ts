@@ -1,6 +1,19 @@
-import type { GPU, Training } from '../api/types';
+/** Complete objects of the server's response models, for tests; override what matters. */
+import type {
+  Candidate,
+  Estimate,
+  GPU,
+  HistoryResponse,
+  RecommendResponse,
+  Training,
+  TrainingEvent,
+  TrainingMetric,
+  ValidateResponse,
+  ValidationProblem,
+} from '../api/types';
 
 const GiB = 1024 ** 3;
+const T0 = '2026-11-21T10:00:00Z';
 
 export function gpu(host: string, index: number, over: Partial<GPU> = {}): GPU {
   return {
@@ -20,7 +33,7 @@ export function gpu(host: string, index: number, over: Partial<GPU> = {}): GPU {
     drained: false,
     drain_reason: null,
     live: {
-      timestamp: '2026-11-21T10:00:00Z',
+      timestamp: T0,
       utilization: 10 * index,
       memory_used: 4 * GiB,
       memory_total: 80 * GiB,
@@ -28,6 +41,7 @@ export function gpu(host: string, index: number, over: Partial<GPU> = {}): GPU {
       temperature: 40 + index,
       power_draw: 100,
       power_limit: 700,
+      lost: false,
       processes: [],
     },
     availability: { state: 'free', reason: 'free: 76.0 GiB available', free_memory: 76 * GiB, holders: [] },
@@ -43,16 +57,80 @@ export function training(over: Partial<Training> = {}): Training {
     recipe: 'sae',
     config: {},
     status: 'running',
+    status_reason: null,
+    priority: 0,
     gpu_ids: [0, 1],
-    host_name: 'sim-host',
-    world_size: 2,
     distributed: true,
+    world_size: 2,
+    host_name: 'sim-host',
+    requested_host: null,
+    auto_select: false,
+    exclusive: true,
+    memory_estimate: 2 * GiB,
+    estimate: null,
+    selection: null,
+    wait_reason: null,
+    measured_peak_memory: null,
+    peak_memory_per_rank: null,
+    restarts: 0,
+    max_restarts: 2,
+    allow_rebalance: false,
+    attempt: 1,
+    exit_code: null,
+    cancel_requested: false,
     step: 50,
     max_steps: 100,
     last_loss: 0.5,
-    created_at: '2026-11-21T10:00:00Z',
+    last_checkpoint: null,
+    event_seq: 1,
+    created_at: T0,
+    updated_at: T0,
+    scheduled_at: T0,
     started_at: '2026-11-21T10:00:01Z',
     finished_at: null,
+    gpus: [],
     ...over,
   };
+}
+
+export function metric(step: number, loss: number | null, over: Partial<TrainingMetric> = {}): TrainingMetric {
+  return { step, loss, time: T0, metrics: {}, rank_step_times: null, ...over };
+}
+
+export function event(seq: number, over: Partial<TrainingEvent> = {}): TrainingEvent {
+  return { seq, time: T0, kind: 'status', status: null, reason: null, user: null, data: null, ...over };
+}
+
+export function estimate(total: number, over: Partial<Estimate> = {}): Estimate {
+  return {
+    total,
+    summary: `estimated ${total} bytes`,
+    breakdown: {},
+    method: 'traced',
+    key: 'k',
+    strategy: 'single',
+    precision: 'fp32',
+    world_size: 1,
+    micro_batch_size: 256,
+    parameter_count: 1000,
+    calibrated_from: 0,
+    uncalibrated_total: total,
+    ...over,
+  };
+}
+
+export function candidate(host: string, gpuIndexes: number[], over: Partial<Candidate> = {}): Candidate {
+  return { host, gpu_indexes: gpuIndexes, score: 1, connection: 'single', reasons: ['best fit'], free_memory: [], weights: [], ...over };
+}
+
+export function recommendation(memory: number, candidates: Candidate[]): RecommendResponse {
+  return { memory_bytes: memory, count: 1, host: null, policy: 'pack', candidates, wait_reason: null, estimate: estimate(memory) };
+}
+
+export function validation(host: string, gpuIds: number[], problems: ValidationProblem[] = [], warnings: ValidationProblem[] = []): ValidateResponse {
+  return { ok: problems.length === 0, host, gpu_ids: gpuIds, memory_bytes: 0, problems, warnings, weights: [] };
+}
+
+export function history(series: HistoryResponse['series'] = []): HistoryResponse {
+  return { start: T0, end: T0, step_s: 1, source: 'raw', aggregate: false, series };
 }

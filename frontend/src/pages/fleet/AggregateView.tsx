@@ -90,8 +90,10 @@ export function AggregateView({ gpus, byHost }: { gpus: GPU[]; byHost: [string, 
     <section aria-label="Aggregated view" data-testid="aggregate-view">
       <Tiles a={value} testId="fleet-tiles" />
       <div className="panel">
-        <h3>Fleet, live</h3>
-        <Chart series={SERIES} data={data} height={180} yMin={0} yMax={100} yFormat={(v) => `${Math.round(v)}%`} testId="aggregate-chart" />
+        <h3>
+          Fleet, live <span className="muted">· last 10 minutes</span>
+        </h3>
+        <Chart series={SERIES} data={data} height={180} yMin={0} yMax={100} windowSec={600} yFormat={(v) => `${Math.round(v)}%`} testId="aggregate-chart" />
       </div>
       <div className="panel">
         <h3>Per host</h3>

@@ -1,6 +1,6 @@
 import { useMemo, useRef } from 'react';
 import { Link } from 'react-router-dom';
-import type { GPU, GPULive } from '../../api/types';
+import type { GPU, GPULive, GPUProcess, Holder } from '../../api/types';
 import { Bar } from '../../components/Bar';
 import { Chart } from '../../components/Chart';
 import { Pill } from '../../components/States';
@@ -13,21 +13,17 @@ const MINI_SERIES = [
   { label: 'mem %', color: '#f5b945' },
 ];
 
-interface Holder {
-  training_id?: string;
-  training_name?: string | null;
-  name?: string | null;
-  owner?: string | null;
-}
-
 /** Who holds the GPU: gpufleet trainings (from the reservations), then foreign processes. */
-export function Holders({ gpu, live }: { gpu: GPU; live: GPULive | null }) {
+export function Holders({ gpu, live }: { gpu: GPU; live: Partial<GPULive> | null }) {
   const holders = (gpu.availability?.holders ?? []) as Holder[];
-  const foreign = (live?.processes ?? []).filter((p) => p.foreign !== false);
-  const ownProcs = (live?.processes ?? []).filter((p) => p.foreign === false && p.training_id);
+  const procs = live?.processes ?? [];
+  // Foreign processes: the live sample's, else the availability service's view.
+  const foreign: GPUProcess[] = procs.length
+    ? procs.filter((p) => p.foreign !== false)
+    : holders.filter((h) => h.pid != null).map((h) => ({ pid: h.pid!, user: h.user, command: h.command, used_memory: h.used_memory, foreign: true }));
   const trainings = new Map<string, Holder>();
   for (const h of holders) if (h.training_id) trainings.set(h.training_id, h);
-  for (const p of ownProcs) if (p.training_id && !trainings.has(p.training_id)) trainings.set(p.training_id, { training_id: p.training_id });
+  for (const p of procs) if (p.foreign === false && p.training_id && !trainings.has(p.training_id)) trainings.set(p.training_id, { training_id: p.training_id });
   if (trainings.size === 0 && foreign.length === 0) return <div className="holders holders-none">No processes</div>;
   return (
     <ul className="holders">
@@ -91,7 +87,9 @@ export function GpuCard({ gpu }: { gpu: GPU }) {
           </span>
         )}
       </div>
-      <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} testId={`gpu-chart-${gpu.index}`} />
+      <div className="mini-wrap" title="utilization (blue) and memory (amber), last 5 minutes">
+        <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} windowSec={300} testId={`gpu-chart-${gpu.index}`} />
+      </div>
       <Holders gpu={gpu} live={live} />
       <footer className="gpu-card-foot">
         <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>

@@ -5,8 +5,8 @@ import type { Aggregated, GPULive } from '../../api/types';
  * the live `aggregate` channel answers. A lost GPU or a missing field does not
  * count (no division by zero, no max over nulls).
  */
-export function aggregate(samples: (GPULive | null | undefined)[]): Aggregated {
-  const live = samples.filter((s): s is GPULive => !!s && !s.lost);
+export function aggregate(samples: (Partial<GPULive> | null | undefined)[]): Aggregated {
+  const live = samples.filter((s): s is Partial<GPULive> => !!s && !s.lost);
   const utils = live.map((s) => s.utilization).filter((v): v is number => v != null);
   const temps = live.map((s) => s.temperature).filter((v): v is number => v != null);
   const powers = live.map((s) => s.power_draw).filter((v): v is number => v != null);

@@ -1,4 +1,5 @@
-import type { HistoryMetric, HistoryPoint, HistoryResponse } from '../../api/endpoints';
+import type { HistoryMetric } from '../../api/endpoints';
+import type { HistoryPoint, HistoryResponse } from '../../api/types';
 
 export const RANGES = {
   '1h': { label: 'Last hour', seconds: 3600 },
@@ -14,10 +15,10 @@ export const POINTS = 500;
  * per bucket. Several series (GPUs) are folded per timestamp: mean of the
  * averages, min of the minimums, max of the maximums.
  */
-export function columnsFor(resp: HistoryResponse | undefined, metric: HistoryMetric, scale = 1): (number | null)[][] {
+export function columnsFor(resp: Pick<HistoryResponse, 'series'> | undefined, metric: HistoryMetric, scale = 1): (number | null)[][] {
   const rows = new Map<number, { avg: number[]; min: number[]; max: number[] }>();
   const num = (p: HistoryPoint, k: string) => {
-    const v = p[`${metric}_${k}`];
+    const v = (p as Record<string, unknown>)[`${metric}_${k}`];
     return typeof v === 'number' ? v * scale : null;
   };
   for (const s of resp?.series ?? []) {

@@ -4,7 +4,7 @@ import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
-import { gpu } from '../../test/factories';
+import { candidate, gpu, recommendation, training, validation } from '../../test/factories';
 import { useFleet } from '../fleet/useFleet';
 import { CreateTrainingPage } from './CreateTrainingPage';
 
@@ -18,14 +18,11 @@ function setup() {
     gpu('sim-host', 2, { availability: { state: 'foreign-busy', reason: 'pid 7 (bob) holds 70 GiB', free_memory: 6 * GiB, holders: [] } }),
   ];
   vi.mocked(useFleet).mockReturnValue({ data: { data: gpus, count: 3, simulated: true }, error: null, loading: false, reload: vi.fn(), gpus, byHost: [['sim-host', gpus]], simulated: true });
-  const recommend = vi.spyOn(endpoints, 'recommend').mockResolvedValue({
-    estimate: { total: 10 * GiB, method: 'traced' },
-    candidates: [{ host: 'sim-host', gpu_indexes: [1], score: 1, connection: 'single', reasons: ['best fit'] }],
-  });
+  const recommend = vi.spyOn(endpoints, 'recommend').mockResolvedValue(recommendation(10 * GiB, [candidate('sim-host', [1])]));
   const validate = vi.spyOn(endpoints, 'validate').mockImplementation(async (b) =>
     b.gpu_ids.includes(2)
-      ? { ok: false, problems: [{ code: 'short-of-memory', message: 'GPU 2 is short of memory by 4.0 GiB', gpu_index: 2 }], warnings: [{ code: 'no-peer-access', message: 'GPUs 1 and 2 have no peer access' }] }
-      : { ok: true, problems: [], warnings: [] },
+      ? validation('sim-host', b.gpu_ids, [{ code: 'short-of-memory', message: 'GPU 2 is short of memory by 4.0 GiB', gpu_index: 2 }], [{ code: 'no-peer-access', message: 'GPUs 1 and 2 have no peer access' }])
+      : validation('sim-host', b.gpu_ids),
   );
   const create = vi.spyOn(endpoints, 'createTraining');
   render(
@@ -72,7 +69,7 @@ describe('CreateTrainingPage', () => {
 
   it('submits the config and the chosen GPUs, then opens the training', async () => {
     const { create } = setup();
-    create.mockResolvedValue({ id: 'new-id', name: 'x', owner: 'me', recipe: 'sae', config: {}, status: 'queued', created_at: '2026-01-01T00:00:00Z' });
+    create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
     await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
     await userEvent.click(screen.getByLabelText(/sim-host · GPU 0/));
     await userEvent.click(screen.getByRole('button', { name: 'Start training' }));

@@ -3,7 +3,7 @@ import { endpoints } from '../../api/endpoints';
 import type { Training, TrainingMetric } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { Chart } from '../../components/Chart';
-import { fmtLoss } from '../../lib/format';
+import { fmtLoss, num } from '../../lib/format';
 import { columnsFor } from '../history/history';
 
 const PALETTE = ['#4fb3ff', '#f5b945', '#62d48f', '#b48cff', '#ff6b6b', '#5ce1e6', '#ff9f5c', '#e6e65c'];
@@ -20,14 +20,14 @@ export function LossChart({ metrics }: { metrics: TrainingMetric[] }) {
   const parts = useMemo(() => lossParts(metrics), [metrics]);
   const series = useMemo(() => [{ label: 'loss', color: PALETTE[0], width: 2 }, ...parts.map((p, i) => ({ label: p, color: PALETTE[(i + 1) % PALETTE.length], width: 1.5 }))], [parts]);
   const data = useMemo(
-    () => [metrics.map((m) => m.step), metrics.map((m) => m.loss), ...parts.map((p) => metrics.map((m) => m.metrics?.[p] ?? null))],
+    () => [metrics.map((m) => m.step), metrics.map((m) => m.loss), ...parts.map((p) => metrics.map((m) => num(m.metrics?.[p])))],
     [metrics, parts],
   );
   return <Chart series={series} data={data} height={240} time={false} yFormat={fmtLoss} testId="loss-chart" />;
 }
 
 export function ThroughputChart({ metrics }: { metrics: TrainingMetric[] }) {
-  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => m.metrics?.samples_per_s ?? null)], [metrics]);
+  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => num(m.metrics?.samples_per_s))], [metrics]);
   return <Chart series={[{ label: 'samples/s', color: PALETTE[2], fill: true }]} data={data} height={160} time={false} yFormat={(v) => v.toFixed(0)} testId="throughput-chart" />;
 }
 

@@ -4,27 +4,29 @@ import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { endpoints } from '../../api/endpoints';
 import type { TrainingMetric } from '../../api/types';
-import { training } from '../../test/factories';
+import { event, history, metric, training } from '../../test/factories';
 import { TrainingDetailPage } from './TrainingDetailPage';
 import { useTraining } from './useTraining';
 
 vi.mock('./useTraining', async (orig) => ({ ...(await orig<typeof import('./useTraining')>()), useTraining: vi.fn() }));
 
 function metrics(n: number): TrainingMetric[] {
-  return Array.from({ length: n }, (_, i) => ({ step: i + 1, loss: 1 / (i + 1), metrics: { recon: 0.8 / (i + 1), aux: 0.01, samples_per_s: 900 }, rank_step_times: [0.1, i === n - 1 ? 0.5 : 0.1] }));
+  return Array.from({ length: n }, (_, i) =>
+    metric(i + 1, 1 / (i + 1), { metrics: { recon: 0.8 / (i + 1), aux: 0.01, samples_per_s: 900 }, rank_step_times: [0.1, i === n - 1 ? 0.5 : 0.1] }),
+  );
 }
 
 function show(over = {}, m = metrics(20)) {
   const refresh = vi.fn();
   vi.mocked(useTraining).mockReturnValue({
     training: training(over),
-    events: [{ seq: 1, time: '2026-11-21T10:00:00Z', kind: 'status', status: 'queued', reason: 'created by alice' }],
+    events: [event(1, { status: 'queued', reason: 'created by alice' })],
     metrics: m,
     error: null,
     refresh,
   });
   vi.spyOn(endpoints, 'logs').mockResolvedValue({ offset: 0, next_offset: 12, size: 12, text: 'step 1 loss\n' });
-  vi.spyOn(endpoints, 'history').mockResolvedValue({ series: [] });
+  vi.spyOn(endpoints, 'history').mockResolvedValue(history());
   render(
     <MemoryRouter initialEntries={['/trainings/t1']}>
       <Routes>

@@ -4,7 +4,7 @@ import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
 import type { Training } from '../../api/types';
 import { ErrorState, Loading, Pill } from '../../components/States';
-import { elapsed, fmtBytes, fmtLoss } from '../../lib/format';
+import { elapsed, fmtBytes, fmtLoss, num } from '../../lib/format';
 import { LossChart, RankTimes, RunGpuUtilization, ThroughputChart } from './TrainingCharts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
@@ -55,7 +55,8 @@ export function TrainingDetailPage() {
   if (error && !t) return <div className="page">{error.status === 404 ? <ErrorState error={new ApiError(404, `No training with id ${id}.`)} /> : <ErrorState error={error} onRetry={refresh} />}</div>;
   if (!t) return <Loading what="training" />;
   const last = metrics[metrics.length - 1];
-  const reason = t.status_reason ?? (t.status === 'queued' ? t.wait_reason : null);
+  // A succeeded run needs no explanation; every other state may.
+  const reason = t.status === 'succeeded' ? null : (t.status_reason ?? (t.status === 'queued' ? t.wait_reason : null));
   return (
     <div className="page">
       <div className="page-head">
@@ -80,7 +81,7 @@ export function TrainingDetailPage() {
           </div>
           <div>
             <dt>Samples/s</dt>
-            <dd>{last?.metrics?.samples_per_s != null ? Math.round(last.metrics.samples_per_s) : '—'}</dd>
+            <dd>{num(last?.metrics?.samples_per_s) != null ? Math.round(num(last?.metrics?.samples_per_s)!) : '—'}</dd>
           </div>
           <div>
             <dt>GPUs</dt>

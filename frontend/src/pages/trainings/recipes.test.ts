@@ -3,6 +3,7 @@ import { mergeEvents, mergeMetrics, MAX_METRICS } from './useTraining';
 import { stragglers } from './TrainingCharts';
 import { defaults, recipeSpec, toConfig } from './recipes';
 import { appendLog, MAX_LOG_CHARS } from './TrainingLog';
+import { event, metric } from '../../test/factories';
 
 describe('toConfig', () => {
   it('turns the defaults into a typed config, leaving empty optional fields to the server', () => {
@@ -23,18 +24,17 @@ describe('toConfig', () => {
 
 describe('bounded training state', () => {
   it('keeps metric steps increasing and the list bounded', () => {
-    let m = mergeMetrics([], [{ step: 1, loss: 1 }, { step: 2, loss: 0.9 }]);
-    m = mergeMetrics(m, [{ step: 2, loss: 0.9 }, { step: 3, loss: 0.8 }]);
+    let m = mergeMetrics([], [metric(1, 1), metric(2, 0.9)]);
+    m = mergeMetrics(m, [metric(2, 0.9), metric(3, 0.8)]);
     expect(m.map((x) => x.step)).toEqual([1, 2, 3]);
     let big = m;
-    for (let s = 4; s < 20_000; s += 100) big = mergeMetrics(big, Array.from({ length: 100 }, (_, i) => ({ step: s + i, loss: 1 })));
+    for (let s = 4; s < 20_000; s += 100) big = mergeMetrics(big, Array.from({ length: 100 }, (_, i) => metric(s + i, 1)));
     expect(big.length).toBeLessThanOrEqual(MAX_METRICS);
     expect(big[big.length - 1].step).toBe(20_003);
   });
 
   it('merges events by sequence number without duplicates', () => {
-    const e = (seq: number) => ({ seq, time: '2026-01-01T00:00:00Z', kind: 'status' });
-    expect(mergeEvents([e(1), e(2)], [e(2), e(3)]).map((x) => x.seq)).toEqual([1, 2, 3]);
+    expect(mergeEvents([event(1), event(2)], [event(2), event(3)]).map((x) => x.seq)).toEqual([1, 2, 3]);
   });
 
   it('cuts the log at a line break when it grows too long', () => {

@@ -19,8 +19,7 @@ export interface Advice {
 /** The per-rank memory need a recommendation reports, whichever field carries it. */
 export function needOf(r: RecommendResponse | null): number | null {
   if (!r) return null;
-  const e = r.estimate;
-  return e?.total ?? e?.bytes ?? r.memory_bytes ?? null;
+  return r.estimate?.total ?? r.memory_bytes ?? null;
 }
 
 /**
@@ -32,8 +31,9 @@ export function useSelectionAdvice(recipe: string, config: Record<string, unknow
   const cfgKey = useDebounced(config ? JSON.stringify({ recipe, config, count }) : null, 350);
   const selKey = useDebounced(config && selection.host && selection.indexes.length ? JSON.stringify({ recipe, config, selection }) : null, 250);
   const [rec, setRec] = useState<RecommendResponse | null>(null);
-  const [val, setVal] = useState<ValidateResponse | null>(null);
+  const [val, setVal] = useState<Pick<ValidateResponse, 'ok' | 'problems' | 'warnings'> | null>(null);
   const [err, setErr] = useState<string | null>(null);
+  const [refused, setRefused] = useState<string | null>(null);
 
   useEffect(() => {
     if (!cfgKey) return;
@@ -41,8 +41,14 @@ export function useSelectionAdvice(recipe: string, config: Record<string, unknow
     const { recipe: r, config: c, count: n } = JSON.parse(cfgKey);
     endpoints
       .recommend({ recipe: r, config: c, count: n })
-      .then((res) => live && (setRec(res), setErr(null)))
-      .catch((e: ApiError) => live && (setRec(null), setErr(e.message)));
+      .then((res) => live && (setRec(res), setErr(null), setRefused(null)))
+      .catch((e: ApiError) => {
+        if (!live) return;
+        setRec(null);
+        // 422 here means the request can never be placed (or the config is refused): say why.
+        if (e.status === 422) (setRefused(e.message), setErr(null));
+        else (setErr(e.message), setRefused(null));
+      });
     return () => {
       live = false;
     };
@@ -58,18 +64,17 @@ export function useSelectionAdvice(recipe: string, config: Record<string, unknow
     endpoints
       .validate({ recipe: r, config: c, host: s.host, gpu_ids: s.indexes })
       .then((res) => live && setVal(res))
-      .catch((e: ApiError) => live && setVal({ ok: false, problems: [{ code: 'error', message: e.message }] }));
+      .catch((e: ApiError) => live && setVal({ ok: false, problems: [{ code: 'error', message: e.message }], warnings: [] }));
     return () => {
       live = false;
     };
   }, [selKey]);
 
-  const e = rec?.estimate;
   return {
     needBytes: needOf(rec),
-    estimateNote: e?.note ?? e?.method ?? null,
+    estimateNote: rec?.estimate?.summary ?? rec?.estimate?.method ?? null,
     candidates: rec?.candidates ?? [],
-    refused: rec?.refused ?? null,
+    refused,
     waitReason: rec?.wait_reason ?? null,
     problems: val?.problems ?? [],
     warnings: val?.warnings ?? [],
