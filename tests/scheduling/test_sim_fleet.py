@@ -107,3 +107,25 @@ def test_scheduler_hook_skips_foreign_busy_and_keeps_pairs(sim_host) -> None:  #
     indexes, why = choose_for_scheduler([0, 1, 2, 3], 2, GiB, host_name=s.host_name, settings=s)
     assert indexes == [0, 1] and "NVLink" in why
     assert choose_for_scheduler([2, 3], 2, GiB, host_name=s.host_name, settings=s) is None
+
+
+def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.scheduling.inputs import reset_error_baseline
+
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    reset_error_baseline(s.host_name)
+    with session_scope(s) as sess:
+        assert availability_by_gpu(sess, s)[(s.host_name, 1)].state == "free"  # the baseline
+    from gpufleet.devices import get_nvml
+    from gpufleet.telemetry.live import LOCAL
+    from gpufleet.telemetry.sampler import NvmlSampler
+
+    sampler = NvmlSampler(s, get_nvml(s))
+    try:
+        simstate.inject_xid(s, 1, 79)
+        LOCAL.put_host(s.host_name, sampler.sample())
+    finally:
+        sampler.close()
+    with session_scope(s) as sess:
+        a = availability_by_gpu(sess, s)[(s.host_name, 1)]
+    assert a.state == "unhealthy" and "new XID error" in a.reason
