@@ -117,3 +117,16 @@ def test_a_batch_counts_its_items_against_the_cap(on_settings: Settings, people:
         assert client.app.state.created == []
         r = client.post("/api/v1/things/batch", json={"items": [{}, {}]}, headers=h)
         assert r.status_code == 200 and r.json() == {"count": 2}
+
+
+@pytest.mark.redis
+def test_two_api_processes_share_one_creation_budget(on_settings: Settings, people: People, redis_url: str) -> None:
+    # Two apps on one Redis stand in for two API processes behind a proxy.
+    settings = on_settings.model_copy(update={"redis_url": redis_url, "create_rate_per_minute": 2})
+    with TestClient(build_app(settings)) as a, TestClient(build_app(settings)) as b:
+        h = bearer(people.bob)
+        assert a.post("/api/v1/things", headers=h).status_code == 200
+        assert b.post("/api/v1/things", headers=h).status_code == 200
+        r = a.post("/api/v1/things", headers=h)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert b.post("/api/v1/things", headers=h).status_code == 429
