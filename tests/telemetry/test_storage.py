@@ -167,3 +167,25 @@ def test_bad_history_requests_say_what_to_fix(db_settings):
         GPURef.parse("zero")
     with pytest.raises(HistoryError, match="unknown host nope"):
         query_history(db_settings, HistoryQuery(start=t, end=t + timedelta(hours=1), host="nope"))
+
+
+def test_coarse_history_merges_rollups_with_the_newest_raw_minutes(db_settings):
+    host_id, host = make_host(db_settings)
+    start = datetime(2022, 8, 1, 0, 0, tzinfo=timezone.utc)
+    end = start + timedelta(minutes=6)
+    w = MetricsWriter(db_settings, host_id)
+    w.add(make_samples(host, start, gpus=1, seconds=360))
+    w.flush()
+    # Maintenance has rolled up the first three minutes only.
+    retention.rollup(get_engine(db_settings.effective_database_url), start, start + timedelta(minutes=3))
+    now = start + timedelta(minutes=7)
+    q = HistoryQuery(start=start, end=end, points=3, host=host)
+    auto = query_history(db_settings, q, now=now)
+    raw = query_history(db_settings, HistoryQuery(start=start, end=end, points=3, host=host, source="raw"), now=now)
+    assert auto.source == "rollup+raw" and auto.step_s == raw.step_s == 120
+    # Bucket 2 (minutes 2-3) is one rolled-up minute and one raw minute.
+    for a, r in zip(auto.series[0].points, raw.series[0].points, strict=True):
+        assert a["t"] == r["t"] and a["samples"] == r["samples"] == 120
+        assert (a["utilization_min"], a["utilization_max"]) == (r["utilization_min"], r["utilization_max"])
+        assert a["utilization_avg"] == pytest.approx(r["utilization_avg"])
+        assert a["power_draw_max"] == r["power_draw_max"]

@@ -100,7 +100,8 @@ _PG_BUCKET = "date_bin(make_interval(secs => :step_s), \"timestamp\", :origin)"
 # or a sample exactly on a bucket edge falls into the bucket before.
 _SQLITE_BUCKET = "CAST(round((julianday(\"timestamp\") - julianday(:origin)) * 86400000.0) AS INTEGER) / :step_ms"
 
-_RAW_AGGS = ", ".join(f"min({m}), avg({m}), max({m})" for m in METRICS)
+# avg() of a BIGINT is NUMERIC on PostgreSQL (a Decimal in Python): ask for a float.
+_RAW_AGGS = ", ".join(f"min({m}), CAST(avg({m}) AS DOUBLE PRECISION), max({m})" for m in METRICS)
 # Rollups store partial aggregates; averages are weighted by sample counts.
 _ROLLUP_AGGS = (
     "min(utilization_min), sum(utilization_avg * samples) / sum(samples), max(utilization_max), "
@@ -122,68 +123,138 @@ def _resolve_hosts(engine: Engine, q: HistoryQuery) -> tuple[dict[uuid.UUID, str
     return by_id, names
 
 
-def query_history(settings: Settings, q: HistoryQuery, *, engine: Engine | None = None,
-                  now: datetime | None = None) -> HistoryResult:
-    engine = engine or get_engine(settings.effective_database_url)
-    pg = engine.dialect.name == "postgresql"
-    now = now or datetime.now(timezone.utc)
-    use_rollup = q.source == "rollup" or (
-        q.source == "auto" and q.start < now - timedelta(days=settings.retention_days)
-    )
-    step = q.step(use_rollup)
-    by_id, _ = _resolve_hosts(engine, q)
-    name_to_id = {v: k for k, v in by_id.items()}
+Key = tuple[Any, Any]  # (host id, gpu index), or (None, None) when aggregated
+Cell = list[Any]  # [samples, then min/avg/max per metric]
 
-    table, tcol = ("gpu_metrics_rollup", "bucket") if use_rollup else ("gpu_metrics_history", "timestamp")
+
+def _run(engine: Engine, q: HistoryQuery, name_to_id: dict[str, uuid.UUID], *, rollup: bool,
+         lo: datetime, hi: datetime, origin: datetime, step: timedelta) -> dict[Key, dict[int, Cell]]:
+    """Bucket one table over [lo, hi); returns cells by series and bucket number."""
+    pg = engine.dialect.name == "postgresql"
+    table, tcol = ("gpu_metrics_rollup", "bucket") if rollup else ("gpu_metrics_history", "timestamp")
     bucket = (_PG_BUCKET if pg else _SQLITE_BUCKET).replace('"timestamp"', f'"{tcol}"')
-    aggs = _ROLLUP_AGGS if use_rollup else _RAW_AGGS
-    count = "sum(samples)" if use_rollup else "count(*)"
+    aggs = _ROLLUP_AGGS if rollup else _RAW_AGGS
+    count = "sum(samples)" if rollup else "count(*)"
+
+    def host_param(name: str) -> Any:
+        return name_to_id[name] if pg else name_to_id[name].hex
+
     params: dict[str, Any] = {
-        "lo": q.start if pg else sqlite_ts(q.start),
-        "hi": q.end if pg else sqlite_ts(q.end),
-        "origin": q.start if pg else sqlite_ts(q.start),
-        "step_s": step.total_seconds(),
-        "step_ms": int(step / timedelta(milliseconds=1)),
+        "lo": lo if pg else sqlite_ts(lo), "hi": hi if pg else sqlite_ts(hi),
+        "origin": origin if pg else sqlite_ts(origin),
+        "step_s": step.total_seconds(), "step_ms": int(step / timedelta(milliseconds=1)),
     }
     where = [f'"{tcol}" >= :lo', f'"{tcol}" < :hi']
     if q.host:
         where.append("host_id = :host_id")
-        params["host_id"] = name_to_id[q.host] if pg else name_to_id[q.host].hex
+        params["host_id"] = host_param(q.host)
     if q.gpus:
         ors = []
         for i, g in enumerate(q.gpus):
             params[f"gi{i}"] = g.index
             if g.host:
-                params[f"gh{i}"] = name_to_id[g.host] if pg else name_to_id[g.host].hex
+                params[f"gh{i}"] = host_param(g.host)
                 ors.append(f"(host_id = :gh{i} AND gpu_index = :gi{i})")
             else:
                 ors.append(f"gpu_index = :gi{i}")
         where.append("(" + " OR ".join(ors) + ")")
     keys = "" if q.aggregate else "host_id, gpu_index, "
-    sql = (
-        f"SELECT {keys}{bucket} AS b, {count}, {aggs} FROM {table} "
-        f"WHERE {' AND '.join(where)} GROUP BY {keys}b ORDER BY {keys}b"
-    )
+    sql = f"SELECT {keys}{bucket} AS b, {count}, {aggs} FROM {table} WHERE {' AND '.join(where)} GROUP BY {keys}b"
     with engine.connect() as conn:
         rows = conn.execute(text(sql), params).all()
-
-    series: dict[tuple[Any, Any], Series] = {}
+    out: dict[Key, dict[int, Cell]] = {}
+    nkeys = 0 if q.aggregate else 2
     for r in rows:
         if q.aggregate:
-            key, rest = (None, None), tuple(r)
+            key: Key = (None, None)
         else:
             hid = r[0] if isinstance(r[0], uuid.UUID) else uuid.UUID(str(r[0]))
-            key, rest = (hid, r[1]), tuple(r[2:])
-        s = series.get(key)
-        if s is None:
-            s = series[key] = Series(by_id.get(key[0]) if key[0] else None, key[1])
-        b, n, *vals = rest
-        t = b if pg else q.start + step * int(b)
-        point: dict[str, Any] = {"t": t.astimezone(timezone.utc).isoformat(), "samples": int(n)}
-        for j, m in enumerate(METRICS):
-            for k, agg in enumerate(("min", "avg", "max")):
-                v = vals[3 * j + k]
-                point[f"{m}_{agg}"] = None if v is None else float(v)
-        s.points.append(point)
-    ordered = sorted(series.values(), key=lambda s: (s.host or "", s.gpu_index or 0))
-    return HistoryResult(q.start, q.end, step.total_seconds(), "rollup" if use_rollup else "raw", ordered)
+            key = (hid, r[1])
+        b = r[nkeys]
+        idx = (b - origin) // step if pg else int(b)
+        out.setdefault(key, {})[idx] = [int(r[nkeys + 1]), *r[nkeys + 2:]]
+    return out
+
+
+def _merge(a: Cell, b: Cell) -> Cell:
+    """One bucket made of rolled-up minutes and raw samples."""
+    n = a[0] + b[0]
+    out: Cell = [n]
+    for j in range(len(METRICS)):
+        mins = [x for x in (a[1 + 3 * j], b[1 + 3 * j]) if x is not None]
+        maxs = [x for x in (a[3 + 3 * j], b[3 + 3 * j]) if x is not None]
+        avgs = [(x, w) for x, w in ((a[2 + 3 * j], a[0]), (b[2 + 3 * j], b[0])) if x is not None]
+        wsum = sum(w for _, w in avgs)
+        out += [min(mins) if mins else None, sum(x * w for x, w in avgs) / wsum if wsum else None,
+                max(maxs) if maxs else None]
+    return out
+
+
+def _rolled_until(engine: Engine, lo: datetime, hi: datetime) -> datetime | None:
+    """The end of the newest rolled-up minute in [lo, hi), if any."""
+    pg = engine.dialect.name == "postgresql"
+    with engine.connect() as conn:
+        v = conn.execute(text("SELECT max(bucket) FROM gpu_metrics_rollup WHERE bucket >= :lo AND bucket < :hi"),
+                         {"lo": lo if pg else sqlite_ts(lo), "hi": hi if pg else sqlite_ts(hi)}).scalar()
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = datetime.fromisoformat(v).replace(tzinfo=timezone.utc)
+    return v + timedelta(minutes=1)
+
+
+def query_history(settings: Settings, q: HistoryQuery, *, engine: Engine | None = None,
+                  now: datetime | None = None) -> HistoryResult:
+    """Downsample the history.
+
+    ``source="auto"`` answers a bucket of a minute or more from the one-minute
+    rollups where they exist and from raw samples after them (the newest
+    minutes are rolled up a few minutes late), merging the bucket that holds
+    both; finer buckets come from raw samples only.
+    """
+    engine = engine or get_engine(settings.effective_database_url)
+    now = now or datetime.now(timezone.utc)
+    by_id, _ = _resolve_hosts(engine, q)
+    name_to_id = {v: k for k, v in by_id.items()}
+    coarse = q.step(False) >= timedelta(minutes=1)
+    use_rollup = q.source == "rollup" or (q.source == "auto" and (
+        coarse or q.start < now - timedelta(days=settings.retention_days)))
+    step = q.step(use_rollup)
+    # Rollup buckets are whole minutes, so their grid starts on a minute.
+    origin = q.start.replace(second=0, microsecond=0) if use_rollup else q.start
+    cells: dict[Key, dict[int, Cell]]
+    source = "raw"
+    if not use_rollup:
+        cells = _run(engine, q, name_to_id, rollup=False, lo=q.start, hi=q.end, origin=origin, step=step)
+    elif q.source == "rollup":
+        source = "rollup"
+        cells = _run(engine, q, name_to_id, rollup=True, lo=origin, hi=q.end, origin=origin, step=step)
+    else:
+        frontier = _rolled_until(engine, origin, q.end)
+        frontier = min(frontier, q.end) if frontier else origin
+        cells = {}
+        if frontier > origin:
+            source = "rollup"
+            cells = _run(engine, q, name_to_id, rollup=True, lo=origin, hi=frontier, origin=origin, step=step)
+        if frontier < q.end:
+            source = "rollup+raw" if source == "rollup" else "raw"
+            raw = _run(engine, q, name_to_id, rollup=False, lo=max(frontier, q.start), hi=q.end,
+                       origin=origin, step=step)
+            for key, buckets in raw.items():
+                mine = cells.setdefault(key, {})
+                for idx, cell in buckets.items():
+                    mine[idx] = _merge(mine[idx], cell) if idx in mine else cell
+
+    series = []
+    names = ("t", "samples", *(f"{m}_{agg}" for m in METRICS for agg in ("min", "avg", "max")))
+    stamps: dict[int, str] = {}  # bucket number -> its time, shared by every series
+    for key, buckets in cells.items():
+        s = Series(by_id.get(key[0]) if key[0] else None, key[1])
+        for idx in sorted(buckets):
+            t = stamps.get(idx)
+            if t is None:
+                t = stamps[idx] = (origin + step * idx).astimezone(timezone.utc).isoformat()
+            s.points.append(dict(zip(names, (t, *buckets[idx]), strict=True)))
+        series.append(s)
+    series.sort(key=lambda s: (s.host or "", s.gpu_index or 0))
+    return HistoryResult(q.start, q.end, step.total_seconds(), source, series)
