@@ -1,0 +1,125 @@
+"""Configs, the recipe registry, the launch spec and data paths: the torch-free
+contracts the API and the jobs supervisor rely on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
+from gpufleet.training.paths import DataPathError, resolve_data_path
+from gpufleet.training.recipes import get_recipe, recipe_names
+from gpufleet.training.spec import LaunchSpec, parse_devices
+
+
+def test_registry_finds_builtin_recipes_through_entry_points():
+    assert {"sae", "mlp"} <= set(recipe_names())
+    assert get_recipe("sae").name == "sae"
+    with pytest.raises(ConfigError) as exc:
+        get_recipe("gpt5")
+    assert "gpt5" in str(exc.value) and "sae" in str(exc.value)
+
+
+def test_torch_free_modules_do_not_import_torch():
+    code = ("import sys; import gpufleet.training.recipes as r, gpufleet.training.spec, "
+            "gpufleet.training.paths, gpufleet.training.exitcodes, gpufleet.training.launch, "
+            "gpufleet.training.progress; r.get_recipe('sae').resolve_config({'max_steps': 3}); "
+            "r.get_recipe('mlp').resolve_config({}); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_resolve_config_coerces_strings_and_names_bad_fields():
+    sae = get_recipe("sae")
+    cfg = sae.resolve_config({"max_steps": "50", "lr": "3e-4", "variant": "relu", "grad_clip": "null"})
+    assert (cfg.max_steps, cfg.lr, cfg.variant, cfg.grad_clip) == (50, 3e-4, "relu", None)
+    cases = {
+        "max_stepz": 5,  # unknown field
+        "max_steps": "many",  # wrong type
+        "precision": "fp8",  # not a choice
+        "k": 100000,  # recipe validation
+        "strategy": "zero3",
+        "lr": -1,
+    }
+    for field, value in cases.items():
+        with pytest.raises(ValueError) as exc:
+            sae.resolve_config({field: value})
+        assert isinstance(exc.value, ConfigError)
+        assert exc.value.field == field, (field, str(exc.value))
+    mlp = get_recipe("mlp")
+    assert mlp.resolve_config({"hidden": "32,8"}).hidden == [32, 8]
+    with pytest.raises(ConfigError, match="out_features"):
+        mlp.resolve_config({"task": "classification", "out_features": 1})
+
+
+def test_batch_layout_keeps_the_global_batch():
+    sae = get_recipe("sae")
+    cfg = sae.resolve_config({"global_batch_size": 256})
+    assert cfg.batch_layout(1) == (256, 1)
+    assert cfg.batch_layout(4) == (64, 1)
+    # The out-of-memory rebalance: half the micro batch, twice the accumulation.
+    cfg = sae.resolve_config({"global_batch_size": 256, "micro_batch_size": 32, "grad_accum_steps": 4})
+    assert cfg.batch_layout(2) == (32, 4)
+    with pytest.raises(ConfigError, match="micro_batch_size"):
+        cfg.batch_layout(4)
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        sae.resolve_config({"global_batch_size": 10}).batch_layout(4)
+
+
+def test_yaml_file_and_overrides(tmp_path: Path):
+    f = tmp_path / "run.yaml"
+    f.write_text("max_steps: 10\nlr: 0.01\nvariant: relu\n")
+    values = read_config_file(f)
+    values.update(parse_overrides(["max_steps=200", "lr=3e-4"]))
+    cfg = get_recipe("sae").resolve_config(values)
+    assert (cfg.max_steps, cfg.lr, cfg.variant) == (200, 3e-4, "relu")
+    with pytest.raises(ConfigError, match="FIELD=VALUE"):
+        parse_overrides(["max_steps"])
+    (tmp_path / "bad.yaml").write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        read_config_file(tmp_path / "bad.yaml")
+
+
+def test_device_forms_and_launch_spec_validation(tmp_path: Path):
+    assert parse_devices("0,1") == ["cuda:0", "cuda:1"]
+    assert parse_devices("cuda:0,hip:1") == ["cuda:0", "hip:1"]
+    assert parse_devices("cpu", world_size=2) == ["cpu", "cpu"]
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_devices("gpu7")
+    base = dict(recipe="sae", config={}, checkpoint_dir="c", progress_file="p")
+    spec = LaunchSpec(devices=["cuda:3", "cuda:5"], **base)
+    assert spec.run_devices() == ["cuda:0", "cuda:1"]
+    assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5"}
+    sim = LaunchSpec(devices=["cuda:3", "cuda:5"], simulated=True, **base)
+    assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
+    with pytest.raises(ConfigError, match="mix"):
+        LaunchSpec(devices=["cuda:0", "xpu:0"], **base)
+    with pytest.raises(ConfigError, match="twice"):
+        LaunchSpec(devices=["cuda:0", "cuda:0"], **base)
+    path = spec.write(tmp_path / "s.json")
+    assert LaunchSpec.read(path) == spec
+    (tmp_path / "bad.json").write_text('{"recipe": "sae"}')
+    with pytest.raises(ConfigError, match="missing"):
+        LaunchSpec.read(tmp_path / "bad.json")
+
+
+def test_data_path_must_stay_under_the_root(tmp_path: Path):
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    good = root / "sub" / "acts.npy"
+    good.write_bytes(b"x")
+    (tmp_path / "secret.npy").write_bytes(b"x")
+    (root / "link.npy").symlink_to(tmp_path / "secret.npy")
+    assert resolve_data_path(root, "sub/acts.npy") == good.resolve()
+    assert resolve_data_path(root, str(good)) == good.resolve()
+    for bad, why in [("../secret.npy", "outside"), (str(tmp_path / "secret.npy"), "outside"),
+                     ("link.npy", "outside"), ("sub/missing.npy", "does not exist"),
+                     ("sub/acts.csv", "unsupported")]:
+        with pytest.raises(DataPathError, match=why) as exc:
+            resolve_data_path(root, bad)
+        assert exc.value.field == "data_path"
+    with pytest.raises(DataPathError, match="no data root"):
+        resolve_data_path(None, "sub/acts.npy")
