@@ -204,11 +204,27 @@ def floor_minute(t: datetime) -> datetime:
     return t.replace(second=0, microsecond=0)
 
 
-def maintain(settings: Settings, *, now: datetime | None = None, rollup_window: timedelta = timedelta(minutes=10)) -> None:
-    """One maintenance pass: partitions ahead, rollups of the recent minutes, expiry."""
+def maintain(settings: Settings, *, now: datetime | None = None,
+             lookback: timedelta = timedelta(minutes=30)) -> None:
+    """One maintenance pass: partitions ahead, rollups of the recent minutes, expiry.
+
+    Rollups are recomputed from ``lookback`` before the newest rolled-up
+    minute, so rows that arrive late (buffered through a database outage of
+    up to that long) are counted; the upsert makes recomputing harmless.
+    """
     engine = get_engine(settings.effective_database_url)
     now = now or datetime.now(timezone.utc)
     ensure_partitions(engine, today=now.date())
     hi = floor_minute(now)
-    rollup(engine, hi - rollup_window, hi)
+    with engine.connect() as conn:
+        last = conn.execute(text("SELECT max(bucket) FROM gpu_metrics_rollup")).scalar()
+    if isinstance(last, str):  # SQLite hands back text
+        last = datetime.fromisoformat(last).replace(tzinfo=timezone.utc)
+    floor = floor_minute(now - timedelta(days=settings.retention_days))
+    lo = max(floor, floor_minute(last - lookback) if last else floor)
+    # In day-sized steps, so a first pass over a week of samples stays a series of short transactions.
+    while lo < hi:
+        step_hi = min(hi, lo + timedelta(days=1))
+        rollup(engine, lo, step_hi)
+        lo = step_hi
     expire(settings, now=now, engine=engine)
