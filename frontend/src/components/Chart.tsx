@@ -26,6 +26,8 @@ export interface ChartProps {
   testId?: string;
   /** Live charts: always show this many seconds ending at the newest point. */
   windowSec?: number;
+  /** A fixed x range (e.g. the requested time range of a history chart). */
+  xRange?: [number, number];
 }
 
 const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
@@ -35,7 +37,7 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * points each in well under a frame (bench/dashboard_charts.py), which is why
  * the dashboard uses it instead of an SVG chart library.
  */
-export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec }: ChartProps) {
+export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec, xRange }: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -54,7 +56,11 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       cursor: mini ? { show: false } : { drag: { x: true, y: false } },
       scales: {
         // A fixed window keeps a fresh live chart from zooming into milliseconds.
-        x: windowSec ? { time, range: (_u, _lo, hi) => [hi - windowSec, hi] } : { time },
+        x: xRange
+          ? { time, range: () => [xRange[0], xRange[1]] }
+          : windowSec
+            ? { time, range: (_u, _lo, hi) => [hi - windowSec, hi] }
+            : { time },
         // Mini charts get a little headroom so a line at 0% or 100% stays visible.
         y:
           yMin !== undefined || yMax !== undefined
@@ -74,7 +80,8 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
           stroke: s.color,
           width: s.width ?? (mini ? 1.5 : 2),
           fill: s.fill ? `${s.color}33` : undefined,
-          points: { show: false },
+          // Dots only where data is sparse (uPlot decides), never on mini charts.
+          points: mini ? { show: false } : {},
           value: yFormat ? (_u: uPlot, v: number | null) => (v == null ? '—' : yFormat(v)) : undefined,
         })),
       ],
@@ -89,7 +96,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       plot.current = null;
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec]);
+  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec, xRange?.[0], xRange?.[1]]);
 
   useEffect(() => {
     plot.current?.setData(data as uPlot.AlignedData);

@@ -3,15 +3,15 @@ import { endpoints, type HistoryMetric } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
 import { Chart } from '../../components/Chart';
 import { Empty, ErrorState, Loading } from '../../components/States';
+import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
 import { columnsFor, POINTS, RANGES, type RangeKey } from './history';
 
-const GiB = 1024 ** 3;
-const CHARTS: { metric: HistoryMetric; title: string; scale?: number; fmt: (v: number) => string }[] = [
-  { metric: 'utilization', title: 'Utilization', fmt: (v) => `${Math.round(v)}%` },
-  { metric: 'memory_used', title: 'Memory used', scale: 1 / GiB, fmt: (v) => `${v.toFixed(1)} GiB` },
+const CHARTS: { metric: HistoryMetric; title: string; scale?: number; yMin?: number; yMax?: number; fmt: (v: number) => string }[] = [
+  { metric: 'utilization', title: 'Utilization', yMin: 0, yMax: 100, fmt: (v) => `${Math.round(v)}%` },
+  { metric: 'memory_used', title: 'Memory used', yMin: 0, fmt: fmtBytes },
   { metric: 'temperature', title: 'Temperature', fmt: (v) => `${Math.round(v)}°C` },
-  { metric: 'power_draw', title: 'Power', fmt: (v) => `${Math.round(v)} W` },
+  { metric: 'power_draw', title: 'Power', yMin: 0, fmt: (v) => `${Math.round(v)} W` },
 ];
 const SERIES = [
   { label: 'avg', color: '#4fb3ff' },
@@ -84,7 +84,16 @@ export function HistoryPage() {
           {CHARTS.map((c) => (
             <div className="panel" key={c.metric}>
               <h3>{c.title}</h3>
-              <Chart series={SERIES} data={columnsFor(q.data, c.metric, c.scale)} height={200} yFormat={c.fmt} testId={`history-${c.metric}`} />
+              <Chart
+                series={SERIES}
+                data={columnsFor(q.data, c.metric, c.scale)}
+                height={200}
+                yFormat={c.fmt}
+                yMin={c.yMin}
+                yMax={c.yMax}
+                xRange={[from.getTime() / 1000, to.getTime() / 1000]}
+                testId={`history-${c.metric}`}
+              />
             </div>
           ))}
         </div>

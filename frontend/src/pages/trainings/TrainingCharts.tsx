@@ -108,6 +108,7 @@ export function RunGpuUtilization({ t }: { t: Training }) {
       yMin={0}
       yMax={100}
       yFormat={(v) => `${Math.round(v)}%`}
+      xRange={[Date.parse(from) / 1000, (t.finished_at ? Date.parse(t.finished_at) : Date.now()) / 1000]}
       testId="run-gpu-chart"
     />
   );
