@@ -1,0 +1,159 @@
+"""``gpufleet top``: a live terminal view of a server's GPUs, in the spirit of nvitop.
+
+It reads ``GET /api/v1/system/metrics/live`` from a server (``--server``,
+default this machine's configured address) every ``--interval`` seconds and
+shows, per host and GPU: utilization and memory bars, temperature, power, and
+who holds the GPU — the gpufleet training and its owner, or the foreign
+processes and their users.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+BAR_WIDTH = 20
+GIB = 1024**3
+
+
+def _fail(message: str) -> NoReturn:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def bar(fraction: float | None, width: int = BAR_WIDTH) -> Text:
+    """``█████░░░░░`` coloured by how full it is; grey dashes when unknown."""
+    if fraction is None:
+        return Text("─" * width, style="dim")
+    f = min(1.0, max(0.0, fraction))
+    filled = round(f * width)
+    style = "green" if f < 0.6 else "yellow" if f < 0.85 else "red"
+    return Text("█" * filled, style=style) + Text("░" * (width - filled), style="dim")
+
+
+def _holder(gpu: dict[str, Any], trainings: dict[str, dict[str, Any]]) -> Text:
+    procs = gpu.get("processes") or []
+    parts: list[Text] = []
+    job = gpu.get("job_id")
+    if job:
+        t = trainings.get(job, {})
+        parts.append(Text(f"{t.get('name', job[:8])} ({t.get('owner', '?')})", style="bold cyan"))
+        if t.get("max_steps"):
+            parts[-1] += Text(f" step {t.get('step', 0)}/{t['max_steps']}", style="cyan")
+    for p in procs:
+        if p.get("foreign"):
+            mem = f" {p['used_memory'] / GIB:.1f}G" if p.get("used_memory") else ""
+            cmd = (p.get("command") or "?").split(" ")[0].rsplit("/", 1)[-1]
+            parts.append(Text(f"{p['pid']} {p.get('user') or '?'} {cmd}{mem}", style="magenta"))
+    if not parts:
+        return Text("idle", style="dim")
+    return Text("; ").join(parts)
+
+
+def render(body: dict[str, Any], server: str) -> Group:
+    """The whole screen for one ``/metrics/live`` answer."""
+    gpus = body.get("gpus", [])
+    trainings = body.get("trainings", {})
+    agg = body.get("aggregate", {})
+    used, total = agg.get("total_memory_used") or 0, agg.get("total_memory_total") or 0
+    util = agg.get("average_utilization")
+    head = Text.assemble(
+        (f"gpufleet top — {server}", "bold"),
+        f"   {agg.get('gpu_count', 0)} GPUs",
+        f"   util {util:.0f}%" if util is not None else "   util –",
+        f"   memory {used / GIB:.1f}/{total / GIB:.1f} GiB",
+        (f"   {agg['lost_count']} lost", "bold red") if agg.get("lost_count") else "",
+    )
+    hosts: dict[str, list[dict[str, Any]]] = {}
+    for g in gpus:
+        hosts.setdefault(g["host"], []).append(g)
+    tables = []
+    for host, rows in sorted(hosts.items()):
+        table = Table(title=host, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
+        for col, kw in (("GPU", {"justify": "right"}), ("name", {}), ("util", {}), ("memory", {}),
+                        ("temp", {"justify": "right"}), ("power", {"justify": "right"}), ("held by", {})):
+            table.add_column(col, **kw)
+        for g in sorted(rows, key=lambda g: g["index"]):
+            name = (g.get("name") or "?").removeprefix("NVIDIA ")
+            if g.get("lost"):
+                table.add_row(str(g["index"]), name, Text("LOST", style="bold red"), Text(g.get("error") or ""),
+                              "", "", "")
+                continue
+            u = g.get("utilization")
+            mu, mt = g.get("memory_used"), g.get("memory_total")
+            mem_frac = mu / mt if mu is not None and mt else None
+            temp = g.get("temperature")
+            pw, pl = g.get("power_draw"), g.get("power_limit")
+            power = "–" if pw is None else f"{pw:.0f}W" + (f"/{pl:.0f}W" if pl else "")
+            table.add_row(
+                str(g["index"]), name,
+                bar(None if u is None else u / 100) + Text(f" {u:3.0f}%" if u is not None else "    –"),
+                bar(mem_frac) + Text(f" {mu / GIB:5.1f}/{mt / GIB:.0f}G" if mem_frac is not None else "  –"),
+                "–" if temp is None else f"{temp:.0f}°C", power, _holder(g, trainings),
+            )
+        tables.append(table)
+    if not tables:
+        tables.append(Text("no GPUs reported yet (is an agent running?)", style="dim"))
+    return Group(head, *tables)
+
+
+def fetch(server: str, token: str | None) -> dict[str, Any]:
+    import httpx
+
+    from gpufleet.api.security.client import client_headers
+
+    url = server.rstrip("/") + "/api/v1/system/metrics/live"
+    try:
+        r = httpx.get(url, headers=client_headers(token), timeout=5.0)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach {server}: {exc}; is `gpufleet serve` running there? (--server URL)")
+    if r.status_code in (401, 403):
+        _fail(f"{server} needs sign-in ({r.status_code}): set GPUFLEET_TOKEN or pass --token")
+    if r.status_code != 200:
+        _fail(f"{url} answered {r.status_code}: {r.text[:200]}")
+    return r.json()
+
+
+def top(
+    server: Annotated[str | None, typer.Option(help="the server, e.g. http://a100-01:8000")] = None,
+    interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
+    once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
+    token: Annotated[str | None, typer.Option(help="API token (default: GPUFLEET_TOKEN)")] = None,
+) -> None:
+    """Watch a server's GPUs live: utilization, memory, temperature, power and who holds each."""
+    if not 0.1 <= interval <= 3600:
+        _fail(f"--interval must be between 0.1 and 3600 seconds, got {interval}")
+    if server is None:
+        from gpufleet.config import ConfigError, get_settings
+
+        try:
+            s = get_settings()
+        except ConfigError as exc:
+            _fail(str(exc))
+        host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+        server = f"http://{'[' + host + ']' if ':' in host else host}:{s.port}"
+    if not server.startswith(("http://", "https://")):
+        _fail(f"--server must start with http:// or https://, got {server!r}")
+    console = Console()
+    if once:
+        console.print(render(fetch(server, token), server))
+        return
+    with Live(render(fetch(server, token), server), console=console, screen=False,
+              refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                live.update(render(fetch(server, token), server))
+        except KeyboardInterrupt:
+            pass
+
+
+def register(app: typer.Typer) -> None:
+    app.command("top")(top)

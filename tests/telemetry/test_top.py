@@ -1,0 +1,50 @@
+"""`gpufleet top` against a real server."""
+
+from __future__ import annotations
+
+import uuid
+
+from typer.testing import CliRunner
+
+from gpufleet.cli import app
+from gpufleet.config import load_settings
+from gpufleet.db.models import Training
+from gpufleet.db.session import session_scope, upgrade_database
+from gpufleet.telemetry.live import LOCAL
+
+from .test_routes import _fleet
+from .wsutil import build_app, serve
+
+
+def test_top_shows_bars_and_who_holds_each_gpu(tmp_path):
+    s = load_settings(data_dir=tmp_path / "d")
+    upgrade_database(s)
+    tid = uuid.uuid4()
+    with session_scope(s) as sess:
+        sess.add(Training(id=tid, name="sae-big", owner="alice", recipe="sae", config={}, status="running",
+                          step=120, max_steps=1000))
+    LOCAL.clear()
+    LOCAL.put_host("h1", _fleet(tid))
+    try:
+        with serve(build_app(s)) as addr:
+            res = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once"], env={"COLUMNS": "160"})
+    finally:
+        LOCAL.clear()
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert "h1" in out and "H100 80GB HBM3" in out
+    assert "sae-big (alice) step 120/1000" in out  # the training and its owner
+    assert "8 bob jupyter" in out  # the foreign process and its user
+    assert " 91%" in out and "71°C" in out and "612W/700W" in out
+    assert "LOST" in out and "1 lost" in out
+    assert "█" in out and "idle" in out
+
+
+def test_top_says_what_to_fix_when_the_server_is_unreachable_or_the_options_are_wrong():
+    runner = CliRunner()
+    res = runner.invoke(app, ["top", "--server", "http://127.0.0.1:9", "--once"])
+    assert res.exit_code == 2 and "cannot reach http://127.0.0.1:9" in res.output
+    res = runner.invoke(app, ["top", "--server", "127.0.0.1:8000", "--once"])
+    assert res.exit_code == 2 and "must start with http://" in res.output
+    res = runner.invoke(app, ["top", "--interval", "0", "--once"])
+    assert res.exit_code == 2 and "--interval must be between" in res.output
