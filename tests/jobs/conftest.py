@@ -99,7 +99,7 @@ def register(settings: Settings):  # noqa: ANN201
 
 
 class WorkerProc:
-    def __init__(self, settings: Settings, log: Path):
+    def __init__(self, settings: Settings, log: Path, env: dict[str, str] | None = None):
         from gpufleet.jobs.embedded import settings_env, worker_command
 
         self.settings = settings
@@ -107,7 +107,8 @@ class WorkerProc:
         self._fh = open(log, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             worker_command(settings.host_name, agent=False) + ["--concurrency", "8"],
-            env=settings_env(settings), stdout=self._fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**settings_env(settings), **(env or {})},
+            stdout=self._fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 
     def kill9(self) -> None:
@@ -128,8 +129,8 @@ class WorkerProc:
 def workers(tmp_path: Path) -> Iterator[Callable[[Settings], WorkerProc]]:
     started: list[WorkerProc] = []
 
-    def start(settings: Settings) -> WorkerProc:
-        w = WorkerProc(settings, tmp_path / f"worker-{len(started)}.log")
+    def start(settings: Settings, env: dict[str, str] | None = None) -> WorkerProc:
+        w = WorkerProc(settings, tmp_path / f"worker-{len(started)}.log", env)
         started.append(w)
         return w
 

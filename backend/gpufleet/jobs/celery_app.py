@@ -33,7 +33,7 @@ def make_celery(settings: Settings) -> Celery:
             # Short on purpose: a message lost with a dead worker comes back
             # soon. A redelivered message is harmless because the task claims
             # the row with a compare-and-set and skips rows it cannot claim.
-            "visibility_timeout": max(4 * settings.lease_s, 10),
+            "visibility_timeout": max(2 * settings.lease_s, 4),
         }
     else:
         folder = broker_dir(settings)

@@ -82,6 +82,7 @@ class TrainingPublic(BaseModel):
     max_restarts: int
     allow_rebalance: bool
     attempt: int
+    launcher_pid: int | None
     exit_code: int | None
     cancel_requested: bool
     step: int

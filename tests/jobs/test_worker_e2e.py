@@ -1,0 +1,122 @@
+"""Trainings end to end: the API, the scheduler loop, a real Celery worker
+process, the real launcher and its DDP ranks (CPU + gloo on simulated GPUs).
+
+The embedded default (SQLite + filesystem broker, the worker started the way
+``serve`` starts it) and the fleet (PostgreSQL + Redis) both run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.models import GPUAllocation, TrainingMetric
+from gpufleet.db.session import session_scope
+
+from .conftest import TINY_SAE, make_settings, pids_in_group, register, wait_for
+
+pytestmark = pytest.mark.slow
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def _get(c, tid):
+    r = c.get(f"/api/v1/trainings/{tid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _wait_status(c, tid, statuses, timeout):
+    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
+
+
+def _events(c, tid):
+    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+
+
+def _active_allocations(settings, tid):
+    with session_scope(settings) as sess:
+        return sess.execute(select(GPUAllocation).where(
+            GPUAllocation.training_id == tid, GPUAllocation.released_at.is_(None))).scalars().all()
+
+
+def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, workers, scheduler, backend):
+    register(fleet_settings)
+    if backend == "sqlite":
+        # Exactly how `serve` starts its worker: a child process, no Redis.
+        from gpufleet.jobs.embedded import start_embedded_worker
+
+        proc = start_embedded_worker(fleet_settings)
+    else:
+        proc = workers(fleet_settings).proc
+    try:
+        scheduler(fleet_settings)
+        c = client_for(fleet_settings)
+        r = c.post("/api/v1/trainings", json={"name": "sae-ddp", "recipe": "sae", "config": TINY_SAE,
+                                              "gpu_ids": [0, 1], "host": fleet_settings.host_name})
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = _wait_status(c, tid, FINAL, 120)
+        assert body["status"] == "succeeded", body
+        assert body["step"] == TINY_SAE["max_steps"] and body["exit_code"] == 0
+        assert body["last_checkpoint"].endswith("step-6")
+        assert (fleet_settings.checkpoint_root / tid / "step-6" / "meta.json").exists()
+        assert body["host_name"] == fleet_settings.host_name
+        assert [g["index"] for g in body["gpus"]] == [0, 1] and all(g["released_at"] for g in body["gpus"])
+        assert not _active_allocations(fleet_settings, uuid.UUID(tid))
+        # One attempt: a broker redelivery (the visibility timeout on Redis is
+        # shorter than this run) must not start it twice.
+        assert body["attempt"] == 1
+        ev = _events(c, tid)
+        assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1))
+        statuses = [e["status"] for e in ev if e["kind"] == "status"]
+        assert statuses == ["queued", "scheduled", "running", "succeeded"]
+        assert any(e["kind"] == "checkpoint" for e in ev)
+        start = next(e for e in ev if e["kind"] == "info")
+        assert start["data"]["world_size"] == 2 and start["data"]["simulated"] is True
+        m = c.get(f"/api/v1/trainings/{tid}/metrics").json()
+        steps = [row["step"] for row in m["data"]]
+        assert len(steps) == 6 and steps == sorted(steps) and steps[-1] == 6
+        assert all(row["loss"] is not None for row in m["data"])
+        # Downsampling keeps the first and the newest point.
+        m2 = c.get(f"/api/v1/trainings/{tid}/metrics?max_points=2").json()
+        assert m2["total"] == 6 and m2["count"] <= 3 and m2["data"][-1]["step"] == m["data"][-1]["step"]
+        logs = c.get(f"/api/v1/trainings/{tid}/logs?tail=50").json()["text"]
+        assert "launcher exited with 0" in logs
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, workers, scheduler):
+    register(fleet_settings)
+    workers(fleet_settings)
+    scheduler(fleet_settings)
+    c = client_for(fleet_settings)
+    cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=1000)
+    tid = c.post("/api/v1/trainings", json={"name": "long", "recipe": "sae", "config": cfg, "gpu_ids": [0, 1],
+                                            "host": fleet_settings.host_name}).json()["id"]
+    body = wait_for(lambda: (b := _get(c, tid))["step"] >= 2 and b, 120, "the training to make progress", 0.2)
+    pgid = body["launcher_pid"]
+    assert len(pids_in_group(pgid)) >= 3  # the launcher and two ranks
+    t0 = time.monotonic()
+    r = c.post(f"/api/v1/trainings/{tid}/cancel")
+    assert r.status_code == 200 and r.json()["cancel_requested"] is True
+    wait_for(lambda: not pids_in_group(pgid), 5, "every rank to be gone")
+    body = _wait_status(c, tid, FINAL, 5 - (time.monotonic() - t0))
+    assert body["status"] == "cancelled"
+    assert time.monotonic() - t0 < 5
+    assert not _active_allocations(fleet_settings, uuid.UUID(tid))
+    # Idempotent.
+    r = c.post(f"/api/v1/trainings/{tid}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    assert [e["kind"] for e in _events(c, tid)].count("cancel") == 1
+    # A queued training (it needs more GPUs than the host has) leaves the queue at once.
+    w = c.post("/api/v1/trainings", json={"name": "waits", "recipe": "sae", "config": TINY_SAE,
+                                          "world_size": 4, "host": fleet_settings.host_name}).json()
+    wait_for(lambda: _get(c, w["id"])["wait_reason"], 10, "a wait reason")
+    assert "needs 4 free GPU(s)" in _get(c, w["id"])["wait_reason"]
+    assert c.post(f"/api/v1/trainings/{w['id']}/cancel").json()["status"] == "cancelled"
