@@ -1,7 +1,12 @@
-"""A live app on a simulated fleet, signed in as an admin, for the schema fuzzer."""
+"""A live app on a simulated fleet with sign-in required, for the schema fuzzer.
+
+Run on both databases: PostgreSQL is what a fleet runs, and its types (32-bit
+integers, JSONB, arrays) refuse values SQLite would take.
+"""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -11,15 +16,20 @@ from gpufleet.config import Settings, load_settings
 SECRET = "fuzz-secret-" + "y" * 40
 
 
-@pytest.fixture
-def fuzz_settings(tmp_path: Path) -> Settings:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def fuzz_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    db = {}
+    if request.param == "postgresql":
+        db["database_url"] = request.getfixturevalue("pg_migrated_url")
     return load_settings(
         data_dir=tmp_path / "gpufleet-data",
         simulate="4xH100-80GB",
         simulate_topology="nvlink-pairs",
-        host_name="fuzz-host",
+        # PostgreSQL is shared by the test session: a host of its own.
+        host_name="fuzz-" + uuid.uuid4().hex[:8],
         auth="on",
         secret_key=SECRET,
         # The fuzzer creates trainings as fast as it can; limits are tested elsewhere.
         create_rate_per_minute=10000,
+        **db,
     )

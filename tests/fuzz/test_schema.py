@@ -11,6 +11,8 @@ failure lists all that were found.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -40,9 +42,10 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
 
     upgrade_database(fuzz_settings)
     register_host(fuzz_settings)
+    name = "fuzzer-" + uuid.uuid4().hex[:6]
     with session_scope(fuzz_settings) as sess:
-        add_user(sess, "fuzzer", "admin")
-        token = create_token(sess, "fuzzer").secret
+        add_user(sess, name, "admin")
+        token = create_token(sess, name).secret
     return create_app(fuzz_settings), token
 
 
