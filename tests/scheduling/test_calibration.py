@@ -43,7 +43,8 @@ def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -
         again = estimate_for(sess, "sae", {**cfg, "lr": 0.01})
     assert again.key == first.key
     assert again.summary().endswith("calibrated from 3 runs")
-    assert again.total == int(base * 1.15) + (first.total - base)
+    # The ratio comes back from integer byte counts: equal to within a byte or two.
+    assert abs(again.total - (int(base * 1.15) + (first.total - base))) <= 2
 
 
 def test_a_new_training_row_gets_its_estimate(db_settings) -> None:  # noqa: ANN001

@@ -148,3 +148,22 @@ def test_bad_configs_are_refused_naming_the_field() -> None:
         estimate_memory_requirement("sae", {"global_batch_size": 7}, world_size=2)
     with pytest.raises(EstimateError, match="world size"):
         estimate_memory_requirement("sae", {}, world_size=0)
+
+
+def test_configs_reading_a_data_file_are_estimated_from_one_real_micro_batch(tmp_path) -> None:
+    import numpy as np
+    from safetensors.torch import save_file
+
+    from gpufleet.training.data import BadDataError
+
+    save_file({"activations": torch.randn(600, 64)}, str(tmp_path / "acts.safetensors"))
+    np.save(tmp_path / "rows.npy", np.random.randn(600, 17).astype("float32"))
+    from_file = estimate_memory_requirement(
+        "sae", {"data_path": "acts.safetensors", "d_in": 64, "global_batch_size": 512}, data_root=tmp_path)
+    synthetic = estimate_memory_requirement("sae", {"d_in": 64, "global_batch_size": 512})
+    assert from_file.breakdown() == synthetic.breakdown()
+    mlp = estimate_memory_requirement("mlp", {"data_path": "rows.npy", "in_features": 16, "global_batch_size": 256},
+                                      data_root=tmp_path)
+    assert mlp.activations > 0
+    with pytest.raises(BadDataError, match="the SAE needs"):
+        estimate_memory_requirement("sae", {"data_path": "rows.npy", "d_in": 8}, data_root=tmp_path)

@@ -140,24 +140,36 @@ _trace_cache: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 128
 
 
-def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str) -> Any:
+def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_root: Any) -> Any:
     with _cache_lock:
         if key in _trace_cache:
             _trace_cache.move_to_end(key)
             return _trace_cache[key]
     from gpufleet.scheduling.memtrace import trace_step
 
+    kw = dict(precision=config.precision, accum_steps=accum, grad_clip=config.grad_clip,
+              lr=config.lr, weight_decay=config.weight_decay)
     try:
-        trace = trace_step(
-            lambda: recipe_obj.build(config, None),
-            micro,
-            precision=config.precision,
-            accum_steps=accum,
-            grad_clip=config.grad_clip,
-            lr=config.lr,
-            weight_decay=config.weight_decay,
-        )
-    except Exception as exc:  # noqa: BLE001 - any failure of a recipe's build or step
+        if getattr(config, "data_path", None) is None:
+            # Synthetic data is generated under fake tensors too: nothing is computed.
+            trace = trace_step(lambda: recipe_obj.build(config, data_root), micro, **kw)
+        else:
+            # File loaders cannot run under fake tensors: read one real
+            # micro-batch from the file (the model built on the meta device
+            # costs nothing), then trace with it. The file is opened once per
+            # key (traces are cached); .npy files are memory-mapped.
+            import torch
+
+            from gpufleet.scheduling.memtrace import _example_batch
+
+            with torch.device("meta"):
+                _model, dataset, loss_fn = recipe_obj.build(config, data_root)
+            batch = _example_batch(dataset, micro)
+            trace = trace_step(lambda: (recipe_obj.build_model(config), None, loss_fn), micro,
+                               batch=batch, **kw)
+    except ValueError:
+        raise  # the recipe's own ConfigError / BadDataError: it names the field
+    except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
         raise EstimateError(
             f"cannot trace recipe {recipe_obj.name} to measure its memory: {type(exc).__name__}: {exc}"
         ) from exc
@@ -175,11 +187,14 @@ def estimate_memory_requirement(
     world_size: int = 1,
     backend: str = "cuda",
     calibration: Calibration | None = None,
+    data_root: Any = None,
 ) -> MemoryEstimate:
     """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
 
     ``config`` is a dict (resolved by the recipe here, so bad values raise the
     recipe's ``ConfigError`` naming the field) or an already resolved config.
+    ``data_root`` is where a config's ``data_path`` lives (the settings'
+    ``data_root``); only the shape of one micro-batch is read from it.
     """
     from gpufleet.training.recipes import get_recipe
 
@@ -191,7 +206,8 @@ def estimate_memory_requirement(
     strategy = resolve_strategy(cfg.strategy, world_size)
     key = estimate_key(recipe, cfg.to_dict(), micro_batch=micro, accum=accum,
                        precision=cfg.precision, strategy=strategy, world_size=world_size)
-    trace = _trace(recipe_obj, cfg, micro, accum, key + f"/{cfg.grad_clip}/{cfg.weight_decay}")
+    trace = _trace(recipe_obj, cfg, micro, accum,
+                   key + f"/{cfg.grad_clip}/{cfg.weight_decay}/{cfg.data_path}/{data_root}", data_root)
 
     ddp = strategy == "ddp"
 

@@ -185,6 +185,7 @@ def trace_step(
     lr: float = 1e-3,
     weight_decay: float = 0.0,
     fake: bool = True,
+    batch: Any = None,
 ) -> StepTrace:
     """Trace optimizer steps of the recipe's model and report the peaks.
 
@@ -193,7 +194,8 @@ def trace_step(
     scratch memory is counted. A first step creates the optimizer states; the
     next one is measured (steady state). With ``accum_steps > 1`` two
     micro-batches run per step: the second backward adds to gradients that
-    already exist.
+    already exist. ``batch``: a real micro-batch to use instead of the
+    dataset's (for data loaders that cannot run under fake tensors).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -210,7 +212,8 @@ def trace_step(
             tracker.tag(model.buffers(), "buffers")
             for p in params:
                 p.register_post_accumulate_grad_hook(lambda q: tracker.tag([q.grad], "gradients"))
-            batch = _example_batch(dataset, micro_batch)
+            if batch is None:
+                batch = _example_batch(dataset, micro_batch)
             tracker.tag(tree_flatten(batch)[0], "batch")
             # What else exists now is the dataset and leftovers of building:
             # host memory in a real run (only the batch goes to the device).

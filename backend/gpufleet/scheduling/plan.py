@@ -54,7 +54,7 @@ class SelectionPlan:
 
 def estimate_for(
     sess: Session, recipe: str, config: Mapping[str, Any] | Any, *, world_size: int = 1,
-    backend: str = "cuda",
+    backend: str = "cuda", data_root: Any = None,
 ) -> MemoryEstimate:
     """The estimate, corrected by earlier runs of the same recipe and shape."""
     from gpufleet.training.recipes import get_recipe
@@ -64,7 +64,8 @@ def estimate_for(
     key = estimate_key(recipe, cfg.to_dict(), micro_batch=micro, accum=accum, precision=cfg.precision,
                        strategy=resolve_strategy(cfg.strategy, world_size), world_size=world_size)
     return estimate_memory_requirement(
-        recipe, cfg, world_size=world_size, backend=backend, calibration=calibration_for(sess, key)
+        recipe, cfg, world_size=world_size, backend=backend, calibration=calibration_for(sess, key),
+        data_root=data_root,
     )
 
 
@@ -73,7 +74,7 @@ def plan_selection(
     count: int = 1, host: str | None = None, exclusive: bool = True, policy: Policy = "pack",
     max_candidates: int = 5,
 ) -> SelectionPlan:
-    est = estimate_for(sess, recipe, config, world_size=count)
+    est = estimate_for(sess, recipe, config, world_size=count, data_root=settings.data_root)
     fleet = fleet_state(sess, settings, host=host, estimate_key=est.key)
     req = SelectionRequest(memory_bytes=est.total, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
@@ -90,7 +91,9 @@ def apply_plan(training: Any, plan: SelectionPlan) -> None:
     training.wait_reason = rec.refused or rec.wait_reason
 
 
-def estimate_training(sess: Session, training: Any, *, backend: str = "cuda") -> MemoryEstimate:
+def estimate_training(
+    sess: Session, training: Any, *, backend: str = "cuda", data_root: Any = None
+) -> MemoryEstimate:
     """Estimate a new ``Training`` row from its recipe and config and store the estimate.
 
     A memory figure the user gave (``memory_estimate`` already set) is kept as
@@ -98,7 +101,7 @@ def estimate_training(sess: Session, training: Any, *, backend: str = "cuda") ->
     and calibration.
     """
     est = estimate_for(sess, training.recipe, training.config or {}, world_size=training.world_size or 1,
-                       backend=backend)
+                       backend=backend, data_root=data_root)
     if training.memory_estimate is None:
         training.memory_estimate = est.total
     training.estimate = est.to_dict()

@@ -134,13 +134,13 @@ def _public(rec: Recommendation, estimate: Any = None) -> RecommendationPublic:
     )
 
 
-def _estimate(sess: Any, recipe: str, config: dict[str, Any], count: int) -> Any:
+def _estimate(sess: Any, settings: Any, recipe: str, config: dict[str, Any], count: int) -> Any:
     from gpufleet.scheduling.memory import EstimateError
     from gpufleet.scheduling.plan import estimate_for
     from gpufleet.training.config import ConfigError
 
     try:
-        return estimate_for(sess, recipe, config, world_size=count)
+        return estimate_for(sess, recipe, config, world_size=count, data_root=settings.data_root)
     except (ConfigError, EstimateError) as exc:
         raise HTTPException(422, str(exc)) from None
 
@@ -173,7 +173,7 @@ def recommend_gpus(
             raise HTTPException(422, f"config is not valid JSON: {exc.msg} at position {exc.pos}") from None
         if not isinstance(values, dict):
             raise HTTPException(422, "config must be a JSON object of recipe fields")
-        estimate = _estimate(sess, recipe, values, count)
+        estimate = _estimate(sess, settings, recipe, values, count)
         memory = estimate.total
     elif config is not None:
         raise HTTPException(422, "config needs recipe: name the recipe the config is for")
@@ -193,7 +193,7 @@ def recommend_for_config(
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
-    estimate = _estimate(sess, body.recipe, body.config, body.count)
+    estimate = _estimate(sess, settings, body.recipe, body.config, body.count)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
     fleet = fleet_state(sess, settings, estimate_key=estimate.key)
@@ -211,7 +211,7 @@ def validate_gpus(
     estimate = None
     memory = (body.memory_mb or 0) * MiB
     if body.recipe is not None:
-        estimate = _estimate(sess, body.recipe, body.config or {}, len(body.gpu_ids))
+        estimate = _estimate(sess, settings, body.recipe, body.config or {}, len(body.gpu_ids))
         memory = estimate.total
     fleet = fleet_state(sess, settings, estimate_key=estimate.key if estimate else None)
     v = validate_selection(fleet, body.gpu_ids, host=body.host, memory_bytes=memory, exclusive=body.exclusive)
