@@ -1,0 +1,95 @@
+"""`gpufleet serve` bound to every address, as a team runs it: a real process.
+
+With sign-in configured it starts; over real HTTP and a real WebSocket
+handshake a request without a token is refused, a token works, and a
+WebSocket from a foreign Origin or without credentials is turned away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+
+from auth.helpers import SECRET
+from gpufleet.api.security.users import add_user, create_token
+from gpufleet.config import load_settings
+from gpufleet.db.session import session_scope, upgrade_database
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _ws_outcome(url: str, **kw) -> str:  # noqa: ANN003
+    try:
+        async with websockets.connect(url, open_timeout=10, **kw) as ws:
+            await asyncio.wait_for(ws.recv(), timeout=10)
+            return "open"
+    except websockets.exceptions.ConnectionClosed as exc:
+        return f"closed {exc.rcvd.code if exc.rcvd else None}"
+    except websockets.exceptions.InvalidStatus as exc:
+        return f"rejected {exc.response.status_code}"
+
+
+@pytest.mark.slow
+def test_network_bound_server_with_auth(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    settings = load_settings(data_dir=data)
+    upgrade_database(settings)
+    with session_scope(settings) as sess:
+        add_user(sess, "ops", "admin")
+        token = create_token(sess, "ops").secret
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env.update(GPUFLEET_DATA_DIR=str(data), GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET,
+               GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.3)
+
+        r = httpx.post(f"{base}/api/v1/trainings", json={"name": "x", "recipe": "mlp"})
+        assert r.status_code == 401 and "sign-in required" in r.json()["detail"]
+        assert httpx.get(f"{base}/api/v1/system/gpus").status_code == 401
+        who = httpx.get(f"{base}/api/v1/auth/whoami", headers={"Authorization": f"Bearer {token}"})
+        assert who.status_code == 200 and who.json()["name"] == "ops" and who.json()["auth_required"] is True
+
+        ws_url = f"ws://127.0.0.1:{port}/api/v1/ws"
+        # Closed before accept: the handshake itself is answered 403.
+        assert asyncio.run(_ws_outcome(ws_url)) == "rejected 403"
+        ticket = httpx.post(f"{base}/api/v1/auth/ws-ticket", headers={"Authorization": f"Bearer {token}"}).json()
+        evil = asyncio.run(_ws_outcome(f"{ws_url}?ticket={ticket['ticket']}", origin="https://evil.example"))
+        assert evil == "rejected 403"
+        ticket = httpx.post(f"{base}/api/v1/auth/ws-ticket", headers={"Authorization": f"Bearer {token}"}).json()
+        assert asyncio.run(_ws_outcome(f"{ws_url}?ticket={ticket['ticket']}")) == "open"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
