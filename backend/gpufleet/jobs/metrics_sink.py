@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
@@ -68,11 +68,14 @@ class MetricsSink:
 
     # -- setup -------------------------------------------------------------
 
-    def trim_after_resume(self, ckpt_dir: Path) -> None:
-        """Drop metric rows past the checkpoint this attempt resumes from.
+    def trim_after_resume(self, ckpt_dir: Path, earlier_progress: list[Path] = ()) -> None:  # type: ignore[assignment]
+        """Make the stored curve match the checkpoint this attempt resumes from.
 
-        The resumed run computes those steps again; its values replace them,
-        so the stored loss curve is the one the final model went through.
+        Rows past the checkpoint are dropped: the resumed run computes those
+        steps again and its values replace them. Steps up to the checkpoint
+        that no supervisor recorded (a launcher that ran on after its worker
+        was killed) are filled in from the earlier attempts' progress files,
+        which hold exactly what that launcher computed.
         """
         newest = newest_checkpoint_step(ckpt_dir)
         step = newest[0] if newest else 0
@@ -80,6 +83,17 @@ class MetricsSink:
             sess.execute(delete(TrainingMetric).where(TrainingMetric.training_id == self.tid,
                                                       TrainingMetric.step > step))
             if newest:
+                have = set(sess.execute(select(TrainingMetric.step).where(
+                    TrainingMetric.training_id == self.tid)).scalars())
+                for path in earlier_progress:
+                    for line in ProgressReader(path).read():
+                        if line.get("type") == "step" and int(line["step"]) <= step and int(line["step"]) not in have:
+                            self._handle(line)
+                            have.add(int(line["step"]))
+                self._events = []  # those lines' events were recorded, or belong to a lost attempt
+                self._row = {}
+                sess.add_all(self._metrics.values())
+                self._metrics = {}
                 sess.execute(update(Training).where(Training.id == self.tid)
                              .values(last_checkpoint=str(newest[1]), step=step)
                              .execution_options(synchronize_session=False))

@@ -149,7 +149,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot prepare the launch: {exc}"), None)
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
-    sink.trim_after_resume(checkpoint_dir(settings, tid))
+    earlier = sorted(run_dir(settings, tid).glob("progress-*.jsonl"))
+    sink.trim_after_resume(checkpoint_dir(settings, tid), [p for p in earlier if p != progress_path])
     proc = launch(spec_path, logf)
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
