@@ -167,3 +167,14 @@ def test_configs_reading_a_data_file_are_estimated_from_one_real_micro_batch(tmp
     assert mlp.activations > 0
     with pytest.raises(BadDataError, match="the SAE needs"):
         estimate_memory_requirement("sae", {"data_path": "rows.npy", "d_in": 8}, data_root=tmp_path)
+
+
+def test_fsdp_shards_state_and_adds_one_full_gather() -> None:
+    cfg = {"d_in": 256, "n_latents": 4096, "global_batch_size": 1024, "strategy": "fsdp"}
+    one = estimate_memory_requirement("sae", {**cfg, "strategy": "auto"})
+    four = estimate_memory_requirement("sae", cfg, world_size=4)
+    assert four.strategy == "fsdp" and four.ddp_buckets == 0
+    assert four.optimizer_states == -(-one.optimizer_states // 4)
+    # A quarter of the parameters kept, plus the whole (single-unit) model gathered.
+    assert four.parameters == -(-one.parameters // 4) + one.parameters
+    assert "FSDP" in four.method
