@@ -22,11 +22,18 @@ def _cards(page):  # noqa: ANN001, ANN202
 
 
 def _wait_status(page, status: str, timeout_s: float) -> None:  # noqa: ANN001
-    page.wait_for_function(
-        "(s) => (document.querySelector(\"[data-testid='training-status']\")?.innerText ?? '').includes(s)",
-        arg=status,
-        timeout=timeout_s * 1000,
-    )
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "(s) => (document.querySelector(\"[data-testid='training-status']\")?.innerText ?? '').includes(s)",
+            arg=status,
+            timeout=timeout_s * 1000,
+        )
+    except PlaywrightTimeout:
+        # Say where it got stuck: the status and the events the page shows.
+        shown = page.locator("main").inner_text()[:1500]
+        raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}") from None
 
 
 def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:  # noqa: ANN001
@@ -123,6 +130,6 @@ def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> No
     _wait_status(page, "running", 120)
     page.get_by_role("button", name="Cancel training").click()
     page.get_by_role("button", name="Yes, cancel it").click()
-    _wait_status(page, "cancelled", 30)
+    _wait_status(page, "cancelled", 60)
     assert page.get_by_role("button", name="Cancel training").count() == 0
     page.screenshot(path=str(screenshots / "training-cancelled.png"), full_page=True)
