@@ -33,7 +33,7 @@ from gpufleet.training.spec import LaunchSpec
 
 # Wait this long for the other ranks to notice a dead peer on their own before
 # SIGTERM, and again before SIGKILL: well inside the 10 s promise.
-FAILURE_GRACE_S = 2.0
+FAILURE_GRACE_S = 1.0
 POLL_S = 0.25
 
 
@@ -111,25 +111,39 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
             "rank": rank, "kind": classify(exc), "message": f"{type(exc).__name__}: {exc}",
             "time": time.time(), "traceback": traceback.format_exc(),
         })
-        raise
-    finally:
-        if trainer is not None:
-            trainer.close()
+        traceback.print_exc()
+        sys.stderr.flush()
+        # Exit at once: the launcher sees this rank gone and stops the others
+        # now, instead of after interpreter teardown and process-group clean-up
+        # that may block on the peers this failure left waiting.
+        os._exit(1)
+    if trainer is not None:
+        trainer.close()
 
 
-def _root_cause(state_dir: Path, failed_rank: int | None, fallback: str) -> dict[str, Any]:
-    """The error that started it: the earliest one that is not a peer noticing
-    that another rank died."""
+def _root_cause(state_dir: Path, procs: Any, failed_rank: int | None) -> dict[str, Any]:
+    """The error that started it: the earliest real error of a rank; else a rank
+    that died without one (a crash or a kill); only then a peer noticing that
+    another rank died."""
     errors = []
     for p in state_dir.glob("rank-*.json"):
         try:
             errors.append(json.loads(p.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-    errors.sort(key=lambda e: (e["kind"] == "peer_lost", e["time"]))
+    real = sorted((e for e in errors if e["kind"] != "peer_lost"), key=lambda e: e["time"])
+    if real:
+        return real[0]
+    reported = {e["rank"] for e in errors}
+    silent = [r for r, p in enumerate(procs.processes) if r not in reported and p.exitcode not in (0, None)]
+    if silent:
+        rank = failed_rank if failed_rank in silent else silent[0]
+        code = procs.processes[rank].exitcode
+        how = f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with exit code {code}"
+        return {"rank": rank, "kind": "error", "message": f"the rank process {how} without a Python error"}
     if errors:
-        return errors[0]
-    return {"rank": failed_rank, "kind": "error", "message": fallback}
+        return min(errors, key=lambda e: e["time"])
+    return {"rank": failed_rank, "kind": "error", "message": "the rank process failed"}
 
 
 def _check_devices(spec: LaunchSpec, run_devices: list[str]) -> None:
@@ -249,6 +263,7 @@ def _run_inprocess(spec, recipe, config, run_devices, progress, state_dir) -> tu
 
 def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str, Any]]:
     import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import ProcessException
 
     from gpufleet.training.distributed import find_free_port
 
@@ -266,11 +281,11 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
             try:
                 if procs.join(timeout=POLL_S, grace_period=FAILURE_GRACE_S):
                     break
-            except mp.ProcessException as exc:
+            except ProcessException as exc:
                 if flag.count:
                     # A rank that died while we were stopping: still an interruption.
                     return exitcodes.INTERRUPTED, {"message": str(exc).strip()[:500]}
-                cause = _root_cause(state_dir, exc.error_index, str(exc).strip().splitlines()[-1])
+                cause = _root_cause(state_dir, procs, exc.error_index)
                 progress.write("error", rank=cause["rank"], kind=cause["kind"],
                                message=f"rank {cause['rank']}: {cause['message']}")
                 return exitcodes.KIND_TO_CODE.get(cause["kind"], exitcodes.RANK_FAILED), {}
