@@ -129,3 +129,17 @@ def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
     with session_scope(s) as sess:
         a = availability_by_gpu(sess, s)[(s.host_name, 1)]
     assert a.state == "unhealthy" and "new XID error" in a.reason
+
+
+def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # noqa: ANN001
+    from datetime import timedelta
+
+    from gpufleet.db.types import utcnow
+
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    with session_scope(s) as sess:
+        host = sess.scalar(select(Host).where(Host.name == s.host_name))
+        host.last_heartbeat = utcnow() - timedelta(minutes=10)
+    with session_scope(s) as sess:
+        a = availability_by_gpu(sess, s)[(s.host_name, 0)]
+    assert a.state == "unhealthy" and "offline" in a.reason

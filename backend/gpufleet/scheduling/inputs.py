@@ -55,6 +55,15 @@ def _new_errors(host: str, gpu_key: str, ecc: int | None, xid: int | None) -> tu
     return max(ecc - base[0], 0), max(xid - base[1], 0)
 
 
+def _stale_after_s(settings: Settings) -> float:
+    try:
+        from gpufleet.telemetry.agent import HEARTBEAT_S
+    except ImportError:
+        HEARTBEAT_S = 10.0  # noqa: N806
+    # Three missed heartbeats, and never less than half a minute.
+    return max(3 * float(HEARTBEAT_S), 30.0, 5 * settings.sample_interval_s)
+
+
 def policy_from_settings(settings: Settings) -> AvailabilityPolicy:
     return AvailabilityPolicy(
         foreign_memory_threshold=settings.foreign_memory_threshold_mb * MiB,
@@ -87,7 +96,11 @@ def gather_observations(
     from gpufleet.telemetry.live import read_live_samples
 
     policy = policy or policy_from_settings(settings)
-    q = select(GPU, Host.name, Host.status).join(Host, GPU.host_id == Host.id).order_by(Host.name, GPU.index)
+    q = (
+        select(GPU, Host.name, Host.status, Host.last_heartbeat)
+        .join(Host, GPU.host_id == Host.id)
+        .order_by(Host.name, GPU.index)
+    )
     if host is not None:
         q = q.where(Host.name == host)
     gpu_rows = sess.execute(q).all()
@@ -120,8 +133,10 @@ def gather_observations(
     live = {s.key: s for s in read_live_samples(settings)}
     recent = _recent_utilization(sess, settings, policy.sustained_samples)
 
+    now = utcnow()
+    stale = timedelta(seconds=_stale_after_s(settings))
     out: list[GPUObservation] = []
-    for gpu, hname, hstatus in gpu_rows:
+    for gpu, hname, hstatus, beat in gpu_rows:
         s = live.get((hname, gpu.index))
         processes: tuple[ProcessInfo, ...] = ()
         ecc = xid = 0
@@ -158,7 +173,8 @@ def gather_observations(
                 lost=bool(s is not None and s.lost),
                 new_ecc_errors=ecc,
                 new_xid_errors=xid,
-                host_offline=(hstatus or "").lower() in _OFFLINE,
+                # A host whose agent stopped beating has no worker either.
+                host_offline=(hstatus or "").lower() in _OFFLINE or (beat is not None and now - beat > stale),
             )
         )
     return out, links
