@@ -149,3 +149,15 @@ def test_pruned_ranking_equals_scoring_every_set(seed: int, count: int, policy: 
             every.append((-view.score(members)[0], hs.name, members))
     every.sort()
     assert got == [(name, m, round(-s, 2)) for s, name, m in every[:5]]
+
+
+def test_a_better_connection_wins_over_any_fit_or_penalty() -> None:
+    # NVLink pair (2, 3) without peer access, breaking nothing, exactly full;
+    # PCIe pair (0, 1) under one switch, a perfect fit. NVLink still first.
+    links = {(0, 1): LinkInfo(0, "PIX", True), (2, 3): LinkInfo(2, "SYS", False),
+             (0, 2): LinkInfo(0, "SYS", True), (0, 3): LinkInfo(0, "SYS", True),
+             (1, 2): LinkInfo(0, "SYS", True), (1, 3): LinkInfo(0, "SYS", True)}
+    f = fleet(host("a", 4, links=links, g0={"memory_free": 10 * GiB}, g1={"memory_free": 10 * GiB}))
+    rec = recommend(SelectionRequest(10 * GiB, 2, max_candidates=3), f)
+    assert [c.gpu_indexes for c in rec.candidates[:2]] == [(2, 3), (0, 1)]
+    assert "no peer access" in " ".join(rec.candidates[0].reasons)

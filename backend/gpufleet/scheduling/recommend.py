@@ -31,14 +31,16 @@ from gpufleet.scheduling.types import (
 )
 from gpufleet.scheduling.weights import selection_weights
 
-# Connection classes, best first, with the base of their score. The gaps are
-# wider than any fit bonus, so a better connection always wins.
+# Connection classes, best first, with the base of their score. The gaps
+# (300) are wider than everything else a score can gain or lose (fit 0..100,
+# NVLink count 0..18, penalties for no peer access 60, PXB 40, broken NVLink
+# groups up to 60), so a better connection always wins.
 _CLASS_BASE: dict[str, float] = {
     "single": 1000.0,
     "nvlink": 1000.0,
-    "pcie-switch": 800.0,
-    "numa": 600.0,
-    "system": 400.0,
+    "pcie-switch": 700.0,
+    "numa": 400.0,
+    "system": 100.0,
 }
 _CLASS_RANK = {"nvlink": 0, "pcie-switch": 1, "numa": 2, "system": 3}
 _RANK_CLASS = {v: k for k, v in _CLASS_RANK.items()}
