@@ -1,0 +1,36 @@
+"""The jobs scheduler places a training without gpu_ids through GPU selection."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.models import Training
+from gpufleet.db.session import session_scope
+from gpufleet.devices import simstate
+from gpufleet.scheduling.types import GiB
+
+from scheduling.conftest import sample_into_live
+
+
+@pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.jobs.service import TrainingRequest, create_trainings
+    from gpufleet.scheduling.scheduler import schedule_pending
+
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    # Someone else's job on GPU 0: the scheduler's own books still call it free.
+    simstate.add_foreign_process(s, 0, 30 * GiB, user="bob")
+    sample_into_live(s)
+    with session_scope(s) as sess:
+        (row,) = create_trainings(
+            sess, s, [TrainingRequest(name="auto", recipe="mlp", config={"global_batch_size": 64},
+                                      world_size=2, distributed=True, host=s.host_name)], "alice")
+        tid = row.id
+    result = schedule_pending(s)
+    assert [t for t, _ in result.scheduled] == [tid]
+    with session_scope(s) as sess:
+        t = sess.scalar(select(Training).where(Training.id == tid))
+        assert sorted(t.gpu_ids) == [2, 3]
+        assert t.selection["by"] == "recommend" and "NVLink" in t.selection["reason"]
