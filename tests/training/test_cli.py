@@ -1,0 +1,56 @@
+"""``gpufleet train`` through typer's CliRunner (the lead wires register(app)
+into gpufleet.cli)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from gpufleet.commands.train import register
+from gpufleet.training.checkpoint import newest_checkpoint
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def version() -> None:  # a second command keeps `train` a named subcommand
+        pass
+
+    return app
+
+
+def test_train_local_runs_to_the_end_with_a_summary(tmp_path: Path):
+    ckpt = tmp_path / "ck"
+    result = CliRunner().invoke(_app(), [
+        "train", "--local", "--recipe", "mlp", "--devices", "cpu", "--checkpoint-dir", str(ckpt),
+        "--set", "max_steps=12", "--set", "log_every=4", "--set", "hidden=[8]", "--set", "global_batch_size=32",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "succeeded" in result.output and "mse" in result.output
+    assert newest_checkpoint(ckpt).name == "step-12"
+
+
+def test_train_refuses_bad_input_with_a_clear_message(tmp_path: Path):
+    runner = CliRunner()
+    cases = [
+        (["--set", "max_steps=lots"], "max_steps"),
+        (["--set", "nonsense=1"], "nonsense"),
+        (["--recipe", "nope"], "unknown recipe"),
+        (["--gpu-ids", "gpu0"], "cannot read device"),
+        (["--devices", "cpu", "--world-size", "3"], "not divisible"),
+        (["--config", str(tmp_path / "missing.yaml")], "does not exist"),
+    ]
+    for args, says in cases:
+        result = runner.invoke(_app(), ["train", "--local", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert says in " ".join(result.output.split()), (args, result.output)  # rich wraps lines
+    assert not (tmp_path / "gpufleet-data" / "local-runs").exists()  # nothing was started
+
+
+def test_train_without_local_says_to_use_local():
+    result = CliRunner().invoke(_app(), ["train", "--recipe", "sae"])
+    assert result.exit_code == 2 and "use --local for now" in result.output
