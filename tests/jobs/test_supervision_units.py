@@ -1,0 +1,131 @@
+"""The supervisor's pure parts and its database sink, without a launcher."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.models import Training, TrainingEvent, TrainingMetric
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.jobs import outcome
+from gpufleet.jobs.lifecycle import write_session
+from gpufleet.jobs.logs import BoundedLog, read_log
+from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.jobs.progress import ProgressReader, StragglerWatch
+from gpufleet.training import exitcodes as ec
+
+CFG = {"global_batch_size": 16, "micro_batch_size": None, "grad_accum_steps": 1}
+
+
+def _attempt(code, **kw):
+    base = dict(exit_code=code, cancel_requested=False, restarts=0, max_restarts=2, allow_rebalance=False,
+                already_rebalanced=False, config=CFG, world_size=2, error=None)
+    base.update(kw)
+    return outcome.Attempt(**base)
+
+
+def test_error_table():
+    assert outcome.decide(_attempt(0)).status == "succeeded"
+    assert outcome.decide(_attempt(ec.RANK_FAILED, cancel_requested=True)).status == "cancelled"
+    d = outcome.decide(_attempt(ec.RANK_FAILED, error={"rank": 1, "kind": "error", "message": "boom"}))
+    assert d.status == "queued" and d.counts_restart and d.retry_kind == "failure" and d.backoff_s == 1
+    assert "rank 1: boom" in d.reason
+    d = outcome.decide(_attempt(ec.RANK_FAILED, restarts=2, error={"rank": 0, "message": "boom"}))
+    assert d.status == "failed" and "gave up after 2 restart(s)" in d.reason and "rank 0" in d.reason
+    d = outcome.decide(_attempt(ec.COLLECTIVE_TIMEOUT, restarts=1))
+    assert d.retry_kind == "timeout" and "longer collective timeout" in d.reason and d.backoff_s == 2
+    assert outcome.decide(_attempt(ec.BAD_DATA)).status == "failed"
+    d = outcome.decide(_attempt(ec.INTERRUPTED, restarts=2))
+    assert d.status == "queued" and not d.counts_restart
+    assert outcome.decide(_attempt(-9)).reason.startswith("the launcher was killed by signal 9")
+
+
+def test_oom_rebalance_keeps_the_global_batch():
+    assert outcome.decide(_attempt(ec.OUT_OF_MEMORY)).status == "failed"
+    d = outcome.decide(_attempt(ec.OUT_OF_MEMORY, allow_rebalance=True))
+    assert d.status == "queued" and d.retry_kind == "oom_rebalance" and not d.counts_restart
+    assert d.config["micro_batch_size"] == 4 and d.config["grad_accum_steps"] == 2
+    assert 2 * d.config["micro_batch_size"] * d.config["grad_accum_steps"] == 16
+    assert outcome.decide(_attempt(ec.OUT_OF_MEMORY, allow_rebalance=True, already_rebalanced=True)).status == "failed"
+    odd = dict(CFG, global_batch_size=6)  # 3 per rank: cannot halve
+    assert outcome.decide(_attempt(ec.OUT_OF_MEMORY, allow_rebalance=True, config=odd)).status == "failed"
+
+
+def test_straggler_needs_a_sustained_gap():
+    w = StragglerWatch(ratio=2.0, patience=3)
+    assert w.observe([0.1, 0.1, 0.5]) == []  # one slow step is not a straggler
+    assert w.observe([0.1, 0.1, 0.1]) == []
+    assert w.observe([0.1, 0.1, 0.5]) == [] and w.observe([0.1, 0.1, 0.5]) == []
+    [(rank, t, med)] = w.observe([0.1, 0.12, 0.5])
+    assert rank == 2 and t == 0.5 and med == pytest.approx(0.11)
+    assert w.observe([0.1, 0.1, 0.5]) == []  # warned once
+
+
+def test_progress_reader_holds_back_a_partial_line(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"type": "step", "step": 1}\n{"type": "st')
+    r = ProgressReader(p)
+    assert [x["step"] for x in r.read()] == [1]
+    with open(p, "a") as fh:
+        fh.write('ep", "step": 2}\nnot json\n')
+    assert [x["step"] for x in r.read()] == [2]
+
+
+def test_log_stays_bounded_and_keeps_the_newest_lines(tmp_path):
+    log = BoundedLog(tmp_path / "t.log", max_bytes=4096)
+    for i in range(2000):
+        log.line(f"line {i:05d}")
+    log.close()
+    size = (tmp_path / "t.log").stat().st_size
+    assert size <= 4096 + 100
+    tail = read_log(tmp_path / "t.log", tail=2).text.splitlines()
+    assert tail == ["line 01998", "line 01999"]
+    head = read_log(tmp_path / "t.log", offset=0).text
+    assert head.startswith("[gpufleet:") and "older bytes dropped" in head
+
+
+def test_sink_writes_metrics_in_batches_warns_about_stragglers_and_sees_cancel(db_settings, tmp_path):
+    tid = uuid.uuid4()
+    worker = "h:1:abc"
+    with session_scope(db_settings) as sess:
+        sess.add(Training(id=tid, name="s", owner="o", recipe="sae", config={}, status="running",
+                          lease_owner=worker, lease_expires_at=utcnow() + timedelta(seconds=5)))
+    progress = tmp_path / "p.jsonl"
+    lines = [{"type": "start", "world_size": 2}]
+    for s in range(1, 6):
+        lines.append({"type": "step", "step": s, "loss": 1.0 / s, "parts": {"l1": 0.1},
+                      "rank_step_times": [0.01, 0.09]})
+    lines.append({"type": "checkpoint", "step": 4, "path": "/x/step-4"})
+    lines.append({"type": "error", "rank": 1, "kind": "error", "message": "RuntimeError: boom"})
+    progress.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with session_scope(db_settings) as sess:
+        row = sess.get(Training, tid)
+    sink = MetricsSink(db_settings, row, worker, progress, "h")
+    assert sink.pump() == "ok"
+    with session_scope(db_settings) as sess:
+        metrics = sess.execute(select(TrainingMetric).where(TrainingMetric.training_id == tid)
+                               .order_by(TrainingMetric.step)).scalars().all()
+        events = sess.execute(select(TrainingEvent).where(TrainingEvent.training_id == tid)
+                              .order_by(TrainingEvent.seq)).scalars().all()
+        row = sess.get(Training, tid)
+    assert [m.step for m in metrics] == [1, 2, 3, 4, 5] and metrics[0].metrics["l1"] == 0.1
+    assert row.step == 5 and row.last_loss == pytest.approx(0.2) and row.last_checkpoint == "/x/step-4"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in events]
+    assert kinds.count("warning") == 1 and "rank 1 is a straggler" in events[kinds.index("warning")].reason
+    assert "rank 1: error: RuntimeError: boom" in events[kinds.index("error")].reason
+    assert sink.last_error["rank"] == 1
+    # Cancel is seen through the lease renewal; a lost lease stops the attempt.
+    with write_session(db_settings) as sess:
+        sess.get(Training, tid).cancel_requested = True
+    sink._last_flush = 0
+    assert sink.pump() == "cancel"
+    with write_session(db_settings) as sess:
+        sess.get(Training, tid).lease_owner = "someone-else"
+    sink._last_flush = 0
+    assert sink.pump() == "lost"
