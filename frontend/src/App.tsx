@@ -1,5 +1,6 @@
 import { NavLink, Route, Routes } from 'react-router-dom';
 import { useLiveStatus } from './api/useLive';
+import { SignIn, useAuthRequired } from './components/SignIn';
 import { useFleet } from './pages/fleet/useFleet';
 import { FleetPage } from './pages/fleet/FleetPage';
 import { HistoryPage } from './pages/history/HistoryPage';
@@ -29,7 +30,31 @@ function SimulatedBanner() {
   );
 }
 
+function AppRoutes() {
+  return (
+    <Routes>
+      <Route path="/" element={<FleetPage />} />
+      <Route path="/history" element={<HistoryPage />} />
+      <Route path="/trainings" element={<TrainingsPage />} />
+      <Route path="/trainings/new" element={<CreateTrainingPage />} />
+      <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+      <Route
+        path="*"
+        element={
+          <div className="page">
+            <h2>Page not found</h2>
+            <p>
+              <NavLink to="/">Back to the fleet</NavLink>
+            </p>
+          </div>
+        }
+      />
+    </Routes>
+  );
+}
+
 export function App() {
+  const needSignIn = useAuthRequired();
   return (
     <div className="app">
       <header className="topbar">
@@ -50,24 +75,7 @@ export function App() {
       </header>
       <SimulatedBanner />
       <main>
-        <Routes>
-          <Route path="/" element={<FleetPage />} />
-          <Route path="/history" element={<HistoryPage />} />
-          <Route path="/trainings" element={<TrainingsPage />} />
-          <Route path="/trainings/new" element={<CreateTrainingPage />} />
-          <Route path="/trainings/:id" element={<TrainingDetailPage />} />
-          <Route
-            path="*"
-            element={
-              <div className="page">
-                <h2>Page not found</h2>
-                <p>
-                  <NavLink to="/">Back to the fleet</NavLink>
-                </p>
-              </div>
-            }
-          />
-        </Routes>
+        {needSignIn ? <SignIn /> : <AppRoutes />}
       </main>
     </div>
   );

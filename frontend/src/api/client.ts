@@ -118,6 +118,18 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
   return parsed as T;
 }
 
+export interface WhoAmI {
+  name: string;
+  role: string;
+  via: string;
+  auth_required: boolean;
+}
+
+/** Exchange an API token for the HTTP-only session cookie (the token is not kept). */
+export function signIn(token: string): Promise<WhoAmI> {
+  return request<WhoAmI>('POST', '/auth/sign-in', { body: { token } });
+}
+
 export const api = {
   get: <T>(path: string, query?: Query, signal?: AbortSignal) => request<T>('GET', path, { query, signal }),
   post: <T>(path: string, body?: unknown, query?: Query) => request<T>('POST', path, { body, query }),

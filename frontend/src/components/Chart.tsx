@@ -64,7 +64,14 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
         // Mini charts get a little headroom so a line at 0% or 100% stays visible.
         y:
           yMin !== undefined || yMax !== undefined
-            ? { range: (_u, lo, hi) => [(yMin ?? lo) - (mini ? 3 : 0), Math.max(yMax ?? hi, hi) + (mini ? 3 : 0)] }
+            ? {
+                range: (_u, lo, hi) => {
+                  const bottom = (yMin ?? lo) - (mini ? 3 : 0);
+                  // Without a fixed top, leave 8% headroom so the highest point is not cut.
+                  const top = yMax !== undefined ? Math.max(yMax, hi) + (mini ? 3 : 0) : hi + Math.max((hi - bottom) * 0.08, 1e-9);
+                  return [bottom, top];
+                },
+              }
             : {},
       },
       axes: mini

@@ -88,6 +88,9 @@ export function GpuCard({ gpu }: { gpu: GPU }) {
         )}
       </div>
       <div className="mini-wrap" title="utilization (blue) and memory (amber), last 5 minutes">
+        <span className="mini-caption" aria-hidden>
+          last 5 min · <span style={{ color: '#4fb3ff' }}>util</span> · <span style={{ color: '#f5b945' }}>mem</span>
+        </span>
         <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} windowSec={300} testId={`gpu-chart-${gpu.index}`} />
       </div>
       <Holders gpu={gpu} live={live} />
