@@ -35,3 +35,19 @@ def test_client_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUFLEET_TOKEN", " gf_abc \n")
     assert client_headers() == {"Authorization": "Bearer gf_abc"}
     assert client_headers("gf_other") == {"Authorization": "Bearer gf_other"}
+
+
+def test_origin_matching_normalises_default_ports_and_case(tmp_path) -> None:  # noqa: ANN001
+    from gpufleet.api.auth import origin_allowed
+    from gpufleet.config import load_settings
+
+    s = load_settings(data_dir=tmp_path, cors_origins=["https://Dash.Example.org:443"])
+    assert origin_allowed(None, "x", s)  # not a browser
+    assert origin_allowed("https://gpus.example.org", "gpus.example.org", s)
+    assert origin_allowed("https://gpus.example.org", "gpus.example.org:443", s)
+    assert origin_allowed("https://gpus.example.org:8443", "gpus.example.org:8443", s)
+    assert not origin_allowed("https://gpus.example.org:8443", "gpus.example.org", s)
+    assert origin_allowed("http://[::1]:8000", "[::1]:8000", s)
+    assert origin_allowed("https://dash.example.org", "other", s)  # configured
+    for bad in ("https://evil.example", "null", "file://x", "https://gpus.example.org/path", "https://u@gpus.example.org"):
+        assert not origin_allowed(bad, "gpus.example.org", s), bad

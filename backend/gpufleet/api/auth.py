@@ -115,24 +115,38 @@ def check_serve_safety(settings: Settings) -> None:
 # Origins ---------------------------------------------------------------
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _normalise_origin(origin: str) -> str | None:
+    """``scheme://host[:port]`` in lowercase, the scheme's default port left out."""
     try:
         parts = urlsplit(origin.strip())
+        port = parts.port
     except ValueError:
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
         return None
-    return f"{parts.scheme}://{parts.netloc.lower()}"
+    if parts.query or parts.fragment or parts.username or parts.password:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    shown_port = "" if port in (None, _DEFAULT_PORTS[parts.scheme]) else f":{port}"
+    return f"{parts.scheme}://{host.lower()}{shown_port}"
 
 
 def origin_allowed(origin: str | None, host_header: str | None, settings: Settings) -> bool:
-    """An absent Origin (a non-browser client) passes; otherwise same-origin or configured."""
+    """An absent Origin (a non-browser client) passes; otherwise same-origin or configured.
+
+    Same-origin compares the Origin's host and port with the Host header the
+    request arrived with (a proxy in front must pass it on unchanged).
+    """
     if origin is None:
         return True
     norm = _normalise_origin(origin)
     if norm is None:
         return False
-    if host_header and urlsplit(norm).netloc == host_header.strip().lower():
+    scheme = norm.split("://", 1)[0]
+    if host_header and _normalise_origin(f"{scheme}://{host_header.strip()}") == norm:
         return True
     return norm in {_normalise_origin(o) for o in settings.cors_origins}
 
