@@ -76,9 +76,19 @@ def train(
 
 
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) -> None:
-    """Submit the training to a gpufleet server (the jobs work adds this)."""
-    console.print("submitting to a server: use --local for now")
-    raise typer.Exit(code=2)
+    """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
+
+    GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
+    server should choose.
+    """
+    from gpufleet.commands.trainings import submit
+
+    body: dict[str, Any] = {"name": f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}", "recipe": recipe, "config": config}
+    if all(d == "cpu" for d in devices):
+        body["world_size"] = len(devices)
+    else:
+        body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
+    raise typer.Exit(code=submit(body))
 
 
 def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,

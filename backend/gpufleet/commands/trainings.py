@@ -1,0 +1,186 @@
+"""`gpufleet trainings ls | show | logs [--follow] | cancel`, and submitting from `gpufleet train`.
+
+These talk to a server over its REST API (``--server``, default
+``$GPUFLEET_SERVER`` or http://127.0.0.1:8000), sending
+``Authorization: Bearer $GPUFLEET_TOKEN`` when that is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+FINAL = ("succeeded", "failed", "cancelled")
+
+trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or http://127.0.0.1:8000)")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trainings_app, name="trainings")
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+class Client:
+    """One place for the server URL, the token and turning errors into one line."""
+
+    def __init__(self, server: str | None):
+        import httpx
+
+        self.base = (server or os.environ.get("GPUFLEET_SERVER") or DEFAULT_SERVER).rstrip("/")
+        token = os.environ.get("GPUFLEET_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base, headers=headers, timeout=30)
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        import httpx
+
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            _fail(f"cannot reach the server at {self.base}: {exc}; start it with `gpufleet serve` or pass --server")
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text
+            if isinstance(detail, list):  # FastAPI's validation errors
+                detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+            _fail(f"{detail} (HTTP {r.status_code})")
+        return r.json()
+
+
+def _short(tid: str) -> str:
+    return tid[:8]
+
+
+def _gpus(t: dict[str, Any]) -> str:
+    if t.get("gpu_ids"):
+        return ",".join(map(str, t["gpu_ids"]))
+    return f"auto×{t['world_size']}"
+
+
+@trainings_app.command("ls")
+def ls(
+    server: ServerOpt = None,
+    status: Annotated[list[str] | None, typer.Option("--status", help="repeatable: queued, running, ...")] = None,
+    owner: Annotated[str | None, typer.Option("--owner")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 50,
+) -> None:
+    """List trainings, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    if status:
+        params["status"] = status
+    if owner:
+        params["owner"] = owner
+    page = Client(server).call("GET", "/api/v1/trainings", params=params)
+    rows = [
+        (t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
+         f"{t['step']}/{t['max_steps'] or '?'}", (t["status_reason"] or t["wait_reason"] or "")[:60])
+        for t in page["data"]
+    ]
+    headers = ("ID", "NAME", "OWNER", "STATUS", "HOST", "GPUS", "STEP", "REASON")
+    if out.is_terminal:
+        table = Table(*headers)
+        for row in rows:
+            table.add_row(_short(row[0]), *row[1:])
+        out.print(table)
+        out.print(f"{len(rows)} of {page['count']}")
+    else:
+        for row in (headers, *rows):
+            print("\t".join(row))
+
+
+@trainings_app.command("show")
+def show(training_id: str, server: ServerOpt = None) -> None:
+    """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
+    c = Client(server)
+    t = c.call("GET", f"/api/v1/trainings/{training_id}")
+    fields = [
+        ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
+        ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
+        ("waiting", t["wait_reason"] or "-"), ("host", t["host_name"] or "-"), ("gpus", _gpus(t)),
+        ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
+        ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {t['last_loss'] if t['last_loss'] is not None else '-'}"),
+        ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
+        ("checkpoint", t["last_checkpoint"] or "-"),
+        ("selection", str(t["selection"] or "-")),
+        ("memory", f"estimate {t['memory_estimate'] or '-'}, measured peak {t['measured_peak_memory'] or '-'}"),
+    ]
+    for k, v in fields:
+        out.print(f"[bold]{k:>11}[/] {v}", highlight=False, soft_wrap=True)
+    events = c.call("GET", f"/api/v1/trainings/{training_id}/events")["data"][-10:]
+    for e in events:
+        out.print(f"  #{e['seq']:<4} {e['time'][:19]} {e['kind']:<10} {e['reason'] or ''}", highlight=False)
+
+
+@trainings_app.command("cancel")
+def cancel(training_id: str, server: ServerOpt = None) -> None:
+    """Cancel a training (idempotent): a queued one leaves the queue, a running one is stopped."""
+    t = Client(server).call("POST", f"/api/v1/trainings/{training_id}/cancel")
+    state = "cancel requested; stopping every rank" if t["status"] == "running" else t["status"]
+    out.print(f"{t['id']}: {state}")
+
+
+@trainings_app.command("logs")
+def logs(
+    training_id: str,
+    server: ServerOpt = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the training ends")] = False,
+    tail: Annotated[int, typer.Option("--tail", min=0, help="start with the last N lines")] = 100,
+) -> None:
+    """Print the training's log (launcher and every rank); --follow shows a progress bar too."""
+    c = Client(server)
+    chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"tail": tail})
+    sys.stdout.write(chunk["text"])
+    sys.stdout.flush()
+    if follow:
+        code = follow_training(c, training_id, chunk["next_offset"])
+        raise typer.Exit(code)
+
+
+def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float = 0.5) -> int:
+    """Stream the log and a progress bar until the training ends; exit code 0 only if it succeeded."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("queued", total=None)
+        while True:
+            t = c.call("GET", f"/api/v1/trainings/{training_id}")
+            chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"offset": offset})
+            if chunk["next_offset"] < offset:  # the log was shortened to stay bounded
+                chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"offset": 0})
+            if chunk["text"]:
+                bar.console.print(chunk["text"], end="", markup=False, highlight=False, soft_wrap=True)
+            offset = chunk["next_offset"]
+            bar.update(task, description=t["status"], completed=t["step"], total=t["max_steps"])
+            if t["status"] in FINAL and chunk["next_offset"] >= chunk["size"]:
+                break
+            time.sleep(poll_s)
+    reason = f" — {t['status_reason']}" if t["status_reason"] else ""
+    err.print(f"{t['name']}: {t['status']}{reason}", highlight=False, soft_wrap=True)
+    return 0 if t["status"] == "succeeded" else 1
+
+
+def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = True) -> int:
+    """POST a training; print its id; follow it when asked. Returns the exit code."""
+    c = Client(server)
+    t = c.call("POST", "/api/v1/trainings", json=body)
+    out.print(f"submitted {t['id']} ({t['name']}) to {c.base}")
+    if not follow:
+        return 0
+    return follow_training(c, t["id"])

@@ -1,0 +1,47 @@
+"""`gpufleet train` (server path) and `gpufleet trainings ls|show|logs|cancel` against a live server."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.cli import app
+
+from .conftest import make_settings, register
+
+runner = CliRunner()
+
+
+def test_unreachable_server_and_unknown_training_are_one_line_errors(monkeypatch, tmp_path, live_api):
+    r = runner.invoke(app, ["trainings", "ls", "--server", "http://127.0.0.1:9"])
+    assert r.exit_code == 2 and "cannot reach the server at http://127.0.0.1:9" in r.output
+    settings = make_settings(tmp_path, "sqlite")
+    monkeypatch.setenv("GPUFLEET_SERVER", live_api(settings))
+    r = runner.invoke(app, ["trainings", "show", "00000000-0000-0000-0000-000000000000"])
+    assert r.exit_code == 2 and "does not exist (HTTP 404)" in r.output
+    r = runner.invoke(app, ["trainings", "ls", "--status", "sleeping"])
+    assert r.exit_code == 2 and "unknown status 'sleeping'" in r.output
+
+
+@pytest.mark.slow
+def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, tmp_path, live_api, workers, scheduler):
+    settings = make_settings(tmp_path, "sqlite", simulate="1xH100-80GB")
+    register(settings)
+    workers(settings)
+    scheduler(settings)
+    monkeypatch.setenv("GPUFLEET_SERVER", live_api(settings))
+    r = runner.invoke(app, ["train", "--recipe", "mlp", "--gpu-ids", "0", "--set", "max_steps=3",
+                            "--set", "global_batch_size=8", "--set", "log_every=1"])
+    assert r.exit_code == 0, r.output
+    assert "submitted" in r.output and "succeeded" in r.output
+    tid = r.output.split("submitted ", 1)[1].split()[0]
+    r = runner.invoke(app, ["trainings", "ls", "--status", "succeeded"])
+    assert r.exit_code == 0 and tid in r.output
+    line = next(x for x in r.output.splitlines() if x.startswith(tid)).split("\t")
+    assert line[3] == "succeeded" and line[5] == "0" and line[6] == "3/3"
+    r = runner.invoke(app, ["trainings", "show", tid])
+    assert r.exit_code == 0 and "succeeded" in r.output and "step-3" in r.output
+    r = runner.invoke(app, ["trainings", "logs", tid])
+    assert r.exit_code == 0 and "launcher exited with 0" in r.output
+    r = runner.invoke(app, ["trainings", "cancel", tid])
+    assert r.exit_code == 0 and f"{tid}: succeeded" in r.output
