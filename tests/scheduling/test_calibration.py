@@ -69,7 +69,7 @@ def test_measured_step_times_set_the_speed_weights(db_settings) -> None:  # noqa
         sess.add_all([GPU(host_id=host.id, index=0, vendor="nvidia", backend="cuda", name="NVIDIA A100"),
                       GPU(host_id=host.id, index=1, vendor="nvidia", backend="cuda", name="NVIDIA RTX 3090")])
         t = Training(id=uuid.uuid4(), name="m", owner="u", recipe="sae", config={"micro_batch_size": 100},
-                     estimate_key=key, gpu_ids=[0, 1], host_id=host.id, world_size=2)
+                     estimate_key=key, gpu_ids=[0, 1], host_id=host.id, world_size=2, status="succeeded")
         sess.add(t)
         sess.flush()
         for step in range(1, 6):

@@ -73,7 +73,7 @@ def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:  # noqa: AN
         host = sess.scalar(select(Host).where(Host.name == s.host_name))
         gpus = {g.index: g for g in sess.scalars(select(GPU).where(GPU.host_id == host.id))}
         gpus[1].drained, gpus[1].drain_reason = True, "fan"
-        t = Training(id=uuid.uuid4(), name="big-run", owner="alice", recipe="sae", config={})
+        t = Training(id=uuid.uuid4(), name="big-run", owner="alice", recipe="sae", config={}, status="running")
         sess.add(t)
         sess.flush()
         sess.add(GPUAllocation(training_id=t.id, gpu_id=gpus[0].id, host_id=host.id, gpu_index=0,
@@ -143,3 +143,14 @@ def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # n
     with session_scope(s) as sess:
         a = availability_by_gpu(sess, s)[(s.host_name, 0)]
     assert a.state == "unhealthy" and "offline" in a.reason
+
+
+def test_scheduler_wait_reason_says_what_is_missing(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.scheduling.recommend import scheduler_wait_reason
+
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    simstate.add_foreign_process(s, 2, 30 * GiB, user="bob")
+    sample_into_live(s)
+    why = scheduler_wait_reason([2, 3], 2, 4 * GiB, host_name=s.host_name, settings=s)
+    assert why.startswith(f"needs 2 GPUs with 4.0 GiB free on one host; host {s.host_name} has one free")
+    assert "bob" in why
