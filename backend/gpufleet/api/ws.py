@@ -91,6 +91,7 @@ def get_stream(app: FastAPI) -> LiveStream:
             hub.expire_idle()
 
     stream.tasks.append(asyncio.get_running_loop().create_task(expire()))
+    stream.tasks.append(asyncio.get_running_loop().create_task(hub.watchdog()))
     app.state.live_stream = stream
     return stream
 

@@ -102,6 +102,8 @@ class Client:
         self.skipped = 0
         self.closed = False
         self.task: asyncio.Task[None] | None = None
+        self.sending_since: float | None = None
+        self.too_slow = False
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._sender())
@@ -134,14 +136,17 @@ class Client:
                 if not frames:
                     continue
                 text = frames[0] if len(frames) == 1 else '{"type":"batch","messages":[' + ",".join(frames) + "]}"
-                try:
-                    await asyncio.wait_for(self._send(text), self.hub.config.send_timeout_s)
-                except asyncio.TimeoutError:
-                    log.info("disconnecting a WebSocket client that read nothing for %.0f s",
-                             self.hub.config.send_timeout_s)
-                    await self.shutdown(1008, "too slow: the client did not read its updates")
-                    return
+                # No wait_for per send (a timer and a task each, at 1,000 sends a
+                # second): the hub's watchdog cancels a send that takes too long.
+                self.sending_since = time.monotonic()
+                await self._send(text)
+                self.sending_since = None
         except asyncio.CancelledError:
+            if self.too_slow:
+                log.info("disconnecting a WebSocket client that read nothing for %.0f s",
+                         self.hub.config.send_timeout_s)
+                await self.shutdown(1008, "too slow: the client did not read its updates")
+                return
             raise
         except Exception:  # noqa: BLE001 - a broken socket ends this client only
             await self.shutdown(1011, "send failed")
@@ -302,6 +307,24 @@ class Hub:
                 ch.buffer.clear()
                 ch.idle_since = -1.0
         return gone
+
+    def check_slow_clients(self) -> int:
+        """Cut off clients whose current send has waited longer than ``send_timeout_s``."""
+        cutoff = time.monotonic() - self.config.send_timeout_s
+        clients = {c for ch in self.channels.values() for c in ch.subscribers}
+        n = 0
+        for c in clients:
+            if c.sending_since is not None and c.sending_since < cutoff and not c.too_slow and c.task:
+                c.too_slow = True
+                c.task.cancel()
+                n += 1
+        return n
+
+    async def watchdog(self, period_s: float | None = None) -> None:
+        period = period_s or min(1.0, self.config.send_timeout_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            self.check_slow_clients()
 
     def subscriber_count(self) -> int:
         return sum(len(ch.subscribers) for ch in self.channels.values())
