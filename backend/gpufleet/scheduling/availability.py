@@ -121,7 +121,9 @@ def _sustained_foreign_load(obs: GPUObservation, policy: AvailabilityPolicy) -> 
 def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) -> GPUAvailability:
     """The state of one GPU, with the reason in words."""
     policy = policy or AvailabilityPolicy()
-    holders = _reservation_holders(obs) + _foreign_holders(obs)
+    ours = _reservation_holders(obs)
+    foreign = _foreign_holders(obs)
+    holders = ours + foreign
     reserved = sum(r.reserved_memory or 0 for r in obs.reservations)
     free = unreserved_free_memory(obs)
 
@@ -146,11 +148,10 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
     if obs.drained:
         return result("drained", "drained by an operator" + (f": {obs.drain_reason}" if obs.drain_reason else ""), 0)
 
-    exclusive = [h for h in _reservation_holders(obs) if h["exclusive"]]
+    exclusive = [h for h in ours if h["exclusive"]]
     if exclusive:
         return result("busy", "reserved exclusively by " + _who(exclusive[0]), 0)
 
-    foreign = _foreign_holders(obs)
     heavy = [h for h in foreign if (h.get("used_memory") or 0) > policy.foreign_memory_threshold]
     if heavy:
         h = heavy[0]
@@ -166,7 +167,7 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
             f"or more for the last {policy.sustained_samples} samples",
         )
 
-    shared = [h for h in _reservation_holders(obs) if not h["exclusive"]]
+    shared = [h for h in ours if not h["exclusive"]]
     if shared:
         if len(shared) >= policy.max_models_per_gpu:
             return result(
