@@ -124,3 +124,17 @@ def test_live_view_names_who_holds_each_gpu(client):
     assert body["trainings"][str(tid)]["owner"] == "alice"
     assert body["aggregate"]["gpu_count"] == 3 and body["aggregate"]["lost_count"] == 1
     assert body["hosts"]["h1"]["max_temperature"] == 71.0
+
+
+def test_the_grafana_dashboard_only_queries_series_that_metrics_exposes(client):
+    import json
+    import re
+    from pathlib import Path
+
+    LOCAL.put_host("h1", _fleet(uuid.uuid4()))
+    LOCAL.put_health("h1", {"samples_total": 1, "last_sample_unix": 1.0, "buffered": 0, "dropped_total": 0})
+    exposed = {smp.name for fam in text_string_to_metric_families(client.get("/metrics").text) for smp in fam.samples}
+    dash = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/gpufleet-gpus.json").read_text())
+    queried = {name for p in dash["panels"] for t in p["targets"]
+               for name in re.findall(r"\b(?:DCGM_\w+|gpufleet_\w+)", t["expr"])}
+    assert queried and queried <= exposed, queried - exposed
