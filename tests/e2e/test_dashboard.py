@@ -126,8 +126,16 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Pa
 
 
 def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> None:  # noqa: ANN001
-    _start_training(page, "e2e-cancel-me", steps=100_000)
+    tid = _start_training(page, "e2e-cancel-me", steps=100_000)
     _wait_status(page, "running", 120)
+    # The fleet page says who holds the GPU: this training, linked.
+    page.goto("/")
+    holder = _cards(page).filter(has_text="e2e-cancel-me")
+    holder.wait_for(timeout=20_000)
+    assert holder.get_by_role("link", name="e2e-cancel-me").get_attribute("href") == f"/trainings/{tid}"
+    page.screenshot(path=str(screenshots / "fleet-with-training.png"), full_page=True)
+    holder.get_by_role("link", name="e2e-cancel-me").click()
+    _wait_status(page, "running", 30)
     page.get_by_role("button", name="Cancel training").click()
     page.get_by_role("button", name="Yes, cancel it").click()
     _wait_status(page, "cancelled", 60)

@@ -28,7 +28,7 @@ function Tiles({ a, testId }: { a: Aggregated; testId?: string }) {
         <Bar label="Memory" value={a.total_memory_used} max={a.total_memory_total} text={`${fmtBytes(a.total_memory_used)} / ${fmtBytes(a.total_memory_total)} (${fmtPct(memPct)})`} />
       </div>
       <div className="tile tile-wide">
-        <Bar label="Average utilization" value={a.average_utilization} text={fmtPct(a.average_utilization)} />
+        <Bar label="Average utilization" value={a.average_utilization} text={fmtPct(a.average_utilization)} tone="ok" />
       </div>
       <div className="tile">
         <div className="tile-label">Max temperature</div>

@@ -71,7 +71,8 @@ export function GpuCard({ gpu }: { gpu: GPU }) {
         <Pill value={lost ? 'unhealthy' : state} title={gpu.availability?.reason ?? gpu.status_reason ?? undefined} />
       </header>
       {gpu.availability?.reason && <div className="gpu-reason">{gpu.availability.reason}</div>}
-      <Bar label="Utilization" value={live?.utilization} text={fmtPct(live?.utilization)} />
+      {/* A busy GPU is a GPU doing its job: utilization never turns red. */}
+      <Bar label="Utilization" value={live?.utilization} text={fmtPct(live?.utilization)} tone="ok" />
       <Bar label="Memory" value={used} max={total ?? 0} text={`${fmtBytes(used)} / ${fmtBytes(total)}`} />
       <div className="gpu-stats">
         <span title="temperature">
