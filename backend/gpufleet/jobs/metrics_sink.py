@@ -63,6 +63,7 @@ class MetricsSink:
         self._events: list[dict[str, Any]] = []
         self._row: dict[str, Any] = {}
         self._last_flush = 0.0
+        self._wrote_metrics = False
         self._last_line = time.monotonic()
         self._bus = None
 
@@ -163,7 +164,9 @@ class MetricsSink:
             except (KeyError, TypeError, ValueError):
                 log.warning("ignoring a malformed progress line for %s: %r", self.tid, line)
         now = time.monotonic()
-        if not final and now - self._last_flush < self.flush_every_s:
+        # The first step is written at once: it is what a person waits for.
+        first_step = bool(self._metrics) and not self._wrote_metrics
+        if not final and not first_step and now - self._last_flush < self.flush_every_s:
             return "ok"
         self._last_flush = now
         return self._flush(final)
@@ -186,6 +189,7 @@ class MetricsSink:
                 sess.rollback()
                 return "lost"
             self._write(sess, metrics, events)
+        self._wrote_metrics = self._wrote_metrics or bool(metrics)
         self._metrics, self._events, self._row = {}, [], {}
         self._publish(metrics, events)
         return "cancel" if cancel else "ok"

@@ -1,0 +1,143 @@
+"""Launch latency: from ``POST /api/v1/trainings`` to the first reported step,
+against starting the launcher directly with the same spec.
+
+The server path is the embedded default end to end: a real HTTP server (the
+trainings router), the scheduler loop woken by the request, the filesystem
+broker, the Celery worker started the way ``serve`` starts it, the supervisor,
+the launcher, and the first ``training_metrics`` row visible through the API.
+The baseline writes the same LaunchSpec and runs
+``python -m gpufleet.training.launch`` itself, timing until the first ``step``
+line appears in the progress file. Both pay the same Python and torch start-up,
+so the difference is what gpufleet adds (goal: under one second).
+
+    python bench/launch_latency.py [--rounds 5] [--recipe mlp]
+
+Rounds alternate between the two paths; medians are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from gpufleet.config import load_settings
+from gpufleet.db.session import upgrade_database
+
+CONFIG = {"max_steps": 30, "global_batch_size": 8, "log_every": 1, "checkpoint_every": 1000}
+POLL_S = 0.01
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def direct(recipe: str, workdir: Path, data_root: Path) -> float:
+    """Seconds from starting the launcher to its first step line."""
+    progress = workdir / "direct.jsonl"
+    progress.unlink(missing_ok=True)
+    shutil.rmtree(workdir / "direct-ckpt", ignore_errors=True)
+    spec = {"recipe": recipe, "config": CONFIG, "devices": ["cuda:0"], "simulated": True,
+            "checkpoint_dir": str(workdir / "direct-ckpt"), "progress_file": str(progress),
+            "data_root": str(data_root), "resume": False}
+    (workdir / "direct.json").write_text(json.dumps(spec))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(workdir / "direct.json")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while True:
+            if progress.exists() and '"type": "step"' in progress.read_text():
+                return time.perf_counter() - t0
+            if proc.poll() is not None:
+                raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
+            time.sleep(POLL_S)
+    finally:
+        proc.wait()
+
+
+def via_server(http: httpx.Client, recipe: str) -> float:
+    """Seconds from POST to the first metrics row the API returns."""
+    t0 = time.perf_counter()
+    r = http.post("/api/v1/trainings", json={"name": "latency", "recipe": recipe, "config": CONFIG, "gpu_ids": [0]})
+    r.raise_for_status()
+    tid = r.json()["id"]
+    while True:
+        m = http.get(f"/api/v1/trainings/{tid}/metrics", params={"max_points": 2}).json()
+        if m["total"] > 0:
+            elapsed = time.perf_counter() - t0
+            break
+        t = http.get(f"/api/v1/trainings/{tid}").json()
+        if t["status"] in ("failed", "cancelled"):
+            raise RuntimeError(f"training {tid} {t['status']}: {t['status_reason']}")
+        time.sleep(POLL_S)
+    # Let it finish so the next round finds the GPU free.
+    while http.get(f"/api/v1/trainings/{tid}").json()["status"] not in ("succeeded", "failed", "cancelled"):
+        time.sleep(0.05)
+    return elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--recipe", default="mlp")
+    args = ap.parse_args()
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    from gpufleet.api.routes.trainings import router
+    from gpufleet.jobs.embedded import start_embedded_worker
+    from gpufleet.jobs.scheduler_loop import start as start_scheduler
+    from gpufleet.jobs.worker import ensure_host
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpufleet-latency-"))
+    settings = load_settings(data_dir=workdir / "data", simulate="1xH100-80GB", host_name="bench-host",
+                             auth="off")
+    upgrade_database(settings)
+    ensure_host(settings)
+    app = FastAPI()
+    app.state.settings = settings
+    app.include_router(router)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    threading.Thread(target=server.run, daemon=True).start()
+    stop = threading.Event()
+    start_scheduler(settings, stop)
+    worker = start_embedded_worker(settings)
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+            via_server(http, args.recipe)  # warm-up: the worker's first task, page cache
+            direct(args.recipe, workdir, settings.data_root)
+            ours, base = [], []
+            for i in range(args.rounds):
+                base.append(direct(args.recipe, workdir, settings.data_root))
+                ours.append(via_server(http, args.recipe))
+                print(f"round {i + 1}: direct {base[-1]:.3f}s  via server {ours[-1]:.3f}s", flush=True)
+        b, o = statistics.median(base), statistics.median(ours)
+        print(f"launcher directly (baseline): {b:.3f}s to the first step (median of {args.rounds})")
+        print(f"POST /trainings (embedded):   {o:.3f}s to the first step (median of {args.rounds})")
+        print(f"overhead: {o - b:+.3f}s  ratio {o / b:.2f}x  (goal: overhead < 1 s)")
+    finally:
+        stop.set()
+        worker.kill()
+        worker.wait()
+        server.should_exit = True
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
