@@ -35,3 +35,24 @@ describe('Ring', () => {
     expect(() => new Ring(0)).toThrow(/positive/);
   });
 });
+
+describe('Ring.backfill', () => {
+  it('merges older stored points under the live ones, still bounded', () => {
+    const r = new Ring(4);
+    r.push(10, 1);
+    r.push(11, 2);
+    r.backfill([
+      [7, 7],
+      [8, 8],
+      [9, 9],
+      [10, 99],
+    ]);
+    // The live value wins for x=10; the oldest point falls off.
+    expect(r.columns()).toEqual([
+      [8, 9, 10, 11],
+      [8, 9, 1, 2],
+    ]);
+    r.push(12, 3);
+    expect(r.columns()[0]).toEqual([9, 10, 11, 12]);
+  });
+});

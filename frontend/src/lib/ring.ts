@@ -37,6 +37,21 @@ export class Ring {
     }
   }
 
+  /**
+   * Add older points (e.g. stored history fetched after the live stream
+   * started): everything is re-sorted by x, duplicates dropped, newest kept.
+   */
+  backfill(points: [number, number | null][]): void {
+    const [xs, ys] = this.columns();
+    const byX = new Map<number, number | null>();
+    points.forEach(([x, y]) => byX.set(x, y));
+    xs.forEach((x, i) => byX.set(x, ys[i]));
+    const sorted = [...byX.entries()].sort((a, b) => a[0] - b[0]);
+    this.start = 0;
+    this.len = 0;
+    for (const [x, y] of sorted) this.push(x, y);
+  }
+
   lastX(): number {
     return this.len === 0 ? -Infinity : this.xs[(this.start + this.len - 1) % this.capacity];
   }

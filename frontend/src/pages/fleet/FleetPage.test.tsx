@@ -1,9 +1,10 @@
-import { act, render, screen, within } from '@testing-library/react';
+import { act, render, screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { MemoryRouter } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { ApiError } from '../../api/client';
-import { gpu } from '../../test/factories';
+import { endpoints } from '../../api/endpoints';
+import { gpu, history } from '../../test/factories';
 import { installFakeLive } from '../../test/fakeSocket';
 import { aggregate } from './aggregate';
 import { FleetPage } from './FleetPage';
@@ -104,6 +105,24 @@ describe('FleetPage', () => {
     expect(client.channels().sort()).toEqual(['aggregate', 'host:h']);
     await userEvent.click(screen.getByRole('button', { name: 'Topology' }));
     expect(screen.getByTestId('topology-view')).toBeInTheDocument();
+  });
+
+  it('starts each mini chart from the stored last minutes', async () => {
+    installFakeLive();
+    const hist = vi.spyOn(endpoints, 'history').mockResolvedValue(
+      history([
+        {
+          host: 'h',
+          gpu_index: 1,
+          points: [0, 1, 2].map((i) => ({ t: `2026-11-21T09:5${i}:00Z`, samples: 60, utilization_avg: 50 + i, memory_used_avg: 8 * GiB })),
+        },
+      ]),
+    );
+    fleetOf([gpu('h', 0), gpu('h', 1)]);
+    renderPage();
+    await waitFor(() => expect(screen.getByTestId('gpu-chart-1')).toHaveAttribute('data-points', '3'));
+    expect(screen.getByTestId('gpu-chart-0')).toHaveAttribute('data-points', '0');
+    expect(hist).toHaveBeenCalledTimes(1);
   });
 
   it('says so when no GPU is found', () => {

@@ -1,4 +1,8 @@
+import { useMemo } from 'react';
 import { useSearchParams } from 'react-router-dom';
+import { endpoints } from '../../api/endpoints';
+import type { HistorySeries } from '../../api/types';
+import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading } from '../../components/States';
 import { AggregateView } from './AggregateView';
 import { GpuCard } from './GpuCard';
@@ -24,12 +28,23 @@ export function ViewToggle({ view, onChange }: { view: View; onChange: (v: View)
   );
 }
 
+/** The last five minutes of every GPU, once, to start the mini charts full. */
+function useRecentHistory(enabled: boolean): Map<string, HistorySeries> {
+  const q = useQuery(enabled ? 'fleet-recent' : null, (signal) => {
+    const to = new Date();
+    const from = new Date(to.getTime() - 300_000);
+    return endpoints.history({ from: from.toISOString(), to: to.toISOString(), points: 150 }, signal);
+  });
+  return useMemo(() => new Map((q.data?.series ?? []).map((s) => [`${s.host}:${s.gpu_index}`, s])), [q.data]);
+}
+
 /** The seed's SystemMonitor: the whole fleet, per GPU or aggregated, live. */
 export function FleetPage() {
   const [params, setParams] = useSearchParams();
   const view = (params.get('view') as View) || 'gpus';
   const fleet = useFleet();
   const setView = (v: View) => setParams(v === 'gpus' ? {} : { view: v }, { replace: true });
+  const seeds = useRecentHistory(view === 'gpus' && fleet.gpus.length > 0);
 
   let body;
   if (fleet.error && !fleet.data) body = <ErrorState error={fleet.error} onRetry={fleet.reload} />;
@@ -53,7 +68,7 @@ export function FleetPage() {
             </h3>
             <div className="gpu-grid">
               {gpus.map((g) => (
-                <GpuCard key={g.id} gpu={g} />
+                <GpuCard key={g.id} gpu={g} seed={seeds.get(`${g.host}:${g.index}`)} />
               ))}
             </div>
           </section>

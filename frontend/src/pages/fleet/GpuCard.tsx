@@ -1,6 +1,6 @@
 import { useMemo, useRef } from 'react';
 import { Link } from 'react-router-dom';
-import type { GPU, GPULive, GPUProcess, Holder } from '../../api/types';
+import type { GPU, GPULive, GPUProcess, Holder, HistorySeries } from '../../api/types';
 import { Bar } from '../../components/Bar';
 import { Chart } from '../../components/Chart';
 import { Pill } from '../../components/States';
@@ -46,10 +46,10 @@ export function Holders({ gpu, live }: { gpu: GPU; live: Partial<GPULive> | null
   );
 }
 
-export function GpuCard({ gpu }: { gpu: GPU }) {
+export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
   const ref = useRef<HTMLElement>(null);
   const visible = useVisible(ref);
-  const { live, util, mem, version } = useGpuStream(gpu.host, gpu.index, gpu.live, visible);
+  const { live, util, mem, version } = useGpuStream(gpu.host, gpu.index, gpu.live, visible, seed, gpu.memory_total);
   const data = useMemo(() => {
     const [x, u] = util.columns();
     const [, m] = mem.columns();

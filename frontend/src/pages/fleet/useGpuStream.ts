@@ -1,6 +1,6 @@
-import { useCallback, useRef, useState } from 'react';
+import { useCallback, useEffect, useRef, useState } from 'react';
 import type { LiveMessage } from '../../api/live';
-import type { GPULive } from '../../api/types';
+import type { GPULive, HistorySeries } from '../../api/types';
 import { useChannel } from '../../api/useLive';
 import { Ring } from '../../lib/ring';
 
@@ -33,11 +33,27 @@ export function samplesOf(data: unknown): GPULive[] {
  * Follow `gpu:<host>:<index>` while `enabled` (the card is on screen). The
  * rings keep the last MINI_POINTS samples whatever the tab's age.
  */
-export function useGpuStream(host: string, index: number, initial: GPULive | null | undefined, enabled: boolean): GpuStream {
+export function useGpuStream(
+  host: string,
+  index: number,
+  initial: GPULive | null | undefined,
+  enabled: boolean,
+  seed?: HistorySeries,
+  memoryTotal?: number | null,
+): GpuStream {
   const util = useRef(new Ring(MINI_POINTS));
   const mem = useRef(new Ring(MINI_POINTS));
   const [live, setLive] = useState<GPULive | null>(initial ?? null);
   const [version, setVersion] = useState(0);
+
+  // The stored last minutes fill the chart at once instead of from the right edge.
+  useEffect(() => {
+    if (!seed?.points.length) return;
+    const pts = seed.points.map((p) => [Date.parse(p.t) / 1000, p] as const);
+    util.current.backfill(pts.map(([t, p]) => [t, p.utilization_avg ?? null]));
+    mem.current.backfill(pts.map(([t, p]) => [t, p.memory_used_avg != null && memoryTotal ? (100 * p.memory_used_avg) / memoryTotal : null]));
+    setVersion((v) => v + 1);
+  }, [seed, memoryTotal]);
 
   const onMessage = useCallback((msg: LiveMessage) => {
     const samples = samplesOf(msg.data);
