@@ -57,7 +57,12 @@ def _holder(gpu: dict[str, Any], trainings: dict[str, dict[str, Any]]) -> Text:
     return Text("; ").join(parts)
 
 
-def render(body: dict[str, Any], server: str) -> Group:
+def bar_width_for(columns: int) -> int:
+    # The other columns take about 90 characters; the two bars share the rest.
+    return max(5, min(BAR_WIDTH, (columns - 90) // 2))
+
+
+def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH) -> Group:
     """The whole screen for one ``/metrics/live`` answer."""
     gpus = body.get("gpus", [])
     trainings = body.get("trainings", {})
@@ -79,7 +84,7 @@ def render(body: dict[str, Any], server: str) -> Group:
         table = Table(title=host, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
         for col, kw in (("GPU", {"justify": "right"}), ("name", {}), ("util", {}), ("memory", {}),
                         ("temp", {"justify": "right"}), ("power", {"justify": "right"}), ("held by", {})):
-            table.add_column(col, **kw)
+            table.add_column(col, no_wrap=col != "held by", **kw)
         for g in sorted(rows, key=lambda g: g["index"]):
             name = (g.get("name") or "?").removeprefix("NVIDIA ")
             if g.get("lost"):
@@ -94,8 +99,8 @@ def render(body: dict[str, Any], server: str) -> Group:
             power = "–" if pw is None else f"{pw:.0f}W" + (f"/{pl:.0f}W" if pl else "")
             table.add_row(
                 str(g["index"]), name,
-                bar(None if u is None else u / 100) + Text(f" {u:3.0f}%" if u is not None else "    –"),
-                bar(mem_frac) + Text(f" {mu / GIB:5.1f}/{mt / GIB:.0f}G" if mem_frac is not None else "  –"),
+                bar(None if u is None else u / 100, bar_width) + Text(f" {u:3.0f}%" if u is not None else "    –"),
+                bar(mem_frac, bar_width) + Text(f" {mu / GIB:5.1f}/{mt / GIB:.0f}G" if mem_frac is not None else "  –"),
                 "–" if temp is None else f"{temp:.0f}°C", power, _holder(g, trainings),
             )
         tables.append(table)
@@ -142,15 +147,18 @@ def top(
     if not server.startswith(("http://", "https://")):
         _fail(f"--server must start with http:// or https://, got {server!r}")
     console = Console()
+
+    def frame() -> Group:
+        return render(fetch(server, token), server, bar_width_for(console.width))
+
     if once:
-        console.print(render(fetch(server, token), server))
+        console.print(frame())
         return
-    with Live(render(fetch(server, token), server), console=console, screen=False,
-              refresh_per_second=4) as live:
+    with Live(frame(), console=console, screen=False, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(interval)
-                live.update(render(fetch(server, token), server))
+                live.update(frame())
         except KeyboardInterrupt:
             pass
 
