@@ -88,3 +88,20 @@ def test_batch_of_120_shares_gpus_and_nothing_is_dropped(tmp_path, backend, requ
         if t["status"] == "scheduled":
             by_gpu.setdefault(t["gpu_ids"][0], set()).add(t["recipe"])
     assert sum(len(v) == 1 for v in by_gpu.values()) >= 6
+
+
+def test_server_choice_uses_the_selection_logic_and_says_why(tmp_path, client_for):
+    settings = make_settings(tmp_path, "sqlite", simulate="4xH100-80GB", simulate_topology="nvlink-pairs")
+    register(settings)
+    c = client_for(settings)
+    ok = c.post("/api/v1/trainings", json={"name": "auto2", "recipe": "mlp", "config": {"max_steps": 2},
+                                           "world_size": 2}).json()
+    huge = c.post("/api/v1/trainings", json={"name": "huge", "recipe": "mlp", "config": {"max_steps": 2},
+                                             "world_size": 2, "memory_mb": 90 * 1024}).json()
+    res = schedule_pending(settings)
+    body = c.get(f"/api/v1/trainings/{ok['id']}").json()
+    assert body["status"] == "scheduled" and body["selection"]["by"] == "recommend"
+    assert body["gpu_ids"] == body["selection"]["chosen"] and "NVLink" in body["selection"]["reason"]
+    waiting = c.get(f"/api/v1/trainings/{huge['id']}").json()
+    assert waiting["status"] == "queued" and "80.0 GiB" in waiting["wait_reason"]
+    assert uuid.UUID(huge["id"]) in res.waiting

@@ -215,45 +215,38 @@ def _choose(
         busy = [s.why_not_exclusive() for s in states if s.why_not_exclusive()]
         detail = f" ({busy[0]})" if busy else ""
         return [], f"needs {count} free GPU(s) on host {host.name}, {len(free)} free{detail}", None
-    chosen, sel = _auto_select(settings, t, host, free, count)
-    return chosen, "", sel
+    return _auto_select(settings, t, host, free, count)
 
 
 def _auto_select(
     settings: Settings, t: Training, host: Host, free: Sequence[GPUState], count: int
-) -> tuple[list[GPUState], dict]:
-    """The server's choice of GPUs: the selection logic when present, else the first free."""
-    picked = _recommend(settings, t, host, free, count)
-    if picked is not None:
-        return picked
-    chosen = list(free[:count])
-    return chosen, {"chosen": [s.index for s in chosen], "reason": "first free GPUs", "by": "scheduler"}
+) -> tuple[list[GPUState], str, dict | None]:
+    """The server's choice among the GPUs no reservation holds.
 
-
-def _recommend(
-    settings: Settings, t: Training, host: Host, free: Sequence[GPUState], count: int
-) -> tuple[list[GPUState], dict] | None:
+    The GPU selection logic (:mod:`gpufleet.scheduling.recommend`) adds what
+    the reservations cannot see: foreign processes, live free memory, NVLink.
+    When it finds no usable set the training waits with its reason. Only when
+    that logic is missing or broken does the scheduler take the first free GPUs.
+    """
     try:
         from gpufleet.scheduling import recommend as rec  # noqa: PLC0415 - optional sibling module
-    except ImportError:
-        return None
-    choose = getattr(rec, "choose_for_scheduler", None)
-    if choose is None:
-        return None
-    try:
-        out = choose(
-            [s.index for s in free], count, t.memory_estimate, host_name=host.name, settings=settings
-        )
+
+        indexes = [s.index for s in free]
+        out = rec.choose_for_scheduler(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
+        if out is None:
+            why = rec.scheduler_wait_reason(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
+            return [], why, None
+        chosen_idx, why = out
+        by_index = {s.index: s for s in free}
+        if len(chosen_idx) == count and all(i in by_index for i in chosen_idx):
+            return [by_index[i] for i in chosen_idx], "", {"chosen": list(chosen_idx), "reason": why, "by": "recommend"}
+        log.error("GPU recommendation %s is not %d of the free GPUs %s; using the first free", chosen_idx, count, indexes)
+    except (ImportError, AttributeError):
+        pass
     except Exception:  # noqa: BLE001 - a selection bug must not stop the queue
         log.exception("GPU recommendation failed for %s; using the first free GPUs", t.id)
-        return None
-    if not out:
-        return None
-    indexes, why = out
-    by_index = {s.index: s for s in free}
-    if len(indexes) != count or any(i not in by_index for i in indexes):
-        return None
-    return [by_index[i] for i in indexes], {"chosen": list(indexes), "reason": why, "by": "recommend"}
+    chosen = list(free[:count])
+    return chosen, "", {"chosen": [s.index for s in chosen], "reason": "first free GPUs", "by": "scheduler"}
 
 
 def _set_wait(sess: Session, t: Training, reason: str) -> None:
