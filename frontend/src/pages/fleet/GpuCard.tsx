@@ -70,7 +70,11 @@ export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
         </div>
         <Pill value={lost ? 'unhealthy' : state} title={gpu.availability?.reason ?? gpu.status_reason ?? undefined} />
       </header>
-      {gpu.availability?.reason && <div className="gpu-reason">{gpu.availability.reason}</div>}
+      {gpu.availability?.reason && (
+        <div className="gpu-reason" title={gpu.availability.reason}>
+          {gpu.availability.reason}
+        </div>
+      )}
       {/* A busy GPU is a GPU doing its job: utilization never turns red. */}
       <Bar label="Utilization" value={live?.utilization} text={fmtPct(live?.utilization)} tone="ok" />
       <Bar label="Memory" value={used} max={total ?? 0} text={`${fmtBytes(used)} / ${fmtBytes(total)}`} />
