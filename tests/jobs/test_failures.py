@@ -158,3 +158,45 @@ def test_oom_rebalance_resumes_with_half_micro_batch_and_same_curve(tmp_path, cl
     assert sorted(got) == sorted(ref) == list(range(1, 9))
     for step in ref:
         assert got[step] == pytest.approx(ref[step], rel=1e-4, abs=1e-6), (step, got, ref)
+
+
+def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client_for, workers, scheduler):
+    """A rank that stops answering (SIGSTOP) hangs the other one in a collective;
+    past the configured timeout the job fails instead of holding its GPUs."""
+    import os
+    import signal
+
+    from gpufleet.jobs.procs import group_members
+
+    settings = make_settings(tmp_path, "sqlite", collective_timeout_s=4.0)
+    register(settings)
+    workers(settings)
+    scheduler(settings)
+    c = client_for(settings)
+    cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
+    tid = c.post("/api/v1/trainings", json={"name": "hangs", "recipe": "sae", "config": cfg,
+                                            "gpu_ids": [0, 1], "max_restarts": 0}).json()["id"]
+    body = wait_for(lambda: (b := _get(c, tid))["step"] >= 2 and b, 120, "progress", 0.2)
+    launcher = body["launcher_pid"]
+
+    def ranks():
+        out = []
+        for pid in group_members(launcher):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if pid != launcher and b"spawn_main" in cmd:
+                out.append(pid)
+        return out
+
+    stopped = sorted(wait_for(lambda: len(ranks()) >= 2 and ranks(), 10, "two ranks"))[-1]
+    os.kill(stopped, signal.SIGSTOP)
+    t0 = time.monotonic()
+    body = _wait(c, tid, FINAL, 90)
+    took = time.monotonic() - t0
+    assert body["status"] == "failed", body
+    assert body["exit_code"] == 13, body
+    assert body["status_reason"].startswith("collective timeout: rank 0: ") and "Timed out" in body["status_reason"]
+    assert took < 30, took  # the configured 4 s timeout and the grace periods; not minutes
+    assert not pids_in_group(launcher)

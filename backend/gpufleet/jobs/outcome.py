@@ -55,6 +55,8 @@ def describe_error(code: int, error: dict[str, Any] | None) -> str:
         rank = error.get("rank")
         who = f"rank {rank}" if rank is not None else "launcher"
         msg = str(error.get("message") or error.get("kind") or "").strip()
+        if msg.startswith(f"{who}:"):  # the launcher already named the rank
+            msg = msg[len(who) + 1:].strip()
         return f"{base}: {who}: {msg}" if msg else f"{base} ({who})"
     return base
 
