@@ -126,3 +126,15 @@ def launch_factory(tmp_path: Path):
                 os.kill(pid, 9)
             except OSError:
                 pass
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    # In-process trainings here are tiny; several spinning OpenMP threads on a
+    # shared CI machine only slow them down (spawned ranks set their own).
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

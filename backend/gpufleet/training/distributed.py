@@ -102,24 +102,28 @@ class DistributedTrainer:
     """Per-rank plumbing for ``devices`` (one torch device string per rank)."""
 
     def __init__(self, devices: list[str], config: TrainConfig, *, collective_timeout_s: float = 60.0,
-                 master_addr: str = "127.0.0.1", master_port: int | None = None):
+                 master_addr: str = "127.0.0.1", master_port: int | None = None,
+                 use_process_group: bool | None = None):
         if not devices:
             raise ConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
         self.world_size = len(devices)
+        # None: a process group only with more than one rank. True forces one
+        # (and the DDP wrapper) for a single rank, to test that path on one GPU.
+        self.use_process_group = self.world_size > 1 if use_process_group is None else use_process_group
         self.config = config
         self.collective_timeout_s = collective_timeout_s
         self.master_addr = master_addr
         # Chosen in the parent before the ranks start, so all ranks agree on it.
         self.master_port = master_port if master_port is not None else (
-            find_free_port(master_addr) if self.world_size > 1 else 0)
+            find_free_port(master_addr) if self.use_process_group else 0)
         self.micro_batch_size, self.grad_accum_steps = config.batch_layout(self.world_size)
         self.rank = 0
         self.device = torch.device(devices[0])
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        return self.use_process_group
 
     def setup(self, rank: int) -> torch.device:
         """Join the process group (when there is more than one rank) and pick

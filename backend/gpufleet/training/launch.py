@@ -190,6 +190,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
                 + ", ".join(f"rank {r} <-> {d}" for r, d in enumerate(spec.devices)))
     progress.write("start", recipe=spec.recipe, training_id=spec.training_id, world_size=spec.world_size,
                    devices=spec.devices, run_devices=run_devices, simulated=spec.simulated, note=note,
+                   visible_devices=spec.visible_devices_env(),
                    micro_batch_size=micro, grad_accum_steps=accum, pid=os.getpid(), config=config.to_dict())
     if note:
         print(f"gpufleet launch: {note}", file=sys.stderr, flush=True)
