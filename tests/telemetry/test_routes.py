@@ -138,3 +138,23 @@ def test_the_grafana_dashboard_only_queries_series_that_metrics_exposes(client):
     queried = {name for p in dash["panels"] for t in p["targets"]
                for name in re.findall(r"\b(?:DCGM_\w+|gpufleet_\w+)", t["expr"])}
     assert queried and queried <= exposed, queried - exposed
+
+
+def test_history_answer_matches_its_published_schema(client):
+    from gpufleet.api.routes.metrics import HistoryPublic
+
+    s = client.settings
+    host_id, host = make_host(s)
+    start = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(second=0, microsecond=0)
+    w = MetricsWriter(s, host_id)
+    w.add(make_samples(host, start, gpus=2, seconds=120))
+    w.flush()
+    r = client.get("/api/v1/system/metrics/history", params={"host": host, "from": start.isoformat(),
+                                                             "to": (start + timedelta(minutes=2)).isoformat()})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    parsed = HistoryPublic.model_validate(r.json())
+    assert len(parsed.series) == 2 and parsed.series[0].points[0].samples >= 1
+    schema = client.get("/openapi.json").json()
+    op = schema["paths"]["/api/v1/system/metrics/history"]["get"]
+    assert op["operationId"] == "metrics-history"
+    assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/HistoryPublic")
