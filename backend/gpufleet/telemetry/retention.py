@@ -214,6 +214,22 @@ def maintain(settings: Settings, *, now: datetime | None = None,
     """
     engine = get_engine(settings.effective_database_url)
     now = now or datetime.now(timezone.utc)
+    if engine.dialect.name != "postgresql":
+        _maintain(settings, engine, now, lookback)
+        return
+    # Every fleet agent runs this; one pass at a time is enough.
+    with engine.connect() as lock_conn:
+        if not lock_conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_LOCK_KEY + 1}).scalar():
+            lock_conn.rollback()
+            return
+        try:
+            _maintain(settings, engine, now, lookback)
+        finally:
+            lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ADVISORY_LOCK_KEY + 1})
+            lock_conn.commit()
+
+
+def _maintain(settings: Settings, engine: Engine, now: datetime, lookback: timedelta) -> None:
     ensure_partitions(engine, today=now.date())
     hi = floor_minute(now)
     with engine.connect() as conn:
