@@ -102,7 +102,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       u.destroy();
       plot.current = null;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // Rebuilt only when the chart's shape changes; new data goes through setData below.
   }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec, xRange?.[0], xRange?.[1]]);
 
   useEffect(() => {

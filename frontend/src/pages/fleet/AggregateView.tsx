@@ -60,7 +60,7 @@ function useAggregateChannel(channel: string, initial: Aggregated) {
     const [x, u] = ring.current.util.columns();
     const [, m] = ring.current.mem.columns();
     return [x, u, m];
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // The rings mutate in place; `version` is what says they changed.
   }, [version]);
   return { value: latest ?? initial, data };
 }

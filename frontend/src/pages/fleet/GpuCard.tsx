@@ -54,7 +54,7 @@ export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
     const [x, u] = util.columns();
     const [, m] = mem.columns();
     return [x, u, m];
-    // eslint-disable-next-line react-hooks/exhaustive-deps
+    // The rings mutate in place; `version` is what says they changed.
   }, [version]);
 
   const total = live?.memory_total ?? gpu.memory_total ?? null;
