@@ -44,11 +44,11 @@ def build_app(settings: Settings, stream_config: StreamConfig | None = None) -> 
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: FastAPI, lifespan: str = "off") -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", ws_ping_interval=None, lifespan="off")
+    config = uvicorn.Config(app, log_level="warning", ws_ping_interval=None, lifespan=lifespan)
     server = uvicorn.Server(config)
     t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     t.start()
