@@ -30,8 +30,30 @@ def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> 
         tid = row.id
     result = schedule_pending(s)
     # The PostgreSQL database is shared by the session: other queued rows may be placed too.
-    assert (tid, s.host_name) in result.scheduled
+    assert (tid, s.host_name) in result.scheduled, result.waiting.get(tid)
     with session_scope(s) as sess:
         t = sess.scalar(select(Training).where(Training.id == tid))
         assert sorted(t.gpu_ids) == [2, 3]
         assert t.selection["by"] == "recommend" and "NVLink" in t.selection["reason"]
+
+
+@pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
+def test_a_training_that_cannot_be_placed_waits_with_the_reason_in_words(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.jobs.service import TrainingRequest, create_trainings
+    from gpufleet.scheduling.scheduler import schedule_pending
+
+    s = sim_host("nvlink-pairs", "4xH100-80GB")
+    for gpu in (0, 2, 3):
+        simstate.add_foreign_process(s, gpu, 30 * GiB, user="bob")
+    sample_into_live(s)
+    with session_scope(s) as sess:
+        (row,) = create_trainings(
+            sess, s, [TrainingRequest(name="wait", recipe="mlp", config={"global_batch_size": 64},
+                                      world_size=2, distributed=True, host=s.host_name)], "alice")
+        tid = row.id
+    result = schedule_pending(s)
+    assert tid in result.waiting
+    with session_scope(s) as sess:
+        t = sess.scalar(select(Training).where(Training.id == tid))
+        assert t.status == "queued" and t.gpu_ids is None
+        assert "needs 2 GPUs" in t.wait_reason and "bob" in t.wait_reason, t.wait_reason
