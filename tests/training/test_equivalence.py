@@ -1,5 +1,5 @@
-"""Two gloo ranks on a global batch of B end with the same parameters as one
-process on the same batch, for the SAE and the MLP, and so does a layout with
+"""Two gloo ranks (DDP, and FSDP) on a global batch of B end with the same
+parameters as one process on the same batch, for the SAE and the MLP, and so does a layout with
 half the micro batch and twice the accumulation (the out-of-memory rebalance)."""
 
 from __future__ import annotations
@@ -36,15 +36,18 @@ def _max_diff(a: dict, b: dict) -> float:
 
 
 @pytest.mark.slow
-def test_two_ranks_match_one_process(launch_factory):
-    launches = {name: launch_factory(name, cfg, ["cpu", "cpu"], sub=name).start() for name, cfg in CASES.items()}
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_ranks_match_one_process(launch_factory, strategy):
+    launches = {name: launch_factory(name, {**cfg, "strategy": strategy}, ["cpu", "cpu"], sub=name).start()
+                for name, cfg in CASES.items()}
     for name, launch in launches.items():
         assert launch.wait(timeout=180) == 0, launch.err
         single, trainer = _single(name, CASES[name])
         two = torch.load(Path(launch.spec["checkpoint_dir"]) / "step-20" / "model.pt", weights_only=True)
-        assert not any(k.startswith("module.") for k in two)  # the unwrapped model was saved
+        # The unwrapped (and, under FSDP, gathered) model was saved.
+        assert two.keys() == single.keys()
         diff = _max_diff(single, two)
-        assert diff < 1e-5, f"{name}: 2 ranks differ from 1 process by {diff}"
+        assert diff < 1e-5, f"{name} {strategy}: 2 ranks differ from 1 process by {diff}"
         # The runs really trained (not two copies of the initial weights).
         r = get_recipe(name)
         torch.manual_seed(CASES[name].get("seed", 0))
