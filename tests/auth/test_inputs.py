@@ -76,3 +76,27 @@ def test_every_torch_load_is_weights_only_and_nothing_runs_a_shell() -> None:
                     problems.append(f"{where}: np.load(allow_pickle=True)")
     assert loads >= 2, "expected the data loader and the checkpoint loader"
     assert not problems, problems
+
+
+def test_nul_characters_are_refused_before_any_route(client, people) -> None:  # noqa: ANN001
+    from auth.helpers import bearer
+
+    h = bearer(people.alice)
+    r = client.get("/api/v1/page?limit=5&x=%00", headers=h)
+    assert r.status_code == 422 and "query string" in r.json()["detail"]
+    r = client.post("/api/v1/echo", content=b'{"name": "a\\u0000b"}', headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 422 and "body" in r.json()["detail"]
+    r = client.post("/api/v1/things/batch", content=b'{"items": [{"\\u0000": 1}]}',
+                    headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert client.app.state.created == []
+    # The six characters \u0000 written out (an escaped backslash) are text, not NUL.
+    r = client.post("/api/v1/echo", content=b'{"a": "\\\\u0000", "b": 2}', headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json() == {"keys": 2}
+    # A body read in pieces arrives whole after the check.
+    def chunks():  # noqa: ANN202
+        yield b'{"a": 1, '
+        yield b'"b": 2, "c": 3}'
+
+    r = client.post("/api/v1/echo", content=chunks(), headers={**h, "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json() == {"keys": 3}

@@ -173,3 +173,12 @@ def test_live_stream_checks_credentials_and_origin(api: TestClient, team: People
         assert ws.receive_json()["type"] == "hello"
     # The ticket was used up.
     assert _ws_refused(api, f"/api/v1/ws?ticket={ticket}") == 1008
+
+
+def test_nul_in_a_query_is_a_4xx_on_both_databases(api: TestClient, team: People) -> None:
+    # PostgreSQL cannot store U+0000; this was a 500 there before the guard.
+    for url in ("/api/v1/system/topology?host=%00", "/api/v1/trainings?owner=a%00b", "/api/v1/system/gpus?host=%00"):
+        r = api.get(url, headers=bearer(team.vic))
+        assert r.status_code == 422, (url, r.text)
+    r = api.post("/api/v1/trainings", headers=bearer(team.alice), json={"name": "a\u0000", "recipe": "mlp"})
+    assert r.status_code == 422

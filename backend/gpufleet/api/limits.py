@@ -270,12 +270,15 @@ class SizeLimits:
 
 def install_limits(app: FastAPI, settings: Settings) -> None:
     from gpufleet.api.security.gate import AuthGate
+    from gpufleet.api.security.inputs import NulGuard
     from gpufleet.api.security.openapi import document_refusals
 
     get_limiter(app, settings)
     document_refusals(app)
-    # Added last = outermost: an oversized body is refused before any database lookup.
+    # Added last = outermost: an oversized body is refused before it is
+    # buffered for the NUL check, and both before any database lookup.
     app.add_middleware(AuthGate, settings=settings)
+    app.add_middleware(NulGuard)
     app.add_middleware(
         SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes
     )

@@ -92,7 +92,7 @@ def document_refusals(app: FastAPI) -> None:
         components.setdefault("ErrorDetail", ErrorDetail.model_json_schema())
         _widen_validation_error(components)
         for path, ops in schema.get("paths", {}).items():
-            if not (is_gated(path) or path == SIGN_IN_PATH):
+            if not (path.startswith("/api/") or is_gated(path)):
                 continue
             for method, op in ops.items():
                 if not isinstance(op, dict) or "responses" not in op:
@@ -104,6 +104,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
+                # NulGuard refuses U+0000 in any path, query or body.
+                extra["422"] = ref("The request contains a NUL character")
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
                     extra["403"] = ref("Signed in, but not allowed to do this")
