@@ -51,6 +51,20 @@ def test_a_failing_rank_stops_the_job_within_10s(launch_factory, kind, code, say
 
 
 @pytest.mark.slow
+def test_a_hung_rank_ends_in_a_collective_timeout(launch_factory):
+    cfg = tiny_sae(max_steps=100_000, log_every=5, checkpoint_every=100_000)
+    launch = launch_factory("sae", cfg, ["cpu", "cpu"], env={"GPUFLEET_TRAIN_FAULT": "1:5:hang"},
+                            collective_timeout_s=3.0)
+    assert launch.run(timeout=120) == exitcodes.COLLECTIVE_TIMEOUT, launch.err
+    step5 = [s for s in launch.of_type("step") if s["step"] == 5][0]
+    (err,) = launch.of_type("error")
+    assert err["kind"] == "timeout" and err["rank"] == 0
+    # The configured 3 s, not PyTorch's 30-minute default.
+    assert err["time"] - step5["time"] < 15
+    assert launch.survivors() == []
+
+
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_then_resumes_on_one_device(launch_factory):
     cfg = tiny_sae(max_steps=100_000, log_every=5, checkpoint_every=100_000)
     launch = launch_factory("sae", cfg, ["cpu", "cpu"]).start()

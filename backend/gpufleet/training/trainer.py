@@ -64,7 +64,7 @@ def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
 
 def _fault_at() -> tuple[int, int, str] | None:
     """``GPUFLEET_TRAIN_FAULT=RANK:STEP[:KIND]`` makes that rank fail at that
-    step (KIND: error, oom, exit). A drill for tests and for checking that a
+    step (KIND: error, oom, exit, hang). A drill for tests and for checking that a
     deployment stops a whole job when one rank dies; unset in normal runs."""
     raw = os.environ.get("GPUFLEET_TRAIN_FAULT")
     if not raw:
@@ -325,6 +325,9 @@ def _fsdp_no_sync(model: nn.Module):
 
 
 def _raise_fault(kind: str, rank: int, step: int) -> None:
+    if kind == "hang":  # a stuck rank: its peers must time out, not wait forever
+        while True:
+            time.sleep(3600)
     if kind == "exit":
         os._exit(3)  # a crash: no exception, no clean-up
     if kind == "oom":
