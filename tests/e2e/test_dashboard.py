@@ -93,14 +93,17 @@ def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # 
     page.screenshot(path=str(screenshots / "history.png"), full_page=True)
 
 
-def _start_training(page, name: str, steps: int, screenshot: Path | None = None) -> str:  # noqa: ANN001
+def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path | None = None) -> str:  # noqa: ANN001
     page.goto("/trainings/new")
     page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("GPUs wanted").fill(str(gpus))
     page.get_by_label("Steps", exact=True).fill(str(steps))
     page.get_by_label("Log every (steps)").fill("2")
     page.get_by_label("Checkpoint every (steps)").fill("20")
     # The recommended GPU is preselected once the server answered.
-    page.wait_for_function("document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length >= 1", timeout=15_000)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length === n", arg=gpus, timeout=15_000
+    )
     if screenshot is not None:
         page.screenshot(path=str(screenshot), full_page=True)
     page.get_by_role("button", name="Start training").click()
@@ -109,13 +112,16 @@ def _start_training(page, name: str, steps: int, screenshot: Path | None = None)
 
 
 def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Path) -> None:  # noqa: ANN001
-    tid = _start_training(page, "e2e-sae", steps=40, screenshot=screenshots / "training-new.png")
+    # Two GPUs: a DDP run with two ranks (gloo on the CPU of this simulated fleet).
+    tid = _start_training(page, "e2e-sae", steps=40, gpus=2, screenshot=screenshots / "training-new.png")
     assert page.get_by_test_id("training-name").inner_text() == "e2e-sae"
     _wait_status(page, "succeeded", 180)
     page.wait_for_function(
         "Number(document.querySelector(\"[data-testid='loss-chart']\")?.dataset.points) >= 5", timeout=15_000
     )
     assert "succeeded" in page.get_by_test_id("events").inner_text()
+    # Both ranks report their step times.
+    assert page.get_by_test_id("rank-times").locator(".rank").count() == 2
     page.screenshot(path=str(screenshots / "training-succeeded.png"), full_page=True)
     # It is listed with its status.
     page.goto("/trainings")

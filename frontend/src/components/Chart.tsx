@@ -28,6 +28,8 @@ export interface ChartProps {
   windowSec?: number;
   /** A fixed x range (e.g. the requested time range of a history chart). */
   xRange?: [number, number];
+  /** A fixed top for y, even when some points are higher (outliers drawn clipped). */
+  yCap?: number;
 }
 
 const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
@@ -37,7 +39,7 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * points each in well under a frame (bench/dashboard_charts.py), which is why
  * the dashboard uses it instead of an SVG chart library.
  */
-export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec, xRange }: ChartProps) {
+export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec, xRange, yCap }: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -62,8 +64,9 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
             ? { time, range: (_u, _lo, hi) => [hi - windowSec, hi] }
             : { time },
         // Mini charts get a little headroom so a line at 0% or 100% stays visible.
-        y:
-          yMin !== undefined || yMax !== undefined
+        y: yCap !== undefined
+          ? { range: () => [yMin ?? 0, yCap] }
+          : yMin !== undefined || yMax !== undefined
             ? {
                 range: (_u, lo, hi) => {
                   const bottom = (yMin ?? lo) - (mini ? 3 : 0);
@@ -103,7 +106,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       plot.current = null;
     };
     // Rebuilt only when the chart's shape changes; new data goes through setData below.
-  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec, xRange?.[0], xRange?.[1]]);
+  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec, xRange?.[0], xRange?.[1], yCap]);
 
   useEffect(() => {
     plot.current?.setData(data as uPlot.AlignedData);

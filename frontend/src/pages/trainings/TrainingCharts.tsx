@@ -47,6 +47,17 @@ export function stragglers(times: number[], factor = 1.3): Set<number> {
   return out;
 }
 
+/**
+ * A y top that ignores a few outliers (the first steps of a run are slow
+ * while kernels compile and caches warm up), or undefined when there are none.
+ */
+export function robustTop(values: number[]): number | undefined {
+  const v = values.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (v.length < 10) return undefined;
+  const p90 = v[Math.floor(v.length * 0.9)];
+  return v[v.length - 1] > 3 * p90 ? 1.5 * p90 : undefined;
+}
+
 export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {
   const withRanks = useMemo(() => metrics.filter((m) => m.rank_step_times?.length), [metrics]);
   const latest = withRanks.length ? withRanks[withRanks.length - 1].rank_step_times! : [];
@@ -57,6 +68,7 @@ export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {
     () => [withRanks.map((m) => m.step), ...Array.from({ length: nRanks }, (_, r) => withRanks.map((m) => (m.rank_step_times?.[r] ?? null) as number | null))],
     [withRanks, nRanks],
   );
+  const cap = useMemo(() => robustTop(withRanks.flatMap((m) => m.rank_step_times ?? [])), [withRanks]);
   if (nRanks === 0) return <p className="muted">No per-rank step times reported yet.</p>;
   const max = Math.max(...latest, 1e-9);
   return (
@@ -73,7 +85,8 @@ export function RankTimes({ metrics }: { metrics: TrainingMetric[] }) {
           </div>
         ))}
       </div>
-      <Chart series={series} data={data} height={150} time={false} yFormat={(v) => `${(v * 1000).toFixed(0)} ms`} testId="rank-chart" />
+      <Chart series={series} data={data} height={150} time={false} yMin={0} yCap={cap} yFormat={(v) => `${(v * 1000).toFixed(0)} ms`} testId="rank-chart" />
+      {cap !== undefined && <p className="field-help">Warm-up steps above {(cap * 1000).toFixed(0)} ms are cut off the chart.</p>}
     </div>
   );
 }

@@ -50,3 +50,13 @@ describe('bounded training state', () => {
     expect(stragglers([0.1]).size).toBe(0);
   });
 });
+
+describe('robustTop', () => {
+  it('caps the chart when warm-up steps dwarf the rest, and not otherwise', async () => {
+    const { robustTop } = await import('./TrainingCharts');
+    const steady = Array.from({ length: 40 }, () => 0.01);
+    expect(robustTop([0.8, ...steady])).toBeCloseTo(0.015);
+    expect(robustTop(steady)).toBeUndefined();
+    expect(robustTop([0.8, 0.01])).toBeUndefined();
+  });
+});
