@@ -120,15 +120,19 @@ def main() -> None:
         for g in h.gpus:
             states[g.state] = states.get(g.state, 0) + 1
     print(f"fleet: {HOSTS} hosts x {GPUS} GPUs; states: {dict(sorted(states.items()))}")
-    print(f"{'request':>12} {'recommend p50':>14} {'p99':>8} {'seed p50':>9} {'p99':>8} "
-          f"{'ratio p99':>9} {'with assess p99':>16}  top set")
+    # Wall-clock percentiles include time the OS gave to other processes; the
+    # CPU-time p99 of this thread shows the cost of the work itself.
+    print(f"{'request':>12} {'recommend p50':>14} {'p99':>8} {'cpu p99':>8} {'seed p50':>9} {'p99':>8} "
+          f"{'ratio p50':>9} {'with assess p99':>16}  top set")
     for count in (1, 2, 4, 8):
         req = SelectionRequest(memory_bytes=20 * GiB, count=count)
-        ours, base, full = [], [], []
+        ours, base, full, cpu = [], [], [], []
         for _ in range(args.iterations):
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             rec = recommend(req, fleet)
             t1 = time.perf_counter()
+            cpu.append((time.thread_time() - c0) * 1e3)
             seed_recommend_gpus(fleet, req.memory_bytes)
             t2 = time.perf_counter()
             ours.append((t1 - t0) * 1e3)
@@ -140,8 +144,8 @@ def main() -> None:
         top = rec.top
         where = f"{top.host} {top.gpu_indexes} {top.connection}" if top else (rec.wait_reason or rec.refused)
         print(f"{count:>6} GPU(s) {statistics.median(ours):>11.2f} ms {pct(ours, 99):>5.2f} ms "
-              f"{statistics.median(base):>6.2f} ms {pct(base, 99):>5.2f} ms {pct(ours, 99) / pct(base, 99):>8.1f}x "
-              f"{pct(full, 99):>13.2f} ms  {where}")
+              f"{pct(cpu, 99):>5.2f} ms {statistics.median(base):>6.2f} ms {pct(base, 99):>5.2f} ms "
+              f"{statistics.median(ours) / statistics.median(base):>8.1f}x {pct(full, 99):>13.2f} ms  {where}")
         if pct(ours, 99) > 20:
             print(f"   ! p99 {pct(ours, 99):.2f} ms is over the 20 ms goal")
 
