@@ -65,7 +65,7 @@ def test_when_sign_in_is_required(tmp_path: Path) -> None:
     ],
 )
 def test_serve_safety_refuses_with_what_to_set(tmp_path: Path, overrides: dict, needle: str) -> None:
-    with pytest.raises(ConfigError, match=None) as exc:
+    with pytest.raises(ConfigError) as exc:
         check_serve_safety(load_settings(data_dir=tmp_path, **overrides))
     assert needle in str(exc.value)
 
