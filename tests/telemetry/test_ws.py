@@ -144,6 +144,8 @@ def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
             while hub.subscriber_count() < 5 and time.monotonic() < deadline:
                 time.sleep(0.02)
             assert hub.subscriber_count() == 5
+            # The fast path (frames written straight to the transport) is what is under test.
+            assert all(c.raw is not None for ch in hub.channels.values() for c in ch.subscribers)
             lat = []
             stop = threading.Event()
 

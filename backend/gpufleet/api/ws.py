@@ -96,6 +96,35 @@ def get_stream(app: FastAPI) -> LiveStream:
     return stream
 
 
+def _transport(websocket: WebSocket) -> Any:
+    """The connection's transport under uvicorn, or None (then every frame goes through ``send``).
+
+    The ASGI ``send`` handed to the endpoint is uvicorn's protocol method,
+    possibly wrapped by Starlette's and the app's middleware in closures;
+    follow those down to the protocol that owns the transport. Anything
+    unexpected means None, and the ordinary path.
+    """
+    needed = ("write", "get_write_buffer_size", "is_closing", "abort")
+    seen: set[int] = set()
+    todo: list[Any] = [getattr(websocket, "_send", None)]
+    while todo and len(seen) < 16:
+        fn = todo.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        transport = getattr(getattr(fn, "__self__", None), "transport", None)
+        if transport is not None:
+            return transport if all(hasattr(transport, a) for a in needed) else None
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(inner):
+                todo.append(inner)
+    return None
+
+
 def _error(client: Client, message: str, **extra: Any) -> None:
     client.enqueue("", json.dumps({"type": "error", "message": message, **extra}))
 
@@ -155,7 +184,8 @@ async def live_stream(websocket: WebSocket) -> None:
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
-    client = Client(stream.hub, websocket.send_text, close)
+    client = Client(stream.hub, websocket.send_text, close,
+                    raw=_transport(websocket) if stream.hub.config.raw_frames else None)
     client.start()
     client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
                                    "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))

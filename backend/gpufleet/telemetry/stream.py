@@ -34,6 +34,7 @@ from typing import Any
 
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
 from gpufleet.telemetry.sample import GPUSample
+from gpufleet.telemetry.wsframe import FrameCache
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ class StreamConfig:
     idle_channel_s: float = 300.0
     # A GPU whose host stopped reporting leaves the aggregate after this long.
     stale_after_s: float = 30.0
+    # Write frames straight to the transport (see wsframe); past this many
+    # unsent bytes a client counts as not reading.
+    raw_frames: bool = True
+    raw_high_water: int = 1 << 20
 
     def __post_init__(self) -> None:
         if self.outbox_size < 4 or self.resume_buffer < 1 or self.send_timeout_s <= 0:
@@ -91,10 +96,13 @@ class Client:
     """One WebSocket connection: its subscriptions, outbox and sender."""
 
     def __init__(self, hub: Hub, send: Callable[[str], Awaitable[None]],
-                 close: Callable[[int, str], Awaitable[None]]) -> None:
+                 close: Callable[[int, str], Awaitable[None]], raw: Any = None) -> None:
         self.hub = hub
         self._send = send
         self._close = close
+        # The connection's asyncio transport, when frames may be written to it
+        # directly (see gpufleet.telemetry.wsframe); None: go through ``send``.
+        self.raw = raw
         self.channels: set[str] = set()
         self.outbox: deque[str] = deque()
         self.resync: set[str] = set()
@@ -136,6 +144,20 @@ class Client:
                 if not frames:
                     continue
                 text = frames[0] if len(frames) == 1 else '{"type":"batch","messages":[' + ",".join(frames) + "]}"
+                if self.raw is not None:
+                    if self.raw.is_closing():
+                        await self.shutdown(1001, "connection closed")
+                        return
+                    if self.raw.get_write_buffer_size() > self.hub.config.raw_high_water:
+                        # Not reading: drop this, send the newest state once it drains;
+                        # the watchdog cuts it off if that takes too long.
+                        self.resync |= self.channels
+                        self.skipped += 1
+                        self.sending_since = self.sending_since or time.monotonic()
+                        continue
+                    self.sending_since = None
+                    self.raw.write(self.hub.frames.get(text))
+                    continue
                 # No wait_for per send (a timer and a task each, at 1,000 sends a
                 # second): the hub's watchdog cancels a send that takes too long.
                 self.sending_since = time.monotonic()
@@ -160,12 +182,16 @@ class Client:
             await asyncio.wait_for(self._close(code, reason), 2.0)
         except Exception:  # noqa: BLE001 - already gone
             pass
+        if self.raw is not None and self.too_slow:
+            # A client that reads nothing will not read the close frame either.
+            self.raw.abort()
 
 
 class Hub:
     def __init__(self, config: StreamConfig | None = None) -> None:
         self.config = config or StreamConfig()
         self.epoch = uuid.uuid4().hex[:12]
+        self.frames = FrameCache()
         self.channels: dict[str, Channel] = {}
         self.latest: dict[tuple[str, int], GPUSample] = {}
         self.received_at: dict[tuple[str, int], float] = {}
