@@ -122,6 +122,10 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Pa
     assert "succeeded" in page.get_by_test_id("events").inner_text()
     # Both ranks report their step times.
     assert page.get_by_test_id("rank-times").locator(".rank").count() == 2
+    # The GPUs' utilization during the run, from the stored history.
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='run-gpu-chart']\")?.dataset.points) >= 2", timeout=20_000
+    )
     page.screenshot(path=str(screenshots / "training-succeeded.png"), full_page=True)
     # It is listed with its status.
     page.goto("/trainings")

@@ -1,4 +1,6 @@
-import { useCallback, useMemo, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
+import { endpoints } from '../../api/endpoints';
+import { useQuery } from '../../api/useQuery';
 import type { LiveMessage } from '../../api/live';
 import type { Aggregated, GPU } from '../../api/types';
 import { useChannel } from '../../api/useLive';
@@ -42,7 +44,15 @@ function Tiles({ a, testId }: { a: Aggregated; testId?: string }) {
   );
 }
 
-function useAggregateChannel(channel: string, initial: Aggregated) {
+/** The fleet's stored last ten minutes, folded into one series by the server. */
+function useRecentAggregate(enabled: boolean) {
+  return useQuery(enabled ? 'aggregate-recent' : null, (signal) => {
+    const to = new Date();
+    return endpoints.history({ aggregate: true, from: new Date(to.getTime() - 600_000).toISOString(), to: to.toISOString(), points: 300 }, signal);
+  });
+}
+
+function useAggregateChannel(channel: string, initial: Aggregated, seed?: ReturnType<typeof useRecentAggregate>['data']) {
   const ring = useRef({ util: new Ring(600), mem: new Ring(600) });
   const [latest, setLatest] = useState<Aggregated | null>(null);
   const [version, setVersion] = useState(0);
@@ -56,6 +66,17 @@ function useAggregateChannel(channel: string, initial: Aggregated) {
     setVersion((v) => v + 1);
   }, []);
   useChannel(channel, onMessage);
+  // Start the chart from stored history rather than from its right edge.
+  // The server pools every GPU's samples per bucket, so memory_used_avg is a
+  // per-GPU mean: compare it with the mean GPU size.
+  const memTotal = initial.gpu_count ? initial.total_memory_total / initial.gpu_count : 0;
+  useEffect(() => {
+    const points = seed?.series[0]?.points ?? [];
+    if (!points.length) return;
+    ring.current.util.backfill(points.map((p) => [Date.parse(p.t) / 1000, p.utilization_avg ?? null]));
+    ring.current.mem.backfill(points.map((p) => [Date.parse(p.t) / 1000, p.memory_used_avg != null && memTotal ? (100 * p.memory_used_avg) / memTotal : null]));
+    setVersion((v) => v + 1);
+  }, [seed, memTotal]);
   const data = useMemo(() => {
     const [x, u] = ring.current.util.columns();
     const [, m] = ring.current.mem.columns();
@@ -85,7 +106,8 @@ function HostRow({ host, gpus }: { host: string; gpus: GPU[] }) {
 
 export function AggregateView({ gpus, byHost }: { gpus: GPU[]; byHost: [string, GPU[]][] }) {
   const initial = useMemo(() => aggregate(gpus.map((g) => g.live)), [gpus]);
-  const { value, data } = useAggregateChannel('aggregate', initial);
+  const recent = useRecentAggregate(gpus.length > 0);
+  const { value, data } = useAggregateChannel('aggregate', initial, recent.data);
   return (
     <section aria-label="Aggregated view" data-testid="aggregate-view">
       <Tiles a={value} testId="fleet-tiles" />

@@ -97,7 +97,9 @@ export function RunGpuUtilization({ t }: { t: Training }) {
   const gpus = host && t.gpu_ids?.length ? t.gpu_ids : [];
   const running = !t.finished_at;
   const from = t.started_at ?? t.created_at;
-  const key = gpus.length ? `run-util|${t.id}|${gpus.join(',')}|${t.finished_at ?? ''}` : null;
+  // The key leaves out finished_at: when the run ends the interval stops and
+  // the query runs once more over the final range, keeping the curve meanwhile.
+  const key = gpus.length ? `run-util|${t.id}|${gpus.join(',')}` : null;
   const q = useQuery(
     key,
     (signal) =>
@@ -113,6 +115,7 @@ export function RunGpuUtilization({ t }: { t: Training }) {
   }, [q.data, gpus]);
   if (gpus.length === 0) return <p className="muted">No GPUs assigned yet.</p>;
   if (q.error && !q.data) return <p className="field-error">GPU history unavailable: {q.error.message}</p>;
+  if (!q.data) return <p className="muted">Loading GPU history…</p>;
   return (
     <Chart
       series={gpus.map((g, i) => ({ label: `GPU ${g}`, color: PALETTE[i % PALETTE.length] }))}
