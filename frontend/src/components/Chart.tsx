@@ -32,6 +32,20 @@ export interface ChartProps {
   yCap?: number;
 }
 
+/**
+ * Short time labels: hh:mm(:ss) within a day, then the date. uPlot's default
+ * stacks a date under the first label, which collides with its neighbour.
+ */
+function timeLabels(u: uPlot, splits: number[]): string[] {
+  const span = (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0);
+  return splits.map((s) => {
+    const d = new Date(s * 1000);
+    if (span > 2 * 86400) return d.toLocaleDateString([], { month: 'short', day: 'numeric' });
+    if (span > 600) return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  });
+}
+
 const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
 
 /**
@@ -80,7 +94,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       axes: mini
         ? [{ show: false }, { show: false }]
         : [
-            { ...AXIS },
+            time ? { ...AXIS, space: 70, values: timeLabels } : { ...AXIS },
             { ...AXIS, size: 60, values: yFormat ? (_u, vals) => vals.map((v) => (v == null ? '' : yFormat(v))) : undefined },
           ],
       series: [
