@@ -41,8 +41,8 @@ function timeLabels(u: uPlot, splits: number[]): string[] {
   return splits.map((s) => {
     const d = new Date(s * 1000);
     if (span > 2 * 86400) return d.toLocaleDateString([], { month: 'short', day: 'numeric' });
-    if (span > 600) return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
-    return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+    if (span > 600) return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hour12: false });
+    return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
   });
 }
 
