@@ -68,12 +68,20 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
     try:
         time.sleep(1.5)
         assert agent.writer is not None and agent.writer.stats.written_total > 0
+        failed_before = agent.writer.stats.failed_flushes
         _pg_ctl("stop", "-m", "fast", "-w")
+        most_waiting = 0
         try:
-            time.sleep(outage_s)
-            assert agent.writer.stats.buffered > 0 and agent.writer.stats.last_error
+            end = time.monotonic() + outage_s
+            while time.monotonic() < end:
+                most_waiting = max(most_waiting, agent.writer.stats.buffered)
+                time.sleep(0.1)
         finally:
             _start_server()
+        # The outage was felt: flushes failed and rows waited. (On a shared
+        # developer machine another suite's services.sh may restart the server
+        # early; the no-loss check below holds either way.)
+        assert agent.writer.stats.failed_flushes > failed_before and most_waiting >= 4
         deadline = time.monotonic() + 30
         while agent.writer.stats.buffered > 0 and time.monotonic() < deadline:
             time.sleep(0.5)
