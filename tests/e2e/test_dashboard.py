@@ -70,7 +70,9 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
         "Number(document.querySelector(\"[data-testid='aggregate-chart']\")?.dataset.points) >= 2", timeout=15_000
     )
     page.screenshot(path=str(screenshots / "fleet-aggregated.png"), full_page=True)
-    page.get_by_role("button", name="Topology").click()
+    # Keyboard reachable: focus the control and press Enter.
+    page.get_by_role("button", name="Topology").focus()
+    page.keyboard.press("Enter")
     page.get_by_test_id("topology-view").wait_for()
     # nvlink-all: every pair of the four GPUs is an NVLink cell.
     assert page.locator("td.topo-nv").count() == GPU_COUNT * (GPU_COUNT - 1)
@@ -151,3 +153,10 @@ def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> No
     _wait_status(page, "cancelled", 60)
     assert page.get_by_role("button", name="Cancel training").count() == 0
     page.screenshot(path=str(screenshots / "training-cancelled.png"), full_page=True)
+    # Its GPU is given back: the fleet page stops naming it as the holder.
+    page.goto("/")
+    _cards(page).first.wait_for()
+    page.wait_for_function(
+        "!Array.from(document.querySelectorAll(\"[data-testid^='gpu-card-']\")).some((c) => c.innerText.includes('e2e-cancel-me'))",
+        timeout=20_000,
+    )

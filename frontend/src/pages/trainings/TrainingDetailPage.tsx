@@ -105,7 +105,7 @@ export function TrainingDetailPage() {
           <div>
             <dt>Memory est. / peak</dt>
             <dd>
-              {fmtBytes(t.memory_estimate)} / {fmtBytes(t.measured_peak_memory)}
+              {fmtBytes(t.memory_estimate ?? num(t.estimate?.total))} / {fmtBytes(t.measured_peak_memory)}
             </dd>
           </div>
           <div>
