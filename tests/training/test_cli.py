@@ -51,6 +51,9 @@ def test_train_refuses_bad_input_with_a_clear_message(tmp_path: Path):
     assert not (tmp_path / "gpufleet-data" / "local-runs").exists()  # nothing was started
 
 
-def test_train_without_local_says_to_use_local():
+def test_train_without_local_goes_to_a_server_not_here(tmp_path: Path, monkeypatch):
+    # No server listens on this port: the command says so instead of training here.
+    monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
     result = CliRunner().invoke(_app(), ["train", "--recipe", "sae"])
-    assert result.exit_code == 2 and "use --local for now" in result.output
+    assert result.exit_code == 2 and "server" in result.output, result.output
+    assert not (tmp_path / "gpufleet-data" / "local-runs").exists()

@@ -46,3 +46,27 @@ def test_stopped_and_resumed_run_equals_uninterrupted(tmp_path: Path):
         assert full.scheduler.get_last_lr() == resumed.scheduler.get_last_lr()
         # keep_checkpoints=3: only the newest three remain.
         assert [s for s, _ in ckpt.list_checkpoints(tmp_path / name / "split")] == [11, 14, 20]
+
+
+def test_resume_with_half_the_micro_batch_matches(tmp_path: Path):
+    # The out-of-memory rebalance: resume with half the micro batch and twice
+    # the accumulation. 250 samples do not divide into 32-sample steps, so the
+    # epoch tail must be cut the same way in both layouts.
+    cfg = {**tiny_mlp(synthetic_samples=250), "max_steps": 20, "checkpoint_every": 100}
+    full = _run("mlp", cfg, tmp_path / "full")
+    _run("mlp", cfg, tmp_path / "split", stop_at=11)
+    resumed = _run("mlp", {**cfg, "micro_batch_size": 16, "grad_accum_steps": 2}, tmp_path / "split")
+    assert resumed.step == 20
+    a, b = full.raw_model.state_dict(), resumed.raw_model.state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_resume_refuses_a_checkpoint_of_another_shape(tmp_path: Path):
+    import pytest
+
+    from gpufleet.training.config import ConfigError
+
+    cfg = {**tiny_mlp(), "max_steps": 4, "checkpoint_every": 2}
+    _run("mlp", cfg, tmp_path)
+    with pytest.raises(ConfigError, match="does not fit"):
+        _run("mlp", {**cfg, "hidden": [32], "max_steps": 6}, tmp_path)

@@ -72,14 +72,18 @@ class ResumableBatchSampler:
     resumed run continue with the very next batch.
     """
 
-    def __init__(self, sampler: DistributedSampler, micro_batch_size: int, start_batch: int = 0):
+    def __init__(self, sampler: DistributedSampler, micro_batch_size: int, start_batch: int = 0,
+                 grad_accum_steps: int = 1):
         self.sampler = sampler
         self.micro_batch_size = micro_batch_size
-        self.batches_per_epoch = len(sampler) // micro_batch_size
+        # Whole optimizer steps per epoch, so the epoch's tail is the same
+        # samples whatever the split into ranks and micro-batches.
+        steps = len(sampler) // (micro_batch_size * grad_accum_steps)
+        self.batches_per_epoch = steps * grad_accum_steps
         if self.batches_per_epoch == 0:
             raise BadDataError(
-                f"each rank gets {len(sampler)} samples per epoch, fewer than one micro-batch "
-                f"({micro_batch_size}); use more data or a smaller global_batch_size"
+                f"each rank gets {len(sampler)} samples per epoch, fewer than one step's share "
+                f"({micro_batch_size * grad_accum_steps}); use more data or a smaller global_batch_size"
             )
         self.start_batch = start_batch
 
@@ -189,7 +193,7 @@ class DistributedTrainer:
         rank = self.rank if rank is None else rank
         sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=rank, shuffle=True,
                                      seed=self.config.seed, drop_last=True)
-        batches = ResumableBatchSampler(sampler, self.micro_batch_size, start_batch)
+        batches = ResumableBatchSampler(sampler, self.micro_batch_size, start_batch, self.grad_accum_steps)
         return DataLoader(dataset, batch_sampler=batches, collate_fn=_identity, num_workers=0,
                           pin_memory=backend_ops(self.device).kind == "cuda")
 

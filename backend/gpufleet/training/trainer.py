@@ -26,7 +26,7 @@ from torch import nn
 
 from gpufleet.devices.ops import backend_ops, move_to_device
 from gpufleet.training import checkpoint as ckpt
-from gpufleet.training.config import TrainConfig
+from gpufleet.training.config import ConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.recipes import Recipe
@@ -127,7 +127,14 @@ class Trainer:
 
     def _load(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path)
-        ckpt.apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
+        recipe = state["meta"].get("recipe")
+        if recipe != self.recipe.name:
+            raise ConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
+        try:
+            ckpt.apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ConfigError("resume", f"checkpoint {path} does not fit this model "
+                                        f"(was the config changed?): {str(exc)[:300]}") from None
         s = state["state"]
         self.scheduler.load_state_dict(s["scheduler"])
         self.scaler.load_state_dict(s["scaler"])
