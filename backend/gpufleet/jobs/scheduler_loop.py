@@ -78,6 +78,9 @@ class Leader:
     def release(self) -> None:
         if self._conn is not None:
             try:
+                # Invalidate rather than close: a session-level advisory lock
+                # would survive a connection returned to the pool.
+                self._conn.invalidate()
                 self._conn.close()
             except Exception:  # noqa: BLE001
                 pass

@@ -119,8 +119,10 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: 
     return path, progress
 
 
-def launch(spec_path: Path, log_file: BoundedLog) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID) -> subprocess.Popen:
+    # The telemetry agent recognises a training's processes by this variable
+    # (the ranks inherit it), so they never count as foreign load.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", "gpufleet.training.launch", str(spec_path)],
         stdout=subprocess.PIPE,
@@ -151,7 +153,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
     earlier = sorted(run_dir(settings, tid).glob("progress-*.jsonl"))
     sink.trim_after_resume(checkpoint_dir(settings, tid), [p for p in earlier if p != progress_path])
-    proc = launch(spec_path, logf)
+    proc = launch(spec_path, logf, tid)
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     _register_sim(settings, t, proc.pid, simulated)
