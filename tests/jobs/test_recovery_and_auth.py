@@ -1,0 +1,133 @@
+"""Lease recovery, re-sending unclaimed tasks, scheduler leadership, and who may create/cancel."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from gpufleet.db.models import GPUAllocation, Training, TrainingEvent
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.jobs.lifecycle import write_session
+from gpufleet.jobs.recovery import recover_expired, resend_stale
+from gpufleet.jobs.scheduler_loop import Leader
+from gpufleet.scheduling.scheduler import schedule_pending
+
+from .conftest import TINY_SAE, make_settings, register
+
+
+def _running(settings, host_id, restarts, max_restarts, expired=True):
+    """A training scheduled and claimed on GPU 0 whose worker then vanished."""
+    with write_session(settings) as sess:
+        t = Training(name="r", owner="o", recipe="sae", config=dict(TINY_SAE), gpu_ids=[0], host_id=host_id,
+                     auto_select=False, restarts=restarts, max_restarts=max_restarts)
+        sess.add(t)
+    schedule_pending(settings)
+    with write_session(settings) as sess:
+        t = sess.get(Training, t.id)
+        assert t.status == "scheduled"
+        t.status = "running"
+        t.lease_owner = "gone:1:x"
+        t.lease_expires_at = utcnow() + timedelta(seconds=-1 if expired else 30)
+    return t.id
+
+
+def _active(settings, tid):
+    with session_scope(settings) as sess:
+        return sess.execute(select(GPUAllocation).where(GPUAllocation.training_id == tid,
+                                                        GPUAllocation.released_at.is_(None))).scalars().all()
+
+
+def test_expired_lease_requeues_then_fails_after_max_restarts(fleet_settings):
+    host_id = register(fleet_settings)
+    live = _running(fleet_settings, host_id, 0, 1, expired=False)
+    assert live not in dict(recover_expired(fleet_settings))  # its lease is still good
+    with write_session(fleet_settings) as sess:  # let the GPU go for the next case
+        sess.get(Training, live).lease_expires_at = utcnow() - timedelta(seconds=1)
+    assert (live, "queued") in recover_expired(fleet_settings)
+    with session_scope(fleet_settings) as sess:
+        t = sess.get(Training, live)
+        ev = sess.execute(select(TrainingEvent).where(TrainingEvent.training_id == live)
+                          .order_by(TrainingEvent.seq.desc())).scalars().first()
+    assert t.status == "queued" and t.restarts == 1 and t.lease_owner is None
+    assert ev.kind == "retry" and "stopped renewing its lease" in ev.reason and "restart 1 of 1" in ev.reason
+    assert not _active(fleet_settings, live)
+    # Its next attempt's worker vanishes too: restarts are spent, it fails.
+    schedule_pending(fleet_settings)
+    with write_session(fleet_settings) as sess:
+        t = sess.get(Training, live)
+        t.status, t.lease_owner, t.lease_expires_at = "running", "gone:2:y", utcnow() - timedelta(seconds=1)
+    assert (live, "failed") in recover_expired(fleet_settings)
+    with session_scope(fleet_settings) as sess:
+        t = sess.get(Training, live)
+    assert t.status == "failed" and "gave up after 1 restart" in t.status_reason and t.finished_at
+    assert not _active(fleet_settings, live)
+
+
+def test_unclaimed_scheduled_training_is_sent_again(fleet_settings):
+    host_id = register(fleet_settings)
+    with write_session(fleet_settings) as sess:
+        t = Training(name="u", owner="o", recipe="sae", config=dict(TINY_SAE), gpu_ids=[1], host_id=host_id,
+                     auto_select=False)
+        sess.add(t)
+    sent = []
+    schedule_pending(fleet_settings, lambda tid, host: sent.append((tid, host)))
+    assert sent == [(t.id, fleet_settings.host_name)]
+    assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == []
+    with write_session(fleet_settings) as sess:
+        sess.get(Training, t.id).scheduled_at = utcnow() - timedelta(minutes=5)
+    assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == [t.id]
+    assert sent[-1] == (t.id, fleet_settings.host_name)
+
+
+@pytest.mark.postgres
+def test_only_one_scheduler_leads_on_postgresql(tmp_path, request):
+    settings = make_settings(tmp_path, "postgresql", request)
+    a, b = Leader(settings), Leader(settings)
+    try:
+        assert a.acquire() is True
+        assert b.acquire() is False
+        assert a.acquire() is True  # still leading
+        a.release()
+        assert b.acquire() is True
+    finally:
+        a.release()
+        b.release()
+
+
+def test_members_create_and_cancel_only_their_own(tmp_path):
+    """Through the real app (auth on): owner recorded, others refused with 403 and nothing written."""
+    from gpufleet.api.app import create_app
+    from gpufleet.api.security.users import add_user, create_token
+
+    settings = make_settings(tmp_path, "sqlite", auth="on", secret_key="s" * 40)
+    register(settings)
+    with session_scope(settings) as sess:
+        add_user(sess, "ada", "member")
+        add_user(sess, "bob", "member")
+        add_user(sess, "vic", "viewer")
+        tokens = {n: create_token(sess, n).secret for n in ("ada", "bob", "vic")}
+    c = TestClient(create_app(settings))
+
+    def h(name):
+        return {"Authorization": f"Bearer {tokens[name]}"}
+
+    assert c.post("/api/v1/trainings", json={"name": "x", "recipe": "sae"}).status_code == 401
+    r = c.post("/api/v1/trainings", headers=h("vic"), json={"name": "x", "recipe": "sae", "config": TINY_SAE})
+    assert r.status_code == 403
+    r = c.post("/api/v1/trainings", headers=h("ada"), json={"name": "mine", "recipe": "sae", "config": TINY_SAE})
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["owner"] == "ada"
+    r = c.post(f"/api/v1/trainings/{t['id']}/cancel", headers=h("bob"))
+    assert r.status_code == 403 and "belongs to 'ada'" in r.json()["detail"]
+    assert c.get(f"/api/v1/trainings/{t['id']}", headers=h("vic")).json()["status"] == "queued"
+    r = c.post(f"/api/v1/trainings/{t['id']}/cancel", headers=h("ada"))
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    ev = c.get(f"/api/v1/trainings/{t['id']}/events", headers=h("vic")).json()["data"]
+    assert ev[-1]["user"] == "ada" and ev[-1]["kind"] == "cancel"
+    assert [x["id"] for x in c.get("/api/v1/trainings?owner=ada", headers=h("bob")).json()["data"]] == [t["id"]]
