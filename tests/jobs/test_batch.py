@@ -105,3 +105,29 @@ def test_server_choice_uses_the_selection_logic_and_says_why(tmp_path, client_fo
     waiting = c.get(f"/api/v1/trainings/{huge['id']}").json()
     assert waiting["status"] == "queued" and "80.0 GiB" in waiting["wait_reason"]
     assert uuid.UUID(huge["id"]) in res.waiting
+
+
+def test_queue_order_is_priority_then_age(fleet_settings, client_for):
+    from gpufleet.jobs import outcome
+    from gpufleet.jobs.supervisor import _claim, _finish
+
+    host_id = register(fleet_settings)
+    c = client_for(fleet_settings)
+
+    def make(name, prio):
+        return c.post("/api/v1/trainings", json={"name": name, "recipe": "mlp", "config": {"max_steps": 2},
+                                                 "gpu_ids": [0], "host": fleet_settings.host_name,
+                                                 "priority": prio}).json()["id"]
+
+    order = [make("old-low", 0), make("high", 5), make("new-low", 0), make("mid", 2)]
+    started = []
+    for _ in order:
+        res = schedule_pending(fleet_settings)
+        mine = [tid for tid, _ in res.scheduled if str(tid) in order]
+        assert len(mine) == 1  # one GPU: one at a time, the rest wait with a reason
+        started.append(str(mine[0]))
+        waiting = [c.get(f"/api/v1/trainings/{t}").json() for t in order if t not in started]
+        assert all(w["status"] == "queued" and "GPU 0 is held by training" in w["wait_reason"] for w in waiting)
+        t = _claim(fleet_settings, mine[0], host_id, fleet_settings.host_name, "w:1:a")
+        _finish(fleet_settings, t, "w:1:a", outcome.Decision("succeeded", "finished"), 0)
+    assert [c.get(f"/api/v1/trainings/{t}").json()["name"] for t in started] == ["high", "mid", "old-low", "new-low"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime
 
 import pytest
 from sqlalchemy import select
@@ -51,12 +52,18 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
 
         proc = start_embedded_worker(fleet_settings)
     else:
-        proc = workers(fleet_settings).proc
+        w = workers(fleet_settings)
+        proc, proc_output = w.proc, w.output
     try:
         scheduler(fleet_settings)
         c = client_for(fleet_settings)
         r = c.post("/api/v1/trainings", json={"name": "sae-ddp", "recipe": "sae", "config": TINY_SAE,
                                               "gpu_ids": [0, 1], "host": fleet_settings.host_name})
+        if backend == "postgresql":
+            # A second one that runs longer than the broker's visibility timeout.
+            long_cfg = dict(TINY_SAE, max_steps=40, d_in=256, n_latents=4096, checkpoint_every=40)
+            long_id = c.post("/api/v1/trainings", json={"name": "long", "recipe": "sae", "config": long_cfg,
+                                                        "world_size": 2, "host": fleet_settings.host_name}).json()["id"]
         assert r.status_code == 201, r.text
         tid = r.json()["id"]
         body = _wait_status(c, tid, FINAL, 120)
@@ -86,6 +93,17 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
         assert m2["total"] == 6 and m2["count"] <= 3 and m2["data"][-1]["step"] == m["data"][-1]["step"]
         logs = c.get(f"/api/v1/trainings/{tid}/logs?tail=50").json()["text"]
         assert "launcher exited with 0" in logs
+        if backend == "postgresql":
+            from gpufleet.jobs.celery_app import make_celery
+
+            visibility = make_celery(fleet_settings).conf.broker_transport_options["visibility_timeout"]
+            long_body = _wait_status(c, long_id, FINAL, 180)
+            assert long_body["status"] == "succeeded" and long_body["attempt"] == 1
+            ran = datetime.fromisoformat(long_body["finished_at"]) - datetime.fromisoformat(long_body["started_at"])
+            assert ran.total_seconds() > visibility, (ran, visibility)
+            running = [e for e in _events(c, long_id) if e["status"] == "running"]
+            assert len(running) == 1  # executed exactly once
+            assert proc_output().count("Task gpufleet.run_training") == 2 * 2  # received + succeeded, per training
     finally:
         proc.kill()
         proc.wait(10)
