@@ -68,6 +68,20 @@ def test_expired_lease_requeues_then_fails_after_max_restarts(fleet_settings):
     assert not _active(fleet_settings, live)
 
 
+def test_cancel_of_a_training_whose_worker_is_gone_ends_it(fleet_settings):
+    from gpufleet.jobs.service import cancel
+
+    host_id = register(fleet_settings)
+    tid = _running(fleet_settings, host_id, 0, 3, expired=False)
+    with write_session(fleet_settings) as sess:
+        assert cancel(sess, tid, "ada").cancel_requested is True
+        sess.get(Training, tid).lease_expires_at = utcnow() - timedelta(seconds=1)
+    assert (tid, "cancelled") in recover_expired(fleet_settings)
+    with session_scope(fleet_settings) as sess:
+        t = sess.get(Training, tid)
+    assert t.status == "cancelled" and t.restarts == 0 and not _active(fleet_settings, tid)
+
+
 def test_unclaimed_scheduled_training_is_sent_again(fleet_settings):
     host_id = register(fleet_settings)
     with write_session(fleet_settings) as sess:
