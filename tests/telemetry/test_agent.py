@@ -18,6 +18,7 @@ from gpufleet.db.models import GPUMetricsHistory, Host, Training
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.devices import simstate
 from gpufleet.telemetry.agent import Agent
+from gpufleet.telemetry.inventory import register_host
 from gpufleet.telemetry.live import LOCAL, read_live_samples
 
 
@@ -42,7 +43,7 @@ def test_history_fills_one_row_per_gpu_per_interval_and_training_rows_carry_its_
         # What the jobs engineer's worker does: a running training on this host with its launcher
         # pid (here the rank's parent, this test) and the rank's memory on GPUs 1 and 2.
         agent = Agent(s, threading.Event())
-        agent._connect()
+        register_host(s)
         with session_scope(s) as sess:
             host = sess.scalar(select(Host).where(Host.name == s.host_name))
             sess.add(Training(id=tid, name="t", owner="alice", recipe="mlp", config={}, status="running",

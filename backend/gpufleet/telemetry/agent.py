@@ -104,7 +104,12 @@ class Agent:
             log.warning("cannot register host %s yet: %s", self.settings.host_name, exc)
             return False
         self.writer = MetricsWriter(self.settings, self.host_id)
-        self._spawn(self.writer.run, "gpufleet-metrics-writer", self.stop_event, self.settings.sample_interval_s)
+        flush_s = self.settings.sample_interval_s
+        if self.settings.is_sqlite:
+            # Every commit here can fail another connection's read-then-write
+            # transaction on SQLite ("database is locked"); commit less often.
+            flush_s = max(flush_s, 5.0)
+        self._spawn(self.writer.run, "gpufleet-metrics-writer", self.stop_event, flush_s)
         self._spawn(self._maintenance_loop, "gpufleet-retention")
         return True
 
