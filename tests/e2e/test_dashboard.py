@@ -36,6 +36,16 @@ def _wait_status(page, status: str, timeout_s: float) -> None:  # noqa: ANN001
         raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}") from None
 
 
+def _wait_visible(page, test_id: str, timeout_s: float) -> None:  # noqa: ANN001
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.get_by_test_id(test_id).wait_for(timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        shown = page.locator("main").inner_text()[:1500]
+        raise AssertionError(f"{test_id} never appeared within {timeout_s} s; the page says:\n{shown}") from None
+
+
 def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:  # noqa: ANN001
     page.goto("/")
     page.wait_for_function(f"document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === {GPU_COUNT}")
@@ -85,7 +95,7 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
 def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # noqa: ANN001
     # The agent has been storing one sample per GPU per second since the server started.
     page.goto("/history?gpu=sim-host:1&range=1h")
-    page.get_by_test_id("history-charts").wait_for(timeout=20_000)
+    _wait_visible(page, "history-charts", 40)
     page.wait_for_function(
         "Number(document.querySelector(\"[data-testid='history-utilization']\")?.dataset.points) >= 1"
     )

@@ -5,6 +5,8 @@
  * whose message a person can act on.
  */
 
+import type { paths } from './schema';
+
 export const API_BASE = '/api/v1';
 
 export class ApiError extends Error {
@@ -25,7 +27,7 @@ export class ApiError extends Error {
   }
 }
 
-type Query = Record<string, string | number | boolean | null | undefined | (string | number)[]>;
+type Query = Record<string, unknown>;
 
 export interface RequestOptions {
   query?: Query;
@@ -116,6 +118,41 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
     throw describeError(res.status, parsed);
   }
   return parsed as T;
+}
+
+// ---- Calls typed by the generated schema --------------------------------
+// `call('get', '/api/v1/trainings/{training_id}', {path: {training_id}})`:
+// the path must exist in the server's OpenAPI document with that method, and
+// the query, body and answer types are the schema's, so a renamed route or
+// parameter fails `tsc` rather than the dashboard.
+
+type Method = 'get' | 'post';
+type Op<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
+type JsonOf<R> = R extends { content: { 'application/json': infer J } } ? J : never;
+type Answer<O> = O extends { responses: infer R } ? JsonOf<R[Extract<keyof R, 200 | 201>]> : never;
+type QueryOf<O> = O extends { parameters: { query?: infer Q } } ? Q : never;
+type PathOf<O> = O extends { parameters: { path: infer A } } ? A : never;
+type BodyOf<O> = O extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;
+
+export interface CallOptions<O> {
+  path?: PathOf<O>;
+  query?: QueryOf<O>;
+  body?: BodyOf<O>;
+  signal?: AbortSignal;
+}
+
+export function call<P extends keyof paths, M extends Method>(
+  method: M,
+  template: P,
+  opts: CallOptions<Op<P, M>> = {},
+): Promise<Answer<Op<P, M>>> {
+  const params = (opts.path ?? {}) as Record<string, string | number>;
+  const url = String(template).replace(/\{(\w+)\}/g, (_, k: string) => encodeURIComponent(String(params[k])));
+  return request<Answer<Op<P, M>>>(method.toUpperCase(), url, {
+    query: opts.query as Query | undefined,
+    body: opts.body,
+    signal: opts.signal,
+  });
 }
 
 export interface WhoAmI {

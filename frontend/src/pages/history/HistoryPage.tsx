@@ -1,3 +1,4 @@
+import { useEffect, useState } from 'react';
 import { useSearchParams } from 'react-router-dom';
 import { endpoints, type HistoryMetric } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
@@ -30,18 +31,24 @@ export function HistoryPage() {
     setParams(next, { replace: true });
   };
 
-  // Rounded to the minute so the key (and the request) is stable between renders.
-  const to = new Date(Math.ceil(Date.now() / 60_000) * 60_000);
-  const from = new Date(to.getTime() - RANGES[range].seconds * 1000);
-  const key = `${target}|${range}|${to.toISOString()}`;
-  const q = useQuery(key, (signal) =>
-    endpoints.history(
-      { ...(target === 'aggregate' ? { aggregate: true } : { gpu: target }), from: from.toISOString(), to: to.toISOString(), points: POINTS },
-      signal,
-    ),
+  // The range ends now at each fetch; the key leaves the clock out so a
+  // refresh keeps the charts on screen instead of flashing a loading state.
+  const [empty, setEmpty] = useState(false);
+  const q = useQuery(
+    `${target}|${range}`,
+    (signal) => {
+      const to = new Date();
+      const from = new Date(to.getTime() - RANGES[range].seconds * 1000);
+      const query = { ...(target === 'aggregate' ? { aggregate: true } : { gpu: target }), from: from.toISOString(), to: to.toISOString(), points: POINTS };
+      return endpoints.history(query, signal);
+    },
+    // Nothing stored yet (a fresh server): look again soon.
+    empty ? 5_000 : RANGES[range].refreshMs,
   );
+  const isEmpty = !!q.data && (q.data.series ?? []).every((s) => !s.points?.length);
+  useEffect(() => setEmpty(isEmpty), [isEmpty]);
+  const xRange: [number, number] | undefined = q.data ? [Date.parse(q.data.start) / 1000, Date.parse(q.data.end) / 1000] : undefined;
 
-  const empty = q.data && (q.data.series ?? []).every((s) => !s.points?.length);
   return (
     <div className="page">
       <div className="page-head">
@@ -77,7 +84,7 @@ export function HistoryPage() {
         <ErrorState error={q.error} onRetry={q.reload} />
       ) : !q.data ? (
         <Loading what="history" />
-      ) : empty ? (
+      ) : isEmpty ? (
         <Empty title="No samples in this range.">The agent stores one sample per GPU per second; pick a longer range or wait a moment.</Empty>
       ) : (
         <div className="charts-grid" data-testid="history-charts">
@@ -91,7 +98,7 @@ export function HistoryPage() {
                 yFormat={c.fmt}
                 yMin={c.yMin}
                 yMax={c.yMax}
-                xRange={[from.getTime() / 1000, to.getTime() / 1000]}
+                xRange={xRange}
                 testId={`history-${c.metric}`}
               />
             </div>

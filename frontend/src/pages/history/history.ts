@@ -1,10 +1,11 @@
 import type { HistoryMetric } from '../../api/endpoints';
 import type { HistoryPoint, HistoryResponse } from '../../api/types';
 
+/** Each range, and how often its charts are refreshed while on screen. */
 export const RANGES = {
-  '1h': { label: 'Last hour', seconds: 3600 },
-  '24h': { label: 'Last day', seconds: 86400 },
-  '7d': { label: 'Last week', seconds: 7 * 86400 },
+  '1h': { label: 'Last hour', seconds: 3600, refreshMs: 15_000 },
+  '24h': { label: 'Last day', seconds: 86400, refreshMs: 120_000 },
+  '7d': { label: 'Last week', seconds: 7 * 86400, refreshMs: 600_000 },
 } as const;
 export type RangeKey = keyof typeof RANGES;
 
