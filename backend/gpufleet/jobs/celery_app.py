@@ -48,7 +48,7 @@ def make_celery(settings: Settings) -> Celery:
             "processed_folder": str(folder / "processed"),
             "store_processed": False,
             # The launch latency budget is a second; poll often.
-            "polling_interval": 0.1,
+            "polling_interval": 0.05,
         }
     app.conf.update(
         broker_url=broker,

@@ -36,14 +36,16 @@ def wake() -> None:
 
 
 def tick(settings: Settings) -> PassResult:
-    """One round: expired leases, unclaimed tasks, then the queue."""
+    """One round: the queue, then expired leases and unclaimed tasks."""
 
     def send(tid: uuid.UUID, host: str) -> None:
         send_training(settings, tid, host)
 
+    # The queue first: a woken pass is usually a new training someone waits for.
+    result = schedule_pending(settings, send)
     recover_expired(settings)
     resend_stale(settings, send)
-    return schedule_pending(settings, send)
+    return result
 
 
 class Leader:

@@ -31,7 +31,8 @@ from gpufleet.jobs.metrics_sink import MetricsSink
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
+# Reading the progress file is cheap; the database is written about once a second.
+POLL_S = 0.1
 # SIGTERM first so rank 0 may checkpoint; the group is killed after this.
 CANCEL_GRACE_S = 2.0
 SIM_RANK_MEMORY = 512 * 2**20
