@@ -164,6 +164,8 @@ def main() -> None:
           f"   ({len(base)} updates)")
     print(f"{args.clients} clients:          p50 {pct(lat, .5) * 1000:6.1f} ms   p99 {pct(lat, .99) * 1000:6.1f} ms"
           f"   ({len(lat)} updates, ~{expected:.0f} expected; connected in {connect_s:.1f} s)")
+    print(f"{args.clients} clients, spread: p90 {pct(lat, .9) * 1000:.1f} ms, p95 {pct(lat, .95) * 1000:.1f} ms, "
+          f"max {max(lat) * 1000:.1f} ms")
     print(f"ratio p99 {args.clients} clients / 1 client: {pct(lat, .99) / max(pct(base, .99), 1e-6):.1f}x;"
           f" mean {statistics.mean(lat) * 1000:.1f} ms")
     print(f"goal p99 < 250 ms: {'met' if pct(lat, .99) < 0.25 else 'NOT met'}")
