@@ -25,7 +25,7 @@ def worker(
 
     try:
         settings = load_settings(**({"host_name": host_name} if host_name else {}))
-        if settings.redis_url is None and settings.database_url is None:
+        if settings.redis_url is None:
             err.print("[yellow]note:[/] no GPUFLEET_REDIS_URL: using the embedded filesystem broker under "
                       f"{settings.data_dir}; only a server on this machine can reach this worker")
         run_worker(settings, concurrency=concurrency, agent=agent)

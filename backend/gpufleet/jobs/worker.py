@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.models import Host
-from gpufleet.db.session import check_database, session_scope
+from gpufleet.db.session import check_database, session_scope, upgrade_database
 from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
 from gpufleet.jobs.procs import kill_orphans
 
@@ -67,6 +67,9 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
     check_database(settings)
+    if settings.is_sqlite:
+        # The embedded database is created on first use, as `serve` does.
+        upgrade_database(settings)
     host_id = ensure_host(settings)
     killed = kill_orphans(settings, settings.host_name)
     if killed:
