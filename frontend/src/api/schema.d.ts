@@ -1020,6 +1020,8 @@ export interface components {
             last_checkpoint: string | null;
             /** Last Loss */
             last_loss: number | null;
+            /** Launcher Pid */
+            launcher_pid: number | null;
             /** Max Restarts */
             max_restarts: number;
             /** Max Steps */
@@ -1196,6 +1198,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description Signing in from this Origin is not allowed */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -1243,6 +1254,15 @@ export interface operations {
                     "application/json": components["schemas"]["SignedOut"];
                 };
             };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "auth-whoami": {
@@ -1281,6 +1301,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "auth-ws-ticket": {
@@ -1312,6 +1341,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1604,6 +1642,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "metrics-history": {
@@ -1695,6 +1742,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -77,6 +77,7 @@ export function training(over: Partial<Training> = {}): Training {
     allow_rebalance: false,
     attempt: 1,
     exit_code: null,
+    launcher_pid: null,
     cancel_requested: false,
     step: 50,
     max_steps: 100,
