@@ -1,4 +1,8 @@
-/** Complete objects of the server's response models, for tests; override what matters. */
+/**
+ * Objects of the server's response models, for tests; override what matters.
+ * Each is asserted to its type (`as`) so that a field the server adds later
+ * does not break the build before a test needs it.
+ */
 import type {
   Candidate,
   Estimate,
@@ -46,7 +50,7 @@ export function gpu(host: string, index: number, over: Partial<GPU> = {}): GPU {
     },
     availability: { state: 'free', reason: 'free: 76.0 GiB available', free_memory: 76 * GiB, holders: [] },
     ...over,
-  };
+  } as GPU;
 }
 
 export function training(over: Partial<Training> = {}): Training {
@@ -91,15 +95,15 @@ export function training(over: Partial<Training> = {}): Training {
     finished_at: null,
     gpus: [],
     ...over,
-  };
+  } as Training;
 }
 
 export function metric(step: number, loss: number | null, over: Partial<TrainingMetric> = {}): TrainingMetric {
-  return { step, loss, time: T0, metrics: {}, rank_step_times: null, ...over };
+  return { step, loss, time: T0, metrics: {}, rank_step_times: null, ...over } as TrainingMetric;
 }
 
 export function event(seq: number, over: Partial<TrainingEvent> = {}): TrainingEvent {
-  return { seq, time: T0, kind: 'status', status: null, reason: null, user: null, data: null, ...over };
+  return { seq, time: T0, kind: 'status', status: null, reason: null, user: null, data: null, ...over } as TrainingEvent;
 }
 
 export function estimate(total: number, over: Partial<Estimate> = {}): Estimate {
@@ -117,21 +121,21 @@ export function estimate(total: number, over: Partial<Estimate> = {}): Estimate 
     calibrated_from: 0,
     uncalibrated_total: total,
     ...over,
-  };
+  } as Estimate;
 }
 
 export function candidate(host: string, gpuIndexes: number[], over: Partial<Candidate> = {}): Candidate {
-  return { host, gpu_indexes: gpuIndexes, score: 1, connection: 'single', reasons: ['best fit'], free_memory: [], weights: [], ...over };
+  return { host, gpu_indexes: gpuIndexes, score: 1, connection: 'single', reasons: ['best fit'], free_memory: [], weights: [], ...over } as Candidate;
 }
 
 export function recommendation(memory: number, candidates: Candidate[]): RecommendResponse {
-  return { memory_bytes: memory, count: 1, host: null, policy: 'pack', candidates, wait_reason: null, estimate: estimate(memory) };
+  return { memory_bytes: memory, count: 1, host: null, policy: 'pack', candidates, wait_reason: null, estimate: estimate(memory) } as RecommendResponse;
 }
 
 export function validation(host: string, gpuIds: number[], problems: ValidationProblem[] = [], warnings: ValidationProblem[] = []): ValidateResponse {
-  return { ok: problems.length === 0, host, gpu_ids: gpuIds, memory_bytes: 0, problems, warnings, weights: [] };
+  return { ok: problems.length === 0, host, gpu_ids: gpuIds, memory_bytes: 0, problems, warnings, weights: [] } as ValidateResponse;
 }
 
 export function history(series: HistoryResponse['series'] = []): HistoryResponse {
-  return { start: T0, end: T0, step_s: 1, source: 'raw', aggregate: false, series };
+  return { start: T0, end: T0, step_s: 1, source: 'raw', aggregate: false, series } as HistoryResponse;
 }
