@@ -78,3 +78,16 @@ def test_batch_is_all_or_nothing(fleet_settings, client_for):
     r = c.post("/api/v1/trainings/batch", json={"items": items[:3], "strategy": "spread"})
     assert r.status_code == 422
     assert _counts(fleet_settings) == before
+
+
+def test_create_stores_the_memory_estimate(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    body = c.post("/api/v1/trainings", json={"name": "est", "recipe": "sae", "config": TINY_SAE,
+                                             "world_size": 2}).json()
+    assert body["memory_estimate"] > 0 and body["estimate"]["world_size"] == 2
+    assert body["estimate"]["total"] == body["memory_estimate"]
+    # A figure the person gives is what gets reserved; the estimate stays beside it.
+    body = c.post("/api/v1/trainings", json={"name": "given", "recipe": "sae", "config": TINY_SAE,
+                                             "memory_mb": 2048}).json()
+    assert body["memory_estimate"] == 2048 * 2**20 and body["estimate"]["total"] != body["memory_estimate"]

@@ -7,6 +7,7 @@ database is untouched.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from gpufleet.config import Settings
 from gpufleet.db.models import FINAL_STATUSES, GPU, Host, Training
 from gpufleet.jobs.lifecycle import get_training, record_event, transition
 from gpufleet.scheduling.batch import STRATEGIES
+
+log = logging.getLogger(__name__)
 
 
 class TrainingRequestError(ValueError):
@@ -204,12 +207,29 @@ def create_trainings(
     for row in rows:
         if selection is not None:
             row.selection = dict(selection)
+        _estimate(sess, settings, row)
         sess.add(row)
     sess.flush()
     for row in rows:
         where = f"GPUs {row.gpu_ids}" if row.gpu_ids else f"{row.world_size} GPU(s) chosen by the server"
         record_event(sess, row.id, "status", status="queued", user=owner, reason=f"submitted for {where}")
     return rows
+
+
+def _estimate(sess: Session, settings: Settings, row: Training) -> None:
+    """Store the memory estimate (what the scheduler reserves and checks) on the new row.
+
+    A figure the person gave is kept as what to reserve. An estimator that
+    cannot run leaves the row without one; the training still runs.
+    """
+    try:
+        from gpufleet.scheduling.plan import estimate_training
+    except ImportError:
+        return
+    try:
+        estimate_training(sess, row, data_root=settings.data_root)
+    except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
+        log.warning("could not estimate the memory of training %s (%s)", row.name, row.recipe, exc_info=True)
 
 
 def check_strategy(strategy: str) -> None:
