@@ -18,9 +18,13 @@ export function lossParts(metrics: TrainingMetric[]): string[] {
 
 export function LossChart({ metrics }: { metrics: TrainingMetric[] }) {
   const parts = useMemo(() => lossParts(metrics), [metrics]);
-  const series = useMemo(() => [{ label: 'loss', color: PALETTE[0], width: 2 }, ...parts.map((p, i) => ({ label: p, color: PALETTE[(i + 1) % PALETTE.length], width: 1.5 }))], [parts]);
+  // The total is drawn last so it stays on top where a part equals it.
+  const series = useMemo(
+    () => [...parts.map((p, i) => ({ label: p, color: PALETTE[(i + 1) % PALETTE.length], width: 1.5 })), { label: 'loss (total)', color: PALETTE[0], width: 2.5 }],
+    [parts],
+  );
   const data = useMemo(
-    () => [metrics.map((m) => m.step), metrics.map((m) => m.loss), ...parts.map((p) => metrics.map((m) => num(m.metrics?.[p])))],
+    () => [metrics.map((m) => m.step), ...parts.map((p) => metrics.map((m) => num(m.metrics?.[p]))), metrics.map((m) => m.loss)],
     [metrics, parts],
   );
   return <Chart series={series} data={data} height={240} time={false} yFormat={fmtLoss} testId="loss-chart" />;
