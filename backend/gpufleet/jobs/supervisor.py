@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import DBAPIError
 
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
@@ -154,7 +155,13 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
     earlier = sorted(run_dir(settings, tid).glob("progress-*.jsonl"))
     sink.trim_after_resume(checkpoint_dir(settings, tid), [p for p in earlier if p != progress_path])
-    proc = launch(spec_path, logf, tid)
+    try:
+        proc = launch(spec_path, logf, tid)
+    except OSError as exc:
+        logf.line(f"[gpufleet] cannot start the launcher: {exc}")
+        logf.close()
+        _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot start the launcher: {exc}"), None)
+        return "failed"
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     _register_sim(settings, t, proc.pid, simulated)
@@ -162,10 +169,20 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         sess.execute(update(Training).where(Training.id == tid).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
+    last_ok = time.monotonic()
     try:
         while proc.poll() is None:
             time.sleep(POLL_S)
-            state = sink.pump()
+            try:
+                state = sink.pump()
+                last_ok = time.monotonic()
+            except DBAPIError as exc:
+                # A database blip must not kill a training; the lines wait in
+                # the sink. Past the lease, recovery elsewhere owns the row.
+                if time.monotonic() - last_ok < settings.lease_s:
+                    log.warning("training %s: cannot reach the database (%s); retrying", tid, exc.orig)
+                    continue
+                state = "lost"
             if state == "lost":
                 lost = True
                 logf.line("[gpufleet] the lease on this training was lost; stopping it here")
@@ -186,7 +203,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         code = proc.wait()
         _unregister_sim(settings, t, proc.pid, simulated)
         procs.remove_pidfile(settings, host_name, tid)
-        sink.pump(final=True)
+        try:
+            sink.pump(final=True)
+        except DBAPIError:
+            log.warning("training %s: the last progress could not be written", tid, exc_info=True)
         logf.line(f"[gpufleet] launcher exited with {code}")
         logf.close()
     if lost:
