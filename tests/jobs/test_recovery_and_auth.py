@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gpufleet.db.models import GPUAllocation, Training, TrainingEvent
+from gpufleet.db.models import GPUAllocation, Host, Training, TrainingEvent
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.jobs.lifecycle import write_session
@@ -93,9 +93,19 @@ def test_unclaimed_scheduled_training_is_sent_again(fleet_settings):
     assert sent == [(t.id, fleet_settings.host_name)]
     assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == []
     with write_session(fleet_settings) as sess:
-        sess.get(Training, t.id).scheduled_at = utcnow() - timedelta(minutes=5)
+        sess.get(Training, t.id).scheduled_at = utcnow() - timedelta(seconds=60)
     assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == [t.id]
     assert sent[-1] == (t.id, fleet_settings.host_name)
+    # Not again right away.
+    assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == []
+    # A host not seen for long gets its reservation back and the training waits again.
+    with write_session(fleet_settings) as sess:
+        sess.get(Training, t.id).scheduled_at = utcnow() - timedelta(minutes=10)
+        sess.get(Host, host_id).last_heartbeat = utcnow() - timedelta(minutes=10)
+    assert resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) == []
+    with session_scope(fleet_settings) as sess:
+        row = sess.get(Training, t.id)
+    assert row.status == "queued" and "has not been seen" in row.status_reason and not _active(fleet_settings, t.id)
 
 
 @pytest.mark.postgres

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
@@ -65,23 +65,46 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
     return out
 
 
+# Last re-send per training, in this process: the row keeps its own
+# scheduled_at so that "scheduled long ago" stays measurable.
+_LAST_SENT: dict[uuid.UUID, datetime] = {}
+
+
 def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
-    """Send the task again for trainings scheduled long ago and never claimed."""
-    cutoff = utcnow() - timedelta(seconds=max(4 * settings.lease_s, 10))
-    with write_session(settings) as sess:
+    """Send the task again for trainings scheduled long ago and never claimed.
+
+    One whose host has not been seen (agent heartbeat) for a long while goes
+    back to the queue instead, releasing its GPUs: a lost host must not hold
+    a reservation forever.
+    """
+    now = utcnow()
+    every = timedelta(seconds=max(4 * settings.lease_s, 10))
+    give_up = timedelta(seconds=max(20 * settings.lease_s, 120))
+    with session_scope(settings) as sess:
         rows = sess.execute(
-            select(Training.id, Host.name)
+            select(Training.id, Training.scheduled_at, Training.auto_select, Host.name, Host.last_heartbeat)
             .join(Host, Host.id == Training.host_id)
-            .where(Training.status == "scheduled", Training.scheduled_at < cutoff)
+            .where(Training.status == "scheduled", Training.scheduled_at < now - every)
         ).all()
-        for tid, _ in rows:
-            sess.execute(update(Training).where(Training.id == tid, Training.status == "scheduled")
-                         .values(scheduled_at=utcnow()).execution_options(synchronize_session=False))
     sent = []
-    for tid, host_name in rows:
+    for tid, scheduled_at, auto, host_name, heartbeat in rows:
+        if scheduled_at < now - give_up and (heartbeat is None or heartbeat < now - give_up):
+            values = {"gpu_ids": None, "host_id": None} if auto else {}
+            with write_session(settings) as sess:
+                transition(sess, tid, ["scheduled"], "queued", kind="retry",
+                           reason=f"host {host_name} has not been seen for {give_up.total_seconds():.0f}s and "
+                                  "did not start the training; back to the queue",
+                           data={"retry_kind": "host_lost", "host": host_name}, **values)
+            _LAST_SENT.pop(tid, None)
+            continue
+        if _LAST_SENT.get(tid, scheduled_at) > now - every:
+            continue
         try:
             send(tid, host_name)
+            _LAST_SENT[tid] = now
             sent.append(tid)
         except Exception:  # noqa: BLE001 - the broker may be down; try again next time
             log.warning("could not re-send training %s to host %s", tid, host_name, exc_info=True)
+    for tid in [t for t, when in _LAST_SENT.items() if when < now - 2 * give_up]:
+        _LAST_SENT.pop(tid, None)
     return sent
