@@ -59,6 +59,8 @@ export function HistoryPage() {
           <label htmlFor="hist-gpu">GPU</label>
           <select id="hist-gpu" value={target} onChange={(e) => set('gpu', e.target.value)}>
             <option value="aggregate">All GPUs (aggregate)</option>
+            {/* The chosen GPU stays selectable before the fleet list has loaded. */}
+            {target !== 'aggregate' && !fleet.gpus.some((g) => `${g.host}:${g.index}` === target) && <option value={target}>{target}</option>}
             {fleet.gpus.map((g) => (
               <option key={g.id} value={`${g.host}:${g.index}`}>
                 {g.host} · GPU {g.index} · {g.name}

@@ -3,6 +3,7 @@ import { ApiError } from '../../api/client';
 import { endpoints, listOf } from '../../api/endpoints';
 import type { LiveMessage } from '../../api/live';
 import type { Training, TrainingEvent, TrainingMetric } from '../../api/types';
+import { liveClient } from '../../api/live';
 import { useChannel } from '../../api/useLive';
 
 export const FINAL = new Set(['succeeded', 'failed', 'cancelled']);
@@ -78,8 +79,13 @@ export function useTraining(id: string) {
     setMetrics([]);
     done.current = false;
     void refresh();
+    // While the live channel is up it carries every change; the poll is then
+    // only a slow safety net (every 4th tick), and the only source when it is down.
+    let tick = 0;
     const timer = setInterval(() => {
-      if (!done.current) void refresh();
+      tick += 1;
+      if (done.current) return;
+      if (liveClient().status !== 'open' || tick % 4 === 0) void refresh();
     }, 4000);
     return () => clearInterval(timer);
   }, [id, refresh]);
