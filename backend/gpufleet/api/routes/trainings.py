@@ -42,26 +42,40 @@ def _load(sess: Session, training_id: uuid.UUID) -> Training:
     return t
 
 
-def _public(sess: Session, t: Training) -> TrainingPublic:
-    out = TrainingPublic.model_validate(t)
-    if t.host_id is not None:
-        out.host_name = sess.scalar(select(Host.name).where(Host.id == t.host_id))
-    allocs = list(sess.execute(
-        select(GPUAllocation).where(GPUAllocation.training_id == t.id)
+def _publics(sess: Session, rows: list[Training]) -> list[TrainingPublic]:
+    """Rows with their host and current GPUs, in two queries for the whole page."""
+    if not rows:
+        return []
+    hosts = dict(sess.execute(select(Host.id, Host.name).where(
+        Host.id.in_({t.host_id for t in rows if t.host_id is not None}))).all())
+    allocs: dict[uuid.UUID, list[GPUAllocation]] = {t.id: [] for t in rows}
+    for a in sess.execute(
+        select(GPUAllocation).where(GPUAllocation.training_id.in_(list(allocs)))
         .order_by(GPUAllocation.allocated_at.desc(), GPUAllocation.gpu_index)
-    ).scalars())
-    if allocs:
-        # The newest reservation: the active one, or the last one once it ended.
-        newest = allocs[0].allocated_at
-        current = [a for a in allocs if a.released_at is None] or [
-            a for a in allocs if abs((a.allocated_at - newest).total_seconds()) < 1.0
-        ]
-        out.gpus = sorted(
-            (TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
-                         released_at=a.released_at) for a in current),
-            key=lambda g: g.index,
-        )
+    ).scalars():
+        allocs[a.training_id].append(a)
+    out = []
+    for t in rows:
+        pub = TrainingPublic.model_validate(t)
+        pub.host_name = hosts.get(t.host_id) if t.host_id is not None else None
+        mine = allocs[t.id]
+        if mine:
+            # The newest reservation: the active one, or the last one once it ended.
+            newest = mine[0].allocated_at
+            current = [a for a in mine if a.released_at is None] or [
+                a for a in mine if abs((a.allocated_at - newest).total_seconds()) < 1.0
+            ]
+            pub.gpus = sorted(
+                (TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
+                             released_at=a.released_at) for a in current),
+                key=lambda g: g.index,
+            )
+        out.append(pub)
     return out
+
+
+def _public(sess: Session, t: Training) -> TrainingPublic:
+    return _publics(sess, [t])[0]
 
 
 def _release(session: Session) -> None:
@@ -118,7 +132,7 @@ def create_batch(
         with write_session(settings) as sess:
             rows = service.create_trainings(sess, settings, reqs, user.name,
                                             selection={"strategy": body.strategy, "batch": batch_id})
-            data = [_public(sess, r) for r in rows]
+            data = _publics(sess, rows)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
     _wake()
@@ -146,7 +160,7 @@ def list_trainings(
         select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
         .offset(page.offset).limit(page.limit)
     ).scalars()
-    return TrainingsPublic(data=[_public(session, t) for t in rows], count=count)
+    return TrainingsPublic(data=_publics(session, list(rows)), count=count)
 
 
 @router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
