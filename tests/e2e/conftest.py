@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -71,9 +72,18 @@ def dashboard_built() -> Path:
     return STATIC_INDEX.parent
 
 
+@dataclass(frozen=True)
+class Server:
+    url: str
+    log: Path
+
+    def log_tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
 @pytest.fixture(scope="session")
-def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a live `gpufleet serve` with four simulated H100s."""
+def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A live `gpufleet serve` with four simulated H100s."""
     data_dir = tmp_path_factory.mktemp("e2e-data")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
@@ -108,7 +118,7 @@ def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> I
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gpufleet serve did not answer in 90 s:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
             time.sleep(0.3)
-        yield base
+        yield Server(base, data_dir / "serve.log")
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -138,9 +148,9 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser, server: str) -> Iterator[object]:  # noqa: ANN001
+def page(browser, server: Server) -> Iterator[object]:  # noqa: ANN001
     # 1280 x 800: the narrow laptop screen the dashboard must stay readable on.
-    ctx = browser.new_context(base_url=server, viewport={"width": 1280, "height": 800})
+    ctx = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 800})
     pg = ctx.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -21,7 +21,7 @@ def _cards(page):  # noqa: ANN001, ANN202
     return page.locator("[data-testid^='gpu-card-']")
 
 
-def _wait_status(page, status: str, timeout_s: float) -> None:  # noqa: ANN001
+def _wait_status(page, status: str, timeout_s: float, server=None) -> None:  # noqa: ANN001
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
@@ -33,7 +33,8 @@ def _wait_status(page, status: str, timeout_s: float) -> None:  # noqa: ANN001
     except PlaywrightTimeout:
         # Say where it got stuck: the status and the events the page shows.
         shown = page.locator("main").inner_text()[:1500]
-        raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}") from None
+        log = f"\n--- gpufleet serve log (tail) ---\n{server.log_tail()}" if server is not None else ""
+        raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}{log}") from None
 
 
 def _wait_visible(page, test_id: str, timeout_s: float) -> None:  # noqa: ANN001
@@ -123,11 +124,11 @@ def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path
     return page.url.rsplit("/", 1)[1]
 
 
-def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_training_from_the_form_succeeds_with_a_loss_curve(page, server, screenshots: Path) -> None:  # noqa: ANN001
     # Two GPUs: a DDP run with two ranks (gloo on the CPU of this simulated fleet).
     tid = _start_training(page, "e2e-sae", steps=40, gpus=2, screenshot=screenshots / "training-new.png")
     assert page.get_by_test_id("training-name").inner_text() == "e2e-sae"
-    _wait_status(page, "succeeded", 180)
+    _wait_status(page, "succeeded", 180, server)
     page.wait_for_function(
         "Number(document.querySelector(\"[data-testid='loss-chart']\")?.dataset.points) >= 5", timeout=15_000
     )
@@ -147,9 +148,9 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, screenshots: Pa
     page.screenshot(path=str(screenshots / "trainings-list.png"), full_page=True)
 
 
-def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_second_training_is_cancelled_from_the_ui(page, server, screenshots: Path) -> None:  # noqa: ANN001
     tid = _start_training(page, "e2e-cancel-me", steps=100_000)
-    _wait_status(page, "running", 120)
+    _wait_status(page, "running", 120, server)
     # The fleet page says who holds the GPU: this training, linked.
     page.goto("/")
     holder = _cards(page).filter(has_text="e2e-cancel-me")
@@ -160,7 +161,7 @@ def test_second_training_is_cancelled_from_the_ui(page, screenshots: Path) -> No
     _wait_status(page, "running", 30)
     page.get_by_role("button", name="Cancel training").click()
     page.get_by_role("button", name="Yes, cancel it").click()
-    _wait_status(page, "cancelled", 60)
+    _wait_status(page, "cancelled", 60, server)
     assert page.get_by_role("button", name="Cancel training").count() == 0
     page.screenshot(path=str(screenshots / "training-cancelled.png"), full_page=True)
     # Its GPU is given back: the fleet page stops naming it as the holder.
