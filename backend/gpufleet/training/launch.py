@@ -35,6 +35,8 @@ from gpufleet.training.spec import LaunchSpec
 # SIGTERM, and again before SIGKILL: well inside the 10 s promise.
 FAILURE_GRACE_S = 1.0
 POLL_S = 0.25
+# How long ranks may take to exit once rank 0 has reported the training done.
+EXIT_GRACE_S = 30.0
 
 
 def classify(exc: BaseException) -> str:
@@ -277,6 +279,7 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
     procs = mp.start_processes(_rank_main, args=(payload, stop_event), nprocs=spec.world_size,
                                join=False, start_method="spawn")
     progress.write("ranks", pids=[p.pid for p in procs.processes])
+    finished_at: float | None = None
     try:
         while True:
             try:
@@ -290,6 +293,13 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
                 progress.write("error", rank=cause["rank"], kind=cause["kind"],
                                message=f"rank {cause['rank']}: {cause['message']}")
                 return exitcodes.KIND_TO_CODE.get(cause["kind"], exitcodes.RANK_FAILED), {}
+            if (state_dir / "result.json").exists():
+                # The training is over and checkpointed; a rank that then hangs
+                # in clean-up (process-group teardown) must not hold the job.
+                finished_at = finished_at or time.monotonic()
+                if time.monotonic() - finished_at > EXIT_GRACE_S:
+                    _kill_all(procs)
+                    break
             if flag.count and (flag.count > 1 or time.monotonic() - flag.first_at > spec.stop_grace_s):
                 _kill_all(procs)
                 progress.write("error", rank=None, kind="interrupted",
