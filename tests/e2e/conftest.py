@@ -11,12 +11,14 @@ they fail instead, so they never pass by not running.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,11 +83,7 @@ class Server:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
-@pytest.fixture(scope="session")
-def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A live `gpufleet serve` with four simulated H100s."""
-    data_dir = tmp_path_factory.mktemp("e2e-data")
-    port = _free_port()
+def _server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     env.update(
         GPUFLEET_SIMULATE="4xH100-80GB",
@@ -93,32 +91,44 @@ def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         GPUFLEET_HOST_NAME="sim-host",
         GPUFLEET_DATA_DIR=str(data_dir),
         PYTHONUNBUFFERED="1",
+        **extra,
     )
+    return env
+
+
+def _gpufleet() -> list[str]:
     exe = Path(sys.executable).with_name("gpufleet")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from gpufleet.cli import main; main()"]
-    log = open(data_dir / "serve.log", "wb")  # noqa: SIM115 - closed below
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from gpufleet.cli import main; main()"]
+
+
+@contextmanager
+def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
+    """`gpufleet serve` on a free loopback port, as a user starts it; stopped with its process group."""
+    port = _free_port()
+    log_path = data_dir / "serve.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [*cmd, "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
+        [*_gpufleet(), "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=_server_env(data_dir, **extra_env),
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group: the worker and ranks stop with it
+        start_new_session=True,  # its own process group: the worker stops with it
     )
-    base = f"http://127.0.0.1:{port}"
+    srv = Server(f"http://127.0.0.1:{port}", log_path)
     try:
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"gpufleet serve exited ({proc.returncode}):\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+                raise RuntimeError(f"gpufleet serve exited ({proc.returncode}):\n{srv.log_tail(4000)}")
             try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                if httpx.get(f"{srv.url}/healthz", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"gpufleet serve did not answer in 90 s:\n{(data_dir / 'serve.log').read_text()[-4000:]}")
+                raise RuntimeError(f"gpufleet serve did not answer in 90 s:\n{srv.log_tail(4000)}")
             time.sleep(0.3)
-        yield Server(base, data_dir / "serve.log")
+        yield srv
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -130,6 +140,27 @@ def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> I
                 pass
             proc.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A live `gpufleet serve` with four simulated H100s (embedded default, local admin)."""
+    with _serve(tmp_path_factory.mktemp("e2e-data")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def auth_server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """A live server that requires sign-in, and an API token of a member made with the CLI."""
+    data_dir = tmp_path_factory.mktemp("e2e-auth-data")
+    env = _server_env(data_dir, GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=secrets.token_urlsafe(32))
+    for args in (["db", "upgrade"], ["users", "add", "alice", "--role", "member"]):
+        subprocess.run([*_gpufleet(), *args], env=env, check=True, capture_output=True, timeout=120)
+    out = subprocess.run([*_gpufleet(), "tokens", "create", "alice"], env=env, check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    token = out.strip().splitlines()[-1].strip()
+    with _serve(data_dir, GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=env["GPUFLEET_SECRET_KEY"]) as srv:
+        yield srv, token
 
 
 @pytest.fixture(scope="session")
