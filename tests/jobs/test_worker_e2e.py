@@ -14,10 +14,10 @@ from datetime import datetime
 import pytest
 from sqlalchemy import select
 
-from gpufleet.db.models import GPUAllocation, TrainingMetric
+from gpufleet.db.models import GPUAllocation
 from gpufleet.db.session import session_scope
 
-from .conftest import TINY_SAE, make_settings, pids_in_group, register, wait_for
+from .conftest import TINY_SAE, pids_in_group, register, wait_for
 
 pytestmark = pytest.mark.slow
 
