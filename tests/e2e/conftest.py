@@ -78,6 +78,7 @@ def dashboard_built() -> Path:
 class Server:
     url: str
     log: Path
+    data_dir: Path
 
     def log_tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
@@ -114,7 +115,7 @@ def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the worker stops with it
     )
-    srv = Server(f"http://127.0.0.1:{port}", log_path)
+    srv = Server(f"http://127.0.0.1:{port}", log_path, data_dir)
     try:
         deadline = time.monotonic() + 90
         while True:

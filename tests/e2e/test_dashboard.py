@@ -93,6 +93,29 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
     assert _cards(page).count() == GPU_COUNT
 
 
+def test_foreign_process_shows_on_its_gpu(page, server, screenshots: Path) -> None:  # noqa: ANN001
+    from gpufleet.config import load_settings
+    from gpufleet.devices.simstate import add_foreign_process, remove_foreign_process
+
+    # Someone else's job on GPU 3, as the simulated NVML reports it to the agent.
+    sim = load_settings(data_dir=server.data_dir, simulate="4xH100-80GB")
+    pid = add_foreign_process(sim, 3, 30 * 1024**3, user="bob", name="python")
+    try:
+        page.goto("/")
+        card = page.get_by_test_id("gpu-card-sim-host-3")
+        card.wait_for()
+        page.wait_for_function(
+            "(c) => { const t = document.querySelector(c)?.innerText ?? ''; return t.includes('bob') && t.includes('foreign'); }",
+            arg="[data-testid='gpu-card-sim-host-3']",
+            timeout=20_000,
+        )
+        text = card.inner_text()
+        assert f"pid {pid}" in text
+        page.screenshot(path=str(screenshots / "fleet-foreign-process.png"), full_page=True)
+    finally:
+        remove_foreign_process(sim, pid)
+
+
 def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # noqa: ANN001
     # The agent has been storing one sample per GPU per second since the server started.
     page.goto("/history?gpu=sim-host:1&range=1h")

@@ -66,7 +66,9 @@ export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
       <header className="gpu-card-head">
         <div>
           <span className="gpu-index">GPU {gpu.index}</span>
-          <span className="gpu-name">{gpu.name}</span>
+          <span className="gpu-name" title={gpu.name}>
+            {gpu.name}
+          </span>
         </div>
         <Pill value={lost ? 'unhealthy' : state} title={gpu.availability?.reason ?? gpu.status_reason ?? undefined} />
       </header>
