@@ -16,6 +16,7 @@ const LEGEND: [string, string][] = [
   ['PIX / PXB', 'PCIe switch'],
   ['PHB / NODE', 'PCIe host bridge, same NUMA node'],
   ['SYS', 'across CPU sockets'],
+  ['dashed', 'no peer access'],
 ];
 
 export function TopologyView() {
@@ -46,11 +47,17 @@ export function TopologyView() {
                 {h.matrix.map((row, i) => (
                   <tr key={h.gpus[i]}>
                     <th scope="row">GPU{h.gpus[i]}</th>
-                    {row.map((v, j) => (
-                      <td key={j} className={linkClass(v)} title={`GPU${h.gpus[i]} ↔ GPU${h.gpus[j]}: ${v}`}>
-                        {v}
-                      </td>
-                    ))}
+                    {row.map((v, j) => {
+                      const a = Math.min(h.gpus[i], h.gpus[j]);
+                      const b = Math.max(h.gpus[i], h.gpus[j]);
+                      const link = h.links.find((l) => l.gpu_a === a && l.gpu_b === b);
+                      const peer = link ? (link.peer_access ? ', peer access' : ', no peer access') : '';
+                      return (
+                        <td key={j} className={`${linkClass(v)}${link && !link.peer_access ? ' topo-nopeer' : ''}`} title={`GPU${h.gpus[i]} ↔ GPU${h.gpus[j]}: ${v}${peer}`}>
+                          {v}
+                        </td>
+                      );
+                    })}
                   </tr>
                 ))}
               </tbody>
