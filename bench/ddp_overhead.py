@@ -123,6 +123,7 @@ def _pair(rank: int, world: int, kind: str, steps: int, rounds: int, port: int, 
     if rank == 0:
         out.put((ours_sps, bare_sps))
     t.close()
+    os._exit(0)  # interpreter teardown after gloo can hang; nothing is left to do
 
 
 def _ours(rank: int, world: int, kind: str, steps: int, port: int, out) -> None:
@@ -131,6 +132,8 @@ def _ours(rank: int, world: int, kind: str, steps: int, port: int, out) -> None:
     if rank == 0:
         out.put(sps)
     t.close()
+    if world > 1:
+        os._exit(0)  # a spawned rank: skip interpreter teardown (see _pair)
 
 
 def _sync(ops, world: int) -> None:

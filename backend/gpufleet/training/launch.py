@@ -121,6 +121,12 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
         os._exit(1)
     if trainer is not None:
         trainer.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: its thread and destructor clean-up after a
+    # process group can hang a finished rank (seen with gloo); everything this
+    # rank owed is written and fsynced by now.
+    os._exit(0)
 
 
 def _root_cause(state_dir: Path, procs: Any, failed_rank: int | None) -> dict[str, Any]:
