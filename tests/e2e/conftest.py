@@ -17,9 +17,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -79,6 +79,8 @@ class Server:
     url: str
     log: Path
     data_dir: Path
+    # Stops the server now (its whole process group); safe to call twice.
+    stop: Callable[[], None] = field(default=lambda: None, compare=False)
 
     def log_tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
@@ -106,6 +108,7 @@ def _gpufleet() -> list[str]:
 def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
     """`gpufleet serve` on a free loopback port, as a user starts it; stopped with its process group."""
     port = _free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "serve.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -115,7 +118,20 @@ def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the worker stops with it
     )
-    srv = Server(f"http://127.0.0.1:{port}", log_path, data_dir)
+    def stop() -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    srv = Server(f"http://127.0.0.1:{port}", log_path, data_dir, stop)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -131,15 +147,7 @@ def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
             time.sleep(0.3)
         yield srv
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+        stop()
         log.close()
 
 
@@ -162,6 +170,13 @@ def auth_server(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory)
     token = out.strip().splitlines()[-1].strip()
     with _serve(data_dir, GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=env["GPUFLEET_SECRET_KEY"]) as srv:
         yield srv, token
+
+
+@pytest.fixture
+def doomed_server(dashboard_built: Path, tmp_path: Path) -> Iterator[Server]:
+    """A server of its own for a test that stops it (to see the dashboard lose it)."""
+    with _serve(tmp_path / "doomed-data") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

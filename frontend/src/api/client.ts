@@ -102,7 +102,7 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
     });
   } catch (err) {
     if ((err as Error).name === 'AbortError') throw err;
-    throw new ApiError(0, 'The gpufleet server cannot be reached. Is `gpufleet serve` running?');
+    throw new ApiError(0, 'The gpufleet server cannot be reached: is gpufleet serve running?');
   }
   const text = await res.text();
   let parsed: unknown = null;
