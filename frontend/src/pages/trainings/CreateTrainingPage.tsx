@@ -148,6 +148,11 @@ export function CreateTrainingPage() {
               Memory per GPU: <b>{advice.needBytes != null ? fmtBytes(advice.needBytes) : ok ? 'estimating…' : 'fix the config first'}</b>
             </span>
             {advice.estimateNote && <span className="muted">{advice.estimateNote}</span>}
+            {advice.needBytes != null && (
+              <span className="muted">
+                <span className="need-mark" aria-hidden /> on each bar: where this training would bring the GPU's memory
+              </span>
+            )}
             <span className="field" style={{ flexDirection: 'row', alignItems: 'center', gap: '0.5rem' }}>
               <label htmlFor="t-count">GPUs wanted</label>
               <input id="t-count" type="number" min={1} max={64} value={count} style={{ width: '5rem' }} onChange={(e) => setCount(Math.max(1, Number(e.target.value) || 1))} />
