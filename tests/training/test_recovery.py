@@ -10,11 +10,12 @@ from gpufleet.training.trainer import Trainer
 
 
 @pytest.mark.slow
-def test_topk_sae_recovers_90_percent_of_true_features():
+@pytest.mark.parametrize("variant,steps", [("topk", 400), ("relu", 600)])
+def test_sae_recovers_90_percent_of_true_features(variant, steps):
     r = get_recipe("sae")
     cfg = r.resolve_config(dict(
-        d_in=64, n_latents=512, variant="topk", k=4, synthetic_features=256, synthetic_active=4,
-        synthetic_samples=32768, global_batch_size=256, lr=4e-3, max_steps=400, log_every=100,
+        d_in=64, n_latents=512, variant=variant, k=4, synthetic_features=256, synthetic_active=4,
+        synthetic_samples=32768, global_batch_size=256, lr=4e-3, max_steps=steps, log_every=100,
         checkpoint_every=10_000,
     ))
     t = Trainer(r, cfg, devices=["cpu"])
