@@ -89,13 +89,13 @@ class ArrayDataset:
     def __len__(self) -> int:
         return len(self.arrays[0])
 
-    def _take(self, a: Any, idx: list[int], dtype: torch.dtype) -> torch.Tensor:
+    def _take(self, a: Any, idx: Any, dtype: torch.dtype) -> torch.Tensor:
         if isinstance(a, torch.Tensor):
-            return a[torch.as_tensor(idx)].to(dtype)
+            return a.index_select(0, torch.as_tensor(idx)).to(dtype)
         # Fancy indexing on a memmap copies only the rows asked for.
         return torch.from_numpy(np.ascontiguousarray(a[np.asarray(idx)])).to(dtype)
 
-    def __getitems__(self, idx: list[int]):
+    def __getitems__(self, idx: Any):
         out = tuple(self._take(a, idx, d) for a, d in zip(self.arrays, self.dtypes))
         return out[0] if len(out) == 1 else out
 
@@ -158,8 +158,8 @@ class SyntheticSparseActivations:
     def __len__(self) -> int:
         return self.n_samples
 
-    def __getitems__(self, idx: list[int]) -> torch.Tensor:
-        return self.data[torch.as_tensor(idx)]
+    def __getitems__(self, idx: Any) -> torch.Tensor:
+        return self.data.index_select(0, torch.as_tensor(idx))
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return self.data[i]

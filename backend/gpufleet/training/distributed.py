@@ -87,12 +87,14 @@ class ResumableBatchSampler:
             )
         self.start_batch = start_batch
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[torch.Tensor]:
         epoch, skip = divmod(self.start_batch, self.batches_per_epoch)
         mb = self.micro_batch_size
         while True:
             self.sampler.set_epoch(epoch)
-            idx = list(self.sampler)
+            # One index tensor per epoch; each micro-batch is a view of it, so
+            # fetching a batch builds no Python list.
+            idx = torch.tensor(list(self.sampler), dtype=torch.long)
             for b in range(skip, self.batches_per_epoch):
                 yield idx[b * mb:(b + 1) * mb]
             epoch, skip = epoch + 1, 0
