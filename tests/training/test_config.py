@@ -92,7 +92,7 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     base = dict(recipe="sae", config={}, checkpoint_dir="c", progress_file="p")
     spec = LaunchSpec(devices=["cuda:3", "cuda:5"], **base)
     assert spec.run_devices() == ["cuda:0", "cuda:1"]
-    assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5"}
+    assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     sim = LaunchSpec(devices=["cuda:3", "cuda:5"], simulated=True, **base)
     assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
     with pytest.raises(ConfigError, match="mix"):

@@ -69,7 +69,7 @@ def test_launcher_narrows_visible_devices_and_reports_gpu_memory(launch_factory)
     launch.env.pop("CUDA_VISIBLE_DEVICES")
     assert launch.run(timeout=300) == exitcodes.SUCCEEDED, launch.err
     start = launch.of_type("start")[0]
-    assert start["visible_devices"] == {"CUDA_VISIBLE_DEVICES": str(last)}
+    assert start["visible_devices"] == {"CUDA_VISIBLE_DEVICES": str(last), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert start["run_devices"] == ["cuda:0"]
     peak = launch.of_type("peak_memory")[-1]
     assert peak["device_kind"] == "cuda" and peak["per_rank"][0] > 0

@@ -108,7 +108,12 @@ class LaunchSpec:
             return {}
         ids = ",".join(d.split(":")[1] for d in self.devices)
         var = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
-        return {var[self.backend]: ids}
+        env = {var[self.backend]: ids}
+        if self.backend == "cuda":
+            # gpufleet numbers NVIDIA GPUs as NVML does (PCI bus order); CUDA's
+            # default order is fastest-first, which differs on mixed boxes.
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        return env
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
