@@ -57,7 +57,8 @@ def pg_server_url() -> str:
 def _pg_database(server_url: str) -> Iterator[str]:
     url = make_url(server_url)
     name = f"gpufleet_t_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    # pre-ping: tests restart the server (outage tests); teardown must reconnect.
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     try:

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
 

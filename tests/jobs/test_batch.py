@@ -5,12 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import func, select
-
 from gpufleet.db.models import GPUAllocation, Training
 from gpufleet.db.session import session_scope
 from gpufleet.scheduling.batch import Item, Slot, pick, plan
 from gpufleet.scheduling.scheduler import schedule_pending
+from sqlalchemy import func, select
 
 from .conftest import make_settings, register
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
-
 from gpufleet.cli import app
+from typer.testing import CliRunner
 
 from .conftest import make_settings, register
 

@@ -18,13 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from sqlalchemy import select
-
 from gpufleet.db.models import FINAL_STATUSES, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope
 from gpufleet.jobs import outcome
 from gpufleet.jobs.supervisor import _claim, _finish
 from gpufleet.scheduling.scheduler import schedule_pending
+from sqlalchemy import select
 
 from .conftest import make_settings, register
 

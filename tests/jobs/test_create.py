@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
-
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
+from sqlalchemy import func, select
 
 from .conftest import TINY_SAE, register
 

@@ -13,11 +13,10 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import select
-
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.scheduler_loop import tick
+from sqlalchemy import select
 
 from .conftest import TINY_SAE, make_settings, pids_in_group, register, wait_for
 

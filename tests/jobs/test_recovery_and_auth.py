@@ -6,15 +6,13 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
-
 from gpufleet.db.models import GPUAllocation, Host, Training, TrainingEvent
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import write_session
 from gpufleet.jobs.recovery import recover_expired, resend_stale
 from gpufleet.jobs.scheduler_loop import Leader
 from gpufleet.scheduling.scheduler import schedule_pending
+from sqlalchemy import select
 
 from .conftest import TINY_SAE, make_settings, register, wait_for
 

@@ -7,17 +7,15 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
-
 from gpufleet.db.models import Training, TrainingEvent, TrainingMetric
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import outcome
-from gpufleet.jobs.lifecycle import write_session
 from gpufleet.jobs.logs import BoundedLog, read_log
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.progress import ProgressReader, StragglerWatch
 from gpufleet.training import exitcodes as ec
+from sqlalchemy import select
 
 CFG = {"global_batch_size": 16, "micro_batch_size": None, "grad_accum_steps": 1}
 

@@ -12,10 +12,9 @@ import uuid
 from datetime import datetime
 
 import pytest
-from sqlalchemy import select
-
 from gpufleet.db.models import GPUAllocation
 from gpufleet.db.session import session_scope
+from sqlalchemy import select
 
 from .conftest import TINY_SAE, pids_in_group, register, wait_for
 

@@ -76,6 +76,32 @@ def session_scope(settings: Settings) -> Iterator[Session]:
         sess.close()
 
 
+@contextmanager
+def write_session(settings: Settings) -> Iterator[Session]:
+    """A session whose transaction holds the write lock from its first statement.
+
+    On SQLite a transaction that reads and then writes can fail at once with
+    "database is locked" when another writer got in between (the busy timeout
+    cannot help: waiting would deadlock). ``BEGIN IMMEDIATE`` takes the lock
+    up front, so writers queue instead. On PostgreSQL this is a plain
+    session; row locks do the work there. Commits on success.
+    """
+    engine = get_engine(settings.effective_database_url)
+    with engine.connect() as conn:
+        if settings.is_sqlite:
+            # Read by the engine's "begin" hook in gpufleet.db.session.
+            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
+        sess = Session(bind=conn, expire_on_commit=False)
+        try:
+            yield sess
+            sess.commit()
+        except BaseException:
+            sess.rollback()
+            raise
+        finally:
+            sess.close()
+
+
 def check_database(settings: Settings) -> None:
     """Connect once; raise ConfigError with one clear line when that fails."""
     url = settings.effective_database_url

@@ -10,44 +10,15 @@ whose ``seq`` is taken from ``trainings.event_seq`` in the same transaction.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
 from gpufleet.db.models import FINAL_STATUSES, GPUAllocation, Training, TrainingEvent
-from gpufleet.db.session import get_engine
 from gpufleet.db.types import utcnow
-
-
-@contextmanager
-def write_session(settings: Settings) -> Iterator[Session]:
-    """A session whose transaction holds the write lock from its first statement.
-
-    On SQLite a transaction that reads and then writes can fail at once with
-    "database is locked" when another writer got in between (the busy timeout
-    cannot help: waiting would deadlock). ``BEGIN IMMEDIATE`` takes the lock
-    up front, so writers queue instead. On PostgreSQL this is a plain
-    session; row locks do the work there. Commits on success.
-    """
-    engine = get_engine(settings.effective_database_url)
-    with engine.connect() as conn:
-        if settings.is_sqlite:
-            # Read by the engine's "begin" hook in gpufleet.db.session.
-            conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
-        sess = Session(bind=conn, expire_on_commit=False)
-        try:
-            yield sess
-            sess.commit()
-        except BaseException:
-            sess.rollback()
-            raise
-        finally:
-            sess.close()
 
 
 def record_event(

@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingMetric
+from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import record_event, write_session
+from gpufleet.jobs.lifecycle import record_event
 from gpufleet.jobs.progress import ProgressReader, StragglerWatch
 
 log = logging.getLogger(__name__)

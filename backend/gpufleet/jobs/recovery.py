@@ -18,9 +18,9 @@ from sqlalchemy import select
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import transition, write_session
+from gpufleet.jobs.lifecycle import transition
 
 log = logging.getLogger(__name__)
 

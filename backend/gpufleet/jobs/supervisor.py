@@ -23,10 +23,10 @@ from sqlalchemy.exc import DBAPIError
 
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import outcome, procs
-from gpufleet.jobs.lifecycle import get_training, transition, write_session
+from gpufleet.jobs.lifecycle import get_training, transition
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 

@@ -1,5 +1,9 @@
 """The agent's inventory: this host, its GPUs and their links, in the database.
 
+Writes take the SQLite write lock up front (``write_session``): the agent
+writes history on the same file and a read-then-write transaction would
+otherwise fail at once with "database is locked".
+
 On start the agent registers (or updates) its host row, one row per GPU and
 one per GPU pair; then it heartbeats. A GPU that is no longer detected is
 marked ``missing``, never deleted: reservations, history and trainings keep
@@ -19,7 +23,7 @@ from sqlalchemy.orm import Session
 from gpufleet import __version__
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPULink, Host
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 
 log = logging.getLogger(__name__)
@@ -47,7 +51,7 @@ def register_host(settings: Settings) -> Inventory:
     gpus = detect_gpus(settings)
     topology = detect_topology(settings, gpus)
     now = utcnow()
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         host = sess.scalar(select(Host).where(Host.name == settings.host_name))
         if host is None:
             host = Host(name=settings.host_name)
@@ -110,7 +114,7 @@ def _write_links(sess: Session, host_id: uuid.UUID, topology) -> None:  # noqa: 
 
 def heartbeat(settings: Settings) -> None:
     """Mark this host alive now."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         host = sess.scalar(select(Host).where(Host.name == settings.host_name))
         if host is not None:
             host.last_heartbeat = utcnow()

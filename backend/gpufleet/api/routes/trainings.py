@@ -9,7 +9,15 @@ from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.api.deps import CreatorUser, MemberUser, PageDep, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel
+from gpufleet.api.deps import (
+    CreatorUser,
+    MemberUser,
+    PageDep,
+    SessionDep,
+    SettingsDep,
+    ViewerUser,
+    ensure_can_cancel,
+)
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,
@@ -23,9 +31,16 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
-from gpufleet.db.models import TRAINING_STATUSES, GPUAllocation, Host, Training, TrainingEvent, TrainingMetric
+from gpufleet.db.models import (
+    TRAINING_STATUSES,
+    GPUAllocation,
+    Host,
+    Training,
+    TrainingEvent,
+    TrainingMetric,
+)
+from gpufleet.db.session import write_session
 from gpufleet.jobs import service
-from gpufleet.jobs.lifecycle import write_session
 from gpufleet.jobs.logs import log_path, read_log
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
