@@ -46,6 +46,7 @@ export const RECIPES: RecipeSpec[] = [
       { name: 'n_latents', label: 'Latents', kind: 'int', default: '512', min: 1 },
       { name: 'variant', label: 'Variant', kind: 'choice', default: 'topk', choices: ['topk', 'relu'] },
       { name: 'k', label: 'k (TopK)', kind: 'int', default: '8', min: 1 },
+      { name: 'l1_coeff', label: 'L1 weight (ReLU)', kind: 'float', default: '0.3', min: 0 },
       ...COMMON,
     ],
   },
