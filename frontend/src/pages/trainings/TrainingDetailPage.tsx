@@ -67,6 +67,7 @@ export function TrainingDetailPage() {
         <CancelButton t={t} onDone={refresh} />
       </div>
       {reason && <div className={`banner ${t.status === 'failed' ? 'banner-error' : 'banner-info'}`}>{reason}</div>}
+      {error && <div className="banner banner-error">Refresh failed: {error.message} Showing what was last received.</div>}
       <div className="panel">
         <dl className="kv">
           <div>

@@ -57,20 +57,21 @@ export function useTraining(id: string) {
 
   // The first call gets the whole curve downsampled; later ones only new rows.
   const refresh = useCallback(async () => {
-    try {
-      const [t, ev, m] = await Promise.all([
-        endpoints.training(id),
-        endpoints.events(id, lastSeq.current),
-        endpoints.metrics(id, lastStep.current, lastStep.current < 0 ? 2000 : 10000),
-      ]);
-      setTraining((old) => ({ ...(old ?? {}), ...t }));
-      setEvents((old) => mergeEvents(old, listOf(ev)));
-      setMetrics((old) => mergeMetrics(old, listOf(m)));
-      setError(null);
-      done.current = FINAL.has(t.status);
-    } catch (e) {
-      setError(e as ApiError);
+    // Each part on its own: a failing metrics or events call must not keep the
+    // status (the part a person watches) from updating.
+    const [t, ev, m] = await Promise.allSettled([
+      endpoints.training(id),
+      endpoints.events(id, lastSeq.current),
+      endpoints.metrics(id, lastStep.current, lastStep.current < 0 ? 2000 : 10000),
+    ]);
+    if (t.status === 'fulfilled') {
+      setTraining((old) => ({ ...(old ?? {}), ...t.value }));
+      done.current = FINAL.has(t.value.status);
     }
+    if (ev.status === 'fulfilled') setEvents((old) => mergeEvents(old, listOf(ev.value)));
+    if (m.status === 'fulfilled') setMetrics((old) => mergeMetrics(old, listOf(m.value)));
+    const failed = [t, ev, m].find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    setError(failed ? (failed.reason as ApiError) : null);
   }, [id]);
 
   useEffect(() => {
