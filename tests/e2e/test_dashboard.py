@@ -33,7 +33,17 @@ def _wait_status(page, status: str, timeout_s: float, server=None) -> None:  # n
     except PlaywrightTimeout:
         # Say where it got stuck: the status and the events the page shows.
         shown = page.locator("main").inner_text()[:1500]
-        log = f"\n--- gpufleet serve log (tail) ---\n{server.log_tail()}" if server is not None else ""
+        log = ""
+        if server is not None:
+            # The API's own view tells a stale page from a stuck training.
+            import httpx
+
+            try:
+                rows = httpx.get(f"{server.url}/api/v1/trainings", timeout=5).json()["data"]
+                api = "; ".join(f"{r['name']}: {r['status']} ({r['status_reason']})" for r in rows)
+            except Exception as exc:  # noqa: BLE001 - diagnostics only
+                api = f"unavailable: {exc}"
+            log = f"\n--- the API says ---\n{api}\n--- gpufleet serve log (tail) ---\n{server.log_tail()}"
         raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}{log}") from None
 
 
