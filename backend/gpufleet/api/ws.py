@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
+from starlette.concurrency import run_in_threadpool
 
 from gpufleet.config import Settings
 from gpufleet.events import TELEMETRY_SAMPLES, get_bus
@@ -172,9 +173,12 @@ async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
 async def live_stream(websocket: WebSocket) -> None:
     settings: Settings = websocket.app.state.settings
     hook = getattr(websocket.app.state, "ws_authenticate", None) or _default_authenticate
-    user = hook(websocket, settings)
-    if inspect.isawaitable(user):
-        user = await user
+    if inspect.iscoroutinefunction(hook):
+        user = await hook(websocket, settings)
+    else:
+        # A synchronous hook may read the database (tickets, users): keep it
+        # off the event loop so one sign-in never stalls every stream.
+        user = await run_in_threadpool(hook, websocket, settings)
     if user is None:
         await websocket.close(code=1008, reason="sign in first (session cookie or ticket from /api/v1/auth/ws-ticket)")
         return
