@@ -14,6 +14,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screenshots: Path) -> None:  # noqa: ANN001
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     srv, token = auth_server
     ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
@@ -32,7 +34,11 @@ def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screens
 
         page.get_by_label("Token").fill(token)
         page.get_by_role("button", name="Sign in").click()
-        page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === 4")
+        try:
+            page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === 4", timeout=40_000)
+        except PlaywrightTimeout:
+            shown = page.locator("body").inner_text()[:1500]
+            raise AssertionError(f"no fleet after signing in; the page says:\n{shown}\n--- serve log ---\n{srv.log_tail()}") from None
         # The token itself is never kept by the page; the session is an HTTP-only cookie.
         cookies = ctx.cookies()
         assert cookies and all(c["httpOnly"] for c in cookies)
