@@ -73,3 +73,23 @@ def test_lost_and_missing_gpus_are_marked_not_deleted(sim_app_settings, client: 
     register_host(smaller)
     gpus = {g["index"]: g for g in client.get("/api/v1/system/gpus").json()["data"]}
     assert len(gpus) == 4 and gpus[3]["status"] == "missing"
+
+
+def test_admin_drains_and_undrains_over_http(client: TestClient) -> None:
+    r = client.post("/api/v1/system/gpus/sim-host/1/drain", json={"reason": "fan swap"})
+    assert r.status_code == 200, r.text
+    assert r.json()["drained"] is True and r.json()["reason"] == "fan swap (by local)"
+    g = {x["index"]: x for x in client.get("/api/v1/system/gpus").json()["data"]}[1]
+    assert g["drained"] is True and g["availability"]["state"] == "drained"
+    assert "fan swap" in g["availability"]["reason"]
+    assert client.post("/api/v1/system/gpus/sim-host/1/undrain").json()["drained"] is False
+    g = {x["index"]: x for x in client.get("/api/v1/system/gpus").json()["data"]}[1]
+    assert g["drained"] is False and g["drain_reason"] is None
+
+
+def test_drain_of_unknown_gpu_or_host_is_a_404_that_lists_what_exists(client: TestClient) -> None:
+    r = client.post("/api/v1/system/gpus/sim-host/7/drain", json={})
+    assert r.status_code == 404 and "it has GPUs 0, 1, 2, 3" in r.json()["detail"]
+    r = client.post("/api/v1/system/gpus/elsewhere/0/drain", json={})
+    assert r.status_code == 404 and "known hosts: sim-host" in r.json()["detail"]
+    assert not any(g["drained"] for g in client.get("/api/v1/system/gpus").json()["data"])

@@ -182,3 +182,15 @@ def test_nul_in_a_query_is_a_4xx_on_both_databases(api: TestClient, team: People
         assert r.status_code == 422, (url, r.text)
     r = api.post("/api/v1/trainings", headers=bearer(team.alice), json={"name": "a\u0000", "recipe": "mlp"})
     assert r.status_code == 422
+
+
+def test_only_admins_drain_gpus(api: TestClient, product: Settings, team: People) -> None:
+    url = f"/api/v1/system/gpus/{product.host_name}/0/drain"
+    assert api.post(url, json={"reason": "x"}).status_code == 401
+    for token in (team.alice, team.vic):
+        r = api.post(url, json={"reason": "x"}, headers=bearer(token))
+        assert r.status_code == 403 and r.json()["detail"]
+    gpus = api.get("/api/v1/system/gpus", params={"host": product.host_name}, headers=bearer(team.vic)).json()
+    assert not any(g["drained"] for g in gpus["data"])
+    r = api.post(url, json={"reason": "fan swap"}, headers=bearer(team.admin))
+    assert r.status_code == 200 and r.json()["reason"] == f"fan swap (by {team.names['admin']})"

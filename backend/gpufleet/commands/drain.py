@@ -13,8 +13,6 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from sqlalchemy import select
-
 from gpufleet.config import ConfigError, get_settings
 
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
@@ -27,39 +25,20 @@ def _fail(message: str) -> NoReturn:
 
 
 def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: str | None) -> None:
-    from gpufleet.db.models import GPU, GPUAllocation, Host, Training
-    from gpufleet.db.session import session_scope
+    from gpufleet.db.session import write_session
+    from gpufleet.scheduling.drain import DrainError, set_drained
 
     try:
         settings = get_settings()
     except ConfigError as exc:
         _fail(str(exc))
     name = host or settings.host_name
-    if len(set(indexes)) != len(indexes):
-        _fail(f"GPU indexes repeat: {indexes}")
     try:
-        with session_scope(settings) as sess:
-            h = sess.scalar(select(Host).where(Host.name == name))
-            if h is None:
-                known = ", ".join(sess.scalars(select(Host.name).order_by(Host.name))) or "none"
-                _fail(f"host {name!r} is not registered; known hosts: {known} (use --host)")
-            gpus = {g.index: g for g in sess.scalars(select(GPU).where(GPU.host_id == h.id))}
-            missing = [i for i in indexes if i not in gpus]
-            if missing:
-                # Nothing is changed unless every GPU named exists.
-                _fail(f"GPU {missing[0]} does not exist on host {name}; it has GPUs "
-                      f"{', '.join(map(str, sorted(gpus))) or 'none'}")
-            for i in indexes:
-                gpus[i].drained = drained
-                gpus[i].drain_reason = reason if drained else None
-            running = sess.execute(
-                select(GPUAllocation.gpu_index, Training.name)
-                .join(Training, GPUAllocation.training_id == Training.id)
-                .where(GPUAllocation.host_id == h.id, GPUAllocation.released_at.is_(None),
-                       GPUAllocation.gpu_index.in_(indexes))
-            ).all()
-    except typer.Exit:
-        raise
+        with write_session(settings) as sess:
+            result = set_drained(sess, name, indexes, drained, reason)
+    except DrainError as exc:
+        hint = " (use --host)" if "not registered" in str(exc) else ""
+        _fail(f"{exc}{hint}")
     except Exception as exc:  # noqa: BLE001 - a database that cannot be reached or is not migrated
         if type(exc).__module__.startswith("sqlalchemy"):
             _fail(f"cannot update the database ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
@@ -67,9 +46,8 @@ def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: st
         raise
     verb = "drained" if drained else "undrained"
     typer.echo(f"{verb} GPU {', '.join(map(str, indexes))} on {name}" + (f" ({reason})" if drained and reason else ""))
-    if drained:
-        for idx, tname in running:
-            typer.echo(f"GPU {idx}: training {tname} keeps running; no new training will be placed there")
+    for idx, tname in result.still_running:
+        typer.echo(f"GPU {idx}: training {tname} keeps running; no new training will be placed there")
 
 
 def drain(gpus: GpuArgs, host: HostOpt = None,

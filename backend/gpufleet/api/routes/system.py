@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fastapi import APIRouter, Query, Response
+import logging
+
+from fastapi import APIRouter, Body, HTTPException, Query, Response
 from sqlalchemy import func, select, text
 
 from gpufleet import __version__
-from gpufleet.api.deps import SessionDep, SettingsDep
+from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
 from gpufleet.api.schemas.system import (
+    DrainPublic,
+    DrainRequest,
     GPUAvailabilityPublic,
     GPULive,
     GPUProcessPublic,
@@ -23,6 +27,10 @@ from gpufleet.api.schemas.system import (
     TopologyPublic,
 )
 from gpufleet.db.models import GPU, GPULink, Host
+from gpufleet.db.session import write_session
+from gpufleet.scheduling.drain import DrainError, set_drained
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/v1/system", tags=["system"])
 health_router = APIRouter(tags=["health"])
@@ -108,6 +116,35 @@ def list_gpus(
         for g, host_name in rows
     ]
     return GPUsPublic(data=data, count=len(data), simulated=any(g.simulated for g in data))
+
+
+def _drain(settings, user, host: str, index: int, drained: bool, reason: str | None) -> DrainPublic:  # noqa: ANN001
+    # The reason shown with the GPU's state says who drained it.
+    shown = f"{reason or 'drained'} (by {user.name})" if drained else None
+    try:
+        with write_session(settings) as sess:
+            result = set_drained(sess, host, [index], drained, shown)
+    except DrainError as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    log.info("%s %s GPU %d on %s%s", user.name, "drained" if drained else "undrained", index, host,
+             f": {reason}" if reason else "")
+    return DrainPublic(host=host, index=index, drained=drained, reason=result.reason,
+                       still_running=[name for _, name in result.still_running])
+
+
+@router.post("/gpus/{host}/{index}/drain", response_model=DrainPublic, operation_id="gpus-drain")
+def drain_gpu(
+    host: str, index: int, settings: SettingsDep, user: AdminUser,
+    body: DrainRequest = Body(default_factory=DrainRequest),
+) -> DrainPublic:
+    """Stop placing trainings on this GPU (admins only); trainings on it keep running."""
+    return _drain(settings, user, host, index, True, body.reason)
+
+
+@router.post("/gpus/{host}/{index}/undrain", response_model=DrainPublic, operation_id="gpus-undrain")
+def undrain_gpu(host: str, index: int, settings: SettingsDep, user: AdminUser) -> DrainPublic:
+    """Let the scheduler place trainings on this GPU again (admins only)."""
+    return _drain(settings, user, host, index, False, None)
 
 
 @router.get("/hosts", response_model=HostsPublic, operation_id="hosts-list")

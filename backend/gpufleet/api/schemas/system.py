@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class HostPublic(BaseModel):
@@ -112,3 +112,18 @@ class Health(BaseModel):
     version: str
     database: str
     embedded: bool
+
+
+class DrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class DrainPublic(BaseModel):
+    host: str
+    index: int
+    drained: bool
+    reason: str | None
+    # Trainings that keep running on the GPU (draining only stops new placements).
+    still_running: list[str]
