@@ -15,6 +15,9 @@ extras=${GPUFLEET_EXTRAS:-}
 target="."
 [ -n "$extras" ] && target=".[$extras]"
 .venv/bin/pip install --quiet -e "$target"
-if [ -x scripts/build-frontend.sh ] || [ -f scripts/build-frontend.sh ]; then
+if command -v npm >/dev/null 2>&1; then
   bash scripts/build-frontend.sh
+else
+  # The API, worker and CLI work without it; / then says how to build it.
+  echo "install: npm not found, so the dashboard is not built (install Node.js 20+ and run scripts/build-frontend.sh)" >&2
 fi
