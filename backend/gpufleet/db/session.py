@@ -63,9 +63,7 @@ def session_factory(settings: Settings) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(settings: Settings) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
-    sess = session_factory(settings)()
+def _committing(sess: Session) -> Iterator[Session]:
     try:
         yield sess
         sess.commit()
@@ -74,6 +72,13 @@ def session_scope(settings: Settings) -> Iterator[Session]:
         raise
     finally:
         sess.close()
+
+
+@contextmanager
+def session_scope(settings: Settings) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    with _committing(session_factory(settings)()) as sess:
+        yield sess
 
 
 @contextmanager
@@ -89,17 +94,10 @@ def write_session(settings: Settings) -> Iterator[Session]:
     engine = get_engine(settings.effective_database_url)
     with engine.connect() as conn:
         if settings.is_sqlite:
-            # Read by the engine's "begin" hook in gpufleet.db.session.
+            # Read by the engine's "begin" hook (make_engine).
             conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
-        sess = Session(bind=conn, expire_on_commit=False)
-        try:
+        with _committing(Session(bind=conn, expire_on_commit=False)) as sess:
             yield sess
-            sess.commit()
-        except BaseException:
-            sess.rollback()
-            raise
-        finally:
-            sess.close()
 
 
 def check_database(settings: Settings) -> None:
