@@ -86,6 +86,17 @@ def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
         assert gpus["count"] == 4 and gpus["simulated"] is True
         assert all("H100" in g["name"] and g["simulated"] for g in gpus["data"])
         assert {g["host"] for g in gpus["data"]} == {"sim-a"}
+        # The embedded agent samples the GPUs: live readings and availability appear.
+        def live_gpus() -> list[dict]:
+            data = httpx.get(f"{base}/api/v1/system/gpus", timeout=10).json()["data"]
+            return data if all(g["live"] and g["live"]["utilization"] is not None for g in data) else []
+
+        deadline = time.monotonic() + 30
+        while not (data := live_gpus()):
+            assert time.monotonic() < deadline, "no live samples within 30 s"
+            time.sleep(0.5)
+        assert all(g["live"]["memory_total"] == g["memory_total"] for g in data)
+        assert all(g["availability"]["state"] == "free" for g in data)
         topo = httpx.get(f"{base}/api/v1/system/topology", timeout=10).json()
         assert topo["hosts"][0]["matrix"][0][1].startswith("NV")
         # The embedded database was created and upgraded by serve itself.

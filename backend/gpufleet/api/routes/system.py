@@ -16,7 +16,6 @@ from gpufleet.api.schemas.system import (
     DrainRequest,
     GPUAvailabilityPublic,
     GPULive,
-    GPUProcessPublic,
     GPUPublic,
     GPUsPublic,
     Health,
@@ -39,34 +38,7 @@ health_router = APIRouter(tags=["health"])
 def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:  # noqa: ANN001
     from gpufleet.telemetry.live import read_live_samples
 
-    out: dict[tuple[str, int], GPULive] = {}
-    for s in read_live_samples(settings):
-        out[(s.host, s.index)] = GPULive(
-            timestamp=s.timestamp,
-            utilization=s.utilization,
-            memory_util=s.memory_util,
-            memory_used=s.memory_used,
-            memory_free=s.memory_free,
-            memory_total=s.memory_total,
-            temperature=s.temperature,
-            power_draw=s.power_draw,
-            power_limit=s.power_limit,
-            sm_clock=s.sm_clock,
-            mem_clock=s.mem_clock,
-            lost=s.lost,
-            processes=[
-                GPUProcessPublic(
-                    pid=p.pid,
-                    user=p.user,
-                    command=p.command,
-                    used_memory=p.used_memory,
-                    training_id=p.training_id,
-                    foreign=p.foreign,
-                )
-                for p in s.processes
-            ],
-        )
-    return out
+    return {(s.host, s.index): GPULive.model_validate(s, from_attributes=True) for s in read_live_samples(settings)}
 
 
 def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:  # noqa: ANN001
@@ -190,13 +162,7 @@ def get_topology(sess: SessionDep, host: str | None = None) -> TopologyPublic:
                 host=h.name,
                 gpus=idx,
                 links=[
-                    LinkPublic(
-                        gpu_a=l.gpu_a,
-                        gpu_b=l.gpu_b,
-                        nvlink_count=l.nvlink_count,
-                        pcie_level=l.pcie_level,
-                        peer_access=l.peer_access,
-                    )
+                    LinkPublic.model_validate(l, from_attributes=True)
                     for l in sorted(links.values(), key=lambda l: (l.gpu_a, l.gpu_b))
                 ],
                 matrix=matrix,

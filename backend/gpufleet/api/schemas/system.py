@@ -28,6 +28,8 @@ class HostsPublic(BaseModel):
 
 
 class GPUProcessPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     pid: int
     user: str | None = None
     command: str | None = None
@@ -38,6 +40,8 @@ class GPUProcessPublic(BaseModel):
 
 class GPULive(BaseModel):
     """The newest sample of a GPU (null fields: the device does not report them)."""
+
+    model_config = ConfigDict(from_attributes=True)
 
     timestamp: datetime | None = None
     utilization: float | None = None
@@ -88,6 +92,8 @@ class GPUsPublic(BaseModel):
 
 
 class LinkPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     gpu_a: int
     gpu_b: int
     nvlink_count: int
