@@ -85,4 +85,10 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
 
         threads.append(start_agent(settings, stop))
     threads.append(start_scheduler(settings, stop))
+    # The memory estimate of a new training traces its model with torch. Load
+    # torch beside a running server rather than inside the first POST (about
+    # 4 s here); importing it initialises no device.
+    warm = threading.Thread(target=importlib.import_module, args=("gpufleet.scheduling.memtrace",),
+                            name="gpufleet-warm-torch", daemon=True)
+    warm.start()
     return threads
