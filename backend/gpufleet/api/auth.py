@@ -14,22 +14,27 @@ needs no such check.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, WebSocket
+from sqlalchemy.exc import OperationalError
 
 from gpufleet.api.security.tokens import sign, unsign
 from gpufleet.api.security.users import (
     LOCAL_USER_NAME,
     TokenOwner,
     authenticate_token,
+    mark_token_used,
     check_session_owner,
 )
 from gpufleet.config import DEFAULT_SECRET, ConfigError, Settings
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "gpufleet_session"
 SESSION_PURPOSE = "session"
@@ -181,6 +186,20 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
     return owner if isinstance(owner, str) else _owner_to_user(owner, via)
 
 
+def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
+    """Note when a token was last used, in its own short write.
+
+    Reading the token and writing its last-used time in one transaction failed
+    with "database is locked" on SQLite while the agent wrote samples. The time
+    is bookkeeping: a busy database must never refuse a valid token.
+    """
+    try:
+        with write_session(settings) as sess:
+            mark_token_used(sess, token_id)
+    except OperationalError as exc:
+        log.debug("token %s: last-used time not recorded (%s)", token_id, exc)
+
+
 def resolve_user(
     settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str]
 ) -> AuthUser:
@@ -197,6 +216,8 @@ def resolve_user(
             owner = authenticate_token(sess, secret.strip())
         if isinstance(owner, str):
             raise AuthError(401, owner)
+        if owner.stale_use:
+            _record_token_use(settings, owner.token_id)
         return _owner_to_user(owner, "token")
 
     required = auth_required(settings)

@@ -138,6 +138,8 @@ class TokenOwner:
     name: str
     role: str
     token_id: uuid.UUID
+    # The token's last-used time is older than the granularity: record this use.
+    stale_use: bool = False
 
 
 def authenticate_token(session: Session, secret: str) -> TokenOwner | str:
@@ -157,9 +159,14 @@ def authenticate_token(session: Session, secret: str) -> TokenOwner | str:
         return "the bearer token has expired"
     if user.disabled:
         return f"user {user.name!r} is disabled"
-    if tok.last_used_at is None or now - tok.last_used_at > _LAST_USED_GRANULARITY:
-        tok.last_used_at = now
-    return TokenOwner(user.id, user.name, user.role, tok.id)
+    stale = tok.last_used_at is None or now - tok.last_used_at > _LAST_USED_GRANULARITY
+    return TokenOwner(user.id, user.name, user.role, tok.id, stale_use=stale)
+
+
+def mark_token_used(session: Session, token_id: uuid.UUID) -> None:
+    tok = session.get(APIToken, token_id)
+    if tok is not None:
+        tok.last_used_at = utcnow()
 
 
 def check_session_owner(session: Session, user_id: uuid.UUID, token_id: uuid.UUID | None) -> TokenOwner | str:
