@@ -84,6 +84,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/recipes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Recipes
+         * @description Every installed recipe, with the fields of its config and their defaults.
+         */
+        get: operations["recipes-list"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/system/gpus": {
         parameters: {
             query?: never;
@@ -780,6 +800,52 @@ export interface components {
             /** Message */
             message: string;
         };
+        /** RecipeFieldPublic */
+        RecipeFieldPublic: {
+            /**
+             * Choices
+             * @description the allowed values of a choice field
+             */
+            choices?: string[] | null;
+            /**
+             * Default
+             * @description the value used when the field is left out; null when none
+             */
+            default: boolean | number | string | (boolean | number | string)[] | null;
+            /**
+             * Help
+             * @description what the field means, when the recipe says
+             */
+            help?: string | null;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "int" | "float" | "bool" | "choice" | "text" | "int-list";
+            /** Name */
+            name: string;
+            /**
+             * Optional
+             * @description null is an allowed value
+             */
+            optional: boolean;
+        };
+        /** RecipePublic */
+        RecipePublic: {
+            /** Description */
+            description: string;
+            /** Fields */
+            fields: components["schemas"]["RecipeFieldPublic"][];
+            /** Name */
+            name: string;
+        };
+        /** RecipesPublic */
+        RecipesPublic: {
+            /** Count */
+            count: number;
+            /** Data */
+            data: components["schemas"]["RecipePublic"][];
+        };
         /**
          * RecommendBody
          * @description A full training config: the memory comes from its estimate.
@@ -1386,6 +1452,53 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WSTicket"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "recipes-list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecipesPublic"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
