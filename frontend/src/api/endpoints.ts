@@ -18,6 +18,8 @@ export const endpoints = {
   recommend: (body: Partial<RecommendBody> & Pick<RecommendBody, 'recipe' | 'config' | 'count'>) =>
     call('post', '/api/v1/system/gpus/recommend', { body: body as RecommendBody }),
   validate: (body: Partial<ValidateBody> & Pick<ValidateBody, 'gpu_ids'>) => call('post', '/api/v1/system/gpus/validate', { body: body as ValidateBody }),
+  /** Every installed recipe with its config fields and their defaults. */
+  recipes: (signal?: AbortSignal) => call('get', '/api/v1/recipes', { signal }),
 
   trainings: (q: { status?: string; owner?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings', { query: { ...q, status: q.status ? [q.status] : undefined }, signal }),

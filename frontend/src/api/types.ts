@@ -27,6 +27,10 @@ export type TrainingEvent = S['TrainingEventPublic'];
 export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
 
+export type Recipe = S['RecipePublic'];
+export type RecipeField = S['RecipeFieldPublic'];
+export type RecipesPublic = S['RecipesPublic'];
+
 export type Estimate = S['EstimatePublic'];
 export type Candidate = S['CandidatePublic'];
 export type RecommendBody = S['RecommendBody'];

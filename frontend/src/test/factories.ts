@@ -8,6 +8,9 @@ import type {
   Estimate,
   GPU,
   HistoryResponse,
+  Recipe,
+  RecipeField,
+  RecipesPublic,
   RecommendResponse,
   Training,
   TrainingEvent,
@@ -138,4 +141,53 @@ export function validation(host: string, gpuIds: number[], problems: ValidationP
 
 export function history(series: HistoryResponse['series'] = []): HistoryResponse {
   return { start: T0, end: T0, step_s: 1, source: 'raw', aggregate: false, series } as HistoryResponse;
+}
+
+export function recipeField(name: string, kind: RecipeField['kind'], dflt: RecipeField['default'], over: Partial<RecipeField> = {}): RecipeField {
+  return { name, kind, default: dflt, choices: null, optional: false, help: null, ...over } as RecipeField;
+}
+
+/** The shared fields as the server lists them (a subset of TrainConfig). */
+function commonFields(): RecipeField[] {
+  return [
+    recipeField('max_steps', 'int', 200),
+    recipeField('global_batch_size', 'int', 256),
+    recipeField('micro_batch_size', 'int', null, { optional: true }),
+    recipeField('lr', 'float', 0.001),
+    recipeField('weight_decay', 'float', 0),
+    recipeField('precision', 'choice', 'fp32', { choices: ['fp32', 'bf16', 'fp16'] }),
+    recipeField('seed', 'int', 0),
+    recipeField('checkpoint_every', 'int', 100),
+    recipeField('strategy', 'choice', 'auto', { choices: ['auto', 'ddp', 'fsdp'] }),
+    recipeField('grad_clip', 'float', 1, { optional: true }),
+    recipeField('log_every', 'int', 10),
+    recipeField('data_path', 'text', null, { optional: true }),
+  ];
+}
+
+export function recipe(name: string, fields: RecipeField[], over: Partial<Recipe> = {}): Recipe {
+  return { name, description: `the ${name} recipe`, fields: [...commonFields(), ...fields], ...over } as Recipe;
+}
+
+/** The built-in recipes as the server lists them (sorted by name), plus any extra. */
+export function recipes(...extra: Recipe[]): RecipesPublic {
+  const data = [
+    recipe('mlp', [
+      recipeField('in_features', 'int', 16),
+      recipeField('out_features', 'int', 1),
+      recipeField('hidden', 'int-list', [64, 64]),
+      recipeField('task', 'choice', 'regression', { choices: ['regression', 'classification'] }),
+      recipeField('activation', 'choice', 'relu', { choices: ['relu', 'gelu', 'tanh'] }),
+    ]),
+    recipe('sae', [
+      recipeField('d_in', 'int', 64),
+      recipeField('n_latents', 'int', 512),
+      recipeField('variant', 'choice', 'topk', { choices: ['relu', 'topk'] }),
+      recipeField('k', 'int', 8),
+      recipeField('l1_coeff', 'float', 0.3),
+      recipeField('dead_steps', 'int', 100),
+    ]),
+    ...extra,
+  ];
+  return { data, count: data.length } as RecipesPublic;
 }

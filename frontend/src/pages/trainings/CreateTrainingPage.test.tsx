@@ -4,14 +4,15 @@ import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
-import { candidate, gpu, recommendation, training, validation } from '../../test/factories';
+import { candidate, gpu, recipe, recipeField, recipes, recommendation, training, validation } from '../../test/factories';
+import type { Recipe } from '../../api/types';
 import { useFleet } from '../fleet/useFleet';
 import { CreateTrainingPage } from './CreateTrainingPage';
 
 vi.mock('../fleet/useFleet', () => ({ useFleet: vi.fn() }));
 const GiB = 1024 ** 3;
 
-function setup() {
+function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError } = {}) {
   const gpus = [
     gpu('sim-host', 0),
     gpu('sim-host', 1),
@@ -25,6 +26,9 @@ function setup() {
       : validation('sim-host', b.gpu_ids),
   );
   const create = vi.spyOn(endpoints, 'createTraining');
+  const listRecipes = vi.spyOn(endpoints, 'recipes');
+  if (opts.recipesError) listRecipes.mockRejectedValue(opts.recipesError);
+  else listRecipes.mockResolvedValue(recipes(...(opts.extraRecipes ?? [])));
   render(
     <MemoryRouter initialEntries={['/trainings/new']}>
       <Routes>
@@ -33,7 +37,7 @@ function setup() {
       </Routes>
     </MemoryRouter>,
   );
-  return { recommend, validate, create };
+  return { recommend, validate, create, listRecipes };
 }
 
 describe('CreateTrainingPage', () => {
@@ -60,7 +64,7 @@ describe('CreateTrainingPage', () => {
 
   it('checks fields as they are typed and blocks submit until they are fixed', async () => {
     setup();
-    const steps = screen.getByLabelText('Steps');
+    const steps = await screen.findByLabelText('Steps');
     await userEvent.clear(steps);
     await userEvent.type(steps, '12.5');
     expect(screen.getByText('a whole number')).toBeInTheDocument();
@@ -84,5 +88,42 @@ describe('CreateTrainingPage', () => {
     await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
     await waitFor(() => expect(screen.getByRole('alert')).toHaveTextContent('config.n_latents: must be >= d_in'));
     expect(screen.getByLabelText('Latents')).toHaveAttribute('aria-invalid', 'true');
+  });
+
+  it('offers a recipe and fields only the server knows, with the server defaults', async () => {
+    const toy = recipe('toy', [
+      recipeField('width', 'int', 3, { help: 'how wide the toy is' }),
+      recipeField('shape', 'choice', 'round', { choices: ['round', 'square'] }),
+      recipeField('loud', 'bool', false),
+    ], { description: 'a recipe from a plugin' });
+    const { create, listRecipes } = setup({ extraRecipes: [toy] });
+    create.mockResolvedValue(training({ id: 'toy-id', status: 'queued' }));
+    expect(listRecipes).toHaveBeenCalled();
+    // The built-in recipe's field the overlay does not know is there, under "More fields".
+    expect(await screen.findByLabelText('dead_steps')).toHaveValue('100');
+    expect(screen.getByText('More fields (3)')).toBeInTheDocument();
+    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+
+    await userEvent.selectOptions(screen.getByLabelText('Recipe'), 'toy');
+    expect(screen.getByText('a recipe from a plugin')).toBeInTheDocument();
+    expect(screen.getByLabelText('width')).toHaveValue('3');
+    expect(screen.getByText('how wide the toy is')).toBeInTheDocument();
+    expect(screen.getByLabelText('shape')).toHaveValue('round');
+    expect(screen.getByLabelText('Steps')).toHaveValue('200');
+    expect(screen.queryByText(/More fields/)).not.toBeInTheDocument();
+    await userEvent.clear(screen.getByLabelText('width'));
+    await userEvent.type(screen.getByLabelText('width'), '7');
+    await userEvent.selectOptions(screen.getByLabelText('shape'), 'square');
+    await userEvent.selectOptions(screen.getByLabelText('loud'), 'true');
+    await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
+    await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
+    expect(create.mock.calls[0][0]).toMatchObject({ recipe: 'toy', config: expect.objectContaining({ width: 7, shape: 'square', loud: true, max_steps: 200 }) });
+    expect(create.mock.calls[0][0].name).toMatch(/^toy-/);
+  });
+
+  it('says when the recipes cannot be loaded and does not submit', async () => {
+    setup({ recipesError: new ApiError(0, 'the server cannot be reached') });
+    expect(await screen.findByRole('alert')).toHaveTextContent('Could not load the recipes: the server cannot be reached');
+    expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
   });
 });

@@ -5,7 +5,8 @@ import { endpoints } from '../../api/endpoints';
 import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
 import { GpuSelector, type Selection } from './GpuSelector';
-import { RECIPES, defaults, recipeSpec, toConfig, type FieldSpec } from './recipes';
+import { defaults, toConfig, type FieldSpec } from './recipes';
+import { useRecipes } from './useRecipes';
 import { useSelectionAdvice } from './useSelectionAdvice';
 
 function ConfigField({ f, value, error, onChange }: { f: FieldSpec; value: string; error?: string; onChange: (v: string) => void }) {
@@ -13,9 +14,10 @@ function ConfigField({ f, value, error, onChange }: { f: FieldSpec; value: strin
   return (
     <div className="field">
       <label htmlFor={id}>{f.label}</label>
-      {f.kind === 'choice' ? (
+      {f.choices ? (
         <select id={id} name={f.name} value={value} onChange={(e) => onChange(e.target.value)} aria-invalid={!!error}>
-          {f.choices!.map((c) => (
+          {(f.optional || !f.choices.includes(value)) && <option value="">{f.optional ? 'default' : ''}</option>}
+          {f.choices.map((c) => (
             <option key={c}>{c}</option>
           ))}
         </select>
@@ -47,10 +49,11 @@ const stamp = () => new Date().toISOString().slice(5, 16).replace('T', '-').repl
 export function CreateTrainingPage() {
   const navigate = useNavigate();
   const fleet = useFleet(5000);
-  const [recipe, setRecipe] = useState(RECIPES[0].name);
-  const spec = recipeSpec(recipe);
-  const [values, setValues] = useState<Record<string, string>>(() => defaults(spec));
-  const [name, setName] = useState(() => `${RECIPES[0].name}-${stamp()}`);
+  const recipes = useRecipes();
+  const [recipe, setRecipe] = useState<string | null>(null);
+  const spec = recipes.specs.find((r) => r.name === recipe) ?? null;
+  const [values, setValues] = useState<Record<string, string>>({});
+  const [name, setName] = useState('');
   const [count, setCount] = useState(1);
   const [selection, setSelection] = useState<Selection>({ host: null, indexes: [] });
   const [touched, setTouched] = useState(false);
@@ -58,9 +61,9 @@ export function CreateTrainingPage() {
   const [submitError, setSubmitError] = useState<string | null>(null);
   const [submitting, setSubmitting] = useState(false);
 
-  const { config, errors } = useMemo(() => toConfig(spec, values), [spec, values]);
-  const ok = Object.keys(errors).length === 0;
-  const advice = useSelectionAdvice(recipe, ok ? config : null, count, selection);
+  const { config, errors } = useMemo(() => (spec ? toConfig(spec, values) : { config: {}, errors: {} }), [spec, values]);
+  const ok = spec !== null && Object.keys(errors).length === 0;
+  const advice = useSelectionAdvice(recipe ?? '', ok ? config : null, count, selection);
   const top = advice.candidates[0] ?? null;
 
   // Preselect the recommended set until the person picks GPUs themselves.
@@ -68,12 +71,20 @@ export function CreateTrainingPage() {
     if (!touched && top) setSelection({ host: top.host, indexes: [...top.gpu_indexes] });
   }, [touched, top]);
 
-  const changeRecipe = (r: string) => {
+  /** `first`: the server's recipes just arrived; a name typed meanwhile stays. */
+  const changeRecipe = (r: string, first = false) => {
+    const next = recipes.specs.find((x) => x.name === r);
+    if (!next) return;
     setRecipe(r);
-    setValues(defaults(recipeSpec(r)));
-    setName(`${r}-${stamp()}`);
+    setValues(defaults(next));
+    setName((old) => (first && old.trim() ? old : `${r}-${stamp()}`));
     setServerErrors({});
   };
+  // The first recipe the server lists, once it has answered.
+  const firstRecipe = recipes.specs[0]?.name ?? null;
+  useEffect(() => {
+    if (recipe === null && firstRecipe !== null) changeRecipe(firstRecipe, true);
+  }, [recipe, firstRecipe]);
   const setField = (k: string, v: string) => {
     setValues((old) => ({ ...old, [k]: v }));
     setServerErrors(({ [k]: _drop, ...rest }) => rest);
@@ -81,7 +92,7 @@ export function CreateTrainingPage() {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    if (!ok || submitting) return;
+    if (!ok || submitting || recipe === null) return;
     setSubmitting(true);
     setSubmitError(null);
     try {
@@ -105,6 +116,10 @@ export function CreateTrainingPage() {
     }
   };
 
+  const configField = (f: FieldSpec) => (
+    <ConfigField key={f.name} f={f} value={values[f.name] ?? ''} error={errors[f.name] ?? serverErrors[f.name]} onChange={(v) => setField(f.name, v)} />
+  );
+  const more = spec?.fields.filter((f) => f.more) ?? [];
   const selErr = serverErrors.gpu_ids ?? serverErrors.host ?? serverErrors.world_size;
   return (
     <div className="page">
@@ -122,24 +137,38 @@ export function CreateTrainingPage() {
             </div>
             <div className="field">
               <label htmlFor="t-recipe">Recipe</label>
-              <select id="t-recipe" value={recipe} onChange={(e) => changeRecipe(e.target.value)}>
-                {RECIPES.map((r) => (
+              <select id="t-recipe" value={recipe ?? ''} onChange={(e) => changeRecipe(e.target.value)} disabled={!spec}>
+                {recipes.specs.map((r) => (
                   <option key={r.name} value={r.name}>
                     {r.name}
                   </option>
                 ))}
               </select>
-              <span className="field-help">{spec.description}</span>
+              {spec && <span className="field-help">{spec.description}</span>}
             </div>
           </div>
         </div>
         <div className="panel">
           <h3>Config</h3>
-          <div className="form-grid">
-            {spec.fields.map((f) => (
-              <ConfigField key={f.name} f={f} value={values[f.name] ?? ''} error={errors[f.name] ?? serverErrors[f.name]} onChange={(v) => setField(f.name, v)} />
-            ))}
-          </div>
+          {recipes.error && !spec && (
+            <div className="banner-error" role="alert">
+              Could not load the recipes: {recipes.error.message}
+            </div>
+          )}
+          {!spec && !recipes.error && <p className="muted">{recipes.loading ? 'Loading recipes…' : 'The server has no recipes installed.'}</p>}
+          {spec && (
+            <>
+              <div className="form-grid">
+                {spec.fields.filter((f) => !f.more).map((f) => configField(f))}
+              </div>
+              {more.length > 0 && (
+                <details className="more-fields" open={more.some((f) => errors[f.name] ?? serverErrors[f.name]) || undefined}>
+                  <summary>More fields ({more.length})</summary>
+                  <div className="form-grid">{more.map((f) => configField(f))}</div>
+                </details>
+              )}
+            </>
+          )}
         </div>
         <div className="panel">
           <h3>GPUs</h3>

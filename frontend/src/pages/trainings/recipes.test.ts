@@ -1,9 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { mergeEvents, mergeMetrics, MAX_METRICS } from './useTraining';
 import { stragglers } from './TrainingCharts';
-import { defaults, recipeSpec, toConfig } from './recipes';
+import { defaults, recipeSpecs, specFor, toConfig, type RecipeSpec } from './recipes';
 import { appendLog, MAX_LOG_CHARS } from './TrainingLog';
-import { event, metric } from '../../test/factories';
+import { event, metric, recipe, recipeField, recipes } from '../../test/factories';
+
+const recipeSpec = (name: string): RecipeSpec => recipeSpecs(recipes().data).find((r) => r.name === name)!;
 
 describe('toConfig', () => {
   it('turns the defaults into a typed config, leaving empty optional fields to the server', () => {
@@ -19,6 +21,38 @@ describe('toConfig', () => {
     const spec = recipeSpec('sae');
     const { errors } = toConfig(spec, { ...defaults(spec), max_steps: '1.5', lr: '0', d_in: '', precision: 'fp64' });
     expect(errors).toEqual({ max_steps: 'a whole number', lr: 'must be greater than 0', d_in: 'required', precision: 'one of fp32, bf16, fp16' });
+  });
+});
+
+describe('recipe specs from the server', () => {
+  it('puts the built-ins first and overlays labels on the fields it knows', () => {
+    const specs = recipeSpecs(recipes(recipe('aaa', [])).data);
+    expect(specs.map((r) => r.name)).toEqual(['sae', 'mlp', 'aaa']);
+    const sae = specs[0];
+    expect(sae.description).toBe('the sae recipe');
+    expect(sae.fields.slice(0, 5).map((f) => f.label)).toEqual(['Input width (d_in)', 'Latents', 'Variant', 'k (TopK)', 'L1 weight (ReLU)']);
+    expect(sae.fields.find((f) => f.name === 'variant')).toMatchObject({ kind: 'choice', default: 'topk', choices: ['relu', 'topk'] });
+    // A field the overlay does not know renders from what the server says, under "More fields".
+    expect(sae.fields.find((f) => f.name === 'dead_steps')).toEqual({ name: 'dead_steps', label: 'dead_steps', kind: 'int', default: '100', more: true });
+    expect(sae.fields.find((f) => f.name === 'max_steps')).toMatchObject({ label: 'Steps', default: '200', min: 1 });
+  });
+
+  it('shows every field of a recipe it does not know, its own ones up front', () => {
+    const spec = specFor(recipe('toy', [
+      recipeField('width', 'int', 3, { help: 'how wide' }),
+      recipeField('loud', 'bool', false),
+      recipeField('tags', 'int-list', [1, 2]),
+      recipeField('shape', 'choice', null, { choices: ['round', 'square'], optional: true }),
+    ]));
+    expect(spec.fields.every((f) => !f.more)).toBe(true);
+    expect(spec.fields.map((f) => f.name).slice(0, 4)).toEqual(['weight_decay', 'grad_clip', 'width', 'loud']);
+    expect(spec.fields.find((f) => f.name === 'width')).toMatchObject({ label: 'width', help: 'how wide', default: '3' });
+    expect(spec.fields.find((f) => f.name === 'loud')).toMatchObject({ kind: 'bool', default: 'false', choices: ['true', 'false'] });
+    const { config, errors } = toConfig(spec, { ...defaults(spec), loud: 'true' });
+    expect(errors).toEqual({});
+    expect(config).toMatchObject({ width: 3, loud: true, tags: [1, 2], max_steps: 200 });
+    expect('shape' in config).toBe(false);
+    expect(toConfig(spec, { ...defaults(spec), loud: 'maybe' }).errors).toEqual({ loud: 'true or false' });
   });
 });
 
