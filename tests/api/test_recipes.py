@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -85,7 +86,7 @@ class _EntryPoint:
 
 
 @pytest.fixture
-def toy_installed(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def toy_installed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     installed = registry._discover()
     extra = {"toy": _EntryPoint("toy", TOY), "broken": _EntryPoint("broken", ImportError("no such module"))}
     monkeypatch.setattr(registry, "_discover", lambda: {**installed, **extra})
