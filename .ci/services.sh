@@ -9,6 +9,12 @@ dir=${2:-/tmp/gpufleet-services}
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 pg_port=${GPUFLEET_PG_PORT:-55432}
 redis_port=${GPUFLEET_REDIS_PORT:-56379}
+# A restart of the same directory (tests stop and start PostgreSQL) keeps the
+# ports it was first started with, whatever the caller's environment says.
+if [ -f "$dir/ports" ]; then
+  # shellcheck disable=SC1091
+  . "$dir/ports"
+fi
 as_pg() {
   # PostgreSQL refuses to run as root; use the postgres account when we are root.
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -17,6 +23,7 @@ case "$cmd" in
 start)
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
+  [ -f "$dir/ports" ] || printf 'pg_port=%s\nredis_port=%s\n' "$pg_port" "$redis_port" >"$dir/ports"
   if [ ! -f "$dir/pg/PG_VERSION" ]; then
     as_pg "$pg_bin/initdb" -D "$dir/pg" -U postgres -A trust >"$dir/initdb.log" 2>&1
   fi

@@ -179,7 +179,9 @@ def doomed_server(dashboard_built: Path, tmp_path: Path) -> Iterator[Server]:
         yield srv
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running
+# in the main thread while it is open, and later suites call asyncio.run().
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     _need(CHROMIUM.exists(), f"{CHROMIUM} is missing: apt-get install -y chromium")
     try:
