@@ -18,15 +18,13 @@ import argparse
 import os
 import statistics
 import time
-import uuid
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
-from gpufleet.config import load_settings
+from _scratch_db import scratch_settings
 from gpufleet.db.models import Host
-from gpufleet.db.session import get_engine, session_scope, upgrade_database
+from gpufleet.db.session import get_engine, session_scope
 from gpufleet.telemetry import retention
 from gpufleet.telemetry.history import HistoryQuery, query_history
 from gpufleet.telemetry.storage import copy_rows, uuid7
@@ -50,15 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.url:
         raise SystemExit("set GPUFLEET_TEST_DATABASE_URL or pass --url (a PostgreSQL server)")
-    url = make_url(args.url)
-    name = f"gpufleet_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        settings = load_settings(database_url=url.set(database=name).render_as_string(hide_password=False),
-                                 data_dir="/tmp/gpufleet-bench")
-        upgrade_database(settings)
+    with scratch_settings(args.url) as settings:
         engine = get_engine(settings.effective_database_url)
         end = datetime.now(timezone.utc).replace(second=0, microsecond=0)
         start = end - timedelta(seconds=SECONDS)
@@ -125,11 +115,6 @@ def main() -> None:
               f"({len(h_out.content) / 1024:.0f} KiB of JSON)")
         print(f"speed-up vs baseline: raw {b_med / r_med:.1f}x, auto {b_med / a_med:.1f}x")
         print(f"goal < 100 ms: {'met' if a_med < 0.1 else 'NOT met'} (auto, median)")
-    finally:
-        get_engine.cache_clear()
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -19,11 +19,10 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
-from gpufleet.config import load_settings
-from gpufleet.db.session import get_engine, upgrade_database
+from _scratch_db import scratch_settings
+from gpufleet.db.session import get_engine
 from gpufleet.telemetry.retention import ensure_partitions
 from gpufleet.telemetry.sample import GPUSample
 from gpufleet.telemetry.storage import MetricsWriter, copy_rows, sample_to_row
@@ -48,15 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     if not args.url:
         raise SystemExit("set GPUFLEET_TEST_DATABASE_URL or pass --url (a PostgreSQL server)")
-    url = make_url(args.url)
-    name = f"gpufleet_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        db_url = url.set(database=name).render_as_string(hide_password=False)
-        settings = load_settings(database_url=db_url, data_dir="/tmp/gpufleet-bench")
-        upgrade_database(settings)
+    with scratch_settings(args.url) as settings:
         engine = get_engine(settings.effective_database_url)
         start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
         ensure_partitions(engine, today=start.date(), days_ahead=(args.rows // 8) // 86400 + 1)
@@ -91,11 +82,6 @@ def main() -> None:
         print(f"storage path:          {path_rate:>10,.0f} rows/s")
         print(f"ratio path/COPY:       {path_rate / copy_rate:.2f} best, {1 / med:.2f} median  (goal >= 0.5)")
         print(f"goal >= 50,000 rows/s: {'met' if path_rate >= 50_000 else 'NOT met'}")
-    finally:
-        get_engine.cache_clear()
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":
