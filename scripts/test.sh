@@ -12,7 +12,8 @@ GPUFLEET_EXTRAS=test bash scripts/install.sh
 if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
   services_dir=$(mktemp -d /tmp/gpufleet-services.XXXXXX)
   eval "$(bash .ci/services.sh start "$services_dir")"
-  trap 'bash .ci/services.sh stop "$services_dir"' EXIT
+  # Stop the servers and remove their data (tens of MB per run).
+  trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT
 fi
 
 status=0

@@ -61,8 +61,45 @@ def test_bad_requests_say_what_to_fix_and_write_nothing(fleet_settings, client_f
     r = c.post("/api/v1/trainings", json=body)
     assert r.status_code == status, r.text
     for w in words:
-        assert w in r.json()["detail"], r.json()
+        assert w in _detail(r), r.json()
     assert _counts(fleet_settings) == before
+
+
+def _detail(r) -> str:
+    """The 422's words: a string, or FastAPI-shaped items (one per wrong field) joined."""
+    detail = r.json()["detail"]
+    if isinstance(detail, list):
+        return "; ".join(".".join(map(str, d["loc"])) + ": " + d["msg"] for d in detail)
+    return detail
+
+
+def test_every_config_problem_comes_in_one_422(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    before = _counts(fleet_settings)
+    r = c.post("/api/v1/trainings", json={"name": "bad", "recipe": "sae",
+                                          "config": {"d_in": "abc", "lr": -1, "max_stepz": 3}})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert sorted(tuple(d["loc"]) for d in detail) == [
+        ("body", "config", "d_in"), ("body", "config", "lr"), ("body", "config", "max_stepz")]
+    assert all(d["msg"] for d in detail)
+    assert _counts(fleet_settings) == before
+
+
+def test_a_world_size_no_host_has_is_refused_naming_the_fleet(fleet_settings, client_for):
+    register(fleet_settings)  # one host with 2 simulated GPUs
+    c = client_for(fleet_settings)
+    before = _counts(fleet_settings)
+    r = c.post("/api/v1/trainings", json={"name": "big", "recipe": "sae", "config": TINY_SAE, "world_size": 8})
+    assert r.status_code == 422, r.text
+    assert "world_size 8" in r.json()["detail"] and f"{fleet_settings.host_name} has 2" in r.json()["detail"]
+    r = c.post("/api/v1/trainings", json={"name": "big", "recipe": "sae", "config": TINY_SAE, "world_size": 4,
+                                          "host": fleet_settings.host_name})
+    assert r.status_code == 422 and "which has 2" in r.json()["detail"], r.text
+    assert _counts(fleet_settings) == before
+    r = c.post("/api/v1/trainings", json={"name": "fits", "recipe": "sae", "config": TINY_SAE, "world_size": 2})
+    assert r.status_code == 201, r.text
 
 
 def test_batch_is_all_or_nothing(fleet_settings, client_for):
@@ -72,7 +109,7 @@ def test_batch_is_all_or_nothing(fleet_settings, client_for):
     items = [{"name": f"m{i}", "recipe": "mlp", "config": {"max_steps": 2}} for i in range(5)]
     items[3]["config"] = {"max_steps": 0}
     r = c.post("/api/v1/trainings/batch", json={"items": items, "strategy": "round_robin"})
-    assert r.status_code == 422 and "item 3" in r.json()["detail"] and "max_steps" in r.json()["detail"]
+    assert r.status_code == 422 and "item 3" in _detail(r) and "items.3.config.max_steps" in _detail(r)
     assert _counts(fleet_settings) == before
     r = c.post("/api/v1/trainings/batch", json={"items": items[:3], "strategy": "spread"})
     assert r.status_code == 422

@@ -131,9 +131,14 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
     assert [e["kind"] for e in _events(c, tid)].count("cancel") == 1
-    # A queued training (it needs more GPUs than the host has) leaves the queue at once.
+    # A queued training (one of the host's two GPUs is drained) leaves the queue at once.
+    from gpufleet.db.session import write_session
+    from gpufleet.scheduling.drain import set_drained
+
+    with write_session(fleet_settings) as sess:
+        set_drained(sess, fleet_settings.host_name, [1], True, "kept back by the test")
     w = c.post("/api/v1/trainings", json={"name": "waits", "recipe": "sae", "config": TINY_SAE,
-                                          "world_size": 4, "host": fleet_settings.host_name}).json()
+                                          "world_size": 2, "host": fleet_settings.host_name}).json()
     wait_for(lambda: _get(c, w["id"])["wait_reason"], 10, "a wait reason")
-    assert "needs 4 free GPU(s)" in _get(c, w["id"])["wait_reason"]
+    assert "needs 2 free GPU(s)" in _get(c, w["id"])["wait_reason"]
     assert c.post(f"/api/v1/trainings/{w['id']}/cancel").json()["status"] == "cancelled"

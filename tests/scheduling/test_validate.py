@@ -51,3 +51,18 @@ def test_host_must_be_named_in_a_fleet_of_several() -> None:
     assert not v.ok and "name the host" in v.problems[0].message
     v = validate_selection(fleet(host("a", 2)), [0], host="zz")
     assert "host 'zz' is not in the fleet; known hosts: a" in v.problems[0].message
+
+
+def test_world_size_never_fits_names_what_the_fleet_has():
+    from gpufleet.scheduling.validate import world_size_never_fits
+
+    fleet = {"gpu-a": 4, "gpu-b": 2}
+    why = world_size_never_fits(8, fleet)
+    assert why is not None and "gpu-a has 4" in why and "gpu-b has 2" in why and "at most 4" in why
+    assert world_size_never_fits(4, fleet) is None
+    why = world_size_never_fits(3, fleet, host="gpu-b")
+    assert why is not None and "host gpu-b, which has 2" in why
+    assert world_size_never_fits(2, fleet, host="gpu-b") is None
+    # Nothing registered yet, or an unknown host (reported elsewhere): nothing to refuse on.
+    assert world_size_never_fits(8, {}) is None
+    assert world_size_never_fits(8, fleet, host="gpu-z") is None

@@ -55,6 +55,24 @@ def test_resolve_config_coerces_strings_and_names_bad_fields():
         mlp.resolve_config({"task": "classification", "out_features": 1})
 
 
+def test_every_config_problem_is_reported_at_once():
+    sae = get_recipe("sae")
+    with pytest.raises(ConfigError) as exc:
+        sae.resolve_config({"d_in": "abc", "lr": -1, "bogus": 1, "precision": "fp8", "k": 10**6})
+    fields = [f for f, _ in exc.value.problems]
+    assert sorted(fields) == ["bogus", "d_in", "k", "lr", "precision"], exc.value.problems
+    for name in fields:
+        assert name in str(exc.value)
+    # A field that could not be read is not blamed a second time by validation.
+    with pytest.raises(ConfigError) as exc:
+        sae.resolve_config({"max_steps": "many", "warmup_steps": 5})
+    assert [f for f, _ in exc.value.problems] == ["max_steps"]
+    mlp = get_recipe("mlp")
+    with pytest.raises(ConfigError) as exc:
+        mlp.resolve_config({"in_features": 0, "hidden": [8, 0], "synthetic_noise": -1, "log_every": 0})
+    assert sorted(f for f, _ in exc.value.problems) == ["hidden", "in_features", "log_every", "synthetic_noise"]
+
+
 def test_batch_layout_keeps_the_global_batch():
     sae = get_recipe("sae")
     cfg = sae.resolve_config({"global_batch_size": 256})

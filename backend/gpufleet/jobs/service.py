@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
@@ -24,11 +24,17 @@ log = logging.getLogger(__name__)
 
 
 class TrainingRequestError(ValueError):
-    """A training request cannot be accepted; ``field`` names the culprit."""
+    """A training request cannot be accepted; ``field`` names the culprit.
 
-    def __init__(self, field: str | None, message: str, status: int = 422):
+    ``problems`` holds ``(field path, message)`` pairs when there are several
+    at once (every wrong config field), so the API can list each one.
+    """
+
+    def __init__(self, field: str | None, message: str, status: int = 422,
+                 problems: list[tuple[str, str]] | None = None):
         self.field = field
         self.status = status
+        self.problems = list(problems or [])
         super().__init__(message)
 
 
@@ -106,8 +112,8 @@ def _resolve_config(settings: Settings, req: TrainingRequest, world_size: int) -
         if cfg.data_path is not None:
             resolve_data_path(settings.data_root, cfg.data_path)
     except ConfigError as exc:
-        where = f"config.{exc.field}" if exc.field else "config"
-        raise TrainingRequestError(where, str(exc)) from None
+        problems = [(f"config.{f}" if f else "config", m) for f, m in exc.problems]
+        raise TrainingRequestError(problems[0][0], str(exc), problems=problems) from None
     return cfg.to_dict()
 
 
@@ -140,6 +146,18 @@ def _check_gpus(sess: Session, host: Host, gpu_ids: list[int]) -> None:
             )
 
 
+def _check_world_size(sess: Session, count: int, host: str | None) -> None:
+    """Refuse a world size no host can hold, instead of letting it wait forever."""
+    from gpufleet.scheduling.validate import world_size_never_fits
+
+    per_host = dict(sess.execute(
+        select(Host.name, func.count(GPU.id)).join(GPU, GPU.host_id == Host.id).group_by(Host.name)
+    ).all())
+    why = world_size_never_fits(count, per_host, host)
+    if why:
+        raise TrainingRequestError("world_size", why)
+
+
 def prepare(sess: Session, settings: Settings, req: TrainingRequest, owner: str) -> Training:
     """Validate ``req`` against the recipe and the fleet and build the row (not added)."""
     count = req.count
@@ -153,6 +171,8 @@ def prepare(sess: Session, settings: Settings, req: TrainingRequest, owner: str)
     host = _resolve_host(sess, req)
     if req.gpu_ids and host is not None:
         _check_gpus(sess, host, req.gpu_ids)
+    if not req.gpu_ids and count > 1:
+        _check_world_size(sess, count, req.host)
     return Training(
         id=uuid.uuid4(),
         name=req.name.strip(),
@@ -201,7 +221,8 @@ def create_trainings(
         except TrainingRequestError as exc:
             if len(reqs) > 1:
                 raise TrainingRequestError(
-                    f"items[{i}].{exc.field}" if exc.field else f"items[{i}]", f"item {i}: {exc}"
+                    f"items[{i}].{exc.field}" if exc.field else f"items[{i}]", f"item {i}: {exc}",
+                    problems=[(f"items.{i}.{f}", f"item {i}: {m}") for f, m in exc.problems],
                 ) from None
             raise
     for row in rows:

@@ -7,7 +7,7 @@ not one problem per attempt, so nothing here stops at the first problem.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -171,3 +171,26 @@ def validate_selection(
         weights=weights,
         gpus=tuple(chosen),
     )
+
+
+def world_size_never_fits(world_size: int, gpus_per_host: Mapping[str, int], host: str | None = None) -> str | None:
+    """Why ``world_size`` ranks (one GPU each, on one host) can never be placed, or None.
+
+    ``gpus_per_host`` counts every registered GPU, drained and lost ones too:
+    those may come back, a GPU the host does not have will not. With no host
+    registered yet nothing is known, so nothing is refused.
+    """
+    if not gpus_per_host:
+        return None
+    fleet = ", ".join(f"{name} has {n}" for name, n in sorted(gpus_per_host.items()))
+    if host is not None:
+        have = gpus_per_host.get(host)
+        if have is None or world_size <= have:
+            return None
+        return (f"world_size {world_size} needs {world_size} GPUs on host {host}, which has {have}; "
+                f"ask for at most {have}")
+    largest = max(gpus_per_host.values())
+    if world_size <= largest:
+        return None
+    return (f"world_size {world_size} needs {world_size} GPUs on one host and can never run here: "
+            f"{fleet} GPU(s); ask for at most {largest}")

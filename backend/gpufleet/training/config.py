@@ -4,8 +4,9 @@ Torch-free on purpose: the API validates a training request with these classes
 before anything is written, and the web app must not import torch.
 
 A recipe config is a dataclass that subclasses :class:`TrainConfig`. It
-validates itself in ``__post_init__`` and raises :class:`ConfigError` naming
-the field, which the API turns into a 422 and the CLI into a clear message.
+validates itself in ``__post_init__``: ``check`` adds every problem to a
+:class:`Problems` list, and one :class:`ConfigError` names them all, which the
+API turns into a 422 listing each field and the CLI into a clear message.
 """
 
 from __future__ import annotations
@@ -27,11 +28,54 @@ FSDP_SHARDING = ("full_shard", "shard_grad_op")
 
 
 class ConfigError(ValueError):
-    """A training config value is wrong; ``field`` names it."""
+    """One or more training config values are wrong.
 
-    def __init__(self, field: str | None, message: str):
-        self.field = field
-        super().__init__(f"{field}: {message}" if field else message)
+    ``problems`` lists every ``(field, message)`` found (``field`` is None for
+    a problem with no single field); ``field`` is the first one's field.
+    """
+
+    def __init__(self, field: str | None, message: str,
+                 problems: list[tuple[str | None, str]] | None = None):
+        self.problems = list(problems) if problems else [(field, message)]
+        self.field = self.problems[0][0]
+        super().__init__(_describe(self.problems))
+
+    @classmethod
+    def of(cls, problems: list[tuple[str | None, str]]) -> ConfigError:
+        field, message = problems[0]
+        return cls(field, message, problems)
+
+
+def _describe(problems: list[tuple[str | None, str]]) -> str:
+    return "; ".join(f"{field}: {message}" if field else message for field, message in problems)
+
+
+class Problems:
+    """Collects every problem of a config, so a person learns them all at once."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str | None, str]] = []
+
+    def add(self, field: str | None, message: str) -> None:
+        self.items.append((field, message))
+
+    def extend(self, exc: ConfigError) -> None:
+        self.items.extend(exc.problems)
+
+    def positive(self, cfg: Any, *names: str) -> None:
+        for name in names:
+            value = getattr(cfg, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                self.add(name, f"must be an integer >= 1, got {value!r}")
+
+    def choice(self, cfg: Any, name: str, options: Iterable[str]) -> None:
+        value = getattr(cfg, name)
+        if value not in options:
+            self.add(name, f"must be one of {', '.join(options)}; got {value!r}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise ConfigError.of(self.items)
 
 
 @dataclass
@@ -62,31 +106,36 @@ class TrainConfig:
     data_path: str | None = None
 
     def __post_init__(self) -> None:
-        _positive(self, "max_steps", "global_batch_size", "grad_accum_steps",
-                  "checkpoint_every", "keep_checkpoints", "log_every")
+        problems = Problems()
+        self.check(problems)
+        problems.raise_if_any()
+
+    def check(self, p: Problems) -> None:
+        """Add every problem of this config to ``p``; recipes extend it."""
+        p.positive(self, "max_steps", "global_batch_size", "grad_accum_steps",
+                   "checkpoint_every", "keep_checkpoints", "log_every")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ConfigError("micro_batch_size", f"must be >= 1 or null, got {self.micro_batch_size}")
-        if self.global_batch_size % self.grad_accum_steps:
-            raise ConfigError(
-                "grad_accum_steps",
-                f"{self.grad_accum_steps} does not divide global_batch_size {self.global_batch_size}",
-            )
+            p.add("micro_batch_size", f"must be >= 1 or null, got {self.micro_batch_size}")
+        if (isinstance(self.grad_accum_steps, int) and self.grad_accum_steps >= 1
+                and self.global_batch_size % self.grad_accum_steps):
+            p.add("grad_accum_steps",
+                  f"{self.grad_accum_steps} does not divide global_batch_size {self.global_batch_size}")
         if not self.lr > 0:
-            raise ConfigError("lr", f"must be > 0, got {self.lr}")
+            p.add("lr", f"must be > 0, got {self.lr}")
         if self.weight_decay < 0:
-            raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}")
-        _choice(self, "precision", PRECISIONS)
-        _choice(self, "strategy", STRATEGIES)
-        _choice(self, "fsdp_sharding", FSDP_SHARDING)
-        _choice(self, "lr_schedule", LR_SCHEDULES)
+            p.add("weight_decay", f"must be >= 0, got {self.weight_decay}")
+        p.choice(self, "precision", PRECISIONS)
+        p.choice(self, "strategy", STRATEGIES)
+        p.choice(self, "fsdp_sharding", FSDP_SHARDING)
+        p.choice(self, "lr_schedule", LR_SCHEDULES)
         if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ConfigError("grad_clip", f"must be > 0 or null (no clipping), got {self.grad_clip}")
+            p.add("grad_clip", f"must be > 0 or null (no clipping), got {self.grad_clip}")
         if not self.ddp_bucket_mb > 0:
-            raise ConfigError("ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
+            p.add("ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
         if not 0 <= self.warmup_steps <= self.max_steps:
-            raise ConfigError("warmup_steps", f"must be between 0 and max_steps ({self.max_steps})")
+            p.add("warmup_steps", f"must be between 0 and max_steps ({self.max_steps}), got {self.warmup_steps}")
         if self.data_path is not None and not str(self.data_path).strip():
-            raise ConfigError("data_path", "must be a path under the data root, or null for synthetic data")
+            p.add("data_path", "must be a path under the data root, or null for synthetic data")
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
         """(micro_batch_size per rank, grad_accum_steps) for ``world_size`` ranks.
@@ -126,16 +175,16 @@ class TrainConfig:
 
 
 def _positive(cfg: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or value < 1:
-            raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
+    """Raise at the first of ``names`` that is not an integer >= 1 (for configs without ``check``)."""
+    p = Problems()
+    p.positive(cfg, *names)
+    p.raise_if_any()
 
 
 def _choice(cfg: Any, name: str, options: Iterable[str]) -> None:
-    value = getattr(cfg, name)
-    if value not in options:
-        raise ConfigError(name, f"must be one of {', '.join(options)}; got {value!r}")
+    p = Problems()
+    p.choice(cfg, name, options)
+    p.raise_if_any()
 
 
 C = TypeVar("C", bound=TrainConfig)
@@ -150,18 +199,30 @@ def resolve_config(config_cls: type[C], values: Mapping[str, Any] | None) -> C:
     values = dict(values or {})
     hints = typing.get_type_hints(config_cls)
     known = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(
-            unknown[0], f"unknown field; known fields are: {', '.join(sorted(known))}"
-        )
-    kwargs = {name: _coerce(name, value, hints[name]) for name, value in values.items()}
+    problems = Problems()
+    for name in sorted(set(values) - known):
+        problems.add(name, f"unknown field; known fields are: {', '.join(sorted(known))}")
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in known:
+            continue
+        try:
+            kwargs[name] = _coerce(name, value, hints[name])
+        except ConfigError as exc:
+            problems.extend(exc)
+    # Validate what could be read too, so every problem is reported at once;
+    # a field that could not be read is not blamed twice.
+    unread = {f for f, _ in problems.items}
     try:
-        return config_cls(**kwargs)
-    except ConfigError:
-        raise
+        cfg = config_cls(**kwargs)
+    except ConfigError as exc:
+        for field, message in exc.problems:
+            if field not in unread:
+                problems.add(field, message)
     except (TypeError, ValueError) as exc:  # a validator that raised a plain error
-        raise ConfigError(None, str(exc)) from None
+        problems.add(None, str(exc))
+    problems.raise_if_any()
+    return cfg
 
 
 def _coerce(name: str, value: Any, hint: Any) -> Any:

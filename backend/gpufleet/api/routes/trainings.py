@@ -47,6 +47,13 @@ router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 
 
 def _http(exc: service.TrainingRequestError) -> HTTPException:
+    if exc.problems:
+        # Every wrong field at once, shaped like FastAPI's own validation errors.
+        return HTTPException(exc.status, [
+            {"loc": ["body", *(int(p) if p.isdigit() else p for p in field.split("."))],
+             "msg": msg, "type": "value_error"}
+            for field, msg in exc.problems
+        ])
     return HTTPException(exc.status, str(exc))
 
 

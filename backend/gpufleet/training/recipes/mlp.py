@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from gpufleet.training.config import ConfigError, TrainConfig, _choice, _positive
+from gpufleet.training.config import Problems, TrainConfig
 from gpufleet.training.recipes import Recipe
 
 
@@ -28,17 +28,18 @@ class MLPConfig(TrainConfig):
     synthetic_samples: int = 8192
     synthetic_noise: float = 0.05
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _positive(self, "in_features", "out_features", "synthetic_samples")
-        _choice(self, "task", ("regression", "classification"))
-        _choice(self, "activation", ("relu", "gelu", "tanh"))
-        if any(not isinstance(h, int) or h < 1 for h in self.hidden):
-            raise ConfigError("hidden", f"must be a list of layer widths >= 1, got {self.hidden}")
-        if self.task == "classification" and self.out_features < 2:
-            raise ConfigError("out_features", "classification needs at least 2 classes")
+    def check(self, p: Problems) -> None:
+        super().check(p)
+        p.positive(self, "in_features", "out_features", "synthetic_samples")
+        p.choice(self, "task", ("regression", "classification"))
+        p.choice(self, "activation", ("relu", "gelu", "tanh"))
+        if not isinstance(self.hidden, list) or any(
+                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden):
+            p.add("hidden", f"must be a list of layer widths >= 1, got {self.hidden}")
+        if self.task == "classification" and isinstance(self.out_features, int) and self.out_features < 2:
+            p.add("out_features", "classification needs at least 2 classes")
         if self.synthetic_noise < 0:
-            raise ConfigError("synthetic_noise", "must be >= 0")
+            p.add("synthetic_noise", f"must be >= 0, got {self.synthetic_noise}")
 
 
 def _build_model(config: MLPConfig):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpufleet.training.config import ConfigError, TrainConfig, _choice, _positive
+from gpufleet.training.config import Problems, TrainConfig
 from gpufleet.training.recipes import Recipe
 
 
@@ -42,20 +42,21 @@ class SAEConfig(TrainConfig):
     synthetic_active: float = 4.0
     synthetic_noise: float = 0.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _positive(self, "d_in", "n_latents", "k", "aux_k", "dead_steps",
-                  "synthetic_features", "synthetic_samples")
-        _choice(self, "variant", ("relu", "topk"))
+    def check(self, p: Problems) -> None:
+        super().check(p)
+        p.positive(self, "d_in", "n_latents", "k", "aux_k", "dead_steps",
+                   "synthetic_features", "synthetic_samples")
+        p.choice(self, "variant", ("relu", "topk"))
         if self.k > self.n_latents:
-            raise ConfigError("k", f"must be <= n_latents ({self.n_latents}), got {self.k}")
+            p.add("k", f"must be <= n_latents ({self.n_latents}), got {self.k}")
         if self.aux_k > self.n_latents:
-            raise ConfigError("aux_k", f"must be <= n_latents ({self.n_latents}), got {self.aux_k}")
+            p.add("aux_k", f"must be <= n_latents ({self.n_latents}), got {self.aux_k}")
         for name in ("l1_coeff", "aux_coeff", "synthetic_noise"):
             if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
+                p.add(name, f"must be >= 0, got {getattr(self, name)}")
         if not 0 < self.synthetic_active <= self.synthetic_features:
-            raise ConfigError("synthetic_active", "must be > 0 and <= synthetic_features")
+            p.add("synthetic_active", f"must be > 0 and <= synthetic_features ({self.synthetic_features}), "
+                  f"got {self.synthetic_active}")
 
 
 def _build_model(config: SAEConfig):
