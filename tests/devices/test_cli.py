@@ -38,7 +38,7 @@ def test_gpus_table_mixed_fleet(cli):
     assert ["ID", "Vendor", "Model", "VRAM", "Free", "Backend", "UUID", "Status"] in rows
     assert rows_with(rows, "0")[:5] == ["0", "NVIDIA", "NVIDIA", "GeForce", "RTX"]
     assert "cuda:1" in r.output and "xpu:0" in r.output
-    assert "Intel(R) Arc(TM) A770 Graphics" in r.output and "16 GB" in r.output
+    assert "Intel(R) Arc(TM) A770 Graphics" in r.output and "16.0 GiB" in r.output
     assert "simulated: 2xRTX3090-24GB+1xA770-16GB" in r.output
     assert r.output.count("ok sim") == 3
     assert r.output.count("GPU-") == 2  # NVIDIA UUIDs
@@ -105,3 +105,15 @@ def test_gpus_accepts_sub_commands(cli):
         assert r.exit_code == 0 and r.output.strip() == "sub-command ran"  # no table before it
     finally:
         gpus_app.registered_commands[:] = [c for c in gpus_app.registered_commands if c.name != "hello"]
+
+
+def test_gpus_fits_80_columns_and_wide_shows_whole_uuids(cli):
+    r = cli("gpus", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80")
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80, r.output
+    assert "80.0 GiB" in r.output and "GPU-" not in r.output  # no UUID folded over four lines
+    assert "UUID hidden" in r.output and "--wide" in r.output
+    wide = cli("gpus", "--wide", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80")
+    uuids = json.loads(cli("gpus", "--json", GPUFLEET_SIMULATE="4xH100-80GB").output)["gpus"]
+    for g in uuids:
+        assert any(g["uuid"] in line for line in wide.output.splitlines()), wide.output

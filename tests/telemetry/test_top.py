@@ -40,6 +40,31 @@ def test_top_shows_bars_and_who_holds_each_gpu(tmp_path):
     assert "█" in out and "idle" in out
 
 
+def test_top_fits_80_columns_without_chopping_every_word(tmp_path):
+    s = load_settings(data_dir=tmp_path / "d")
+    upgrade_database(s)
+    tid = uuid.uuid4()
+    with session_scope(s) as sess:
+        sess.add(Training(id=tid, name="long-run-name", owner="lorenzo", recipe="sae", config={},
+                          status="running", step=27, max_steps=1000))
+    LOCAL.clear()
+    LOCAL.put_host("h1", _fleet(tid))
+    try:
+        with serve(build_app(s)) as addr:
+            narrow = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once"], env={"COLUMNS": "80"})
+            wide = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once", "--wide"],
+                                      env={"COLUMNS": "80"})
+    finally:
+        LOCAL.clear()
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.output.splitlines()
+    assert max(len(line) for line in lines) <= 80, narrow.output
+    # "held by" keeps the training's name and owner whole, on one line.
+    assert any("long-run-name (lorenzo)" in line for line in lines), narrow.output
+    assert "hidden to fit 80 columns" in narrow.output
+    assert "long-run-name (lorenzo) step 27/1000" in wide.output and "°C" in wide.output
+
+
 def test_top_says_what_to_fix_when_the_server_is_unreachable_or_the_options_are_wrong():
     runner = CliRunner()
     res = runner.invoke(app, ["top", "--server", "http://127.0.0.1:9", "--once"])

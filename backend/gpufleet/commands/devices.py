@@ -12,10 +12,10 @@ import json
 from typing import Annotated, NoReturn
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from gpufleet.commands.tables import Column, WideOpt, fmt_size, print_table
 from gpufleet.config import ConfigError, Settings, get_settings
 
 gpus_app = typer.Typer(
@@ -38,10 +38,6 @@ def _settings() -> Settings:
         _fail(str(exc))
 
 
-def _gib(n: int | None) -> str:
-    return f"{n / 2**30:.0f} GB" if n is not None else "?"
-
-
 def _no_gpus_line(settings: Settings) -> str:
     return (
         f"No GPUs found on {settings.host_name} (no NVIDIA driver, ROCm or XPU device). "
@@ -50,7 +46,7 @@ def _no_gpus_line(settings: Settings) -> str:
 
 
 @gpus_app.callback()
-def gpus(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """List this machine's GPUs: ID, vendor, model, memory, backend, UUID."""
     if ctx.invoked_subcommand is not None:
         return
@@ -73,32 +69,36 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     title = f"GPUs on {settings.host_name}"
     if settings.simulate:
         title += f" (simulated: {settings.simulate}, {settings.simulate_topology})"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    # Narrow terminals fold the UUID and wrap the model name; the short
-    # columns never wrap.
-    table.add_column("ID", no_wrap=True)
-    table.add_column("Vendor", no_wrap=True)
-    table.add_column("Model", min_width=10)
-    table.add_column("VRAM", no_wrap=True, justify="right")
-    table.add_column("Free", no_wrap=True, justify="right")
-    table.add_column("Backend", no_wrap=True)
-    table.add_column("UUID", overflow="fold", min_width=10)
-    table.add_column("Status")
+    rows = []
     for g in found:
         status = "ok" if g.healthy else f"[red]unhealthy: {g.error}[/]"
         if g.simulated:
             status += " sim"
-        table.add_row(
+        rows.append([
             str(g.index),
             {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(g.vendor, g.vendor),
             g.name or "?",
-            _gib(g.memory_total),
-            _gib(g.memory_free),
+            fmt_size(g.memory_total) if g.memory_total is not None else "?",
+            fmt_size(g.memory_free) if g.memory_free is not None else "?",
             g.label,
             g.uuid or "?",
-            status,
-        )
-    console.print(table)
+            Text.from_markup(status),
+        ])
+    print_table(console, GPU_COLUMNS, rows, wide=wide, title=title)
+
+
+# At 80 columns the UUID goes first, then the backend and vendor; the model
+# name is shortened last.
+GPU_COLUMNS = (
+    Column("ID", justify="right"),
+    Column("Vendor", drop=2),
+    Column("Model", drop=1, shorten=True, min_width=10),
+    Column("VRAM", justify="right"),
+    Column("Free", justify="right"),
+    Column("Backend", drop=3),
+    Column("UUID", drop=4, shorten=True, min_width=12),
+    Column("Status", shorten=True, min_width=8),
+)
 
 
 def topology(as_json: JsonOpt = False) -> None:

@@ -13,11 +13,12 @@ import time
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich import box
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
+from rich.measure import Measurement
 from rich.text import Text
+
+from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size
 
 BAR_WIDTH = 20
 GIB = 1024**3
@@ -49,7 +50,7 @@ def _holder(gpu: dict[str, Any], trainings: dict[str, dict[str, Any]]) -> Text:
             parts[-1] += Text(f" step {t.get('step', 0)}/{t['max_steps']}", style="cyan")
     for p in procs:
         if p.get("foreign"):
-            mem = f" {p['used_memory'] / GIB:.1f}G" if p.get("used_memory") else ""
+            mem = f" {fmt_size(p['used_memory'])}" if p.get("used_memory") else ""
             cmd = (p.get("command") or "?").split(" ")[0].rsplit("/", 1)[-1]
             parts.append(Text(f"{p['pid']} {p.get('user') or '?'} {cmd}{mem}", style="magenta"))
     if not parts:
@@ -62,8 +63,22 @@ def bar_width_for(columns: int) -> int:
     return max(5, min(BAR_WIDTH, (columns - 90) // 2))
 
 
-def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH) -> Group:
-    """The whole screen for one ``/metrics/live`` answer."""
+# At 80 columns temperature and power go first, then the model name is
+# shortened; "held by" keeps what fits of the training and its owner.
+TOP_COLUMNS = (
+    Column("GPU", justify="right"),
+    Column("name", drop=2, shorten=True, min_width=8),
+    Column("util"),
+    Column("memory"),
+    Column("temp", drop=3, justify="right"),
+    Column("power", drop=3, justify="right"),
+    Column("held by", shorten=True, min_width=24),
+)
+
+
+def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH, width: int = 10_000,
+           wide: bool = False) -> Group:
+    """The whole screen for one ``/metrics/live`` answer, fitted to ``width`` columns."""
     gpus = body.get("gpus", [])
     trainings = body.get("trainings", {})
     agg = body.get("aggregate", {})
@@ -73,23 +88,21 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH) -> Gro
         (f"gpufleet top — {server}", "bold"),
         f"   {agg.get('gpu_count', 0)} GPUs",
         f"   util {util:.0f}%" if util is not None else "   util –",
-        f"   memory {used / GIB:.1f}/{total / GIB:.1f} GiB",
+        f"   memory {fmt_size(used)} of {fmt_size(total)}",
         (f"   {agg['lost_count']} lost", "bold red") if agg.get("lost_count") else "",
     )
     hosts: dict[str, list[dict[str, Any]]] = {}
     for g in gpus:
         hosts.setdefault(g["host"], []).append(g)
-    tables = []
-    for host, rows in sorted(hosts.items()):
-        table = Table(title=host, title_justify="left", box=box.SIMPLE_HEAD, expand=True)
-        for col, kw in (("GPU", {"justify": "right"}), ("name", {}), ("util", {}), ("memory", {}),
-                        ("temp", {"justify": "right"}), ("power", {"justify": "right"}), ("held by", {})):
-            table.add_column(col, no_wrap=col != "held by", **kw)
-        for g in sorted(rows, key=lambda g: g["index"]):
+    tables: list[Any] = []
+    hidden: set[str] = set()
+    for host, gpu_rows in sorted(hosts.items()):
+        rows: list[list[str | Text]] = []
+        for g in sorted(gpu_rows, key=lambda g: g["index"]):
             name = (g.get("name") or "?").removeprefix("NVIDIA ")
             if g.get("lost"):
-                table.add_row(str(g["index"]), name, Text("LOST", style="bold red"), Text(g.get("error") or ""),
-                              "", "", "")
+                rows.append([str(g["index"]), name, Text("LOST", style="bold red"), Text(g.get("error") or ""),
+                             "", "", ""])
                 continue
             u = g.get("utilization")
             mu, mt = g.get("memory_used"), g.get("memory_total")
@@ -97,15 +110,20 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH) -> Gro
             temp = g.get("temperature")
             pw, pl = g.get("power_draw"), g.get("power_limit")
             power = "–" if pw is None else f"{pw:.0f}W" + (f"/{pl:.0f}W" if pl else "")
-            table.add_row(
+            rows.append([
                 str(g["index"]), name,
                 bar(None if u is None else u / 100, bar_width) + Text(f" {u:3.0f}%" if u is not None else "    –"),
-                bar(mem_frac, bar_width) + Text(f" {mu / GIB:5.1f}/{mt / GIB:.0f}G" if mem_frac is not None else "  –"),
+                bar(mem_frac, bar_width) + Text(f" {mu / GIB:4.1f}/{mt / GIB:.0f} GiB" if mem_frac is not None else "  –"),
                 "–" if temp is None else f"{temp:.0f}°C", power, _holder(g, trainings),
-            )
-        tables.append(table)
+            ])
+        fitted = fit_table(TOP_COLUMNS, rows, width, wide=wide, title=host)
+        hidden.update(fitted.hidden)
+        tables.append(fitted.table)
     if not tables:
         tables.append(Text("no GPUs reported yet (is an agent running?)", style="dim"))
+    if hidden:
+        tables.append(Text(f"({', '.join(c for c in (c.header for c in TOP_COLUMNS) if c in hidden)} "
+                           f"hidden to fit {width} columns; --wide shows all)", style="dim"))
     return Group(head, *tables)
 
 
@@ -131,6 +149,7 @@ def top(
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
     token: Annotated[str | None, typer.Option(help="API token (default: GPUFLEET_TOKEN)")] = None,
+    wide: WideOpt = False,
 ) -> None:
     """Watch a server's GPUs live: utilization, memory, temperature, power and who holds each."""
     if not 0.1 <= interval <= 3600:
@@ -149,12 +168,17 @@ def top(
     console = Console()
 
     def frame() -> Group:
-        return render(fetch(server, token), server, bar_width_for(console.width))
+        return render(fetch(server, token), server, bar_width_for(console.width), console.width, wide)
 
+    first = frame()
+    if wide:
+        # Every column, wider than the terminal if need be: it scrolls instead of folding cells.
+        need = Measurement.get(console, console.options.update(max_width=10_000), first).maximum
+        console = Console(width=max(console.width, need))
     if once:
-        console.print(frame())
+        console.print(first)
         return
-    with Live(frame(), console=console, screen=False, refresh_per_second=4) as live:
+    with Live(first, console=console, screen=False, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(interval)

@@ -19,8 +19,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
+from rich.text import Text
 
+from gpufleet.commands.tables import fmt_loss, fmt_size
 from gpufleet.training import exitcodes
 from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
 from gpufleet.training.progress import follow_progress
@@ -155,28 +156,38 @@ def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[
                 proc.send_signal(signal.SIGTERM if interrupts == 1 else signal.SIGKILL)
 
 
-def _summary(records: list[dict[str, Any]], code: int, spec: LaunchSpec) -> None:
+def summary_lines(records: list[dict[str, Any]], code: int, spec: LaunchSpec) -> list[tuple[str, str]]:
+    """The end-of-run summary as (label, value) lines; losses to 4 significant digits."""
     last = {r["type"]: r for r in records}
-    table = Table(title=f"training {spec.recipe} on {', '.join(spec.devices)}", show_header=False)
-    table.add_row("status", f"{exitcodes.describe(code)} (exit {code})")
+    lines = [("status", f"{exitcodes.describe(code)} (exit {code})")]
     if "step" in last:
         s = last["step"]
-        table.add_row("steps", str(s["step"]))
-        table.add_row("loss", f"{s['loss']:.6g}" if s["loss"] is not None else "n/a")
+        lines.append(("steps", str(s["step"])))
+        lines.append(("loss", fmt_loss(s["loss"])))
         for name, value in s.get("parts", {}).items():
-            table.add_row(f"  {name}", f"{value:.6g}" if value is not None else "n/a")
+            lines.append((f"  {name}", fmt_loss(value)))
         if s.get("samples_per_s"):
-            table.add_row("samples/s", f"{s['samples_per_s']:,.0f}")
+            lines.append(("samples/s", f"{s['samples_per_s']:,.0f}"))
     if "eval" in last:
         for name, value in last["eval"]["metrics"].items():
-            table.add_row(name, f"{value:.4g}")
+            lines.append((name, fmt_loss(value)))
     if "peak_memory" in last:
-        table.add_row("peak memory", ", ".join(f"{b / 2**20:,.0f} MiB" for b in last["peak_memory"]["per_rank"]))
+        lines.append(("peak memory", ", ".join(fmt_size(b) for b in last["peak_memory"]["per_rank"])))
     if "checkpoint" in last:
-        table.add_row("checkpoint", last["checkpoint"]["path"])
+        lines.append(("checkpoint", last["checkpoint"]["path"]))
     if "error" in last:
         e = last["error"]
-        table.add_row("error", f"rank {e.get('rank')}: {e.get('message')}" if e.get("rank") is not None
-                      else str(e.get("message")))
-    table.add_row("progress log", spec.progress_file)
-    Console().print(table)
+        lines.append(("error", f"rank {e.get('rank')}: {e.get('message')}" if e.get("rank") is not None
+                      else str(e.get("message"))))
+    lines.append(("progress log", spec.progress_file))
+    return lines
+
+
+def _summary(records: list[dict[str, Any]], code: int, spec: LaunchSpec, out: Console | None = None) -> None:
+    out = out or Console()
+    out.print(Text(f"training {spec.recipe} on {', '.join(spec.devices)}", style="bold"))
+    lines = summary_lines(records, code, spec)
+    pad = max(len(k) for k, _ in lines)
+    for k, v in lines:
+        # Not a table: a table cuts long values with "…", and a cut path cannot be pasted.
+        out.print(Text.assemble((f"{k:<{pad}}", "bold"), "  ", v), soft_wrap=True, highlight=False)

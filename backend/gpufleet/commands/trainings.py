@@ -14,8 +14,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+
+from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, print_table
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 FINAL = ("succeeded", "failed", "cancelled")
@@ -81,6 +83,7 @@ def ls(
     status: Annotated[list[str] | None, typer.Option("--status", help="repeatable: queued, running, ...")] = None,
     owner: Annotated[str | None, typer.Option("--owner")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 50,
+    wide: WideOpt = False,
 ) -> None:
     """List trainings, newest first."""
     params: dict[str, Any] = {"limit": limit}
@@ -90,20 +93,47 @@ def ls(
         params["owner"] = owner
     page = Client(server).call("GET", "/api/v1/trainings", params=params)
     rows = [
-        (t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
-         f"{t['step']}/{t['max_steps'] or '?'}", (t["status_reason"] or t["wait_reason"] or "")[:60])
+        [t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
+         f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
         for t in page["data"]
     ]
-    headers = ("ID", "NAME", "OWNER", "STATUS", "HOST", "GPUS", "STEP", "REASON")
     if out.is_terminal:
-        table = Table(*headers)
         for row in rows:
-            table.add_row(_short(row[0]), *row[1:])
-        out.print(table)
+            row[0] = _short(row[0])
+        print_table(out, LS_COLUMNS, rows, wide=wide)
         out.print(f"{len(rows)} of {page['count']}")
     else:
-        for row in (headers, *rows):
+        for row in ([c.header for c in LS_COLUMNS], *rows):
             print("\t".join(row))
+
+
+# At 80 columns the reason is shortened and dropped first, then the host.
+LS_COLUMNS = (
+    Column("ID"),
+    Column("NAME", shorten=True, min_width=12),
+    Column("OWNER", drop=2, shorten=True, min_width=8),
+    Column("STATUS"),
+    Column("HOST", drop=3, shorten=True, min_width=8),
+    Column("GPUS", drop=1),
+    Column("STEP", justify="right"),
+    Column("REASON", drop=4, shorten=True, min_width=20),
+)
+
+
+def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """``trainings show``'s lines: sizes in binary units, the loss to 4 significant digits."""
+    measured = t.get("measured_peak_memory")
+    return [
+        ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
+        ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
+        ("waiting", t["wait_reason"] or "-"), ("host", t["host_name"] or "-"), ("gpus", _gpus(t)),
+        ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
+        ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
+        ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
+        ("checkpoint", t["last_checkpoint"] or "-"),
+        ("selection", str(t["selection"] or "-")),
+        ("memory", f"estimate {fmt_size(t['memory_estimate'])}, measured peak {fmt_size(measured)}"),
+    ]
 
 
 @trainings_app.command("show")
@@ -111,19 +141,9 @@ def show(training_id: str, server: ServerOpt = None) -> None:
     """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
     c = Client(server)
     t = c.call("GET", f"/api/v1/trainings/{training_id}")
-    fields = [
-        ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
-        ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
-        ("waiting", t["wait_reason"] or "-"), ("host", t["host_name"] or "-"), ("gpus", _gpus(t)),
-        ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
-        ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {t['last_loss'] if t['last_loss'] is not None else '-'}"),
-        ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
-        ("checkpoint", t["last_checkpoint"] or "-"),
-        ("selection", str(t["selection"] or "-")),
-        ("memory", f"estimate {t['memory_estimate'] or '-'}, measured peak {t['measured_peak_memory'] or '-'}"),
-    ]
-    for k, v in fields:
-        out.print(f"[bold]{k:>11}[/] {v}", highlight=False, soft_wrap=True)
+    for k, v in show_fields(t):
+        # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
+        out.print(Text.assemble((f"{k:>11}", "bold"), " ", v), highlight=False, soft_wrap=True)
     events = c.call("GET", f"/api/v1/trainings/{training_id}/events")["data"][-10:]
     for e in events:
         out.print(f"  #{e['seq']:<4} {e['time'][:19]} {e['kind']:<10} {e['reason'] or ''}", highlight=False)

@@ -1,0 +1,140 @@
+"""Tables that fit the terminal, and the number formats every command shares.
+
+A command describes its columns once, with a priority: at the terminal's
+width the least important columns are dropped first, then the columns that may
+be shortened are cut with ``…``, and a footer says what ``--wide`` would show.
+Paths are never put in a shortenable column: a cut path cannot be pasted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+WideOpt = Annotated[bool, typer.Option("--wide", help="show every column, however wide the table gets")]
+
+Cell = str | Text
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    # 0: always shown; higher numbers are dropped first when the table is too wide.
+    drop: int = 0
+    # May be cut with "…" down to ``min_width`` characters (never for paths).
+    shorten: bool = False
+    min_width: int = 6
+    justify: Literal["left", "right", "center"] = "left"
+
+
+@dataclass
+class Fitted:
+    table: Table
+    hidden: list[str]
+    width: int
+
+
+def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int],
+           limits: dict[int, int], title: str | None) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  header_style="bold")
+    for i in keep:
+        c = columns[i]
+        table.add_column(c.header, justify=c.justify, no_wrap=True,
+                         overflow="ellipsis", max_width=limits.get(i))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
+    return table
+
+
+def _natural(console: Console, table: Table) -> int:
+    options = console.options.update(max_width=10_000)
+    return Measurement.get(console, options, table).maximum
+
+
+def _cell_width(cell: Cell) -> int:
+    return Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
+
+
+def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int, *,
+              wide: bool = False, title: str | None = None, console: Console | None = None) -> Fitted:
+    """The table for ``width`` columns: drop by priority, then shorten; ``wide`` keeps all."""
+    console = console or Console(width=10_000)
+    keep = list(range(len(columns)))
+    limits: dict[int, int] = {}
+    table = _build(columns, rows, keep, limits, title)
+    if wide:
+        return Fitted(table, [], _natural(console, table))
+    widths = {i: max([_cell_width(columns[i].header)] + [_cell_width(r[i]) for r in rows])
+              for i, c in enumerate(columns) if c.shorten}
+
+    def narrowest(keep: list[int]) -> int:
+        # The width with every shortenable column cut to its minimum.
+        floor = {i: min(w, columns[i].min_width) for i, w in widths.items()}
+        return _natural(console, _build(columns, rows, keep, floor, title))
+
+    # Drop the least important columns (the last of equals first) only while
+    # shortening alone could not make the table fit.
+    droppable = sorted((i for i, c in enumerate(columns) if c.drop > 0), key=lambda i: (-columns[i].drop, -i))
+    hidden: list[str] = []
+    while _natural(console, table) > width and droppable and narrowest(keep) > width:
+        i = droppable.pop(0)
+        keep.remove(i)
+        hidden.append(columns[i].header)
+        table = _build(columns, rows, keep, limits, title)
+    # Then shorten the widest shortenable column, a character at a time.
+    excess = _natural(console, table) - width
+    if excess > 0:
+        left = {i: w for i, w in widths.items() if i in keep}
+        while excess > 0 and left:
+            i = max(left, key=lambda k: left[k])
+            if left[i] <= columns[i].min_width:
+                del left[i]
+                continue
+            left[i] -= 1
+            limits[i] = left[i]
+            excess -= 1
+        table = _build(columns, rows, keep, limits, title)
+    return Fitted(table, hidden, _natural(console, table))
+
+
+def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *,
+                wide: bool = False, title: str | None = None) -> None:
+    """Print the table fitted to ``console``'s width (all of it with ``wide``)."""
+    fitted = fit_table(columns, rows, console.width, wide=wide, title=title)
+    if wide and fitted.width > console.width:
+        # Wider than the terminal on purpose: let the terminal scroll, never fold cells.
+        Console(width=fitted.width, file=console.file, force_terminal=console.is_terminal,
+                no_color=console.no_color).print(fitted.table)
+    else:
+        console.print(fitted.table)
+    if fitted.hidden:
+        console.print(f"[dim]({', '.join(fitted.hidden)} hidden to fit {console.width} columns; --wide shows all)[/]",
+                      highlight=False)
+
+
+def fmt_size(n: float | None) -> str:
+    """Bytes in binary units, one decimal below 100: ``80.0 GiB``, ``572 MiB``, ``1.5 KiB``, ``0 B``."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    if unit == "B":
+        return f"{int(value)} B"
+    return f"{value:.3g} {unit}" if abs(value) >= 100 else f"{value:.1f} {unit}"
+
+
+def fmt_loss(x: float | None) -> str:
+    """A loss to four significant digits (``0.01235``, ``1.235e-05``); ``-`` when none."""
+    return "-" if x is None else f"{x:.4g}"

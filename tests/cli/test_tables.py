@@ -1,0 +1,58 @@
+"""The shared table helper: fit the width by dropping, then shortening; number formats."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, print_table
+
+COLUMNS = (
+    Column("ID"),
+    Column("NAME", shorten=True, min_width=8),
+    Column("PATH"),  # never shortened
+    Column("NOTE", drop=1, shorten=True),
+    Column("EXTRA", drop=2),
+)
+ROW = ["1", "a-rather-long-training-name-of-forty-chars", "/data/checkpoints/run-0001/step-200",
+       "some note " * 4, "x" * 20]
+
+
+def _render(width: int, wide: bool = False) -> str:
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=width, no_color=True), COLUMNS, [ROW], wide=wide)
+    return buf.getvalue()
+
+
+def test_drops_by_priority_then_shortens_but_never_cuts_the_path():
+    out = _render(80)
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    header = next(line for line in out.splitlines() if "NAME" in line)
+    assert "EXTRA" not in header and out.splitlines()[-1].startswith("(EXTRA")
+    assert ROW[2] in out  # the path is whole
+    narrow = _render(60)
+    assert max(len(line) for line in narrow.splitlines()) <= 60, narrow
+    assert ROW[2] in narrow and "…" in narrow and "NOTE" not in narrow.splitlines()[1]
+
+
+def test_wide_keeps_every_column_whole():
+    out = _render(80, wide=True)
+    for cell in ROW:
+        assert cell.strip() in out
+    assert "hidden" not in out
+
+
+def test_fit_reports_hidden_columns_least_important_first():
+    fitted = fit_table(COLUMNS, [ROW], 70)
+    assert fitted.hidden[0] == "EXTRA" and fitted.width <= 70
+
+
+def test_sizes_are_binary_and_losses_have_four_significant_digits():
+    assert fmt_size(80 * 2**30) == "80.0 GiB"
+    assert fmt_size(572 * 2**20) == "572 MiB"
+    assert fmt_size(1536) == "1.5 KiB"
+    assert fmt_size(0) == "0 B" and fmt_size(None) == "-"
+    assert fmt_loss(0.123456789012345) == "0.1235"
+    assert fmt_loss(1.23456789e-05) == "1.235e-05"
+    assert fmt_loss(None) == "-"
