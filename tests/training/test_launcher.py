@@ -87,3 +87,14 @@ def test_sigterm_checkpoints_and_exits_then_resumes_on_one_device(launch_factory
     t.setup()
     assert t.step == step
     assert t.train().step == step + 3
+
+
+def test_the_training_log_gets_a_progress_line_every_log_every_steps(launch_factory):
+    launch = launch_factory("sae", tiny_sae(max_steps=6, log_every=2), ["cpu", "cpu"])
+    assert launch.run(timeout=120) == exitcodes.SUCCEEDED, launch.err
+    lines = [line for line in launch.out.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["2/6", "4/6", "6/6"], launch.out
+    for line in lines:
+        words = line.split()
+        assert words[2] == "loss" and float(words[3]) >= 0 and line.endswith("samples/s"), line
+        assert words[3] == format(float(words[3]), ".4g"), line  # 4 significant digits

@@ -28,6 +28,16 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def step_line(step: int, max_steps: int, loss: float | None, parts: dict[str, float | None],
+              samples_per_s: float | None) -> str:
+    """The training log's progress line: ``step 40/200  loss 0.1235  mse 0.1201  1,234 samples/s``."""
+    words = [f"step {step}/{max_steps}", "loss " + ("nan" if loss is None else f"{loss:.4g}")]
+    words += [f"{k} {'nan' if v is None else format(v, '.4g')}" for k, v in parts.items()]
+    if samples_per_s:
+        words.append(f"{samples_per_s:,.0f} samples/s")
+    return "  ".join(words)
+
+
 class ProgressWriter:
     def __init__(self, path: str | Path | None, echo: Any = None):
         self.path = Path(path) if path else None

@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from gpufleet.devices.ops import backend_ops, move_to_device
 from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.config import ConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
-from gpufleet.training.progress import ProgressWriter
+from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
 
 _DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -258,6 +259,10 @@ class Trainer:
         self.last_metrics = metrics
         if self.progress:
             self.progress.write("step", **metrics)
+            if not sys.stdout.isatty():
+                # Into the training log (a terminal shows the progress bar instead).
+                print(step_line(self.step, self.config.max_steps, metrics["loss"], metrics["parts"],
+                                metrics["samples_per_s"]), flush=True)
             if first or self.step >= self.config.max_steps or stop:
                 self.progress.write("peak_memory", step=self.step, per_rank=peaks, device_kind=self.ops.kind)
         return stop
