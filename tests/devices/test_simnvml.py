@@ -267,3 +267,40 @@ def test_process_memory_is_whole_bytes_and_never_negative(sim_settings):
         simstate.add_foreign_process(sim_settings, 0, -1)
     with pytest.raises(ValueError, match="used_memory"):
         simstate.register_process(sim_settings, 0, os.getpid(), "8GB")
+
+
+def test_nvlink_throughput_field_values_count_up_on_a_busy_gpu(tmp_path):
+    from gpufleet.config import load_settings
+
+    s = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB+1xL4-24GB", simulate_topology="nvlink-all")
+    n = get_nvml(s)
+    n.nvmlInit()
+    try:
+        fields = [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0)]
+        h0 = n.nvmlDeviceGetHandleByIndex(0)
+        # The state pynvml reports for each NVLink of an NV18 pair: enabled.
+        assert all(n.nvmlDeviceGetNvLinkState(h0, link) == pynvml.NVML_FEATURE_ENABLED for link in range(18))
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            simstate.register_process(s, 0, proc.pid, 10 * GIB)
+            first = n.nvmlDeviceGetFieldValues(h0, fields)
+            assert [v.nvmlReturn for v in first] == [pynvml.NVML_SUCCESS] * 2
+            assert isinstance(first[0], pynvml.c_nvmlFieldValue_t)
+            assert first[0].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            deadline = time.monotonic() + 30
+            while True:
+                later = n.nvmlDeviceGetFieldValues(h0, fields)
+                if later[0].value.ullVal > first[0].value.ullVal and later[1].value.ullVal > first[1].value.ullVal:
+                    break
+                assert time.monotonic() < deadline, "the NVLink counters never moved"
+                time.sleep(0.05)
+        finally:
+            proc.kill()
+            proc.wait()
+        # A GPU without NVLink answers, per field, NOT_SUPPORTED; an unmodelled field too.
+        l4 = n.nvmlDeviceGetFieldValues(n.nvmlDeviceGetHandleByIndex(2), fields)
+        assert [v.nvmlReturn for v in l4] == [pynvml.NVML_ERROR_NOT_SUPPORTED] * 2
+        other = n.nvmlDeviceGetFieldValues(h0, [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX])
+        assert other[0].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    finally:
+        n.nvmlShutdown()

@@ -134,3 +134,26 @@ def test_aggregate_handles_empty_fleets_and_missing_fields():
     assert agg.total_memory_used == 30 and agg.total_memory_total == 200
     per_host = aggregate_by_host([a, b, c])
     assert per_host["a"].gpu_count == 2 and per_host["b"].average_utilization is None
+
+
+def test_nvlink_throughput_is_sampled_on_simulated_nvlink_gpus_and_said_once_where_missing(tmp_path, child, caplog):
+    import logging
+    import time
+
+    s = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB+2xL4-24GB", simulate_topology="nvlink-all",
+                      host_name="sim-n", slow_sample_interval_s=0.2)
+    simstate.register_process(s, 0, child.pid, 10 * 1024**3)
+    hs = HostSampler(s)
+    caplog.set_level(logging.DEBUG, logger="gpufleet.telemetry.sampler")
+    deadline = time.monotonic() + 30
+    while True:
+        got = by_index(hs.sample())
+        if got[0].nvlink_tx:
+            break
+        assert time.monotonic() < deadline, "no NVLink throughput on the busy H100"
+        time.sleep(0.1)
+    assert got[0].nvlink_rx and got[1].nvlink_tx is not None
+    assert got[2].nvlink_tx is None and got[3].nvlink_tx is None  # L4s have no NVLink
+    said = [r for r in caplog.records if r.levelno >= logging.INFO and "nvlink is not available" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert not [r for r in caplog.records if "Function Not Found" in r.getMessage()]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from typing import Any
 
 import pynvml
@@ -71,6 +72,8 @@ class SimNVML(SimEventsMixin):
         self.nvidia = [g for g in self.fleet if g.vendor == "nvidia"]
         self._refcount = 0
         self._lock = threading.Lock()
+        # Per GPU: (monotonic time, tx KiB, rx KiB) of the NVLink counters.
+        self._nvlink: dict[int, tuple[float, int, int]] = {}
 
     def __repr__(self) -> str:
         return f"<simulated pynvml {self.spec} {self.topology}>"
@@ -322,6 +325,45 @@ class SimNVML(SimEventsMixin):
         return self._pci_info(remote, peer.spec.pci_device_id if peer else 0x22A310DE)
 
     nvmlDeviceGetNvLinkRemotePciInfo_v2 = nvmlDeviceGetNvLinkRemotePciInfo
+
+    def nvmlDeviceGetFieldValues(self, handle: SimHandle, fieldIds: list[Any]) -> Any:
+        """pynvml's array of ``c_nvmlFieldValue_t``, one per id (or ``(id, scopeId)``).
+
+        Modelled: NVLink data throughput, cumulative KiB counters that grow
+        while the GPU is busy. Any other field, or NVLink on a GPU without it,
+        carries ``NVML_ERROR_NOT_SUPPORTED`` in its own ``nvmlReturn``, as NVML does.
+        """
+        gpu, state = self._dev(handle, "nvlink")
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        tx, rx = self._nvlink_counters(gpu, state)
+        now_us = int(time.time() * 1e6)
+        for i, field in enumerate(fieldIds):
+            field_id, scope = field if isinstance(field, tuple) else (field, 0)
+            v = values[i]
+            v.fieldId, v.scopeId, v.timestamp, v.latencyUsec = field_id, scope, now_us, 0
+            counter = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: tx,
+                       pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: rx}.get(field_id)
+            if counter is None or gpu.spec.nvlinks == 0:
+                v.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            v.nvmlReturn = pynvml.NVML_SUCCESS
+            v.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            v.value.ullVal = counter
+        return values
+
+    def _nvlink_counters(self, gpu: simspecs.SimGPU, state: simstate.SimState) -> tuple[int, int]:
+        """Cumulative NVLink (tx, rx) KiB, advanced at the GPU's current rate since the last call."""
+        r = read_gpu(gpu, simstate.live_processes(state, gpu.index))
+        # A busy GPU in an NVLink group moves gradients at about 20x its PCIe rate.
+        linked = any(peer is not None for peer in simspecs.nvlink_wiring(self.fleet, self.topology)[gpu.index])
+        rate = r.pcie_tx_kbs * 20 if linked and r.utilization > 0 else (r.pcie_tx_kbs if linked else 0)
+        with self._lock:
+            now = time.monotonic()
+            last, tx, rx = self._nvlink.get(gpu.index, (now, 0, 0))
+            dt = max(0.0, now - last)
+            tx, rx = tx + int(rate * dt), rx + int(rate * dt * 0.97)
+            self._nvlink[gpu.index] = (now, tx, rx)
+        return tx, rx
 
     def nvmlDeviceGetTopologyCommonAncestor(self, device1: SimHandle, device2: SimHandle) -> int:
         a, _ = self._dev(device1, "topology")

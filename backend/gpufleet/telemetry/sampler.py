@@ -47,6 +47,7 @@ class FieldGuard:
     calls: int = 0
 
     def __post_init__(self) -> None:
+        self._said: set[tuple[str, str]] = set()
         self._permanent = {getattr(self.nvml, n) for n in _PERMANENT if hasattr(self.nvml, n)}
         self._lost = getattr(self.nvml, "NVML_ERROR_GPU_IS_LOST", 15)
 
@@ -64,8 +65,7 @@ class FieldGuard:
             if code == self._lost:
                 raise GpuLost(str(exc)) from None
             if code in self._permanent:
-                self.disabled[key] = str(exc)
-                log.info("GPU %d: %s is not available (%s); not asking again", index, name, exc)
+                self.refuse(index, name, str(exc))
                 return None
             n = self.failures[key] = self.failures.get(key, 0) + 1
             if n >= 5:
@@ -76,6 +76,16 @@ class FieldGuard:
             return None
         self.failures.pop(key, None)
         return value
+
+    def refuse(self, index: int, name: str, why: str) -> None:
+        """Stop asking GPU ``index`` for ``name``; say so once per field, not once per GPU."""
+        self.disabled[(index, name)] = why
+        if (name, why) in self._said:
+            log.debug("GPU %d: %s is not available (%s)", index, name, why)
+            return
+        self._said.add((name, why))
+        log.info("%s is not available on GPU %d (%s); not asking again on GPUs that refuse it",
+                 name, index, why)
 
     def forget(self, index: int) -> None:
         for d in (self.disabled, self.failures, self.paused_until):
@@ -254,8 +264,13 @@ class NvmlSampler:
             h, [n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]))
         if vals is not None:
             try:
+                # Each field carries its own return code; a GPU without NVLink says NOT_SUPPORTED there.
+                refused = next((int(v.nvmlReturn) for v in vals[:2] if int(v.nvmlReturn) != 0), None)
                 txk, rxk = int(vals[0].value.ullVal), int(vals[1].value.ullVal)
             except (AttributeError, IndexError, TypeError, ValueError):
+                return
+            if refused is not None:
+                g.refuse(i, "nvlink", str(n.NVMLError(refused)))
                 return
             # Cumulative KiB counters: the rate is the difference over time.
             now = time.monotonic()
