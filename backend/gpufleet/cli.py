@@ -194,8 +194,9 @@ _register_commands()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from gpufleet.logsetup import configure_logging
+
+    configure_logging()
     try:
         app()
     except ConfigError as exc:

@@ -110,3 +110,9 @@ def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
             out, _ = proc.communicate()
     assert f"http://127.0.0.1:{port}" in out
     assert "4 GPU(s) (simulated)" in out
+    # Start-up says what is real and nothing else (library chatter, NVLink on NVLink GPUs).
+    logs = out + "".join(p.read_text() for p in (tmp_path / "data" / "logs").glob("*.log"))
+    for noise in ("alembic.runtime.plugins", "Context impl", "No hostname was supplied",
+                  "superuser privileges", "Function Not Found", "nvlink is not available"):
+        assert noise not in logs, (noise, logs)
+    assert "Running upgrade" in logs

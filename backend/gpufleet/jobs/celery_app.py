@@ -39,7 +39,8 @@ def make_celery(settings: Settings) -> Celery:
         folder = broker_dir(settings)
         for sub in ("queue", "control", "processed"):
             (folder / sub).mkdir(parents=True, exist_ok=True)
-        broker = "filesystem://"
+        # A host name, though the folder transport ignores it: without one kombu warns on every connect.
+        broker = "filesystem://localhost/"
         transport_options = {
             # Producer and consumer share one folder: both sides are this machine.
             "data_folder_in": str(folder / "queue"),

@@ -66,6 +66,10 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: 
 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
+    from gpufleet.logsetup import note_root, quiet
+
+    quiet()
+    note_root(log)
     check_database(settings)
     if settings.is_sqlite:
         # The embedded database is created on first use, as `serve` does.
@@ -105,7 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--concurrency", type=int)
     ap.add_argument("--no-agent", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from gpufleet.logsetup import configure_logging
+
+    configure_logging()
     overrides = {"host_name": args.host_name} if args.host_name else {}
     run_worker(load_settings(**overrides), concurrency=args.concurrency, agent=not args.no_agent)
 
