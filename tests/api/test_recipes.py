@@ -49,7 +49,11 @@ def test_builtin_recipes_with_the_dataclass_defaults(client: TestClient) -> None
     assert sae["max_steps"]["kind"] == "int" and sae["max_steps"]["optional"] is False
     assert sae["lr"]["kind"] == "float" and sae["data_key"]["kind"] == "text"
     assert sae["grad_clip"] == {"name": "grad_clip", "kind": "float", "default": 1.0, "choices": None,
-                                "optional": True, "help": None}
+                                "optional": True, "help": "clip the gradient norm to this; empty = no clipping"}
+    # Every field of every built-in recipe says, in one line, what it means.
+    for name in ("sae", "mlp"):
+        for f in recipes[name]["fields"]:
+            assert f["help"] and "\n" not in f["help"] and len(f["help"]) <= 120, (name, f)
     assert sae["micro_batch_size"]["optional"] is True and sae["micro_batch_size"]["default"] is None
     mlp = _fields(recipes["mlp"])
     assert mlp["hidden"]["kind"] == "int-list" and mlp["hidden"]["default"] == [64, 64]

@@ -78,32 +78,41 @@ class Problems:
             raise ConfigError.of(self.items)
 
 
+def option(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002 - the form's word
+           factory: Any = dataclasses.MISSING) -> Any:
+    """A config field with its one-line description (shown by ``GET /recipes`` and the form)."""
+    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
     """Fields shared by every recipe; the defaults give a sensible short run."""
 
-    max_steps: int = 200
-    # Samples per optimizer step, summed over ranks and accumulation steps.
-    global_batch_size: int = 256
-    # Samples per rank per forward; None = global / (world size * grad_accum_steps).
-    micro_batch_size: int | None = None
-    grad_accum_steps: int = 1
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    seed: int = 0
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 3
-    strategy: Literal["auto", "ddp", "fsdp"] = "auto"
-    fsdp_sharding: Literal["full_shard", "shard_grad_op"] = "full_shard"
-    ddp_bucket_mb: float = 25.0
-    grad_clip: float | None = 1.0
-    warmup_steps: int = 0
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    max_steps: int = option(200, "optimizer steps to run")
+    global_batch_size: int = option(256, "samples per optimizer step, summed over every rank and accumulation step")
+    micro_batch_size: int | None = option(
+        None, "samples per rank per forward pass; empty = global batch / (ranks x accumulation steps)")
+    grad_accum_steps: int = option(1, "forward/backward passes per optimizer step")
+    lr: float = option(1e-3, "peak learning rate (AdamW)")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    precision: Literal["fp32", "bf16", "fp16"] = option(
+        "fp32", "number format of the forward and backward passes (bf16/fp16 use autocast)")
+    seed: int = option(0, "random seed for weights and data order; the same seed repeats a run")
+    checkpoint_every: int = option(100, "save a checkpoint every this many steps (and at the end)")
+    keep_checkpoints: int = option(3, "how many of the newest checkpoints to keep")
+    strategy: Literal["auto", "ddp", "fsdp"] = option(
+        "auto", "how ranks share the model: ddp replicates it, fsdp shards it; auto picks ddp")
+    fsdp_sharding: Literal["full_shard", "shard_grad_op"] = option(
+        "full_shard", "FSDP only: shard parameters too (full_shard) or only gradients and optimizer state")
+    ddp_bucket_mb: float = option(25.0, "DDP only: MiB of gradients sent per all-reduce bucket")
+    grad_clip: float | None = option(1.0, "clip the gradient norm to this; empty = no clipping")
+    warmup_steps: int = option(0, "steps of linear learning-rate warm-up from 0")
+    lr_schedule: Literal["constant", "cosine", "linear"] = option(
+        "constant", "learning rate after warm-up: constant, or decaying to 0 by max_steps")
     # Ranks agree on metrics (and on a stop request) every log_every steps.
-    log_every: int = 10
-    # A file under the data root; None = the recipe's synthetic data.
-    data_path: str | None = None
+    log_every: int = option(10, "report loss and speed (charts, log line) every this many steps")
+    data_path: str | None = option(
+        None, "a data file under the server's data root; empty = the recipe's synthetic data")
 
     def __post_init__(self) -> None:
         problems = Problems()

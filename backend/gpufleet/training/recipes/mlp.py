@@ -8,25 +8,26 @@ last column (classification, integer labels) are the targets, or a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpufleet.training.config import Problems, TrainConfig
+from gpufleet.training.config import Problems, TrainConfig, option
 from gpufleet.training.recipes import Recipe
 
 
 @dataclass
 class MLPConfig(TrainConfig):
-    in_features: int = 16
-    out_features: int = 1
-    hidden: list[int] = field(default_factory=lambda: [64, 64])
-    task: Literal["regression", "classification"] = "regression"
-    activation: Literal["relu", "gelu", "tanh"] = "relu"
-    x_key: str = "x"
-    y_key: str = "y"
-    synthetic_samples: int = 8192
-    synthetic_noise: float = 0.05
+    in_features: int = option(16, "input columns per sample")
+    out_features: int = option(1, "regression targets, or number of classes for classification")
+    hidden: list[int] = option(help="widths of the hidden layers, e.g. 64,64", factory=lambda: [64, 64])
+    task: Literal["regression", "classification"] = option(
+        "regression", "regression (MSE on the last out_features columns) or classification (integer labels)")
+    activation: Literal["relu", "gelu", "tanh"] = option("relu", "activation between hidden layers")
+    x_key: str = option("x", "name of the inputs tensor in a .safetensors / .pt file")
+    y_key: str = option("y", "name of the targets tensor in a .safetensors / .pt file")
+    synthetic_samples: int = option(8192, "samples in the synthetic task (used when data_path is empty)")
+    synthetic_noise: float = option(0.05, "noise added to the synthetic targets")
 
     def check(self, p: Problems) -> None:
         super().check(p)

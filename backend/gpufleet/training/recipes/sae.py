@@ -14,33 +14,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gpufleet.training.config import Problems, TrainConfig
+from gpufleet.training.config import Problems, TrainConfig, option
 from gpufleet.training.recipes import Recipe
 
 
 @dataclass
 class SAEConfig(TrainConfig):
-    d_in: int = 64
-    n_latents: int = 512
-    variant: Literal["relu", "topk"] = "topk"
-    # TopK: latents kept per sample.
-    k: int = 8
-    # ReLU: weight of the L1 penalty on the codes. Its scale matches the
-    # per-sample summed squared error; on the synthetic data (|x|^2 ~ 4) 0.3
-    # gives ~15 active latents and recovers every feature, 1e-3 stays dense.
-    l1_coeff: float = 0.3
-    # TopK: weight of the AuxK loss, the dead latents it may use, and after
-    # how many optimizer steps without firing a latent counts as dead.
-    aux_coeff: float = 1 / 32
-    aux_k: int = 32
-    dead_steps: int = 100
-    # Key of the activations tensor in a .safetensors / .pt file.
-    data_key: str = "activations"
-    # Synthetic data (used when data_path is null).
-    synthetic_features: int = 256
-    synthetic_samples: int = 32768
-    synthetic_active: float = 4.0
-    synthetic_noise: float = 0.0
+    d_in: int = option(64, "width of the activation vectors to encode")
+    n_latents: int = option(512, "dictionary size: latent features the autoencoder learns")
+    variant: Literal["relu", "topk"] = option(
+        "topk", "topk keeps the k largest latents; relu uses ReLU codes with an L1 penalty")
+    k: int = option(8, "topk: latents kept per sample")
+    # Its scale matches the per-sample summed squared error; on the synthetic
+    # data (|x|^2 ~ 4) 0.3 gives ~15 active latents and recovers every
+    # feature, 1e-3 stays dense.
+    l1_coeff: float = option(0.3, "relu: weight of the L1 sparsity penalty on the codes")
+    aux_coeff: float = option(1 / 32, "topk: weight of the AuxK loss that revives dead latents; 0 turns it off")
+    aux_k: int = option(32, "topk: dead latents the AuxK loss may use")
+    dead_steps: int = option(100, "optimizer steps without firing after which a latent counts as dead")
+    data_key: str = option("activations", "name of the activations tensor in a .safetensors / .pt file")
+    synthetic_features: int = option(256, "true features behind the synthetic data (used when data_path is empty)")
+    synthetic_samples: int = option(32768, "samples of synthetic data")
+    synthetic_active: float = option(4.0, "average true features active per synthetic sample")
+    synthetic_noise: float = option(0.0, "noise added to the synthetic activations")
 
     def check(self, p: Problems) -> None:
         super().check(p)
