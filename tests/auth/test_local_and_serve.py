@@ -73,6 +73,10 @@ def test_serve_safety_refuses_with_what_to_set(tmp_path: Path, overrides: dict, 
 def test_serve_safety_accepts_safe_configurations(tmp_path: Path) -> None:
     check_serve_safety(load_settings(data_dir=tmp_path))
     check_serve_safety(load_settings(data_dir=tmp_path, host="0.0.0.0", auth="on", secret_key=SECRET))
+    # The default GPUFLEET_AUTH=auto signs people in beyond loopback: a secret is all it needs.
+    auto = load_settings(data_dir=tmp_path, host="0.0.0.0", secret_key=SECRET)
+    check_serve_safety(auto)
+    assert auth_required(auto)
     check_serve_safety(
         load_settings(data_dir=tmp_path, host="::", auth="on", secret_key=SECRET, cors_origins=["https://gpus.example.org"])
     )

@@ -141,3 +141,15 @@ def test_data_path_must_stay_under_the_root(tmp_path: Path):
         assert exc.value.field == "data_path"
     with pytest.raises(DataPathError, match="no data root"):
         resolve_data_path(None, "sub/acts.npy")
+
+
+def test_the_example_configs_are_valid_and_the_readme_points_to_them():
+    root = Path(__file__).resolve().parents[2]
+    examples = sorted((root / "examples").glob("*.yaml"))
+    assert {p.stem for p in examples} >= {"sae", "mlp"}
+    for path in examples:
+        cfg = get_recipe(path.stem).resolve_config(read_config_file(path))
+        cfg.batch_layout(2)  # the README runs the sae example on two ranks
+    readme = (root / "README.md").read_text()
+    assert "examples/sae.yaml" in readme and "examples/mlp.yaml" in readme
+    assert "run.yaml" not in readme

@@ -99,9 +99,11 @@ def check_serve_safety(settings: Settings) -> None:
         " (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
     )
     if not settings.is_loopback:
-        if settings.auth != "on" or not secret_ok:
+        # Beyond loopback ``auto`` already means sign-in (see auth_required); only ``off`` is refused.
+        if settings.auth == "off" or not secret_ok:
             raise ConfigError(
-                f"binding to {settings.host} exposes gpufleet to the network: it needs GPUFLEET_AUTH=on and "
+                f"binding to {settings.host} exposes gpufleet to the network: it needs sign-in "
+                f"(GPUFLEET_AUTH=auto, the default, or GPUFLEET_AUTH=on; not off) and "
                 f"{secret_hint}; or bind to 127.0.0.1 (GPUFLEET_HOST) for a local server without sign-in"
             )
     elif auth_required(settings) and not secret_ok:
