@@ -138,6 +138,51 @@ def test_the_grafana_dashboard_only_queries_series_that_metrics_exposes(client):
     queried = {name for p in dash["panels"] for t in p["targets"]
                for name in re.findall(r"\b(?:DCGM_\w+|gpufleet_\w+)", t["expr"])}
     assert queried and queried <= exposed, queried - exposed
+    # gpufleet's own series are selected by their snake_case labels.
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            if "gpufleet_" in t["expr"] and "DCGM_" not in t["expr"]:
+                assert "Hostname=" not in t["expr"] and "{{Hostname}}" not in t.get("legendFormat", ""), t
+
+
+def test_gpufleet_series_pass_promtool_and_use_snake_case_labels(client):
+    import os
+    import shutil
+    import subprocess
+
+    tid = uuid.uuid4()
+    with session_scope(client.settings) as sess:
+        sess.add(Training(id=tid, name="t", owner="alice", recipe="mlp", config={}, status="running"))
+    LOCAL.put_host("h1", _fleet(tid))
+    LOCAL.put_health("h1", {"samples_total": 12, "last_sample_unix": 1.0, "buffered": 3, "dropped_total": 0,
+                            "written_total": 30, "last_duration_s": 0.01, "disabled_fields": 1})
+    text = client.get("/metrics").text
+    own = [f for f in text_string_to_metric_families(text) if f.name.startswith("gpufleet_")]
+    assert own
+    for fam in own:
+        for smp in fam.samples:
+            assert all(k == k.lower() for k in smp.labels), (fam.name, smp.labels)
+    lost = {smp.labels["gpu"]: smp.labels for smp in next(f for f in own if f.name == "gpufleet_gpu_lost").samples}
+    assert lost["0"] == {"gpu": "0", "uuid": "GPU-aaa", "device": "nvidia0",
+                         "model_name": "NVIDIA H100 80GB HBM3", "hostname": "h1"}
+    # promtool (Debian's prometheus package; .ci/run installs it) lints gpufleet's own families.
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("promtool is missing: .ci/run installs Debian's prometheus package for it")
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    blocks, keep = [], False
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            keep = line.split()[2].startswith("gpufleet_")
+        if keep:
+            blocks.append(line)
+    out = subprocess.run([promtool, "check", "metrics"], input="\n".join(blocks) + "\n",
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), out.stdout + out.stderr
+    # The same check does see dcgm-exporter's camelCase labels, kept on purpose for compatibility.
+    dcgm = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert "snake_case" in dcgm.stdout + dcgm.stderr
 
 
 def test_history_answer_matches_its_published_schema(client):

@@ -5,7 +5,10 @@ GPU series use dcgm-exporter's names, units and labels (``gpu``, ``UUID``,
 built for dcgm-exporter work unchanged: utilization in percent, framebuffer
 in MiB, temperature in °C, power in W, clocks in MHz. What dcgm-exporter has
 no name for, and everything about trainings, the queue and the sampler
-itself, is under ``gpufleet_*``.
+itself, is under ``gpufleet_*`` with Prometheus' own snake_case labels
+(``gpu``, ``uuid``, ``device``, ``model_name``, ``hostname``), which
+``promtool check metrics`` accepts; only the ``DCGM_FI_*`` series keep
+dcgm-exporter's camelCase, for compatibility.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ from gpufleet.telemetry.sample import GPUSample
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+# dcgm-exporter's labels, for the DCGM_FI_* series only.
 GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
+# The same labels, in the same order, for gpufleet's own series.
+OWN_GPU_LABELS = ["gpu", "uuid", "device", "model_name", "hostname"]
 
 # (name, help, value from a sample)
 DCGM_GAUGES: list[tuple[str, str, Callable[[GPUSample], float | None]]] = [
@@ -76,14 +82,14 @@ class FleetCollector:
         yield from self._health()
 
     def _gpufleet_gpu(self, samples: list[GPUSample]) -> Iterator[Metric]:
-        lost = GaugeMetricFamily("gpufleet_gpu_lost", "1 when the GPU stopped answering.", labels=GPU_LABELS)
-        ecc = GaugeMetricFamily("gpufleet_gpu_ecc_errors", "Uncorrected ECC errors (volatile).", labels=GPU_LABELS)
+        lost = GaugeMetricFamily("gpufleet_gpu_lost", "1 when the GPU stopped answering.", labels=OWN_GPU_LABELS)
+        ecc = GaugeMetricFamily("gpufleet_gpu_ecc_errors", "Uncorrected ECC errors (volatile).", labels=OWN_GPU_LABELS)
         xid = CounterMetricFamily("gpufleet_gpu_xid_errors", "XID errors seen since the agent started.",
-                                  labels=GPU_LABELS)
+                                  labels=OWN_GPU_LABELS)
         procs = GaugeMetricFamily("gpufleet_gpu_processes", "Processes on the GPU, by owner kind.",
-                                  labels=[*GPU_LABELS, "kind"])
+                                  labels=[*OWN_GPU_LABELS, "kind"])
         held = GaugeMetricFamily("gpufleet_gpu_training_info", "1 for the training that holds the GPU.",
-                                 labels=[*GPU_LABELS, "training_id"])
+                                 labels=[*OWN_GPU_LABELS, "training_id"])
         for s in samples:
             lab = _labels(s)
             lost.add_metric(lab, 1.0 if s.lost else 0.0)
@@ -131,7 +137,7 @@ class FleetCollector:
              "dropped_total", CounterMetricFamily),
         ]
         for name, help_, key, cls in specs:
-            fam = cls(name, help_, labels=["Hostname"])
+            fam = cls(name, help_, labels=["hostname"])
             for host, h in sorted(health.items()):
                 v: Any = h.get(key)
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
