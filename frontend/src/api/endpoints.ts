@@ -18,6 +18,12 @@ export const endpoints = {
   recommend: (body: Partial<RecommendBody> & Pick<RecommendBody, 'recipe' | 'config' | 'count'>) =>
     call('post', '/api/v1/system/gpus/recommend', { body: body as RecommendBody }),
   validate: (body: Partial<ValidateBody> & Pick<ValidateBody, 'gpu_ids'>) => call('post', '/api/v1/system/gpus/validate', { body: body as ValidateBody }),
+  /** Take a GPU out of scheduling (admins), or put it back. Trainings on it keep running. */
+  drain: (host: string, index: number, reason?: string) =>
+    call('post', '/api/v1/system/gpus/{host}/{index}/drain', { path: { host, index }, body: { reason: reason ?? null } }),
+  undrain: (host: string, index: number) => call('post', '/api/v1/system/gpus/{host}/{index}/undrain', { path: { host, index } }),
+  /** Who this browser acts as, and with which role. */
+  whoami: (signal?: AbortSignal) => call('get', '/api/v1/auth/whoami', { signal }),
   /** Every installed recipe with its config fields and their defaults. */
   recipes: (signal?: AbortSignal) => call('get', '/api/v1/recipes', { signal }),
 

@@ -125,6 +125,27 @@ describe('FleetPage', () => {
     expect(hist).toHaveBeenCalledTimes(1);
   });
 
+  it('gives admins a drain button that drains the GPU and reloads the fleet; others get none', async () => {
+    installFakeLive();
+    const who = vi.spyOn(endpoints, 'whoami').mockResolvedValue({ name: 'root', role: 'admin', via: 'local', auth_required: false });
+    const drain = vi.spyOn(endpoints, 'drain').mockResolvedValue({ host: 'h', index: 1, drained: true, reason: 'x', still_running: [] });
+    const undrain = vi.spyOn(endpoints, 'undrain').mockResolvedValue({ host: 'h', index: 0, drained: false, reason: null, still_running: [] });
+    const reload = vi.fn();
+    fleetOf([gpu('h', 0, { drained: true }), gpu('h', 1)], { reload });
+    const view = renderPage();
+    const c1 = screen.getByTestId('gpu-card-h-1');
+    await userEvent.click(await within(c1).findByRole('button', { name: 'Drain' }));
+    expect(drain).toHaveBeenCalledWith('h', 1, expect.any(String));
+    await waitFor(() => expect(reload).toHaveBeenCalled());
+    await userEvent.click(within(screen.getByTestId('gpu-card-h-0')).getByRole('button', { name: 'Undrain' }));
+    expect(undrain).toHaveBeenCalledWith('h', 0);
+    view.unmount();
+    who.mockResolvedValue({ name: 'bob', role: 'member', via: 'token', auth_required: true });
+    renderPage();
+    await waitFor(() => expect(who).toHaveBeenCalledTimes(2));
+    expect(screen.queryByRole('button', { name: /drain/i })).toBeNull();
+  });
+
   it('says so when no GPU is found', () => {
     installFakeLive();
     fleetOf([]);

@@ -45,6 +45,8 @@ export function FleetPage() {
   const fleet = useFleet();
   const setView = (v: View) => setParams(v === 'gpus' ? {} : { view: v }, { replace: true });
   const seeds = useRecentHistory(view === 'gpus' && fleet.gpus.length > 0);
+  const me = useQuery('whoami', (signal) => endpoints.whoami(signal));
+  const admin = me.data?.role === 'admin';
 
   let body;
   if (fleet.error && !fleet.data) body = <ErrorState error={fleet.error} onRetry={fleet.reload} />;
@@ -68,7 +70,7 @@ export function FleetPage() {
             </h3>
             <div className="gpu-grid">
               {gpus.map((g) => (
-                <GpuCard key={g.id} gpu={g} seed={seeds.get(`${g.host}:${g.index}`)} />
+                <GpuCard key={g.id} gpu={g} seed={seeds.get(`${g.host}:${g.index}`)} admin={admin} onChanged={fleet.reload} />
               ))}
             </div>
           </section>

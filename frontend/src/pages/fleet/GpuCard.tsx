@@ -1,4 +1,5 @@
-import { useMemo, useRef } from 'react';
+import { useMemo, useRef, useState } from 'react';
+import { endpoints } from '../../api/endpoints';
 import { Link } from 'react-router-dom';
 import type { GPU, GPULive, GPUProcess, Holder, HistorySeries } from '../../api/types';
 import { Bar } from '../../components/Bar';
@@ -46,7 +47,36 @@ export function Holders({ gpu, live }: { gpu: GPU; live: Partial<GPULive> | null
   );
 }
 
-export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
+/** Admins take a GPU out of scheduling (trainings on it keep running) and put it back. */
+export function DrainButton({ gpu, onChanged }: { gpu: GPU; onChanged?: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const drained = !!gpu.drained;
+  const click = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      if (drained) await endpoints.undrain(gpu.host, gpu.index);
+      else await endpoints.drain(gpu.host, gpu.index, 'drained from the dashboard');
+      onChanged?.();
+    } catch (e) {
+      setError(e instanceof Error ? e.message : String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <>
+      <button type="button" className="btn-small" disabled={busy} onClick={click}
+        title={drained ? 'Let the scheduler place trainings on this GPU again' : 'Stop placing trainings on this GPU; trainings on it keep running'}>
+        {busy ? '…' : drained ? 'Undrain' : 'Drain'}
+      </button>
+      {error && <span className="field-error" role="alert">{error}</span>}
+    </>
+  );
+}
+
+export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: HistorySeries; admin?: boolean; onChanged?: () => void }) {
   const ref = useRef<HTMLElement>(null);
   const visible = useVisible(ref);
   const { live, util, mem, version } = useGpuStream(gpu.host, gpu.index, gpu.live, visible, seed, gpu.memory_total);
@@ -85,8 +115,8 @@ export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
           <span className="muted">Temp</span> <b data-testid="gpu-temp">{fmtTemp(live?.temperature)}</b>
         </span>
         <span title="power draw / limit">
-          <span className="muted">Power</span> <b>{fmtWatts(live?.power_draw)}</b>
-          {live?.power_limit != null && <span className="muted"> / {fmtWatts(live.power_limit)}</span>}
+          <span className="muted">Power</span> <b>{live?.power_draw == null ? '—' : fmtWatts(live.power_draw).replace(/ W$/, '')}</b>
+          {live?.power_limit != null ? <span className="muted">/{fmtWatts(live.power_limit)}</span> : live?.power_draw != null && ' W'}
         </span>
         {live?.sm_clock != null && (
           <span>
@@ -94,15 +124,19 @@ export function GpuCard({ gpu, seed }: { gpu: GPU; seed?: HistorySeries }) {
           </span>
         )}
       </div>
+      {/* The caption sits above the chart, never over its line. */}
+      <div className="mini-caption" aria-hidden>
+        last 5 min · <span style={{ color: '#4fb3ff' }}>util</span> · <span style={{ color: '#f5b945' }}>mem</span>
+      </div>
       <div className="mini-wrap" title="utilization (blue) and memory (amber), last 5 minutes">
-        <span className="mini-caption" aria-hidden>
-          last 5 min · <span style={{ color: '#4fb3ff' }}>util</span> · <span style={{ color: '#f5b945' }}>mem</span>
-        </span>
         <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} windowSec={300} testId={`gpu-chart-${gpu.index}`} />
       </div>
       <Holders gpu={gpu} live={live} />
       <footer className="gpu-card-foot">
-        <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>
+        <span className="foot-actions">
+          <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>
+          {admin && <DrainButton gpu={gpu} onChanged={onChanged} />}
+        </span>
         <span className="muted" data-testid="gpu-updated">{live?.timestamp ? new Date(live.timestamp).toLocaleTimeString() : 'no sample yet'}</span>
       </footer>
     </article>
