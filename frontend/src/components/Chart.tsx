@@ -22,6 +22,11 @@ export interface ChartProps {
   yMin?: number;
   yMax?: number;
   yFormat?: (v: number) => string;
+  /**
+   * The y axis's one unit (e.g. "GiB"): ticks are uPlot's round splits of the
+   * values, each written as "<number> <unit>"; the legend still uses yFormat.
+   */
+  yUnit?: string;
   title?: string;
   testId?: string;
   /** Live charts: always show this many seconds ending at the newest point. */
@@ -46,6 +51,18 @@ function timeLabels(u: uPlot, splits: number[]): string[] {
   });
 }
 
+/** A y tick: uPlot's round split with its unit, or the chart's own format. */
+export function tickLabel(v: number, unit: string | undefined, fmt: ((v: number) => string) | undefined): string {
+  if (unit !== undefined) return `${Number(v.toPrecision(6))} ${unit}`;
+  return fmt ? fmt(v) : String(Number(v.toPrecision(6)));
+}
+
+/** Pixels for the y axis: its longest label at the axis font (about 7 px a character) plus the ticks. */
+export function axisWidth(values: string[] | null): number {
+  const longest = Math.max(3, ...(values ?? []).map((v) => v.length));
+  return Math.ceil(longest * 7.2 + 20);
+}
+
 const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: { stroke: '#232b35', width: 1 } };
 
 /**
@@ -53,7 +70,7 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * points each in well under a frame (bench/dashboard_charts.py), which is why
  * the dashboard uses it instead of an SVG chart library.
  */
-export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, title, testId, windowSec, xRange, yCap }: ChartProps) {
+export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, yUnit, title, testId, windowSec, xRange, yCap }: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -95,7 +112,12 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
         ? [{ show: false }, { show: false }]
         : [
             time ? { ...AXIS, space: 70, values: timeLabels } : { ...AXIS },
-            { ...AXIS, size: 60, values: yFormat ? (_u, vals) => vals.map((v) => (v == null ? '' : yFormat(v))) : undefined },
+            {
+              ...AXIS,
+              // Wide enough for the longest label, so none is clipped on the left.
+              size: (_u: uPlot, values: string[] | null) => axisWidth(values),
+              values: (_u: uPlot, vals: number[]) => vals.map((v) => (v == null ? '' : tickLabel(v, yUnit, yFormat))),
+            },
           ],
       series: [
         { label: time ? 'time' : 'step' },
@@ -120,7 +142,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
       plot.current = null;
     };
     // Rebuilt only when the chart's shape changes; new data goes through setData below.
-  }, [seriesKey, height, mini, time, yMin, yMax, title, windowSec, xRange?.[0], xRange?.[1], yCap]);
+  }, [seriesKey, height, mini, time, yMin, yMax, yUnit, title, windowSec, xRange?.[0], xRange?.[1], yCap]);
 
   useEffect(() => {
     plot.current?.setData(data as uPlot.AlignedData);

@@ -4,13 +4,13 @@ import { endpoints, type HistoryMetric } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
 import { Chart } from '../../components/Chart';
 import { Empty, ErrorState, Loading } from '../../components/States';
-import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
-import { columnsFor, POINTS, RANGES, type RangeKey } from './history';
+import { byteUnit, columnsFor, maxOf, POINTS, RANGES, type RangeKey } from './history';
 
-const CHARTS: { metric: HistoryMetric; title: string; scale?: number; yMin?: number; yMax?: number; fmt: (v: number) => string }[] = [
+const CHARTS: { metric: HistoryMetric; title: string; yMin?: number; yMax?: number; bytes?: boolean; fmt: (v: number) => string }[] = [
   { metric: 'utilization', title: 'Utilization', yMin: 0, yMax: 100, fmt: (v) => `${Math.round(v)}%` },
-  { metric: 'memory_used', title: 'Memory used', yMin: 0, fmt: fmtBytes },
+  // Bytes are drawn in one binary unit chosen for the data, so the ticks are round numbers of it.
+  { metric: 'memory_used', title: 'Memory used', yMin: 0, bytes: true, fmt: (v) => `${Math.round(v)}` },
   { metric: 'temperature', title: 'Temperature', fmt: (v) => `${Math.round(v)}°C` },
   { metric: 'power_draw', title: 'Power', yMin: 0, fmt: (v) => `${Math.round(v)} W` },
 ];
@@ -90,21 +90,33 @@ export function HistoryPage() {
         <Empty title="No samples in this range.">The agent stores one sample per GPU per second; pick a longer range or wait a moment.</Empty>
       ) : (
         <div className="charts-grid" data-testid="history-charts">
-          {CHARTS.map((c) => (
-            <div className="panel" key={c.metric}>
-              <h3>{c.title}</h3>
-              <Chart
-                series={SERIES}
-                data={columnsFor(q.data, c.metric, c.scale)}
-                height={200}
-                yFormat={c.fmt}
-                yMin={c.yMin}
-                yMax={c.yMax}
-                xRange={xRange}
-                testId={`history-${c.metric}`}
-              />
-            </div>
-          ))}
+          {CHARTS.map((c) => {
+            let data = columnsFor(q.data, c.metric);
+            let fmt = c.fmt;
+            let unit: string | undefined;
+            if (c.bytes) {
+              const u = byteUnit(maxOf(data));
+              data = columnsFor(q.data, c.metric, 1 / u.div);
+              unit = u.label;
+              fmt = (v) => `${v.toFixed(v >= 100 ? 0 : 1)} ${u.label}`;
+            }
+            return (
+              <div className="panel" key={c.metric}>
+                <h3>{c.title}</h3>
+                <Chart
+                  series={SERIES}
+                  data={data}
+                  height={200}
+                  yFormat={fmt}
+                  yUnit={unit}
+                  yMin={c.yMin}
+                  yMax={c.yMax}
+                  xRange={xRange}
+                  testId={`history-${c.metric}`}
+                />
+              </div>
+            );
+          })}
         </div>
       )}
     </div>

@@ -1,6 +1,7 @@
+import { axisWidth, tickLabel } from '../../components/Chart';
 import { describe, expect, it } from 'vitest';
 import { history } from '../../test/factories';
-import { columnsFor } from './history';
+import { byteUnit, columnsFor, maxOf } from './history';
 
 const p = (t: string, avg: number, min: number, max: number) => ({ t, samples: 10, utilization_avg: avg, utilization_min: min, utilization_max: max });
 
@@ -23,5 +24,23 @@ describe('columnsFor', () => {
     ]);
     expect(columnsFor(resp, 'utilization').slice(1)).toEqual([[40], [10], [95]]);
     expect(columnsFor(resp, 'temperature').slice(1)).toEqual([[null], [null], [null]]);
+  });
+});
+
+describe('memory axis units', () => {
+  it('picks one binary unit for the whole axis from the largest value', () => {
+    expect(byteUnit(572 * 2 ** 20)).toEqual({ div: 2 ** 20, label: 'MiB' });
+    expect(byteUnit(80 * 2 ** 30)).toEqual({ div: 2 ** 30, label: 'GiB' });
+    expect(byteUnit(0)).toEqual({ div: 1, label: 'B' });
+    expect(maxOf([[1, 2], [null, 3 * 2 ** 20], [5, null]])).toBe(3 * 2 ** 20);
+  });
+
+  it('labels every tick with the same unit, round numbers, zero included', () => {
+    const labels = [0, 100, 200, 300, 400, 500, 600].map((v) => tickLabel(v, 'MiB', undefined));
+    expect(labels).toEqual(['0 MiB', '100 MiB', '200 MiB', '300 MiB', '400 MiB', '500 MiB', '600 MiB']);
+    expect(tickLabel(0.30000000000000004, 'GiB', undefined)).toBe('0.3 GiB');
+    // The axis is as wide as its longest label needs: "600 MiB" is not cut to "·00 MiB".
+    expect(axisWidth(labels)).toBeGreaterThanOrEqual(7 * 7 + 14);
+    expect(axisWidth(['1', '2'])).toBeLessThan(axisWidth(labels));
   });
 });

@@ -42,3 +42,23 @@ export function columnsFor(resp: Pick<HistoryResponse, 'series'> | undefined, me
     ts.map((t) => (rows.get(t)!.max.length ? Math.max(...rows.get(t)!.max) : null)),
   ];
 }
+
+const KiB = 1024;
+const MiB = KiB * 1024;
+const GiB = MiB * 1024;
+const TiB = GiB * 1024;
+
+/** One binary unit for a whole axis: the largest that keeps the top value >= 1. */
+export function byteUnit(maxBytes: number): { div: number; label: string } {
+  for (const [div, label] of [[TiB, 'TiB'], [GiB, 'GiB'], [MiB, 'MiB'], [KiB, 'KiB']] as const) {
+    if (maxBytes >= div) return { div, label };
+  }
+  return { div: 1, label: 'B' };
+}
+
+/** The largest value in a chart's data columns (x excluded); 0 when there is none. */
+export function maxOf(columns: (number | null)[][]): number {
+  let m = 0;
+  for (const col of columns.slice(1)) for (const v of col) if (v != null && v > m) m = v;
+  return m;
+}
