@@ -6,6 +6,7 @@ const MiB = 1024 ** 2;
 
 export function fmtBytes(n: number | null | undefined): string {
   if (n == null || Number.isNaN(n)) return '—';
+  if (n === 0) return '0 B';
   if (Math.abs(n) >= GiB) return `${(n / GiB).toFixed(1)} GiB`;
   if (Math.abs(n) >= MiB) return `${Math.round(n / MiB)} MiB`;
   return `${Math.round(n / 1024)} KiB`;

@@ -3,6 +3,7 @@
  * Each is asserted to its type (`as`) so that a field the server adds later
  * does not break the build before a test needs it.
  */
+import { fmtBytes } from '../lib/format';
 import type {
   Candidate,
   Estimate,
@@ -112,7 +113,7 @@ export function event(seq: number, over: Partial<TrainingEvent> = {}): TrainingE
 export function estimate(total: number, over: Partial<Estimate> = {}): Estimate {
   return {
     total,
-    summary: `estimated ${total} bytes`,
+    summary: `estimated ${fmtBytes(total)} per rank`,
     breakdown: {},
     method: 'traced',
     key: 'k',

@@ -46,6 +46,8 @@ describe('CreateTrainingPage', () => {
   it('preselects the recommended GPUs and shows the memory need', async () => {
     const { recommend } = setup();
     await waitFor(() => expect(screen.getByTestId('estimate')).toHaveTextContent('10.0 GiB'));
+    // The server's own figure and words, not a second rounding of its bytes.
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('estimated 10.0 GiB per rank');
     expect(recommend.mock.calls[0][0]).toMatchObject({ recipe: 'sae', count: 1, config: expect.objectContaining({ d_in: 64 }) });
     await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
     expect(screen.getByLabelText(/sim-host · GPU 0/)).not.toBeChecked();

@@ -174,9 +174,12 @@ export function CreateTrainingPage() {
           <h3>GPUs</h3>
           <div className="estimate" data-testid="estimate">
             <span>
-              Memory per GPU: <b>{advice.needBytes != null ? fmtBytes(advice.needBytes) : ok ? 'estimating…' : 'fix the config first'}</b>
+              {/* The server's own words and number, so the page and the API never disagree by a rounding. */}
+              Memory per GPU:{' '}
+              <b data-testid="estimate-need">
+                {advice.estimateNote ?? (advice.needBytes != null ? fmtBytes(advice.needBytes) : ok ? 'estimating…' : 'fix the config first')}
+              </b>
             </span>
-            {advice.estimateNote && <span className="muted">{advice.estimateNote}</span>}
             {advice.needBytes != null && (
               <span className="muted">
                 <span className="need-mark" aria-hidden /> on each bar: where this training would bring the GPU's memory

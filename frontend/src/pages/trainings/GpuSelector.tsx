@@ -15,6 +15,22 @@ export function freeOf(g: GPU): number | null {
   return g.availability?.free_memory ?? g.live?.memory_free ?? null;
 }
 
+/**
+ * What the bar says: the memory really free on the device, and apart from it
+ * what other trainings' reservations hold (a reserved GPU is not "0 KiB free").
+ */
+export function memoryText(g: GPU): string {
+  const total = g.live?.memory_total ?? g.memory_total ?? null;
+  const device = g.live?.memory_free ?? (total != null && g.live?.memory_used != null ? total - g.live.memory_used : null);
+  const schedulable = g.availability?.free_memory ?? null;
+  const free = device ?? schedulable;
+  let text = `${fmtBytes(free)} free of ${fmtBytes(total)}`;
+  if (device != null && schedulable != null && schedulable < device) {
+    text += schedulable === 0 ? ' · all reserved' : ` · ${fmtBytes(schedulable)} not reserved`;
+  }
+  return text;
+}
+
 export function GpuSelector({
   gpus,
   selection,
@@ -74,7 +90,7 @@ export function GpuSelector({
                 label={g.availability?.reason ?? 'Memory'}
                 value={used}
                 max={total}
-                text={`${fmtBytes(free)} free of ${fmtBytes(total)}`}
+                text={memoryText(g)}
                 marker={needBytes != null && used != null ? used + needBytes : null}
                 markerLabel={needBytes != null ? `this training needs ${fmtBytes(needBytes)} per GPU` : undefined}
                 tone={fits === false ? 'bad' : undefined}

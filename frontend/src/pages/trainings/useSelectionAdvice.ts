@@ -72,7 +72,7 @@ export function useSelectionAdvice(recipe: string, config: Record<string, unknow
 
   return {
     needBytes: needOf(rec),
-    estimateNote: rec?.estimate?.summary ?? rec?.estimate?.method ?? null,
+    estimateNote: rec?.estimate?.summary ?? null,
     candidates: rec?.candidates ?? [],
     refused,
     waitReason: rec?.wait_reason ?? null,
