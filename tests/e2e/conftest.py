@@ -105,12 +105,13 @@ def _gpufleet() -> list[str]:
 
 
 @contextmanager
-def _serve(data_dir: Path, **extra_env: str) -> Iterator[Server]:
-    """`gpufleet serve` on a free loopback port, as a user starts it; stopped with its process group."""
-    port = _free_port()
+def _serve(data_dir: Path, port: int | None = None, **extra_env: str) -> Iterator[Server]:
+    """`gpufleet serve` on a loopback port (a free one unless given), as a user starts it;
+    stopped with its process group."""
+    port = port or _free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "serve.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    log = open(log_path, "ab")  # noqa: SIM115 - closed below; a restart appends
     proc = subprocess.Popen(
         [*_gpufleet(), "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=_server_env(data_dir, **extra_env),
@@ -177,6 +178,24 @@ def doomed_server(dashboard_built: Path, tmp_path: Path) -> Iterator[Server]:
     """A server of its own for a test that stops it (to see the dashboard lose it)."""
     with _serve(tmp_path / "doomed-data") as srv:
         yield srv
+
+
+@pytest.fixture
+def restartable_server(dashboard_built: Path, tmp_path: Path) -> Iterator[Callable[[], object]]:
+    """Start a server with ``start()``; each later ``start()`` uses the same port and data dir
+    (after the test stopped the previous one), as an operator restarting gpufleet would."""
+    port = _free_port()
+    stack: list[object] = []
+
+    def start() -> Server:
+        cm = _serve(tmp_path / "restart-data", port=port)
+        srv = cm.__enter__()
+        stack.append(cm)
+        return srv
+
+    yield start
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 # Module scope, not session: Playwright's sync API keeps an event loop running
