@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 GPUFLEET_EXTRAS=test bash scripts/install.sh
 
 if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
-  services_dir=$(mktemp -d /tmp/gpufleet-services.XXXXXX)
+  services_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-services.XXXXXX")
   eval "$(bash .ci/services.sh start "$services_dir")"
   # Stop the servers and remove their data (tens of MB per run).
   trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT

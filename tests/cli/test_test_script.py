@@ -1,0 +1,54 @@
+"""scripts/test.sh cleans up the throwaway PostgreSQL and Redis it starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_test_script_removes_its_services_directory_on_exit():
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or shutil.which("redis-server") is None:
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("PostgreSQL and Redis are needed (.ci/run installs them)")
+        pytest.skip("PostgreSQL or Redis is not installed")
+    # A copy of the script beside the real services helper. Installing is not
+    # what is tested: install.sh here does nothing, and pytest only prints its version.
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-testsh-", dir="/tmp"))
+    try:
+        os.chmod(root, 0o755)  # PostgreSQL runs as the postgres account when we are root
+        (root / "scripts").mkdir()
+        (root / ".ci").mkdir()
+        shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
+        shutil.copy(REPO / ".ci" / "services.sh", root / ".ci" / "services.sh")
+        (root / "scripts" / "install.sh").write_text("exit 0\n")
+        (root / ".venv" / "bin").mkdir(parents=True)
+        (root / ".venv" / "bin" / "python").symlink_to(sys.executable)
+        tmp = root / "tmp"
+        tmp.mkdir(mode=0o755)
+        os.chmod(tmp, 0o755)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+        env.update(TMPDIR=str(tmp), GPUFLEET_PG_PORT=str(_free_port()), GPUFLEET_REDIS_PORT=str(_free_port()))
+        out = subprocess.run(["bash", str(root / "scripts" / "test.sh"), "--version"], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "pytest" in out.stdout + out.stderr
+        assert not list(tmp.glob("gpufleet-services.*")), "the services directory was left behind"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
