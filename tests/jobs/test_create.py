@@ -91,9 +91,11 @@ def test_a_world_size_no_host_has_is_refused_naming_the_fleet(fleet_settings, cl
     register(fleet_settings)  # one host with 2 simulated GPUs
     c = client_for(fleet_settings)
     before = _counts(fleet_settings)
-    r = c.post("/api/v1/trainings", json={"name": "big", "recipe": "sae", "config": TINY_SAE, "world_size": 8})
+    # More GPUs than any host has (the PostgreSQL database also holds other tests' hosts).
+    big = dict(TINY_SAE, global_batch_size=1024)
+    r = c.post("/api/v1/trainings", json={"name": "big", "recipe": "sae", "config": big, "world_size": 1024})
     assert r.status_code == 422, r.text
-    assert "world_size 8" in r.json()["detail"] and f"{fleet_settings.host_name} has 2" in r.json()["detail"]
+    assert "world_size 1024" in r.json()["detail"] and f"{fleet_settings.host_name} has 2" in r.json()["detail"]
     r = c.post("/api/v1/trainings", json={"name": "big", "recipe": "sae", "config": TINY_SAE, "world_size": 4,
                                           "host": fleet_settings.host_name})
     assert r.status_code == 422 and "which has 2" in r.json()["detail"], r.text
