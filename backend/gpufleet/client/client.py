@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
+from gpufleet.api.security.client import TOKEN_ENV, client_headers
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
@@ -37,7 +38,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
-from gpufleet.client.errors import RateLimited, ServerUnreachable, error_for, parse_retry_after
+from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
 
 if TYPE_CHECKING:
     from gpufleet.api.routes.auth import WhoAmI
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from gpufleet.api.schemas.recipes import RecipesPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
-TOKEN_ENV = "GPUFLEET_TOKEN"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 API = "/api/v1"
@@ -84,8 +84,7 @@ class Client:
         if not base.startswith(("http://", "https://")):
             raise ValueError(f"the server must be an http:// or https:// URL, got {base!r}")
         self.server = base
-        value = (token if token is not None else os.environ.get(TOKEN_ENV, "")).strip()
-        headers = {"Authorization": f"Bearer {value}"} if value else {}
+        headers = client_headers(token)
         self.rate_limit_retries = rate_limit_retries
         self.max_retry_wait_s = max_retry_wait_s
         self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout, transport=transport)
@@ -309,4 +308,4 @@ class Client:
         return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
 
 
-__all__ = ["Client", "DEFAULT_SERVER", "FINAL_STATUSES", "RateLimited"]
+__all__ = ["Client", "DEFAULT_SERVER", "FINAL_STATUSES", "SERVER_ENV", "TOKEN_ENV"]

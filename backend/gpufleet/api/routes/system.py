@@ -171,7 +171,8 @@ def get_topology(sess: SessionDep, host: str | None = None) -> TopologyPublic:
     return TopologyPublic(hosts=out)
 
 
-@health_router.get("/healthz", response_model=Health, operation_id="health-get")
+@health_router.get("/healthz", response_model=Health, operation_id="health-get",
+                   responses={503: {"model": Health, "description": "The database cannot be reached"}})
 def healthz(sess: SessionDep, settings: SettingsDep, response: Response) -> Health:
     try:
         sess.execute(text("SELECT 1"))

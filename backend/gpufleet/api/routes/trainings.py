@@ -31,6 +31,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
+from gpufleet.api.security.openapi import error_response
 from gpufleet.db.models import (
     TRAINING_STATUSES,
     GPUAllocation,
@@ -183,7 +184,10 @@ def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser)
     return _public(session, _load(session, training_id))
 
 
-@router.post("/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel")
+@router.post(
+    "/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
+    responses={409: error_response("The training changed state during the cancel; send it again")},
+)
 def cancel_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: MemberUser
 ) -> TrainingPublic:
