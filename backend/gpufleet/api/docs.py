@@ -18,6 +18,10 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS_URL = "/docs/assets"
+# The pages may load only from this server: ReDoc's footer logo (and anything a
+# future bundle reaches for) would otherwise be fetched from a CDN.
+CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; worker-src 'self' blob:; font-src 'self' data:; connect-src 'self'")
 
 
 def assets_dir() -> Path:
@@ -38,7 +42,7 @@ def install_docs(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc
 
     @app.get(docs_url, include_in_schema=False)
     def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(
+        return _offline(get_swagger_ui_html(
             openapi_url=openapi_url,
             title=title,
             swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
@@ -46,14 +50,19 @@ def install_docs(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc
             swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
             # The token stays in the page's memory only: a reload asks for it again.
             swagger_ui_parameters={"persistAuthorization": False, "displayOperationId": True},
-        )
+        ))
 
     @app.get(redoc_url, include_in_schema=False)
     def redoc() -> HTMLResponse:
-        return get_redoc_html(
+        return _offline(get_redoc_html(
             openapi_url=openapi_url,
             title=title,
             redoc_js_url=f"{ASSETS_URL}/redoc.standalone.js",
             redoc_favicon_url=f"{ASSETS_URL}/favicon.png",
             with_google_fonts=False,
-        )
+        ))
+
+
+def _offline(page: HTMLResponse) -> HTMLResponse:
+    page.headers["Content-Security-Policy"] = CSP
+    return page
