@@ -122,8 +122,8 @@ def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> Non
                          {"json": {}}, {"content": too_big, "headers": {"Content-Type": "application/json"}},
                          {"json": {"name": "a\u0000b"}}]
             if (method, path) in bodies:
-                variants.append({"json": bodies[(method, path)]})
-        variants.append({"params": {"host": "a\u0000b"}})
+                variants += [{"json": bodies[(method, path)]}, {"json": {**bodies[(method, path)], "host": "nope"}}]
+        variants += [{"params": {"host": "a\u0000b"}}, {"params": {"host": "nope"}}]
         if any(p["in"] == "query" for p in op.get("parameters", [])):
             first = next(p["name"] for p in op["parameters"] if p["in"] == "query")
             variants.append({"params": {first: "not-valid-" * 3}})

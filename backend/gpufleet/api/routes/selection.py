@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.api.deps import SessionDep, SettingsDep, ViewerUser
+from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
@@ -145,7 +146,7 @@ def _estimate(sess: Any, settings: Any, recipe: str, config: dict[str, Any], cou
         raise HTTPException(422, str(exc)) from None
 
 
-@router.get("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend")
+@router.get("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend", responses=UNKNOWN_HOST)
 def recommend_gpus(
     sess: SessionDep,
     settings: SettingsDep,
@@ -165,6 +166,7 @@ def recommend_gpus(
 
     if (memory_mb is None) == (recipe is None):
         raise HTTPException(422, "give memory_mb, or recipe (and optionally config as JSON), but not both")
+    check_host(sess, host)
     estimate = None
     if recipe is not None:
         try:
@@ -185,7 +187,8 @@ def recommend_gpus(
     return _public(recommend(req, fleet), estimate)
 
 
-@router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config")
+@router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config",
+             responses=UNKNOWN_HOST)
 def recommend_for_config(
     body: RecommendBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> RecommendationPublic:
@@ -193,6 +196,7 @@ def recommend_for_config(
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
+    check_host(sess, body.host)
     estimate = _estimate(sess, settings, body.recipe, body.config, body.count)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
@@ -200,7 +204,7 @@ def recommend_for_config(
     return _public(recommend(req, fleet), estimate)
 
 
-@router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate")
+@router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
 def validate_gpus(
     body: ValidateBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> ValidationPublic:
@@ -208,6 +212,7 @@ def validate_gpus(
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.validate import validate_selection
 
+    check_host(sess, body.host)
     estimate = None
     memory = (body.memory_mb or 0) * MiB
     if body.recipe is not None:

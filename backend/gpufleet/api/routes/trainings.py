@@ -18,6 +18,7 @@ from gpufleet.api.deps import (
     ViewerUser,
     ensure_can_cancel,
 )
+from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,
@@ -110,7 +111,8 @@ def _wake() -> None:
     wake()
 
 
-@router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create")
+@router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create",
+             responses=UNKNOWN_HOST)
 def create_training(
     body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingPublic:
@@ -126,7 +128,8 @@ def create_training(
     return out
 
 
-@router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch")
+@router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch",
+             responses=UNKNOWN_HOST)
 def create_batch(
     body: TrainingBatchCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingBatchPublic:
