@@ -160,3 +160,18 @@ def test_a_method_the_path_does_not_have_is_a_405_with_an_error_detail(walk) -> 
     client, tokens, _settings = walk
     r = client.delete("/api/v1/trainings", headers={"Authorization": f"Bearer {tokens['admin']}"})
     assert r.status_code == 405 and r.headers["allow"] and r.json() == {"detail": "Method Not Allowed"}
+
+
+def test_recommends_exclusive_parameters_are_described_as_such(walk) -> None:  # noqa: ANN001
+    client, tokens, _settings = walk
+    op = client.get("/openapi.json").json()["paths"]["/api/v1/system/gpus/recommend"]["get"]
+    params = {p["name"]: p for p in op["parameters"]}
+    for name in ("memory_mb", "recipe"):
+        assert "exactly one of" in params[name]["description"] and params[name]["schema"]["examples"], name
+    assert "only with `recipe`" in params["config"]["description"] and params["config"]["schema"]["examples"]
+    assert "Both or neither is a 422" in op["description"]
+    # And the server keeps the rule the schema states.
+    viewer = {"Authorization": f"Bearer {tokens['viewer']}"}
+    for query in ({}, {"memory_mb": 10, "recipe": "mlp"}, {"memory_mb": 10, "config": "{}"}):
+        assert client.get("/api/v1/system/gpus/recommend", params=query, headers=viewer).status_code == 422, query
+    assert client.get("/api/v1/system/gpus/recommend", params={"memory_mb": 10}, headers=viewer).status_code == 200

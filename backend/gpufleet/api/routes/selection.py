@@ -151,16 +151,40 @@ def recommend_gpus(
     sess: SessionDep,
     settings: SettingsDep,
     _user: ViewerUser,
-    memory_mb: int | None = Query(default=None, ge=0, le=MAX_MEMORY_MB, description="memory each GPU needs"),
-    count: int = Query(default=1, ge=1, le=MAX_COUNT),
-    host: str | None = Query(default=None, max_length=255),
-    policy: Literal["pack", "spread"] = "pack",
-    exclusive: bool = True,
-    max_candidates: int = Query(default=5, ge=1, le=50),
-    recipe: str | None = Query(default=None, max_length=128, description="estimate memory from this recipe"),
-    config: str | None = Query(default=None, max_length=20000, description="the recipe's config as JSON"),
+    memory_mb: int | None = Query(
+        default=None, ge=0, le=MAX_MEMORY_MB,
+        description="Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and "
+                    "not neither (422 otherwise).",
+        examples=[20480],
+    ),
+    count: int = Query(default=1, ge=1, le=MAX_COUNT, description="How many GPUs (one DDP rank each), on one host."),
+    host: str | None = Query(default=None, max_length=255,
+                             description="Only this host (404 if it is not registered)."),
+    policy: Literal["pack", "spread"] = Query(
+        default="pack", description="`pack`: best fit, keeps big GPUs free; `spread`: most headroom."),
+    exclusive: bool = Query(default=True, description="False: may share GPUs with other small trainings."),
+    max_candidates: int = Query(default=5, ge=1, le=50, description="How many ranked sets to return."),
+    recipe: str | None = Query(
+        default=None, max_length=128,
+        description="Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of "
+                    "`recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` "
+                    "(`gpus-recommend-config`).",
+        examples=["sae"],
+    ),
+    config: str | None = Query(
+        default=None, max_length=20000,
+        description="The recipe's config fields as a JSON object; only with `recipe` (422 without it). "
+                    "Omitted fields take the recipe's defaults.",
+        examples=['{"d_in": 768, "n_latents": 16384, "precision": "bf16"}'],
+    ),
 ) -> RecommendationPublic:
-    """Ranked GPU sets on one host for ``count`` GPUs with ``memory_mb`` free each (or a recipe's estimate)."""
+    """Ranked GPU sets on one host for ``count`` GPUs.
+
+    The memory each GPU needs comes from exactly one of two sources: ``memory_mb``,
+    or ``recipe`` (+ optional ``config`` as JSON), whose memory estimate is used.
+    Both or neither is a 422. A request that can never fit is a 422 naming why;
+    one that does not fit now is a 200 with no candidates and ``wait_reason``.
+    """
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
