@@ -133,7 +133,12 @@ export interface paths {
         };
         /**
          * Recommend Gpus
-         * @description Ranked GPU sets on one host for ``count`` GPUs with ``memory_mb`` free each (or a recipe's estimate).
+         * @description Ranked GPU sets on one host for ``count`` GPUs.
+         *
+         *     The memory each GPU needs comes from exactly one of two sources: ``memory_mb``,
+         *     or ``recipe`` (+ optional ``config`` as JSON), whose memory estimate is used.
+         *     Both or neither is a 422. A request that can never fit is a 422 naming why;
+         *     one that does not fit now is a 200 with no candidates and ``wait_reason``.
          */
         get: operations["gpus-recommend"];
         put?: never;
@@ -1304,15 +1309,6 @@ export interface operations {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
             };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The token is not valid */
             401: {
                 headers: {
@@ -1533,7 +1529,7 @@ export interface operations {
     "gpus-list": {
         parameters: {
             query?: {
-                /** @description only the GPUs of this host */
+                /** @description only the GPUs of this host (404 if it is not registered) */
                 host?: string | null;
             };
             header?: never;
@@ -1569,6 +1565,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -1583,16 +1588,21 @@ export interface operations {
     "gpus-recommend": {
         parameters: {
             query?: {
-                /** @description memory each GPU needs */
+                /** @description Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and not neither (422 otherwise). */
                 memory_mb?: number | null;
+                /** @description How many GPUs (one DDP rank each), on one host. */
                 count?: number;
+                /** @description Only this host (404 if it is not registered). */
                 host?: string | null;
+                /** @description `pack`: best fit, keeps big GPUs free; `spread`: most headroom. */
                 policy?: "pack" | "spread";
+                /** @description False: may share GPUs with other small trainings. */
                 exclusive?: boolean;
+                /** @description How many ranked sets to return. */
                 max_candidates?: number;
-                /** @description estimate memory from this recipe */
+                /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
                 recipe?: string | null;
-                /** @description the recipe's config as JSON */
+                /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
             };
             header?: never;
@@ -1621,6 +1631,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1661,15 +1680,6 @@ export interface operations {
                     "application/json": components["schemas"]["RecommendationPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1681,6 +1691,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1730,15 +1749,6 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1750,6 +1760,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1800,15 +1819,6 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DrainPublic"];
-                };
-            };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -1969,7 +1979,7 @@ export interface operations {
             query?: {
                 /** @description index or host:index; repeat or comma-separate */
                 gpu?: string[] | null;
-                /** @description only this host's GPUs */
+                /** @description only this host's GPUs (404 if it is not registered) */
                 host?: string | null;
                 /** @description ISO 8601 start (default: 1 h before to) */
                 from?: string | null;
@@ -2006,6 +2016,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2074,6 +2093,7 @@ export interface operations {
     "topology-get": {
         parameters: {
             query?: {
+                /** @description only this host (404 if it is not registered) */
                 host?: string | null;
             };
             header?: never;
@@ -2102,6 +2122,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2197,15 +2226,6 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2217,6 +2237,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2275,15 +2304,6 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
-            400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2295,6 +2315,15 @@ export interface operations {
             };
             /** @description Signed in, but not allowed to do this */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2429,6 +2458,15 @@ export interface operations {
             };
             /** @description What the path names does not exist */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The training changed state during the cancel; send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2645,6 +2683,24 @@ export interface operations {
         responses: {
             /** @description Successful Response */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database cannot be reached */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
