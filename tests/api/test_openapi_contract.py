@@ -119,6 +119,7 @@ def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> Non
         variants: list[dict[str, Any]] = [{}]
         if "requestBody" in op:
             variants += [{"content": b"{not json", "headers": {"Content-Type": "application/json"}},
+                         {"content": b"\xff\xfe{", "headers": {"Content-Type": "application/json"}},
                          {"json": {}}, {"content": too_big, "headers": {"Content-Type": "application/json"}},
                          {"json": {"name": "a\u0000b"}}]
             if (method, path) in bodies:
@@ -144,13 +145,15 @@ def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> Non
     assert not bad_bodies, "error bodies without a detail:\n" + "\n".join(bad_bodies[:30])
 
 
-def test_bad_json_is_a_422_and_no_operation_lists_a_400(walk) -> None:  # noqa: ANN001
+def test_bad_json_is_a_422_unreadable_bytes_a_400_and_both_are_listed_only_with_a_body(walk) -> None:  # noqa: ANN001
     client, tokens, _settings = walk
-    r = client.post("/api/v1/trainings", content=b"{", headers={"Authorization": f"Bearer {tokens['member']}",
-                                                               "Content-Type": "application/json"})
+    headers = {"Authorization": f"Bearer {tokens['member']}", "Content-Type": "application/json"}
+    r = client.post("/api/v1/trainings", content=b"{", headers=headers)
     assert r.status_code == 422 and r.json()["detail"][0]["type"] == "json_invalid"
+    r = client.post("/api/v1/trainings", content=b"\xff\xfe{", headers=headers)
+    assert r.status_code == 400 and isinstance(r.json()["detail"], str)
     spec = client.get("/openapi.json").json()
-    assert not [f"{m} {p}" for m, p, op in _spec_ops(spec) if "400" in op["responses"]]
+    assert all(("400" in op["responses"]) == ("requestBody" in op) for _m, _p, op in _spec_ops(spec))
     cancel = spec["paths"]["/api/v1/trainings/{training_id}/cancel"]["post"]["responses"]
     assert cancel["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorDetail"}
 

@@ -1309,6 +1309,15 @@ export interface operations {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
             };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description The token is not valid */
             401: {
                 headers: {
@@ -1680,6 +1689,15 @@ export interface operations {
                     "application/json": components["schemas"]["RecommendationPublic"];
                 };
             };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1747,6 +1765,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ValidationPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -1819,6 +1846,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DrainPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -2226,6 +2262,15 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2302,6 +2347,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */

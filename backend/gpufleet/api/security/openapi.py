@@ -1,7 +1,8 @@
 """Complete the OpenAPI schema with sign-in and the refusals every route may answer with.
 
 The gate and the limits answer before any route runs (401, 403, 413, 429),
-FastAPI answers 422 for a body that is not JSON, and a path that names a
+FastAPI answers 400 for a body that is not even UTF-8 (422 for text that is
+not JSON), and a path that names a
 missing thing answers 404, so routes do not declare these one by one; what
 only one route answers (409 on cancel, 503 on /healthz) it declares itself
 with ``responses=``. Sign-in is declared as two security schemes (a bearer
@@ -137,7 +138,9 @@ def document_refusals(app: FastAPI) -> None:
                     op["responses"].setdefault("422", extra["422"])
                     continue
                 if "requestBody" in op:
-                    # A body that is not JSON at all is a 422 (FastAPI's json_invalid), declared below.
+                    # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
+                    # text that is not JSON is a 422 (json_invalid), declared below.
+                    extra["400"] = ref("The body could not be read: it is not UTF-8 text")
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
