@@ -98,6 +98,9 @@ def test_recommend_and_other_read_only_commands_create_no_files(tmp_path, monkey
     for args in (["top", "--once"], ["trainings", "ls"], ["trainings", "show", "x"]):
         reset_settings_cache()
         assert runner.invoke(app, args).exit_code == 2
+    reset_settings_cache()
+    r = runner.invoke(app, ["db", "current"])
+    assert r.exit_code == 0 and "no database at" in r.output
     assert not (tmp_path / "fresh-home").exists(), sorted(p.name for p in (tmp_path / "fresh-home").rglob("*"))
 
 

@@ -46,14 +46,14 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
     from gpufleet.scheduling.memory import EstimateError
 
     try:
+        from gpufleet.db.session import missing_sqlite_file, session_scope
+
         settings = get_settings()
-        if settings.is_sqlite:
-            path = Path(settings.effective_database_url.split("///", 1)[-1])
-            # Opening SQLite creates the file: a read must not leave an empty database behind.
-            if not path.is_file():
-                _fail(f"no database at {path}: run `gpufleet serve` (or `gpufleet db upgrade`) first, "
-                      "set GPUFLEET_DATABASE_URL to the server's database, or drop --local to ask a server")
-        from gpufleet.db.session import session_scope
+        # Opening SQLite creates the file: a read must not leave an empty database behind.
+        missing = missing_sqlite_file(settings)
+        if missing is not None:
+            _fail(f"no database at {missing}: run `gpufleet serve` (or `gpufleet db upgrade`) first, "
+                  "set GPUFLEET_DATABASE_URL to the server's database, or drop --local to ask a server")
         from gpufleet.scheduling.plan import plan_selection
 
         with session_scope(settings) as sess:
