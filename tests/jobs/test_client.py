@@ -109,6 +109,30 @@ def test_refusals_are_typed_and_carry_the_servers_message(tmp_path, product_api)
         assert "priority" in bad_field.value.message
 
 
+def test_fleet_reads_recommend_and_validate_parse_into_the_apis_models(tmp_path, product_api):
+    from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
+
+    settings, tokens = _signed_in(tmp_path)
+    register(settings)
+    url = product_api(settings)
+    with Client(url, tokens["vic"]) as gf:
+        [topo] = gf.topology(host=settings.host_name).hosts
+        assert topo.gpus == [0, 1] and len(topo.matrix) == 2
+        rec = gf.recommend(memory_mb=1024, count=2)
+        assert isinstance(rec, RecommendationPublic) and rec.candidates[0].gpu_indexes == [0, 1]
+        by_recipe = gf.recommend(recipe="mlp", config={"global_batch_size": 8})
+        assert by_recipe.estimate is not None and by_recipe.estimate.total > 0
+        check = gf.validate([0, 5], memory_mb=1)
+        assert isinstance(check, ValidationPublic) and not check.ok
+        assert any(p.code == "unknown-gpu" and p.gpu_index == 5 for p in check.problems)
+        with pytest.raises(NotFound, match="known hosts: " + settings.host_name):
+            gf.gpus(host="nope")
+        with pytest.raises(ValueError, match="not both"):
+            gf.recommend(recipe="mlp", memory_mb=1)
+        assert {"mlp", "sae"} <= {r.name for r in gf.recipes().data}
+        assert gf.live().aggregate is not None
+
+
 def test_a_429_is_waited_out_for_retry_after_then_raised(tmp_path, product_api):
     settings, tokens = _signed_in(tmp_path, create_rate_per_minute=1)
     register(settings)

@@ -189,7 +189,8 @@ class Client:
                 raise TimeoutError(f"training {t.id} is still {t.status} after {timeout} s")
             self._sleep(poll_s)
 
-    def log_chunk(self, training: TrainingRef, *, offset: int | None = None, tail: int | None = None) -> TrainingLogPublic:
+    def log_chunk(self, training: TrainingRef, *, offset: int | None = None,
+                  tail: int | None = None) -> TrainingLogPublic:
         """One read of the log: from byte ``offset``, or the last ``tail`` lines."""
         return self._get(TrainingLogPublic, f"{API}/trainings/{_tid(training)}/logs", offset=offset, tail=tail)
 

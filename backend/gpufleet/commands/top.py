@@ -2,9 +2,9 @@
 
 It reads ``GET /api/v1/system/metrics/live`` through ``gpufleet.client`` from
 a server (``--server``, else ``$GPUFLEET_SERVER``, else this machine's
-configured address) every ``--interval`` seconds and shows, per host and GPU: utilization and memory bars, temperature, power, and
-who holds the GPU — the gpufleet training and its owner, or the foreign
-processes and their users.
+configured address) every ``--interval`` seconds and shows, per host and GPU:
+utilization and memory bars, temperature, power, and who holds the GPU — the
+gpufleet training and its owner, or the foreign processes and their users.
 """
 
 from __future__ import annotations
