@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.api.routes.selection import RecommendationPublic
 from gpufleet.config import ConfigError, get_settings
 from gpufleet.scheduling.types import fmt_bytes
+
+if TYPE_CHECKING:
+    from gpufleet.api.routes.selection import RecommendationPublic
 
 
 def _fail(message: str) -> NoReturn:
@@ -42,7 +44,7 @@ def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: 
 def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str | None, exclusive: bool,
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
-    from gpufleet.api.routes.selection import CandidatePublic, _estimate_public
+    from gpufleet.api.routes.selection import CandidatePublic, RecommendationPublic, _estimate_public
     from gpufleet.scheduling.memory import EstimateError
 
     try:
