@@ -177,3 +177,16 @@ def test_the_cli_has_one_http_path_the_client():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in ("httpx", "requests", "urllib")]
     assert offenders == []
+
+
+def test_the_cli_client_turns_every_refusal_into_one_line_and_exit_2(monkeypatch):
+    import typer
+
+    from gpufleet.commands.trainings import Client as CLIClient
+
+    monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
+    with pytest.raises(typer.Exit) as ended:
+        CLIClient(None).call("GET", "/api/v1/trainings")
+    assert ended.value.exit_code == 2
+    with pytest.raises(typer.Exit):
+        CLIClient("ftp://nowhere")

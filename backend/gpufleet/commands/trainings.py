@@ -56,6 +56,10 @@ class Client(_LibraryClient):
         except GpufleetError as exc:
             _fail(str(exc))
 
+    def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        """The JSON answer of any API call, through the same path (for commands without a typed method)."""
+        return self.request(method, path, **kw)
+
 
 def _dump(model: Any) -> dict[str, Any]:  # noqa: ANN401
     return model.model_dump(mode="json")
