@@ -1421,15 +1421,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1468,7 +1459,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1515,15 +1506,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1558,15 +1540,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1638,15 +1611,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
@@ -1707,7 +1671,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1785,7 +1749,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1866,7 +1830,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1934,7 +1898,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1983,15 +1947,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2050,15 +2005,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
@@ -2106,15 +2052,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -2149,15 +2086,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2220,15 +2148,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -2280,7 +2199,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2367,7 +2286,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2443,15 +2362,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2501,7 +2411,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2572,15 +2482,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2635,15 +2536,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2690,15 +2582,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -86,13 +86,11 @@ def api_routes(app: FastAPI) -> list[tuple[Any, str]]:
     return [(route, path) for route, path in pairs if isinstance(route, APIRoute) and path]
 
 
-def _creator_operations(app: FastAPI) -> set[tuple[str, str]]:
-    """(path, method) of every route that depends on ``require_creator``."""
-    from gpufleet.api.deps import require_creator
-
+def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:  # noqa: ANN401
+    """(path, method) of every route that depends, at any depth, on one of ``deps``."""
     found: set[tuple[str, str]] = set()
     for route, path in api_routes(app):
-        if _uses(route.dependant, require_creator):
+        if any(_uses(route.dependant, d) for d in deps):
             found.update((path, m.lower()) for m in route.methods)
     return found
 
@@ -121,7 +119,11 @@ def document_refusals(app: FastAPI) -> None:
         # FastAPI caches the schema until routes change; complete each one once.
         if done and done[0] is schema:
             return schema
-        creators = _creator_operations(app)
+        from gpufleet.api.deps import require_admin, require_creator, require_member
+
+        creators = _operations_using(app, require_creator)
+        # 403 is a role refusal (these dependencies) or a cross-site refusal of a state-changing request.
+        role_checked = _operations_using(app, require_member, require_admin)
         settings = getattr(app.state, "settings", None)
         anonymous_ok = settings is not None and not auth_required(settings)
         schema.setdefault("components", {}).setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
@@ -146,7 +148,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["404"] = ref("What the path names does not exist")
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
-                    extra["403"] = ref("Signed in, but not allowed to do this")
+                    if method not in ("get", "head", "options") or (path, method) in role_checked:
+                        extra["403"] = ref("Signed in, but not allowed to do this (role, owner, or a foreign Origin)")
                     # Either credential will do; with sign-in off the implicit local admin needs none.
                     op["security"] = [{BEARER: []}, {COOKIE: []}] + ([{}] if anonymous_ok else [])
                 else:
