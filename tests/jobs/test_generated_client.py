@@ -86,7 +86,7 @@ def test_a_generated_client_creates_waits_reads_metrics_and_cancels(tmp_path, mo
 
     def running_with_steps() -> object:
         t = trainings_get.sync(client=client, training_id=tid)
-        assert isinstance(t, TrainingPublic) and t.status in ("queued", "running"), t
+        assert isinstance(t, TrainingPublic) and t.status in ("queued", "scheduled", "running"), t
         return t if t.status == "running" and t.step >= 2 else None
 
     wait_for(running_with_steps, 240, "the training to run a few steps", every=0.5)
