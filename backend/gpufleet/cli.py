@@ -175,9 +175,13 @@ def db_upgrade(revision: str = "head") -> None:
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's schema revision."""
-    from gpufleet.db.session import check_database, current_revision
+    from gpufleet.db.session import check_database, current_revision, missing_sqlite_file
 
     settings = settings_or_exit()
+    missing = missing_sqlite_file(settings)
+    if missing is not None:
+        console.print(f"empty: no database at {missing} yet (run `gpufleet db upgrade` or `gpufleet serve`)")
+        return
     try:
         check_database(settings)
     except ConfigError as exc:

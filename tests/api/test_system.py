@@ -18,8 +18,9 @@ def test_gpus_of_a_simulated_fleet(client: TestClient) -> None:
     assert g["memory_total"] == 80 * 2**30 or g["memory_total"] > 79 * 10**9
     assert g["compute_capability"] == "9.0"
     assert g["status"] == "ok"
-    # Filtering by host.
-    assert client.get("/api/v1/system/gpus", params={"host": "nowhere"}).json()["count"] == 0
+    # Filtering by host; a host that is not registered is a 404 (tests/api/test_unknown_host.py).
+    assert client.get("/api/v1/system/gpus", params={"host": "sim-host"}).json()["count"] == 4
+    assert client.get("/api/v1/system/gpus", params={"host": "nowhere"}).status_code == 404
 
 
 def test_hosts_and_topology(client: TestClient) -> None:

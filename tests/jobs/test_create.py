@@ -47,7 +47,7 @@ def test_create_fills_seed_columns_and_queues(fleet_settings, client_for):
         ({"gpu_ids": [0, 1], "distributed": False}, 422, ["need distributed=true"]),
         ({"config": dict(TINY_SAE, data_path="../../etc/passwd.npy")}, 422, ["outside the data root"]),
         ({"config": dict(TINY_SAE, bogus=1)}, 422, ["bogus", "unknown field"]),
-        ({"host": "no-such-host"}, 422, ["host 'no-such-host' is not known"]),
+        ({"host": "no-such-host"}, 404, ["host 'no-such-host' is not known; known hosts:"]),
         ({"distributed": True}, 422, ["needs world_size"]),
         ({"gpu_ids": []}, 422, ["gpu_ids is empty"]),
     ],

@@ -28,21 +28,38 @@ def run(sim_host, monkeypatch):  # noqa: ANN001, ANN201
     return s, invoke
 
 
+@pytest.fixture(params=["server", "local"])
+def recommend_in(request, run, monkeypatch):  # noqa: ANN001, ANN201
+    """`gpufleet recommend` asking a live server (the default), or reading the database (--local)."""
+    s, invoke = run
+    if request.param == "local":
+        yield s, lambda *args: invoke("recommend", "--local", *args)
+        return
+    from gpufleet.api.app import create_app
+    from telemetry.wsutil import serve
+
+    with serve(create_app(s)) as addr:
+        # The server answers from its own settings; the CLI sees only the URL.
+        monkeypatch.setenv("GPUFLEET_SERVER", f"http://{addr}")
+        monkeypatch.setenv("GPUFLEET_DATA_DIR", str(s.data_dir.parent / "elsewhere"))
+        yield s, lambda *args: invoke("recommend", *args)
+
+
 def _drained(s) -> dict[int, tuple[bool, str | None]]:  # noqa: ANN001
     with session_scope(s) as sess:
         host = sess.scalar(select(Host).where(Host.name == s.host_name))
         return {g.index: (g.drained, g.drain_reason) for g in sess.scalars(select(GPU).where(GPU.host_id == host.id))}
 
 
-def test_recommend_prints_the_breakdown_and_ranked_sets(run, tmp_path) -> None:  # noqa: ANN001
-    s, invoke = run
+def test_recommend_prints_the_breakdown_and_ranked_sets(recommend_in, tmp_path) -> None:  # noqa: ANN001
+    s, recommend = recommend_in
     cfg = tmp_path / "run.yaml"
     cfg.write_text("d_in: 256\nn_latents: 4096\nglobal_batch_size: 1024\nprecision: bf16\n")
-    r = invoke("recommend", "--recipe", "sae", "--config", str(cfg), "--count", "2")
+    r = recommend("--recipe", "sae", "--config", str(cfg), "--count", "2")
     assert r.exit_code == 0, r.output
     for words in ("optimizer states", "activations", "ddp buckets", "framework overhead", "nvlink", "estimated"):
         assert words in r.output
-    r = invoke("recommend", "--recipe", "sae", "--config", str(cfg), "--count", "2", "--json")
+    r = recommend("--recipe", "sae", "--config", str(cfg), "--count", "2", "--json")
     body = json.loads(r.output)
     assert body["candidates"][0]["gpu_indexes"] in ([0, 1], [2, 3])
     assert body["estimate"]["micro_batch_size"] == 512
@@ -57,11 +74,34 @@ def test_recommend_prints_the_breakdown_and_ranked_sets(run, tmp_path) -> None: 
         (("--recipe", "sae", "--config", "/does/not/exist.yaml"), "does not exist"),
     ],
 )
-def test_recommend_errors_are_one_clear_line(run, args: tuple, words: str) -> None:  # noqa: ANN001
-    _s, invoke = run
-    r = invoke("recommend", *args)
+def test_recommend_errors_are_one_clear_line(recommend_in, args: tuple, words: str) -> None:  # noqa: ANN001
+    _s, recommend = recommend_in
+    r = recommend(*args)
     assert r.exit_code == 2
     assert words in r.output
+
+
+def test_recommend_and_other_read_only_commands_create_no_files(tmp_path, monkeypatch) -> None:
+    """A read that fails (no server, no database) says what to do and leaves the data dir untouched."""
+    from gpufleet.cli import app
+
+    data = tmp_path / "fresh-home" / "gpufleet"
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(data))
+    monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
+    runner = CliRunner()
+    r = runner.invoke(app, ["recommend", "--recipe", "mlp"])
+    assert r.exit_code == 2 and "cannot reach the server at http://127.0.0.1:9" in r.output
+    assert "--local" in r.output
+    reset_settings_cache()
+    r = runner.invoke(app, ["recommend", "--recipe", "mlp", "--local"])
+    assert r.exit_code == 2 and "no database at" in r.output and "gpufleet.db" in r.output
+    for args in (["top", "--once"], ["trainings", "ls"], ["trainings", "show", "x"]):
+        reset_settings_cache()
+        assert runner.invoke(app, args).exit_code == 2
+    reset_settings_cache()
+    r = runner.invoke(app, ["db", "current"])
+    assert r.exit_code == 0 and "no database at" in r.output
+    assert not (tmp_path / "fresh-home").exists(), sorted(p.name for p in (tmp_path / "fresh-home").rglob("*"))
 
 
 def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:  # noqa: ANN001

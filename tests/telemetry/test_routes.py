@@ -59,11 +59,15 @@ def test_history_endpoint_downsamples_per_gpu(client):
     ({"from": "2026-06-02T00:00:00Z", "to": "2026-06-01T00:00:00Z"}, "must be after"),
     ({"points": 0}, "points must be between"),
     ({"gpu": "first"}, "host:index"),
-    ({"host": "nowhere"}, "unknown host nowhere"),
 ])
 def test_history_rejects_bad_input_with_a_clear_4xx(client, params, message):
     r = client.get("/api/v1/system/metrics/history", params=params)
     assert r.status_code == 422 and message in r.json()["detail"], r.text
+
+
+def test_history_of_an_unknown_host_is_the_fleet_wide_404(client):
+    r = client.get("/api/v1/system/metrics/history", params={"host": "nowhere"})
+    assert r.status_code == 404 and "host 'nowhere' is not known; known hosts:" in r.json()["detail"], r.text
 
 
 def _fleet(training_id):

@@ -68,8 +68,24 @@ def test_top_fits_80_columns_without_chopping_every_word(tmp_path):
 def test_top_says_what_to_fix_when_the_server_is_unreachable_or_the_options_are_wrong():
     runner = CliRunner()
     res = runner.invoke(app, ["top", "--server", "http://127.0.0.1:9", "--once"])
-    assert res.exit_code == 2 and "cannot reach http://127.0.0.1:9" in res.output
+    assert res.exit_code == 2 and "cannot reach the server at http://127.0.0.1:9" in res.output
     res = runner.invoke(app, ["top", "--server", "127.0.0.1:8000", "--once"])
     assert res.exit_code == 2 and "must start with http://" in res.output
     res = runner.invoke(app, ["top", "--interval", "0", "--once"])
     assert res.exit_code == 2 and "--interval must be between" in res.output
+
+
+def test_top_honours_gpufleet_server(tmp_path, monkeypatch):
+    """With no --server, `top` asks $GPUFLEET_SERVER (like every server command), not this machine's port."""
+    s = load_settings(data_dir=tmp_path / "d")
+    upgrade_database(s)
+    LOCAL.clear()
+    LOCAL.put_host("h1", _fleet(uuid.uuid4()))
+    try:
+        with serve(build_app(s)) as addr:
+            monkeypatch.setenv("GPUFLEET_SERVER", f"http://{addr}")
+            res = CliRunner().invoke(app, ["top", "--once"], env={"COLUMNS": "160"})
+    finally:
+        LOCAL.clear()
+    assert res.exit_code == 0, res.output
+    assert f"gpufleet top — http://{addr}" in res.output and "H100 80GB HBM3" in res.output

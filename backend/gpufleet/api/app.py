@@ -59,8 +59,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         version=__version__,
         description="A team-shared GPU training server.",
         lifespan=lifespan,
-        docs_url="/docs",
-        redoc_url="/redoc",
+        # Served from the package's own assets (api/docs.py), not a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     for spec in _ROUTERS:
@@ -68,6 +69,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     from gpufleet.api.auth import install as install_auth
 
     install_auth(app, settings)
+    from gpufleet.api.docs import install_docs
+
+    install_docs(app)
     from gpufleet.api.static import install_static
 
     install_static(app, settings)

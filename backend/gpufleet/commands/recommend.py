@@ -1,14 +1,17 @@
 """`gpufleet recommend`: a training's memory estimate and the GPU sets that can hold it.
 
-Reads the fleet from the database the server uses (and the live samples from
-Redis in a fleet), like an operator tool; nothing is written.
+Asks a server (``--server``, default ``$GPUFLEET_SERVER``) through
+``gpufleet.client``, like every server command. ``--local`` reads the fleet
+from the database the server uses (and the live samples from Redis in a
+fleet) instead, like an operator tool; nothing is written, and a missing
+SQLite database is reported rather than created.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -17,10 +20,65 @@ from rich.table import Table
 from gpufleet.config import ConfigError, get_settings
 from gpufleet.scheduling.types import fmt_bytes
 
+if TYPE_CHECKING:
+    from gpufleet.api.routes.selection import RecommendationPublic
+
 
 def _fail(message: str) -> NoReturn:
     Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: Any) -> RecommendationPublic:  # noqa: ANN401
+    from gpufleet.client import Client, GpufleetError, ServerUnreachable
+
+    try:
+        with Client(server) as c:
+            return c.recommend(recipe=recipe, config=values, **kw)
+    except ServerUnreachable as exc:
+        _fail(f"{exc}; start it with `gpufleet serve`, pass --server, or use --local to read the database here")
+    except (GpufleetError, ValueError) as exc:
+        _fail(str(exc))
+
+
+def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str | None, exclusive: bool,
+                   policy: str, max_candidates: int) -> RecommendationPublic:
+    """The same answer computed here, from the database the server uses (read only)."""
+    from gpufleet.api.routes.selection import CandidatePublic, RecommendationPublic, _estimate_public
+    from gpufleet.scheduling.memory import EstimateError
+
+    try:
+        from gpufleet.db.session import missing_sqlite_file, session_scope
+
+        settings = get_settings()
+        # Opening SQLite creates the file: a read must not leave an empty database behind.
+        missing = missing_sqlite_file(settings)
+        if missing is not None:
+            _fail(f"no database at {missing}: run `gpufleet serve` (or `gpufleet db upgrade`) first, "
+                  "set GPUFLEET_DATABASE_URL to the server's database, or drop --local to ask a server")
+        from gpufleet.scheduling.plan import plan_selection
+
+        with session_scope(settings) as sess:
+            plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
+                                  policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
+    except (ConfigError, EstimateError, ValueError) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
+        if type(exc).__module__.startswith("sqlalchemy"):
+            _fail(f"cannot read the fleet from the database ({type(exc).__name__}); run `gpufleet db upgrade` "
+                  "or set GPUFLEET_DATABASE_URL to the server's database")
+        raise
+    rec = plan.recommendation
+    if rec.refused:
+        _fail(f"this training can never be placed: {rec.refused}")
+    return RecommendationPublic(
+        memory_bytes=rec.request.memory_bytes, count=count, host=host, policy=policy,
+        candidates=[CandidatePublic(host=c.host, gpu_indexes=list(c.gpu_indexes), score=c.score,
+                                    connection=c.connection, reasons=list(c.reasons),
+                                    free_memory=list(c.free_memory), weights=list(c.weights))
+                    for c in rec.candidates],
+        wait_reason=rec.wait_reason, estimate=_estimate_public(plan.estimate),
+    )
 
 
 def recommend(
@@ -33,57 +91,41 @@ def recommend(
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="how many sets to show")] = 5,
     sets: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, over the file")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    server: Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or "
+                                                                "http://127.0.0.1:8000)")] = None,
+    local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
+                                                        "asking a server")] = False,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
-    from gpufleet.scheduling.memory import EstimateError
+    from gpufleet.training.config import ConfigError as FieldError
     from gpufleet.training.config import parse_overrides, read_config_file
 
     if policy not in ("pack", "spread"):
         _fail(f"--policy must be pack or spread, not {policy!r}")
     try:
-        settings = get_settings()
         values: dict[str, Any] = read_config_file(config) if config else {}
         values.update(parse_overrides(sets or []))
-        from gpufleet.db.session import session_scope
-        from gpufleet.scheduling.plan import plan_selection
-
-        with session_scope(settings) as sess:
-            plan = plan_selection(sess, settings, recipe, values, count=count, host=host,
-                                  exclusive=not shared, policy=policy, max_candidates=top)  # type: ignore[arg-type]
-    except (ConfigError, EstimateError, ValueError) as exc:
+    except (FieldError, ValueError) as exc:
         _fail(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
-        if type(exc).__module__.startswith("sqlalchemy"):
-            _fail(f"cannot read the fleet from the database ({type(exc).__name__}); run `gpufleet db upgrade` "
-                  "or set GPUFLEET_DATABASE_URL to the server's database")
-        raise
-    est, rec = plan.estimate, plan.recommendation
+    kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
+    rec = _from_database(recipe, values, **kw) if local else _from_server(server, recipe, values, **kw)
+    est = rec.estimate
+    assert est is not None  # a recipe's recommendation always carries its estimate
     if as_json:
-        typer.echo(json.dumps({
-            "estimate": est.to_dict(),
-            "candidates": [
-                {"host": c.host, "gpu_indexes": list(c.gpu_indexes), "score": c.score,
-                 "connection": c.connection, "reasons": list(c.reasons), "weights": list(c.weights)}
-                for c in rec.candidates
-            ],
-            "refused": rec.refused,
-            "wait_reason": rec.wait_reason,
-        }, indent=2))
-        raise typer.Exit(1 if rec.refused else 0)
+        typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
+        raise typer.Exit(0)
 
     console = Console()
     console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
-                  f"micro-batch {est.micro_batch_size} per rank: {est.summary()}", highlight=False)
+                  f"micro-batch {est.micro_batch_size} per rank: {est.summary}", highlight=False)
     breakdown = Table(show_header=True, header_style="bold")
     breakdown.add_column("per rank")
     breakdown.add_column("bytes", justify="right")
-    for name, value in est.breakdown().items():
+    for name, value in est.breakdown.items():
         breakdown.add_row(name.replace("_", " "), fmt_bytes(value))
     breakdown.add_row("[bold]total[/]", f"[bold]{fmt_bytes(est.total)}[/]")
     console.print(breakdown)
     console.print(f"method: {est.method}", highlight=False, soft_wrap=True)
-    if rec.refused:
-        _fail(f"this training can never be placed: {rec.refused}")
     if not rec.candidates:
         console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False, soft_wrap=True)
         return

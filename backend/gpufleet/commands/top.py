@@ -1,10 +1,10 @@
 """``gpufleet top``: a live terminal view of a server's GPUs, in the spirit of nvitop.
 
-It reads ``GET /api/v1/system/metrics/live`` from a server (``--server``,
-default this machine's configured address) every ``--interval`` seconds and
-shows, per host and GPU: utilization and memory bars, temperature, power, and
-who holds the GPU — the gpufleet training and its owner, or the foreign
-processes and their users.
+It reads ``GET /api/v1/system/metrics/live`` through ``gpufleet.client`` from
+a server (``--server``, else ``$GPUFLEET_SERVER``, else this machine's
+configured address) every ``--interval`` seconds and shows, per host and GPU:
+utilization and memory bars, temperature, power, and who holds the GPU — the
+gpufleet training and its owner, or the foreign processes and their users.
 """
 
 from __future__ import annotations
@@ -128,24 +128,23 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH, width:
 
 
 def fetch(server: str, token: str | None) -> dict[str, Any]:
-    import httpx
+    from gpufleet.client import Client, Forbidden, GpufleetError, ServerUnreachable, Unauthorized
 
-    from gpufleet.api.security.client import client_headers
-
-    url = server.rstrip("/") + "/api/v1/system/metrics/live"
     try:
-        r = httpx.get(url, headers=client_headers(token), timeout=5.0)
-    except httpx.HTTPError as exc:
-        _fail(f"cannot reach {server}: {exc}; is `gpufleet serve` running there? (--server URL)")
-    if r.status_code in (401, 403):
-        _fail(f"{server} needs sign-in ({r.status_code}): set GPUFLEET_TOKEN or pass --token")
-    if r.status_code != 200:
-        _fail(f"{url} answered {r.status_code}: {r.text[:200]}")
-    return r.json()
+        with Client(server, token, timeout=5.0) as c:
+            return c.live().model_dump(mode="json")
+    except ServerUnreachable as exc:
+        _fail(f"{exc}; is `gpufleet serve` running there? (--server URL or GPUFLEET_SERVER)")
+    except (Unauthorized, Forbidden) as exc:
+        _fail(f"{server} needs sign-in ({exc.status}: {exc.message}): set GPUFLEET_TOKEN or pass --token")
+    except GpufleetError as exc:
+        _fail(f"{server} answered: {exc}")
 
 
 def top(
-    server: Annotated[str | None, typer.Option(help="the server, e.g. http://a100-01:8000")] = None,
+    server: Annotated[str | None, typer.Option(envvar="GPUFLEET_SERVER", show_envvar=False,
+                                               help="the server, e.g. http://a100-01:8000 "
+                                                    "(default $GPUFLEET_SERVER, else this machine's address)")] = None,
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
     token: Annotated[str | None, typer.Option(help="API token (default: GPUFLEET_TOKEN)")] = None,

@@ -7,20 +7,21 @@ These talk to a server over its REST API (``--server``, default
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
+from gpufleet.client import Client as _LibraryClient
+from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.client.client import FINAL_STATUSES
 from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, print_table
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = tuple(sorted(FINAL_STATUSES))
 
 trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_help=True)
 out = Console()
@@ -38,33 +39,31 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-class Client:
-    """One place for the server URL, the token and turning errors into one line."""
+class Client(_LibraryClient):
+    """The library's client (one HTTP path for the CLI and Python users); a refusal ends the command with one line."""
 
     def __init__(self, server: str | None):
-        import httpx
+        try:
+            super().__init__(server)
+        except ValueError as exc:
+            _fail(str(exc))
+        self.base = self.server
 
-        self.base = (server or os.environ.get("GPUFLEET_SERVER") or DEFAULT_SERVER).rstrip("/")
-        token = os.environ.get("GPUFLEET_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.base, headers=headers, timeout=30)
+    def _send(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        try:
+            return super()._send(method, path, **kw)
+        except ServerUnreachable as exc:
+            _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
+        except GpufleetError as exc:
+            _fail(str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
-        import httpx
+        """The JSON answer of any API call, through the same path (for commands without a typed method)."""
+        return self.request(method, path, **kw)
 
-        try:
-            r = self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            _fail(f"cannot reach the server at {self.base}: {exc}; start it with `gpufleet serve` or pass --server")
-        if r.status_code >= 400:
-            try:
-                detail = r.json().get("detail")
-            except ValueError:
-                detail = r.text
-            if isinstance(detail, list):  # FastAPI's validation errors
-                detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
-            _fail(f"{detail} (HTTP {r.status_code})")
-        return r.json()
+
+def _dump(model: Any) -> dict[str, Any]:  # noqa: ANN401
+    return model.model_dump(mode="json")
 
 
 def _short(tid: str) -> str:
@@ -86,12 +85,7 @@ def ls(
     wide: WideOpt = False,
 ) -> None:
     """List trainings, newest first."""
-    params: dict[str, Any] = {"limit": limit}
-    if status:
-        params["status"] = status
-    if owner:
-        params["owner"] = owner
-    page = Client(server).call("GET", "/api/v1/trainings", params=params)
+    page = _dump(Client(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
     rows = [
         [t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
          f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
@@ -140,11 +134,11 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
 def show(training_id: str, server: ServerOpt = None) -> None:
     """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
     c = Client(server)
-    t = c.call("GET", f"/api/v1/trainings/{training_id}")
+    t = _dump(c.get_training(training_id))
     for k, v in show_fields(t):
         # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
         out.print(Text.assemble((f"{k:>11}", "bold"), " ", v), highlight=False, soft_wrap=True)
-    events = c.call("GET", f"/api/v1/trainings/{training_id}/events")["data"][-10:]
+    events = [_dump(e) for e in c.events(training_id)][-10:]
     for e in events:
         out.print(f"  #{e['seq']:<4} {e['time'][:19]} {e['kind']:<10} {e['reason'] or ''}", highlight=False)
 
@@ -152,7 +146,7 @@ def show(training_id: str, server: ServerOpt = None) -> None:
 @trainings_app.command("cancel")
 def cancel(training_id: str, server: ServerOpt = None) -> None:
     """Cancel a training (idempotent): a queued one leaves the queue, a running one is stopped."""
-    t = Client(server).call("POST", f"/api/v1/trainings/{training_id}/cancel")
+    t = _dump(Client(server).cancel(training_id))
     state = "cancel requested; stopping every rank" if t["status"] == "running" else t["status"]
     out.print(f"{t['id']}: {state}")
 
@@ -166,7 +160,7 @@ def logs(
 ) -> None:
     """Print the training's log (launcher and every rank); --follow shows a progress bar too."""
     c = Client(server)
-    chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"tail": tail})
+    chunk = _dump(c.log_chunk(training_id, tail=tail))
     sys.stdout.write(chunk["text"])
     sys.stdout.flush()
     if follow:
@@ -180,10 +174,10 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
                   console=err, transient=True) as bar:
         task = bar.add_task("queued", total=None)
         while True:
-            t = c.call("GET", f"/api/v1/trainings/{training_id}")
-            chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"offset": offset})
+            t = _dump(c.get_training(training_id))
+            chunk = _dump(c.log_chunk(training_id, offset=offset))
             if chunk["next_offset"] < offset:  # the log was shortened to stay bounded
-                chunk = c.call("GET", f"/api/v1/trainings/{training_id}/logs", params={"offset": 0})
+                chunk = _dump(c.log_chunk(training_id, offset=0))
             if chunk["text"]:
                 bar.console.print(chunk["text"], end="", markup=False, highlight=False, soft_wrap=True)
             offset = chunk["next_offset"]
@@ -199,7 +193,16 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
 def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = True) -> int:
     """POST a training; print its id; follow it when asked. Returns the exit code."""
     c = Client(server)
-    t = c.call("POST", "/api/v1/trainings", json=body)
+    from pydantic import ValidationError
+
+    from gpufleet.api.schemas.trainings import TrainingCreate
+    from gpufleet.client.errors import describe_detail
+
+    try:
+        request = TrainingCreate.model_validate(body)
+    except ValidationError as exc:
+        _fail(describe_detail(exc.errors(include_url=False)))
+    t = _dump(c.create_training(request))
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}")
     if not follow:
         return 0

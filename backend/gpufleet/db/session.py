@@ -58,6 +58,20 @@ def get_engine(url: str) -> Engine:
     return make_engine(url)
 
 
+def missing_sqlite_file(settings: Settings) -> Path | None:
+    """The embedded SQLite file when it does not exist yet, else ``None``.
+
+    Opening SQLite creates the file; a command that only reads checks this
+    first so that a failed read leaves no empty database behind.
+    """
+    if not settings.is_sqlite:
+        return None
+    path = settings.effective_database_url.split("///", 1)[-1]
+    if not path or path == ":memory:" or Path(path).is_file():
+        return None
+    return Path(path)
+
+
 def session_factory(settings: Settings) -> sessionmaker[Session]:
     return sessionmaker(get_engine(settings.effective_database_url), expire_on_commit=False)
 

@@ -19,6 +19,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import FINAL_STATUSES, GPU, Host, Training
 from gpufleet.jobs.lifecycle import get_training, record_event, transition
 from gpufleet.scheduling.batch import STRATEGIES
+from gpufleet.scheduling.hosts import UnknownHost
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,8 @@ def _resolve_host(sess: Session, req: TrainingRequest) -> Host | None:
     if req.host:
         host = next((h for h in hosts if h.name == req.host), None)
         if host is None:
-            raise TrainingRequestError("host", f"host {req.host!r} is not known; known hosts: {names}")
+            # The fleet-wide rule (scheduling.hosts): an unknown host is a 404 naming the known ones.
+            raise TrainingRequestError("host", str(UnknownHost(req.host, [h.name for h in hosts])), status=404)
         return host
     if req.gpu_ids:
         if not hosts:

@@ -133,7 +133,12 @@ export interface paths {
         };
         /**
          * Recommend Gpus
-         * @description Ranked GPU sets on one host for ``count`` GPUs with ``memory_mb`` free each (or a recipe's estimate).
+         * @description Ranked GPU sets on one host for ``count`` GPUs.
+         *
+         *     The memory each GPU needs comes from exactly one of two sources: ``memory_mb``,
+         *     or ``recipe`` (+ optional ``config`` as JSON), whose memory estimate is used.
+         *     Both or neither is a 422. A request that can never fit is a 422 naming why;
+         *     one that does not fit now is a 200 with no candidates and ``wait_reason``.
          */
         get: operations["gpus-recommend"];
         put?: never;
@@ -1304,7 +1309,7 @@ export interface operations {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1416,15 +1421,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1463,7 +1459,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1510,15 +1506,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1533,7 +1520,7 @@ export interface operations {
     "gpus-list": {
         parameters: {
             query?: {
-                /** @description only the GPUs of this host */
+                /** @description only the GPUs of this host (404 if it is not registered) */
                 host?: string | null;
             };
             header?: never;
@@ -1560,8 +1547,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1583,16 +1570,21 @@ export interface operations {
     "gpus-recommend": {
         parameters: {
             query?: {
-                /** @description memory each GPU needs */
+                /** @description Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and not neither (422 otherwise). */
                 memory_mb?: number | null;
+                /** @description How many GPUs (one DDP rank each), on one host. */
                 count?: number;
+                /** @description Only this host (404 if it is not registered). */
                 host?: string | null;
+                /** @description `pack`: best fit, keeps big GPUs free; `spread`: most headroom. */
                 policy?: "pack" | "spread";
+                /** @description False: may share GPUs with other small trainings. */
                 exclusive?: boolean;
+                /** @description How many ranked sets to return. */
                 max_candidates?: number;
-                /** @description estimate memory from this recipe */
+                /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
                 recipe?: string | null;
-                /** @description the recipe's config as JSON */
+                /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
             };
             header?: never;
@@ -1619,8 +1611,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1661,7 +1653,7 @@ export interface operations {
                     "application/json": components["schemas"]["RecommendationPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1679,8 +1671,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1730,7 +1731,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1748,8 +1749,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1802,7 +1812,7 @@ export interface operations {
                     "application/json": components["schemas"]["DrainPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1820,7 +1830,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1888,7 +1898,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1944,15 +1954,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1969,7 +1970,7 @@ export interface operations {
             query?: {
                 /** @description index or host:index; repeat or comma-separate */
                 gpu?: string[] | null;
-                /** @description only this host's GPUs */
+                /** @description only this host's GPUs (404 if it is not registered) */
                 host?: string | null;
                 /** @description ISO 8601 start (default: 1 h before to) */
                 from?: string | null;
@@ -2004,8 +2005,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2051,15 +2052,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -2074,6 +2066,7 @@ export interface operations {
     "topology-get": {
         parameters: {
             query?: {
+                /** @description only this host (404 if it is not registered) */
                 host?: string | null;
             };
             header?: never;
@@ -2100,8 +2093,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2155,15 +2148,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -2197,7 +2181,7 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2215,8 +2199,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2275,7 +2268,7 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2293,8 +2286,17 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2360,15 +2362,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2418,7 +2411,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2429,6 +2422,15 @@ export interface operations {
             };
             /** @description What the path names does not exist */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The training changed state during the cancel; send it again */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2473,15 +2475,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2543,15 +2536,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2605,15 +2589,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -2645,6 +2620,24 @@ export interface operations {
         responses: {
             /** @description Successful Response */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database cannot be reached */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from gpufleet.api.deps import SessionDep, SettingsDep
+from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.db.models import Training
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
 from gpufleet.telemetry.history import GPURef, HistoryError, HistoryQuery, query_history
@@ -75,17 +76,20 @@ def _parse_time(name: str, value: str | None, default: datetime) -> datetime:
     response_model=HistoryPublic,
     operation_id="metrics-history",
     tags=["metrics"],
+    responses=UNKNOWN_HOST,
 )
 def metrics_history(
     settings: SettingsDep,
+    sess: SessionDep,
     gpu: Annotated[list[str] | None, Query(description="index or host:index; repeat or comma-separate")] = None,
-    host: Annotated[str | None, Query(description="only this host's GPUs")] = None,
+    host: Annotated[str | None, Query(description="only this host's GPUs (404 if it is not registered)")] = None,
     from_: Annotated[str | None, Query(alias="from", description="ISO 8601 start (default: 1 h before to)")] = None,
     to: Annotated[str | None, Query(description="ISO 8601 end (default: now)")] = None,
     points: Annotated[int, Query(description="at most this many buckets per GPU")] = 300,
     aggregate: Annotated[bool, Query(description="one series over all selected GPUs")] = False,
 ) -> HistoryPublic:
     """At most ``points`` buckets per GPU, each with min/avg/max, bucketed in the database."""
+    check_host(sess, host)
     end = _parse_time("to", to, datetime.now(timezone.utc))
     start = _parse_time("from", from_, end - timedelta(hours=1))
     try:

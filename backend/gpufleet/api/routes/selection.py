@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.api.deps import SessionDep, SettingsDep, ViewerUser
+from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
@@ -145,26 +146,51 @@ def _estimate(sess: Any, settings: Any, recipe: str, config: dict[str, Any], cou
         raise HTTPException(422, str(exc)) from None
 
 
-@router.get("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend")
+@router.get("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend", responses=UNKNOWN_HOST)
 def recommend_gpus(
     sess: SessionDep,
     settings: SettingsDep,
     _user: ViewerUser,
-    memory_mb: int | None = Query(default=None, ge=0, le=MAX_MEMORY_MB, description="memory each GPU needs"),
-    count: int = Query(default=1, ge=1, le=MAX_COUNT),
-    host: str | None = Query(default=None, max_length=255),
-    policy: Literal["pack", "spread"] = "pack",
-    exclusive: bool = True,
-    max_candidates: int = Query(default=5, ge=1, le=50),
-    recipe: str | None = Query(default=None, max_length=128, description="estimate memory from this recipe"),
-    config: str | None = Query(default=None, max_length=20000, description="the recipe's config as JSON"),
+    memory_mb: int | None = Query(
+        default=None, ge=0, le=MAX_MEMORY_MB,
+        description="Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and "
+                    "not neither (422 otherwise).",
+        examples=[20480],
+    ),
+    count: int = Query(default=1, ge=1, le=MAX_COUNT, description="How many GPUs (one DDP rank each), on one host."),
+    host: str | None = Query(default=None, max_length=255,
+                             description="Only this host (404 if it is not registered)."),
+    policy: Literal["pack", "spread"] = Query(
+        default="pack", description="`pack`: best fit, keeps big GPUs free; `spread`: most headroom."),
+    exclusive: bool = Query(default=True, description="False: may share GPUs with other small trainings."),
+    max_candidates: int = Query(default=5, ge=1, le=50, description="How many ranked sets to return."),
+    recipe: str | None = Query(
+        default=None, max_length=128,
+        description="Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of "
+                    "`recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` "
+                    "(`gpus-recommend-config`).",
+        examples=["sae"],
+    ),
+    config: str | None = Query(
+        default=None, max_length=20000,
+        description="The recipe's config fields as a JSON object; only with `recipe` (422 without it). "
+                    "Omitted fields take the recipe's defaults.",
+        examples=['{"d_in": 768, "n_latents": 16384, "precision": "bf16"}'],
+    ),
 ) -> RecommendationPublic:
-    """Ranked GPU sets on one host for ``count`` GPUs with ``memory_mb`` free each (or a recipe's estimate)."""
+    """Ranked GPU sets on one host for ``count`` GPUs.
+
+    The memory each GPU needs comes from exactly one of two sources: ``memory_mb``,
+    or ``recipe`` (+ optional ``config`` as JSON), whose memory estimate is used.
+    Both or neither is a 422. A request that can never fit is a 422 naming why;
+    one that does not fit now is a 200 with no candidates and ``wait_reason``.
+    """
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
     if (memory_mb is None) == (recipe is None):
         raise HTTPException(422, "give memory_mb, or recipe (and optionally config as JSON), but not both")
+    check_host(sess, host)
     estimate = None
     if recipe is not None:
         try:
@@ -185,7 +211,8 @@ def recommend_gpus(
     return _public(recommend(req, fleet), estimate)
 
 
-@router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config")
+@router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config",
+             responses=UNKNOWN_HOST)
 def recommend_for_config(
     body: RecommendBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> RecommendationPublic:
@@ -193,6 +220,7 @@ def recommend_for_config(
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
+    check_host(sess, body.host)
     estimate = _estimate(sess, settings, body.recipe, body.config, body.count)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
@@ -200,7 +228,7 @@ def recommend_for_config(
     return _public(recommend(req, fleet), estimate)
 
 
-@router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate")
+@router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
 def validate_gpus(
     body: ValidateBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> ValidationPublic:
@@ -208,6 +236,7 @@ def validate_gpus(
     from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.validate import validate_selection
 
+    check_host(sess, body.host)
     estimate = None
     memory = (body.memory_mb or 0) * MiB
     if body.recipe is not None:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select, text
 
 from gpufleet import __version__
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
+from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.api.schemas.system import (
     DrainPublic,
     DrainRequest,
@@ -28,6 +29,7 @@ from gpufleet.api.schemas.system import (
 from gpufleet.db.models import GPU, GPULink, Host
 from gpufleet.db.session import write_session
 from gpufleet.scheduling.drain import DrainError, set_drained
+from gpufleet.scheduling.hosts import UnknownHost, require_host
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +54,14 @@ def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilit
     }
 
 
-@router.get("/gpus", response_model=GPUsPublic, operation_id="gpus-list")
+@router.get("/gpus", response_model=GPUsPublic, operation_id="gpus-list", responses=UNKNOWN_HOST)
 def list_gpus(
     sess: SessionDep,
     settings: SettingsDep,
-    host: str | None = Query(default=None, description="only the GPUs of this host"),
+    host: str | None = Query(default=None, description="only the GPUs of this host (404 if it is not registered)"),
 ) -> GPUsPublic:
     """Every GPU of the fleet with its newest sample and its availability."""
+    check_host(sess, host)
     stmt = select(GPU, Host.name).join(Host, GPU.host_id == Host.id).order_by(Host.name, GPU.index)
     if host is not None:
         stmt = stmt.where(Host.name == host)
@@ -95,8 +98,9 @@ def _drain(settings, user, host: str, index: int, drained: bool, reason: str | N
     shown = f"{reason or 'drained'} (by {user.name})" if drained else None
     try:
         with write_session(settings) as sess:
+            require_host(sess, host)
             result = set_drained(sess, host, [index], drained, shown)
-    except DrainError as exc:
+    except (DrainError, UnknownHost) as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from None
     log.info("%s %s GPU %d on %s%s", user.name, "drained" if drained else "undrained", index, host,
              f": {reason}" if reason else "")
@@ -138,9 +142,13 @@ def _level(link: GPULink | None) -> str:
     return link.pcie_level or "SYS"
 
 
-@router.get("/topology", response_model=TopologyPublic, operation_id="topology-get")
-def get_topology(sess: SessionDep, host: str | None = None) -> TopologyPublic:
+@router.get("/topology", response_model=TopologyPublic, operation_id="topology-get", responses=UNKNOWN_HOST)
+def get_topology(
+    sess: SessionDep,
+    host: str | None = Query(default=None, description="only this host (404 if it is not registered)"),
+) -> TopologyPublic:
     """The GPU link matrix of each host (NVLink link counts, PCIe levels, peer access)."""
+    check_host(sess, host)
     hosts_q = select(Host).order_by(Host.name)
     if host is not None:
         hosts_q = hosts_q.where(Host.name == host)
@@ -171,7 +179,8 @@ def get_topology(sess: SessionDep, host: str | None = None) -> TopologyPublic:
     return TopologyPublic(hosts=out)
 
 
-@health_router.get("/healthz", response_model=Health, operation_id="health-get")
+@health_router.get("/healthz", response_model=Health, operation_id="health-get",
+                   responses={503: {"model": Health, "description": "The database cannot be reached"}})
 def healthz(sess: SessionDep, settings: SettingsDep, response: Response) -> Health:
     try:
         sess.execute(text("SELECT 1"))

@@ -18,6 +18,7 @@ from gpufleet.api.deps import (
     ViewerUser,
     ensure_can_cancel,
 )
+from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,
@@ -31,6 +32,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
+from gpufleet.api.security.openapi import error_response
 from gpufleet.db.models import (
     TRAINING_STATUSES,
     GPUAllocation,
@@ -116,7 +118,8 @@ def _wake() -> None:
     wake()
 
 
-@router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create")
+@router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create",
+             responses=UNKNOWN_HOST)
 def create_training(
     body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingPublic:
@@ -132,7 +135,8 @@ def create_training(
     return out
 
 
-@router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch")
+@router.post("/batch", response_model=TrainingBatchPublic, status_code=201, operation_id="trainings-create-batch",
+             responses=UNKNOWN_HOST)
 def create_batch(
     body: TrainingBatchCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingBatchPublic:
@@ -190,7 +194,10 @@ def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser)
     return _public(session, _load(session, training_id))
 
 
-@router.post("/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel")
+@router.post(
+    "/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
+    responses={409: error_response("The training changed state during the cancel; send it again")},
+)
 def cancel_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: MemberUser
 ) -> TrainingPublic:

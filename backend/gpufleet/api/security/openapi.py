@@ -1,10 +1,16 @@
-"""Complete the OpenAPI schema with the refusals every route may answer with.
+"""Complete the OpenAPI schema with sign-in and the refusals every route may answer with.
 
 The gate and the limits answer before any route runs (401, 403, 413, 429),
-FastAPI answers 400 for a body that is not JSON, and a path that names a
-missing thing answers 404, so routes do not declare these one by one.
-Declaring them keeps the schema honest for the generated TypeScript client and
-for schemathesis (tests/fuzz).
+FastAPI answers 400 for a body that is not even UTF-8 (422 for text that is
+not JSON), and a path that names a
+missing thing answers 404, so routes do not declare these one by one; what
+only one route answers (409 on cancel, 503 on /healthz) it declares itself
+with ``responses=``. Sign-in is declared as two security schemes (a bearer
+token, the dashboard's session cookie) with ``security`` on every gated
+operation and none on the open ones, so generated clients know a token is
+needed and ``/docs`` has an Authorize button. Declaring all this keeps the
+schema honest for generated clients, for schemathesis (tests/fuzz) and for the
+route walk (tests/api/test_openapi_contract.py).
 """
 
 from __future__ import annotations
@@ -19,6 +25,28 @@ from gpufleet.api.limits import SIGN_IN_PATH
 
 class ErrorDetail(BaseModel):
     detail: str
+
+
+BEARER = "bearerAuth"
+COOKIE = "sessionCookie"
+SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
+    BEARER: {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API token from `gpufleet tokens create USER`, sent as `Authorization: Bearer <token>`.",
+    },
+    COOKIE: {
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "gpufleet_session",
+        "description": "The dashboard's session, set by `POST /api/v1/auth/sign-in`.",
+    },
+}
+
+
+def error_response(description: str) -> dict[str, Any]:
+    """A ``responses=`` entry whose body is ``ErrorDetail`` (for routes that declare their own codes)."""
+    return {"description": description, "model": ErrorDetail}
 
 
 def _uses(dependant: Any, fn: Any) -> bool:
@@ -44,11 +72,9 @@ def _widen_validation_error(components: dict[str, Any]) -> None:
     }
 
 
-def _creator_operations(app: FastAPI) -> set[tuple[str, str]]:
-    """(path, method) of every route that depends on ``require_creator``."""
+def api_routes(app: FastAPI) -> list[tuple[Any, str]]:
+    """Every ``APIRoute`` of the app with its full path, walking into included routers."""
     from fastapi.routing import APIRoute
-
-    from gpufleet.api.deps import require_creator
 
     try:
         # FastAPI >= 0.13x mounts included routers lazily; this walks into them.
@@ -57,19 +83,25 @@ def _creator_operations(app: FastAPI) -> set[tuple[str, str]]:
         pairs = [(c.original_route, c.path) for c in iter_route_contexts(app.routes)]
     except ImportError:  # older FastAPI copies routes into app.routes
         pairs = [(r, getattr(r, "path", None)) for r in app.routes]
+    return [(route, path) for route, path in pairs if isinstance(route, APIRoute) and path]
+
+
+def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:  # noqa: ANN401
+    """(path, method) of every route that depends, at any depth, on one of ``deps``."""
     found: set[tuple[str, str]] = set()
-    for route, path in pairs:
-        if isinstance(route, APIRoute) and path and _uses(route.dependant, require_creator):
+    for route, path in api_routes(app):
+        if any(_uses(route.dependant, d) for d in deps):
             found.update((path, m.lower()) for m in route.methods)
     return found
 
 
 def document_refusals(app: FastAPI) -> None:
-    """Declare 400/401/403/404/413/429 where they can happen, so the schema is honest.
+    """Declare sign-in and 401/403/404/413/422/429 where they can happen, so the schema is honest.
 
     The gate and the limits answer before any route runs, so the routes cannot
     declare these themselves; the generated schema is completed instead.
     """
+    from gpufleet.api.auth import auth_required
     from gpufleet.api.security.gate import is_gated
 
     generate = app.openapi
@@ -87,28 +119,41 @@ def document_refusals(app: FastAPI) -> None:
         # FastAPI caches the schema until routes change; complete each one once.
         if done and done[0] is schema:
             return schema
-        creators = _creator_operations(app)
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        from gpufleet.api.deps import require_admin, require_creator, require_member
+
+        creators = _operations_using(app, require_creator)
+        # 403 is a role refusal (these dependencies) or a cross-site refusal of a state-changing request.
+        role_checked = _operations_using(app, require_member, require_admin)
+        settings = getattr(app.state, "settings", None)
+        anonymous_ok = settings is not None and not auth_required(settings)
+        schema.setdefault("components", {}).setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
+        components = schema["components"].setdefault("schemas", {})
         components.setdefault("ErrorDetail", ErrorDetail.model_json_schema())
         _widen_validation_error(components)
         for path, ops in schema.get("paths", {}).items():
-            if not (path.startswith("/api/") or is_gated(path)):
-                continue
             for method, op in ops.items():
                 if not isinstance(op, dict) or "responses" not in op:
                     continue
-                extra: dict[str, dict[str, Any]] = {}
+                # NulGuard refuses U+0000 in any path, query or body, /healthz included.
+                extra: dict[str, dict[str, Any]] = {"422": ref("The request contains a NUL character")}
+                if not (path.startswith("/api/") or is_gated(path)):
+                    op["responses"].setdefault("422", extra["422"])
+                    continue
                 if "requestBody" in op:
-                    # FastAPI answers 400 itself when the body is not JSON at all.
-                    extra["400"] = ref("The body is not valid JSON")
+                    # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
+                    # text that is not JSON is a 422 (json_invalid), declared below.
+                    extra["400"] = ref("The body could not be read: it is not UTF-8 text")
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
-                # NulGuard refuses U+0000 in any path, query or body.
-                extra["422"] = ref("The request contains a NUL character")
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
-                    extra["403"] = ref("Signed in, but not allowed to do this")
+                    if method not in ("get", "head", "options") or (path, method) in role_checked:
+                        extra["403"] = ref("Signed in, but not allowed to do this (role, owner, or a foreign Origin)")
+                    # Either credential will do; with sign-in off the implicit local admin needs none.
+                    op["security"] = [{BEARER: []}, {COOKIE: []}] + ([{}] if anonymous_ok else [])
+                else:
+                    op.pop("security", None)
                 if path == SIGN_IN_PATH:
                     extra["401"] = ref("The token is not valid")
                     extra["403"] = ref("Signing in from this Origin is not allowed")

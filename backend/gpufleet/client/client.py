@@ -1,0 +1,312 @@
+"""``gpufleet.client.Client``: submit and watch trainings, and read the fleet, from Python.
+
+One synchronous ``httpx.Client`` per ``Client``; requests and answers are the
+API's own pydantic schemas (``gpufleet.api.schemas`` and the routes' models),
+so a field the server adds is a field the client has. The command line uses
+this client for every server command.
+
+    from gpufleet.client import Client
+
+    with Client() as gf:                      # $GPUFLEET_SERVER, $GPUFLEET_TOKEN
+        t = gf.create_training(recipe="mlp", config={"max_steps": 100})
+        t = gf.wait(t.id)
+        print(t.status, t.last_loss)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from gpufleet.api.security.client import TOKEN_ENV, client_headers
+from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
+from gpufleet.api.schemas.trainings import (
+    TrainingBatchCreate,
+    TrainingBatchPublic,
+    TrainingCreate,
+    TrainingEventPublic,
+    TrainingEventsPublic,
+    TrainingLogPublic,
+    TrainingMetricPublic,
+    TrainingMetricsPublic,
+    TrainingPublic,
+    TrainingsPublic,
+)
+from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
+
+if TYPE_CHECKING:
+    from gpufleet.api.routes.auth import WhoAmI
+    from gpufleet.api.routes.metrics import LivePublic
+    from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.api.schemas.recipes import RecipesPublic
+
+SERVER_ENV = "GPUFLEET_SERVER"
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+API = "/api/v1"
+
+M = TypeVar("M", bound=BaseModel)
+TrainingRef = uuid.UUID | str | TrainingPublic
+
+
+def _tid(ref: TrainingRef) -> str:
+    return str(ref.id if isinstance(ref, TrainingPublic) else ref)
+
+
+class Client:
+    """A gpufleet server's REST API.
+
+    ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
+    ``token`` to ``$GPUFLEET_TOKEN`` (a server on loopback without sign-in needs
+    none). A refusal raises the :mod:`gpufleet.client.errors` exception for its
+    status, carrying the server's message. A 429 with ``Retry-After`` is waited
+    out and retried up to ``rate_limit_retries`` times (each wait at most
+    ``max_retry_wait_s``) before :class:`RateLimited` is raised.
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        rate_limit_retries: int = 3,
+        max_retry_wait_s: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        base = (server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER).strip().rstrip("/")
+        if not base.startswith(("http://", "https://")):
+            raise ValueError(f"the server must be an http:// or https:// URL, got {base!r}")
+        self.server = base
+        headers = client_headers(token)
+        self.rate_limit_retries = rate_limit_retries
+        self.max_retry_wait_s = max_retry_wait_s
+        self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout, transport=transport)
+
+    # -- plumbing ---------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:  # noqa: ANN401
+        attempt = 0
+        while True:
+            try:
+                r = self._http.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
+            if r.status_code == 429 and attempt < self.rate_limit_retries:
+                wait = parse_retry_after(r.headers.get("retry-after"))
+                if wait is not None and wait <= self.max_retry_wait_s:
+                    attempt += 1
+                    self._sleep(wait)
+                    continue
+            if r.status_code >= 400:
+                try:
+                    detail = r.json().get("detail", r.text)
+                except (ValueError, AttributeError):
+                    detail = r.text or r.reason_phrase
+                raise error_for(r.status_code, detail, method=method, path=path, headers=dict(r.headers))
+            return r
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        """Any API call (``path`` under the server root); the JSON answer. Errors as for every method."""
+        return self._send(method, path, **kw).json()
+
+    def _get(self, model: type[M], path: str, **params: Any) -> M:  # noqa: ANN401
+        clean = {k: v for k, v in params.items() if v is not None}
+        return model.model_validate(self._send("GET", path, params=clean).json())
+
+    def _post(self, model: type[M], path: str, body: BaseModel | dict[str, Any] | None = None) -> M:
+        payload = body.model_dump(mode="json", exclude_unset=True) if isinstance(body, BaseModel) else body
+        kw = {"json": payload} if payload is not None else {}
+        return model.model_validate(self._send("POST", path, **kw).json())
+
+    # -- who am I ---------------------------------------------------------
+
+    def whoami(self) -> WhoAmI:
+        from gpufleet.api.routes.auth import WhoAmI
+
+        return self._get(WhoAmI, f"{API}/auth/whoami")
+
+    # -- trainings --------------------------------------------------------
+
+    def create_training(self, body: TrainingCreate | None = None, **fields: Any) -> TrainingPublic:  # noqa: ANN401
+        """Submit one training: a ``TrainingCreate`` or its fields (``recipe=``, ``config=``, ``gpu_ids=`` …).
+
+        ``name`` defaults to the recipe and the time. The fields are checked
+        here by the API's own schema, so a typo fails before any request.
+        """
+        if body is None:
+            fields.setdefault("name", f"{fields.get('recipe', 'training')}-{time.strftime('%Y%m%d-%H%M%S')}")
+            body = TrainingCreate(**fields)
+        return self._post(TrainingPublic, f"{API}/trainings", body)
+
+    def create_batch(self, body: TrainingBatchCreate | dict[str, Any]) -> TrainingBatchPublic:
+        if isinstance(body, dict):
+            body = TrainingBatchCreate.model_validate(body)
+        return self._post(TrainingBatchPublic, f"{API}/trainings/batch", body)
+
+    def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
+                       limit: int = 50, offset: int = 0) -> TrainingsPublic:
+        """Newest first; ``data`` holds one page, ``count`` how many match."""
+        return self._get(TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
+                         owner=owner, limit=limit, offset=offset)
+
+    def get_training(self, training: TrainingRef) -> TrainingPublic:
+        return self._get(TrainingPublic, f"{API}/trainings/{_tid(training)}")
+
+    def cancel(self, training: TrainingRef) -> TrainingPublic:
+        """Ask to stop it (idempotent): a queued one leaves the queue, a running one is stopped with every rank."""
+        return self._post(TrainingPublic, f"{API}/trainings/{_tid(training)}/cancel")
+
+    def wait(self, training: TrainingRef, *, timeout: float | None = None, poll_s: float = 1.0) -> TrainingPublic:
+        """Poll until the training is succeeded, failed or cancelled; its final state.
+
+        ``timeout`` (seconds) raises ``TimeoutError`` with the last status seen.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            t = self.get_training(training)
+            if t.status in FINAL_STATUSES:
+                return t
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"training {t.id} is still {t.status} after {timeout} s")
+            self._sleep(poll_s)
+
+    def log_chunk(self, training: TrainingRef, *, offset: int | None = None,
+                  tail: int | None = None) -> TrainingLogPublic:
+        """One read of the log: from byte ``offset``, or the last ``tail`` lines."""
+        return self._get(TrainingLogPublic, f"{API}/trainings/{_tid(training)}/logs", offset=offset, tail=tail)
+
+    def logs(self, training: TrainingRef, *, follow: bool = False, tail: int | None = None,
+             poll_s: float = 1.0) -> Iterator[str]:
+        """The log's text in chunks; with ``follow``, until the training ends and its log is read to the end."""
+        tid = _tid(training)
+        chunk = self.log_chunk(tid, tail=tail) if tail is not None else self.log_chunk(tid, offset=0)
+        if chunk.text:
+            yield chunk.text
+        offset = chunk.next_offset
+        while follow:
+            done = self.get_training(tid).status in FINAL_STATUSES
+            chunk = self.log_chunk(tid, offset=offset)
+            if chunk.next_offset < offset:  # the server shortened the log to keep it bounded
+                chunk = self.log_chunk(tid, offset=0)
+            if chunk.text:
+                yield chunk.text
+            offset = chunk.next_offset
+            if done and offset >= chunk.size:
+                return
+            if not chunk.text:
+                self._sleep(poll_s)
+
+    def metrics(self, training: TrainingRef, *, max_points: int = 500, after_step: int = -1) -> TrainingMetricsPublic:
+        """Recorded steps (downsampled to ``max_points``) after ``after_step``."""
+        return self._get(TrainingMetricsPublic, f"{API}/trainings/{_tid(training)}/metrics",
+                         max_points=max_points, after_step=after_step)
+
+    def follow_metrics(self, training: TrainingRef, *, poll_s: float = 1.0) -> Iterator[TrainingMetricPublic]:
+        """Every metrics row as it is recorded, until the training ends."""
+        tid, after = _tid(training), -1
+        while True:
+            done = self.get_training(tid).status in FINAL_STATUSES
+            page = self.metrics(tid, max_points=10000, after_step=after)
+            yield from page.data
+            if page.data:
+                after = page.data[-1].step
+            if done and page.count >= page.total:
+                return
+            if not page.data:
+                self._sleep(poll_s)
+
+    def events(self, training: TrainingRef, *, after_seq: int = 0, follow: bool = False,
+               poll_s: float = 1.0) -> Iterator[TrainingEventPublic]:
+        """Status changes, reasons, errors and restarts in order; with ``follow``, until the training ends."""
+        tid = _tid(training)
+        while True:
+            done = follow and self.get_training(tid).status in FINAL_STATUSES
+            page = self._get(TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
+            yield from page.data
+            if page.data:
+                after_seq = page.data[-1].seq
+            if not follow or (done and not page.data):
+                return
+            if not page.data:
+                self._sleep(poll_s)
+
+    # -- the fleet --------------------------------------------------------
+
+    def gpus(self, *, host: str | None = None) -> GPUsPublic:
+        """Every GPU with its newest sample and availability (only ``host``'s when given)."""
+        return self._get(GPUsPublic, f"{API}/system/gpus", host=host)
+
+    def hosts(self) -> HostsPublic:
+        return self._get(HostsPublic, f"{API}/system/hosts")
+
+    def topology(self, *, host: str | None = None) -> TopologyPublic:
+        return self._get(TopologyPublic, f"{API}/system/topology", host=host)
+
+    def live(self) -> LivePublic:
+        """What ``gpufleet top`` shows: newest samples, aggregates, who holds each GPU."""
+        from gpufleet.api.routes.metrics import LivePublic
+
+        return self._get(LivePublic, f"{API}/system/metrics/live")
+
+    def recipes(self) -> RecipesPublic:
+        from gpufleet.api.schemas.recipes import RecipesPublic
+
+        return self._get(RecipesPublic, f"{API}/recipes")
+
+    def recommend(self, *, recipe: str | None = None, config: dict[str, Any] | None = None,
+                  memory_mb: int | None = None, count: int = 1, host: str | None = None,
+                  policy: Literal["pack", "spread"] = "pack", exclusive: bool = True,
+                  max_candidates: int = 5) -> RecommendationPublic:
+        """Ranked GPU sets for ``recipe`` (+ ``config``: memory from its estimate) or for ``memory_mb`` per GPU.
+
+        Give one of the two, not both.
+        """
+        from gpufleet.api.routes.selection import RecommendationPublic, RecommendBody
+
+        if (recipe is None) == (memory_mb is None):
+            raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
+        if recipe is not None:
+            body = RecommendBody(recipe=recipe, config=config or {}, count=count, host=host, policy=policy,
+                                 exclusive=exclusive, max_candidates=max_candidates)
+            return self._post(RecommendationPublic, f"{API}/system/gpus/recommend", body)
+        return self._get(RecommendationPublic, f"{API}/system/gpus/recommend", memory_mb=memory_mb, count=count,
+                         host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates)
+
+    def validate(self, gpu_ids: list[int], *, host: str | None = None, recipe: str | None = None,
+                 config: dict[str, Any] | None = None, memory_mb: int | None = None,
+                 exclusive: bool = True) -> ValidationPublic:
+        """Is this selection usable for this training? Every problem at once (``ok`` false), and warnings."""
+        from gpufleet.api.routes.selection import ValidateBody, ValidationPublic
+
+        body = ValidateBody(gpu_ids=gpu_ids, host=host, recipe=recipe, config=config, memory_mb=memory_mb,
+                            exclusive=exclusive)
+        return self._post(ValidationPublic, f"{API}/system/gpus/validate", body)
+
+    def drain(self, host: str, index: int, reason: str | None = None) -> DrainPublic:
+        """Stop placing trainings on a GPU (admins); trainings on it keep running."""
+        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/drain", DrainRequest(reason=reason))
+
+    def undrain(self, host: str, index: int) -> DrainPublic:
+        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
+
+
+__all__ = ["Client", "DEFAULT_SERVER", "FINAL_STATUSES", "SERVER_ENV", "TOKEN_ENV"]

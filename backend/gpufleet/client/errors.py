@@ -1,0 +1,142 @@
+"""What a call to a gpufleet server can end in, as exceptions a caller can catch by kind.
+
+Every refusal carries the server's own sentence (``detail``) and the HTTP
+status, so ``str(exc)`` is something a person can act on. FastAPI's list of
+field errors is joined into one line (``config.lr: Input should be …``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GpufleetError(Exception):
+    """Anything that kept a call from getting its answer."""
+
+
+class ServerUnreachable(GpufleetError):
+    """No HTTP answer at all: wrong address, server down, or a timeout."""
+
+    def __init__(self, server: str, reason: str):
+        self.server = server
+        self.reason = reason
+        super().__init__(f"cannot reach the server at {server}: {reason}")
+
+
+class APIError(GpufleetError):
+    """The server answered with a 4xx or 5xx status."""
+
+    status: int = 0
+
+    def __init__(self, status: int, detail: Any, *, method: str = "", path: str = "",  # noqa: ANN401
+                 headers: dict[str, str] | None = None):
+        self.status = status
+        # The server's detail as sent: a sentence, or FastAPI's list of field errors.
+        self.detail = detail
+        self.method = method
+        self.path = path
+        self.headers = headers or {}
+        super().__init__(f"{describe_detail(detail)} (HTTP {status})")
+
+    @property
+    def message(self) -> str:
+        """The server's message in one line, without the status."""
+        return describe_detail(self.detail)
+
+
+class BadRequest(APIError):
+    status = 400
+
+
+class Unauthorized(APIError):
+    """Not signed in: set ``GPUFLEET_TOKEN`` (from ``gpufleet tokens create``) or pass ``token=``."""
+
+    status = 401
+
+
+class Forbidden(APIError):
+    status = 403
+
+
+class NotFound(APIError):
+    status = 404
+
+
+class MethodNotAllowed(APIError):
+    status = 405
+
+
+class Conflict(APIError):
+    status = 409
+
+
+class PayloadTooLarge(APIError):
+    status = 413
+
+
+class ValidationFailed(APIError):
+    """The request is not valid: every problem is in ``detail``."""
+
+    status = 422
+
+
+class RateLimited(APIError):
+    """Over a rate limit or the queued-trainings cap, still so after the client's retries."""
+
+    status = 429
+
+    @property
+    def retry_after(self) -> float | None:
+        return parse_retry_after(self.headers.get("retry-after"))
+
+
+class ServerError(APIError):
+    """The server failed (5xx); the request may or may not have taken effect."""
+
+
+BY_STATUS: dict[int, type[APIError]] = {
+    cls.status: cls
+    for cls in (BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict, PayloadTooLarge,
+                ValidationFailed, RateLimited)
+}
+
+
+def error_for(status: int, detail: Any, **kw: Any) -> APIError:  # noqa: ANN401
+    cls = BY_STATUS.get(status) or (ServerError if status >= 500 else APIError)
+    err = cls(status, detail, **kw)
+    err.status = status
+    return err
+
+
+def describe_detail(detail: Any) -> str:  # noqa: ANN401
+    if isinstance(detail, list):  # FastAPI's field errors
+        parts = []
+        for d in detail:
+            if isinstance(d, dict):
+                loc = ".".join(str(x) for x in d.get("loc", []) if x not in ("body", "query", "path"))
+                parts.append(f"{loc}: {d.get('msg')}" if loc else str(d.get("msg")))
+            else:
+                parts.append(str(d))
+        return "; ".join(parts)
+    return str(detail)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); ``None`` if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from datetime import datetime, timezone
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
