@@ -288,5 +288,5 @@ def install_limits(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(NulGuard, binary_paths=frozenset({CODE_UPLOAD_PATH}))
     app.add_middleware(
         SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
-        path_limits={CODE_UPLOAD_PATH: max(settings.code_max_bytes, settings.max_request_bytes)},
+        path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes},
     )
