@@ -159,8 +159,11 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot prepare the launch: {exc}"), None)
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
-    earlier = sorted(run_dir(settings, tid).glob("progress-*.jsonl"))
-    sink.trim_after_resume(checkpoint_dir(settings, tid), [p for p in earlier if p != progress_path])
+    earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
+    if t.kind == "script":
+        sink.fill_from_earlier(earlier)
+    else:
+        sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
     try:
         if t.kind == "script":
             proc = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
