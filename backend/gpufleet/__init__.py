@@ -9,7 +9,7 @@ from typing import Any
 from gpufleet.reporting import report
 
 __version__ = "0.1.0"
-__all__ = ["TrainingBackend", "report"]
+__all__ = ["TrainingBackend", "make_backend", "report"]
 
 
 def __getattr__(name: str) -> Any:
