@@ -150,3 +150,19 @@ def test_memory_comes_from_earlier_runs_of_the_same_code(app_client, people, on_
 def test_recipe_trainings_still_need_a_recipe(app_client, people):
     r = app_client.post("/api/v1/trainings", json={"name": "x"}, headers=bearer(people.admin))
     assert r.status_code == 422 and "recipe" in r.text
+
+
+def test_declared_memory_that_no_gpu_has_is_refused_at_once(app_client, people, on_settings):
+    from gpufleet.telemetry.inventory import register_host
+
+    s = on_settings.model_copy(update={"simulate": "2xH100-80GB", "host_name": f"h-{uuid.uuid4().hex[:8]}"})
+    register_host(s)
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    before = _counts(on_settings)
+    r = _script(app_client, people.admin, code, memory="200GiB", gpu_ids=[0, 1], host=s.host_name)
+    assert r.status_code == 422, r.text
+    assert "can never be placed" in r.json()["detail"] and "200" in r.json()["detail"]
+    assert _counts(on_settings) == before
+    ok = _script(app_client, people.admin, code, memory="20GiB", gpu_ids=[0, 1], host=s.host_name)
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["gpu_ids"] == [0, 1] and ok.json()["memory_estimate"] == 20 * 2**30

@@ -157,3 +157,26 @@ def test_kill9_of_the_worker_resumes_the_script_from_its_checkpoint(tmp_path, re
         t = sess.get(Training, uuid.UUID(tid))
     assert steps == list(range(1, 61))
     assert t.measured_peak_memory and t.measured_peak_memory > 0
+
+
+def test_report_gives_a_loss_curve_through_the_metrics_endpoint(tmp_path, workers, scheduler, live_server):
+    settings = make_settings(tmp_path, "sqlite")
+    register(settings)
+    workers(settings)
+    scheduler(settings)
+    base = live_server(settings)
+    project = write_project(tmp_path / "proj", RESUMABLE_SCRIPT)
+    res = _run_cli(base, project, "--gpus", "2", "--memory", "1GiB", "--", "python", "train.py", "--steps", "12")
+    assert res.returncode == 0, res.stdout + res.stderr
+    tid = _submitted_id(res.stdout)
+    metrics = httpx.get(f"{base}/api/v1/trainings/{tid}/metrics", timeout=30).json()["data"]
+    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert all(isinstance(m["loss"], float) and m["metrics"]["lr"] == 0.05 for m in metrics)
+    body = _get(base, tid)
+    assert body["step"] == 12 and body["last_loss"] == metrics[-1]["loss"]
+    # The ranks' measured peak is kept: the next run of the same code may omit --memory.
+    assert body["measured_peak_memory"] and body["measured_peak_memory"] > 0
+    again = _run_cli(base, project, "--gpus", "2", "--no-follow", "--", "python", "train.py", "--steps", "2")
+    assert again.returncode == 0, again.stderr
+    t2 = _get(base, _submitted_id(again.stdout))
+    assert t2["estimate"]["source"] == "measured" and t2["memory_estimate"] == body["measured_peak_memory"]

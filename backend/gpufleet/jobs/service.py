@@ -208,6 +208,8 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingRequest, own
                            python=req.python, auto_select=not req.gpu_ids)
     except script.ScriptError as exc:
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
+    if f.memory_estimate:
+        _refuse_never_fits(sess, f.memory_estimate, count, host)
     return Training(
         id=uuid.uuid4(), name=req.name.strip(), owner=owner, recipe=script.SCRIPT_RECIPE, kind="script",
         code_hash=f.code_hash, argv=f.argv, env=f.env, memory_declared=f.memory_declared, config={},
@@ -218,6 +220,21 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingRequest, own
         estimate_key=f"script:{f.code_hash}", max_restarts=req.max_restarts, allow_rebalance=False,
         checkpoint_every=None, max_steps=None, restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
     )
+
+
+def _refuse_never_fits(sess: Session, memory: int, count: int, host: Host | None) -> None:
+    """A script whose memory no GPU of the fleet (or of its host) has can never run: say so now."""
+    from sqlalchemy import func
+
+    from gpufleet.scheduling.types import fmt_bytes
+
+    where = [GPU.host_id == host.id] if host is not None else []
+    largest = sess.scalar(select(func.max(GPU.memory_total)).where(GPU.enabled.is_(True), *where))
+    if largest and memory > largest:
+        place = f"on host {host.name}" if host is not None else "in the fleet"
+        raise TrainingRequestError(
+            "memory", f"this training can never be placed: it needs {fmt_bytes(memory)} per GPU; the largest GPU "
+                      f"{place} has {fmt_bytes(largest)}")
 
 
 def create_trainings(
