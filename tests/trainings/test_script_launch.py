@@ -149,3 +149,21 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize(("example", "args"), [
+    ("torchrun_ddp", ["--steps", "60"]),
+    ("backend_ddp", ["--steps", "60", "--strategy", "fsdp"]),
+])
+def test_the_examples_run_under_the_launcher(tmp_path, example, args):
+    src = Path(__file__).resolve().parents[2] / "examples" / example / "train.py"
+    proc = _launch(_spec(tmp_path, ["train.py", *args], script=src.read_text()))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out.decode()
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-0000050.pt"]
+    if example == "backend_ddp":
+        steps = [line for line in _lines(tmp_path) if line["type"] == "step"]
+        assert [s["step"] for s in steps] == list(range(1, 61)) and "mae" in steps[0]["parts"]
+        assert steps[-1]["loss"] < steps[0]["loss"]
+    else:
+        assert "[rank 0] step 60 loss" in out.decode()
