@@ -123,6 +123,9 @@ def main() -> None:
                                            lifespan="off"))
     threading.Thread(target=server.run, daemon=True).start()
     stop = threading.Event()
+    from gpufleet.telemetry.agent import start_agent
+
+    start_agent(settings, stop)  # heartbeats keep the host schedulable, as under `gpufleet serve`
     start_scheduler(settings, stop)
     worker = start_embedded_worker(settings)
     base = f"http://127.0.0.1:{port}"

@@ -35,16 +35,21 @@ from jobs.conftest import scheduler, workers  # noqa: E402, F401
 
 @pytest.fixture
 def live_server() -> Iterator:
-    """The whole app (trainings, code, ...) under uvicorn on a free port; returns its base URL."""
+    """The whole app (trainings, code, ...) under uvicorn on a free port, with this host's agent
+    (heartbeats keep the host schedulable, as under `gpufleet serve`); returns its base URL."""
     import threading
 
     import uvicorn
 
+    from gpufleet.telemetry.agent import start_agent
     from jobs.conftest import free_port, wait_for
 
     servers: list = []
+    stop = threading.Event()
+    agents: list[threading.Thread] = []
 
     def start(settings: Settings) -> str:
+        agents.append(start_agent(settings, stop))
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                                log_level="warning", lifespan="off"))
@@ -55,6 +60,9 @@ def live_server() -> Iterator:
         return f"http://127.0.0.1:{port}"
 
     yield start
+    stop.set()
     for server, t in servers:
         server.should_exit = True
         t.join(10)
+    for a in agents:
+        a.join(10)

@@ -45,7 +45,8 @@ for step in range(args.steps):
     print(f"step {step} loss {loss.item():.4f} local_rank {local_rank}", flush=True)
     if rank == args.fail_rank and step == 1:
         print("something went wrong in my code", file=sys.stderr, flush=True)
-        sys.exit(3)
+        # Skip interpreter teardown: gloo's threads may abort it (SIGABRT) instead of exiting with 3.
+        os._exit(3)
     time.sleep(args.sleep)
 if rank == 0:
     print("done", flush=True)

@@ -115,7 +115,9 @@ class Ranks:
         self.out = out
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen] = []
-        self.tails: dict[int, str] = {}
+        self.tails: dict[int, str] = {}  # the last stderr line of each rank (else its last stdout line)
+        self.err_tails: dict[int, str] = {}
+        self.copiers: dict[int, list[threading.Thread]] = {}
         self.oom: set[int] = set()
         self.peaks: list[int] = []
 
@@ -130,15 +132,24 @@ class Ranks:
             ))
         self.peaks = [0] * len(self.procs)
         for rank, p in enumerate(self.procs):
-            for stream in (p.stdout, p.stderr):
-                threading.Thread(target=self._copy, args=(rank, stream), daemon=True).start()
+            self.copiers[rank] = []
+            for stream, is_err in ((p.stdout, False), (p.stderr, True)):
+                t = threading.Thread(target=self._copy, args=(rank, stream, is_err), daemon=True)
+                t.start()
+                self.copiers[rank].append(t)
 
-    def _copy(self, rank: int, stream: IO[bytes]) -> None:
+    def last_words(self, rank: int) -> str:
+        """What the rank wrote last, once its pipes are drained (stderr first: that is where errors go)."""
+        for t in self.copiers.get(rank, []):
+            t.join(2.0)
+        return self.err_tails.get(rank) or self.tails.get(rank, "")
+
+    def _copy(self, rank: int, stream: IO[bytes], is_err: bool) -> None:
         prefix = f"[rank {rank}] ".encode()
         for line in iter(lambda: stream.readline(65536), b""):
             text = line.decode(errors="replace").rstrip()
             if text:
-                self.tails[rank] = text
+                (self.err_tails if is_err else self.tails)[rank] = text
             if any(m in text for m in _OOM_MARKERS):
                 self.oom.add(rank)
             with self.lock:
@@ -252,9 +263,8 @@ def run(spec: ScriptSpec) -> int:
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
             rank, rc = failed[0]
-            time.sleep(0.2)  # let the pipe threads copy the rank's last words
+            tail = ranks.last_words(rank)
             oom = rank in ranks.oom
-            tail = ranks.tails.get(rank, "")
             message = f"rank {rank} {_how(rc)}" + (f": {tail}" if tail else "")
             progress.write("error", rank=rank, kind="oom" if oom else "error", message=message)
             print(f"[gpufleet] {message}; stopping the other ranks", flush=True)
