@@ -89,6 +89,7 @@ for step in range(start + 1, args.steps + 1):
     loss.backward()
     opt.step()
     gpufleet.report(step=step, loss=loss, lr=0.05)
+    print(f"step {step} loss {loss.item():.4f}", flush=True)
     if rank == 0 and step % 2 == 0:
         tmp = os.path.join(ckpt_dir, f".step-{step}.tmp")
         torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
