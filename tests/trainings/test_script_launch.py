@@ -167,3 +167,31 @@ def test_the_examples_run_under_the_launcher(tmp_path, example, args):
         assert steps[-1]["loss"] < steps[0]["loss"]
     else:
         assert "[rank 0] step 60 loss" in out.decode()
+
+
+def test_out_of_memory_in_a_rank_is_reported_as_oom(tmp_path):
+    script = (
+        "import os, sys\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr)\n"
+        "    sys.exit(1)\n"
+        "import time; time.sleep(60)\n"
+    )
+    proc = _launch(_spec(tmp_path, ["train.py"], script=script))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == ec.OUT_OF_MEMORY, out
+    err = next(line for line in _lines(tmp_path) if line["type"] == "error")
+    assert err["rank"] == 1 and err["kind"] == "oom" and "CUDA out of memory" in err["message"]
+
+
+def test_a_missing_program_fails_the_launch_with_a_reason(tmp_path):
+    spec = _spec(tmp_path, ["train.py"])
+    import json
+
+    data = json.loads(spec.read_text())
+    data["argv"] = ["no-such-program-here", "train.py"]
+    spec.write_text(json.dumps(data))
+    proc = _launch(spec)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == ec.BAD_DATA
+    assert b"cannot start 'no-such-program-here'" in out
