@@ -246,6 +246,7 @@ def run(spec: ScriptSpec) -> int:
     try:
         ranks.start(port)
     except OSError as exc:
+        ranks.stop(0.0)  # ranks started before the one that could not be
         progress.write("error", rank=None, kind="launcher", message=f"cannot start {spec.argv[0]!r}: {exc}")
         progress.write("end", status="failed", exit_code=ec.BAD_DATA)
         print(f"[gpufleet] cannot start {spec.argv[0]!r}: {exc}", flush=True)
