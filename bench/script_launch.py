@@ -18,6 +18,7 @@ Rounds alternate between the two paths; medians are printed with the ratio.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -78,25 +79,43 @@ def by_hand(project: Path) -> float:
         proc.wait()
 
 
-def via_gpufleet(base: str, project: Path) -> float:
-    t0 = time.perf_counter()
+def via_gpufleet(base: str, project: Path, data_dir: Path) -> tuple[float, dict[str, float]]:
+    """Seconds to the first step visible through the API, and where they went."""
+    wall0, t0 = time.time(), time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "gpufleet.cli", "run", "--gpus", "2", "--memory", "1GiB",
                           "--no-follow", "--", "python", "train.py"], cwd=project, capture_output=True, text=True,
                          env={**_clean_env(), "GPUFLEET_SERVER": base})
     if res.returncode != 0:
         raise RuntimeError(res.stderr)
+    cli_done = time.time()
     tid = next(x.split()[1] for x in res.stdout.splitlines() if x.startswith("submitted "))
     with httpx.Client(base_url=base, timeout=60) as http:
         while True:
             if http.get(f"/api/v1/trainings/{tid}/metrics", params={"max_points": 2}).json()["total"] > 0:
-                elapsed = time.perf_counter() - t0
+                elapsed, seen = time.perf_counter() - t0, time.time()
                 break
             if time.perf_counter() - t0 > 180:
                 raise RuntimeError(f"training {tid} reported no step in 180 s")
             time.sleep(POLL_S)
         while http.get(f"/api/v1/trainings/{tid}").json()["status"] not in ("succeeded", "failed", "cancelled"):
             time.sleep(POLL_S)
-    return elapsed
+        events = http.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+    from datetime import datetime
+
+    claimed = next(datetime.fromisoformat(e["time"]).timestamp() for e in events if e["status"] == "running")
+    lines = [json.loads(x) for x in (data_dir / "jobs" / tid / "progress-1.jsonl").read_text().splitlines()]
+    first = {}
+    for line in lines:
+        first.setdefault(line["type"], line["time"])
+    parts = {
+        "cli (pack, upload, submit)": cli_done - wall0,
+        "submit to worker claim": claimed - cli_done,
+        "claim to launcher start": first["start"] - claimed,
+        "launcher start to ranks started": first["ranks"] - first["start"],
+        "ranks started to first report": first["step"] - first["ranks"],
+        "first report to API": seen - first["step"],
+    }
+    return elapsed, parts
 
 
 def main() -> None:
@@ -132,14 +151,22 @@ def main() -> None:
     try:
         while not server.started:
             time.sleep(0.05)
-        via_gpufleet(base, project)  # warm-up: the worker's first task, the page cache
+        via_gpufleet(base, project, settings.data_dir)  # warm-up: the worker's first task, the page cache
         by_hand(project)
-        ours, hand = [], []
+        ours, hand, shares = [], [], []
         for i in range(args.rounds):
             hand.append(by_hand(project))
-            ours.append(via_gpufleet(base, project))
+            total, parts = via_gpufleet(base, project, settings.data_dir)
+            ours.append(total)
+            shares.append(parts)
             print(f"round {i + 1}: torchrun by hand {hand[-1]:.3f}s  gpufleet run {ours[-1]:.3f}s", flush=True)
         h, o = statistics.median(hand), statistics.median(ours)
+        print("gpufleet run, median per stage:")
+        for k in shares[0]:
+            print(f"  {k:<34} {statistics.median(p[k] for p in shares):.3f}s")
+        own = [p["cli (pack, upload, submit)"] + p["submit to worker claim"] + p["claim to launcher start"]
+               + p["launcher start to ranks started"] + p["first report to API"] for p in shares]
+        print(f"gpufleet's own share (everything but the ranks' start-up): {statistics.median(own):.3f}s")
         print(f"torchrun --standalone by hand (baseline): {h:.3f}s to the first step (median of {args.rounds})")
         print(f"gpufleet run (pack, upload, schedule, launch): {o:.3f}s to the first reported step")
         print(f"difference: {o - h:+.3f}s  ratio {o / h:.2f}x  (goal: gpufleet adds < 0.5 s)")

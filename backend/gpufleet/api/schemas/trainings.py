@@ -24,7 +24,7 @@ class TrainingCreate(BaseModel):
     env: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]] | None = Field(
         default=None, max_length=64,
         description="kind script: environment variables to set; only names the server allows (script_env_allow)")
-    memory: str | int | None = Field(
+    memory: Annotated[str, Field(max_length=32)] | Annotated[int, Field(ge=1, le=2**50)] | None = Field(
         default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
     python: str | None = Field(default=None, max_length=64,
                                description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
