@@ -2,8 +2,10 @@
 
 Inside a gpufleet script training, rank 0's calls become points of the
 training's loss curve (the metrics endpoint, the dashboard, the
-``training:<id>`` stream). Outside gpufleet, and on other ranks, it does
-nothing, so a script can call it unconditionally. It imports nothing heavy;
+``training:<id>`` stream); every rank's calls give its time per step, so
+stragglers show. Each rank appends to its own file
+(``$GPUFLEET_REPORT_FILE.rank<N>``); the launcher merges them. Outside
+gpufleet it does nothing, so a script can call it unconditionally. It imports nothing heavy;
 tensors are turned into numbers with ``float()``.
 """
 
@@ -19,9 +21,10 @@ _state: dict[str, Any] = {"fd": None, "path": None, "last": None}
 
 
 def _target() -> int | None:
-    path = os.environ.get("GPUFLEET_REPORT_FILE")
-    if not path or os.environ.get("RANK", "0") != "0":
+    base = os.environ.get("GPUFLEET_REPORT_FILE")
+    if not base:
         return None
+    path = f"{base}.rank{os.environ.get('RANK', '0')}"
     if _state["path"] != path:
         _state["fd"] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         _state["path"] = path
@@ -50,6 +53,6 @@ def report(step: int, loss: Any = None, **scalars: Any) -> None:
                               "loss": None if loss is None else _number("loss", loss),
                               "parts": {k: v for k, v in parts.items() if v is not None}}
     if last is not None and step > last[0]:
-        record["rank_step_times"] = [(now - last[1]) / (step - last[0])]
+        record["step_time"] = (now - last[1]) / (step - last[0])
     _state["last"] = (step, now)
     os.write(fd, (json.dumps(record) + "\n").encode())

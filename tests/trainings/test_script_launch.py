@@ -106,7 +106,7 @@ def test_sigterm_stops_every_rank(tmp_path):
     assert time.monotonic() - t0 < 5
 
 
-def test_report_writes_steps_only_from_rank_zero(tmp_path):
+def test_report_gives_rank_zeros_values_and_every_ranks_step_time(tmp_path):
     ck = tmp_path / "ckpt"
     proc = _launch(_spec(tmp_path, ["train.py", "--steps", "4"], script=RESUMABLE_SCRIPT))
     out, _ = proc.communicate(timeout=180)
@@ -114,6 +114,9 @@ def test_report_writes_steps_only_from_rank_zero(tmp_path):
     steps = [line for line in _lines(tmp_path) if line["type"] == "step"]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert all(isinstance(s["loss"], float) and s["parts"] == {"lr": 0.05} for s in steps)
+    # Every rank's time per step, from the second report on (stragglers show on the dashboard).
+    assert "rank_step_times" not in steps[0]
+    assert all(len(s["rank_step_times"]) == 2 and all(t > 0 for t in s["rank_step_times"]) for s in steps[1:])
     assert sorted(p.name for p in ck.iterdir()) == ["step-000002.pt", "step-000004.pt"]
 
 

@@ -172,6 +172,7 @@ def test_report_gives_a_loss_curve_through_the_metrics_endpoint(tmp_path, worker
     metrics = httpx.get(f"{base}/api/v1/trainings/{tid}/metrics", timeout=30).json()["data"]
     assert [m["step"] for m in metrics] == list(range(1, 13))
     assert all(isinstance(m["loss"], float) and m["metrics"]["lr"] == 0.05 for m in metrics)
+    assert all(len(m["rank_step_times"]) == 2 for m in metrics[1:])
     body = _get(base, tid)
     assert body["step"] == 12 and body["last_loss"] == metrics[-1]["loss"]
     # The ranks' measured peak is kept: the next run of the same code may omit --memory.

@@ -21,7 +21,8 @@ the GPUs made visible, and gpufleet's own variables
 
 Progress lines (``start``, ``ranks``, ``peak_memory``, ``error``, ``end``)
 go to the spec's progress file, the same format the recipe launcher writes;
-``gpufleet.report`` appends ``step`` lines to the same file from rank 0.
+``gpufleet.report`` writes one file per rank, which the launcher merges into
+``step`` lines (rank 0's values, every rank's time per step).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class ScriptSpec:
     world_size: int = 1
     simulated: bool = False
     stop_grace_s: float = 2.0
+    report_file: str = ""  # the ranks' gpufleet.report files are this + ".rank<N>"
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -101,7 +103,7 @@ def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> di
         "GPUFLEET_TRAINING_ID": spec.training_id,
         "GPUFLEET_CHECKPOINT_DIR": spec.checkpoint_dir,
         "GPUFLEET_RESUME_FROM": spec.resume_from,
-        "GPUFLEET_REPORT_FILE": spec.progress_file,
+        "GPUFLEET_REPORT_FILE": spec.report_file or spec.progress_file + ".report",
         "PYTHONUNBUFFERED": "1",
     })
     if spec.simulated:
@@ -207,6 +209,70 @@ class Ranks:
             p.wait()
 
 
+class ReportMerger:
+    """Turns the ranks' ``gpufleet.report`` files into ``step`` progress lines.
+
+    Rank 0's line gives the step's loss and scalars; every rank's time per
+    step goes into ``rank_step_times``. A step is written once every rank
+    that reports at all has reached it, or after ``MERGE_WAIT_S``.
+    """
+
+    MERGE_WAIT_S = 1.0
+
+    def __init__(self, report_file: str, world_size: int, progress: ProgressWriter):
+        self.paths = [Path(f"{report_file}.rank{r}") for r in range(world_size)]
+        self.offsets = [0] * world_size
+        self.partial = [b""] * world_size
+        self.progress = progress
+        self.newest = [-1] * world_size
+        self.times: list[dict[int, float]] = [{} for _ in range(world_size)]
+        self.pending: list[tuple[float, dict[str, Any]]] = []
+
+    def _read(self, r: int) -> list[dict[str, Any]]:
+        try:
+            with open(self.paths[r], "rb") as fh:
+                fh.seek(self.offsets[r])
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offsets[r] += len(data)
+        chunks = (self.partial[r] + data).split(b"\n")
+        self.partial[r] = chunks.pop()
+        out = []
+        for c in chunks:
+            try:
+                out.append(json.loads(c))
+            except ValueError:
+                continue
+        return out
+
+    def poll(self, final: bool = False) -> None:
+        now = time.monotonic()
+        for r in range(len(self.paths)):
+            for line in self._read(r):
+                step = int(line.get("step", -1))
+                self.newest[r] = max(self.newest[r], step)
+                if line.get("step_time") is not None:
+                    self.times[r][step] = float(line["step_time"])
+                if r == 0:
+                    self.pending.append((now, line))
+        while self.pending:
+            since, line = self.pending[0]
+            step = int(line["step"])
+            waiting = [r for r in range(1, len(self.paths)) if -1 < self.newest[r] < step]
+            if waiting and not final and now - since < self.MERGE_WAIT_S:
+                break
+            self.pending.pop(0)
+            times = [self.times[r].pop(step, None) for r in range(len(self.paths))]
+            for t in self.times:  # older steps a rank reported that rank 0 did not
+                for old in [s for s in t if s < step]:
+                    del t[old]
+            record = {k: v for k, v in line.items() if k not in ("type", "step_time")}
+            if all(t is not None for t in times):
+                record["rank_step_times"] = times
+            self.progress.write("step", **record)
+
+
 def _how(code: int) -> str:
     if code < 0:
         try:
@@ -252,9 +318,11 @@ def run(spec: ScriptSpec) -> int:
         print(f"[gpufleet] cannot start {spec.argv[0]!r}: {exc}", flush=True)
         return ec.BAD_DATA
     progress.write("ranks", pids=[p.pid for p in ranks.procs])
+    reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
     last_peak = 0.0
     code = ec.SUCCEEDED
     while True:
+        reports.poll()
         codes = [p.poll() for p in ranks.procs]
         if stop["requested"]:
             ranks.stop(spec.stop_grace_s)
@@ -280,6 +348,7 @@ def run(spec: ScriptSpec) -> int:
             last_peak = now
             _write_peaks(progress, spec, ranks)
         time.sleep(POLL_S)
+    reports.poll(final=True)
     _write_peaks(progress, spec, ranks)
     status = {ec.SUCCEEDED: "succeeded", ec.INTERRUPTED: "interrupted"}.get(code, "failed")
     progress.write("end", status=status, exit_code=code)
