@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "devices",
     "drain",
     "train",
+    "run",
     "trainings",
     "worker",
     "recommend",

@@ -154,6 +154,19 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 
+    # Users' own code (script trainings, gpufleet.trainings).
+    code_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024, le=4 * 1024**3)
+    code_max_unpacked_bytes: int = Field(default=1024**3, ge=1024, le=64 * 1024**3)
+    code_max_files: int = Field(default=20000, ge=1, le=1_000_000)
+    # Environment variables a script request may set (fnmatch patterns).
+    script_env_allow: list[str] = Field(default_factory=lambda: [
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM", "PYTHONHASHSEED",
+        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG", "TORCH_SHOW_CPP_STACKTRACES",
+        "HF_*", "WANDB_*", "TRAIN_*",
+    ])
+    # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
+    pythons: dict[str, str] = Field(default_factory=dict)
+
     # Team use (gpufleet.api.auth and gpufleet.api.limits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
     ws_ticket_ttl_s: int = Field(default=30, ge=5, le=300)

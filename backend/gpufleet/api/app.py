@@ -21,6 +21,7 @@ _ROUTERS = (
     "gpufleet.api.routes.system:router",
     "gpufleet.api.routes.selection:router",
     "gpufleet.api.routes.trainings:router",
+    "gpufleet.api.routes.code:router",
     "gpufleet.api.routes.recipes:router",
     "gpufleet.api.routes.metrics:router",
     "gpufleet.api.ws:router",

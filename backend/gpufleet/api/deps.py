@@ -7,6 +7,7 @@ Who may do what:
   cap of queued trainings — use it on routes that create trainings.
 - ``AdminUser``: admin (cancel any training, drain GPUs).
 - ``can_cancel(user, owner)`` / ``ensure_can_cancel(user, owner)`` for ownership.
+- ``ensure_can_run_code(session, user)``: may submit its own code (script trainings).
 - ``PageDep``: bounded ``limit`` / ``offset`` query parameters.
 """
 
@@ -106,6 +107,15 @@ def can_cancel(user: AuthUser, training_owner: str) -> tuple[bool, str]:
 
 def ensure_can_cancel(user: AuthUser, training_owner: str) -> None:
     ok, reason = can_cancel(user, training_owner)
+    if not ok:
+        raise HTTPException(403, reason)
+
+
+def ensure_can_run_code(session: Session, user: AuthUser) -> None:
+    """403 unless ``user`` may submit its own code (admins; users granted ``run_code``)."""
+    from gpufleet.trainings.permissions import may_run_code
+
+    ok, reason = may_run_code(session, user.name, user.role)
     if not ok:
         raise HTTPException(403, reason)
 

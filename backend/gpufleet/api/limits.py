@@ -180,15 +180,19 @@ def page_params(
 
 # Size limits ---------------------------------------------------------------
 
+CODE_UPLOAD_PATH = "/api/v1/code"
+
 
 class SizeLimits:
     """Refuse request bodies over ``max_request_bytes`` (413) and WebSocket
     messages over ``max_ws_message_bytes`` (close 1009), before a route reads them."""
 
-    def __init__(self, app: ASGIApp, max_body: int, max_ws_message: int):
+    def __init__(self, app: ASGIApp, max_body: int, max_ws_message: int, path_limits: dict[str, int] | None = None):
         self.app = app
         self.max_body = max_body
         self.max_ws_message = max_ws_message
+        # Routes that take uploads (code archives) have their own limit.
+        self.path_limits = path_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -198,12 +202,14 @@ class SizeLimits:
         else:
             await self.app(scope, receive, send)
 
-    def _body_error(self) -> str:
-        return f"request body is larger than {self.max_body} bytes (GPUFLEET_MAX_REQUEST_BYTES)"
+    def _body_error(self, limit: int) -> str:
+        setting = "GPUFLEET_CODE_MAX_BYTES" if limit != self.max_body else "GPUFLEET_MAX_REQUEST_BYTES"
+        return f"request body is larger than {limit} bytes ({setting})"
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         from gpufleet.api.security.gate import send_error
 
+        max_body = self.path_limits.get(scope["path"], self.max_body)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -211,8 +217,8 @@ class SizeLimits:
                 except ValueError:
                     await send_error(send, 400, "the Content-Length header is not a number")
                     return
-                if declared > self.max_body:
-                    await send_error(send, 413, self._body_error())
+                if declared > max_body:
+                    await send_error(send, 413, self._body_error(max_body))
                     return
         seen = 0
         started = False
@@ -225,12 +231,12 @@ class SizeLimits:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body and not started:
+                if seen > max_body and not started:
                     # Answer now and tell the route the client is gone; whatever
                     # it answers after that is dropped (an exception raised here
                     # would be turned into a 400 by FastAPI's body parsing).
                     refused = True
-                    await send_error(send, 413, self._body_error())
+                    await send_error(send, 413, self._body_error(max_body))
                     return {"type": "http.disconnect"}
             return message
 
@@ -278,7 +284,9 @@ def install_limits(app: FastAPI, settings: Settings) -> None:
     # Added last = outermost: an oversized body is refused before it is
     # buffered for the NUL check, and both before any database lookup.
     app.add_middleware(AuthGate, settings=settings)
-    app.add_middleware(NulGuard)
+    # A code archive is binary: NUL bytes are its content, not an attack on text columns.
+    app.add_middleware(NulGuard, binary_paths=frozenset({CODE_UPLOAD_PATH}))
     app.add_middleware(
-        SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes
+        SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
+        path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes},
     )

@@ -1,4 +1,4 @@
-"""`gpufleet users add|list|disable|enable|set-role` and `gpufleet tokens create|list|revoke`.
+"""`gpufleet users add|list|disable|enable|set-role|grant|revoke` and `gpufleet tokens create|list|revoke`.
 
 These talk to the database directly: whoever can run them on the server can
 already read its configuration, which is the trust boundary for making admins.
@@ -142,6 +142,31 @@ def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | 
 
     _run(work)
     err.print(f"user {name} is now {role}", highlight=False)
+
+
+PERMISSIONS = ("run_code",)
+
+
+def _set_permission(name: str, permission: str, allowed: bool) -> None:
+    from gpufleet.trainings.permissions import set_run_code
+
+    if permission not in PERMISSIONS:
+        _fail(f"unknown permission {permission!r}; known: {', '.join(PERMISSIONS)}")
+    _run(lambda sess: set_run_code(sess, name, allowed))
+    err.print(f"user {name} {'may now' if allowed else 'may no longer'} {permission.replace('_', ' ')}",
+              highlight=False)
+
+
+@users_app.command("grant")
+def users_grant(name: str, permission: Annotated[str, typer.Argument(help="run_code: submit their own code")]) -> None:
+    """Grant a permission (admins have every one)."""
+    _set_permission(name, permission, True)
+
+
+@users_app.command("revoke")
+def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code")]) -> None:
+    """Take a permission back."""
+    _set_permission(name, permission, False)
 
 
 def _print_token(created) -> None:  # noqa: ANN001

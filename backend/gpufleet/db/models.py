@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -113,6 +114,8 @@ class User(Base):
     role: Mapped[str] = mapped_column(String(16), default="member")  # admin | member | viewer
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # May submit its own code (script trainings); admins always may.
+    run_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class APIToken(Base):
@@ -140,6 +143,13 @@ class Training(Base):
     name: Mapped[str] = mapped_column(String(255))
     owner: Mapped[str] = mapped_column(String(64), index=True)
     recipe: Mapped[str] = mapped_column(String(128))
+    # recipe | script (a user's own code: code_hash + argv, see gpufleet.trainings)
+    kind: Mapped[str] = mapped_column(String(16), default="recipe", server_default=text("'recipe'"))
+    code_hash: Mapped[str | None] = mapped_column(ForeignKey("code_blobs.hash"), index=True)
+    argv: Mapped[list[str] | None] = mapped_column(JSONDoc)
+    env: Mapped[dict[str, str] | None] = mapped_column(JSONDoc)
+    # Per-GPU memory the submitter declared (bytes), as opposed to an estimate.
+    memory_declared: Mapped[int | None] = mapped_column(BigInteger)
     # The resolved config, as validated by the recipe's dataclass.
     config: Mapped[dict[str, Any]] = mapped_column(JSONDoc)
     status: Mapped[str] = mapped_column(String(32), default="queued")
@@ -193,6 +203,24 @@ class Training(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     host: Mapped[Host | None] = relationship()
+
+
+class CodeBlob(Base):
+    """A user's code archive, stored once per content hash (sha256 of the archive bytes).
+
+    Kept in the database so that every worker of a fleet can fetch it; a blob
+    that a training refers to is never removed.
+    """
+
+    __tablename__ = "code_blobs"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    unpacked_size: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class GPUAllocation(Base):

@@ -100,6 +100,25 @@ class MetricsSink:
                              .values(last_checkpoint=str(newest[1]), step=step)
                              .execution_options(synchronize_session=False))
 
+    def fill_from_earlier(self, earlier_progress: list[Path]) -> None:
+        """Record the steps earlier attempts reported but no supervisor wrote (a script's resume).
+
+        A script's checkpoints are its own files, whose step gpufleet cannot
+        know, so nothing is dropped; steps the resumed run reports again
+        replace these rows when they are written.
+        """
+        with write_session(self.settings) as sess:
+            have = set(sess.execute(select(TrainingMetric.step).where(
+                TrainingMetric.training_id == self.tid)).scalars())
+            for path in earlier_progress:
+                for line in ProgressReader(path).read():
+                    if line.get("type") == "step" and int(line["step"]) not in have:
+                        self._handle(line)
+                        have.add(int(line["step"]))
+            self._events, self._row = [], {}
+            sess.add_all(self._metrics.values())
+            self._metrics = {}
+
     # -- lines -------------------------------------------------------------
 
     def note_error(self, err: dict[str, Any]) -> None:

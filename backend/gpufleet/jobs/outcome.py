@@ -34,6 +34,7 @@ class Attempt:
     config: dict[str, Any]
     world_size: int
     error: dict[str, Any] | None = None
+    kind: str = "recipe"  # recipe | script
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ def decide(a: Attempt) -> Decision:
     if code == ec.SUCCEEDED:
         return Decision("succeeded", "finished")
     if code == ec.OUT_OF_MEMORY:
+        if a.kind == "script":
+            return Decision("failed", f"{detail}; not retried: an OOM rebalance does not apply to scripts (their "
+                                      "batch size is set by their own code); lower it or declare more memory")
         if not a.allow_rebalance:
             return Decision("failed", f"{detail}; not retried: the training does not allow rebalancing")
         if a.already_rebalanced:

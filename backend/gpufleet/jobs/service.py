@@ -56,10 +56,21 @@ class TrainingRequest:
     allow_rebalance: bool = False
     memory_mb: int | None = None
     exclusive: bool = True
+    # kind "script": a user's own code (gpufleet.trainings.script).
+    kind: str = "recipe"
+    code: str | None = None
+    argv: list[str] | None = None
+    env: dict[str, str] | None = None
+    memory: str | int | None = None
+    python: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name.strip():
             raise TrainingRequestError("name", "name must not be empty")
+        if self.kind not in ("recipe", "script"):
+            raise TrainingRequestError("kind", f"kind {self.kind!r} is not recipe or script")
+        if self.kind == "recipe" and any(v is not None for v in (self.code, self.argv, self.env, self.memory)):
+            raise TrainingRequestError("kind", "code, argv, env and memory belong to kind 'script'")
         if self.gpu_ids is not None:
             if not self.gpu_ids:
                 raise TrainingRequestError("gpu_ids", "gpu_ids is empty; omit it to let the server choose")
@@ -169,12 +180,14 @@ def prepare(sess: Session, settings: Settings, req: TrainingRequest, owner: str)
         )
     if not req.exclusive and count != 1:
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
-    config = _resolve_config(settings, req, count)
     host = _resolve_host(sess, req)
     if req.gpu_ids and host is not None:
         _check_gpus(sess, host, req.gpu_ids)
     if not req.gpu_ids and count > 1:
         _check_world_size(sess, count, req.host)
+    if req.kind == "script":
+        return _prepare_script(sess, settings, req, owner, count, host)
+    config = _resolve_config(settings, req, count)
     return Training(
         id=uuid.uuid4(),
         name=req.name.strip(),
@@ -204,6 +217,48 @@ def prepare(sess: Session, settings: Settings, req: TrainingRequest, owner: str)
     )
 
 
+def _prepare_script(sess: Session, settings: Settings, req: TrainingRequest, owner: str, count: int,
+                    host: Host | None) -> Training:
+    from gpufleet.trainings import script
+
+    if not req.exclusive:
+        raise TrainingRequestError("exclusive", "a script training holds its GPUs exclusively")
+    try:
+        f = script.resolve(sess, settings, code=req.code, argv=req.argv, env=req.env,
+                           memory=req.memory if req.memory is not None else
+                           (req.memory_mb * 2**20 if req.memory_mb else None),
+                           python=req.python, auto_select=not req.gpu_ids)
+    except script.ScriptError as exc:
+        raise TrainingRequestError(exc.field, str(exc), exc.status) from None
+    if f.memory_estimate:
+        _refuse_never_fits(sess, f.memory_estimate, count, host)
+    return Training(
+        id=uuid.uuid4(), name=req.name.strip(), owner=owner, recipe=script.SCRIPT_RECIPE, kind="script",
+        code_hash=f.code_hash, argv=f.argv, env=f.env, memory_declared=f.memory_declared, config={},
+        status="queued", priority=req.priority, gpu_ids=list(req.gpu_ids) if req.gpu_ids else None,
+        distributed=count > 1, world_size=count, requested_host=req.host,
+        host_id=host.id if (host is not None and req.gpu_ids) else None, auto_select=not req.gpu_ids,
+        requested_count=count, exclusive=True, memory_estimate=f.memory_estimate, estimate=f.estimate,
+        estimate_key=f"script:{f.code_hash}", max_restarts=req.max_restarts, allow_rebalance=False,
+        checkpoint_every=None, max_steps=None, restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
+    )
+
+
+def _refuse_never_fits(sess: Session, memory: int, count: int, host: Host | None) -> None:
+    """A script whose memory no GPU of the fleet (or of its host) has can never run: say so now."""
+    from sqlalchemy import func
+
+    from gpufleet.scheduling.types import fmt_bytes
+
+    where = [GPU.host_id == host.id] if host is not None else []
+    largest = sess.scalar(select(func.max(GPU.memory_total)).where(GPU.enabled.is_(True), *where))
+    if largest and memory > largest:
+        place = f"on host {host.name}" if host is not None else "in the fleet"
+        raise TrainingRequestError(
+            "memory", f"this training can never be placed: it needs {fmt_bytes(memory)} per GPU; the largest GPU "
+                      f"{place} has {fmt_bytes(largest)}")
+
+
 def create_trainings(
     sess: Session,
     settings: Settings,
@@ -230,7 +285,8 @@ def create_trainings(
     for row in rows:
         if selection is not None:
             row.selection = dict(selection)
-        _estimate(sess, settings, row)
+        if row.kind != "script":
+            _estimate(sess, settings, row)
         sess.add(row)
     sess.flush()
     for row in rows:

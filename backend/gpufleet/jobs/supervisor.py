@@ -25,7 +25,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs import outcome, procs
+from gpufleet.jobs import outcome, procs, script_attempt
 from gpufleet.jobs.lifecycle import get_training, transition
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
@@ -121,12 +121,14 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: 
     return path, progress
 
 
-def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID) -> subprocess.Popen:
+def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
+           module: str = "gpufleet.training.launch", env: dict[str, str] | None = None) -> subprocess.Popen:
     # The telemetry agent recognises a training's processes by this variable
     # (the ranks inherit it), so they never count as foreign load.
-    env = dict(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
+    if env is None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "gpufleet.training.launch", str(spec_path)],
+        [sys.executable, "-m", module, str(spec_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -146,17 +148,27 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
     try:
         devices, simulated = _devices(settings, t)
-        spec_path, progress_path = _write_spec(settings, t, devices, simulated)
+        if t.kind == "script":
+            spec_path, progress_path = script_attempt.write_spec(
+                settings, t, devices, simulated, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
+        else:
+            spec_path, progress_path = _write_spec(settings, t, devices, simulated)
     except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
         logf.line(f"[gpufleet] cannot prepare the launch: {exc}")
         logf.close()
         _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot prepare the launch: {exc}"), None)
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
-    earlier = sorted(run_dir(settings, tid).glob("progress-*.jsonl"))
-    sink.trim_after_resume(checkpoint_dir(settings, tid), [p for p in earlier if p != progress_path])
+    earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
+    if t.kind == "script":
+        sink.fill_from_earlier(earlier)
+    else:
+        sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
     try:
-        proc = launch(spec_path, logf, tid)
+        if t.kind == "script":
+            proc = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
+        else:
+            proc = launch(spec_path, logf, tid)
     except OSError as exc:
         logf.line(f"[gpufleet] cannot start the launcher: {exc}")
         logf.close()
@@ -224,9 +236,12 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         config=dict(t.config),
         world_size=t.world_size,
         error=sink.last_error,
+        kind=t.kind,
     )
     decision = outcome.decide(attempt)
     _finish(settings, t, worker_id, decision, code)
+    if t.kind == "script" and decision.status != "queued":
+        script_attempt.cleanup(settings, tid)
     return decision.status
 
 

@@ -84,6 +84,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/code": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload Code
+         * @description Store a .tar.gz of a user's code; returns its hash (the same code is stored once).
+         */
+        post: operations["code-upload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/code/{code_hash}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Code
+         * @description Whether the server holds this code (200) or not (404): a client uploads only what is missing.
+         */
+        get: operations["code-get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/recipes": {
         parameters: {
             query?: never;
@@ -465,6 +505,44 @@ export interface components {
             score: number;
             /** Weights */
             weights: number[];
+        };
+        /** CodePublic */
+        CodePublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Files */
+            files: number;
+            /** Hash */
+            hash: string;
+            /** Size */
+            size: number;
+            /** Unpacked Size */
+            unpacked_size: number;
+        };
+        /** CodeUploadPublic */
+        CodeUploadPublic: {
+            /** Created */
+            created: boolean;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Files */
+            files: number;
+            /** Hash */
+            hash: string;
+            /** Size */
+            size: number;
+            /** Unpacked Size */
+            unpacked_size: number;
         };
         /** DrainPublic */
         DrainPublic: {
@@ -962,8 +1040,18 @@ export interface components {
              * @default false
              */
             allow_rebalance: boolean;
+            /**
+             * Argv
+             * @description kind script: the command run once per GPU, as a list (never through a shell)
+             */
+            argv?: string[] | null;
             /** Checkpoint Every */
             checkpoint_every?: number | null;
+            /**
+             * Code
+             * @description kind script: the hash POST /api/v1/code returned
+             */
+            code?: string | null;
             /**
              * Config
              * @description the recipe's config fields
@@ -977,6 +1065,13 @@ export interface components {
              */
             distributed?: boolean | null;
             /**
+             * Env
+             * @description kind script: environment variables to set; only names the server allows (script_env_allow)
+             */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /**
              * Gpu Ids
              * @description GPU indexes on the host; omit to let the server choose
              */
@@ -984,10 +1079,22 @@ export interface components {
             /** Host */
             host?: string | null;
             /**
+             * Kind
+             * @description a built-in/plugin recipe, or your own code
+             * @default recipe
+             * @enum {string}
+             */
+            kind: "recipe" | "script";
+            /**
              * Max Restarts
              * @default 2
              */
             max_restarts: number;
+            /**
+             * Memory
+             * @description kind script: memory one rank needs on its GPU ('20GiB' or bytes)
+             */
+            memory?: string | number | null;
             /**
              * Memory Mb
              * @description memory one rank needs, if known
@@ -1000,8 +1107,16 @@ export interface components {
              * @default 0
              */
             priority: number;
-            /** Recipe */
-            recipe: string;
+            /**
+             * Python
+             * @description kind script: an interpreter the server lists (GPUFLEET_PYTHONS)
+             */
+            python?: string | null;
+            /**
+             * Recipe
+             * @description kind recipe: its name
+             */
+            recipe?: string | null;
             /**
              * World Size
              * @description number of GPUs when gpu_ids is omitted
@@ -1099,12 +1214,16 @@ export interface components {
         TrainingPublic: {
             /** Allow Rebalance */
             allow_rebalance: boolean;
+            /** Argv */
+            argv?: string[] | null;
             /** Attempt */
             attempt: number;
             /** Auto Select */
             auto_select: boolean;
             /** Cancel Requested */
             cancel_requested: boolean;
+            /** Code Hash */
+            code_hash?: string | null;
             /** Config */
             config: {
                 [key: string]: unknown;
@@ -1116,6 +1235,10 @@ export interface components {
             created_at: string;
             /** Distributed */
             distributed: boolean;
+            /** Env */
+            env?: {
+                [key: string]: string;
+            } | null;
             /** Estimate */
             estimate: {
                 [key: string]: unknown;
@@ -1145,6 +1268,11 @@ export interface components {
              * Format: uuid
              */
             id: string;
+            /**
+             * Kind
+             * @default recipe
+             */
+            kind: string;
             /** Last Checkpoint */
             last_checkpoint: string | null;
             /** Last Loss */
@@ -1157,6 +1285,8 @@ export interface components {
             max_steps: number | null;
             /** Measured Peak Memory */
             measured_peak_memory: number | null;
+            /** Memory Declared */
+            memory_declared?: number | null;
             /** Memory Estimate */
             memory_estimate: number | null;
             /** Name */
@@ -1475,6 +1605,136 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "code-upload": {
+        parameters: {
+            query?: {
+                /** @description the archive's sha256, checked if given */
+                sha256?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodeUploadPublic"];
+                };
+            };
+            /** @description The body is not valid JSON */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    "code-get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                code_hash: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodePublic"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };

@@ -62,6 +62,7 @@ export function training(over: Partial<Training> = {}): Training {
     id: '3f1c2a4e-0000-4000-8000-000000000001',
     name: 'sae-run',
     owner: 'alice',
+    kind: 'recipe',
     recipe: 'sae',
     config: {},
     status: 'running',

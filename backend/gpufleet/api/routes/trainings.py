@@ -17,6 +17,7 @@ from gpufleet.api.deps import (
     SettingsDep,
     ViewerUser,
     ensure_can_cancel,
+    ensure_can_run_code,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.schemas.trainings import (
@@ -123,9 +124,13 @@ def _wake() -> None:
 def create_training(
     body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingPublic:
+    if body.kind == "script":
+        ensure_can_run_code(session, user)
+    elif body.recipe is None:
+        raise HTTPException(422, "recipe: a training of kind 'recipe' needs the recipe's name")
     _release(session)
     try:
-        req = service.TrainingRequest(**body.model_dump())
+        req = service.TrainingRequest(**{**body.model_dump(), "recipe": body.recipe or "script"})
         with write_session(settings) as sess:
             [row] = service.create_trainings(sess, settings, [req], user.name)
             out = _public(sess, row)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,8 +13,21 @@ class TrainingCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=255)
-    recipe: str = Field(min_length=1, max_length=128)
+    kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
+    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name")
     config: dict[str, Any] = Field(default_factory=dict, description="the recipe's config fields")
+    code: str | None = Field(default=None, min_length=64, max_length=64, pattern="^[0-9a-f]{64}$",
+                             description="kind script: the hash POST /api/v1/code returned")
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="kind script: the command run once per GPU, as a list (never through a shell)")
+    env: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64,
+        description="kind script: environment variables to set; only names the server allows (script_env_allow)")
+    memory: Annotated[str, Field(max_length=32)] | Annotated[int, Field(ge=1, le=2**50)] | None = Field(
+        default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
+    python: str | None = Field(default=None, max_length=64,
+                               description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
     gpu_ids: list[int] | None = Field(default=None, description="GPU indexes on the host; omit to let the server choose")
     host: str | None = Field(default=None, max_length=255)
     distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
@@ -60,7 +73,12 @@ class TrainingPublic(BaseModel):
     id: uuid.UUID
     name: str
     owner: str
+    kind: str = "recipe"
     recipe: str
+    code_hash: str | None = None
+    argv: list[str] | None = None
+    env: dict[str, str] | None = None
+    memory_declared: int | None = None
     config: dict[str, Any]
     status: str
     status_reason: str | None

@@ -41,8 +41,10 @@ def body_has_nul(body: bytes) -> bool:
 
 
 class NulGuard:
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, binary_paths: frozenset[str] = frozenset()):
         self.app = app
+        # Routes whose body is binary (checked by the route itself); path and query are still checked.
+        self.binary_paths = binary_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -53,7 +55,7 @@ class NulGuard:
             where = "the path"
         elif any(m in scope.get("query_string", b"").lower() for m in _NUL_MARKERS):
             where = "the query string"
-        if where is None and scope["method"] in ("POST", "PUT", "PATCH"):
+        if where is None and scope["method"] in ("POST", "PUT", "PATCH") and scope["path"] not in self.binary_paths:
             # The body is bounded by SizeLimits outside this middleware.
             chunks: list[bytes] = []
             more = True

@@ -65,4 +65,16 @@ describe('TrainingDetailPage', () => {
     expect(screen.queryByRole('button', { name: 'Cancel training' })).toBeNull();
     expect(screen.getByText('rank 1 ran out of memory')).toBeInTheDocument();
   });
+
+  it('shows a script training: its command and code, the reported loss curve and the ranks\' log', async () => {
+    show(
+      { kind: 'script', recipe: 'script', argv: ['python', 'train.py', '--lr', '3e-4'], code_hash: 'ab12'.repeat(16), max_steps: null },
+      metrics(12),
+    );
+    vi.spyOn(endpoints, 'logs').mockResolvedValue({ offset: 0, next_offset: 20, size: 20, text: '[rank 1] step 3 loss\n' });
+    expect(screen.getByTestId('script-command')).toHaveTextContent('python train.py --lr 3e-4');
+    expect(screen.getByTestId('script-command')).toHaveTextContent('code ab12ab12ab12');
+    expect(screen.queryByText('Recipe')).toBeNull();
+    expect(screen.getByTestId('loss-chart')).toHaveAttribute('data-points', '12');
+  });
 });

@@ -91,10 +91,20 @@ export function TrainingDetailPage() {
               {t.distributed ? ` · ${t.world_size} ranks` : ''}
             </dd>
           </div>
-          <div>
-            <dt>Recipe</dt>
-            <dd>{t.recipe}</dd>
-          </div>
+          {t.kind === 'script' ? (
+            <div>
+              <dt>Script</dt>
+              <dd data-testid="script-command">
+                <code>{(t.argv ?? []).join(' ')}</code>
+                {t.code_hash && <span className="muted" title={t.code_hash}> · code {t.code_hash.slice(0, 12)}</span>}
+              </dd>
+            </div>
+          ) : (
+            <div>
+              <dt>Recipe</dt>
+              <dd>{t.recipe}</dd>
+            </div>
+          )}
           <div>
             <dt>Owner</dt>
             <dd>{t.owner}</dd>

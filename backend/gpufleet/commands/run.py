@@ -1,0 +1,104 @@
+"""``gpufleet run [--gpus N] [--memory 20GiB] -- python train.py ...``: run your own code on the server.
+
+Packs the current directory (``--dir``), honouring ``.gitignore`` and
+``.gpufleetignore`` (default limit 100 MB, naming the largest files when
+over), uploads it unless the server already holds the same code (content
+hash), submits a training of kind ``script`` with the command as argv, and
+follows it like ``gpufleet trainings logs --follow``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.commands.trainings import Client, ServerOpt, _fail, err, follow_training, out
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", help="Run your own training script (written for torchrun) on the server's GPUs.",
+                context_settings={"allow_interspersed_args": False})(run)
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            _fail(f"--env {item!r}: write NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def upload(c: Client, data: bytes) -> str:
+    """Upload ``data`` unless the server has it; returns the code hash."""
+    from gpufleet.trainings.archive import content_hash
+
+    h = content_hash(data)
+    try:
+        known = c._http.get(f"/api/v1/code/{h}").status_code == 200
+    except Exception:  # noqa: BLE001 - the POST below reports the server's answer
+        known = False
+    if known:
+        err.print(f"code {h[:12]} is on the server already ({len(data) / 2**20:.2f} MB not sent)", highlight=False)
+        return h
+    res = c.call("POST", "/api/v1/code", params={"sha256": h}, content=data,
+                 headers={"Content-Type": "application/octet-stream"})
+    err.print(f"uploaded code {h[:12]} ({res['files']} files, {len(data) / 2**20:.2f} MB)", highlight=False)
+    return res["hash"]
+
+
+def run(
+    command: Annotated[list[str], typer.Argument(help="the command after --, e.g. python train.py --lr 3e-4")],
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024, help="how many GPUs (one rank each)")] = None,
+    gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="these GPUs of --host, e.g. 0,1")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="the host whose GPUs --gpu-ids names")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="memory one rank needs, e.g. 20GiB")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="the training's name")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE, repeatable (allowed names only)")] = None,
+    python: Annotated[str | None, typer.Option("--python", help="an interpreter the server lists by name")] = None,
+    max_restarts: Annotated[int, typer.Option("--max-restarts", min=0, max=100)] = 2,
+    directory: Annotated[Path, typer.Option("--dir", help="the code to upload")] = Path("."),
+    max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="refuse to upload more than this")] = 100,
+    follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = True,
+    server: ServerOpt = None,
+) -> None:
+    from gpufleet.trainings.archive import PackTooLarge, pack
+
+    root = directory.resolve()
+    if not root.is_dir():
+        _fail(f"--dir {directory} is not a directory")
+    try:
+        data = pack(root, max_bytes=max_mb * 2**20)
+    except PackTooLarge as exc:
+        _fail(str(exc))
+    body: dict[str, Any] = {
+        "name": name or f"{Path(command[1] if len(command) > 1 else command[0]).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
+        "kind": "script", "argv": list(command), "max_restarts": max_restarts,
+    }
+    if gpu_ids:
+        try:
+            body["gpu_ids"] = [int(x) for x in gpu_ids.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"--gpu-ids {gpu_ids!r}: write GPU indexes like 0,1")
+        if gpus is not None and gpus != len(body["gpu_ids"]):
+            _fail(f"--gpus {gpus} does not match --gpu-ids {gpu_ids}")
+    else:
+        body["world_size"] = gpus or 1
+    if host:
+        body["host"] = host
+    if memory:
+        body["memory"] = memory
+    if env:
+        body["env"] = _parse_env(env)
+    if python:
+        body["python"] = python
+    c = Client(server)
+    body["code"] = upload(c, data)
+    t = c.call("POST", "/api/v1/trainings", json=body)
+    out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)
+    if follow:
+        raise typer.Exit(follow_training(c, t["id"]))

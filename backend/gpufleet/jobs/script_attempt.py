@@ -1,0 +1,73 @@
+"""The worker's side of a script training: unpack the code, write the launch spec, clean up.
+
+The supervisor runs ``python -m gpufleet.trainings.script_launch`` instead of
+the recipe launcher for a training of kind ``script``; everything else
+(lease, progress, cancel, outcome) is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Training
+from gpufleet.db.session import session_scope
+from gpufleet.trainings import code, script
+from gpufleet.trainings.script_launch import ScriptSpec
+
+log = logging.getLogger(__name__)
+
+MODULE = "gpufleet.trainings.script_launch"
+
+
+def work_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+    return settings.data_dir / "work" / str(training_id)
+
+
+def write_spec(settings: Settings, t: Training, devices: list[str], simulated: bool, rdir: Path,
+               ckpt_dir: Path, stop_grace_s: float) -> tuple[Path, Path]:
+    """Unpack the training's code into its work dir and write the launcher's spec."""
+    if not t.code_hash or not t.argv:
+        raise ValueError("the training has no code or argv")
+    wdir = work_dir(settings, t.id)
+    with session_scope(settings) as sess:
+        code.prepare_workdir(settings, sess, t.code_hash, wdir)
+    rdir.mkdir(parents=True, exist_ok=True)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    progress = rdir / f"progress-{t.attempt}.jsonl"
+    progress.unlink(missing_ok=True)
+    backend = devices[0].split(":", 1)[0] if devices else "cuda"
+    env = dict(t.env or {})
+    python = script.interpreter(settings, env)
+    env.pop("GPUFLEET_PYTHON", None)
+    spec = ScriptSpec(
+        training_id=str(t.id),
+        argv=script.resolve_argv(list(t.argv), python),
+        workdir=str(wdir),
+        progress_file=str(progress),
+        checkpoint_dir=str(ckpt_dir),
+        resume_from=script.newest_resume_point(ckpt_dir),
+        env=env,
+        gpu_indexes=[int(d.split(":", 1)[1]) for d in devices],
+        backend=backend,
+        world_size=len(devices),
+        simulated=simulated,
+        stop_grace_s=stop_grace_s,
+    )
+    path = rdir / f"spec-{t.attempt}.json"
+    spec.write(path)
+    return path, progress
+
+
+def launch_env(training_id: uuid.UUID) -> dict[str, str]:
+    """The launcher's environment: the worker's without gpufleet's secrets, plus the training id."""
+    return dict(script.process_env(os.environ), PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
+
+
+def cleanup(settings: Settings, training_id: uuid.UUID) -> None:
+    """Remove the work dir of a training that ended (its code blob stays stored)."""
+    shutil.rmtree(work_dir(settings, training_id), ignore_errors=True)

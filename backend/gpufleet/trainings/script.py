@@ -1,0 +1,228 @@
+"""Script trainings: what a request may ask for, and what the processes get.
+
+A script training is a user's own program (usually written for ``torchrun``)
+run once per GPU from an uploaded code archive. The request names the code by
+hash, the command as an argv list (never given to a shell), environment
+variables from an allow-list, and the memory one rank needs on its GPU.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import CodeBlob, Training
+
+MAX_ARGV = 256
+MAX_ARG_LEN = 4096
+MAX_ENV = 64
+MAX_ENV_VALUE = 4096
+_STEP_DIR = re.compile(r"^step-\d+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+          "KI": 1024, "MI": 1024**2, "GI": 1024**3, "TI": 1024**4}
+# What the launcher sets for every rank; a request can never override these.
+RESERVED_ENV = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+    "CUDA_DEVICE_ORDER", "TORCHELASTIC_RUN_ID", "PYTHONPATH", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH",
+})
+SCRIPT_RECIPE = "script"
+PYTHON_NAMES = ("python", "python3")
+
+
+class ScriptError(ValueError):
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(message)
+        self.field = field
+        self.status = status
+
+
+def parse_memory(value: str | int | None) -> int | None:
+    """``"20GiB"``, ``"512MB"``, ``"1.5G"`` or a number of bytes -> bytes."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ScriptError("memory", "memory must be a size like '20GiB' or a number of bytes")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.match(value)
+        if not m:
+            raise ScriptError("memory", f"memory {value!r} is not a size; write e.g. '20GiB', '512MiB' or bytes")
+        unit = (m.group(2) or "").upper().rstrip("B")
+        n = int(float(m.group(1)) * _UNITS[unit])
+    if n < 2**20:
+        raise ScriptError("memory", f"memory {value!r} is less than 1 MiB per GPU; give the memory one rank needs")
+    if n > 2**50:
+        raise ScriptError("memory", f"memory {value!r} is larger than any GPU")
+    return n
+
+
+def check_argv(argv: list[str] | None) -> list[str]:
+    if not argv:
+        raise ScriptError("argv", "a script training needs argv, the command to run, e.g. ['python', 'train.py']")
+    if len(argv) > MAX_ARGV:
+        raise ScriptError("argv", f"argv has {len(argv)} items; at most {MAX_ARGV}")
+    for i, a in enumerate(argv):
+        if not isinstance(a, str) or len(a) > MAX_ARG_LEN or "\x00" in a:
+            raise ScriptError(f"argv[{i}]", f"argv[{i}] must be a string of at most {MAX_ARG_LEN} characters")
+    if not argv[0].strip():
+        raise ScriptError("argv[0]", "argv[0], the program, is empty")
+    return list(argv)
+
+
+def check_env(settings: Settings, env: Mapping[str, str] | None) -> dict[str, str]:
+    """Only variables matching ``GPUFLEET_SCRIPT_ENV_ALLOW`` may be set by a request."""
+    env = dict(env or {})
+    if len(env) > MAX_ENV:
+        raise ScriptError("env", f"env has {len(env)} variables; at most {MAX_ENV}")
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ScriptError(f"env.{name}", f"{name!r} is not an environment variable name")
+        if not isinstance(value, str) or len(value) > MAX_ENV_VALUE or "\x00" in value:
+            raise ScriptError(f"env.{name}", f"env.{name} must be a string of at most {MAX_ENV_VALUE} characters")
+        allowed = name not in RESERVED_ENV and not name.startswith("GPUFLEET_") and any(
+            fnmatch.fnmatchcase(name, p) for p in settings.script_env_allow)
+        if not allowed:
+            raise ScriptError(
+                f"env.{name}",
+                f"environment variable {name} may not be set by a request; allowed: "
+                f"{', '.join(settings.script_env_allow)} (an admin sets GPUFLEET_SCRIPT_ENV_ALLOW)")
+    return env
+
+
+def check_python(settings: Settings, name: str | None) -> str | None:
+    if name is None or name == "default":
+        return None
+    if name not in settings.pythons:
+        known = ", ".join(["default", *sorted(settings.pythons)])
+        raise ScriptError("python", f"python {name!r} is not configured on this server; choose one of {known}")
+    return name
+
+
+def measured_peak(sess: Session, code_hash: str) -> int | None:
+    """The largest per-rank peak measured by earlier runs of the same code."""
+    return sess.scalar(select(func.max(Training.measured_peak_memory)).where(
+        Training.code_hash == code_hash, Training.kind == "script"))
+
+
+@dataclass
+class ScriptFields:
+    code_hash: str
+    argv: list[str]
+    env: dict[str, str]
+    memory_declared: int | None
+    memory_estimate: int | None
+    estimate: dict[str, Any] | None
+
+
+def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[str] | None,
+            env: Mapping[str, str] | None, memory: str | int | None, python: str | None,
+            auto_select: bool) -> ScriptFields:
+    """Validate a script request; nothing is written."""
+    from gpufleet.trainings.archive import ArchiveError
+    from gpufleet.trainings.code import check_hash
+
+    if not code:
+        raise ScriptError("code", "a script training needs code: the hash that POST /api/v1/code returned")
+    try:
+        code_hash = check_hash(code)
+    except ArchiveError as exc:
+        raise ScriptError("code", str(exc)) from None
+    if sess.scalar(select(func.count()).select_from(CodeBlob).where(CodeBlob.hash == code_hash)) == 0:
+        raise ScriptError("code", f"code {code_hash} has not been uploaded; POST the archive to /api/v1/code first")
+    argv = check_argv(argv)
+    env = check_env(settings, env)
+    py = check_python(settings, python)
+    if py is not None:
+        env = {**env}  # the interpreter's name travels in the row's env under a reserved key
+        env["GPUFLEET_PYTHON"] = py
+    declared = parse_memory(memory)
+    estimate: dict[str, Any] | None = None
+    mem = declared
+    if declared is not None:
+        estimate = {"source": "declared", "total": declared}
+    else:
+        peak = measured_peak(sess, code_hash)
+        if peak:
+            mem = peak
+            estimate = {"source": "measured", "total": peak,
+                        "note": "the largest per-rank peak measured by earlier runs of the same code"}
+        elif auto_select:
+            raise ScriptError(
+                "memory",
+                "cannot choose GPUs for this script: it declares no memory and no earlier run of the same code "
+                "was measured; give memory (e.g. --memory 20GiB) or name the GPUs (gpu_ids)")
+    return ScriptFields(code_hash=code_hash, argv=argv, env=env, memory_declared=declared,
+                        memory_estimate=mem, estimate=estimate)
+
+
+def process_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment a training process starts from: the worker's, minus gpufleet's secrets.
+
+    Everything named ``GPUFLEET_*`` (database and broker URLs, the secret key)
+    and any ``*DATABASE_URL`` / ``*REDIS_URL`` is removed; the launcher then
+    adds the variables it sets itself. One small function, so that a stricter
+    allow-list can replace it.
+    """
+    out = {}
+    for k, v in base.items():
+        if k.startswith("GPUFLEET_"):
+            continue
+        up = k.upper()
+        if up.endswith("DATABASE_URL") or up.endswith("REDIS_URL"):
+            continue
+        out[k] = v
+    return out
+
+
+def interpreter(settings: Settings, env: Mapping[str, str] | None) -> str:
+    import sys
+
+    name = (env or {}).get("GPUFLEET_PYTHON")
+    if name and name in settings.pythons:
+        return settings.pythons[name]
+    return sys.executable
+
+
+def resolve_argv(argv: list[str], python: str) -> list[str]:
+    """``python``/``python3`` as the program means the chosen interpreter."""
+    return [python, *argv[1:]] if argv and argv[0] in PYTHON_NAMES else list(argv)
+
+
+def newest_resume_point(ckpt_dir: Path) -> str:
+    """What ``GPUFLEET_RESUME_FROM`` says: the newest checkpoint, or empty.
+
+    gpufleet's own layout (``step-N/`` with ``meta.json``) wins; otherwise the
+    most recently modified entry directly in the checkpoint dir (names starting
+    with ``.`` or ending in ``.tmp`` are half-written files and ignored).
+    """
+    if not ckpt_dir.is_dir():
+        return ""
+    steps = [(int(p.name[5:]), p) for p in ckpt_dir.iterdir()
+             if _STEP_DIR.match(p.name) and (p / "meta.json").exists()]
+    if steps:
+        return str(max(steps)[1])
+    best: tuple[float, str] | None = None
+    for p in ckpt_dir.iterdir():
+        if p.name.startswith(".") or p.name.endswith(".tmp"):
+            continue
+        try:
+            m = p.stat().st_mtime
+        except OSError:
+            continue
+        if best is None or m > best[0]:
+            best = (m, str(p))
+    return best[1] if best else ""
+
+

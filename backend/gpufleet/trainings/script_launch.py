@@ -1,0 +1,376 @@
+"""The launcher of a script training: ``python -m gpufleet.trainings.script_launch SPEC.json``.
+
+gpufleet starts the ranks itself rather than through ``torch.distributed.run``
+(see docs/architecture.md, "Script trainings"): one process per GPU, each with
+the environment ``torchrun`` would give it (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ...),
+the GPUs made visible, and gpufleet's own variables
+(``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_RESUME_FROM``,
+``GPUFLEET_TRAINING_ID``, ``GPUFLEET_REPORT_FILE``).
+
+- The launcher leads its own process group (the worker starts it so) and its
+  ranks stay in it, so one ``killpg`` reaches all; it dies with the process
+  that started it, and every rank dies with the launcher (PR_SET_PDEATHSIG).
+- Each line a rank writes to stdout or stderr is copied to the launcher's
+  stdout (the training's log) prefixed ``[rank N]``.
+- A rank that exits with an error stops the others (SIGTERM, then SIGKILL
+  after the grace) and the launcher exits with ``RANK_FAILED`` (or
+  ``OUT_OF_MEMORY`` when the rank's output says so), naming the rank.
+- SIGTERM (cancel, lease lost) is passed to every rank; after the grace the
+  rest are killed and the launcher exits with ``INTERRUPTED``.
+
+Progress lines (``start``, ``ranks``, ``peak_memory``, ``error``, ``end``)
+go to the spec's progress file, the same format the recipe launcher writes;
+``gpufleet.report`` writes one file per rank, which the launcher merges into
+``step`` lines (rank 0's values, every rank's time per step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gpufleet.training import exitcodes as ec
+from gpufleet.training.progress import ProgressWriter
+
+VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+POLL_S = 0.05
+PEAK_EVERY_S = 5.0
+_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory", "XPU out of memory")
+
+
+@dataclass
+class ScriptSpec:
+    training_id: str
+    argv: list[str]
+    workdir: str
+    progress_file: str
+    checkpoint_dir: str
+    resume_from: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    gpu_indexes: list[int] = field(default_factory=list)  # device ids on this host, one rank each
+    backend: str = "cuda"
+    world_size: int = 1
+    simulated: bool = False
+    stop_grace_s: float = 2.0
+    report_file: str = ""  # the ranks' gpufleet.report files are this + ".rank<N>"
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> ScriptSpec:
+        return cls(**json.loads(path.read_text()))
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the process that started it ends."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> dict[str, str]:
+    n = spec.world_size
+    env = dict(base)
+    env.update(spec.env)
+    env.update({
+        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+        "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "ROLE_WORLD_SIZE": str(n),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": spec.training_id,
+        # cuda:N in the script is the N-th of its GPUs, numbered as NVML does.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        VISIBILITY.get(spec.backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(i) for i in spec.gpu_indexes),
+        "GPUFLEET_TRAINING_ID": spec.training_id,
+        "GPUFLEET_CHECKPOINT_DIR": spec.checkpoint_dir,
+        "GPUFLEET_RESUME_FROM": spec.resume_from,
+        "GPUFLEET_REPORT_FILE": spec.report_file or spec.progress_file + ".report",
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.simulated:
+        env["GPUFLEET_SIMULATED_GPUS"] = "1"
+    return env
+
+
+class Ranks:
+    def __init__(self, spec: ScriptSpec, out: IO[bytes]):
+        self.spec = spec
+        self.out = out
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen] = []
+        self.tails: dict[int, str] = {}  # the last stderr line of each rank (else its last stdout line)
+        self.err_tails: dict[int, str] = {}
+        self.copiers: dict[int, list[threading.Thread]] = {}
+        self.oom: set[int] = set()
+        self.peaks: list[int] = []
+
+    def start(self, port: int) -> None:
+        base = dict(os.environ)
+        Path(self.spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        for rank in range(self.spec.world_size):
+            self.procs.append(subprocess.Popen(  # noqa: S603 - argv list, never a shell
+                self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, rank, port),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads run yet
+            ))
+        self.peaks = [0] * len(self.procs)
+        for rank, p in enumerate(self.procs):
+            self.copiers[rank] = []
+            for stream, is_err in ((p.stdout, False), (p.stderr, True)):
+                t = threading.Thread(target=self._copy, args=(rank, stream, is_err), daemon=True)
+                t.start()
+                self.copiers[rank].append(t)
+
+    def last_words(self, rank: int) -> str:
+        """What the rank wrote last, once its pipes are drained (stderr first: that is where errors go)."""
+        for t in self.copiers.get(rank, []):
+            t.join(2.0)
+        return self.err_tails.get(rank) or self.tails.get(rank, "")
+
+    def _copy(self, rank: int, stream: IO[bytes], is_err: bool) -> None:
+        prefix = f"[rank {rank}] ".encode()
+        for line in iter(lambda: stream.readline(65536), b""):
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                (self.err_tails if is_err else self.tails)[rank] = text
+            if any(m in text for m in _OOM_MARKERS):
+                self.oom.add(rank)
+            with self.lock:
+                self.out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+                self.out.flush()
+        stream.close()
+
+    def sample_peaks(self) -> list[int]:
+        for rank, p in enumerate(self.procs):
+            try:
+                for row in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                    if row.startswith("VmHWM:"):
+                        self.peaks[rank] = max(self.peaks[rank], int(row.split()[1]) * 1024)
+            except (OSError, ValueError, IndexError):
+                pass
+        return self.peaks
+
+    def sample_gpu_peaks(self) -> list[int] | None:
+        """Per-rank GPU memory from NVML (NVIDIA only), or None when it cannot be read."""
+        if self.spec.backend != "cuda":
+            return None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                ranks = {p.pid: r for r, p in enumerate(self.procs)}
+                for idx in self.spec.gpu_indexes:
+                    handle = pynvml.nvmlDeviceGetHandleByIndex(idx)
+                    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                        r = ranks.get(proc.pid)
+                        if r is not None and proc.usedGpuMemory:
+                            self.peaks[r] = max(self.peaks[r], int(proc.usedGpuMemory))
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - a measurement, never a reason to stop a training
+            return None
+        return self.peaks
+
+    def signal_all(self, sig: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    def stop(self, grace_s: float) -> None:
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            time.sleep(POLL_S)
+        self.signal_all(signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+
+
+class ReportMerger:
+    """Turns the ranks' ``gpufleet.report`` files into ``step`` progress lines.
+
+    Rank 0's line gives the step's loss and scalars; every rank's time per
+    step goes into ``rank_step_times``. A step is written once every rank
+    that reports at all has reached it, or after ``MERGE_WAIT_S``.
+    """
+
+    MERGE_WAIT_S = 1.0
+
+    def __init__(self, report_file: str, world_size: int, progress: ProgressWriter):
+        self.paths = [Path(f"{report_file}.rank{r}") for r in range(world_size)]
+        self.offsets = [0] * world_size
+        self.partial = [b""] * world_size
+        self.progress = progress
+        self.newest = [-1] * world_size
+        self.times: list[dict[int, float]] = [{} for _ in range(world_size)]
+        self.pending: list[tuple[float, dict[str, Any]]] = []
+
+    def _read(self, r: int) -> list[dict[str, Any]]:
+        try:
+            with open(self.paths[r], "rb") as fh:
+                fh.seek(self.offsets[r])
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        self.offsets[r] += len(data)
+        chunks = (self.partial[r] + data).split(b"\n")
+        self.partial[r] = chunks.pop()
+        out = []
+        for c in chunks:
+            try:
+                out.append(json.loads(c))
+            except ValueError:
+                continue
+        return out
+
+    def poll(self, final: bool = False) -> None:
+        now = time.monotonic()
+        for r in range(len(self.paths)):
+            for line in self._read(r):
+                step = int(line.get("step", -1))
+                self.newest[r] = max(self.newest[r], step)
+                if line.get("step_time") is not None:
+                    self.times[r][step] = float(line["step_time"])
+                if r == 0:
+                    self.pending.append((now, line))
+        while self.pending:
+            since, line = self.pending[0]
+            step = int(line["step"])
+            waiting = [r for r in range(1, len(self.paths)) if -1 < self.newest[r] < step]
+            if waiting and not final and now - since < self.MERGE_WAIT_S:
+                break
+            self.pending.pop(0)
+            times = [self.times[r].pop(step, None) for r in range(len(self.paths))]
+            for t in self.times:  # older steps a rank reported that rank 0 did not
+                for old in [s for s in t if s < step]:
+                    del t[old]
+            record = {k: v for k, v in line.items() if k not in ("type", "step_time")}
+            if all(t is not None for t in times):
+                record["rank_step_times"] = times
+            self.progress.write("step", **record)
+
+
+def _how(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _write_peaks(progress: ProgressWriter, spec: ScriptSpec, ranks: Ranks) -> None:
+    """The ranks' peak memory so far: process RSS on simulated GPUs, NVML's figure on real ones."""
+    if spec.simulated:
+        progress.write("peak_memory", per_rank=ranks.sample_peaks(), device_kind="cpu")
+        return
+    gpu = ranks.sample_gpu_peaks()
+    if gpu and any(gpu):
+        progress.write("peak_memory", per_rank=gpu, device_kind=spec.backend)
+    else:
+        progress.write("alive")  # the heartbeat alone
+
+
+def run(spec: ScriptSpec) -> int:
+    progress = ProgressWriter(spec.progress_file)
+    stop = {"requested": False}
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    port = free_port()
+    progress.write("start", world_size=spec.world_size, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
+                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated,
+                   kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
+                   note="simulated GPUs: the ranks run on CPU" if spec.simulated else None)
+    ranks = Ranks(spec, sys.stdout.buffer)
+    try:
+        ranks.start(port)
+    except OSError as exc:
+        ranks.stop(0.0)  # ranks started before the one that could not be
+        progress.write("error", rank=None, kind="launcher", message=f"cannot start {spec.argv[0]!r}: {exc}")
+        progress.write("end", status="failed", exit_code=ec.BAD_DATA)
+        print(f"[gpufleet] cannot start {spec.argv[0]!r}: {exc}", flush=True)
+        return ec.BAD_DATA
+    progress.write("ranks", pids=[p.pid for p in ranks.procs])
+    reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
+    last_peak = 0.0
+    code = ec.SUCCEEDED
+    while True:
+        reports.poll()
+        codes = [p.poll() for p in ranks.procs]
+        if stop["requested"]:
+            ranks.stop(spec.stop_grace_s)
+            progress.write("error", rank=None, kind="interrupted", message="stopped by SIGTERM")
+            code = ec.INTERRUPTED
+            break
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            rank, rc = failed[0]
+            tail = ranks.last_words(rank)
+            oom = rank in ranks.oom
+            message = f"rank {rank} {_how(rc)}" + (f": {tail}" if tail else "")
+            progress.write("error", rank=rank, kind="oom" if oom else "error", message=message)
+            print(f"[gpufleet] {message}; stopping the other ranks", flush=True)
+            ranks.stop(spec.stop_grace_s)
+            code = ec.OUT_OF_MEMORY if oom else ec.RANK_FAILED
+            break
+        if all(c == 0 for c in codes):
+            break
+        now = time.monotonic()
+        if now - last_peak >= PEAK_EVERY_S:
+            # Also the launcher's heartbeat: the worker kills a launcher that stays silent.
+            last_peak = now
+            _write_peaks(progress, spec, ranks)
+        time.sleep(POLL_S)
+    reports.poll(final=True)
+    _write_peaks(progress, spec, ranks)
+    status = {ec.SUCCEEDED: "succeeded", ec.INTERRUPTED: "interrupted"}.get(code, "failed")
+    progress.write("end", status=status, exit_code=code)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m gpufleet.trainings.script_launch SPEC.json", file=sys.stderr)
+        return ec.LAUNCHER_ERROR
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        return ec.LAUNCHER_ERROR
+    try:
+        spec = ScriptSpec.read(Path(args[0]))
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"[gpufleet] cannot read the launch spec {args[0]}: {exc}", file=sys.stderr)
+        return ec.LAUNCHER_ERROR
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""A user's own script in the dashboard: `gpufleet run` against a real `gpufleet serve`, then the detail page.
+
+The script is the torchrun-style DDP script with `gpufleet.report` from the
+script-training tests; its loss curve, command, GPUs and rank-prefixed log
+must show on the training's page.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainings.scripts import RESUMABLE_SCRIPT, write_project
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_script_training_detail_page_shows_its_loss_curve_and_ranks_log(page, server, screenshots: Path,
+                                                                         tmp_path) -> None:  # noqa: ANN001
+    project = write_project(tmp_path / "proj", RESUMABLE_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    res = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", "run", "--gpus", "2", "--memory", "1GiB", "--name", "e2e-script",
+         "--", "python", "train.py", "--steps", "15"],
+        cwd=project, env={**env, "GPUFLEET_SERVER": server.url}, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    tid = next(x.split()[1] for x in res.stdout.splitlines() if x.startswith("submitted "))
+    page.goto(f"/trainings/{tid}")
+    page.get_by_test_id("training-name").wait_for()
+    assert page.get_by_test_id("training-name").inner_text() == "e2e-script"
+    assert "succeeded" in page.get_by_test_id("training-status").inner_text()
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='loss-chart']\")?.dataset.points) >= 15", timeout=30_000
+    )
+    assert "python train.py --steps 15" in page.get_by_test_id("script-command").inner_text()
+    page.wait_for_function(
+        "(document.querySelector(\"[data-testid='log']\")?.innerText ?? '').includes('[rank 1]')", timeout=15_000
+    )
+    assert "2 ranks" in page.locator("main").inner_text()
+    page.screenshot(path=str(screenshots / "training-script.png"), full_page=True)

@@ -1,0 +1,168 @@
+"""POST /api/v1/code and script trainings over the API: permissions, archive checks, what is written."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import func, select
+
+from auth.helpers import bearer
+from gpufleet.db.models import CodeBlob, Training
+from gpufleet.db.session import session_scope
+from gpufleet.trainings.archive import content_hash
+from gpufleet.trainings.permissions import set_run_code
+
+from trainings.scripts import tar_of
+
+
+def _project(marker: str = "") -> bytes:
+    # A unique file per test: the PostgreSQL database is shared by the session.
+    return tar_of([("file", "train.py", f"print('hi')  # {marker or uuid.uuid4().hex}\n")])
+
+
+def _counts(settings) -> tuple[int, int]:
+    with session_scope(settings) as sess:
+        return (sess.scalar(select(func.count()).select_from(CodeBlob)) or 0,
+                sess.scalar(select(func.count()).select_from(Training)) or 0)
+
+
+def _upload(c, token: str, data: bytes, **params):
+    return c.post("/api/v1/code", content=data, params=params,
+                  headers={**bearer(token), "Content-Type": "application/octet-stream"})
+
+
+def _script(c, token: str, code: str, **kw):
+    body = {"name": "mine", "kind": "script", "code": code, "argv": ["python", "train.py", "--lr", "3e-4"], **kw}
+    return c.post("/api/v1/trainings", json=body, headers=bearer(token))
+
+
+def test_upload_is_content_addressed_and_stored_once(app_client, people, on_settings):
+    data = _project()
+    r = _upload(app_client, people.admin, data, sha256=content_hash(data))
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["hash"] == content_hash(data) and body["created"] is True and body["files"] == 1
+    again = _upload(app_client, people.admin, data)
+    assert again.status_code == 201 and again.json()["created"] is False
+    assert app_client.get(f"/api/v1/code/{body['hash']}", headers=bearer(people.vic)).status_code == 200
+    missing = app_client.get(f"/api/v1/code/{'0' * 64}", headers=bearer(people.vic))
+    assert missing.status_code == 404 and "upload it" in missing.json()["detail"]
+    with session_scope(on_settings) as sess:
+        assert sess.scalar(select(func.count()).select_from(CodeBlob).where(CodeBlob.hash == body["hash"])) == 1
+
+
+@pytest.mark.parametrize(
+    ("entries", "status", "words"),
+    [
+        ([("file", "../../etc/cron.d/x", "boom")], 422, "'../../etc/cron.d/x'"),
+        ([("file", "/abs.py", "x")], 422, "'/abs.py'"),
+        ([("symlink", "data", "/home")], 422, "'data' is a symbolic link to '/home'"),
+        ([("file", "w.bin", b"\x01" * 200_000)], 413, "65536"),
+    ],
+)
+def test_unsafe_or_oversized_archives_are_refused_and_nothing_is_stored(app_client, people, on_settings,
+                                                                         entries, status, words):
+    import os
+
+    data = tar_of([("file", "train.py", "x"), *entries])
+    if status == 413:
+        data = data + os.urandom(70_000)  # incompressible: over the 64 KiB test limit as sent
+    before = _counts(on_settings)
+    r = _upload(app_client, people.admin, data)
+    assert r.status_code == status, r.text
+    assert words in r.json()["detail"]
+    assert _counts(on_settings) == before
+
+
+def test_a_damaged_upload_is_refused(app_client, people, on_settings):
+    data = _project()
+    r = _upload(app_client, people.admin, data, sha256="f" * 64)
+    assert r.status_code == 422 and "damaged" in r.json()["detail"]
+
+
+def test_run_code_permission(app_client, people, on_settings):
+    data = _project()
+    code = _upload(app_client, people.admin, data).json()["hash"]
+    before = _counts(on_settings)
+    # A viewer reads only; a member needs run_code, for uploading and for submitting.
+    r = _upload(app_client, people.vic, _project())
+    assert r.status_code == 403 and "viewer" in r.json()["detail"]
+    r = _upload(app_client, people.alice, _project())
+    assert r.status_code == 403 and "run_code" in r.json()["detail"]
+    r = _script(app_client, people.alice, code, memory="1GiB")
+    assert r.status_code == 403 and "run_code" in r.json()["detail"]
+    r = _script(app_client, people.vic, code, memory="1GiB")
+    assert r.status_code == 403 and "viewer" in r.json()["detail"]
+    assert _counts(on_settings) == before
+    with session_scope(on_settings) as sess:
+        set_run_code(sess, people.names["alice"], True)
+    r = _script(app_client, people.alice, code, memory="1GiB", world_size=2)
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["kind"] == "script" and t["code_hash"] == code and t["argv"] == ["python", "train.py", "--lr", "3e-4"]
+    assert t["memory_declared"] == 2**30 and t["memory_estimate"] == 2**30 and t["world_size"] == 2
+    assert t["estimate"]["source"] == "declared"
+    listed = app_client.get("/api/v1/trainings", params={"owner": people.names["alice"]},
+                            headers=bearer(people.vic)).json()["data"]
+    assert [x["code_hash"] for x in listed] == [code] and listed[0]["kind"] == "script"
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "words"),
+    [
+        ({"env": {"GPUFLEET_DATABASE_URL": "x"}}, "env", "may not be set by a request"),
+        ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env", "may not be set by a request"),
+        ({"memory": "lots"}, "memory", "is not a size"),
+        ({"python": "py99"}, "python", "not configured"),
+        ({}, "memory", "cannot choose GPUs for this script"),
+    ],
+)
+def test_bad_script_requests_say_what_to_fix_and_write_nothing(app_client, people, on_settings, extra, field, words):
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    before = _counts(on_settings)
+    r = _script(app_client, people.admin, code, **extra)
+    assert r.status_code == 422, r.text
+    assert words in r.json()["detail"]
+    assert _counts(on_settings) == before
+
+
+def test_unknown_code_and_allowed_env(app_client, people, on_settings):
+    r = _script(app_client, people.admin, "a" * 64, memory="1GiB")
+    assert r.status_code == 422 and "has not been uploaded" in r.json()["detail"]
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    r = _script(app_client, people.admin, code, memory="512MiB", env={"OMP_NUM_THREADS": "2", "TRAIN_SEED": "1"})
+    assert r.status_code == 201, r.text
+    assert r.json()["env"] == {"OMP_NUM_THREADS": "2", "TRAIN_SEED": "1"}
+
+
+def test_memory_comes_from_earlier_runs_of_the_same_code(app_client, people, on_settings):
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    first = _script(app_client, people.admin, code, memory="1GiB").json()
+    with session_scope(on_settings) as sess:
+        sess.get(Training, uuid.UUID(first["id"])).measured_peak_memory = 300 * 2**20
+    r = _script(app_client, people.admin, code)
+    assert r.status_code == 201, r.text
+    assert r.json()["memory_estimate"] == 300 * 2**20 and r.json()["estimate"]["source"] == "measured"
+    assert r.json()["memory_declared"] is None
+
+
+def test_recipe_trainings_still_need_a_recipe(app_client, people):
+    r = app_client.post("/api/v1/trainings", json={"name": "x"}, headers=bearer(people.admin))
+    assert r.status_code == 422 and "recipe" in r.text
+
+
+def test_declared_memory_that_no_gpu_has_is_refused_at_once(app_client, people, on_settings):
+    from gpufleet.telemetry.inventory import register_host
+
+    s = on_settings.model_copy(update={"simulate": "2xH100-80GB", "host_name": f"h-{uuid.uuid4().hex[:8]}"})
+    register_host(s)
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    before = _counts(on_settings)
+    r = _script(app_client, people.admin, code, memory="200GiB", gpu_ids=[0, 1], host=s.host_name)
+    assert r.status_code == 422, r.text
+    assert "can never be placed" in r.json()["detail"] and "200" in r.json()["detail"]
+    assert _counts(on_settings) == before
+    ok = _script(app_client, people.admin, code, memory="20GiB", gpu_ids=[0, 1], host=s.host_name)
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["gpu_ids"] == [0, 1] and ok.json()["memory_estimate"] == 20 * 2**30

@@ -1,0 +1,99 @@
+"""Script trainings without processes: request checks, the process environment, resume point, outcome."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from gpufleet.config import load_settings
+from gpufleet.jobs import outcome
+from gpufleet.training import exitcodes as ec
+from gpufleet.trainings import script
+from gpufleet.trainings.script import ScriptError
+
+
+def test_process_env_drops_gpufleet_secrets_and_service_urls():
+    base = {"PATH": "/usr/bin", "HOME": "/root", "GPUFLEET_SECRET_KEY": "s", "GPUFLEET_DATABASE_URL": "pg://",
+            "GPUFLEET_TRAINING_ID": "x", "DATABASE_URL": "pg://", "CELERY_REDIS_URL": "redis://", "LANG": "C"}
+    assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C"}
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("20GiB", 20 * 2**30), ("512MiB", 512 * 2**20), ("1.5G", 1_500_000_000), ("2gb", 2_000_000_000),
+    (3 * 2**30, 3 * 2**30), (None, None),
+])
+def test_parse_memory(value, expected):
+    assert script.parse_memory(value) == expected
+
+
+@pytest.mark.parametrize("value", ["lots", "12 parsecs", 100, "-1GiB", True])
+def test_parse_memory_refuses(value):
+    with pytest.raises(ScriptError) as exc:
+        script.parse_memory(value)
+    assert exc.value.field == "memory"
+
+
+def test_env_allow_list_is_a_setting(tmp_path):
+    s = load_settings(data_dir=tmp_path, script_env_allow=["MY_*"])
+    assert script.check_env(s, {"MY_FLAG": "1"}) == {"MY_FLAG": "1"}
+    for name in ("OMP_NUM_THREADS", "MY_FLAG-X", "RANK", "GPUFLEET_X"):
+        with pytest.raises(ScriptError):
+            script.check_env(s, {name: "1"})
+    # Names the launcher sets stay refused even when a pattern would match them.
+    wide = load_settings(data_dir=tmp_path, script_env_allow=["*"])
+    for name in ("MASTER_PORT", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "PYTHONPATH", "GPUFLEET_DATABASE_URL"):
+        with pytest.raises(ScriptError):
+            script.check_env(wide, {name: "1"})
+
+
+def test_argv_checks():
+    assert script.check_argv(["python", "t.py"]) == ["python", "t.py"]
+    for bad in ([], [""], ["python", "a\x00b"], ["x"] * 300):
+        with pytest.raises(ScriptError):
+            script.check_argv(bad)
+
+
+def test_pythons_by_name(tmp_path):
+    s = load_settings(data_dir=tmp_path, pythons={"py312": "/opt/py312/bin/python"})
+    assert script.check_python(s, "py312") == "py312" and script.check_python(s, None) is None
+    with pytest.raises(ScriptError, match="choose one of default, py312"):
+        script.check_python(s, "py99")
+    assert script.interpreter(s, {"GPUFLEET_PYTHON": "py312"}) == "/opt/py312/bin/python"
+    assert script.interpreter(s, {}) == sys.executable
+    assert script.resolve_argv(["python3", "t.py", "-x"], "/p/python") == ["/p/python", "t.py", "-x"]
+    assert script.resolve_argv(["bash", "run.sh"], "/p/python") == ["bash", "run.sh"]
+
+
+def test_resume_point(tmp_path):
+    d = tmp_path / "ckpt"
+    assert script.newest_resume_point(d) == ""
+    d.mkdir()
+    assert script.newest_resume_point(d) == ""
+    (d / "a.pt").write_text("1")
+    os.utime(d / "a.pt", (time.time() - 100, time.time() - 100))
+    (d / "b.pt").write_text("2")
+    (d / ".c.pt.tmp").write_text("half")
+    assert script.newest_resume_point(d) == str(d / "b.pt")
+    # gpufleet's own layout wins: the newest complete step-N folder.
+    for n in (5, 12):
+        (d / f"step-{n}").mkdir()
+        (d / f"step-{n}" / "meta.json").write_text("{}")
+    (d / "step-20").mkdir()  # incomplete: no meta.json
+    assert script.newest_resume_point(d) == str(d / "step-12")
+
+
+def _attempt(code: int, kind: str) -> outcome.Attempt:
+    return outcome.Attempt(exit_code=code, cancel_requested=False, restarts=0, max_restarts=2, allow_rebalance=True,
+                           already_rebalanced=False, config={"global_batch_size": 8}, world_size=2,
+                           error={"rank": 0, "kind": "oom", "message": "rank 0 exited with code 1: CUDA out of memory"},
+                           kind=kind)
+
+
+def test_out_of_memory_is_never_rebalanced_for_scripts():
+    d = outcome.decide(_attempt(ec.OUT_OF_MEMORY, "script"))
+    assert d.status == "failed" and "does not apply to scripts" in d.reason and "rank 0" in d.reason
+    # A recipe that allows it is still rebalanced.
+    assert outcome.decide(_attempt(ec.OUT_OF_MEMORY, "recipe")).retry_kind == "oom_rebalance"
