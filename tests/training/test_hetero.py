@@ -95,3 +95,17 @@ def test_retuning_moves_shares_toward_measured_speed():
     assert retune_shares([128, 128], [1.0, 2.0], gain=0.5) == [150, 106]
     with pytest.raises(ValueError):
         retune_shares([128, 128], [1.0], gain=0.5)
+
+
+def test_slow_rank_hook_halves_only_the_named_rank(monkeypatch):
+    from gpufleet.training import hetero
+
+    slept: list[float] = []
+    monkeypatch.setattr(hetero.time, "sleep", slept.append)
+    monkeypatch.setenv(hetero.SPEED_ENV, "1:0.5")
+    assert hetero.slow_rank_hook(0) is None
+    hetero.slow_rank_hook(1)(0.2)
+    assert slept == [pytest.approx(0.2)]  # as long again as its computation: half speed
+    monkeypatch.setenv(hetero.SPEED_ENV, "1:2")
+    with pytest.raises(ValueError, match="speed"):
+        hetero.slow_rank_hook(1)

@@ -18,6 +18,8 @@ Rank ``r`` takes samples ``[offset_r, offset_r + b_r)`` of each global batch
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -80,16 +82,21 @@ def rank_slices(shares: Sequence[int]) -> list[slice]:
 
 def weighted_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                   loss_fn: Callable[[nn.Module, torch.Tensor], torch.Tensor],
-                  micro_batch: torch.Tensor, global_batch: int) -> torch.Tensor:
+                  micro_batch: torch.Tensor, global_batch: int,
+                  on_local_done: Callable[[float], None] | None = None) -> torch.Tensor:
     """One optimizer step with this rank's micro-batch weighted by its share of ``global_batch``.
 
     ``loss_fn`` returns the mean loss over the samples it is given. Without an
     initialised process group this is a plain single-process step. Returns
-    this rank's (unweighted) loss.
+    this rank's (unweighted) loss. ``on_local_done`` is called with the
+    seconds this rank's forward and backward took, before the ranks meet.
     """
+    t0 = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model, micro_batch)
     (loss * (micro_batch.shape[0] / global_batch)).backward()
+    if on_local_done is not None:
+        on_local_done(time.perf_counter() - t0)
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         if grads:
@@ -101,3 +108,23 @@ def weighted_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                 pos += g.numel()
     optimizer.step()
     return loss.detach()
+
+
+SPEED_ENV = "GPUFLEET_TEST_RANK_SPEED"
+
+
+def slow_rank_hook(rank: int) -> Callable[[float], None] | None:
+    """Test hook: ``GPUFLEET_TEST_RANK_SPEED=1:0.5`` runs rank 1 at half speed.
+
+    The returned callback sleeps after each local step so the rank takes
+    ``1/speed`` times as long as its computation did; None for other ranks.
+    """
+    raw = os.environ.get(SPEED_ENV, "")
+    for part in filter(None, raw.split(",")):
+        r, _, speed = part.partition(":")
+        if int(r) == rank:
+            factor = 1.0 / float(speed) - 1.0
+            if factor < 0:
+                raise ValueError(f"{SPEED_ENV}: a speed must be in (0, 1], got {speed}")
+            return lambda seconds: time.sleep(seconds * factor)
+    return None
