@@ -113,6 +113,8 @@ class TrainConfig:
     log_every: int = option(10, "report loss and speed (charts, log line) every this many steps")
     data_path: str | None = option(
         None, "a data file under the server's data root; empty = the recipe's synthetic data")
+    merge_every: int = option(
+        10, "independent training (GPUs of several vendors): average the groups' replicas every this many steps")
 
     def __post_init__(self) -> None:
         problems = Problems()
@@ -143,6 +145,8 @@ class TrainConfig:
             p.add("ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
         if not 0 <= self.warmup_steps <= self.max_steps:
             p.add("warmup_steps", f"must be between 0 and max_steps ({self.max_steps}), got {self.warmup_steps}")
+        if not (isinstance(self.merge_every, int) and self.merge_every >= 1):
+            p.add("merge_every", f"must be >= 1, got {self.merge_every}")
         if self.data_path is not None and not str(self.data_path).strip():
             p.add("data_path", "must be a path under the data root, or null for synthetic data")
 
