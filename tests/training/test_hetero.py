@@ -109,3 +109,23 @@ def test_slow_rank_hook_halves_only_the_named_rank(monkeypatch):
     monkeypatch.setenv(hetero.SPEED_ENV, "1:2")
     with pytest.raises(ValueError, match="speed"):
         hetero.slow_rank_hook(1)
+
+
+def test_shares_change_only_at_checkpoint_boundaries_and_resume_exactly():
+    from gpufleet.training.hetero import ShareTuner
+
+    t = ShareTuner.from_speeds([1, 1], 256, gain=1.0)
+    assert t.shares == [128, 128]
+    for _ in range(5):
+        t.record([0.10, 0.20])  # rank 1 at half speed
+    assert t.shares == [128, 128]  # nothing moves between checkpoints
+    assert t.at_checkpoint() == [171, 85]
+    assert t.at_checkpoint() == [171, 85]  # no new times: unchanged
+    saved = t.state_dict()
+    resumed = ShareTuner([128, 128], gain=0.5)
+    resumed.load_state_dict(saved)
+    assert resumed.shares == [171, 85] and resumed.gain == 1.0
+    with pytest.raises(ValueError, match="do not fit"):
+        ShareTuner([100, 100]).load_state_dict(saved)
+    with pytest.raises(ValueError, match="2 ranks but 3"):
+        t.record([0.1, 0.1, 0.1])

@@ -128,3 +128,56 @@ def slow_rank_hook(rank: int) -> Callable[[float], None] | None:
                 raise ValueError(f"{SPEED_ENV}: a speed must be in (0, 1], got {speed}")
             return lambda seconds: time.sleep(seconds * factor)
     return None
+
+
+class ShareTuner:
+    """Per-rank micro-batch shares, re-tuned from measured step times only at checkpoint boundaries.
+
+    Ranks :meth:`record` their local step times (the straggler feed's numbers)
+    as they go; :meth:`at_checkpoint` turns the mean times since the last
+    boundary into new shares and returns them. The shares are part of the
+    checkpoint (:meth:`state_dict`), so a resumed run uses exactly the shares
+    the interrupted one used after that checkpoint.
+    """
+
+    def __init__(self, shares: Sequence[int], gain: float = 0.5) -> None:
+        if not shares or any(b < 1 for b in shares):
+            raise ValueError(f"every rank needs a share >= 1, got {list(shares)}")
+        self.shares = [int(b) for b in shares]
+        self.gain = gain
+        self._sums = [0.0] * len(shares)
+        self._counts = [0] * len(shares)
+
+    @classmethod
+    def from_speeds(cls, speeds: Sequence[float], global_batch: int, gain: float = 0.5) -> ShareTuner:
+        return cls(proportional_shares(speeds, global_batch), gain)
+
+    def record(self, step_times: Sequence[float]) -> None:
+        """One step's local time of every rank (seconds)."""
+        if len(step_times) != len(self.shares):
+            raise ValueError(f"{len(self.shares)} ranks but {len(step_times)} step times")
+        for i, t in enumerate(step_times):
+            self._sums[i] += float(t)
+            self._counts[i] += 1
+
+    def at_checkpoint(self) -> list[int]:
+        """New shares from the times since the last boundary (unchanged without any)."""
+        if all(self._counts):
+            means = [s / c for s, c in zip(self._sums, self._counts)]
+            if all(m > 0 for m in means):
+                self.shares = retune_shares(self.shares, means, self.gain)
+        self._sums = [0.0] * len(self.shares)
+        self._counts = [0] * len(self.shares)
+        return list(self.shares)
+
+    def state_dict(self) -> dict:
+        return {"shares": list(self.shares), "gain": self.gain}
+
+    def load_state_dict(self, state: dict) -> None:
+        shares = [int(b) for b in state["shares"]]
+        if len(shares) != len(self.shares) or sum(shares) != sum(self.shares):
+            raise ValueError(f"checkpoint shares {shares} do not fit {len(self.shares)} ranks "
+                             f"and a global batch of {sum(self.shares)}")
+        self.shares, self.gain = shares, float(state.get("gain", self.gain))
+        self._sums = [0.0] * len(shares)
+        self._counts = [0] * len(shares)
