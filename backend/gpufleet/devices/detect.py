@@ -1,4 +1,4 @@
-"""Detect this machine's GPUs: NVIDIA through NVML, AMD through amdsmi/ROCm, Intel through XPU.
+"""Detect this machine's GPUs: NVIDIA through NVML, AMD through amdsmi/ROCm, Intel through xpu-smi/XPU.
 
 Fleet indexes are given in that order (NVIDIA, then AMD, then Intel), so an
 NVIDIA GPU's index is its NVML index. Detection never raises: no driver means
@@ -41,13 +41,19 @@ _PROBE_TIMEOUT_S = 120
 
 
 def detect_gpus(settings: Settings) -> list[GPUInfo]:
-    """Every GPU of this machine (or of the simulated fleet), by fleet index."""
+    """Every GPU of this machine (or of the simulated fleet), by fleet index.
+
+    A simulated fleet goes through the same readers as real hardware: the
+    simulated NVML, the simulated ``amdsmi`` and the simulated ``xpu-smi``.
+    """
     nvml = get_nvml(settings)
     gpus = detect_nvidia(nvml, simulated=bool(settings.simulate))
     if settings.simulate:
-        from gpufleet.devices.simdetect import detect_simulated_others
+        from gpufleet.devices.vendorlibs import get_amdsmi, get_xpusmi
+        from gpufleet.devices.xpusmi import detect_with
 
-        return gpus + detect_simulated_others(settings, start_index=len(gpus))
+        gpus += detect_amd_with(get_amdsmi(settings), len(gpus), simulated=True) or []
+        return gpus + detect_with(get_xpusmi(settings), len(gpus), simulated=True)
     gpus += detect_amd(start_index=len(gpus))
     gpus += detect_intel(start_index=len(gpus))
     return gpus
@@ -139,17 +145,28 @@ def pci_vendor_present(vendor: str, root: Path = Path("/sys/bus/pci/devices")) -
 def detect_amd(start_index: int) -> list[GPUInfo]:
     if not pci_vendor_present(PCI_VENDOR_AMD):
         return []
-    found = _amd_through_amdsmi()
-    if found is None:
-        found = probe_torch_gpus().get("hip", [])
-    return [_from_probe(start_index + i, "hip", "amd", d) for i, d in enumerate(found)]
+    try:
+        import amdsmi  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - not installed, or installed without ROCm's libamd_smi.so
+        amdsmi = None
+    found = detect_amd_with(amdsmi, start_index) if amdsmi is not None else None
+    if found is not None:
+        return found
+    probed = probe_torch_gpus().get("hip", [])
+    return [_from_probe(start_index + i, "hip", "amd", d) for i, d in enumerate(probed)]
 
 
 def detect_intel(start_index: int) -> list[GPUInfo]:
     if not pci_vendor_present(PCI_VENDOR_INTEL):
         return []
-    found = probe_torch_gpus().get("xpu", [])
-    return [_from_probe(start_index + i, "xpu", "intel", d) for i, d in enumerate(found)]
+    from gpufleet.devices.xpusmi import XpuSmi, detect_with
+
+    if XpuSmi.available():
+        found = detect_with(XpuSmi(), start_index)
+        if found:
+            return found
+    probed = probe_torch_gpus().get("xpu", [])
+    return [_from_probe(start_index + i, "xpu", "intel", d) for i, d in enumerate(probed)]
 
 
 def _from_probe(index: int, backend: str, vendor: str, d: dict[str, Any]) -> GPUInfo:
@@ -168,40 +185,61 @@ def _from_probe(index: int, backend: str, vendor: str, d: dict[str, Any]) -> GPU
     )
 
 
-def _amd_through_amdsmi() -> list[dict[str, Any]] | None:
-    """AMD GPUs from amdsmi (no HIP context needed); None when amdsmi is unusable."""
-    try:
-        import amdsmi  # type: ignore[import-not-found]
-    except ImportError:
-        return None
+# amdsmi status codes that mean the GPU itself is gone, not one field.
+AMDSMI_FATAL_STATUS = {6: "AMDSMI_STATUS_DRM_ERROR", 31: "AMDSMI_STATUS_NOT_FOUND", 34: "AMDSMI_STATUS_DRIVER_NOT_LOADED"}
+
+
+def amdsmi_fatal(exc: BaseException) -> bool:
+    """True when an amdsmi error says the GPU stopped answering."""
+    return getattr(exc, "err_code", None) in AMDSMI_FATAL_STATUS
+
+
+def detect_amd_with(amdsmi: Any, start_index: int, simulated: bool = False) -> list[GPUInfo] | None:
+    """AMD GPUs through ``amdsmi`` (the real module or the simulated one); None when it is unusable.
+
+    No HIP context is needed. A field amdsmi refuses is None; a GPU whose
+    calls fail with a device-gone status is listed unhealthy beside the others.
+    """
     try:
         amdsmi.amdsmi_init()
     except Exception as exc:  # noqa: BLE001 - any amdsmi failure: fall back to the torch probe
         log.debug("amdsmi_init failed: %s", exc)
         return None
-    out: list[dict[str, Any]] = []
+    out: list[GPUInfo] = []
     try:
         for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
-            def ask(fn: Any, *args: Any) -> Any:
+            faults: list[str] = []
+
+            def ask(fn: Any, *args: Any, h: Any = h, faults: list[str] = faults) -> Any:
                 try:
                     return fn(h, *args)
-                except Exception:  # noqa: BLE001 - amdsmi raises its own exception types per field
+                except Exception as exc:  # noqa: BLE001 - amdsmi raises its own exception types per field
+                    if amdsmi_fatal(exc) and str(exc) not in faults:
+                        faults.append(str(exc).replace("\n\t", " "))
                     return None
 
             asic = ask(amdsmi.amdsmi_get_gpu_asic_info) or {}
-            vram = getattr(getattr(amdsmi, "AmdSmiMemoryType", None), "VRAM", None)
-            total = ask(amdsmi.amdsmi_get_gpu_memory_total, vram) if vram is not None else None
-            used = ask(amdsmi.amdsmi_get_gpu_memory_usage, vram) if vram is not None else None
-            out.append(
-                {
-                    "device_id": i,
-                    "name": asic.get("market_name"),
-                    "uuid": ask(amdsmi.amdsmi_get_gpu_device_uuid),
-                    "pci_bus_id": ask(amdsmi.amdsmi_get_gpu_device_bdf),
-                    "memory_total": total,
-                    "memory_free": total - used if total is not None and used is not None else None,
-                }
-            )
+            vram = amdsmi.AmdSmiMemoryType.VRAM
+            total = ask(amdsmi.amdsmi_get_gpu_memory_total, vram)
+            used = ask(amdsmi.amdsmi_get_gpu_memory_usage, vram)
+            name = asic.get("market_name")
+            out.append(GPUInfo(
+                index=start_index + i,
+                backend="hip",
+                device_id=i,
+                vendor="amd",
+                name=name if name and name != "N/A" else None,
+                uuid=ask(amdsmi.amdsmi_get_gpu_device_uuid),
+                pci_bus_id=ask(amdsmi.amdsmi_get_gpu_device_bdf),
+                memory_total=total,
+                memory_free=total - used if total is not None and used is not None else None,
+                simulated=simulated,
+                healthy=not faults,
+                error=f"amdsmi: GPU is lost ({faults[0]})" if faults else None,
+            ))
+    except Exception as exc:  # noqa: BLE001 - the handle list itself failed: fall back
+        log.warning("amdsmi cannot list GPUs: %s", exc)
+        return None
     finally:
         try:
             amdsmi.amdsmi_shut_down()

@@ -157,6 +157,22 @@ def _check_gpus(sess: Session, host: Host, gpu_ids: list[int]) -> None:
             raise TrainingRequestError(
                 "gpu_ids", f"GPU {i} does not exist on host {host.name}; it has GPUs {shown}"
             )
+    _check_backends(sess, host, gpu_ids)
+
+
+def _check_backends(sess: Session, host: Host, gpu_ids: list[int]) -> None:
+    """Refuse a rank on a GPU whose backend gpufleet cannot train on, or a set that spans vendors."""
+    from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
+
+    rows = sess.execute(select(GPU.index, GPU.backend, GPU.vendor)
+                        .where(GPU.host_id == host.id, GPU.index.in_(gpu_ids))).all()
+    for index, backend, vendor in sorted(rows):
+        why = unsupported_backend_reason(backend, vendor)
+        if why:
+            raise TrainingRequestError("gpu_ids", f"GPU {index} on host {host.name} cannot hold a rank: {why}")
+    mixed = mixed_vendor_message([vendor for _, _, vendor in rows])
+    if mixed:
+        raise TrainingRequestError("gpu_ids", mixed)
 
 
 def _check_world_size(sess: Session, count: int, host: str | None) -> None:

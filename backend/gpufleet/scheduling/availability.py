@@ -134,6 +134,7 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
             state=state,  # type: ignore[arg-type]
             reason=reason,
             vendor=obs.vendor,
+            backend=obs.backend,
             name=obs.name,
             memory_total=obs.memory_total,
             free_memory=free_memory,

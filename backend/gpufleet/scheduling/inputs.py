@@ -158,6 +158,7 @@ def gather_observations(
                 host=hname,
                 index=gpu.index,
                 vendor=gpu.vendor,
+                backend=gpu.backend or "",
                 name=gpu.name,
                 memory_total=gpu.memory_total if gpu.memory_total is not None else (s.memory_total if s else None),
                 memory_free=s.memory_free if s is not None else None,

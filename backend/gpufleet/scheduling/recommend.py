@@ -29,6 +29,7 @@ from gpufleet.scheduling.types import (
     fmt_bytes,
     link_rank,
 )
+from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
 from gpufleet.scheduling.weights import selection_weights
 
 # Connection classes, best first, with the base of their score. The gaps
@@ -60,6 +61,8 @@ def pair_class(link: LinkInfo | None) -> int:
 
 
 def _fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
+    if unsupported_backend_reason(gpu.backend, gpu.vendor) is not None:
+        return False
     if gpu.state == "free" or (gpu.state == "shared" and not request.exclusive):
         return gpu.free_memory >= request.memory_bytes
     return False
@@ -316,13 +319,24 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     # are scored best bound first, and once the k-th best set beats a host's
     # bound, that host (and every later one) cannot change the answer.
     views = []
+    split_by_vendor = None
     for host in hosts:
         usable = [g for g in host.gpus if _fits(g, request)]
-        if len(usable) >= request.count:
-            view = _HostView(host, usable, request, measured)
-            views.append((view.bound(request.count), host.name, view))
+        # One job never spans vendors (see scheduling/vendormix.py): each vendor's GPUs are their own view.
+        for vendor in sorted({g.vendor for g in usable}):
+            group = [g for g in usable if g.vendor == vendor]
+            if len(group) >= request.count:
+                view = _HostView(host, group, request, measured)
+                views.append((view.bound(request.count), host.name, view))
+            elif len(usable) >= request.count and split_by_vendor is None:
+                split_by_vendor = (host.name, [g.vendor for g in usable])
     if not views:
-        return Recommendation(request=request, wait_reason=_wait_reason(request, hosts))
+        reason = _wait_reason(request, hosts)
+        if split_by_vendor is not None:
+            name, vendors = split_by_vendor
+            reason = (f"host {name} has {request.count} free GPUs only across vendors; "
+                      f"{mixed_vendor_message(vendors)}")
+        return Recommendation(request=request, wait_reason=reason)
     views.sort(key=lambda v: (-v[0], v[1]))
     k = request.max_candidates
     # A heap of the best k so far, worst on top: (score, reversed tie-break).

@@ -76,6 +76,7 @@ class GPUObservation:
     vendor: str = "nvidia"
     name: str = ""
     memory_total: int | None = None
+    backend: str = ""  # cuda | hip | xpu as the inventory says; "" when not known
     # The device's own view; None when no live sample is available.
     memory_free: int | None = None
     utilization: float | None = None
@@ -130,6 +131,7 @@ class GPUAvailability:
     vendor: str = "nvidia"
     name: str = ""
     memory_total: int | None = None
+    backend: str = ""
     # Device-reported free memory minus what gpufleet has reserved but not yet used.
     free_memory: int = 0
     reserved_memory: int = 0

@@ -17,13 +17,14 @@ from gpufleet.scheduling.types import (
     GPUAvailability,
     fmt_bytes,
 )
+from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
 from gpufleet.scheduling.weights import selection_weights
 
 
 @dataclass(frozen=True)
 class Problem:
     # unknown-host | unknown-gpu | duplicate | busy | foreign-busy | drained |
-    # unhealthy | shared | short-of-memory | mixed-vendors | no-peer-access | slow-link
+    # unhealthy | shared | short-of-memory | mixed-vendors | unsupported-backend | no-peer-access | slow-link
     code: str
     message: str
     gpu_index: int | None = None
@@ -109,6 +110,10 @@ def validate_selection(
             )
             continue
         chosen.append(gpu)
+        why = unsupported_backend_reason(gpu.backend, gpu.vendor)
+        if why is not None:
+            problems.append(Problem("unsupported-backend", f"GPU {idx} cannot hold a rank: {why}", idx))
+            continue
         if gpu.state in ("busy", "foreign-busy", "drained", "unhealthy"):
             problems.append(Problem(gpu.state, f"GPU {idx} is {gpu.state}: {gpu.reason}", idx))
             continue
@@ -126,15 +131,9 @@ def validate_selection(
                 )
             )
 
-    vendors = sorted({g.vendor for g in chosen})
-    if len(vendors) > 1:
-        problems.append(
-            Problem(
-                "mixed-vendors",
-                f"GPUs of {' and '.join(vendors)} in one DDP job: their collective libraries "
-                "cannot talk to each other; pick GPUs of one vendor",
-            )
-        )
+    mixed = mixed_vendor_message([g.vendor for g in chosen])
+    if mixed is not None:
+        problems.append(Problem("mixed-vendors", mixed))
     for a, b in combinations(chosen, 2):
         link = hstate.link(a.index, b.index)
         if link is None or not link.peer_access:

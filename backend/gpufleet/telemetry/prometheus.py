@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 # dcgm-exporter's labels, for the DCGM_FI_* series only.
+BACKEND_OF_VENDOR = {"nvidia": "cuda", "amd": "hip", "intel": "xpu"}
 GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 # The same labels, in the same order, for gpufleet's own series.
 OWN_GPU_LABELS = ["gpu", "uuid", "device", "model_name", "hostname"]
@@ -90,8 +91,12 @@ class FleetCollector:
                                   labels=[*OWN_GPU_LABELS, "kind"])
         held = GaugeMetricFamily("gpufleet_gpu_training_info", "1 for the training that holds the GPU.",
                                  labels=[*OWN_GPU_LABELS, "training_id"])
+        info = GaugeMetricFamily("gpufleet_gpu_info", "1 for every GPU, with its vendor and backend.",
+                                 labels=[*OWN_GPU_LABELS, "vendor", "backend"])
         for s in samples:
             lab = _labels(s)
+            vendor = s.vendor or "nvidia"
+            info.add_metric([*lab, vendor, BACKEND_OF_VENDOR.get(vendor, "")], 1.0)
             lost.add_metric(lab, 1.0 if s.lost else 0.0)
             if s.ecc_errors is not None:
                 ecc.add_metric(lab, float(s.ecc_errors))
@@ -102,7 +107,7 @@ class FleetCollector:
             procs.add_metric([*lab, "training"], float(len(s.processes) - foreign))
             if s.job_id is not None:
                 held.add_metric([*lab, str(s.job_id)], 1.0)
-        yield from (lost, ecc, xid, procs, held)
+        yield from (info, lost, ecc, xid, procs, held)
 
     def _trainings(self) -> Iterator[Metric]:
         by_status = GaugeMetricFamily("gpufleet_trainings", "Trainings by status.", labels=["status"])

@@ -1,12 +1,14 @@
-"""Sampling every GPU of this host: NVIDIA through NVML, AMD through amdsmi, the rest as known.
+"""Sampling every GPU of this host: NVIDIA through NVML, AMD through amdsmi, Intel through xpu-smi.
 
 :class:`HostSampler` is what the agent calls once per round. NVIDIA GPUs are
 read by :class:`~gpufleet.telemetry.sampler.NvmlSampler`. AMD GPUs report
-what ``amdsmi`` gives (utilization, VRAM, temperature, power) and ``None``
-for the rest. Intel GPUs report the memory size found at detection and
-``None`` otherwise: the only live source is ``torch.xpu``, and the agent runs
-inside the API process in the embedded default, which must never import torch.
-On a simulated fleet the AMD and Intel GPUs are read from the simulation.
+what ``amdsmi`` gives (utilization, VRAM, temperature, power, processes) and
+Intel GPUs what ``xpu-smi stats`` gives (utilization, memory, temperature,
+power, clock); every other field is ``None``. Without ``amdsmi``/``xpu-smi``
+those GPUs report the memory size found at detection: the other live source,
+``torch.xpu``/HIP, would mean importing torch in the API process.
+On a simulated fleet the simulated ``amdsmi`` and ``xpu-smi`` answer, so the
+same code runs as on real hardware.
 """
 
 from __future__ import annotations
@@ -17,57 +19,77 @@ from typing import Any
 
 from gpufleet.config import Settings
 from gpufleet.devices.types import GPUInfo
-from gpufleet.telemetry.owners import TrainingOwners
+from gpufleet.telemetry.owners import TrainingOwners, process_command, process_user
 from gpufleet.telemetry.sample import GPUProcess, GPUSample
 from gpufleet.telemetry.sampler import NvmlSampler
 
 log = logging.getLogger(__name__)
 
 
+def _num(v: Any) -> float | None:
+    """amdsmi's number, or None for its "N/A"."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 class _AmdSmi:
-    """Live AMD readings; every field that amdsmi refuses is None."""
+    """Live AMD readings through ``amdsmi``; every field it refuses is None."""
 
-    def __init__(self) -> None:
-        import amdsmi  # type: ignore[import-not-found]
-
+    def __init__(self, amdsmi: Any) -> None:
         self.m = amdsmi
         amdsmi.amdsmi_init()
         self.handles = list(amdsmi.amdsmi_get_processor_handles())
 
-    def read(self, device_id: int, s: GPUSample) -> None:
+    def close(self) -> None:
+        try:
+            self.m.amdsmi_shut_down()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def read(self, device_id: int, s: GPUSample) -> list[dict[str, Any]]:
+        """Fill ``s``; returns amdsmi's process list (empty when refused)."""
+        from gpufleet.devices.detect import amdsmi_fatal
+
         m = self.m
         if device_id >= len(self.handles):
             s.lost, s.error = True, "amdsmi no longer lists this GPU"
-            return
+            return []
         h = self.handles[device_id]
+        lost: list[str] = []
 
         def ask(fn: Any, *args: Any) -> Any:
+            if lost:
+                return None
             try:
                 return fn(h, *args)
-            except Exception:  # noqa: BLE001 - amdsmi raises its own error types per field
+            except Exception as exc:  # noqa: BLE001 - amdsmi raises its own error types per field
+                if amdsmi_fatal(exc):
+                    lost.append(str(exc).replace("\n\t", " "))
                 return None
 
         act = ask(m.amdsmi_get_gpu_activity) or {}
-        if isinstance(act.get("gfx_activity"), (int, float)):
-            s.utilization = float(act["gfx_activity"])
-        if isinstance(act.get("umc_activity"), (int, float)):
-            s.memory_util = float(act["umc_activity"])
+        s.utilization, s.memory_util = _num(act.get("gfx_activity")), _num(act.get("umc_activity"))
         vram = ask(m.amdsmi_get_gpu_vram_usage) or {}
-        if isinstance(vram.get("vram_total"), int) and isinstance(vram.get("vram_used"), int):
-            # amdsmi reports VRAM in MB.
-            s.memory_total = vram["vram_total"] * 1024 * 1024
-            s.memory_used = vram["vram_used"] * 1024 * 1024
+        if _num(vram.get("vram_total")) is not None and _num(vram.get("vram_used")) is not None:
+            # amdsmi reports VRAM usage in MB.
+            s.memory_total = int(vram["vram_total"]) * 2**20
+            s.memory_used = int(vram["vram_used"]) * 2**20
             s.memory_free = s.memory_total - s.memory_used
-        temp_type = getattr(getattr(m, "AmdSmiTemperatureType", None), "EDGE", None)
-        temp_metric = getattr(getattr(m, "AmdSmiTemperatureMetric", None), "CURRENT", None)
-        if temp_type is not None and temp_metric is not None:
-            t = ask(m.amdsmi_get_temp_metric, temp_type, temp_metric)
-            s.temperature = float(t) if isinstance(t, (int, float)) else None
+        else:
+            s.memory_total = None
+        t = ask(m.amdsmi_get_temp_metric, m.AmdSmiTemperatureType.EDGE, m.AmdSmiTemperatureMetric.CURRENT)
+        s.temperature = _num(t)
         power = ask(m.amdsmi_get_power_info) or {}
-        for key in ("current_socket_power", "average_socket_power"):
-            if isinstance(power.get(key), (int, float)):
-                s.power_draw = float(power[key])
-                break
+        s.power_draw = _num(power.get("current_socket_power"))
+        if s.power_draw is None:
+            s.power_draw = _num(power.get("average_socket_power"))
+        s.power_limit = _num(power.get("power_limit"))
+        procs = ask(m.amdsmi_get_gpu_process_list) or []
+        if lost:
+            s.lost, s.error = True, f"amdsmi: GPU is lost ({lost[0]})"
+            s.utilization = s.memory_util = s.temperature = s.power_draw = s.power_limit = None
+            s.memory_total = s.memory_used = s.memory_free = None
+            return []
+        return [p for p in procs if isinstance(p, dict)]
 
 
 class HostSampler:
@@ -79,6 +101,7 @@ class HostSampler:
         self.nvml_sampler: NvmlSampler | None = None
         self.others: list[GPUInfo] = []
         self._amd: _AmdSmi | None = None
+        self._xpu: Any = None
         from gpufleet.devices import get_nvml
 
         nvml = get_nvml(settings)
@@ -89,25 +112,30 @@ class HostSampler:
         self._find_others()
 
     def _find_others(self) -> None:
+        from gpufleet.devices.detect import detect_amd, detect_amd_with, detect_intel
+        from gpufleet.devices.vendorlibs import get_amdsmi, get_xpusmi
+        from gpufleet.devices.xpusmi import XpuSmi, detect_with
+
         start = len(self.nvml_sampler.handles) + len(self.nvml_sampler.lost) if self.nvml_sampler else 0
-        if self.settings.simulate:
-            from gpufleet.devices.simdetect import detect_simulated_others
-
-            self.others = detect_simulated_others(self.settings, start)
-            return
-        from gpufleet.devices.detect import detect_amd, detect_intel
-
+        amdsmi = get_amdsmi(self.settings)
+        xpu = get_xpusmi(self.settings)
         try:
-            amd = detect_amd(start)
-            self.others = amd + detect_intel(start + len(amd))
+            if self.settings.simulate:
+                amd = detect_amd_with(amdsmi, start, simulated=True) or []
+                self.others = amd + detect_with(xpu, start + len(amd), simulated=True)
+            else:
+                amd = detect_amd(start)
+                self.others = amd + detect_intel(start + len(amd))
         except Exception as exc:  # noqa: BLE001
             log.info("AMD/Intel detection failed: %s", exc)
             self.others = []
-        if any(g.vendor == "amd" for g in self.others):
+        if amdsmi is not None and any(g.vendor == "amd" for g in self.others):
             try:
-                self._amd = _AmdSmi()
-            except Exception as exc:  # noqa: BLE001 - ROCm without amdsmi: memory size only
+                self._amd = _AmdSmi(amdsmi)
+            except Exception as exc:  # noqa: BLE001 - ROCm without a working amdsmi: memory size only
                 log.info("amdsmi unavailable, AMD GPUs report their memory size only: %s", exc)
+        if any(g.vendor == "intel" for g in self.others) and (self.settings.simulate or XpuSmi.available()):
+            self._xpu = xpu
 
     @property
     def disabled_fields(self) -> int:
@@ -126,31 +154,55 @@ class HostSampler:
         s = GPUSample(host=self.settings.host_name, index=info.index, timestamp=ts, uuid=info.uuid,
                       name=info.name, vendor=info.vendor, simulated=info.simulated,
                       memory_total=info.memory_total)
-        if self.settings.simulate:
-            self._sample_simulated(s)
-        elif info.vendor == "amd" and self._amd is not None:
-            self._amd.read(info.device_id, s)
+        if info.vendor == "amd" and self._amd is not None:
+            procs = self._amd.read(info.device_id, s)
+            s.processes = self._processes(info.index,
+                                          [(int(p["pid"]), _num(p.get("mem")), p.get("name")) for p in procs])
+        elif info.vendor == "intel" and self._xpu is not None:
+            self._read_xpu(info.device_id, s)
         return s
 
-    def _sample_simulated(self, s: GPUSample) -> None:
-        from gpufleet.devices import simstate
-        from gpufleet.devices.simdetect import read_simulated_gpu
+    def _read_xpu(self, device_id: int, s: GPUSample) -> None:
+        from gpufleet.devices.xpusmi import MIB, XpuSmiError, stats_with
 
-        r = read_simulated_gpu(self.settings, s.index)
-        if r is None:
-            s.lost, s.error, s.memory_total = True, "GPU is lost", None
+        try:
+            m = stats_with(self._xpu, device_id)
+        except XpuSmiError as exc:
+            s.lost, s.error, s.memory_total = True, f"xpu-smi: {exc}", None
             return
-        s.utilization, s.memory_util = float(r.utilization), float(r.memory_utilization)
-        s.memory_total, s.memory_used, s.memory_free = r.memory_total, r.memory_used, r.memory_free
-        s.temperature, s.power_draw = float(r.temperature), r.power_mw / 1000.0
-        s.power_limit, s.sm_clock, s.mem_clock = r.power_limit_mw / 1000.0, r.sm_clock_mhz, r.mem_clock_mhz
-        procs = []
-        for p in simstate.live_processes(self.settings, s.index):
-            tid = self.owners.owner(p.pid, p.training_id) if self.owners else None
-            procs.append(GPUProcess(pid=p.pid, user=p.user, command=p.name, used_memory=p.used_memory,
-                                    training_id=tid, job_type="training" if tid else None, foreign=tid is None))
-        s.processes = procs
+        s.utilization = m.get("XPUM_STATS_GPU_UTILIZATION")
+        s.memory_util = m.get("XPUM_STATS_MEMORY_UTILIZATION")
+        s.temperature = m.get("XPUM_STATS_GPU_CORE_TEMPERATURE")
+        s.power_draw = m.get("XPUM_STATS_POWER")
+        clock = m.get("XPUM_STATS_GPU_FREQUENCY")
+        s.sm_clock = int(clock) if clock is not None else None
+        used = m.get("XPUM_STATS_MEMORY_USED")
+        if used is not None and s.memory_total is not None:
+            s.memory_used = int(used * MIB)
+            s.memory_free = s.memory_total - s.memory_used
+
+    def _processes(self, index: int, found: list[tuple[int, float | None, Any]]) -> list[GPUProcess]:
+        """Processes a vendor library listed on GPU ``index``, with their owners (as the NVML sampler finds them)."""
+        registered = {}
+        if self.settings.simulate:
+            from gpufleet.devices import simstate
+
+            registered = {p.pid: p for p in simstate.live_processes(self.settings, index)}
+        out = []
+        for pid, mem, name in found:
+            user, command, sim_tid = process_user(pid), process_command(pid), None
+            if registered:
+                desc = registered.get(pid)
+                if desc is not None:
+                    user, command, sim_tid = user or desc.user, command or desc.name, desc.training_id
+            command = command or (name if isinstance(name, str) and name != "N/A" else None)
+            tid = self.owners.owner(pid, sim_tid) if self.owners else None
+            out.append(GPUProcess(pid=pid, user=user, command=command, used_memory=int(mem) if mem is not None else None,
+                                  training_id=tid, job_type="training" if tid else None, foreign=tid is None))
+        return sorted(out, key=lambda p: p.pid)
 
     def close(self) -> None:
         if self.nvml_sampler is not None:
             self.nvml_sampler.close()
+        if self._amd is not None:
+            self._amd.close()

@@ -51,6 +51,23 @@ describe('FleetPage', () => {
     expect(within(screen.getByRole('region', { name: 'Host b-02' })).getAllByRole('article')).toHaveLength(1);
   });
 
+  it('names each GPU\'s vendor and backend, and shows a dash for what a vendor does not report', () => {
+    installFakeLive();
+    const intelLive = { ...gpu('mix', 2).live!, power_limit: null, power_draw: null, temperature: 51 };
+    fleetOf([
+      gpu('mix', 0),
+      gpu('mix', 1, { vendor: 'amd', backend: 'hip', name: 'AMD Instinct MI300X', compute_capability: null }),
+      gpu('mix', 2, { vendor: 'intel', backend: 'xpu', name: 'Intel(R) Data Center GPU Max 1550', compute_capability: null, live: intelLive }),
+    ]);
+    renderPage();
+    const vendors = screen.getAllByTestId('gpu-vendor').map((e) => e.textContent);
+    expect(vendors).toEqual(['NVIDIA · cuda', 'AMD · hip', 'Intel · xpu']);
+    const intel = screen.getByTestId('gpu-card-mix-2');
+    expect(within(intel).getByText('Intel(R) Data Center GPU Max 1550')).toBeInTheDocument();
+    expect(within(intel).getByTitle('power draw / limit')).toHaveTextContent('Power —');
+    expect(within(intel).getByTestId('gpu-temp')).toHaveTextContent('51');
+  });
+
   it('shows who holds a GPU: the training and its owner, or the foreign process', () => {
     installFakeLive();
     const busy = gpu('h', 0, {

@@ -9,6 +9,9 @@ import { fmtBytes, fmtPct, fmtTemp, fmtWatts, shortId } from '../../lib/format';
 import { useVisible } from '../../lib/useVisible';
 import { useGpuStream } from './useGpuStream';
 
+/** How each vendor's GPUs are named and which runtime drives them. */
+const VENDOR_NAMES: Record<string, string> = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
+
 const MINI_SERIES = [
   { label: 'util %', color: '#4fb3ff', fill: true },
   { label: 'mem %', color: '#f5b945' },
@@ -98,6 +101,9 @@ export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: Hist
           <span className="gpu-index">GPU {gpu.index}</span>
           <span className="gpu-name" title={gpu.name}>
             {gpu.name}
+          </span>
+          <span className="gpu-vendor muted" data-testid="gpu-vendor" title="vendor · backend">
+            {VENDOR_NAMES[gpu.vendor] ?? gpu.vendor} · {gpu.backend}
           </span>
         </div>
         <Pill value={lost ? 'unhealthy' : state} title={gpu.availability?.reason ?? gpu.status_reason ?? undefined} />
