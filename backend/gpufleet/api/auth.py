@@ -15,7 +15,9 @@ needs no such check.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -40,6 +42,10 @@ SESSION_COOKIE = "gpufleet_session"
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
 MIN_SECRET_LEN = 32
+# Lower bounds on what the secret's text shows (see secret_strength): a random
+# 32-character hex string shows about 100 bits; 32 x "a" shows none.
+MIN_SECRET_BITS = 80
+MIN_SECRET_DISTINCT = 8
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -91,13 +97,43 @@ def auth_required(settings: Settings) -> bool:
     return not (settings.is_loopback and settings.is_embedded)
 
 
+def secret_strength(secret: str) -> float:
+    """Bits of entropy the text of ``secret`` shows (its length times its per-character Shannon entropy).
+
+    A cheap lower bound on what a guesser faces: 32 x ``a`` shows 0 bits,
+    ``secrets.token_urlsafe(48)`` about 350. It cannot see that a random
+    looking string was copied from a web page, but it catches the keyboard
+    patterns and repeated characters people type.
+    """
+    if not secret:
+        return 0.0
+    counts = Counter(secret)
+    n = len(secret)
+    return -n * sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def secret_problem(secret: str) -> str | None:
+    """Why ``secret`` must not sign sessions, or None when it may."""
+    if secret == DEFAULT_SECRET:
+        return "is the built-in placeholder"
+    if len(secret) < MIN_SECRET_LEN:
+        return f"is {len(secret)} characters long, fewer than {MIN_SECRET_LEN}"
+    if secret_strength(secret) < MIN_SECRET_BITS or len(set(secret)) < MIN_SECRET_DISTINCT:
+        return "is too predictable (too few different characters)"
+    return None
+
+
 def check_serve_safety(settings: Settings) -> None:
     """Refuse a configuration that would expose an open server to the network."""
-    secret_ok = settings.secret_key != DEFAULT_SECRET and len(settings.secret_key) >= MIN_SECRET_LEN
+    problem = secret_problem(settings.secret_key)
+    secret_ok = problem is None
     secret_hint = (
         f"GPUFLEET_SECRET_KEY set to a random value of at least {MIN_SECRET_LEN} characters"
-        " (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+        " (make one with `gpufleet secret`, or"
+        " `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
     )
+    if problem is not None and settings.secret_key != DEFAULT_SECRET:
+        secret_hint += f"; the one set {problem}"
     if not settings.is_loopback:
         if settings.auth != "on" or not secret_ok:
             raise ConfigError(

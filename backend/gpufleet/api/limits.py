@@ -270,6 +270,7 @@ class SizeLimits:
 
 def install_limits(app: FastAPI, settings: Settings) -> None:
     from gpufleet.api.security.gate import AuthGate
+    from gpufleet.api.security.hosts import HostGuard
     from gpufleet.api.security.inputs import NulGuard
     from gpufleet.api.security.openapi import document_refusals
 
@@ -282,3 +283,6 @@ def install_limits(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(
         SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes
     )
+    # Outermost: a request to a name this server does not answer to (DNS
+    # rebinding) is refused before anything else looks at it.
+    app.add_middleware(HostGuard, settings=settings)

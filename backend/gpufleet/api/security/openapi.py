@@ -104,6 +104,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
+                # HostGuard refuses a Host name the server does not answer to.
+                extra.setdefault("400", ref("The Host header names a host this server does not answer to"))
                 # NulGuard refuses U+0000 in any path, query or body.
                 extra["422"] = ref("The request contains a NUL character")
                 if is_gated(path):
