@@ -120,6 +120,8 @@ def secret_problem(secret: str) -> str | None:
         return f"is {len(secret)} characters long, fewer than {MIN_SECRET_LEN}"
     if secret_strength(secret) < MIN_SECRET_BITS or len(set(secret)) < MIN_SECRET_DISTINCT:
         return "is too predictable (too few different characters)"
+    if (secret + secret).find(secret, 1) < len(secret):
+        return "is too predictable (one short part repeated)"
     return None
 
 
