@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     create_rate_per_minute: int = Field(default=30, ge=1, le=10000)
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     max_ws_message_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # Memory estimates of the recommend/validate endpoints (gpufleet.scheduling.memory_pool):
+    # processes that trace, the most seconds one trace may take, and requests per user a minute.
+    estimate_workers: int = Field(default=2, ge=1, le=64)
+    estimate_budget_s: float = Field(default=20.0, gt=0, le=600)
+    estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
 
     # Telemetry.
     sample_interval_s: float = Field(default=1.0, gt=0.05, le=60)

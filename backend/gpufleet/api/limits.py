@@ -110,7 +110,7 @@ def get_limiter(app: Any, settings: Settings) -> Limiter:
     return limiter
 
 
-def _too_many(what: str, retry_after: float) -> HTTPException:
+def too_many(what: str, retry_after: float) -> HTTPException:
     wait = max(1, int(retry_after + 0.999))
     return HTTPException(429, f"{what}; try again in {wait} s", headers={"Retry-After": str(wait)})
 
@@ -136,7 +136,7 @@ def check_create_allowed(app: Any, settings: Settings, session: Session, user: A
         )
     retry = get_limiter(app, settings).hit(f"create:{user.name}", settings.create_rate_per_minute, 60.0)
     if retry is not None:
-        raise _too_many(
+        raise too_many(
             f"user {user.name!r} sent {settings.create_rate_per_minute} creation requests in the last minute,"
             " the most allowed (GPUFLEET_CREATE_RATE_PER_MINUTE)",
             retry,
@@ -162,7 +162,7 @@ def requested_count(raw_body: bytes) -> int:
 def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
     retry = get_limiter(app, settings).hit(f"sign-in:{client}", SIGN_IN_PER_MINUTE, 60.0)
     if retry is not None:
-        raise _too_many(f"too many sign-in attempts from {client}", retry)
+        raise too_many(f"too many sign-in attempts from {client}", retry)
 
 
 @dataclass(frozen=True)
