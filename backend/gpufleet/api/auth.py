@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -224,6 +226,11 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
     return owner if isinstance(owner, str) else _owner_to_user(owner, via)
 
 
+_recorded: dict[uuid.UUID, float] = {}
+_recorded_lock = threading.Lock()
+_RECORD_EVERY_S = 30.0
+
+
 def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
     """Note when a token was last used, in its own short write.
 
@@ -231,6 +238,15 @@ def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
     with "database is locked" on SQLite while the agent wrote samples. The time
     is bookkeeping: a busy database must never refuse a valid token.
     """
+    # A burst of requests with one token would each see the time as stale and
+    # queue for the database's write lock; one of them records it.
+    now = time.monotonic()
+    with _recorded_lock:
+        if now - _recorded.get(token_id, -1e9) < _RECORD_EVERY_S:
+            return
+        if len(_recorded) > 10_000:
+            _recorded.clear()
+        _recorded[token_id] = now
     try:
         with write_session(settings) as sess:
             mark_token_used(sess, token_id)

@@ -181,12 +181,13 @@ class EstimatePool:
 
 
 def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    # Below the API in the CPU's queue (importing torch included): a burst of
+    # estimates must not slow other requests.
+    os.nice(10)
     import gpufleet.scheduling.memtrace  # noqa: F401 - torch, before saying ready
     from gpufleet.scheduling.memory import trace_for
     from gpufleet.training.config import ConfigError
 
-    # Below the API in the CPU's queue: a burst of estimates must not slow other requests.
-    os.nice(10)
     _write(stdout, ("ready", None))
     while True:
         try:
