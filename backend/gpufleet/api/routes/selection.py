@@ -14,16 +14,16 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpufleet.api.deps import SettingsDep, ViewerUser
+from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
 MAX_COUNT = 64
-MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: far beyond any GPU, still a sane number
 
 
 class EstimatePublic(BaseModel):
@@ -67,23 +67,27 @@ class RecommendBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
     count: int = Field(default=1, ge=1, le=MAX_COUNT)
     host: str | None = Field(default=None, max_length=255)
     policy: Literal["pack", "spread"] = "pack"
     exclusive: bool = True
     max_candidates: int = Field(default=5, ge=1, le=50)
 
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
 
 class ValidateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_ids: list[int] = Field(min_length=1, max_length=MAX_COUNT)
-    host: str | None = Field(default=None, max_length=255)
+    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
+    host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     recipe: str | None = Field(default=None, max_length=128)
-    config: dict[str, Any] | None = None
+    config: dict[str, Any] | None = Field(default=None, json_schema_extra=CONFIG_SCHEMA)
     exclusive: bool = True
+
+    _config = field_validator("config")(classmethod(lambda cls, v: v if v is None else check_config(v)))
 
     @model_validator(mode="after")
     def _one_memory_source(self) -> ValidateBody:
@@ -223,6 +227,10 @@ async def recommend_gpus(
             raise HTTPException(422, f"config is not valid JSON: {exc.msg} at position {exc.pos}") from None
         if not isinstance(values, dict):
             raise HTTPException(422, "config must be a JSON object of recipe fields")
+        try:
+            check_config(values)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
         estimate = await _estimate(request, settings, user, recipe, values, count)
         memory = estimate.total
     elif config is not None:

@@ -18,6 +18,7 @@ from gpufleet.api.deps import (
     ViewerUser,
     ensure_can_cancel,
 )
+from gpufleet.api.schemas.bounds import MAX_OFFSET, SeqQuery, StepQuery
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,
@@ -204,7 +205,7 @@ def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
     _user: ViewerUser,
-    after_seq: Annotated[int, Query(ge=0, description="only events with a larger seq (resume a stream)")] = 0,
+    after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> TrainingEventsPublic:
     _load(session, training_id)
@@ -222,7 +223,7 @@ def list_metrics(
     session: SessionDep,
     _user: ViewerUser,
     max_points: Annotated[int, Query(ge=2, le=10000, description="downsample to at most this many rows")] = 500,
-    after_step: Annotated[int, Query(ge=-1)] = -1,
+    after_step: StepQuery = -1,
 ) -> TrainingMetricsPublic:
     _load(session, training_id)
     where = [TrainingMetric.training_id == training_id, TrainingMetric.step > after_step]
@@ -245,7 +246,7 @@ def get_logs(
     session: SessionDep,
     settings: SettingsDep,
     _user: ViewerUser,
-    offset: Annotated[int | None, Query(ge=0, description="byte offset to read from")] = None,
+    offset: Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="the last N lines instead")] = None,
 ) -> TrainingLogPublic:
     _load(session, training_id)

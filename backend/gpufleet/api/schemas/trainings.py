@@ -6,7 +6,12 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, INT32_MAX, MAX_GPUS, MAX_MEMORY_MB, GPUIndex, check_config
+
+# The recipe's config: free-form, with bounds on what the server stores or opens.
+RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
 
 
 class TrainingCreate(BaseModel):
@@ -14,18 +19,22 @@ class TrainingCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=255)
     recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = Field(default_factory=dict, description="the recipe's config fields")
-    gpu_ids: list[int] | None = Field(default=None, description="GPU indexes on the host; omit to let the server choose")
+    config: dict[str, Any] = RecipeConfig
+    gpu_ids: list[GPUIndex] | None = Field(
+        default=None, max_length=MAX_GPUS, description="GPU indexes on the host; omit to let the server choose"
+    )
     host: str | None = Field(default=None, max_length=255)
     distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
     world_size: int | None = Field(default=None, ge=1, le=1024, description="number of GPUs when gpu_ids is omitted")
     priority: int = Field(default=0, ge=-1000, le=1000)
     max_restarts: int = Field(default=2, ge=0, le=100)
-    checkpoint_every: int | None = Field(default=None, ge=1)
+    checkpoint_every: int | None = Field(default=None, ge=1, le=INT32_MAX)
     allow_rebalance: bool = Field(
         default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
     )
-    memory_mb: int | None = Field(default=None, ge=1, description="memory one rank needs, if known")
+    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory one rank needs, if known")
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
 class BatchItem(BaseModel):
@@ -33,8 +42,10 @@ class BatchItem(BaseModel):
 
     name: str = Field(min_length=1, max_length=255)
     recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = Field(default_factory=dict)
-    memory_mb: int | None = Field(default=None, ge=1)
+    config: dict[str, Any] = RecipeConfig
+    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB)
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
 class TrainingBatchCreate(BaseModel):
