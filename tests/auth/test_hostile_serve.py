@@ -160,3 +160,61 @@ def test_gpufleet_secret_makes_a_secret_serve_accepts(tmp_path: Path) -> None:
     made = cli(tmp_path / "data", "secret").strip()
     assert len(made) >= 48 and secret_problem(made) is None
     assert made != cli(tmp_path / "data", "secret").strip()
+
+
+@pytest.mark.postgres
+def test_out_of_range_numbers_and_long_paths_are_422_naming_the_field(tmp_path: Path, fresh_pg_url: str) -> None:
+    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false",
+           "GPUFLEET_DATABASE_URL": fresh_pg_url}
+    token = make_token(tmp_path / "data", "ops", "admin", **env)
+    huge = 2**63
+    with serve(tmp_path / "data", **env) as srv:
+        c = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        ok = c.post("/api/v1/trainings", json={"name": "ok", "recipe": "mlp", "config": {"max_steps": 2}})
+        assert ok.status_code == 201, ok.text
+        tid = ok.json()["id"]
+        base = {"name": "x", "recipe": "mlp"}
+        cases = [
+            ("POST", "/api/v1/trainings", {**base, "memory_mb": huge}, "memory_mb"),
+            ("POST", "/api/v1/trainings", {**base, "checkpoint_every": huge}, "checkpoint_every"),
+            ("POST", "/api/v1/trainings", {**base, "config": {"max_steps": huge}}, "max_steps"),
+            ("POST", "/api/v1/trainings", {**base, "config": {"data_path": "d" * 300 + ".npy"}}, "data_path"),
+            ("POST", "/api/v1/trainings", {**base, "gpu_ids": [huge]}, "gpu_ids"),
+            ("POST", "/api/v1/trainings/batch", {"items": [{**base, "memory_mb": huge}]}, "memory_mb"),
+            ("POST", "/api/v1/system/gpus/validate", {"gpu_ids": [huge], "memory_mb": 1}, "gpu_ids"),
+            ("GET", f"/api/v1/trainings/{tid}/events?after_seq={huge}", None, "after_seq"),
+            ("GET", f"/api/v1/trainings/{tid}/metrics?after_step={huge}", None, "after_step"),
+            ("GET", f"/api/v1/trainings/{tid}/logs?offset={2**70}", None, "offset"),
+            ("GET", f"/api/v1/system/metrics/history?gpu=sim-host:{huge}", None, "gpu index"),
+            ("GET", f"/api/v1/system/metrics/history?points={huge}", None, "points"),
+            ("POST", f"/api/v1/system/gpus/sim-host/{huge}/drain", None, "index"),
+        ]
+        for method, path, body, field in cases:
+            r = c.request(method, path, json=body)
+            assert r.status_code == 422, (path, body and list(body), r.status_code, r.text[:300])
+            assert field in r.text, (path, r.text[:300])
+        listed = c.get("/api/v1/trainings").json()
+        assert listed["count"] == 1, "a refused request wrote a training"
+
+
+def test_absurd_trainings_are_refused_at_create(tmp_path: Path) -> None:
+    with serve(tmp_path / "data", GPUFLEET_EMBEDDED_WORKER="false") as srv:
+        c = httpx.Client(base_url=srv.url, timeout=120)
+        cases = [
+            ({"global_batch_size": 2**63}, "global_batch_size"),
+            # The synthetic dataset has 8192 samples: one step of 10000 can never be drawn.
+            ({"global_batch_size": 10000}, "global_batch_size"),
+            ({"hidden": [2**40]}, "parameters"),
+            # Traces fine, but one rank needs about 190 GiB; the fleet's GPUs have 80.
+            ({"hidden": [100_000, 100_000]}, "largest GPU"),
+        ]
+        for config, needle in cases:
+            r = c.post("/api/v1/trainings", json={"name": "absurd", "recipe": "mlp", "config": config})
+            assert r.status_code == 422 and needle in r.text, (config, r.status_code, r.text[:300])
+        r = c.post("/api/v1/trainings/batch", json={"items": [
+            {"name": "fine", "recipe": "mlp", "config": {"max_steps": 2}},
+            {"name": "absurd", "recipe": "mlp", "config": {"hidden": [100_000, 100_000]}}]})
+        assert r.status_code == 422 and "largest GPU" in r.text, r.text
+        assert c.get("/api/v1/trainings").json()["count"] == 0
+        ok = c.post("/api/v1/trainings", json={"name": "fine", "recipe": "mlp", "config": {"max_steps": 2}})
+        assert ok.status_code == 201, ok.text

@@ -20,6 +20,7 @@ Torch is imported only when a trace runs, so the API imports this module freely.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -192,6 +193,21 @@ _trace_cache: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 128
 
 
+def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
+    """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
+    from gpufleet.training.config import ConfigError
+
+    if samples is None:
+        return
+    per_rank = -(-samples // world_size)  # what DistributedSampler gives each rank
+    if per_rank < micro * accum:
+        raise ConfigError(
+            "global_batch_size",
+            f"the dataset has {samples} samples, fewer than one step needs ({micro * accum * world_size} over"
+            f" {world_size} rank(s)); use more data or a smaller global_batch_size",
+        )
+
+
 def cached_trace(key: str) -> Any:
     """The trace kept for ``key``, or None."""
     with _cache_lock:
@@ -279,6 +295,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
             batch = _example_batch(dataset, micro)
             trace = trace_step(lambda: (recipe_obj.build_model(config), None, loss_fn), micro,
                                batch=batch, **kw)
+            trace = dataclasses.replace(trace, dataset_size=len(dataset))
     except ValueError:
         raise  # the recipe's own ConfigError / BadDataError: it names the field
     except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
@@ -308,6 +325,7 @@ def estimate_memory_requirement(
     plan = plan_trace(recipe, config, world_size, data_root)
     cfg, micro, strategy, key = plan.config, plan.micro, plan.strategy, plan.key
     trace = trace_for(plan, data_root)
+    check_dataset_size(trace.dataset_size, micro, plan.accum, world_size)
 
     ddp = strategy == "ddp"
 

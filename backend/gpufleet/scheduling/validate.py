@@ -171,3 +171,20 @@ def validate_selection(
         weights=weights,
         gpus=tuple(chosen),
     )
+
+
+def memory_never_fits(memory_bytes: int | None, gpu_memory: Sequence[int | None], where: str = "the fleet") -> str | None:
+    """Why one rank needing ``memory_bytes`` can never run on any of these GPUs (their total memory), or None.
+
+    The never-fit rule at create: a training whose memory is beyond the
+    largest GPU would queue forever. A fleet with no GPU of known size (none
+    registered yet, or CPU only) refuses nothing.
+    """
+    sizes = [m for m in gpu_memory if m]
+    if memory_bytes is None or not sizes or memory_bytes <= max(sizes):
+        return None
+    return (
+        f"one rank needs {fmt_bytes(memory_bytes)}, more than the largest GPU in {where} "
+        f"({fmt_bytes(max(sizes))}); make the model or the micro-batch smaller, or use more GPUs with FSDP"
+    )
+
