@@ -218,3 +218,48 @@ def test_absurd_trainings_are_refused_at_create(tmp_path: Path) -> None:
         assert c.get("/api/v1/trainings").json()["count"] == 0
         ok = c.post("/api/v1/trainings", json={"name": "fine", "recipe": "mlp", "config": {"max_steps": 2}})
         assert ok.status_code == 201, ok.text
+
+
+async def _stream_until_closed(url: str, revoke, deadline_s: float = 30.0) -> tuple[int, float]:  # noqa: ANN001
+    """Open the stream, see frames, call ``revoke()``; the close code and the seconds it took after revoking."""
+    import asyncio
+
+    import websockets
+
+    async with websockets.connect(url, open_timeout=20) as ws:
+        await ws.send('{"op": "subscribe", "channel": "aggregate"}')
+        for _ in range(2):
+            await asyncio.wait_for(ws.recv(), timeout=20)
+        await asyncio.to_thread(revoke)
+        revoked = time.monotonic()
+        try:
+            while time.monotonic() - revoked < deadline_s:
+                await asyncio.wait_for(ws.recv(), timeout=deadline_s)
+        except websockets.exceptions.ConnectionClosed as exc:
+            return (exc.rcvd.code if exc.rcvd else -1), time.monotonic() - revoked
+    return 0, deadline_s
+
+
+@pytest.mark.parametrize("how", ["revoke", "disable"])
+def test_revoking_a_token_or_disabling_a_user_closes_its_websockets(tmp_path: Path, how: str) -> None:
+    import asyncio
+
+    data = tmp_path / "data"
+    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false"}
+    token = make_token(data, "ann", "member", **env)
+    other = cli(data, "tokens", "create", "ann", "--name", "second", **env).strip().splitlines()[-1].strip()
+
+    def revoke() -> None:
+        if how == "revoke":
+            cli(data, "tokens", "revoke", token[:10], **env)
+        else:
+            cli(data, "users", "disable", "ann", **env)
+
+    with serve(data, **env) as srv:
+        ticket = httpx.post(f"{srv.url}/api/v1/auth/ws-ticket", headers={"Authorization": f"Bearer {token}"}).json()
+        ws_url = srv.url.replace("http://", "ws://") + f"/api/v1/ws?ticket={ticket['ticket']}"
+        code, took = asyncio.run(_stream_until_closed(ws_url, revoke))
+        # Closed as a policy violation within 5 s (the CLI's own start-up is not counted).
+        assert code == 1008 and took < 5.0, (code, took)
+        still = httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={"Authorization": f"Bearer {other}"})
+        assert still.status_code == (200 if how == "revoke" else 401), still.text
