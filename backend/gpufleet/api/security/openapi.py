@@ -17,6 +17,10 @@ from pydantic import BaseModel
 from gpufleet.api.limits import SIGN_IN_PATH
 
 
+# Operations that may trace a config's memory (gpufleet.scheduling.memory_pool), so are rate-limited.
+ESTIMATING_OPERATIONS = frozenset({"gpus-recommend", "gpus-recommend-config", "gpus-validate"})
+
+
 class ErrorDetail(BaseModel):
     detail: str
 
@@ -116,6 +120,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["403"] = ref("Signing in from this Origin is not allowed")
                 if path == SIGN_IN_PATH or (path, method) in creators:
                     extra["429"] = ref("Over a rate limit or the queued-trainings cap")
+                if op.get("operationId") in ESTIMATING_OPERATIONS:
+                    extra["429"] = ref("Over the memory-estimate rate, or too many estimates waiting")
                 for code, spec in extra.items():
                     op["responses"].setdefault(code, spec)
         done[:] = [schema]
