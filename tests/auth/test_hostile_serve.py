@@ -263,3 +263,31 @@ def test_revoking_a_token_or_disabling_a_user_closes_its_websockets(tmp_path: Pa
         assert code == 1008 and took < 5.0, (code, took)
         still = httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={"Authorization": f"Bearer {other}"})
         assert still.status_code == (200 if how == "revoke" else 401), still.text
+
+
+@pytest.mark.parametrize("visibility", ["team", "owner"])
+def test_who_may_read_a_trainings_config_events_and_logs(tmp_path: Path, visibility: str) -> None:
+    data = tmp_path / "data"
+    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false",
+           "GPUFLEET_TRAINING_VISIBILITY": visibility}
+    tokens = {"ann": make_token(data, "ann", "member", **env)}
+    for name, role in (("bob", "member"), ("vic", "viewer"), ("root", "admin")):
+        cli(data, "users", "add", name, "--role", role, **env)
+        tokens[name] = cli(data, "tokens", "create", name, **env).strip().splitlines()[-1].strip()
+    with serve(data, **env) as srv:
+        def get(who: str, path: str) -> httpx.Response:
+            return httpx.get(f"{srv.url}{path}", headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=60)
+
+        r = httpx.post(f"{srv.url}/api/v1/trainings", headers={"Authorization": f"Bearer {tokens['ann']}"},
+                       json={"name": "secret-sauce", "recipe": "mlp", "config": {"max_steps": 7}}, timeout=120)
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        for who in ("ann", "bob", "vic", "root"):
+            readable = visibility == "team" or who in ("ann", "root")
+            one = get(who, f"/api/v1/trainings/{tid}").json()
+            listed = next(t for t in get(who, "/api/v1/trainings").json()["data"] if t["id"] == tid)
+            # Everyone sees that it exists and whose it is; the config only where allowed.
+            assert one["owner"] == listed["owner"] == "ann"
+            assert (one["config"].get("max_steps") == 7) is readable and (listed["config"].get("max_steps") == 7) is readable
+            for path in (f"/api/v1/trainings/{tid}/events", f"/api/v1/trainings/{tid}/logs"):
+                assert get(who, path).status_code == (200 if readable else 403), (who, path)

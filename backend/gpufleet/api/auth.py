@@ -304,6 +304,30 @@ def resolve_user(
     )
 
 
+# Reading trainings --------------------------------------------------------
+
+
+def may_read_training(settings: Settings, user: AuthUser, owner: str) -> bool:
+    """Whether ``user`` may read a training's config, events and logs.
+
+    ``GPUFLEET_TRAINING_VISIBILITY=team`` (the default, for a small team):
+    every signed-in user. ``owner``: its owner and admins only; others still
+    see that it exists, who owns it and which GPUs it holds.
+    """
+    return settings.training_visibility == "team" or user.is_admin or user.name == owner
+
+
+def ensure_may_read_training(settings: Settings, user: AuthUser, owner: str) -> None:
+    from fastapi import HTTPException
+
+    if not may_read_training(settings, user, owner):
+        raise HTTPException(
+            403,
+            f"the training belongs to {owner!r}; this server shows a training's config, events and logs only to"
+            " its owner and admins (GPUFLEET_TRAINING_VISIBILITY=owner)",
+        )
+
+
 # Sessions and tickets -----------------------------------------------------
 
 

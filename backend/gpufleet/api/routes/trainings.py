@@ -9,6 +9,8 @@ from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet.api.auth import AuthUser, ensure_may_read_training, may_read_training
+from gpufleet.config import Settings
 from gpufleet.api.deps import (
     CreatorUser,
     MemberUser,
@@ -158,6 +160,7 @@ def create_batch(
 @router.get("", response_model=TrainingsPublic, operation_id="trainings-list")
 def list_trainings(
     session: SessionDep,
+    settings: SettingsDep,
     page: PageDep,
     _user: ViewerUser,
     status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
@@ -176,12 +179,22 @@ def list_trainings(
         select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
         .offset(page.offset).limit(page.limit)
     ).scalars()
-    return TrainingsPublic(data=_publics(session, list(rows)), count=count)
+    return TrainingsPublic(data=_readable(settings, _user, _publics(session, list(rows))), count=count)
+
+
+def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
+    """Others' configs left out where only owners and admins may read them."""
+    for pub in pubs:
+        if not may_read_training(settings, user, pub.owner):
+            pub.config = {}
+    return pubs
 
 
 @router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
-def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser) -> TrainingPublic:
-    return _public(session, _load(session, training_id))
+def get_training(
+    training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
+) -> TrainingPublic:
+    return _readable(settings, _user, [_public(session, _load(session, training_id))])[0]
 
 
 @router.post("/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel")
@@ -204,11 +217,12 @@ def cancel_training(
 def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
+    settings: SettingsDep,
     _user: ViewerUser,
     after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> TrainingEventsPublic:
-    _load(session, training_id)
+    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
     rows = session.execute(
         select(TrainingEvent).where(TrainingEvent.training_id == training_id, TrainingEvent.seq > after_seq)
         .order_by(TrainingEvent.seq).limit(limit)
@@ -249,7 +263,7 @@ def get_logs(
     offset: Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="the last N lines instead")] = None,
 ) -> TrainingLogPublic:
-    _load(session, training_id)
+    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
     if offset is not None and tail is not None:
         raise HTTPException(422, "give offset or tail, not both")
     chunk = read_log(log_path(settings, training_id), offset=offset, tail=tail)
