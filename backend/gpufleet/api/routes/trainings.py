@@ -10,7 +10,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthUser, ensure_may_read_training, may_read_training
-from gpufleet.config import Settings
 from gpufleet.api.deps import (
     CreatorUser,
     MemberUser,
@@ -34,6 +33,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
+from gpufleet.config import Settings
 from gpufleet.db.models import (
     TRAINING_STATUSES,
     GPUAllocation,
