@@ -9,24 +9,25 @@ process (and refused with the budget named), and too many waiting requests are
 turned away at once. A finished trace is kept in ``memory``'s cache, so the
 same config is traced once.
 
-Frames on the child's stdin/stdout: 8-byte big-endian length, then a pickle.
-The child is our own program, started by us; nothing else writes to the pipe.
+Frames on the child's stdin/stdout: one JSON object per line. A trace is
+plain numbers, so it crosses as JSON and comes back as attributes (no pickle:
+nothing that crosses a pipe can run code).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
-import pickle
-import struct
 import subprocess
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 from gpufleet.scheduling.memory import EstimateError, TracePlan, cached_trace, keep_trace, plan_trace
 
-_HEADER = struct.Struct(">Q")
 # How long a new estimate process may take to import torch (a loaded machine is slow).
 STARTUP_S = 180.0
 
@@ -40,24 +41,27 @@ class EstimateBusy(Exception):
 
 
 def _write(stream: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    stream.write(json.dumps(obj).encode("utf-8") + b"\n")
     stream.flush()
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = stream.read(n - len(buf))
-        if not chunk:
-            raise EOFError("the estimate process closed its pipe")
-        buf += chunk
-    return buf
-
-
 def _read(stream: BinaryIO) -> Any:
-    (n,) = _HEADER.unpack(_read_exact(stream, _HEADER.size))
-    return pickle.loads(_read_exact(stream, n))  # noqa: S301 - our own child process
+    line = stream.readline()
+    if not line:
+        raise EOFError("the estimate process closed its pipe")
+    return json.loads(line)
+
+
+def _encode_trace(trace: Any) -> dict[str, Any]:
+    return dataclasses.asdict(trace)
+
+
+def _decode_trace(data: dict[str, Any]) -> Any:
+    """A trace's numbers with the attributes ``memory`` reads (this process imports no torch)."""
+    fields = dict(data)
+    for phase in ("forward_backward", "optimizer_step"):
+        fields[phase] = SimpleNamespace(**fields[phase])
+    return SimpleNamespace(**fields)
 
 
 @dataclass
@@ -154,7 +158,7 @@ class EstimatePool:
                 f"estimating this config's memory took longer than {self.budget_s:g} s, the most the server"
                 " spends on one estimate (GPUFLEET_ESTIMATE_BUDGET_S); make the model smaller"
             ) from None
-        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+        except (EOFError, OSError, ValueError) as exc:
             worker.kill()
             raise EstimateError(f"the memory estimate failed ({exc}); try again") from None
         except BaseException:
@@ -163,7 +167,7 @@ class EstimatePool:
         self._idle.append(worker)
         status, payload = answer
         if status == "ok":
-            keep_trace(plan.trace_key, payload)
+            keep_trace(plan.trace_key, _decode_trace(payload))
             return
         if status == "config":
             from gpufleet.training.config import ConfigError
@@ -188,7 +192,7 @@ def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     from gpufleet.scheduling.memory import trace_for
     from gpufleet.training.config import ConfigError
 
-    _write(stdout, ("ready", None))
+    _write(stdout, ["ready", None])
     while True:
         try:
             recipe, config, world_size, data_root = _read(stdin)
@@ -196,7 +200,7 @@ def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
             return
         try:
             plan = plan_trace(recipe, config, world_size, data_root)
-            answer: tuple[str, Any] = ("ok", trace_for(plan, data_root))
+            answer: tuple[str, Any] = ("ok", _encode_trace(trace_for(plan, data_root)))
         except ConfigError as exc:
             answer = ("config", (getattr(exc, "field", None), str(exc)))
         except EstimateError as exc:
