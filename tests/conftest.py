@@ -43,6 +43,10 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
         if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "gpufleet-data"))
+    # Starlette's TestClient sends `Host: testserver`; a server without sign-in
+    # answers only to loopback names and the ones listed here. Tests of a real
+    # `serve` start it without this variable.
+    monkeypatch.setenv("GPUFLEET_ALLOWED_HOSTS", '["testserver"]')
     reset_settings_cache()
     yield
     reset_settings_cache()

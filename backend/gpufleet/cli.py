@@ -68,6 +68,9 @@ def serve(
         from gpufleet.api.auth import check_serve_safety
 
         check_serve_safety(settings)
+        from gpufleet.config import secure_data_dir
+
+        secure_data_dir(settings)
         _prepare_database(settings)
         inventory = _register_this_host(settings)
     except ConfigError as exc:
@@ -95,6 +98,11 @@ def serve(
             port=settings.port,
             log_level="warning",
             ws_max_size=1 << 20,
+            # X-Forwarded-For/-Proto count only from the configured proxies;
+            # from anyone else they would let a client pick its own address
+            # (and so escape the per-address sign-in limit).
+            proxy_headers=bool(settings.trusted_proxies),
+            forwarded_allow_ips=list(settings.trusted_proxies) or None,
             # Live frames are small and frequent; deflating each one cost more
             # CPU than it saved (measured by bench/ws_fanout.py).
             ws_per_message_deflate=False,
@@ -106,6 +114,14 @@ def serve(
                 worker_proc.wait(timeout=15)
             except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
                 worker_proc.kill()
+
+
+@app.command()
+def secret() -> None:
+    """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
+    import secrets as _secrets
+
+    print(_secrets.token_urlsafe(48))
 
 
 def _version() -> str:

@@ -8,6 +8,7 @@ message naming the setting (see :func:`load_settings`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -137,6 +138,16 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list)
     secret_key: str = DEFAULT_SECRET
     auth: Literal["auto", "on", "off"] = "auto"
+    # Host names (``gpus.example.org``, ``*.example.org``) the API answers to.
+    # Without sign-in only loopback names are served whatever this says
+    # (plus the names listed here); with sign-in, empty means any name.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Addresses or networks of reverse proxies whose X-Forwarded-For/-Proto
+    # headers count. Empty: no proxy header is trusted from anyone.
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # Who may read a training's config, events and logs: the whole team
+    # (``team``), or only its owner and admins (``owner``).
+    training_visibility: Literal["team", "owner"] = "team"
 
     # This machine's name in the fleet (the Celery queue it consumes is named after it).
     host_name: str = Field(default_factory=socket.gethostname)
@@ -173,6 +184,11 @@ class Settings(BaseSettings):
     create_rate_per_minute: int = Field(default=30, ge=1, le=10000)
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     max_ws_message_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    # Memory estimates of the recommend/validate endpoints (gpufleet.scheduling.memory_pool):
+    # processes that trace, the most seconds one trace may take, and requests per user a minute.
+    estimate_workers: int = Field(default=2, ge=1, le=64)
+    estimate_budget_s: float = Field(default=20.0, gt=0, le=600)
+    estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
 
     # Telemetry.
     sample_interval_s: float = Field(default=1.0, gt=0.05, le=60)
@@ -191,6 +207,27 @@ class Settings(BaseSettings):
             return None
         parse_simulate_spec(v)
         return v.strip()
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, v: list[str]) -> list[str]:
+        for item in v:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network (e.g. 172.28.0.1 or 10.0.0.0/8)") from None
+        return [item.strip() for item in v]
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _check_hosts(cls, v: list[str]) -> list[str]:
+        out = []
+        for item in v:
+            name = item.strip().lower()
+            if not name or "/" in name or " " in name or name == "*":
+                raise ValueError(f"{item!r} is not a host name such as gpus.example.org or *.example.org")
+            out.append(name)
+        return out
 
     @field_validator("database_url")
     @classmethod
@@ -262,7 +299,59 @@ class Settings(BaseSettings):
 
     @property
     def is_loopback(self) -> bool:
-        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+        return is_loopback_address(self.host)
+
+
+PRIVATE_UMASK = 0o077
+
+
+def secure_data_dir(settings: Settings) -> None:
+    """Keep the data dir to this user: the dir 0700, what gpufleet writes 0600/0700.
+
+    The data dir holds the database (users, token hashes), trainings' configs,
+    logs and checkpoints. The umask is inherited by the worker, the launcher
+    and the ranks, so their files are private too. An older install's
+    top-level entries are tightened; the dir's own mode already hides what
+    lies deeper.
+    """
+    os.umask(PRIVATE_UMASK)
+    d = settings.data_dir
+    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.chmod(0o700)
+        for entry in d.iterdir():
+            mode = entry.stat().st_mode & 0o777
+            if mode & 0o077 and not entry.is_symlink():
+                entry.chmod(0o700 if entry.is_dir() else 0o600)
+    except OSError:
+        # Not ours (a shared volume owned by another user): leave it as the operator set it.
+        pass
+
+
+@lru_cache(maxsize=64)
+def is_loopback_address(host: str) -> bool:
+    """Whether ``host`` is a loopback address, or a name whose every address is loopback.
+
+    Decided from the parsed address, never from how the text starts:
+    ``127.0.0.1.nip.io`` is a public name that may resolve anywhere. A name
+    that does not resolve is not loopback.
+    """
+    text = host.strip().strip("[]")
+    if not text:
+        return False
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(text, None)
+    except (OSError, UnicodeError):
+        return False
+    addresses = {info[4][0].split("%", 1)[0] for info in infos}
+    try:
+        return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+    except ValueError:
+        return False
 
 
 def _format_validation_error(exc: ValidationError) -> str:

@@ -18,7 +18,7 @@ from gpufleet.api.security.users import add_user, create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
 
-SECRET = "s3cret-for-tests-" + "x" * 32
+SECRET = "s3cret-for-tests-Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3F"
 
 
 @dataclass

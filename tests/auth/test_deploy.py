@@ -152,3 +152,14 @@ def test_worker_healthcheck_follows_the_heartbeat(settings: Settings, monkeypatc
         sess.execute(update(Host).where(Host.name == "hc-host").values(last_heartbeat=utcnow() - timedelta(minutes=5)))
     r = _run_check("worker", env=env)
     assert r.returncode == 1 and "last heartbeat" in r.stderr
+
+
+def test_compose_trusts_forwarded_headers_only_from_its_proxy(compose: dict) -> None:
+    import json
+
+    env = _env(compose["services"]["api"])
+    assert "FORWARDED_ALLOW_IPS" not in env
+    trusted = json.loads(env["GPUFLEET_TRUSTED_PROXIES"])
+    gateway = compose["networks"]["default"]["ipam"]["config"][0]["gateway"]
+    # Only the gateway: the address the host's proxy reaches the published port from.
+    assert trusted == [gateway]

@@ -94,3 +94,21 @@ def test_serve_on_all_addresses_without_auth_refuses_to_start(tmp_path: Path) ->
     assert "GPUFLEET_AUTH=on" in message and "GPUFLEET_SECRET_KEY" in message
     # It stopped before touching anything: no database was created.
     assert not (tmp_path / "data" / "gpufleet.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.9.8.7", True), ("::1", True), ("[::1]", True), ("localhost", True),
+     ("127.0.0.1.nip.io", False), ("127.attacker.example", False), ("0.0.0.0", False), ("10.1.2.3", False)],
+)
+def test_loopback_is_decided_by_the_address(host: str, loopback: bool) -> None:
+    from gpufleet.config import is_loopback_address
+
+    assert is_loopback_address(host) is loopback
+
+
+@pytest.mark.parametrize("secret", ["a" * 32, "ab" * 24, "0123456789" * 4])
+def test_predictable_secrets_are_refused_with_how_to_make_one(tmp_path: Path, secret: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        check_serve_safety(load_settings(data_dir=tmp_path, auth="on", secret_key=secret))
+    assert "gpufleet secret" in str(exc.value) and "too predictable" in str(exc.value)

@@ -119,7 +119,9 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
     api_port, http_port, https_port = _free_port(), _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     env.update(GPUFLEET_DATA_DIR=str(data), GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET,
-               GPUFLEET_SIMULATE="1xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false")
+               GPUFLEET_SIMULATE="1xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false",
+               # nginx on this host, as deploy/gpufleet.env.example configures it.
+               GPUFLEET_TRUSTED_PROXIES='["127.0.0.1"]')
     api = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(api_port)], env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     nginx = None

@@ -141,6 +141,6 @@ def test_sign_in_from_a_foreign_origin_is_refused(client: TestClient, people: Pe
 def test_session_cookie_is_secure_over_https(on_settings, people: People) -> None:  # noqa: ANN001
     from auth.helpers import build_app
 
-    with TestClient(build_app(on_settings), base_url="https://gpus.example.org") as c:
+    with TestClient(build_app(on_settings), base_url="https://testserver") as c:
         r = c.post("/api/v1/auth/sign-in", json={"token": people.alice})
         assert r.status_code == 200 and "Secure" in r.headers["set-cookie"]

@@ -38,7 +38,7 @@ def _free_port() -> int:
             {
                 "GPUFLEET_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
                 # A server on PostgreSQL signs people in, so it needs a real secret.
-                "GPUFLEET_SECRET_KEY": "k" * 48,
+                "GPUFLEET_SECRET_KEY": "Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3FoXi6NtB5yE",
             },
             "GPUFLEET_DATABASE_URL: cannot connect",
         ),

@@ -31,5 +31,6 @@ def fuzz_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         secret_key=SECRET,
         # The fuzzer creates trainings as fast as it can; limits are tested elsewhere.
         create_rate_per_minute=10000,
+        estimate_rate_per_minute=10000,
         **db,
     )

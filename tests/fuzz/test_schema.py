@@ -3,7 +3,11 @@
 The app is the product's own (`create_app`) on a simulated fleet with sign-in
 required, and every case carries an admin's token so it reaches the route, not
 just the gate. Each operation gets schema-valid and schema-invalid inputs
-(positive and negative generation). The run fails on any 5xx, a status code
+(positive and negative generation). The run is stateful where it matters: a
+fixture seeds trainings (with events, metrics and a log), hosts, GPUs and
+users, and every operation with path parameters runs a second time with them
+pinned to those real ids (a training, this host, GPU 0), so the deep routes
+see real rows, not only unknown ids. The run fails on any 5xx, a status code
 the schema does not declare, a wrong content type, or a body that does not
 match its declared schema. Every operation is run even after one fails, so a
 failure lists all that were found.
@@ -11,6 +15,7 @@ failure lists all that were found.
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -32,7 +37,34 @@ from gpufleet.db.session import session_scope, upgrade_database
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 # Cases per operation and mode: about 20 operations make several hundred cases.
-EXAMPLES = 10
+# A longer run: GPUFLEET_TEST_FUZZ_EXAMPLES=200.
+EXAMPLES = int(os.environ.get("GPUFLEET_TEST_FUZZ_EXAMPLES", "10"))
+
+
+def _seed_trainings(settings: Settings, owner: str) -> list[str]:
+    """Trainings in several states, one with events, metrics and a log, as a run leaves them."""
+    from gpufleet.db.models import TrainingMetric
+    from gpufleet.jobs import service
+    from gpufleet.jobs.lifecycle import record_event
+    from gpufleet.jobs.logs import log_path
+    from gpufleet.db.session import write_session
+
+    with write_session(settings) as sess:
+        rows = service.create_trainings(sess, settings, [
+            service.TrainingRequest(name=f"seed-{i}", recipe="mlp", config={"max_steps": 5}) for i in range(3)
+        ], owner)
+        ids = [r.id for r in rows]
+        for step in range(1, 4):
+            sess.add(TrainingMetric(training_id=ids[0], step=step, loss=1.0 / step, metrics={"mse": 1.0 / step},
+                                    rank_step_times=[0.01]))
+        record_event(sess, ids[0], "progress", status="queued", reason="seeded for the fuzzer")
+    service_cancel = service.cancel
+    with write_session(settings) as sess:
+        service_cancel(sess, ids[2], owner)
+    path = log_path(settings, ids[0])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"line {i}\n" for i in range(50)))
+    return [str(i) for i in ids]
 
 
 @pytest.fixture
@@ -46,10 +78,14 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
     with session_scope(fuzz_settings) as sess:
         add_user(sess, name, "admin")
         token = create_token(sess, name).secret
-    return create_app(fuzz_settings), token
+        for role in ("member", "viewer"):
+            add_user(sess, f"{role}-{uuid.uuid4().hex[:6]}", role)
+    ids = {"training_id": _seed_trainings(fuzz_settings, name), "host": [fuzz_settings.host_name], "index": [0, 1]}
+    return create_app(fuzz_settings), token, ids
 
 
-def _fuzz(operation, mode: GenerationMode, headers: dict[str, str]) -> int:  # noqa: ANN001
+def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN001
+          pinned: dict[str, list] | None = None, reached: set[str] | None = None) -> int:
     sent = 0
 
     @settings(
@@ -63,7 +99,15 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str]) -> int:  # n
     def run(case) -> None:  # noqa: ANN001
         nonlocal sent
         sent += 1
-        case.call_and_validate(headers=headers, checks=CHECKS)
+        if pinned:
+            params = dict(case.path_parameters or {})
+            for name, choices in pinned.items():
+                if name in params:
+                    params[name] = choices[sent % len(choices)]
+            case.path_parameters = params
+        response = case.call_and_validate(headers=headers, checks=CHECKS)
+        if reached is not None and pinned and response.status_code < 300:
+            reached.add(f"{operation.method.upper()} {operation.path}")
 
     run()
     return sent
@@ -71,22 +115,33 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str]) -> int:  # n
 
 @pytest.mark.slow
 def test_every_operation_answers_within_its_schema(live_app) -> None:  # noqa: ANN001
-    app, token = live_app
+    app, token, ids = live_app
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     headers = {"Authorization": f"Bearer {token}"}
     failures: list[str] = []
     cases = 0
+    pinned_ops = 0
+    reached: set[str] = set()
     operations = [result.ok() for result in schema.get_all_operations()]
     for op in operations:
-        for mode in MODES:
-            try:
-                cases += _fuzz(op, mode, headers)
-            except Unsatisfiable:
-                # An operation with no parameters and no body has nothing to make invalid.
-                if mode is not GenerationMode.NEGATIVE:
-                    raise
-            except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect every operation's failure
-                failures.append(f"{op.method.upper()} {op.path} ({mode.value}): {type(exc).__name__}\n{str(exc)[:3000]}")
-    print(f"schemathesis: {len(operations)} operations, {cases} cases, {len(failures)} failing")
-    assert len(operations) >= 4 and cases >= 100
+        has_path = any(p.location == "path" for p in op.path_parameters)
+        # Every operation with path parameters also runs with them pinned to real rows.
+        for pinned in ([None, ids] if has_path else [None]):
+            pinned_ops += pinned is not None
+            for mode in MODES:
+                try:
+                    cases += _fuzz(op, mode, headers, pinned, reached)
+                except Unsatisfiable:
+                    # An operation with no parameters and no body has nothing to make invalid.
+                    if mode is not GenerationMode.NEGATIVE:
+                        raise
+                except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect every operation's failure
+                    where = " with real ids" if pinned else ""
+                    failures.append(f"{op.method.upper()} {op.path}{where} ({mode.value}): {type(exc).__name__}\n"
+                                    f"{str(exc)[:3000]}")
+    print(f"schemathesis: {len(operations)} operations ({pinned_ops} also with real ids), {cases} cases,"
+          f" {len(failures)} failing")
+    assert len(operations) >= 4 and cases >= 100 and pinned_ops >= 7
+    # Each of them answered 2xx at least once with real ids: the deep routes were reached.
+    assert len(reached) == pinned_ops, sorted(reached)
     assert not failures, "\n\n".join(failures)

@@ -95,15 +95,15 @@ def test_server_choice_uses_the_selection_logic_and_says_why(tmp_path, client_fo
     c = client_for(settings)
     ok = c.post("/api/v1/trainings", json={"name": "auto2", "recipe": "mlp", "config": {"max_steps": 2},
                                            "world_size": 2}).json()
+    # More memory than the largest GPU can never run: refused now, not queued forever (the never-fit rule).
     huge = c.post("/api/v1/trainings", json={"name": "huge", "recipe": "mlp", "config": {"max_steps": 2},
-                                             "world_size": 2, "memory_mb": 90 * 1024}).json()
+                                             "world_size": 2, "memory_mb": 90 * 1024})
+    assert huge.status_code == 422 and "80.0 GiB" in huge.json()["detail"], huge.text
     res = schedule_pending(settings)
     body = c.get(f"/api/v1/trainings/{ok['id']}").json()
     assert body["status"] == "scheduled" and body["selection"]["by"] == "recommend"
     assert body["gpu_ids"] == body["selection"]["chosen"] and "NVLink" in body["selection"]["reason"]
-    waiting = c.get(f"/api/v1/trainings/{huge['id']}").json()
-    assert waiting["status"] == "queued" and "80.0 GiB" in waiting["wait_reason"]
-    assert uuid.UUID(huge["id"]) in res.waiting
+    assert uuid.UUID(ok["id"]) not in res.waiting
 
 
 def test_queue_order_is_priority_then_age(fleet_settings, client_for):

@@ -17,8 +17,9 @@ from gpufleet.trainings.script import ScriptError
 
 def test_process_env_drops_gpufleet_secrets_and_service_urls():
     base = {"PATH": "/usr/bin", "HOME": "/root", "GPUFLEET_SECRET_KEY": "s", "GPUFLEET_DATABASE_URL": "pg://",
-            "GPUFLEET_TRAINING_ID": "x", "DATABASE_URL": "pg://", "CELERY_REDIS_URL": "redis://", "LANG": "C"}
-    assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C"}
+            "GPUFLEET_TRAINING_ID": "x", "DATABASE_URL": "pg://", "CELERY_REDIS_URL": "redis://", "LANG": "C",
+            "AWS_SECRET_ACCESS_KEY": "k", "SOME_OTHER_SETTING": "v", "CUDA_HOME": "/usr/local/cuda"}
+    assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C", "CUDA_HOME": "/usr/local/cuda"}
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -54,6 +54,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
             stop.set()
             for t in threads:
                 t.join(timeout=10)
+            pool = getattr(app.state, "estimate_pool", None)
+            if pool is not None:
+                pool.close()
 
     app = FastAPI(
         title="gpufleet",

@@ -15,7 +15,11 @@ needs no such check.
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -40,6 +44,10 @@ SESSION_COOKIE = "gpufleet_session"
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
 MIN_SECRET_LEN = 32
+# Lower bounds on what the secret's text shows (see secret_strength): a random
+# 32-character hex string shows about 100 bits; 32 x "a" shows none.
+MIN_SECRET_BITS = 80
+MIN_SECRET_DISTINCT = 8
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -91,13 +99,45 @@ def auth_required(settings: Settings) -> bool:
     return not (settings.is_loopback and settings.is_embedded)
 
 
+def secret_strength(secret: str) -> float:
+    """Bits of entropy the text of ``secret`` shows (its length times its per-character Shannon entropy).
+
+    A cheap lower bound on what a guesser faces: 32 x ``a`` shows 0 bits,
+    ``secrets.token_urlsafe(48)`` about 350. It cannot see that a random
+    looking string was copied from a web page, but it catches the keyboard
+    patterns and repeated characters people type.
+    """
+    if not secret:
+        return 0.0
+    counts = Counter(secret)
+    n = len(secret)
+    return -n * sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def secret_problem(secret: str) -> str | None:
+    """Why ``secret`` must not sign sessions, or None when it may."""
+    if secret == DEFAULT_SECRET:
+        return "is the built-in placeholder"
+    if len(secret) < MIN_SECRET_LEN:
+        return f"is {len(secret)} characters long, fewer than {MIN_SECRET_LEN}"
+    if secret_strength(secret) < MIN_SECRET_BITS or len(set(secret)) < MIN_SECRET_DISTINCT:
+        return "is too predictable (too few different characters)"
+    if (secret + secret).find(secret, 1) < len(secret):
+        return "is too predictable (one short part repeated)"
+    return None
+
+
 def check_serve_safety(settings: Settings) -> None:
     """Refuse a configuration that would expose an open server to the network."""
-    secret_ok = settings.secret_key != DEFAULT_SECRET and len(settings.secret_key) >= MIN_SECRET_LEN
+    problem = secret_problem(settings.secret_key)
+    secret_ok = problem is None
     secret_hint = (
         f"GPUFLEET_SECRET_KEY set to a random value of at least {MIN_SECRET_LEN} characters"
-        " (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+        " (make one with `gpufleet secret`, or"
+        " `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
     )
+    if problem is not None and settings.secret_key != DEFAULT_SECRET:
+        secret_hint += f"; the one set {problem}"
     if not settings.is_loopback:
         # Beyond loopback ``auto`` already means sign-in (see auth_required); only ``off`` is refused.
         if settings.auth == "off" or not secret_ok:
@@ -188,6 +228,11 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
     return owner if isinstance(owner, str) else _owner_to_user(owner, via)
 
 
+_recorded: dict[uuid.UUID, float] = {}
+_recorded_lock = threading.Lock()
+_RECORD_EVERY_S = 30.0
+
+
 def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
     """Note when a token was last used, in its own short write.
 
@@ -195,6 +240,15 @@ def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
     with "database is locked" on SQLite while the agent wrote samples. The time
     is bookkeeping: a busy database must never refuse a valid token.
     """
+    # A burst of requests with one token would each see the time as stale and
+    # queue for the database's write lock; one of them records it.
+    now = time.monotonic()
+    with _recorded_lock:
+        if now - _recorded.get(token_id, -1e9) < _RECORD_EVERY_S:
+            return
+        if len(_recorded) > 10_000:
+            _recorded.clear()
+        _recorded[token_id] = now
     try:
         with write_session(settings) as sess:
             mark_token_used(sess, token_id)
@@ -250,6 +304,30 @@ def resolve_user(
         "sign-in required: send 'Authorization: Bearer <token>' (an admin creates one with"
         " `gpufleet tokens create USER`) or sign in on the dashboard",
     )
+
+
+# Reading trainings --------------------------------------------------------
+
+
+def may_read_training(settings: Settings, user: AuthUser, owner: str) -> bool:
+    """Whether ``user`` may read a training's config, events and logs.
+
+    ``GPUFLEET_TRAINING_VISIBILITY=team`` (the default, for a small team):
+    every signed-in user. ``owner``: its owner and admins only; others still
+    see that it exists, who owns it and which GPUs it holds.
+    """
+    return settings.training_visibility == "team" or user.is_admin or user.name == owner
+
+
+def ensure_may_read_training(settings: Settings, user: AuthUser, owner: str) -> None:
+    from fastapi import HTTPException
+
+    if not may_read_training(settings, user, owner):
+        raise HTTPException(
+            403,
+            f"the training belongs to {owner!r}; this server shows a training's config, events and logs only to"
+            " its owner and admins (GPUFLEET_TRAINING_VISIBILITY=owner)",
+        )
 
 
 # Sessions and tickets -----------------------------------------------------

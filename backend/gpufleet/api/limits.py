@@ -110,7 +110,7 @@ def get_limiter(app: Any, settings: Settings) -> Limiter:
     return limiter
 
 
-def _too_many(what: str, retry_after: float) -> HTTPException:
+def too_many(what: str, retry_after: float) -> HTTPException:
     wait = max(1, int(retry_after + 0.999))
     return HTTPException(429, f"{what}; try again in {wait} s", headers={"Retry-After": str(wait)})
 
@@ -136,7 +136,7 @@ def check_create_allowed(app: Any, settings: Settings, session: Session, user: A
         )
     retry = get_limiter(app, settings).hit(f"create:{user.name}", settings.create_rate_per_minute, 60.0)
     if retry is not None:
-        raise _too_many(
+        raise too_many(
             f"user {user.name!r} sent {settings.create_rate_per_minute} creation requests in the last minute,"
             " the most allowed (GPUFLEET_CREATE_RATE_PER_MINUTE)",
             retry,
@@ -162,7 +162,7 @@ def requested_count(raw_body: bytes) -> int:
 def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
     retry = get_limiter(app, settings).hit(f"sign-in:{client}", SIGN_IN_PER_MINUTE, 60.0)
     if retry is not None:
-        raise _too_many(f"too many sign-in attempts from {client}", retry)
+        raise too_many(f"too many sign-in attempts from {client}", retry)
 
 
 @dataclass(frozen=True)
@@ -276,6 +276,7 @@ class SizeLimits:
 
 def install_limits(app: FastAPI, settings: Settings) -> None:
     from gpufleet.api.security.gate import AuthGate
+    from gpufleet.api.security.hosts import HostGuard
     from gpufleet.api.security.inputs import NulGuard
     from gpufleet.api.security.openapi import document_refusals
 
@@ -290,3 +291,6 @@ def install_limits(app: FastAPI, settings: Settings) -> None:
         SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
         path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes},
     )
+    # Outermost: a request to a name this server does not answer to (DNS
+    # rebinding) is refused before anything else looks at it.
+    app.add_middleware(HostGuard, settings=settings)

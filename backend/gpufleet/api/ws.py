@@ -169,6 +169,40 @@ async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
             _error(client, str(exc), channel=name)
 
 
+# How often an open stream re-checks its user and token: revoking a token or
+# disabling a user closes its streams within this (plus one query).
+RECHECK_S = 2.0
+
+
+def _still_valid(settings: Settings, user: Any) -> str | None:
+    """Why ``user``'s credentials no longer hold, or None."""
+    from gpufleet.api.security.users import check_session_owner
+    from gpufleet.db.session import session_scope
+
+    with session_scope(settings) as sess:
+        owner = check_session_owner(sess, user.id, user.token_id)
+    return owner if isinstance(owner, str) else None
+
+
+async def _watch_credentials(websocket: WebSocket, settings: Settings, user: Any, client: Client) -> None:
+    if getattr(user, "id", None) is None:
+        return  # the implicit local admin has no token to revoke
+    while not client.closed:
+        await asyncio.sleep(RECHECK_S)
+        try:
+            reason = await run_in_threadpool(_still_valid, settings, user)
+        except Exception as exc:  # noqa: BLE001 - a database hiccup is not a revocation
+            log.debug("stream of %s: credentials not re-checked (%s)", getattr(user, "name", "?"), exc)
+            continue
+        if reason is not None:
+            client.closed = True
+            try:
+                await websocket.close(code=1008, reason=reason[:120])
+            except RuntimeError:
+                pass  # already closing
+            return
+
+
 @router.websocket(WS_PATH)
 async def live_stream(websocket: WebSocket) -> None:
     settings: Settings = websocket.app.state.settings
@@ -191,6 +225,7 @@ async def live_stream(websocket: WebSocket) -> None:
     client = Client(stream.hub, websocket.send_text, close,
                     raw=_transport(websocket) if stream.hub.config.raw_frames else None)
     client.start()
+    watcher = asyncio.get_running_loop().create_task(_watch_credentials(websocket, settings, user, client))
     client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
                                    "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))
     try:
@@ -200,6 +235,7 @@ async def live_stream(websocket: WebSocket) -> None:
     except (WebSocketDisconnect, RuntimeError):
         pass
     finally:
+        watcher.cancel()
         client.closed = True
         stream.hub.detach(client)
         if client.task is not None:

@@ -321,10 +321,20 @@ def _estimate(sess: Session, settings: Settings, row: Training) -> None:
         from gpufleet.scheduling.plan import estimate_training
     except ImportError:
         return
+    from gpufleet.scheduling.memory import EstimateLimitError
+    from gpufleet.scheduling.plan import never_fit_reason
+    from gpufleet.training.config import ConfigError
+
     try:
         estimate_training(sess, row, data_root=settings.data_root)
+    except (ConfigError, EstimateLimitError) as exc:  # the recipe's own checks, or a model past the size limits
+        raise TrainingRequestError(f"config.{getattr(exc, 'field', None) or 'recipe'}", str(exc)) from None
     except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
         log.warning("could not estimate the memory of training %s (%s)", row.name, row.recipe, exc_info=True)
+    refused = never_fit_reason(sess, row.memory_estimate, row.requested_host)
+    if refused is not None:
+        given = row.estimate is None or row.memory_estimate != row.estimate.get("total")
+        raise TrainingRequestError("memory_mb" if given else "config", f"{row.name}: {refused}")
 
 
 def check_strategy(strategy: str) -> None:

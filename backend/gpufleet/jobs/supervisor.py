@@ -126,7 +126,9 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
     # The telemetry agent recognises a training's processes by this variable
     # (the ranks inherit it), so they never count as foreign load.
     if env is None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
+        from gpufleet.jobs.environment import training_environment  # an allow-list: no server secrets
+
+        env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
         [sys.executable, "-m", module, str(spec_path)],
         stdout=subprocess.PIPE,

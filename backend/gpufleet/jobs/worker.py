@@ -66,10 +66,12 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: 
 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
+    from gpufleet.config import secure_data_dir
     from gpufleet.logsetup import note_root, quiet
 
     quiet()
     note_root(log)
+    secure_data_dir(settings)
     check_database(settings)
     if settings.is_sqlite:
         # The embedded database is created on first use, as `serve` does.

@@ -20,6 +20,7 @@ Torch is imported only when a trace runs, so the API imports this module freely.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -48,6 +49,58 @@ _NOT_SHAPE = {
 
 class EstimateError(ValueError):
     """The config cannot be estimated (it cannot even build); says why."""
+
+
+class EstimateLimitError(EstimateError):
+    """The model is beyond what the server agrees to trace; names the limit."""
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """The largest model a trace is run for (checked on the meta device first, which costs nothing).
+
+    Far beyond any model a recipe config describes for a real GPU fleet, well
+    below what would keep a trace busy for minutes.
+    """
+
+    layers: int = 1024  # modules with no children (Linear, LayerNorm, …)
+    parameters: int = 10**12
+    elements: int = 2**36  # in the largest single parameter tensor
+
+
+SIZE_LIMITS = SizeLimits()
+
+
+def check_model_size(recipe_obj: Any, config: Any, limits: SizeLimits = SIZE_LIMITS) -> None:
+    """Refuse (EstimateLimitError) a model with more layers, parameters or elements than ``limits``."""
+    import torch
+
+    with torch.device("meta"):
+        model = recipe_obj.build_model(config)
+    layers = 0
+    for module in model.modules():
+        if next(iter(module.children()), None) is None:
+            layers += 1
+            if layers > limits.layers:
+                raise EstimateLimitError(
+                    f"the model has more than {limits.layers} layers, the most the server estimates;"
+                    " make it smaller"
+                )
+    count, largest = 0, 0
+    for p in model.parameters():
+        n = p.numel()
+        count += n
+        largest = max(largest, n)
+    if count > limits.parameters:
+        raise EstimateLimitError(
+            f"the model has {count:,} parameters, more than the {limits.parameters:,} the server estimates;"
+            " make it smaller"
+        )
+    if largest > limits.elements:
+        raise EstimateLimitError(
+            f"one of the model's tensors has {largest:,} elements, more than the {limits.elements:,}"
+            " the server estimates; make the layer smaller"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,12 +193,87 @@ _trace_cache: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 128
 
 
-def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_root: Any) -> Any:
+def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
+    """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
+    from gpufleet.training.config import ConfigError
+
+    if samples is None:
+        return
+    per_rank = -(-samples // world_size)  # what DistributedSampler gives each rank
+    if per_rank < micro * accum:
+        raise ConfigError(
+            "global_batch_size",
+            f"the dataset has {samples} samples, fewer than one step needs ({micro * accum * world_size} over"
+            f" {world_size} rank(s)); use more data or a smaller global_batch_size",
+        )
+
+
+def cached_trace(key: str) -> Any:
+    """The trace kept for ``key``, or None."""
     with _cache_lock:
         if key in _trace_cache:
             _trace_cache.move_to_end(key)
             return _trace_cache[key]
+    return None
+
+
+def keep_trace(key: str, trace: Any) -> None:
+    """Keep a trace made elsewhere (the estimate pool's process) for ``key``."""
+    with _cache_lock:
+        _trace_cache[key] = trace
+        _trace_cache.move_to_end(key)
+        while len(_trace_cache) > _CACHE_SIZE:
+            _trace_cache.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    recipe_obj: Any
+    config: Any
+    micro: int
+    accum: int
+    strategy: str
+    key: str  # the calibration key
+    trace_key: str  # what the trace depends on: the key and the fields outside it
+
+
+def plan_trace(recipe: str, config: Mapping[str, Any] | Any, world_size: int, data_root: Any) -> TracePlan:
+    """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's ConfigError."""
+    from gpufleet.training.recipes import get_recipe
+
+    if world_size < 1:
+        raise EstimateError(f"world size must be >= 1, got {world_size}")
+    recipe_obj = get_recipe(recipe)
+    cfg = recipe_obj.resolve_config(dict(config)) if isinstance(config, Mapping) else config
+    micro, accum = cfg.batch_layout(world_size)
+    strategy = resolve_strategy(cfg.strategy, world_size)
+    key = estimate_key(recipe, cfg.to_dict(), micro_batch=micro, accum=accum,
+                       precision=cfg.precision, strategy=strategy, world_size=world_size)
+    trace_key = key + f"/{cfg.grad_clip}/{cfg.weight_decay}/{cfg.data_path}/{data_root}"
+    return TracePlan(recipe_obj, cfg, micro, accum, strategy, key, trace_key)
+
+
+def trace_for(plan: TracePlan, data_root: Any) -> Any:
+    """The step trace of ``plan``: from the cache, else traced here (size limits first)."""
+    return _trace(plan.recipe_obj, plan.config, plan.micro, plan.accum, plan.trace_key, data_root)
+
+
+def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_root: Any) -> Any:
+    hit = cached_trace(key)
+    if hit is not None:
+        return hit
     from gpufleet.scheduling.memtrace import trace_step
+
+    try:
+        check_model_size(recipe_obj, config)
+    except EstimateLimitError:
+        raise
+    except ValueError:
+        raise  # the recipe's own ConfigError
+    except Exception as exc:  # noqa: BLE001 - a recipe whose model cannot even build
+        raise EstimateError(
+            f"cannot build recipe {recipe_obj.name}'s model to measure its memory: {type(exc).__name__}: {exc}"
+        ) from exc
 
     kw = dict(precision=config.precision, accum_steps=accum, grad_clip=config.grad_clip,
               lr=config.lr, weight_decay=config.weight_decay)
@@ -167,16 +295,14 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
             batch = _example_batch(dataset, micro)
             trace = trace_step(lambda: (recipe_obj.build_model(config), None, loss_fn), micro,
                                batch=batch, **kw)
+            trace = dataclasses.replace(trace, dataset_size=len(dataset))
     except ValueError:
         raise  # the recipe's own ConfigError / BadDataError: it names the field
     except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
         raise EstimateError(
             f"cannot trace recipe {recipe_obj.name} to measure its memory: {type(exc).__name__}: {exc}"
         ) from exc
-    with _cache_lock:
-        _trace_cache[key] = trace
-        while len(_trace_cache) > _CACHE_SIZE:
-            _trace_cache.popitem(last=False)
+    keep_trace(key, trace)
     return trace
 
 
@@ -196,18 +322,10 @@ def estimate_memory_requirement(
     ``data_root`` is where a config's ``data_path`` lives (the settings'
     ``data_root``); only the shape of one micro-batch is read from it.
     """
-    from gpufleet.training.recipes import get_recipe
-
-    if world_size < 1:
-        raise EstimateError(f"world size must be >= 1, got {world_size}")
-    recipe_obj = get_recipe(recipe)
-    cfg = recipe_obj.resolve_config(dict(config)) if isinstance(config, Mapping) else config
-    micro, accum = cfg.batch_layout(world_size)
-    strategy = resolve_strategy(cfg.strategy, world_size)
-    key = estimate_key(recipe, cfg.to_dict(), micro_batch=micro, accum=accum,
-                       precision=cfg.precision, strategy=strategy, world_size=world_size)
-    trace = _trace(recipe_obj, cfg, micro, accum,
-                   key + f"/{cfg.grad_clip}/{cfg.weight_decay}/{cfg.data_path}/{data_root}", data_root)
+    plan = plan_trace(recipe, config, world_size, data_root)
+    cfg, micro, strategy, key = plan.config, plan.micro, plan.strategy, plan.key
+    trace = trace_for(plan, data_root)
+    check_dataset_size(trace.dataset_size, micro, plan.accum, world_size)
 
     ddp = strategy == "ddp"
 

@@ -150,6 +150,8 @@ class StepTrace:
     # What the forward pass left alive for backward (saved activations,
     # autocast weight copies, the loss), measured at the end of the forward.
     forward_saved: int = 0
+    # Samples in the recipe's dataset (None when the trace was given a batch).
+    dataset_size: int | None = None
 
     @property
     def peak(self) -> int:
@@ -171,7 +173,13 @@ def _example_batch(dataset: Any, n: int) -> Any:
     else:
         batch = torch.utils.data.default_collate([dataset[i] for i in idx])
     if len(idx) < n:
-        raise ValueError(f"the dataset has {len(idx)} samples, fewer than one micro-batch of {n}")
+        from gpufleet.training.config import ConfigError
+
+        raise ConfigError(
+            "global_batch_size",
+            f"the dataset has {len(idx)} samples, fewer than one micro-batch of {n};"
+            " use more data or a smaller global_batch_size",
+        )
     return batch
 
 
@@ -206,6 +214,7 @@ def trace_step(
     try:
         with tracker:
             model, dataset, loss_fn = build()
+            dataset_size = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
             model.train()
             params = [p for p in model.parameters() if p.requires_grad]
             tracker.tag(model.parameters(), "parameters")
@@ -259,6 +268,7 @@ def trace_step(
                 parameter_count=sum(p.numel() for p in param_list),
                 fake=fake,
                 forward_saved=forward_saved,
+                dataset_size=dataset_size,
             )
     finally:
         if fake_mode is not None:

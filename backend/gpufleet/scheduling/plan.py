@@ -107,3 +107,17 @@ def estimate_training(
     training.estimate = est.to_dict()
     training.estimate_key = est.key
     return est
+
+
+def never_fit_reason(sess: Session, memory_bytes: int | None, host: str | None = None) -> str | None:
+    """The never-fit rule for memory against the registered GPUs (of ``host`` when given)."""
+    from sqlalchemy import select
+
+    from gpufleet.db.models import GPU, Host
+    from gpufleet.scheduling.validate import memory_never_fits
+
+    stmt = select(GPU.memory_total)
+    if host is not None:
+        stmt = stmt.join(Host, Host.id == GPU.host_id).where(Host.name == host)
+    return memory_never_fits(memory_bytes, list(sess.scalars(stmt)), f"host {host}" if host else "the fleet")
+

@@ -193,3 +193,18 @@ def world_size_never_fits(world_size: int, gpus_per_host: Mapping[str, int], hos
         return None
     return (f"world_size {world_size} needs {world_size} GPUs on one host and can never run here: "
             f"{fleet} GPU(s); ask for at most {largest}")
+def memory_never_fits(memory_bytes: int | None, gpu_memory: Sequence[int | None], where: str = "the fleet") -> str | None:
+    """Why one rank needing ``memory_bytes`` can never run on any of these GPUs (their total memory), or None.
+
+    The never-fit rule at create: a training whose memory is beyond the
+    largest GPU would queue forever. A fleet with no GPU of known size (none
+    registered yet, or CPU only) refuses nothing.
+    """
+    sizes = [m for m in gpu_memory if m]
+    if memory_bytes is None or not sizes or memory_bytes <= max(sizes):
+        return None
+    return (
+        f"one rank needs {fmt_bytes(memory_bytes)}, more than the largest GPU in {where} "
+        f"({fmt_bytes(max(sizes))}); make the model or the micro-batch smaller, or use more GPUs with FSDP"
+    )
+

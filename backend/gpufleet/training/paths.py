@@ -25,13 +25,17 @@ def resolve_data_path(data_root: str | Path | None, path: str | Path) -> Path:
         raise DataPathError("no data root is configured (set GPUFLEET_DATA_ROOT)")
     root = Path(data_root).expanduser().resolve()
     raw = Path(str(path)).expanduser()
-    target = (raw if raw.is_absolute() else root / raw).resolve()
+    try:
+        target = (raw if raw.is_absolute() else root / raw).resolve()
+        is_file = target.is_file()
+    except OSError as exc:  # a name too long, a loop of symlinks: not a file anyone can read
+        raise DataPathError(f"{str(path)[:80]!r} cannot be a data file ({exc.strerror or exc})") from None
     if not target.is_relative_to(root):
         raise DataPathError(f"{str(path)!r} is outside the data root {root}; give a path under it")
     if target.suffix not in DATA_SUFFIXES:
         raise DataPathError(
             f"{str(path)!r} has an unsupported type; use one of {', '.join(DATA_SUFFIXES)}"
         )
-    if not target.is_file():
+    if not is_file:
         raise DataPathError(f"{str(path)!r} does not exist under the data root {root}")
     return target

@@ -168,22 +168,16 @@ def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[s
 
 
 def process_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The environment a training process starts from: the worker's, minus gpufleet's secrets.
+    """The environment a script's launcher starts from: the training allow-list, as for recipes.
 
-    Everything named ``GPUFLEET_*`` (database and broker URLs, the secret key)
-    and any ``*DATABASE_URL`` / ``*REDIS_URL`` is removed; the launcher then
-    adds the variables it sets itself. One small function, so that a stricter
-    allow-list can replace it.
+    Only what a Python program, torch and the GPU runtimes need passes
+    (``jobs.environment``); gpufleet's settings, the secret key and any database
+    or broker URL never do. The launcher then adds the variables it sets itself,
+    and the request's own ``env`` (names the server allows) goes to the ranks.
     """
-    out = {}
-    for k, v in base.items():
-        if k.startswith("GPUFLEET_"):
-            continue
-        up = k.upper()
-        if up.endswith("DATABASE_URL") or up.endswith("REDIS_URL"):
-            continue
-        out[k] = v
-    return out
+    from gpufleet.jobs.environment import training_environment
+
+    return training_environment(base)
 
 
 def interpreter(settings: Settings, env: Mapping[str, str] | None) -> str:

@@ -12,9 +12,10 @@ from sqlalchemy import select
 
 from gpufleet.api.deps import SessionDep, SettingsDep
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
+from gpufleet.api.schemas.bounds import MAX_GPU_INDEX
 from gpufleet.db.models import Training
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
-from gpufleet.telemetry.history import GPURef, HistoryError, HistoryQuery, query_history
+from gpufleet.telemetry.history import MAX_POINTS, GPURef, HistoryError, HistoryQuery, query_history
 from gpufleet.telemetry.live import read_live_samples
 
 router = APIRouter()
@@ -85,7 +86,7 @@ def metrics_history(
     host: Annotated[str | None, Query(description="only this host's GPUs (404 if it is not registered)")] = None,
     from_: Annotated[str | None, Query(alias="from", description="ISO 8601 start (default: 1 h before to)")] = None,
     to: Annotated[str | None, Query(description="ISO 8601 end (default: now)")] = None,
-    points: Annotated[int, Query(description="at most this many buckets per GPU")] = 300,
+    points: Annotated[int, Query(ge=1, le=MAX_POINTS, description="at most this many buckets per GPU")] = 300,
     aggregate: Annotated[bool, Query(description="one series over all selected GPUs")] = False,
 ) -> HistoryPublic:
     """At most ``points`` buckets per GPU, each with min/avg/max, bucketed in the database."""
@@ -94,6 +95,9 @@ def metrics_history(
     start = _parse_time("from", from_, end - timedelta(hours=1))
     try:
         refs = tuple(GPURef.parse(p) for g in (gpu or []) for p in g.split(",") if p.strip())
+        for ref in refs:
+            if ref.index > MAX_GPU_INDEX:
+                raise HistoryError(f"gpu index {ref.index} is out of range; GPU indexes are 0 to {MAX_GPU_INDEX}")
         q = HistoryQuery(start=start, end=end, points=points, gpus=refs, host=host, aggregate=aggregate)
         res = query_history(settings, q)
     except HistoryError as exc:

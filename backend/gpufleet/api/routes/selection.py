@@ -1,8 +1,10 @@
 """GPU selection endpoints: ranked recommendations and validation of a choice.
 
 Thin: parse, gather the fleet (``scheduling.inputs``), call the pure
-functions, shape the answer. A config is estimated here, so torch is imported
-on the first such request, never when the app starts.
+functions, shape the answer. A config's memory is traced in the estimate
+pool's processes (``scheduling.memory_pool``): bounded in number, time and
+model size, cached by config and rate-limited per user, so no request can
+stall this process.
 """
 
 from __future__ import annotations
@@ -10,17 +12,19 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.api.deps import SessionDep, SettingsDep, ViewerUser
+from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
+from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
 MAX_COUNT = 64
-MAX_MEMORY_MB = 16 * 1024 * 1024  # 16 TiB: far beyond any GPU, still a sane number
 
 
 class EstimatePublic(BaseModel):
@@ -64,23 +68,27 @@ class RecommendBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
     count: int = Field(default=1, ge=1, le=MAX_COUNT)
     host: str | None = Field(default=None, max_length=255)
     policy: Literal["pack", "spread"] = "pack"
     exclusive: bool = True
     max_candidates: int = Field(default=5, ge=1, le=50)
 
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
 
 class ValidateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_ids: list[int] = Field(min_length=1, max_length=MAX_COUNT)
-    host: str | None = Field(default=None, max_length=255)
+    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
+    host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     recipe: str | None = Field(default=None, max_length=128)
-    config: dict[str, Any] | None = None
+    config: dict[str, Any] | None = Field(default=None, json_schema_extra=CONFIG_SCHEMA)
     exclusive: bool = True
+
+    _config = field_validator("config")(classmethod(lambda cls, v: v if v is None else check_config(v)))
 
     @model_validator(mode="after")
     def _one_memory_source(self) -> ValidateBody:
@@ -135,22 +143,77 @@ def _public(rec: Recommendation, estimate: Any = None) -> RecommendationPublic:
     )
 
 
-def _estimate(sess: Any, settings: Any, recipe: str, config: dict[str, Any], count: int) -> Any:
+def get_estimate_pool(app: Any, settings: Any) -> Any:
+    """This app's pool of estimate processes, made on first use."""
+    from gpufleet.scheduling.memory_pool import EstimatePool
+
+    pool = getattr(app.state, "estimate_pool", None)
+    if pool is None:
+        pool = EstimatePool(workers=settings.estimate_workers, budget_s=settings.estimate_budget_s)
+        app.state.estimate_pool = pool
+    return pool
+
+
+def _check_estimate_rate(app: Any, settings: Any, user: Any) -> None:
+    from gpufleet.api.limits import get_limiter, too_many
+
+    retry = get_limiter(app, settings).hit(f"estimate:{user.name}", settings.estimate_rate_per_minute, 60.0)
+    if retry is not None:
+        raise too_many(
+            f"user {user.name!r} asked for {settings.estimate_rate_per_minute} memory estimates in the last"
+            " minute, the most allowed (GPUFLEET_ESTIMATE_RATE_PER_MINUTE)",
+            retry,
+        )
+
+
+async def _estimate(request: Request, settings: Any, user: Any, recipe: str, config: dict[str, Any],
+                    count: int) -> Any:
+    """The calibrated estimate; its trace runs in the estimate pool, never in this process.
+
+    A request waits for a free estimate process without holding a thread, so
+    a burst of large configs cannot starve the other routes.
+    """
     from gpufleet.scheduling.memory import EstimateError
+    from gpufleet.scheduling.memory_pool import EstimateBusy
     from gpufleet.scheduling.plan import estimate_for
     from gpufleet.training.config import ConfigError
 
+    await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
     try:
-        return estimate_for(sess, recipe, config, world_size=count, data_root=settings.data_root)
+        await get_estimate_pool(request.app, settings).trace(recipe, config, count, settings.data_root)
+
+        def calibrated() -> Any:
+            # The trace is cached now: this reads the calibration and adds up, in a thread.
+            with session_factory(settings)() as sess:
+                return estimate_for(sess, recipe, config, world_size=count, data_root=settings.data_root)
+
+        return await run_in_threadpool(calibrated)
+    except EstimateBusy as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
     except (ConfigError, EstimateError) as exc:
         raise HTTPException(422, str(exc)) from None
 
 
+def _fleet(settings: Any, estimate_key: str | None, fn: Any) -> Any:
+    from gpufleet.scheduling.inputs import fleet_state
+
+    with session_factory(settings)() as sess:
+        return fn(fleet_state(sess, settings, estimate_key=estimate_key))
+
+
+def _known_host(settings: Any, host: str | None) -> None:
+    """The unknown-host rule (404 naming the known hosts), on a session of its own."""
+    if host is None:
+        return
+    with session_factory(settings)() as sess:
+        check_host(sess, host)
+
+
 @router.get("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend", responses=UNKNOWN_HOST)
-def recommend_gpus(
-    sess: SessionDep,
+async def recommend_gpus(
+    request: Request,
     settings: SettingsDep,
-    _user: ViewerUser,
+    user: ViewerUser,
     memory_mb: int | None = Query(
         default=None, ge=0, le=MAX_MEMORY_MB,
         description="Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and "
@@ -185,12 +248,11 @@ def recommend_gpus(
     Both or neither is a 422. A request that can never fit is a 422 naming why;
     one that does not fit now is a 200 with no candidates and ``wait_reason``.
     """
-    from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
     if (memory_mb is None) == (recipe is None):
         raise HTTPException(422, "give memory_mb, or recipe (and optionally config as JSON), but not both")
-    check_host(sess, host)
+    await run_in_threadpool(_known_host, settings, host)
     estimate = None
     if recipe is not None:
         try:
@@ -199,7 +261,11 @@ def recommend_gpus(
             raise HTTPException(422, f"config is not valid JSON: {exc.msg} at position {exc.pos}") from None
         if not isinstance(values, dict):
             raise HTTPException(422, "config must be a JSON object of recipe fields")
-        estimate = _estimate(sess, settings, recipe, values, count)
+        try:
+            check_config(values)
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from None
+        estimate = await _estimate(request, settings, user, recipe, values, count)
         memory = estimate.total
     elif config is not None:
         raise HTTPException(422, "config needs recipe: name the recipe the config is for")
@@ -207,43 +273,45 @@ def recommend_gpus(
         memory = int(memory_mb or 0) * MiB
     req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
-    fleet = fleet_state(sess, settings, estimate_key=estimate.key if estimate else None)
-    return _public(recommend(req, fleet), estimate)
+    rec = await run_in_threadpool(_fleet, settings, estimate.key if estimate else None,
+                                  lambda fleet: recommend(req, fleet))
+    return _public(rec, estimate)
 
 
 @router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config",
              responses=UNKNOWN_HOST)
-def recommend_for_config(
-    body: RecommendBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
+async def recommend_for_config(
+    body: RecommendBody, request: Request, settings: SettingsDep, user: ViewerUser
 ) -> RecommendationPublic:
     """Ranked GPU sets for a full training config: its estimate, then the sets that hold it."""
-    from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.recommend import recommend
 
-    check_host(sess, body.host)
-    estimate = _estimate(sess, settings, body.recipe, body.config, body.count)
+    await run_in_threadpool(_known_host, settings, body.host)
+    estimate = await _estimate(request, settings, user, body.recipe, body.config, body.count)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
-    fleet = fleet_state(sess, settings, estimate_key=estimate.key)
-    return _public(recommend(req, fleet), estimate)
+    rec = await run_in_threadpool(_fleet, settings, estimate.key, lambda fleet: recommend(req, fleet))
+    return _public(rec, estimate)
 
 
 @router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
-def validate_gpus(
-    body: ValidateBody, sess: SessionDep, settings: SettingsDep, _user: ViewerUser
+async def validate_gpus(
+    body: ValidateBody, request: Request, settings: SettingsDep, user: ViewerUser
 ) -> ValidationPublic:
     """Is this GPU selection usable? Every problem at once, and warnings."""
-    from gpufleet.scheduling.inputs import fleet_state
     from gpufleet.scheduling.validate import validate_selection
 
-    check_host(sess, body.host)
+    await run_in_threadpool(_known_host, settings, body.host)
     estimate = None
     memory = (body.memory_mb or 0) * MiB
     if body.recipe is not None:
-        estimate = _estimate(sess, settings, body.recipe, body.config or {}, len(body.gpu_ids))
+        estimate = await _estimate(request, settings, user, body.recipe, body.config or {}, len(body.gpu_ids))
         memory = estimate.total
-    fleet = fleet_state(sess, settings, estimate_key=estimate.key if estimate else None)
-    v = validate_selection(fleet, body.gpu_ids, host=body.host, memory_bytes=memory, exclusive=body.exclusive)
+    v = await run_in_threadpool(
+        _fleet, settings, estimate.key if estimate else None,
+        lambda fleet: validate_selection(fleet, body.gpu_ids, host=body.host, memory_bytes=memory,
+                                         exclusive=body.exclusive),
+    )
     return ValidationPublic(
         ok=v.ok, host=v.host, gpu_ids=list(body.gpu_ids), memory_bytes=memory,
         problems=[ProblemPublic(code=p.code, message=p.message, gpu_index=p.gpu_index) for p in v.problems],

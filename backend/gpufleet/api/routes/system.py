@@ -12,6 +12,7 @@ from sqlalchemy import func, select, text
 from gpufleet import __version__
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
+from gpufleet.api.schemas.bounds import GPUIndexPath, HostPath
 from gpufleet.api.schemas.system import (
     DrainPublic,
     DrainRequest,
@@ -110,7 +111,7 @@ def _drain(settings, user, host: str, index: int, drained: bool, reason: str | N
 
 @router.post("/gpus/{host}/{index}/drain", response_model=DrainPublic, operation_id="gpus-drain")
 def drain_gpu(
-    host: str, index: int, settings: SettingsDep, user: AdminUser,
+    host: HostPath, index: GPUIndexPath, settings: SettingsDep, user: AdminUser,
     body: DrainRequest = Body(default_factory=DrainRequest),
 ) -> DrainPublic:
     """Stop placing trainings on this GPU (admins only); trainings on it keep running."""
@@ -118,7 +119,7 @@ def drain_gpu(
 
 
 @router.post("/gpus/{host}/{index}/undrain", response_model=DrainPublic, operation_id="gpus-undrain")
-def undrain_gpu(host: str, index: int, settings: SettingsDep, user: AdminUser) -> DrainPublic:
+def undrain_gpu(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user: AdminUser) -> DrainPublic:
     """Let the scheduler place trainings on this GPU again (admins only)."""
     return _drain(settings, user, host, index, False, None)
 

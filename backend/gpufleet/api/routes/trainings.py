@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException, Query
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet.api.auth import AuthUser, ensure_may_read_training, may_read_training
 from gpufleet.api.deps import (
     CreatorUser,
     MemberUser,
@@ -20,6 +21,7 @@ from gpufleet.api.deps import (
     ensure_can_run_code,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
+from gpufleet.api.schemas.bounds import MAX_OFFSET, SeqQuery, StepQuery
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,
@@ -34,6 +36,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingsPublic,
 )
 from gpufleet.api.security.openapi import error_response
+from gpufleet.config import Settings
 from gpufleet.db.models import (
     TRAINING_STATUSES,
     GPUAllocation,
@@ -173,6 +176,7 @@ def create_batch(
 @router.get("", response_model=TrainingsPublic, operation_id="trainings-list")
 def list_trainings(
     session: SessionDep,
+    settings: SettingsDep,
     page: PageDep,
     _user: ViewerUser,
     status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
@@ -191,12 +195,22 @@ def list_trainings(
         select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
         .offset(page.offset).limit(page.limit)
     ).scalars()
-    return TrainingsPublic(data=_publics(session, list(rows)), count=count)
+    return TrainingsPublic(data=_readable(settings, _user, _publics(session, list(rows))), count=count)
+
+
+def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
+    """Others' configs left out where only owners and admins may read them."""
+    for pub in pubs:
+        if not may_read_training(settings, user, pub.owner):
+            pub.config = {}
+    return pubs
 
 
 @router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
-def get_training(training_id: uuid.UUID, session: SessionDep, _user: ViewerUser) -> TrainingPublic:
-    return _public(session, _load(session, training_id))
+def get_training(
+    training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
+) -> TrainingPublic:
+    return _readable(settings, _user, [_public(session, _load(session, training_id))])[0]
 
 
 @router.post(
@@ -222,11 +236,12 @@ def cancel_training(
 def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
+    settings: SettingsDep,
     _user: ViewerUser,
-    after_seq: Annotated[int, Query(ge=0, description="only events with a larger seq (resume a stream)")] = 0,
+    after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> TrainingEventsPublic:
-    _load(session, training_id)
+    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
     rows = session.execute(
         select(TrainingEvent).where(TrainingEvent.training_id == training_id, TrainingEvent.seq > after_seq)
         .order_by(TrainingEvent.seq).limit(limit)
@@ -241,7 +256,7 @@ def list_metrics(
     session: SessionDep,
     _user: ViewerUser,
     max_points: Annotated[int, Query(ge=2, le=10000, description="downsample to at most this many rows")] = 500,
-    after_step: Annotated[int, Query(ge=-1)] = -1,
+    after_step: StepQuery = -1,
 ) -> TrainingMetricsPublic:
     _load(session, training_id)
     where = [TrainingMetric.training_id == training_id, TrainingMetric.step > after_step]
@@ -264,10 +279,10 @@ def get_logs(
     session: SessionDep,
     settings: SettingsDep,
     _user: ViewerUser,
-    offset: Annotated[int | None, Query(ge=0, description="byte offset to read from")] = None,
+    offset: Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="the last N lines instead")] = None,
 ) -> TrainingLogPublic:
-    _load(session, training_id)
+    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
     if offset is not None and tail is not None:
         raise HTTPException(422, "give offset or tail, not both")
     chunk = read_log(log_path(settings, training_id), offset=offset, tail=tail)

@@ -23,6 +23,10 @@ from pydantic import BaseModel
 from gpufleet.api.limits import SIGN_IN_PATH
 
 
+# Operations that may trace a config's memory (gpufleet.scheduling.memory_pool), so are rate-limited.
+ESTIMATING_OPERATIONS = frozenset({"gpus-recommend", "gpus-recommend-config", "gpus-validate"})
+
+
 class ErrorDetail(BaseModel):
     detail: str
 
@@ -136,8 +140,11 @@ def document_refusals(app: FastAPI) -> None:
                     continue
                 # NulGuard refuses U+0000 in any path, query or body, /healthz included.
                 extra: dict[str, dict[str, Any]] = {"422": ref("The request contains a NUL character")}
+                # HostGuard answers before any route, /healthz included.
+                host_refused = ref("The Host header names a host this server does not answer to")
                 if not (path.startswith("/api/") or is_gated(path)):
                     op["responses"].setdefault("422", extra["422"])
+                    op["responses"].setdefault("400", host_refused)
                     continue
                 if "requestBody" in op:
                     # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
@@ -146,6 +153,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
+                # HostGuard refuses a Host name the server does not answer to.
+                extra.setdefault("400", host_refused)
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
                     if method not in ("get", "head", "options") or (path, method) in role_checked:
@@ -159,6 +168,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["403"] = ref("Signing in from this Origin is not allowed")
                 if path == SIGN_IN_PATH or (path, method) in creators:
                     extra["429"] = ref("Over a rate limit or the queued-trainings cap")
+                if op.get("operationId") in ESTIMATING_OPERATIONS:
+                    extra["429"] = ref("Over the memory-estimate rate, or too many estimates waiting")
                 for code, spec in extra.items():
                     op["responses"].setdefault(code, spec)
         done[:] = [schema]
