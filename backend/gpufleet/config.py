@@ -151,6 +151,9 @@ class Settings(BaseSettings):
     checkpoint_root: Path | None = None
     collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
+    # On SIGTERM/SIGINT a worker asks each running training to checkpoint and
+    # waits this long before it kills what is left and exits.
+    stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 

@@ -18,6 +18,7 @@ import os
 import threading
 import uuid
 
+from celery.signals import worker_shutting_down
 from sqlalchemy import select
 
 from gpufleet.config import Settings, load_settings
@@ -46,8 +47,18 @@ def ensure_host(settings: Settings) -> uuid.UUID:
         return host.id
 
 
+def _on_shutting_down(**_: object) -> None:
+    # Celery's warm shutdown (SIGTERM, SIGINT) waits for running tasks; ask
+    # each one to checkpoint and requeue its training so that wait is short.
+    from gpufleet.jobs.supervisor import begin_shutdown
+
+    log.warning("stopping: asking running trainings to checkpoint and go back to the queue")
+    begin_shutdown()
+
+
 def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: ANN201
     app = make_celery(settings)
+    worker_shutting_down.connect(_on_shutting_down, weak=False)
 
     @app.task(name=TASK_RUN, ignore_result=True)
     def run_training(training_id: str) -> str:
@@ -85,16 +96,19 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     worker_id = f"{settings.host_name}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     app = build_app(settings, host_id, worker_id)
     slots = concurrency or max(4, 8 * settings.gpu.max_models_per_gpu)
+    argv = [
+        "worker",
+        "-Q", host_queue(settings.host_name),
+        "-n", f"gpufleet@{settings.host_name}",
+        "--pool", "threads",
+        "-c", str(slots),
+        "--without-gossip", "--without-mingle",
+        "-l", "INFO",
+    ]
+    if not settings.redis_url:
+        argv.append("--without-heartbeat")  # heartbeats are events: Redis only
     try:
-        app.worker_main([
-            "worker",
-            "-Q", host_queue(settings.host_name),
-            "-n", f"gpufleet@{settings.host_name}",
-            "--pool", "threads",
-            "-c", str(slots),
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-l", "INFO",
-        ])
+        app.worker_main(argv)
     finally:
         stop.set()
 
