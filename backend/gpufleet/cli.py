@@ -100,9 +100,11 @@ def serve(
         )
     finally:
         if worker_proc is not None and worker_proc.poll() is None:
+            # The worker asks each training to checkpoint and requeues it as
+            # interrupted; give it the whole grace (Ctrl-C reached it already).
             worker_proc.send_signal(signal.SIGTERM)
             try:
-                worker_proc.wait(timeout=15)
+                worker_proc.wait(timeout=settings.stop_grace_s + 15)
             except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
                 worker_proc.kill()
 

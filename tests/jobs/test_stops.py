@@ -149,9 +149,12 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     members = pids_in_group(group)
     w.proc.send_signal(sig)
     w.proc.wait(s.stop_grace_s + 30)
-    assert not any(alive(p) for p in members)
+    # Killed processes may take a moment to be reaped; none may keep running.
+    wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    assert members
     body = _get(c, tid)
-    assert body["status"] == "queued", body
+    # Back in the queue (the scheduler may already have placed it again on this host).
+    assert body["status"] in ("queued", "scheduled"), body
     assert body["restarts"] == 0 and body["attempt"] == 1
     assert body["last_checkpoint"] and body["last_checkpoint"].endswith(f"step-{body['step']}")
     retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
