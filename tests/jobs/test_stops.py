@@ -7,7 +7,10 @@ every moment at which launcher groups of more than one attempt were alive.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -18,9 +21,9 @@ from gpufleet.db.models import Host, TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select, update
 
-from .conftest import TINY_SAE, alive, make_settings, pids_in_group, register, unique, wait_for
+from .conftest import TINY_SAE, alive, free_port, make_settings, pids_in_group, register, unique, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+pytestmark = pytest.mark.slow
 
 FINAL = ("succeeded", "failed", "cancelled")
 
@@ -90,6 +93,8 @@ class AttemptWatch:
         self._thread.join(10)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_host(
         tmp_path, request, client_for, workers, scheduler):
     a = make_settings(tmp_path, "postgresql", request, lease_s=2.0, host_name=unique("host-a"))
@@ -131,6 +136,8 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
     assert _steps(a, tid) == list(range(1, 301))
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, request, client_for, workers,
                                                                     scheduler, sig):
@@ -170,3 +177,64 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     assert steps[: stopped_at] == list(range(1, stopped_at + 1))
     assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
     _wait(c, tid, FINAL, 60)
+
+
+def _serve(tmp_path: Path, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), GPUFLEET_SIMULATE="2xH100-80GB",
+               GPUFLEET_HOST_NAME="serve-host", GPUFLEET_LEASE_S="3")
+    # Its own session, like a terminal's foreground job: Ctrl-C reaches the whole group.
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(port)], env=env,
+                            stdout=open(tmp_path / f"serve-{port}.log", "ab"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
+    import httpx
+
+    port = free_port()
+    proc = _serve(tmp_path, port)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
+        r = httpx.post(f"{base}/trainings", json={"name": "serve-stop", "recipe": "sae", "config": cfg,
+                                                  "gpu_ids": [0, 1], "max_restarts": 0}, timeout=30)
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
+                        120, "progress", 0.2)
+        group = body["launcher_pid"]
+        assert pids_in_group(group)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        proc.wait(120)
+        wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    # The next start finds it queued as interrupted, with no restart used.
+    proc = _serve(tmp_path, port)
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer again")
+        retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
+                 if e["kind"] == "retry"]
+        assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+                        and x["status"] == "running" and x, 120, "the training to resume", 0.2)
+        assert body["restarts"] == 0
+        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
+        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
+                 "the cancel")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(120)
+
+
+def _healthy(base: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
