@@ -130,6 +130,15 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir)
     database_url: str | None = None
     redis_url: str | None = None
+    # Connections per process (PostgreSQL): the pool, what it may open beyond
+    # it, and how long a background job waits for one.
+    db_pool_size: int = Field(default=10, ge=1, le=1000)
+    db_max_overflow: int = Field(default=20, ge=0, le=1000)
+    db_pool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # API requests served at once per process; beyond it a request gets 429
+    # with Retry-After at once instead of waiting for a connection. None: the
+    # pool size plus overflow, less a few for the scheduler and the streams.
+    max_concurrent_requests: int | None = Field(default=None, ge=1, le=100000)
 
     # The API.
     host: str = "127.0.0.1"

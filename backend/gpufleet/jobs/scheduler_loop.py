@@ -16,7 +16,7 @@ import uuid
 from sqlalchemy import Connection, text
 
 from gpufleet.config import Settings
-from gpufleet.db.session import get_engine
+from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.recovery import recover_expired, resend_stale
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
@@ -60,7 +60,7 @@ class Leader:
             return True
         try:
             if self._conn is None:
-                conn = get_engine(self.settings.effective_database_url).connect()
+                conn = engine_for(self.settings).connect()
                 got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
                 conn.commit()
                 if not got:
