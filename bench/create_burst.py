@@ -141,8 +141,7 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
             GPUFLEET_SIMULATE="8xH100-80GB", GPUFLEET_HOST_NAME="burst-host",
             GPUFLEET_CREATE_RATE_PER_MINUTE="10000", GPUFLEET_MAX_QUEUED_PER_USER="100000",
         )
-        if capacity is not None:
-            env["GPUFLEET_MAX_CONCURRENT_REQUESTS"] = str(capacity)
+        env["GPUFLEET_MAX_CONCURRENT_REQUESTS"] = str(capacity or 0)
         gpufleet = [sys.executable, "-m", "gpufleet.cli"]
         token = subprocess.run([*gpufleet, "users", "add", "bench", "--role", "member", "--token"], env=env,
                                check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]

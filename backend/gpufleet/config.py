@@ -136,9 +136,10 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=20, ge=0, le=1000)
     db_pool_timeout_s: float = Field(default=30.0, gt=0, le=600)
     # API requests served at once per process; beyond it a request gets 429
-    # with Retry-After at once instead of waiting for a connection. None: the
-    # pool size plus overflow, less a few for the scheduler and the streams.
-    max_concurrent_requests: int | None = Field(default=None, ge=1, le=100000)
+    # with Retry-After at once instead of waiting for a connection. 0: the
+    # pool size plus overflow, less a few for the scheduler and the streams,
+    # and at most a few per core.
+    max_concurrent_requests: int = Field(default=0, ge=0, le=100000)
 
     # The API.
     host: str = "127.0.0.1"

@@ -37,7 +37,7 @@ REQUESTS_PER_CORE = 4
 
 def request_capacity(settings: Settings) -> int:
     """Requests served at once: the setting, else what the pool and the cores allow."""
-    if settings.max_concurrent_requests is not None:
+    if settings.max_concurrent_requests:
         return settings.max_concurrent_requests
     pool = settings.db_pool_size + settings.db_max_overflow - BACKGROUND_CONNECTIONS
     cores = REQUESTS_PER_CORE * (os.cpu_count() or 1)
