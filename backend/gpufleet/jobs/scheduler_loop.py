@@ -18,7 +18,7 @@ from sqlalchemy import Connection, text
 from gpufleet.config import Settings
 from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
-from gpufleet.jobs.recovery import recover_expired, resend_stale
+from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,17 @@ def tick(settings: Settings) -> PassResult:
     def send(tid: uuid.UUID, host: str) -> None:
         send_training(settings, tid, host)
 
-    # The queue first: a woken pass is usually a new training someone waits for.
-    result = schedule_pending(settings, send)
+    def send_or_remember(tid: uuid.UUID, host: str) -> None:
+        try:
+            send_training(settings, tid, host)
+        except Exception:
+            note_unsent(tid, host)  # sent again at every tick until the broker is back
+            raise
+
+    # What waited for the broker goes first: it was placed before anything new.
+    resend_unsent(settings, send)
+    # The queue next: a woken pass is usually a new training someone waits for.
+    result = schedule_pending(settings, send_or_remember)
     recover_expired(settings)
     resend_stale(settings, send)
     return result
