@@ -16,7 +16,7 @@ import pytest
 from gpufleet.api.security.users import add_user, create_token
 from gpufleet.db.models import Training
 from gpufleet.db.session import get_engine, session_scope
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from .conftest import free_port, make_settings, wait_for
 
@@ -24,6 +24,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 SECRET = "burst-secret-" + "x" * 40
 CONFIG = {"max_steps": 10, "global_batch_size": 16}
+
+
+def _forget(settings, owner: str) -> None:  # noqa: ANN001
+    """End this test's trainings: the session's database is shared, and its scheduler loops would place them."""
+    with session_scope(settings) as sess:
+        sess.execute(update(Training).where(Training.owner == owner, Training.status == "queued")
+                     .values(status="cancelled"))
 
 
 def _serve(settings):  # noqa: ANN001, ANN202
@@ -82,6 +89,7 @@ def test_burst_beyond_capacity_gets_429_with_retry_after_and_every_create_lands_
         rows = dict(sess.execute(select(Training.name, func.count()).where(Training.owner == user)
                                  .group_by(Training.name)).all())
     assert rows == {n: 1 for n in names}
+    _forget(s, user)
 
 
 def test_a_create_needs_one_connection(tmp_path, request):
@@ -105,3 +113,4 @@ def test_a_create_needs_one_connection(tmp_path, request):
         server.should_exit = True
         thread.join(10)
         get_engine.cache_clear()
+        _forget(s, user)
