@@ -168,7 +168,11 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
             creates, gets, wall = asyncio.run(_burst(base, token, n, reads, "burst"))
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
             log.close()
             kept = Path(tempfile.gettempdir()) / "gpufleet-create-burst-serve.log"
             kept.write_bytes((Path(tmp) / "serve.log").read_bytes())
