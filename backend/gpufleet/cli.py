@@ -109,9 +109,11 @@ def serve(
         )
     finally:
         if worker_proc is not None and worker_proc.poll() is None:
+            # The worker asks each training to checkpoint and requeues it as
+            # interrupted; give it the whole grace (Ctrl-C reached it already).
             worker_proc.send_signal(signal.SIGTERM)
             try:
-                worker_proc.wait(timeout=15)
+                worker_proc.wait(timeout=settings.stop_grace_s + 15)
             except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
                 worker_proc.kill()
 
@@ -161,8 +163,12 @@ def _register_this_host(settings: Settings) -> str:
     from gpufleet.devices import detect_gpus, detect_topology, log_gpu_topology
     from gpufleet.telemetry.inventory import register_host
 
-    inv = register_host(settings)
     gpus = detect_gpus(settings)
+    if not gpus and settings.redis_url:
+        # The API machine of a fleet: its workers register the GPU hosts; an
+        # empty host here would only show as a GPU host with no GPUs.
+        return f"host {settings.host_name}: no GPUs, so not registered as a GPU host (each GPU host runs `gpufleet worker`)"
+    inv = register_host(settings)
     log_gpu_topology(detect_topology(settings, gpus))
     if not gpus:
         return f"host {inv.host_name}: no GPUs found (trainings run on CPU; GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)"

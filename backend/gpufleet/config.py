@@ -131,6 +131,16 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=_default_data_dir)
     database_url: str | None = None
     redis_url: str | None = None
+    # Connections per process (PostgreSQL): the pool, what it may open beyond
+    # it, and how long a background job waits for one.
+    db_pool_size: int = Field(default=10, ge=1, le=1000)
+    db_max_overflow: int = Field(default=20, ge=0, le=1000)
+    db_pool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # API requests served at once per process; beyond it a request gets 429
+    # with Retry-After at once instead of waiting for a connection. 0: the
+    # pool size plus overflow, less a few for the scheduler and the streams,
+    # and at most a few per core.
+    max_concurrent_requests: int = Field(default=0, ge=0, le=100000)
 
     # The API.
     host: str = "127.0.0.1"
@@ -162,6 +172,9 @@ class Settings(BaseSettings):
     checkpoint_root: Path | None = None
     collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
+    # On SIGTERM/SIGINT a worker asks each running training to checkpoint and
+    # waits this long before it kills what is left and exits.
+    stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 

@@ -45,42 +45,6 @@ def _losses(settings, tid):
     return dict(rows)
 
 
-@pytest.mark.postgres
-@pytest.mark.redis
-def test_kill9_worker_resumes_from_checkpoint_without_orphans(tmp_path, request, client_for, workers, scheduler):
-    settings = make_settings(tmp_path, "postgresql", request, lease_s=2.0)
-    register(settings)
-    w1 = workers(settings)
-    scheduler(settings)
-    c = client_for(settings)
-    cfg = dict(TINY_SAE, max_steps=400, checkpoint_every=5)
-    tid = c.post("/api/v1/trainings", json={"name": "survivor", "recipe": "sae", "config": cfg,
-                                            "gpu_ids": [0, 1], "host": settings.host_name}).json()["id"]
-    body = wait_for(lambda: (b := _get(c, tid))["last_checkpoint"] and b["step"] >= 6 and b, 120,
-                    "a checkpoint", 0.2)
-    old_group = body["launcher_pid"]
-    assert pids_in_group(old_group)
-    w1.kill9()
-    # The launcher and its ranks outlive the worker (their own process group) ...
-    assert pids_in_group(old_group)
-    workers(settings)
-    # ... until a worker of this host starts again and kills them before taking work.
-    wait_for(lambda: not pids_in_group(old_group), 30, "the orphaned ranks to be killed")
-    body = _wait(c, tid, FINAL, 240)
-    assert body["status"] == "succeeded", body
-    assert body["restarts"] == 1 and body["attempt"] == 2 and body["step"] == 400
-    ev = _events(c, tid)
-    retry = [e for e in ev if e["kind"] == "retry"]
-    assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "lease"
-    assert "stopped renewing its lease" in retry[0]["reason"]
-    starts = [e for e in ev if e["kind"] == "info"]
-    assert len(starts) == 2
-    # The second attempt resumed: it did not start again from step 0.
-    losses = _losses(settings, tid)
-    assert sorted(losses) == list(range(1, 401))
-    assert not pids_in_group(body["launcher_pid"])
-
-
 def test_rank_failure_fails_fast_with_rank_and_error(tmp_path, client_for, workers, scheduler):
     settings = make_settings(tmp_path, "sqlite")
     register(settings)

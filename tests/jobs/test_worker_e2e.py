@@ -59,8 +59,10 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
         r = c.post("/api/v1/trainings", json={"name": "sae-ddp", "recipe": "sae", "config": TINY_SAE,
                                               "gpu_ids": [0, 1], "host": fleet_settings.host_name})
         if backend == "postgresql":
-            # A second one that runs longer than the broker's visibility timeout.
-            long_cfg = dict(TINY_SAE, max_steps=40, d_in=256, n_latents=4096, checkpoint_every=40)
+            # A second one that runs until the test has seen it outlast the
+            # broker's visibility timeout (then it is cancelled): long by its
+            # own condition, not by how slow this machine is.
+            long_cfg = dict(TINY_SAE, max_steps=1_000_000, checkpoint_every=1_000_000)
             long_id = c.post("/api/v1/trainings", json={"name": "long", "recipe": "sae", "config": long_cfg,
                                                         "world_size": 2, "host": fleet_settings.host_name}).json()["id"]
         assert r.status_code == 201, r.text
@@ -96,11 +98,19 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
             from gpufleet.jobs.celery_app import make_celery
 
             visibility = make_celery(fleet_settings).conf.broker_transport_options["visibility_timeout"]
-            long_body = _wait_status(c, long_id, FINAL, 420)
-            assert long_body["status"] == "succeeded" and long_body["attempt"] == 1
+            _wait_status(c, long_id, ("running",), 120)
+            running_since = time.monotonic()
+            # Running, with progress, for twice the visibility timeout: a redelivery had its chance.
+            wait_for(lambda: time.monotonic() - running_since > 2 * visibility and _get(c, long_id)["step"] > 0,
+                     4 * visibility + 120, "the long training to outlast the visibility timeout", 0.5)
+            long_body = _get(c, long_id)
+            assert long_body["status"] == "running" and long_body["attempt"] == 1
+            assert c.post(f"/api/v1/trainings/{long_id}/cancel").status_code == 200
+            long_body = _wait_status(c, long_id, FINAL, 60)
+            assert long_body["status"] == "cancelled" and long_body["attempt"] == 1
             ran = datetime.fromisoformat(long_body["finished_at"]) - datetime.fromisoformat(long_body["started_at"])
             assert ran.total_seconds() > visibility, (ran, visibility)
-            running = [e for e in _events(c, long_id) if e["status"] == "running"]
+            running = [e for e in _events(c, long_id) if e["kind"] == "status" and e["status"] == "running"]
             assert len(running) == 1  # executed exactly once
             assert proc_output().count("Task gpufleet.run_training") == 2 * 2  # received + succeeded, per training
     finally:

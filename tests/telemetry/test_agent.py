@@ -53,7 +53,10 @@ def test_history_fills_one_row_per_gpu_per_interval_and_training_rows_carry_its_
         fpid = simstate.add_foreign_process(s, 3, 2 * 1024**3, user="bob")
         t = threading.Thread(target=agent.run)
         t.start()
-        time.sleep(2.1)
+        # Seven rounds, however long the machine takes for them.
+        deadline = time.monotonic() + 60
+        while agent.rounds < 7 and time.monotonic() < deadline:
+            time.sleep(0.05)
         agent.stop_event.set()
         t.join(20)
         assert not t.is_alive()

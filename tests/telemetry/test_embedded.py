@@ -43,9 +43,15 @@ def test_serve_samples_streams_and_stores_simulated_gpus(tmp_path):
         # The product's middleware leaves uvicorn's send alone, so frames go straight to the socket.
         hub = app.state.live_stream.hub
         assert [c.raw is not None for c in hub.channels["aggregate"].subscribers] == [True]
-        time.sleep(1.5)  # the writer flushes every interval
-    with session_scope(s) as sess:
-        per_gpu = dict(sess.execute(select(GPUMetricsHistory.gpu_index, func.count())
-                                    .group_by(GPUMetricsHistory.gpu_index)).all())
+        # The writer flushes every interval; wait for four rounds stored, however long they take.
+        def stored() -> dict[int, int]:
+            with session_scope(s) as sess:
+                return dict(sess.execute(select(GPUMetricsHistory.gpu_index, func.count())
+                                         .group_by(GPUMetricsHistory.gpu_index)).all())
+
+        deadline = time.monotonic() + 60
+        while min(stored().values(), default=0) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    per_gpu = stored()
     assert sorted(per_gpu) == [0, 1, 2, 3] and len(set(per_gpu.values())) == 1 and per_gpu[0] >= 4
     LOCAL.clear()

@@ -69,7 +69,9 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
     t = threading.Thread(target=agent.run)
     t.start()
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while not (agent.writer is not None and agent.writer.stats.written_total > 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert agent.writer is not None and agent.writer.stats.written_total > 0
         failed_before = agent.writer.stats.failed_flushes
         _pg_ctl("stop", "-m", "fast", "-w")

@@ -167,7 +167,11 @@ def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
             for i in range(100):
                 publish(s, "big", 64, float(i + 1), pad=400)
                 time.sleep(0.04)
-            time.sleep(0.5)
+            # Until the reader has all 100 and the stuck client is dropped, however long that takes.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (
+                    len(updates(r.got, "host:big")) < 100 or hub.subscriber_count() != 2):
+                time.sleep(0.05)
             stop.set()
             t.join()
             stuck_gone = hub.subscriber_count() == 2

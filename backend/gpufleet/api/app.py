@@ -79,6 +79,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     from gpufleet.api.static import install_static
 
     install_static(app, settings)
+    from gpufleet.api.admission import install_admission
+
+    install_admission(app, settings)
     return app
 
 

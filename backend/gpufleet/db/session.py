@@ -50,12 +50,22 @@ def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
             conn.exec_driver_sql(mode)
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kw)
+    kw.setdefault("pool_size", 10)
+    kw.setdefault("max_overflow", 20)
+    return create_engine(url, pool_pre_ping=True, **kw)
 
 
 @lru_cache(maxsize=8)
-def get_engine(url: str) -> Engine:
-    return make_engine(url)
+def get_engine(url: str, pool_size: int = 10, max_overflow: int = 20, pool_timeout: float = 30.0) -> Engine:
+    if url.startswith("sqlite"):
+        return make_engine(url)
+    return make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout)
+
+
+def engine_for(settings: Settings) -> Engine:
+    """The process's engine for ``settings``, its pool sized by ``GPUFLEET_DB_POOL_*``."""
+    return get_engine(settings.effective_database_url, settings.db_pool_size, settings.db_max_overflow,
+                      settings.db_pool_timeout_s)
 
 
 def missing_sqlite_file(settings: Settings) -> Path | None:
@@ -73,7 +83,7 @@ def missing_sqlite_file(settings: Settings) -> Path | None:
 
 
 def session_factory(settings: Settings) -> sessionmaker[Session]:
-    return sessionmaker(get_engine(settings.effective_database_url), expire_on_commit=False)
+    return sessionmaker(engine_for(settings), expire_on_commit=False)
 
 
 @contextmanager
@@ -105,7 +115,7 @@ def write_session(settings: Settings) -> Iterator[Session]:
     up front, so writers queue instead. On PostgreSQL this is a plain
     session; row locks do the work there. Commits on success.
     """
-    engine = get_engine(settings.effective_database_url)
+    engine = engine_for(settings)
     with engine.connect() as conn:
         if settings.is_sqlite:
             # Read by the engine's "begin" hook (make_engine).
@@ -114,11 +124,28 @@ def write_session(settings: Settings) -> Iterator[Session]:
             yield sess
 
 
+@contextmanager
+def write_in(session: Session, settings: Settings) -> Iterator[Session]:
+    """Write through a request's own session: one connection per request, never two at once.
+
+    On PostgreSQL the session goes on in its transaction and commits at the
+    end. On SQLite the write needs ``BEGIN IMMEDIATE`` (see
+    :func:`write_session`), so the session's connection is given back first.
+    """
+    if settings.is_sqlite:
+        session.close()
+        with write_session(settings) as sess:
+            yield sess
+        return
+    with _committing(session) as sess:
+        yield sess
+
+
 def check_database(settings: Settings) -> None:
     """Connect once; raise ConfigError with one clear line when that fails."""
     url = settings.effective_database_url
     try:
-        with get_engine(url).connect() as conn:
+        with engine_for(settings).connect() as conn:
             conn.execute(text("SELECT 1"))
     except Exception as exc:  # noqa: BLE001 - any driver error means "cannot reach"
         shown = url.split("@")[-1] if "@" in url else url
@@ -151,7 +178,7 @@ def downgrade_database(settings: Settings, revision: str = "base") -> None:
 def current_revision(settings: Settings) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    with get_engine(settings.effective_database_url).connect() as conn:
+    with engine_for(settings).connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 

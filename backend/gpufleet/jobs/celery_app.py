@@ -2,6 +2,12 @@
 
 Celery only delivers "run training <id>" to the queue ``host.<name>`` of the
 host that owns the GPUs; the row in ``trainings`` holds every bit of state.
+
+``app`` (module level, built on first use from the ``GPUFLEET_*``
+environment) is what Celery's own tools find:
+``celery -A gpufleet.jobs.celery_app inspect ping|active|registered`` and
+``celery -A gpufleet.jobs.celery_app flower``. On Redis, workers send
+heartbeats and task events, so Flower lists workers and their tasks.
 """
 
 from __future__ import annotations
@@ -63,11 +69,27 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=False,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
-        worker_send_task_events=False,
+        # Events need a broadcast exchange: Redis has one; the embedded
+        # filesystem broker is for one machine and needs no monitor.
+        worker_send_task_events=bool(settings.redis_url),
+        task_send_sent_event=bool(settings.redis_url),
         task_default_queue="host.default",
         task_create_missing_queues=True,
     )
     return app
+
+
+def __getattr__(name: str) -> Celery:
+    # Built on first use, not at import: importing this module (the API does)
+    # must not read the environment or fail on a bad setting.
+    if name == "app":
+        from gpufleet.config import load_settings
+
+        global app
+        app = make_celery(load_settings())
+        app.set_current()
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _PRODUCERS: dict[tuple, Celery] = {}

@@ -50,6 +50,7 @@ class MetricsSink:
     def __init__(self, settings: Settings, t: Training, worker_id: str, progress: Path, host_name: str):
         self.settings = settings
         self.tid: uuid.UUID = t.id
+        self.attempt: int = t.attempt
         self.worker_id = worker_id
         self.host_name = host_name
         self.reader = ProgressReader(progress)
@@ -67,6 +68,7 @@ class MetricsSink:
         self._wrote_metrics = False
         self._last_line = time.monotonic()
         self._bus = None
+        self._checkpoint_step: int | None = None
 
     # -- setup -------------------------------------------------------------
 
@@ -127,6 +129,10 @@ class MetricsSink:
     def force_exit_code(self, code: int) -> None:
         self.forced_exit_code = code
 
+    def last_checkpoint_step(self) -> int | None:
+        """The step of the newest checkpoint this attempt reported, if any."""
+        return self._checkpoint_step
+
     def hung(self) -> bool:
         return time.monotonic() - self._last_line > self.hang_after_s
 
@@ -154,6 +160,8 @@ class MetricsSink:
                             {"rank": rank, "step_time_s": t, "others_median_s": med, "step": step})
         elif kind == "checkpoint":
             self._row["last_checkpoint"] = str(line.get("path"))
+            if line.get("step") is not None:
+                self._checkpoint_step = int(line["step"])
             self._event("checkpoint", f"checkpoint at step {line.get('step')}",
                         {"step": line.get("step"), "path": line.get("path")})
         elif kind == "peak_memory":
@@ -199,8 +207,9 @@ class MetricsSink:
                 values["lease_expires_at"] = utcnow() + timedelta(seconds=self.settings.lease_s)
             cancel = sess.execute(
                 update(Training)
+                # Fenced by the attempt: a newer attempt owns the row once it started.
                 .where(Training.id == self.tid, Training.status == "running",
-                       Training.lease_owner == self.worker_id)
+                       Training.lease_owner == self.worker_id, Training.attempt == self.attempt)
                 .values(**values)
                 .returning(Training.cancel_requested)
                 .execution_options(synchronize_session=False)

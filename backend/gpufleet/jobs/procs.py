@@ -5,6 +5,10 @@ worker writes ``<data_dir>/jobs/pids/<host>/<training_id>.json`` while a
 launcher runs; a file that is still there when a worker starts on that host
 belongs to a worker that died, and its group is killed before any new work is
 taken (so a resumed training never races an orphaned copy of itself).
+
+A group killed with SIGKILL takes multiprocessing's resource tracker with it,
+so the named semaphores of its ranks (``/dev/shm/sem.mp-*``) stay behind;
+:func:`sweep_semaphores` removes those no live process has open.
 """
 
 from __future__ import annotations
@@ -55,6 +59,61 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+SHM = Path("/dev/shm")
+# Younger than this, a semaphore may be in the middle of being handed to a child.
+SEMAPHORE_MIN_AGE_S = 2.0
+
+
+def _mapped_semaphores() -> set[int]:
+    """Inodes of ``/dev/shm`` files some live process has mapped (those we can see).
+
+    A POSIX semaphore is created under a temporary name, mapped, then linked to
+    its real name (``sem.mp-…``) and the temporary name removed, so a process's
+    maps show ``/dev/shm/sem.XXXXXX (deleted)`` for a semaphore that is very
+    much alive. Names prove nothing; the inode is what both names share.
+    """
+    inodes: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            maps = (entry / "maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            if "/dev/shm/" not in line:
+                continue
+            fields = line.split()
+            if len(fields) >= 5 and fields[4].isdigit():
+                inodes.add(int(fields[4]))
+    return inodes
+
+
+def sweep_semaphores(min_age_s: float = SEMAPHORE_MIN_AGE_S) -> list[str]:
+    """Remove this user's multiprocessing semaphores that no live process has open; returns their names."""
+    if not SHM.is_dir():
+        return []
+    try:
+        candidates = [p for p in SHM.glob("sem.mp-*") if p.stat().st_uid == os.geteuid()]
+    except OSError:
+        return []
+    if not candidates:
+        return []
+    in_use = _mapped_semaphores()
+    now = time.time()
+    removed = []
+    for p in candidates:
+        try:
+            st = p.stat()
+            if st.st_ino in in_use or now - st.st_mtime < min_age_s:
+                continue
+            p.unlink()
+            removed.append(p.name)
+        except OSError:
+            continue
+    return removed
+
+
 def stop_group(pgid: int, grace_s: float) -> None:
     """SIGTERM the group, wait up to ``grace_s``, then SIGKILL whatever is left."""
     if grace_s > 0:
@@ -71,6 +130,11 @@ def stop_group(pgid: int, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         return
+    # Its resource tracker died with it: what it would have unlinked is ours to remove.
+    deadline = time.monotonic() + 5
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sweep_semaphores(min_age_s=0.0)
 
 
 def kill_orphans(settings: Settings, host_name: str) -> list[str]:
@@ -92,4 +156,8 @@ def kill_orphans(settings: Settings, host_name: str) -> list[str]:
             stop_group(pgid, 0.0)
             killed.append(str(info.get("training_id")))
         f.unlink(missing_ok=True)
+    # Groups that died on their own (killed with their worker) left their semaphores too.
+    swept = sweep_semaphores()
+    if swept:
+        log.info("removed %d semaphore(s) left by killed launchers", len(swept))
     return killed

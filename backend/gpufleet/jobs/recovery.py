@@ -5,11 +5,14 @@ second. When the lease runs out (worker killed, host lost) the training is
 requeued to resume from its newest checkpoint, counting as a restart, or
 fails once its restarts are spent. A training scheduled long ago that no
 worker claimed has its task sent again; the claim makes a duplicate harmless.
+A training whose send failed (the broker was down) is sent again at every
+tick until it goes through, so it leaves within a tick of the broker's return.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -68,6 +71,42 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
 # Last re-send per training, in this process: the row keeps its own
 # scheduled_at so that "scheduled long ago" stays measurable.
 _LAST_SENT: dict[uuid.UUID, datetime] = {}
+# Trainings whose send failed in this process, and their host. Only the
+# scheduler loop's thread touches it.
+_UNSENT: dict[uuid.UUID, str] = {}
+
+
+def note_unsent(tid: uuid.UUID, host_name: str) -> None:
+    """Remember a training whose task could not be sent; :func:`resend_unsent` tries again."""
+    _UNSENT[tid] = host_name
+
+
+def resend_unsent(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
+    """Send the trainings whose send failed, while they are still scheduled; stop at the first failure."""
+    if not _UNSENT:
+        return []
+    with session_scope(settings) as sess:
+        still = dict(sess.execute(
+            select(Training.id, Host.name).join(Host, Host.id == Training.host_id)
+            .where(Training.id.in_(list(_UNSENT)), Training.status == "scheduled")
+        ).all())
+    sent = []
+    for tid in list(_UNSENT):
+        host_name = still.get(tid)
+        if host_name is None:  # claimed, cancelled or requeued meanwhile
+            _UNSENT.pop(tid, None)
+            continue
+        try:
+            send(tid, host_name)
+        except Exception:  # noqa: BLE001 - still down; the first failure was logged
+            log.debug("broker still unreachable; training %s waits to be sent", tid, exc_info=True)
+            break
+        _UNSENT.pop(tid, None)
+        _LAST_SENT[tid] = utcnow()
+        sent.append(tid)
+    if sent:
+        log.info("sent %d training(s) that waited for the broker", len(sent))
+    return sent
 
 
 def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
@@ -103,8 +142,14 @@ def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> 
             send(tid, host_name)
             _LAST_SENT[tid] = now
             sent.append(tid)
-        except Exception:  # noqa: BLE001 - the broker may be down; try again next time
-            log.warning("could not re-send training %s to host %s", tid, host_name, exc_info=True)
+        except Exception:  # noqa: BLE001 - the broker may be down; sent again once it is back
+            log.warning("could not re-send training %s to host %s: %s", tid, host_name, _first_line(sys.exc_info()[1]))
+            note_unsent(tid, host_name)
     for tid in [t for t, when in _LAST_SENT.items() if when < now - 2 * give_up]:
         _LAST_SENT.pop(tid, None)
     return sent
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

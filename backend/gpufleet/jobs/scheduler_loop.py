@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 
 from sqlalchemy import Connection, text
 
 from gpufleet.config import Settings
-from gpufleet.db.session import get_engine
+from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
-from gpufleet.jobs.recovery import recover_expired, resend_stale
+from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,51 @@ def tick(settings: Settings) -> PassResult:
     def send(tid: uuid.UUID, host: str) -> None:
         send_training(settings, tid, host)
 
-    # The queue first: a woken pass is usually a new training someone waits for.
-    result = schedule_pending(settings, send)
+    def send_or_remember(tid: uuid.UUID, host: str) -> None:
+        try:
+            send_training(settings, tid, host)
+        except Exception:
+            note_unsent(tid, host)  # sent again at every tick until the broker is back
+            raise
+
+    # What waited for the broker goes first: it was placed before anything new.
+    resend_unsent(settings, send)
+    # The queue next: a woken pass is usually a new training someone waits for.
+    result = schedule_pending(settings, send_or_remember)
     recover_expired(settings)
     resend_stale(settings, send)
     return result
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Outage:
+    """Logs a failing state once when it starts and once when it ends (with its duration).
+
+    The loop retries every tick; logging each retry (with a traceback) filled
+    hundreds of kilobytes a minute during a database outage.
+    """
+
+    def __init__(self, what: str, *, trace: bool = False):
+        self.what = what
+        self.trace = trace  # the first failure's traceback: a bug shows where it is
+        self.since: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            log.warning("%s: %s (retrying every %.1fs; logged again when it recovers)",
+                        self.what, _first_line(exc), TICK_S, exc_info=self.trace or log.isEnabledFor(logging.DEBUG))
+        else:
+            log.debug("%s still: %s", self.what, _first_line(exc))
+
+    def ok(self, recovered: str) -> None:
+        if self.since is not None:
+            log.warning("%s after %.1fs", recovered, time.monotonic() - self.since)
+            self.since = None
 
 
 class Leader:
@@ -54,13 +95,14 @@ class Leader:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._conn: Connection | None = None
+        self.outage = Outage("scheduler leadership lost")
 
     def acquire(self) -> bool:
         if self.settings.is_sqlite:
             return True
         try:
             if self._conn is None:
-                conn = get_engine(self.settings.effective_database_url).connect()
+                conn = engine_for(self.settings).connect()
                 got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ADVISORY_KEY}).scalar()
                 conn.commit()
                 if not got:
@@ -71,9 +113,10 @@ class Leader:
                 # A lock lives as long as its connection; prove it still does.
                 self._conn.execute(text("SELECT 1"))
                 self._conn.commit()
+            self.outage.ok("scheduler leadership regained")
             return True
-        except Exception:  # noqa: BLE001 - lost connection: let another process lead
-            log.warning("scheduler leadership lost", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - lost connection: let another process lead
+            self.outage.failed(exc)
             self.release()
             return False
 
@@ -91,13 +134,15 @@ class Leader:
 
 def _run(settings: Settings, stop: threading.Event) -> None:
     leader = Leader(settings)
+    ticks = Outage("scheduler ticks fail", trace=True)
     try:
         while not stop.is_set():
             if leader.acquire():
                 try:
                     tick(settings)
-                except Exception:  # noqa: BLE001 - one bad round must not end scheduling
-                    log.exception("scheduler tick failed")
+                    ticks.ok("scheduler ticks work again")
+                except Exception as exc:  # noqa: BLE001 - one bad round must not end scheduling
+                    ticks.failed(exc)
             _WAKE.wait(TICK_S)
             _WAKE.clear()
     finally:

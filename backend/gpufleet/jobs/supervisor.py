@@ -4,14 +4,27 @@ The Celery task calls :func:`run_attempt`. The launcher runs as a subprocess
 in its own session (process group), never through ``mp.spawn`` inside the
 Celery process: pool children are daemonic and may not have children, and a
 process group lets cancel kill every rank with one signal.
+
+The launcher is tied to this worker by a pipe (``--parent-fd``): if the
+worker dies, even by SIGKILL, the launcher and its ranks exit at once. Every
+write of an attempt names its attempt number, so an attempt whose lease ran
+out writes nothing once a newer one has started (checkpoints are fenced the
+same way, by ``<checkpoint_dir>/fence.json``).
+
+When the worker is asked to stop (SIGTERM, SIGINT: :func:`begin_shutdown`)
+each running training is asked to checkpoint, given up to
+``settings.stop_grace_s``, and put back in the queue as ``interrupted``
+(not a failure, no restart used).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -29,6 +42,7 @@ from gpufleet.jobs import outcome, procs, script_attempt
 from gpufleet.jobs.lifecycle import get_training, transition
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.training.fence import write_fence
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +51,14 @@ POLL_S = 0.1
 # SIGTERM first so rank 0 may checkpoint; the group is killed after this.
 CANCEL_GRACE_S = 2.0
 SIM_RANK_MEMORY = 512 * 2**20
+
+# Set when this worker is stopping: every supervised training checkpoints and goes back to the queue.
+_STOPPING = threading.Event()
+
+
+def begin_shutdown() -> None:
+    """Ask every training this process supervises to checkpoint and stop (idempotent)."""
+    _STOPPING.set()
 
 
 def checkpoint_dir(settings: Settings, training_id: uuid.UUID) -> Path:
@@ -114,7 +136,10 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: 
         collective_timeout_s=settings.collective_timeout_s * 2**timeouts,
         training_id=str(t.id),
         simulated=simulated,
-        stop_grace_s=CANCEL_GRACE_S,
+        # A cancel kills the group after CANCEL_GRACE_S anyway; a stopping
+        # worker gives its ranks the whole grace to checkpoint.
+        stop_grace_s=settings.stop_grace_s,
+        attempt=t.attempt,
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
@@ -122,23 +147,35 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: 
 
 
 def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
-           module: str = "gpufleet.training.launch", env: dict[str, str] | None = None) -> subprocess.Popen:
+           module: str = "gpufleet.training.launch", env: dict[str, str] | None = None,
+           ) -> tuple[subprocess.Popen, int]:
+    """Start a launcher; returns it and the write end of its lifeline (close it once it exited)."""
     # The telemetry agent recognises a training's processes by this variable
     # (the ranks inherit it), so they never count as foreign load.
     if env is None:
         from gpufleet.jobs.environment import training_environment  # an allow-list: no server secrets
 
         env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", module, str(spec_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,  # own process group: one killpg reaches every rank
-        env=env,
-    )
+    # Only this process holds the write end (close_fds keeps it from every
+    # other child), so the launcher reads EOF exactly when this worker is gone.
+    lifeline_r, lifeline_w = os.pipe()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", module, str(spec_path), "--parent-fd", str(lifeline_r)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # own process group: one killpg reaches every rank
+            pass_fds=(lifeline_r,),
+            env=env,
+        )
+    except BaseException:
+        os.close(lifeline_w)
+        raise
+    finally:
+        os.close(lifeline_r)
     pump(proc.stdout, log_file)  # type: ignore[arg-type]
-    return proc
+    return proc, lifeline_w
 
 
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
@@ -162,15 +199,15 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
     earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
-    if t.kind == "script":
-        sink.fill_from_earlier(earlier)
-    else:
-        sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
     try:
+        # From here on a launcher of an older attempt may not put a checkpoint in place.
+        write_fence(checkpoint_dir(settings, tid), t.attempt)
         if t.kind == "script":
-            proc = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
+            sink.fill_from_earlier(earlier)
+            proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
         else:
-            proc = launch(spec_path, logf, tid)
+            sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
+            proc, lifeline = launch(spec_path, logf, tid)
     except OSError as exc:
         logf.line(f"[gpufleet] cannot start the launcher: {exc}")
         logf.close()
@@ -180,13 +217,22 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     _register_sim(settings, t, proc.pid, simulated)
     with write_session(settings) as sess:
-        sess.execute(update(Training).where(Training.id == tid).values(launcher_pid=proc.pid)
+        sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
+    stop_deadline: float | None = None
     last_ok = time.monotonic()
     try:
         while proc.poll() is None:
             time.sleep(POLL_S)
+            if _STOPPING.is_set() and stop_deadline is None and not cancelled:
+                stop_deadline = time.monotonic() + settings.stop_grace_s
+                logf.line(f"[gpufleet] the worker is stopping; asking the training to checkpoint "
+                          f"(up to {settings.stop_grace_s:.0f}s)")
+                _signal_group(pgid, signal.SIGTERM)
+            if stop_deadline is not None and time.monotonic() > stop_deadline:
+                logf.line("[gpufleet] the training did not stop within the grace; killing it")
+                procs.stop_group(pgid, 0.0)
             try:
                 state = sink.pump()
                 last_ok = time.monotonic()
@@ -215,6 +261,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     finally:
         procs.stop_group(pgid, 0.0)  # leftover ranks of a launcher that died first
         code = proc.wait()
+        os.close(lifeline)
         _unregister_sim(settings, t, proc.pid, simulated)
         procs.remove_pidfile(settings, host_name, tid)
         try:
@@ -241,16 +288,35 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
+    if stop_deadline is not None and decision.status not in ("succeeded", "cancelled"):
+        step = sink.last_checkpoint_step()
+        where = f"from its checkpoint at step {step}" if step is not None else "from the start"
+        decision = outcome.Decision(
+            "queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
+                      "(not counted as a restart)", retry_kind="interrupted")
     _finish(settings, t, worker_id, decision, code)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)
     return decision.status
 
 
+def attempt_fence(t: Training, worker_id: str) -> list[Any]:
+    """The WHERE that lets only this attempt, while it holds the lease, write the row."""
+    return [Training.id == t.id, Training.status == "running", Training.lease_owner == worker_id,
+            Training.attempt == t.attempt]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None) -> None:
     """Write the end of the attempt; the reservation ends in the same transaction."""
     with write_session(settings) as sess:
-        mine = [Training.lease_owner == worker_id]
+        mine = [Training.lease_owner == worker_id, Training.attempt == t.attempt]
         if d.status != "queued":
             transition(sess, t.id, ["running"], d.status, reason=d.reason, extra_where=mine,
                        exit_code=code, cancel_requested=False, data={"exit_code": code})

@@ -18,6 +18,7 @@ import os
 import threading
 import uuid
 
+from celery.signals import worker_shutting_down
 from sqlalchemy import select
 
 from gpufleet.config import Settings, load_settings
@@ -46,8 +47,33 @@ def ensure_host(settings: Settings) -> uuid.UUID:
         return host.id
 
 
+def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
+    from gpufleet.telemetry.agent import HEARTBEAT_S
+    from gpufleet.telemetry.inventory import heartbeat
+
+    failing = False
+    while not stop.wait(HEARTBEAT_S):
+        try:
+            heartbeat(settings)
+            failing = False
+        except Exception:  # noqa: BLE001 - the database may be away; say so once
+            if not failing:
+                log.warning("cannot write this host's heartbeat; retrying", exc_info=True)
+            failing = True
+
+
+def _on_shutting_down(**_: object) -> None:
+    # Celery's warm shutdown (SIGTERM, SIGINT) waits for running tasks; ask
+    # each one to checkpoint and requeue its training so that wait is short.
+    from gpufleet.jobs.supervisor import begin_shutdown
+
+    log.warning("stopping: asking running trainings to checkpoint and go back to the queue")
+    begin_shutdown()
+
+
 def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: ANN201
     app = make_celery(settings)
+    worker_shutting_down.connect(_on_shutting_down, weak=False)
 
     @app.task(name=TASK_RUN, ignore_result=True)
     def run_training(training_id: str) -> str:
@@ -86,21 +112,31 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
             from gpufleet.telemetry.agent import start_agent
 
             start_agent(settings, stop)
+            agent_started = True
         except ImportError:
             log.warning("the telemetry agent is not available; running without it")
+            agent_started = False
+    if not agent or not agent_started:
+        # Without the agent this host would read as offline once its heartbeat
+        # is stale; a worker that can take trainings keeps it fresh itself.
+        threading.Thread(target=_heartbeat_loop, args=(settings, stop), name="gpufleet-heartbeat",
+                         daemon=True).start()
     worker_id = f"{settings.host_name}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     app = build_app(settings, host_id, worker_id)
     slots = concurrency or max(4, 8 * settings.gpu.max_models_per_gpu)
+    argv = [
+        "worker",
+        "-Q", host_queue(settings.host_name),
+        "-n", f"gpufleet@{settings.host_name}",
+        "--pool", "threads",
+        "-c", str(slots),
+        "--without-gossip", "--without-mingle",
+        "-l", "INFO",
+    ]
+    if not settings.redis_url:
+        argv.append("--without-heartbeat")  # heartbeats are events: Redis only
     try:
-        app.worker_main([
-            "worker",
-            "-Q", host_queue(settings.host_name),
-            "-n", f"gpufleet@{settings.host_name}",
-            "--pool", "threads",
-            "-c", str(slots),
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-l", "INFO",
-        ])
+        app.worker_main(argv)
     finally:
         stop.set()
 

@@ -9,7 +9,7 @@ the plain dataclasses to the pure functions in ``availability``,
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from statistics import median
 
 from sqlalchemy import select
@@ -62,6 +62,16 @@ def _stale_after_s(settings: Settings) -> float:
         HEARTBEAT_S = 10.0  # noqa: N806
     # Three missed heartbeats, and never less than half a minute.
     return max(3 * float(HEARTBEAT_S), 30.0, 5 * settings.sample_interval_s)
+
+
+def host_offline(status: str | None, last_heartbeat: datetime | None, settings: Settings,
+                 now: datetime | None = None) -> bool:
+    """A host is offline when marked so, or when its heartbeat is older than a few intervals."""
+    if (status or "").lower() in _OFFLINE:
+        return True
+    if last_heartbeat is None:
+        return False  # registered, never beat yet: the first heartbeat comes with the first round
+    return (now or utcnow()) - last_heartbeat > timedelta(seconds=_stale_after_s(settings))
 
 
 def policy_from_settings(settings: Settings) -> AvailabilityPolicy:

@@ -148,7 +148,7 @@ def _schedule_one(
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
         return None, None, None, []
-    hosts = _candidate_hosts(sess, t)
+    hosts = _candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (
             f"host {t.requested_host} is not known to the fleet" if t.requested_host
@@ -170,13 +170,18 @@ def _schedule_one(
     return None, reason, None, []
 
 
-def _candidate_hosts(sess: Session, t: Training) -> list[Host]:
+def _candidate_hosts(sess: Session, settings: Settings, t: Training) -> list[Host]:
     if t.host_id is not None:
         stmt = select(Host).where(Host.id == t.host_id)
     elif t.requested_host:
         stmt = select(Host).where(Host.name == t.requested_host)
     else:
         stmt = select(Host).where(Host.status == "online").order_by(Host.name)
+        # The server chooses: never a host whose heartbeat stopped (no worker is there).
+        from gpufleet.scheduling.inputs import host_offline
+
+        hosts = list(sess.execute(stmt).scalars())
+        return [h for h in hosts if not host_offline(h.status, h.last_heartbeat, settings)]
     return list(sess.execute(stmt).scalars())
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select, text
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host
-from gpufleet.db.session import get_engine
+from gpufleet.db.session import engine_for
 from gpufleet.telemetry.retention import sqlite_ts
 
 MAX_POINTS = 5000
@@ -232,7 +232,7 @@ def query_history(settings: Settings, q: HistoryQuery, *, engine: Engine | None 
     minutes are rolled up a few minutes late), merging the bucket that holds
     both; finer buckets come from raw samples only.
     """
-    engine = engine or get_engine(settings.effective_database_url)
+    engine = engine or engine_for(settings)
     now = now or datetime.now(timezone.utc)
     by_id, _ = _resolve_hosts(engine, q)
     name_to_id = {v: k for k, v in by_id.items()}

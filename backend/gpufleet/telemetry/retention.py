@@ -23,7 +23,7 @@ from datetime import date, datetime, timedelta, timezone
 from sqlalchemy import Connection, Engine, text
 
 from gpufleet.config import Settings
-from gpufleet.db.session import get_engine
+from gpufleet.db.session import engine_for
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class RetentionResult:
 def expire(settings: Settings, *, now: datetime | None = None, engine: Engine | None = None,
            chunk: int = 5000) -> RetentionResult:
     """Drop raw samples older than ``retention_days`` and rollups older than ``rollup_retention_days``."""
-    engine = engine or get_engine(settings.effective_database_url)
+    engine = engine or engine_for(settings)
     now = now or datetime.now(timezone.utc)
     raw_cutoff = now - timedelta(days=settings.retention_days)
     rollup_cutoff = now - timedelta(days=settings.rollup_retention_days)
@@ -212,7 +212,7 @@ def maintain(settings: Settings, *, now: datetime | None = None,
     minute, so rows that arrive late (buffered through a database outage of
     up to that long) are counted; the upsert makes recomputing harmless.
     """
-    engine = get_engine(settings.effective_database_url)
+    engine = engine_for(settings)
     now = now or datetime.now(timezone.utc)
     if engine.dialect.name != "postgresql":
         _maintain(settings, engine, now, lookback)

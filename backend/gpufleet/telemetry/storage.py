@@ -25,7 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from gpufleet.config import Settings
 from gpufleet.db.models import GPUMetricsHistory
-from gpufleet.db.session import get_engine
+from gpufleet.db.session import engine_for
 from gpufleet.telemetry.sample import GPUSample
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class MetricsWriter:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            self._engine = get_engine(self.settings.effective_database_url)
+            self._engine = engine_for(self.settings)
         return self._engine
 
     def add(self, samples: list[GPUSample]) -> None:

@@ -25,8 +25,19 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from gpufleet.training import fence
+
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 META = "meta.json"
+
+# The attempt this process writes for (set by the launcher); None outside gpufleet's jobs.
+_ATTEMPT: int | None = None
+
+
+def set_attempt(attempt: int | None) -> None:
+    """Fence this process's checkpoint writes by ``attempt`` (see ``training.fence``)."""
+    global _ATTEMPT
+    _ATTEMPT = attempt
 
 
 def list_checkpoints(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
@@ -37,7 +48,7 @@ def list_checkpoints(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
     out = []
     for p in d.iterdir():
         m = _STEP_DIR.match(p.name)
-        if m and (p / META).is_file():
+        if m and (p / META).is_file() and not _newer_attempt(p):
             out.append((int(m.group(1)), p))
     return sorted(out)
 
@@ -45,6 +56,17 @@ def list_checkpoints(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
 def newest_checkpoint(ckpt_dir: str | Path) -> Path | None:
     found = list_checkpoints(ckpt_dir)
     return found[-1][1] if found else None
+
+
+def _newer_attempt(path: Path) -> bool:
+    """Written by an attempt newer than this one: this process is fenced and must not resume it."""
+    if _ATTEMPT is None:
+        return False
+    try:
+        written_by = json.loads((path / META).read_text()).get("attempt")
+    except (OSError, ValueError):
+        return True
+    return written_by is not None and int(written_by) > _ATTEMPT
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
@@ -87,16 +109,24 @@ def write_checkpoint(ckpt_dir: str | Path, step: int, *, model_state: dict, opti
         _save(model_state, tmp / "model.pt")
         _save(optim_state, tmp / "optimizer.pt")
         _save(train_state, tmp / "state.pt")
-        meta = {**meta, "step": step, "written_at": time.time(),
+        meta = {**meta, "step": step, "written_at": time.time(), "attempt": _ATTEMPT,
                 "files": ["model.pt", "optimizer.pt", "state.pt"]}
         (tmp / META).write_text(json.dumps(meta, indent=2))
         _fsync_dir(tmp)
+        fence.check(root, _ATTEMPT)
         if final.exists():  # the same step written again after a resume
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        # A newer attempt that started between the check and the rename must
+        # never find this folder: take it back.
+        fence.check(root, _ATTEMPT)
+    except fence.FencedError:
+        shutil.rmtree(final, ignore_errors=True)
         raise
     prune_checkpoints(root, keep)
     return final

@@ -9,6 +9,10 @@ to ``spec.progress_file`` and exits with a code from ``exitcodes``.
 - SIGTERM/SIGINT: ranks agree to stop at their next report, checkpoint and
   exit (code 14); after ``stop_grace_s`` (or a second signal) they are killed.
 - Ranks die with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
+- ``--parent-fd N``: the read end of a pipe whose write end only the worker
+  holds. When the worker dies (even by SIGKILL) the pipe reads EOF and the
+  launcher exits at once, taking its ranks with it: a training never runs on
+  after its supervisor, while its lease expires and another attempt starts.
 
 This module is torch-free at import time on purpose: torch is imported only
 after ``CUDA_VISIBLE_DEVICES`` is set.
@@ -68,6 +72,25 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def watch_parent(fd: int) -> None:
+    """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
+    import threading
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 64):
+                pass
+        except OSError:
+            pass
+        print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
+              file=sys.stderr, flush=True)
+        # No checkpoint: the lease is lost, and a newer attempt owns the folder
+        # soon. The ranks get SIGKILL from PR_SET_PDEATHSIG when this exits.
+        os._exit(exitcodes.INTERRUPTED)
+
+    threading.Thread(target=watch, name="gpufleet-parent-watch", daemon=True).start()
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
@@ -78,6 +101,9 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     """One rank, in its own spawned process."""
     _die_with_parent()
     requested = {"stop": False}
+    from gpufleet.training import checkpoint
+
+    checkpoint.set_attempt(payload["spec"].get("attempt"))
 
     def on_signal(signum: int, frame: Any) -> None:
         requested["stop"] = True
@@ -245,8 +271,10 @@ def _end_fields(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_inprocess(spec, recipe, config, run_devices, progress, state_dir) -> tuple[int, dict[str, Any]]:
+    from gpufleet.training import checkpoint
     from gpufleet.training.trainer import Trainer
 
+    checkpoint.set_attempt(spec.attempt)
     flag = _StopFlag()
     previous = flag.install()
     trainer = Trainer(recipe, config, devices=run_devices, rank=0, checkpoint_dir=spec.checkpoint_dir,
@@ -330,10 +358,16 @@ def _kill_all(procs: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parent_fd = None
+    if len(argv) == 3 and argv[1] == "--parent-fd" and argv[2].isdigit():
+        parent_fd = int(argv[2])
+        argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m gpufleet.training.launch SPEC.json", file=sys.stderr)
+        print("usage: python -m gpufleet.training.launch SPEC.json [--parent-fd N]", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
+    if parent_fd is not None:
+        watch_parent(parent_fd)
     try:
         spec = LaunchSpec.read(argv[0])
     except ConfigError as exc:

@@ -61,6 +61,9 @@ class LaunchSpec:
     simulated: bool = False
     # How long ranks get to checkpoint after SIGTERM before they are killed.
     stop_grace_s: float = 60.0
+    # The attempt number this launch runs for: its checkpoint writes are fenced
+    # by it (a newer attempt's fence in checkpoint_dir stops them).
+    attempt: int | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:

@@ -357,13 +357,23 @@ def run(spec: ScriptSpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    parent_fd = None
+    if len(args) == 3 and args[1] == "--parent-fd" and args[2].isdigit():
+        parent_fd = int(args[2])
+        args = args[:1]
     if len(args) != 1:
-        print("usage: python -m gpufleet.trainings.script_launch SPEC.json", file=sys.stderr)
+        print("usage: python -m gpufleet.trainings.script_launch SPEC.json [--parent-fd N]", file=sys.stderr)
         return ec.LAUNCHER_ERROR
     parent = os.getppid()
     die_with_parent()
     if os.getppid() != parent:  # the parent ended before the request took effect
         return ec.LAUNCHER_ERROR
+    if parent_fd is not None:
+        # The worker's lifeline (as for recipes): EOF means the worker is gone,
+        # and the ranks follow this process through their parent-death signal.
+        from gpufleet.training.launch import watch_parent
+
+        watch_parent(parent_fd)
     try:
         spec = ScriptSpec.read(Path(args[0]))
     except (OSError, ValueError, TypeError) as exc:

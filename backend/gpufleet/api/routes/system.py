@@ -125,11 +125,17 @@ def undrain_gpu(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user
 
 
 @router.get("/hosts", response_model=HostsPublic, operation_id="hosts-list")
-def list_hosts(sess: SessionDep) -> HostsPublic:
+def list_hosts(sess: SessionDep, settings: SettingsDep) -> HostsPublic:
+    from gpufleet.scheduling.inputs import host_offline
+
     counts = dict(sess.execute(select(GPU.host_id, func.count()).group_by(GPU.host_id)).all())
     hosts = sess.scalars(select(Host).order_by(Host.name)).all()
     data = [
-        HostPublic.model_validate(h, from_attributes=True).model_copy(update={"gpu_count": counts.get(h.id, 0)})
+        HostPublic.model_validate(h, from_attributes=True).model_copy(update={
+            "gpu_count": counts.get(h.id, 0),
+            # A host whose heartbeat stopped is offline, whatever its row last said.
+            "status": "offline" if host_offline(h.status, h.last_heartbeat, settings) else h.status,
+        })
         for h in hosts
     ]
     return HostsPublic(data=data, count=len(data))

@@ -45,7 +45,7 @@ from gpufleet.db.models import (
     TrainingEvent,
     TrainingMetric,
 )
-from gpufleet.db.session import write_session
+from gpufleet.db.session import write_in
 from gpufleet.jobs import service
 from gpufleet.jobs.logs import log_path, read_log
 
@@ -106,16 +106,6 @@ def _public(sess: Session, t: Training) -> TrainingPublic:
     return _publics(sess, [t])[0]
 
 
-def _release(session: Session) -> None:
-    """Give back the request session's connection before the write transaction.
-
-    The auth and rate-limit checks read through it; holding that connection
-    while waiting for a second one would let a burst of requests exhaust
-    the pool with every request waiting on another.
-    """
-    session.close()
-
-
 def _wake() -> None:
     from gpufleet.jobs.scheduler_loop import wake
 
@@ -131,10 +121,11 @@ def create_training(
         ensure_can_run_code(session, user)
     elif body.recipe is None:
         raise HTTPException(422, "recipe: a training of kind 'recipe' needs the recipe's name")
-    _release(session)
     try:
         req = service.TrainingRequest(**{**body.model_dump(), "recipe": body.recipe or "script"})
-        with write_session(settings) as sess:
+        # The request's own session (the auth and rate-limit checks read
+        # through it): a burst never holds one connection while waiting for another.
+        with write_in(session, settings) as sess:
             [row] = service.create_trainings(sess, settings, [req], user.name)
             out = _public(sess, row)
     except service.TrainingRequestError as exc:
@@ -152,7 +143,6 @@ def create_batch(
 
     What does not fit now waits in the queue; nothing is dropped.
     """
-    _release(session)
     batch_id = uuid.uuid4().hex[:12]
     try:
         reqs = [
@@ -163,7 +153,7 @@ def create_batch(
             )
             for item in body.items
         ]
-        with write_session(settings) as sess:
+        with write_in(session, settings) as sess:
             rows = service.create_trainings(sess, settings, reqs, user.name,
                                             selection={"strategy": body.strategy, "batch": batch_id})
             data = _publics(sess, rows)
@@ -221,9 +211,8 @@ def cancel_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: MemberUser
 ) -> TrainingPublic:
     ensure_can_cancel(user, _load(session, training_id).owner)
-    _release(session)
     try:
-        with write_session(settings) as sess:
+        with write_in(session, settings) as sess:
             t = service.cancel(sess, training_id, user.name)
             out = _public(sess, t)
     except service.TrainingRequestError as exc:

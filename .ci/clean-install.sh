@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A clean install runs a fleet worker: install gpufleet alone (no test extras)
+# into a fresh venv, start `gpufleet worker` on the CI Redis and PostgreSQL,
+# and wait until it answers `celery inspect ping` (and lists its task).
+# A dependency that only the test extras happened to bring fails here.
+#   bash .ci/clean-install.sh WORKDIR   (needs GPUFLEET_TEST_DATABASE_URL, GPUFLEET_TEST_REDIS_URL)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:?usage: .ci/clean-install.sh WORKDIR}
+: "${GPUFLEET_TEST_DATABASE_URL:?start the services first (.ci/services.sh)}"
+: "${GPUFLEET_TEST_REDIS_URL:?start the services first (.ci/services.sh)}"
+venv="$work/clean-venv"
+rm -rf "$venv"
+python3 -m venv "$venv"
+# As scripts/install.sh does: torch first, pinned, then the package itself.
+"$venv/bin/pip" install --quiet "torch==2.13.0"
+"$venv/bin/pip" install --quiet -e .
+
+db="gpufleet_clean_$$"
+base=${GPUFLEET_TEST_DATABASE_URL%/*}
+"$venv/bin/python" - "$base/postgres" "$db" <<'PY'
+import sys
+from sqlalchemy import create_engine, text
+engine = create_engine(sys.argv[1], isolation_level="AUTOCOMMIT")
+with engine.connect() as conn:
+    conn.execute(text(f'DROP DATABASE IF EXISTS "{sys.argv[2]}"'))
+    conn.execute(text(f'CREATE DATABASE "{sys.argv[2]}"'))
+PY
+export GPUFLEET_DATABASE_URL="$base/$db" GPUFLEET_REDIS_URL="$GPUFLEET_TEST_REDIS_URL"
+export GPUFLEET_DATA_DIR="$work/clean-data" GPUFLEET_SIMULATE=1xH100-80GB
+host="ci-clean-$$"
+"$venv/bin/gpufleet" db upgrade
+"$venv/bin/gpufleet" worker --host-name "$host" --no-agent >"$work/clean-worker.log" 2>&1 &
+worker=$!
+cleanup() {
+  kill -TERM "$worker" 2>/dev/null || true
+  wait "$worker" 2>/dev/null || true
+}
+trap cleanup EXIT
+ok=""
+for _ in $(seq 1 60); do
+  if ! kill -0 "$worker" 2>/dev/null; then
+    echo "clean install: the worker exited:" >&2
+    cat "$work/clean-worker.log" >&2
+    exit 1
+  fi
+  if "$venv/bin/celery" -A gpufleet.jobs.celery_app inspect ping -d "gpufleet@$host" --timeout 2 >/dev/null 2>&1; then
+    ok=1
+    break
+  fi
+  sleep 1
+done
+if [ -z "$ok" ]; then
+  echo "clean install: the worker never answered celery inspect ping:" >&2
+  cat "$work/clean-worker.log" >&2
+  exit 1
+fi
+registered=$("$venv/bin/celery" -A gpufleet.jobs.celery_app inspect registered -d "gpufleet@$host" --timeout 5)
+if ! grep -q gpufleet.run_training <<<"$registered"; then
+  echo "clean install: the worker does not list gpufleet.run_training:" >&2
+  echo "$registered" >&2
+  exit 1
+fi
+echo "clean install: gpufleet worker on Redis answers celery inspect ping and lists gpufleet.run_training"

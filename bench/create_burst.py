@@ -1,0 +1,230 @@
+"""A burst of training creations against a real `gpufleet serve` on PostgreSQL, sign-in on.
+
+    python bench/create_burst.py --n 500 --reads 100
+
+N clients POST /api/v1/trainings at once (and R clients list trainings at the
+same time), each with its own name. A client that gets 429 waits its
+``Retry-After`` and tries again, as the CLI and the dashboard do. Printed per
+run: the responses by class (201 / 429 / 5xx / other), p50 / p99 / max latency
+of every response, how many creates went through and how many of those only
+after retrying, trainings created more than once, and GPUs held by two
+exclusive trainings (must be 0).
+
+Two runs, same N, same server code: the baseline with admission off
+(``GPUFLEET_MAX_CONCURRENT_REQUESTS`` as large as N, so every request waits for
+a database connection), then the default (a fast 429 beyond capacity).
+Needs GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (``.ci/services.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from sqlalchemy import func, select, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _scratch_db import scratch_settings  # noqa: E402
+
+from gpufleet.db.models import Training  # noqa: E402
+from gpufleet.db.session import session_scope  # noqa: E402
+
+SECRET = "b" * 48
+CONNECTION_ERROR = -1
+CONFIG = {"max_steps": 10, "global_batch_size": 16}
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    by_code: dict[str, list[float]] = field(default_factory=dict)
+    codes: dict[str, int] = field(default_factory=dict)
+    created: int = 0
+    created_after_retry: int = 0
+    gave_up: int = 0
+
+    def note(self, status: int, seconds: float) -> None:
+        self.latencies.append(seconds)
+        key = "201" if status == 201 else "200" if status == 200 else "429" if status == 429 else (
+            "conn" if status == CONNECTION_ERROR else "5xx" if status >= 500 else "other")
+        self.codes[key] = self.codes.get(key, 0) + 1
+        self.by_code.setdefault(key, []).append(seconds)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _create(client: httpx.AsyncClient, name: str, tally: Tally, deadline: float) -> None:
+    tries = 0
+    while time.monotonic() < deadline:
+        tries += 1
+        t0 = time.perf_counter()
+        try:
+            r = await client.post("/api/v1/trainings", json={"name": name, "recipe": "sae", "config": CONFIG})
+        except httpx.HTTPError:
+            tally.note(CONNECTION_ERROR, time.perf_counter() - t0)
+            await asyncio.sleep(1)
+            continue
+        tally.note(r.status_code, time.perf_counter() - t0)
+        if r.status_code == 201:
+            tally.created += 1
+            tally.created_after_retry += tries > 1
+            return
+        if r.status_code == 429:
+            wait = float(r.headers.get("retry-after", "1"))
+            await asyncio.sleep(wait + random.uniform(0, wait))  # spread the retries
+            continue
+        if r.status_code >= 500:
+            # A 5xx may or may not have created it; retrying could create it twice.
+            tally.gave_up += 1
+            return
+        raise SystemExit(f"unexpected {r.status_code}: {r.text}")
+    tally.gave_up += 1
+
+
+async def _read(client: httpx.AsyncClient, tally: Tally, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        try:
+            r = await client.get("/api/v1/trainings", params={"limit": 20})
+        except httpx.HTTPError:
+            tally.note(CONNECTION_ERROR, time.perf_counter() - t0)
+            return
+        tally.note(r.status_code, time.perf_counter() - t0)
+        if r.status_code != 429:
+            return
+        wait = float(r.headers.get("retry-after", "1"))
+        await asyncio.sleep(wait + random.uniform(0, wait))
+
+
+async def _burst(base: str, token: str, n: int, reads: int, prefix: str) -> tuple[Tally, Tally, float]:
+    creates, gets = Tally(), Tally()
+    limits = httpx.Limits(max_connections=n + reads, max_keepalive_connections=n + reads)
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                                 limits=limits, timeout=httpx.Timeout(180.0)) as client:
+        t0 = time.monotonic()
+        deadline = t0 + 600
+        jobs = [_create(client, f"{prefix}-{i}", creates, deadline) for i in range(n)]
+        jobs += [_read(client, gets, deadline) for _ in range(reads)]
+        await asyncio.gather(*jobs)
+        return creates, gets, time.monotonic() - t0
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | None) -> dict:
+    with scratch_settings(server_url) as settings, tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+        env.update(
+            GPUFLEET_DATABASE_URL=settings.effective_database_url, GPUFLEET_REDIS_URL=redis_url,
+            GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET, GPUFLEET_DATA_DIR=tmp,
+            GPUFLEET_SIMULATE="8xH100-80GB", GPUFLEET_HOST_NAME="burst-host",
+            GPUFLEET_CREATE_RATE_PER_MINUTE="10000", GPUFLEET_MAX_QUEUED_PER_USER="100000",
+        )
+        env["GPUFLEET_MAX_CONCURRENT_REQUESTS"] = str(capacity or 0)
+        gpufleet = [sys.executable, "-m", "gpufleet.cli"]
+        token = subprocess.run([*gpufleet, "users", "add", "bench", "--role", "member", "--token"], env=env,
+                               check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        port = _free_port()
+        log = open(Path(tmp) / "serve.log", "wb")  # noqa: SIM115
+        # No worker: the trainings are scheduled onto the simulated GPUs and wait there.
+        proc = subprocess.Popen([*gpufleet, "serve", "--port", str(port), "--no-worker"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit((Path(tmp) / "serve.log").read_text())
+                time.sleep(0.3)
+            # One create first, so torch (the memory estimate) is loaded before the burst.
+            httpx.post(f"{base}/api/v1/trainings", json={"name": "warm", "recipe": "sae", "config": CONFIG},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=120).raise_for_status()
+            creates, gets, wall = asyncio.run(_burst(base, token, n, reads, "burst"))
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            log.close()
+            kept = Path(tempfile.gettempdir()) / "gpufleet-create-burst-serve.log"
+            kept.write_bytes((Path(tmp) / "serve.log").read_bytes())
+        with session_scope(settings) as sess:
+            names = sess.execute(select(Training.name, func.count()).where(Training.name.like("burst-%"))
+                                 .group_by(Training.name)).all()
+            double = sess.execute(text(
+                "SELECT count(*) FROM (SELECT gpu_id FROM gpu_allocations WHERE released_at IS NULL AND exclusive "
+                "GROUP BY gpu_id HAVING count(*) > 1) AS x")).scalar_one()
+    every = creates.latencies + gets.latencies
+    return {
+        "creates": creates, "reads": gets, "wall_s": wall,
+        "p50": _pct(every, 0.50), "p99": _pct(every, 0.99), "max": max(every),
+        "rows": len(names), "duplicates": sum(1 for _, c in names if c > 1), "double_held_gpus": double,
+    }
+
+
+def show(label: str, r: dict) -> None:
+    c, g = r["creates"], r["reads"]
+    codes = {k: c.codes.get(k, 0) + g.codes.get(k, 0) for k in ("201", "200", "429", "5xx", "conn", "other")}
+    print(f"{label:>9}: 201 {codes['201']:>4}  200 {codes['200']:>4}  429 {codes['429']:>5}  5xx {codes['5xx']:>4}"
+          f"  connection errors {codes['conn']:>3}  other {codes['other']:>3} | p50 {r['p50']:.3f}s  p99 {r['p99']:.3f}s  max {r['max']:.3f}s"
+          f" | created {c.created} ({c.created_after_retry} after retrying), gave up {c.gave_up},"
+          f" rows {r['rows']}, duplicates {r['duplicates']}, GPUs held twice {r['double_held_gpus']}"
+          f" | {r['wall_s']:.1f}s")
+    for key in ("201", "200", "429"):
+        xs = c.by_code.get(key, []) + g.by_code.get(key, [])
+        if xs:
+            print(f"{'':>11}{key}: p50 {_pct(xs, 0.5):.3f}s  p99 {_pct(xs, 0.99):.3f}s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=500, help="concurrent creates")
+    ap.add_argument("--reads", type=int, default=100, help="concurrent reads beside them")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the run with admission off")
+    args = ap.parse_args()
+    server = os.environ.get("GPUFLEET_TEST_DATABASE_URL")
+    redis = os.environ.get("GPUFLEET_TEST_REDIS_URL")
+    if not server or not redis:
+        raise SystemExit("set GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (eval \"$(.ci/services.sh start)\")")
+    print(f"{args.n} concurrent creates + {args.reads} concurrent reads, PostgreSQL, sign-in on")
+    base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads)
+    new = run(server, redis, args.n, args.reads, capacity=None)
+    if base:
+        show("baseline", base)
+    show("admission", new)
+    if base:
+        print(f"p99 baseline / admission: {base['p99'] / new['p99']:.1f}x; "
+              f"5xx {base['creates'].codes.get('5xx', 0) + base['reads'].codes.get('5xx', 0)} -> "
+              f"{new['creates'].codes.get('5xx', 0) + new['reads'].codes.get('5xx', 0)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""How a training survives its worker going away: killed (SIGKILL) or asked to stop (SIGTERM, SIGINT).
+
+Real Celery worker processes, the real launcher and its DDP ranks, PostgreSQL
+and Redis. A watcher samples the machine's processes all along and records
+every moment at which launcher groups of more than one attempt were alive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from gpufleet.db.models import Host, TrainingMetric
+from gpufleet.db.session import session_scope
+from sqlalchemy import select, update
+
+from .conftest import TINY_SAE, free_port, make_settings, pids_in_group, register, unique, wait_for
+
+pytestmark = pytest.mark.slow
+
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def _get(c, tid):
+    r = c.get(f"/api/v1/trainings/{tid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _wait(c, tid, statuses, timeout):
+    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
+
+
+def _events(c, tid):
+    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+
+
+def _steps(settings, tid):
+    with session_scope(settings) as sess:
+        return list(sess.execute(select(TrainingMetric.step).where(
+            TrainingMetric.training_id == uuid.UUID(tid)).order_by(TrainingMetric.step)).scalars())
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a dead process its new parent has not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def launcher_groups(tid: str) -> dict[int, int]:
+    """{launcher pgid: attempt} for every live launcher of training ``tid`` (with members alive)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"gpufleet.training.launch" not in cmd:
+            continue
+        spec = next((a.decode() for a in cmd if tid.encode() in a and a.endswith(b".json")), None)
+        if spec is None:
+            continue
+        attempt = int(Path(spec).stem.split("-")[-1])
+        if pids_in_group(int(entry.name)):
+            out[int(entry.name)] = attempt
+    return out
+
+
+class AttemptWatch:
+    """Samples the launcher groups of one training until stopped."""
+
+    def __init__(self, tid: str):
+        self.tid = tid
+        self.overlaps: list[dict[int, int]] = []
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            groups = launcher_groups(self.tid)
+            self.seen.update(groups.values())
+            if len(set(groups.values())) > 1:
+                self.overlaps.append(groups)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_host(
+        tmp_path, request, client_for, workers, scheduler):
+    # A lease a loaded machine renews in time (about once a second), still short
+    # enough that the retry starts soon after the kill.
+    a = make_settings(tmp_path, "postgresql", request, lease_s=6.0, host_name=unique("host-a"))
+    b = a.model_copy(update={"host_name": unique("host-b")})
+    register(a)
+    wa = workers(a)
+    scheduler(a)
+    c = client_for(a)
+    cfg = dict(TINY_SAE, max_steps=300, checkpoint_every=5)
+    # No GPUs named: the server places it, and may place the retry elsewhere.
+    tid = c.post("/api/v1/trainings", json={"name": "survivor", "recipe": "sae", "config": cfg,
+                                            "world_size": 2}).json()["id"]
+    watch = AttemptWatch(tid)
+    try:
+        body = wait_for(lambda: (x := _get(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
+                        "a checkpoint on host A", 0.2)
+        assert body["host_name"] == a.host_name and body["attempt"] == 1
+        old_group = body["launcher_pid"]
+        register(b)
+        workers(b)
+        # Host A is going away: the scheduler must not place the retry there.
+        with session_scope(a) as sess:
+            sess.execute(update(Host).where(Host.name == a.host_name).values(status="offline"))
+        members = pids_in_group(old_group)
+        assert len(members) >= 3  # the launcher and two ranks
+        wa.kill9()
+        t0 = time.monotonic()
+        wait_for(lambda: not any(running(p) for p in members), 10, "the launcher and its ranks to exit", 0.05)
+        assert time.monotonic() - t0 < 10
+        body = _wait(c, tid, FINAL, 300)
+    finally:
+        watch.stop()
+    assert body["status"] == "succeeded", body
+    assert body["host_name"] == b.host_name and body["attempt"] == 2 and body["restarts"] == 1
+    assert watch.seen == {1, 2}
+    assert watch.overlaps == []  # never two attempts' processes at once
+    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "lease"
+    assert _steps(a, tid) == list(range(1, 301))
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, request, client_for, workers,
+                                                                    scheduler, sig):
+    s = make_settings(tmp_path, "postgresql", request, lease_s=3.0, stop_grace_s=60.0)
+    register(s)
+    w = workers(s)
+    scheduler(s)
+    c = client_for(s)
+    # Checkpoints only at the end, unless it is stopped: the stop itself must checkpoint.
+    cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
+    tid = c.post("/api/v1/trainings", json={"name": "stopped", "recipe": "sae", "config": cfg,
+                                            "gpu_ids": [0, 1], "host": s.host_name,
+                                            "max_restarts": 0}).json()["id"]
+    body = wait_for(lambda: (x := _get(c, tid))["step"] >= 3 and x, 120, "progress", 0.2)
+    group = body["launcher_pid"]
+    members = pids_in_group(group)
+    w.proc.send_signal(sig)
+    w.proc.wait(s.stop_grace_s + 30)
+    # Killed processes may take a moment to be reaped; none may keep running.
+    wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    assert members
+    body = _get(c, tid)
+    # Back in the queue (the scheduler may already have placed it again on this host).
+    assert body["status"] in ("queued", "scheduled"), body
+    assert body["restarts"] == 0 and body["attempt"] == 1
+    assert body["last_checkpoint"] and body["last_checkpoint"].endswith(f"step-{body['step']}")
+    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
+    assert "not counted as a restart" in retry[0]["reason"]
+    stopped_at = body["step"]
+    # A new worker resumes it from that checkpoint, still with no restart used.
+    workers(s)
+    body = wait_for(lambda: (x := _get(c, tid))["attempt"] == 2 and x["step"] > stopped_at + 2 and x, 120,
+                    "the resumed attempt to make progress", 0.2)
+    assert body["status"] == "running" and body["restarts"] == 0
+    steps = _steps(s, tid)
+    assert steps[: stopped_at] == list(range(1, stopped_at + 1))
+    assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
+    _wait(c, tid, FINAL, 60)
+
+
+def _serve(tmp_path: Path, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), GPUFLEET_SIMULATE="2xH100-80GB",
+               GPUFLEET_HOST_NAME="serve-host", GPUFLEET_LEASE_S="3")
+    # Its own session, like a terminal's foreground job: Ctrl-C reaches the whole group.
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(port)], env=env,
+                            stdout=open(tmp_path / f"serve-{port}.log", "ab"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
+    import httpx
+
+    port = free_port()
+    proc = _serve(tmp_path, port)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
+        r = httpx.post(f"{base}/trainings", json={"name": "serve-stop", "recipe": "sae", "config": cfg,
+                                                  "gpu_ids": [0, 1], "max_restarts": 0}, timeout=30)
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
+                        120, "progress", 0.2)
+        group = body["launcher_pid"]
+        assert pids_in_group(group)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
+        proc.wait(120)
+        wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    # The next start finds it queued as interrupted, with no restart used.
+    proc = _serve(tmp_path, port)
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer again")
+        retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
+                 if e["kind"] == "retry"]
+        assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+                        and x["status"] == "running" and x, 120, "the training to resume", 0.2)
+        assert body["restarts"] == 0
+        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
+        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
+                 "the cancel")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(120)
+
+
+def _healthy(base: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
