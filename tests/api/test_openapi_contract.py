@@ -87,9 +87,9 @@ def _valid_bodies(settings: Settings, admin: str) -> dict[tuple[str, str], Any]:
 
 
 def _path_variants(path: str, settings: Settings, training: str) -> list[str]:
-    good = {"training_id": training, "host": settings.host_name, "index": "0"}
+    good = {"training_id": training, "host": settings.host_name, "index": "0", "code_hash": "0" * 64}
     bad = [{"training_id": str(uuid.uuid4())}, {"training_id": "not-a-uuid"}, {"host": "nope"},
-           {"index": "99"}, {"index": "x"}]
+           {"index": "99"}, {"index": "x"}, {"code_hash": "not-a-hash"}]
     out = [path.format(**good)] if "{" in path else [path]
     for b in bad:
         if any("{" + k + "}" in path for k in b):
@@ -124,7 +124,8 @@ def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> Non
                          {"json": {"name": "a\u0000b"}}]
             if (method, path) in bodies:
                 variants += [{"json": bodies[(method, path)]}, {"json": {**bodies[(method, path)], "host": "nope"}}]
-        variants += [{"params": {"host": "a\u0000b"}}, {"params": {"host": "nope"}}]
+        variants += [{"params": {"host": "a\u0000b"}}, {"params": {"host": "nope"}},
+                     {"headers": {"host": "evil.example"}}]
         if any(p["in"] == "query" for p in op.get("parameters", [])):
             first = next(p["name"] for p in op["parameters"] if p["in"] == "query")
             variants.append({"params": {first: "not-valid-" * 3}})
@@ -155,7 +156,10 @@ def test_bad_json_is_a_422_unreadable_bytes_a_400_and_both_are_listed_only_with_
     r = client.post("/api/v1/trainings", content=b"\xff\xfe{", headers=headers)
     assert r.status_code == 400 and isinstance(r.json()["detail"], str)
     spec = client.get("/openapi.json").json()
-    assert all(("400" in op["responses"]) == ("requestBody" in op) for _m, _p, op in _spec_ops(spec))
+    # Every operation can meet the Host guard's 400; only one with a body can meet unreadable bytes.
+    assert all("400" in op["responses"] for _m, _p, op in _spec_ops(spec))
+    assert all(("UTF-8" in op["responses"]["400"]["description"]) == ("requestBody" in op)
+               for _m, _p, op in _spec_ops(spec))
     cancel = spec["paths"]["/api/v1/trainings/{training_id}/cancel"]["post"]["responses"]
     assert cancel["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorDetail"}
 

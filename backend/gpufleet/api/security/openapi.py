@@ -149,7 +149,8 @@ def document_refusals(app: FastAPI) -> None:
                 if "requestBody" in op:
                     # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
                     # text that is not JSON is a 422 (json_invalid), declared below.
-                    extra["400"] = ref("The body could not be read: it is not UTF-8 text")
+                    extra["400"] = ref("The body could not be read: it is not UTF-8 text (or the Host header "
+                                       "names a host this server does not answer to)")
                     extra["413"] = ref("Request body too large")
                 if any(p.get("in") == "path" for p in op.get("parameters", [])):
                     extra["404"] = ref("What the path names does not exist")
@@ -170,6 +171,10 @@ def document_refusals(app: FastAPI) -> None:
                     extra["429"] = ref("Over a rate limit or the queued-trainings cap")
                 if op.get("operationId") in ESTIMATING_OPERATIONS:
                     extra["429"] = ref("Over the memory-estimate rate, or too many estimates waiting")
+                if is_gated(path):
+                    # Admission (api/admission.py) answers any gated request past capacity at once.
+                    extra.setdefault("429", ref("The server is serving as many requests as it takes; "
+                                                "retry after Retry-After seconds"))
                 for code, spec in extra.items():
                     op["responses"].setdefault(code, spec)
         done[:] = [schema]
