@@ -478,8 +478,22 @@ export interface components {
     schemas: {
         /** BatchItem */
         BatchItem: {
-            /** Config */
+            /**
+             * Config
+             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             */
             config?: {
+                checkpoint_every?: number;
+                data_path?: string | null;
+                global_batch_size?: number;
+                grad_accum_steps?: number;
+                keep_checkpoints?: number;
+                log_every?: number;
+                max_steps?: number;
+                micro_batch_size?: number | null;
+                seed?: number;
+                warmup_steps?: number;
+            } & {
                 [key: string]: unknown;
             };
             /** Memory Mb */
@@ -934,8 +948,22 @@ export interface components {
          * @description A full training config: the memory comes from its estimate.
          */
         RecommendBody: {
-            /** Config */
+            /**
+             * Config
+             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             */
             config?: {
+                checkpoint_every?: number;
+                data_path?: string | null;
+                global_batch_size?: number;
+                grad_accum_steps?: number;
+                keep_checkpoints?: number;
+                log_every?: number;
+                max_steps?: number;
+                micro_batch_size?: number | null;
+                seed?: number;
+                warmup_steps?: number;
+            } & {
                 [key: string]: unknown;
             };
             /**
@@ -1054,9 +1082,20 @@ export interface components {
             code?: string | null;
             /**
              * Config
-             * @description the recipe's config fields
+             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
+                checkpoint_every?: number;
+                data_path?: string | null;
+                global_batch_size?: number;
+                grad_accum_steps?: number;
+                keep_checkpoints?: number;
+                log_every?: number;
+                max_steps?: number;
+                micro_batch_size?: number | null;
+                seed?: number;
+                warmup_steps?: number;
+            } & {
                 [key: string]: unknown;
             };
             /**
@@ -1336,8 +1375,24 @@ export interface components {
         };
         /** ValidateBody */
         ValidateBody: {
-            /** Config */
-            config?: {
+            /**
+             * Config
+             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             */
+            config?: ({
+                checkpoint_every?: number;
+                data_path?: string | null;
+                global_batch_size?: number;
+                grad_accum_steps?: number;
+                keep_checkpoints?: number;
+                log_every?: number;
+                max_steps?: number;
+                micro_batch_size?: number | null;
+                seed?: number;
+                warmup_steps?: number;
+            } & {
+                [key: string]: unknown;
+            }) | {
                 [key: string]: unknown;
             } | null;
             /**
@@ -1439,7 +1494,7 @@ export interface operations {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1513,6 +1568,15 @@ export interface operations {
                     "application/json": components["schemas"]["SignedOut"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description The request contains a NUL character */
             422: {
                 headers: {
@@ -1542,6 +1606,15 @@ export interface operations {
                     "application/json": components["schemas"]["WhoAmI"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1553,6 +1626,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1580,6 +1662,15 @@ export interface operations {
                     "application/json": components["schemas"]["WSTicket"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1600,6 +1691,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1634,7 +1734,7 @@ export interface operations {
                     "application/json": components["schemas"]["CodeUploadPublic"];
                 };
             };
-            /** @description The body is not valid JSON */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1652,7 +1752,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1679,6 +1779,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "code-get": {
@@ -1701,8 +1810,8 @@ export interface operations {
                     "application/json": components["schemas"]["CodePublic"];
                 };
             };
-            /** @description Not signed in, or the credentials are not valid */
-            401: {
+            /** @description The Host header names a host this server does not answer to */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1710,8 +1819,8 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this */
-            403: {
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1737,6 +1846,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "recipes-list": {
@@ -1757,6 +1875,15 @@ export interface operations {
                     "application/json": components["schemas"]["RecipesPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1768,6 +1895,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1798,6 +1934,15 @@ export interface operations {
                     "application/json": components["schemas"]["GPUsPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1823,6 +1968,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -1862,6 +2016,15 @@ export interface operations {
                     "application/json": components["schemas"]["RecommendationPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -1887,6 +2050,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Over the memory-estimate rate, or too many estimates waiting */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -1913,7 +2085,7 @@ export interface operations {
                     "application/json": components["schemas"]["RecommendationPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1965,6 +2137,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Over the memory-estimate rate, or too many estimates waiting */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -1991,7 +2172,7 @@ export interface operations {
                     "application/json": components["schemas"]["ValidationPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2045,6 +2226,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description Over the memory-estimate rate, or too many estimates waiting */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "gpus-drain": {
@@ -2052,7 +2242,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description the host's name */
                 host: string;
+                /** @description the GPU's index on its host */
                 index: number;
             };
             cookie?: never;
@@ -2072,7 +2264,7 @@ export interface operations {
                     "application/json": components["schemas"]["DrainPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2126,6 +2318,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "gpus-undrain": {
@@ -2133,7 +2334,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description the host's name */
                 host: string;
+                /** @description the GPU's index on its host */
                 index: number;
             };
             cookie?: never;
@@ -2147,6 +2350,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DrainPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -2185,6 +2397,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "hosts-list": {
@@ -2205,6 +2426,15 @@ export interface operations {
                     "application/json": components["schemas"]["HostsPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2216,6 +2446,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2256,6 +2495,15 @@ export interface operations {
                     "application/json": components["schemas"]["HistoryPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2283,6 +2531,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "metrics-live": {
@@ -2303,6 +2560,15 @@ export interface operations {
                     "application/json": components["schemas"]["LivePublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2314,6 +2580,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2344,6 +2619,15 @@ export interface operations {
                     "application/json": components["schemas"]["TopologyPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2369,6 +2653,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -2399,6 +2692,15 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingsPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2415,6 +2717,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -2441,7 +2752,7 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2528,7 +2839,7 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2613,6 +2924,15 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2640,6 +2960,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-cancel": {
@@ -2660,6 +2989,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -2707,6 +3045,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-events": {
@@ -2731,6 +3078,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingEventsPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description Not signed in, or the credentials are not valid */
@@ -2758,6 +3114,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -2787,6 +3152,15 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingLogPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2814,6 +3188,15 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-metrics": {
@@ -2821,6 +3204,7 @@ export interface operations {
             query?: {
                 /** @description downsample to at most this many rows */
                 max_points?: number;
+                /** @description only metrics of later steps */
                 after_step?: number;
             };
             header?: never;
@@ -2840,6 +3224,15 @@ export interface operations {
                     "application/json": components["schemas"]["TrainingMetricsPublic"];
                 };
             };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description Not signed in, or the credentials are not valid */
             401: {
                 headers: {
@@ -2865,6 +3258,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
         };
@@ -2885,6 +3287,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
             /** @description The request contains a NUL character */
