@@ -145,6 +145,8 @@ def document_refusals(app: FastAPI) -> None:
                 if not (path.startswith("/api/") or is_gated(path)):
                     op["responses"].setdefault("422", extra["422"])
                     op["responses"].setdefault("400", host_refused)
+                    # SizeLimits refuses a large body on any path, whether the operation reads one or not.
+                    op["responses"].setdefault("413", ref("Request body too large"))
                     continue
                 if "requestBody" in op:
                     # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
@@ -156,6 +158,8 @@ def document_refusals(app: FastAPI) -> None:
                     extra["404"] = ref("What the path names does not exist")
                 # HostGuard refuses a Host name the server does not answer to.
                 extra.setdefault("400", host_refused)
+                # SizeLimits refuses a large body on any path, whether the operation reads one or not.
+                extra.setdefault("413", ref("Request body too large"))
                 if is_gated(path):
                     extra["401"] = ref("Not signed in, or the credentials are not valid")
                     if method not in ("get", "head", "options") or (path, method) in role_checked:
