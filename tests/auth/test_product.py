@@ -145,7 +145,7 @@ def test_a_data_path_outside_the_data_root_is_refused(api: TestClient, product: 
     r = api.post("/api/v1/trainings", headers=bearer(team.alice),
                  json={"name": "p", "recipe": "mlp", "config": {**SMALL, "data_path": path}})
     assert 400 <= r.status_code < 500, r.text
-    assert "outside the data root" in r.json()["detail"]
+    assert "outside the data root" in str(r.json()["detail"])
     assert _count(product) == before
 
 
