@@ -67,6 +67,24 @@ def _seed_trainings(settings: Settings, owner: str) -> list[str]:
     return [str(i) for i in ids]
 
 
+def _seed_code(settings: Settings, owner: str) -> str:
+    """A stored code archive, as `gpufleet run` leaves one."""
+    import io
+    import tarfile
+
+    from gpufleet.trainings import code
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        body = b"print('hello')\n"
+        info = tarfile.TarInfo("train.py")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    with session_scope(settings) as sess:
+        info, _ = code.store(sess, settings, buf.getvalue(), owner)
+    return info.hash
+
+
 @pytest.fixture
 def live_app(fuzz_settings: Settings):  # noqa: ANN201
     from gpufleet.api.app import create_app
@@ -80,7 +98,8 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
         token = create_token(sess, name).secret
         for role in ("member", "viewer"):
             add_user(sess, f"{role}-{uuid.uuid4().hex[:6]}", role)
-    ids = {"training_id": _seed_trainings(fuzz_settings, name), "host": [fuzz_settings.host_name], "index": [0, 1]}
+    ids = {"training_id": _seed_trainings(fuzz_settings, name), "host": [fuzz_settings.host_name], "index": [0, 1],
+           "code_hash": [_seed_code(fuzz_settings, name)]}
     return create_app(fuzz_settings), token, ids
 
 
