@@ -153,7 +153,12 @@ def _safe_url(url: str) -> str:
 
 def _prepare_database(settings: Settings) -> None:
     from gpufleet.config import ConfigError
-    from gpufleet.db.session import check_database, current_revision, head_revision, upgrade_database
+    from gpufleet.db.session import (
+        check_database,
+        current_revision,
+        head_revision,
+        upgrade_database,
+    )
 
     check_database(settings)
     if settings.is_sqlite:
@@ -205,7 +210,11 @@ def db_upgrade(revision: str = "head") -> None:
 def db_current() -> None:
     """Print the database's schema revision."""
     from gpufleet.config import ConfigError
-    from gpufleet.db.session import check_database, current_revision, missing_sqlite_file
+    from gpufleet.db.session import (
+        check_database,
+        current_revision,
+        missing_sqlite_file,
+    )
 
     settings = settings_or_exit()
     missing = missing_sqlite_file(settings)

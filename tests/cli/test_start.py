@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import typer
-
 from gpufleet import cli
 
 # What `gpufleet ARGV` has imported once the command returned (help, so no server is needed).
@@ -25,7 +24,7 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 
 
 def _modules_after(*argv: str) -> tuple[set[str], str]:
-    res = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120, check=False)
     return set(json.loads(res.stderr.strip().splitlines()[-1])), res.stdout
 
 
