@@ -138,13 +138,12 @@ class Trainer:
             raise ConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
         s = state["state"]
         try:
-            ckpt.apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
+            self.backend.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
+                                          "step": s["step"], "scheduler": s["scheduler"], "scaler": s["scaler"]})
         except (RuntimeError, KeyError, ValueError) as exc:
             raise ConfigError("resume", f"checkpoint {path} does not fit this model "
                                         f"(was the config changed?): {str(exc)[:300]}") from None
-        self.scheduler.load_state_dict(s["scheduler"])
-        self.scaler.load_state_dict(s["scaler"])
-        self.step = self.backend.step = int(s["step"])
+        self.step = int(s["step"])
         # Micro-batches are counted globally (per-rank count x accumulation is
         # the same whatever the layout), so a run can resume on another world size.
         self.consumed_batches = int(s["samples_seen"]) // (self.dt.micro_batch_size * self.dt.world_size)
@@ -256,7 +255,7 @@ class Trainer:
         """Save ``step-N/`` (rank 0 writes; under FSDP every rank helps gather)."""
         if self.checkpoint_dir is None or self._checkpoint_step == self.step:
             return self.last_checkpoint
-        model_state, optim_state = ckpt.gather_state(self.model, self.optimizer)
+        state = self.backend.state_dict()  # under FSDP every rank takes part in the gather
         rng = _rng_state(self.ops)
         rngs = [rng]
         if self.dt.distributed:
@@ -265,8 +264,8 @@ class Trainer:
         path = None
         if self.rank == 0:
             train_state = {
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
+                "scheduler": state["scheduler"],
+                "scaler": state["scaler"],
                 "step": self.step,
                 "samples_seen": self.consumed_batches * self.dt.micro_batch_size * self.dt.world_size,
                 "rng": rngs,
@@ -274,8 +273,8 @@ class Trainer:
             meta = {"recipe": self.recipe.name, "config": self.config.to_dict(),
                     "world_size": self.dt.world_size, "strategy": self.strategy,
                     "metrics": self.last_metrics}
-            path = str(ckpt.write_checkpoint(self.checkpoint_dir, self.step, model_state=model_state,
-                                             optim_state=optim_state, train_state=train_state, meta=meta,
+            path = str(ckpt.write_checkpoint(self.checkpoint_dir, self.step, model_state=state["model"],
+                                             optim_state=state["optimizer"], train_state=train_state, meta=meta,
                                              keep=self.config.keep_checkpoints))
             if self.progress:
                 self.progress.write("checkpoint", step=self.step, path=path)
