@@ -1,4 +1,10 @@
-"""The `gpufleet` command line: serve, db, and each domain's commands."""
+"""The `gpufleet` command line: serve, db, and each domain's commands.
+
+A command's module is imported only when that command runs (``gpufleet run``
+does not load the server, the database layer or the other commands): every
+command starts a fresh process, and its start-up is part of what the user
+waits for. ``gpufleet.cli.app`` (help, tests) has every command.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,16 @@ import importlib
 import logging
 import signal
 import sys
-from typing import Annotated, NoReturn
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from gpufleet.config import ConfigError, Settings, get_settings
+if TYPE_CHECKING:
+    from gpufleet.config import Settings
 
-app = typer.Typer(
+_app = typer.Typer(
     name="gpufleet",
     help="A team-shared GPU training server.",
     no_args_is_help=True,
@@ -21,7 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+_app.add_typer(db_app, name="db")
 
 console = Console()
 err = Console(stderr=True)
@@ -39,6 +47,22 @@ COMMAND_MODULES = (
     "users",
 )
 
+# The top-level command (or group) -> the modules that add to it. A test
+# checks this against what each module's register() adds.
+COMMAND_OWNERS: dict[str, tuple[str, ...]] = {
+    "gpus": ("devices", "drain"),
+    "topology": ("devices",),
+    "train": ("train",),
+    "run": ("run",),
+    "trainings": ("trainings",),
+    "worker": ("worker",),
+    "recommend": ("recommend",),
+    "top": ("top",),
+    "users": ("users",),
+    "tokens": ("users",),
+}
+_registered: set[str] = set()
+
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one clear line and exit non-zero."""
@@ -47,23 +71,25 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def settings_or_exit() -> Settings:
+    from gpufleet.config import ConfigError, get_settings
+
     try:
         return get_settings()
     except ConfigError as exc:
         fail(str(exc))
 
 
-@app.command()
+@_app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
+    from gpufleet.config import ConfigError, load_settings
+
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     try:
-        from gpufleet.config import load_settings
-
         settings = load_settings(**overrides)
         from gpufleet.api.auth import check_serve_safety
 
@@ -144,7 +170,13 @@ def _safe_url(url: str) -> str:
 
 
 def _prepare_database(settings: Settings) -> None:
-    from gpufleet.db.session import check_database, current_revision, head_revision, upgrade_database
+    from gpufleet.config import ConfigError
+    from gpufleet.db.session import (
+        check_database,
+        current_revision,
+        head_revision,
+        upgrade_database,
+    )
 
     check_database(settings)
     if settings.is_sqlite:
@@ -184,6 +216,7 @@ def _register_this_host(settings: Settings) -> str:
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
     """Bring the database schema to the newest revision."""
+    from gpufleet.config import ConfigError
     from gpufleet.db.session import check_database, current_revision, upgrade_database
 
     settings = settings_or_exit()
@@ -198,7 +231,12 @@ def db_upgrade(revision: str = "head") -> None:
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's schema revision."""
-    from gpufleet.db.session import check_database, current_revision, missing_sqlite_file
+    from gpufleet.config import ConfigError
+    from gpufleet.db.session import (
+        check_database,
+        current_revision,
+        missing_sqlite_file,
+    )
 
     settings = settings_or_exit()
     missing = missing_sqlite_file(settings)
@@ -212,21 +250,43 @@ def db_current() -> None:
     console.print(current_revision(settings) or "empty (run `gpufleet db upgrade`)")
 
 
-def _register_commands() -> None:
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"gpufleet.commands.{name}").register(app)
+def _register(modules: Iterable[str]) -> None:
+    for name in modules:
+        if name not in _registered:
+            importlib.import_module(f"gpufleet.commands.{name}").register(_app)
+            _registered.add(name)
 
 
-_register_commands()
+def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command modules ``gpufleet ARGV`` needs: the named command's owners,
+    none for ``serve``/``db``, and all of them for help or an unknown name
+    (so the usage lists every command)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first in ("serve", "db"):
+        return ()
+    return COMMAND_OWNERS.get(first or "", COMMAND_MODULES)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        _register(COMMAND_MODULES)
+        return _app
+    raise AttributeError(f"module 'gpufleet.cli' has no attribute {name!r}")
 
 
 def main() -> None:
     from gpufleet.logsetup import configure_logging
 
     configure_logging()
+    _register(modules_for(sys.argv[1:]))
     try:
-        app()
-    except ConfigError as exc:
+        _app()
+    except Exception as exc:
+        # A ConfigError can only come from gpufleet.config, so a command that
+        # never loaded the settings does not pay for importing them here.
+        config = sys.modules.get("gpufleet.config")
+        if config is None or not isinstance(exc, config.ConfigError):
+            raise
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         sys.exit(2)
 

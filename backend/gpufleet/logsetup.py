@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -33,12 +34,17 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def quiet() -> None:
-    """Silence the library noise listed above (idempotent)."""
+    """Silence the library noise listed above (idempotent).
+
+    Celery's warning is filtered only in a process that has loaded Celery (the
+    worker calls this once it has), so a CLI command does not import Celery."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     migration = logging.getLogger("alembic.runtime.migration")
     if not any(isinstance(f, _DropPrefixes) for f in migration.filters):
         migration.addFilter(_DropPrefixes(_ALEMBIC_CHATTER))
+    if "celery" not in sys.modules:
+        return
     try:
         from celery.exceptions import SecurityWarning
     except ImportError:

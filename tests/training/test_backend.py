@@ -128,3 +128,45 @@ def test_metrics_and_errors():
     assert set(out) == {"loss", "mae"} and all(isinstance(v, float) for v in out.values())
     with pytest.raises(ValueError, match="not one of single, ddp, fsdp"):
         make_backend(_model(), _loss, _opt, strategy="zero3")
+
+
+def test_accumulation_schedule_and_post_step_run_in_the_backend():
+    """The options the recipes use: two half batches then one step equal one whole
+    batch; the LR schedule steps with the optimizer; post_step runs after it."""
+    data = _data()
+    whole = make_backend(_model(), _loss, _opt, strategy="single", device="cpu", grad_clip=1.0)
+    halves = make_backend(_model(), _loss, _opt, strategy="single", device="cpu", grad_clip=1.0, grad_accum=2,
+                          lr_lambda=lambda step: 1.0)
+    for x, y in data[:5]:
+        whole.forward_backward((x, y))
+        whole.optim_step()
+        for i in range(2):
+            halves.forward_backward((x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]))
+        halves.optim_step()
+    _assert_same(whole.state_dict()["model"], halves.state_dict()["model"])
+    assert halves.scheduler.last_epoch == 5 and "scheduler" in halves.state_dict()
+
+    calls = []
+    model = _model()
+    model.post_step = lambda: calls.append(backend.step)
+    backend = make_backend(model, _loss, _opt, strategy="single", device="cpu",
+                           lr_lambda=lambda step: 0.5 ** step)
+    for x, y in data[:3]:
+        backend.forward_backward((x, y))
+        backend.optim_step()
+    assert calls == [0, 1, 2]
+    assert backend.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.5 ** 3)
+
+
+def test_the_recipe_trainer_runs_on_the_backend():
+    from gpufleet.training.recipes import get_recipe
+    from gpufleet.training.trainer import Trainer
+
+    from .conftest import tiny_mlp
+
+    r = get_recipe("mlp")
+    t = Trainer(r, r.resolve_config(tiny_mlp(max_steps=2)), devices=["cpu"])
+    t.setup()
+    assert isinstance(t.backend, gpufleet.TrainingBackend)
+    assert t.model is t.backend.model and t.optimizer is t.backend.optimizer
+    assert t.train().status == "succeeded" and t.backend.step == 2

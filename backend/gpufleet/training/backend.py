@@ -19,10 +19,19 @@ Device handling, wrapping and checkpoint state are gpufleet's own
 other (detached) metrics, as a recipe's does. Gradients are averaged over
 ranks, so with equal shards every strategy computes the same steps as one
 device on the whole batch.
+
+The built-in recipes' Trainer runs on this same backend, with the options a
+recipe config sets: ``precision`` (autocast, and a GradScaler for fp16),
+``grad_accum`` (that many ``forward_backward`` calls per ``optim_step``, the
+gradient all-reduce only on the last), ``grad_clip``, ``lr_lambda`` (a
+LambdaLR schedule stepped with the optimizer), ``ddp_bucket_mb`` and
+``fsdp_sharding``. A model with a ``post_step()`` method has it called after
+every optimizer step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from datetime import timedelta
@@ -36,6 +45,7 @@ from torch import nn
 from gpufleet.devices.ops import backend_ops, move_to_device
 
 STRATEGIES = ("single", "ddp", "fsdp")
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 LossFn = Callable[[nn.Module, Any], "torch.Tensor | dict[str, Any]"]
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
@@ -86,53 +96,94 @@ class _Backend:
     strategy = "single"
 
     def __init__(self, model: nn.Module, loss_fn: LossFn, optimizer: OptimizerFactory, *,
-                 device: torch.device | str | None = None, grad_clip: float | None = None):
+                 device: torch.device | str | None = None, grad_clip: float | None = None,
+                 precision: str = "fp32", grad_accum: int = 1, lr_lambda: Callable[[int], float] | None = None,
+                 ddp_bucket_mb: float | None = None, fsdp_sharding: str = "full_shard"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+        if grad_accum < 1:
+            raise ValueError(f"grad_accum must be >= 1, got {grad_accum}")
         self.device = torch.device(device) if device is not None else default_device()
+        self.ops = backend_ops(self.device)
         self.loss_fn = loss_fn
         self.grad_clip = grad_clip
+        self.grad_accum = grad_accum
+        self.ddp_bucket_mb, self.fsdp_sharding = ddp_bucket_mb, fsdp_sharding
         self.step = 0
+        self._micro = 0
+        self._post_step = getattr(model, "post_step", None)
         self.model = self._wrap(model.to(self.device))
         self.optimizer = optimizer(self.model.parameters())
+        self.scheduler = (torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
+                          if lr_lambda is not None else None)
+        self.amp_dtype = PRECISIONS[precision]
+        self.scaler = self.ops.grad_scaler(enabled=precision == "fp16")
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         return model
+
+    def _no_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
     @property
     def module(self) -> nn.Module:
         """The user's model, unwrapped."""
         return self.model
 
+    def accumulate(self, batch: Any) -> dict[str, Any]:
+        """Forward and backward of one micro-batch; returns the loss parts
+        detached, as tensors (no wait for the device). Gradients are
+        all-reduced on the ``grad_accum``-th call only."""
+        last = self._micro == self.grad_accum - 1
+        batch = move_to_device(batch, self.device, non_blocking=True)
+        with self._no_sync(last):
+            with self.ops.autocast(self.amp_dtype):
+                out = self.loss_fn(self.model, batch)
+            loss = out["loss"] if isinstance(out, dict) else out
+            self.scaler.scale(loss / self.grad_accum if self.grad_accum > 1 else loss).backward()
+        self._micro = 0 if last else self._micro + 1
+        parts = dict(out) if isinstance(out, dict) else {"loss": out}
+        return {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in parts.items()}
+
     def forward_backward(self, batch: Any) -> dict[str, float]:
         self.model.train()
-        out = self.loss_fn(self.model, move_to_device(batch, self.device))
-        loss = out["loss"] if isinstance(out, dict) else out
-        loss.backward()
-        metrics = {"loss": float(loss.detach())}
-        if isinstance(out, dict):
-            for k, v in out.items():
-                if k != "loss":
-                    metrics[k] = float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
-        return metrics
+        return {k: float(v) for k, v in self.accumulate(batch).items()}
 
     def optim_step(self) -> None:
         if self.grad_clip:
+            self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        if self._post_step is not None:
+            self._post_step()
+        self._micro = 0
         self.step += 1
 
     def state_dict(self) -> dict[str, Any]:
-        """Full, unwrapped model and optimizer state on CPU (a collective under FSDP: call on every rank)."""
+        """Full, unwrapped model and optimizer state on CPU, with the LR schedule
+        and loss scaler (a collective under FSDP: call on every rank)."""
         from gpufleet.training.checkpoint import gather_state
 
         model_state, optim_state = gather_state(self.model, self.optimizer)
-        return {"model": model_state, "optimizer": optim_state, "step": self.step}
+        state = {"model": model_state, "optimizer": optim_state, "step": self.step,
+                 "scaler": self.scaler.state_dict()}
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from gpufleet.training.checkpoint import apply_state
 
         apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
         self.step = int(state.get("step", 0))
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Write the state to ``path`` atomically from rank 0; every rank must call it."""
@@ -161,8 +212,20 @@ class DDPBackend(_Backend):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         init_distributed(self.device)
-        ids = [self.device.index] if backend_ops(self.device).is_accelerator else None
-        return DDP(model, device_ids=ids)
+        kw: dict[str, Any] = {} if self.ddp_bucket_mb is None else {"bucket_cap_mb": self.ddp_bucket_mb}
+        return DDP(
+            model,
+            device_ids=[self.device.index] if self.ops.is_accelerator else None,
+            # Gradients live in the all-reduce buckets: no copy, less memory.
+            gradient_as_bucket_view=True,
+            # A model whose buffers are kept equal by its own logic says so
+            # and saves one broadcast per forward.
+            forward_sync_buffers=getattr(model, "ddp_sync_buffers", True),
+            **kw,
+        )
+
+    def _no_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if last_micro else self.model.no_sync()
 
     @property
     def module(self) -> nn.Module:
@@ -176,11 +239,26 @@ class FSDPBackend(_Backend):
         from torch.distributed.fsdp import fully_shard
 
         init_distributed(self.device)
+        # full_shard frees gathered parameters after forward (least memory);
+        # shard_grad_op keeps them until backward (ZeRO-2-like, less traffic).
+        reshard = self.fsdp_sharding == "full_shard"
         for child in model.children():
             if any(p.requires_grad for p in child.parameters()):
-                fully_shard(child)
-        fully_shard(model)
+                fully_shard(child, reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
         return model
+
+    def _no_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if last_micro else _fsdp_no_sync(self.model)
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(model: nn.Module):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
 
 
 def _rank() -> int:

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpufleet.devices.ops import backend_ops
@@ -157,37 +156,6 @@ class DistributedTrainer:
         if not self.distributed:
             return "single"
         return "ddp" if strategy == "auto" else strategy
-
-    def wrap_model(self, model: nn.Module, rank: int | None = None) -> nn.Module:
-        """Move ``model`` to this rank's device and wrap it for the strategy."""
-        model = model.to(self.device)
-        strategy = self.resolved_strategy()
-        if strategy == "single":
-            return model
-        if strategy == "fsdp":
-            from torch.distributed.fsdp import fully_shard
-
-            # full_shard frees gathered parameters after forward (least memory);
-            # shard_grad_op keeps them until backward (ZeRO-2-like, less traffic).
-            reshard = self.config.fsdp_sharding == "full_shard"
-            for child in model.children():
-                if any(p.requires_grad for p in child.parameters()):
-                    fully_shard(child, reshard_after_forward=reshard)
-            fully_shard(model, reshard_after_forward=reshard)
-            return model
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        ops = backend_ops(self.device)
-        return DDP(
-            model,
-            device_ids=[self.device.index] if ops.is_accelerator else None,
-            # Gradients live in the all-reduce buckets: no copy, less memory.
-            gradient_as_bucket_view=True,
-            bucket_cap_mb=self.config.ddp_bucket_mb,
-            # A recipe whose buffers are kept equal by its own logic says so
-            # and saves one broadcast per forward.
-            forward_sync_buffers=getattr(model, "ddp_sync_buffers", True),
-        )
 
     def create_distributed_dataloader(self, dataset: Any, rank: int | None = None,
                                       start_batch: int = 0) -> DataLoader:

@@ -1,6 +1,10 @@
-"""The per-rank training loop.
+"""The per-rank training loop of the built-in recipes.
 
-``Trainer(recipe, config, devices=[...], rank=r).train()`` runs one rank. With
+``Trainer(recipe, config, devices=[...], rank=r).train()`` runs one rank. The
+model is driven through ``gpufleet.TrainingBackend`` (``training/backend.py``:
+forward/backward, accumulation, AMP, clipping, optimizer and LR steps, state),
+the same backend a user's own loop runs on; the Trainer adds the data order,
+metrics, checkpoints with RNG state, faults and stop requests. With
 one device it runs without a process group or a DDP wrapper and writes the
 same checkpoints, so a run can move between one and many devices. The
 launcher starts one Trainer per rank; a notebook can run a one-device
@@ -9,7 +13,6 @@ Trainer directly.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import random
@@ -25,14 +28,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpufleet.devices.ops import backend_ops, move_to_device
+from gpufleet.devices.ops import backend_ops
 from gpufleet.training import checkpoint as ckpt
+from gpufleet.training.backend import make_backend
 from gpufleet.training.config import ConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
-
-_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class InjectedFault(RuntimeError):
@@ -111,12 +113,15 @@ class Trainer:
         random.seed(cfg.seed)
         model, self.dataset, self.loss_fn = self.recipe.build(cfg, self.data_root)
         self.raw_model: nn.Module = model
-        self.model = self.dt.wrap_model(model, self.rank)
         self.strategy = self.dt.resolved_strategy()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self.amp_dtype = _DTYPES[cfg.precision]
-        self.scaler = self.ops.grad_scaler(enabled=cfg.precision == "fp16")
+        self.backend = make_backend(
+            model, self.loss_fn,
+            lambda params: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
+            strategy=self.strategy, device=self.device, grad_clip=cfg.grad_clip, precision=cfg.precision,
+            grad_accum=self.dt.grad_accum_steps, lr_lambda=lr_lambda(cfg),
+            ddp_bucket_mb=cfg.ddp_bucket_mb, fsdp_sharding=cfg.fsdp_sharding)
+        b = self.backend
+        self.model, self.optimizer, self.scheduler, self.scaler = b.model, b.optimizer, b.scheduler, b.scaler
         self.ops.reset_peak_memory_stats()
         if self.resume and self.checkpoint_dir is not None:
             found = ckpt.newest_checkpoint(self.checkpoint_dir)
@@ -131,14 +136,13 @@ class Trainer:
         recipe = state["meta"].get("recipe")
         if recipe != self.recipe.name:
             raise ConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
+        s = state["state"]
         try:
-            ckpt.apply_state(self.model, self.optimizer, state["model"], state["optimizer"])
+            self.backend.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
+                                          "step": s["step"], "scheduler": s["scheduler"], "scaler": s["scaler"]})
         except (RuntimeError, KeyError, ValueError) as exc:
             raise ConfigError("resume", f"checkpoint {path} does not fit this model "
                                         f"(was the config changed?): {str(exc)[:300]}") from None
-        s = state["state"]
-        self.scheduler.load_state_dict(s["scheduler"])
-        self.scaler.load_state_dict(s["scaler"])
         self.step = int(s["step"])
         # Micro-batches are counted globally (per-rank count x accumulation is
         # the same whatever the layout), so a run can resume on another world size.
@@ -157,37 +161,17 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------
 
-    def _no_sync(self, last_micro: bool):
-        if last_micro or self.strategy == "single":
-            return contextlib.nullcontext()
-        if self.strategy == "ddp":
-            return self.model.no_sync()
-        return _fsdp_no_sync(self.model)
-
     def train_step(self) -> dict[str, torch.Tensor]:
         """One optimizer step over the global batch; returns the step's loss parts (on device)."""
-        accum = self.dt.grad_accum_steps
+        accum = self.backend.grad_accum
         totals: dict[str, torch.Tensor] = {}
-        for i in range(accum):
-            batch = move_to_device(next(self._batches), self.device, non_blocking=True)
+        for _ in range(accum):
+            batch = next(self._batches)
             self.consumed_batches += 1
-            with self._no_sync(i == accum - 1):
-                with self.ops.autocast(self.amp_dtype):
-                    out = self.loss_fn(self.model, batch)
-                self.scaler.scale(out["loss"] / accum).backward()
-            for k, v in out.items():
-                v = v.detach().float() / accum
+            for k, v in self.backend.accumulate(batch).items():
+                v = v.float() / accum
                 totals[k] = totals[k] + v if k in totals else v
-        if self.config.grad_clip is not None:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        post = getattr(self.raw_model, "post_step", None)
-        if post is not None:
-            post()
+        self.backend.optim_step()
         self.step += 1
         return totals
 
@@ -271,7 +255,7 @@ class Trainer:
         """Save ``step-N/`` (rank 0 writes; under FSDP every rank helps gather)."""
         if self.checkpoint_dir is None or self._checkpoint_step == self.step:
             return self.last_checkpoint
-        model_state, optim_state = ckpt.gather_state(self.model, self.optimizer)
+        state = self.backend.state_dict()  # under FSDP every rank takes part in the gather
         rng = _rng_state(self.ops)
         rngs = [rng]
         if self.dt.distributed:
@@ -280,8 +264,8 @@ class Trainer:
         path = None
         if self.rank == 0:
             train_state = {
-                "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict(),
+                "scheduler": state["scheduler"],
+                "scaler": state["scaler"],
                 "step": self.step,
                 "samples_seen": self.consumed_batches * self.dt.micro_batch_size * self.dt.world_size,
                 "rng": rngs,
@@ -289,8 +273,8 @@ class Trainer:
             meta = {"recipe": self.recipe.name, "config": self.config.to_dict(),
                     "world_size": self.dt.world_size, "strategy": self.strategy,
                     "metrics": self.last_metrics}
-            path = str(ckpt.write_checkpoint(self.checkpoint_dir, self.step, model_state=model_state,
-                                             optim_state=optim_state, train_state=train_state, meta=meta,
+            path = str(ckpt.write_checkpoint(self.checkpoint_dir, self.step, model_state=state["model"],
+                                             optim_state=state["optimizer"], train_state=train_state, meta=meta,
                                              keep=self.config.keep_checkpoints))
             if self.progress:
                 self.progress.write("checkpoint", step=self.step, path=path)
@@ -325,15 +309,6 @@ def _to_list(x: Any) -> Any:
 
 def _to_tuple(x: Any) -> Any:
     return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
-
-
-@contextlib.contextmanager
-def _fsdp_no_sync(model: nn.Module):
-    model.set_requires_gradient_sync(False)
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)
 
 
 def _raise_fault(kind: str, rank: int, step: int) -> None:
