@@ -144,7 +144,7 @@ def serve(
                 worker_proc.kill()
 
 
-@app.command()
+@_app.command()
 def secret() -> None:
     """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
     import secrets as _secrets
@@ -259,10 +259,10 @@ def _register(modules: Iterable[str]) -> None:
 
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
     """The command modules ``gpufleet ARGV`` needs: the named command's owners,
-    none for ``serve``/``db``, and all of them for help or an unknown name
+    none for ``serve``/``db``/``secret``, and all of them for help or an unknown name
     (so the usage lists every command)."""
     first = next((a for a in argv if not a.startswith("-")), None)
-    if first in ("serve", "db"):
+    if first in ("serve", "db", "secret"):
         return ()
     return COMMAND_OWNERS.get(first or "", COMMAND_MODULES)
 

@@ -54,15 +54,15 @@ def test_run_starts_without_the_server_the_database_or_torch():
 
 def test_help_still_lists_every_command():
     loaded, out = _modules_after("--help")
-    for name in [*cli.COMMAND_OWNERS, "serve", "db"]:
+    for name in [*cli.COMMAND_OWNERS, "serve", "db", "secret"]:
         assert name in out, name
     assert {f"gpufleet.commands.{m}" for m in cli.COMMAND_MODULES} <= loaded
 
 
 def test_a_named_command_gets_its_options_and_the_library_app_has_all():
     assert cli.modules_for(["gpus", "drain", "--help"]) == ("devices", "drain")
-    assert cli.modules_for(["serve", "--port", "9000"]) == ()
+    assert cli.modules_for(["serve", "--port", "9000"]) == () == cli.modules_for(["secret"])
     assert cli.modules_for(["no-such-command"]) == cli.COMMAND_MODULES
     names = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
     names |= {g.name for g in cli.app.registered_groups}
-    assert set(cli.COMMAND_OWNERS) | {"serve", "db"} <= names
+    assert set(cli.COMMAND_OWNERS) | {"serve", "db", "secret"} <= names
