@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 from gpufleet import __version__
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.bounds import GPUIndexPath, HostPath
+from gpufleet.api.params import GPUIndexPath, HostPath
 from gpufleet.api.schemas.system import (
     DrainPublic,
     DrainRequest,

@@ -21,7 +21,8 @@ from gpufleet.api.deps import (
     ensure_can_run_code,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
-from gpufleet.api.schemas.bounds import MAX_OFFSET, SeqQuery, StepQuery
+from gpufleet.api.params import SeqQuery, StepQuery
+from gpufleet.api.schemas.bounds import MAX_OFFSET
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
     TrainingBatchPublic,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query
 from pydantic import Field
 
 # PostgreSQL INTEGER: steps, sequence numbers, GPU indexes, checkpoint intervals.
@@ -30,10 +29,6 @@ MAX_HOST_CHARS = 255
 MAX_OFFSET = JSON_INT_MAX
 
 GPUIndex = Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]
-GPUIndexPath = Annotated[int, Path(ge=0, le=MAX_GPU_INDEX, description="the GPU's index on its host")]
-HostPath = Annotated[str, Path(min_length=1, max_length=MAX_HOST_CHARS, description="the host's name")]
-SeqQuery = Annotated[int, Query(ge=0, le=INT32_MAX, description="only events with a larger seq (resume a stream)")]
-StepQuery = Annotated[int, Query(ge=-1, le=INT32_MAX, description="only metrics of later steps")]
 
 # Config fields the server stores in INTEGER columns or uses as paths; the
 # recipe checks the rest of its config (and every field's meaning).
