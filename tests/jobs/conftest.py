@@ -91,10 +91,40 @@ def client_for() -> Iterator[Callable[[Settings], TestClient]]:
         c.close()
 
 
+# Hosts registered by the running test: their heartbeat is kept fresh, as the
+# agent of a real host keeps it (a host silent for 30 s is offline and gets no
+# training), so a test that runs no agent does not depend on being fast.
+_beating: list[Settings] = []
+
+
 def register(settings: Settings):  # noqa: ANN201
     from gpufleet.jobs.worker import ensure_host
 
-    return ensure_host(settings)
+    host_id = ensure_host(settings)
+    _beating.append(settings)
+    return host_id
+
+
+@pytest.fixture(autouse=True)
+def _keep_registered_hosts_alive() -> Iterator[None]:
+    from gpufleet.telemetry.inventory import heartbeat
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(5.0):
+            for s in list(_beating):
+                try:
+                    heartbeat(s)
+                except Exception:  # noqa: BLE001 - a test may stop its database on purpose
+                    pass
+
+    t = threading.Thread(target=beat, name="test-heartbeats", daemon=True)
+    t.start()
+    yield
+    stop.set()
+    t.join(10)
+    _beating.clear()
 
 
 class WorkerProc:

@@ -17,7 +17,9 @@ from .conftest import TINY_SAE, api_app, make_settings, register, unique, wait_f
 def test_a_host_with_a_stale_heartbeat_is_offline_and_gets_no_training(tmp_path, backend, request):
     a = make_settings(tmp_path, backend, request, host_name=unique("a-host"))
     b = a.model_copy(update={"host_name": unique("b-host")})
-    register(a)
+    from gpufleet.jobs.worker import ensure_host
+
+    ensure_host(a)  # registered, but nothing keeps its heartbeat (register() would)
     register(b)
     # Host A's agent stopped ten minutes ago; its row still says "online".
     with session_scope(a) as sess:
