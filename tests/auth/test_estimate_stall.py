@@ -46,6 +46,7 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
         slowest: dict[str, float] = {"/healthz": 0.0, "/api/v1/trainings": 0.0}
         latencies: list[float] = []
         probes = {"n": 0}
+        refused_probes: list[str] = []
         done = threading.Event()
 
         def probe() -> None:
@@ -55,7 +56,8 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
                         t0 = time.perf_counter()
                         r = c.get(path)
                         took = time.perf_counter() - t0
-                        assert r.status_code == 200, r.text
+                        if r.status_code != 200:  # an assert here would only end this thread
+                            refused_probes.append(f"{path}: {r.status_code} {r.text[:200]}")
                         slowest[path] = max(slowest[path], took)
                         latencies.append(took)
                         probes["n"] += 1
@@ -65,8 +67,12 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
         prober.start()
         try:
             # The burst comes from a process of its own, so the probes here time the server, not this client.
+            started = time.monotonic()
             out = subprocess.run([sys.executable, "-c", BURST, srv.url, headers["Authorization"]],
                                  capture_output=True, text=True, timeout=600)
+            # A fast machine may answer the whole burst in a second; probe on for a few
+            # seconds more while the pool's traces are still running or being killed.
+            time.sleep(max(0.0, 5.0 - (time.monotonic() - started)))
         finally:
             done.set()
             prober.join(timeout=60)
@@ -84,7 +90,9 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
         print(f"estimate burst: {len(latencies)} probes, p50 {latencies[len(latencies) // 2] * 1000:.0f} ms,"
               f" p95 {p95 * 1000:.0f} ms, slowest {slowest}, {over} at or over 200 ms;"
               f" answers { {c: codes.count(c) for c in sorted(set(codes))} }")
-        assert len(latencies) >= 100
+        # Nobody else is refused because one viewer sent a burst of estimates.
+        assert not refused_probes, refused_probes[:5]
+        assert len(latencies) >= 20
         # Before the estimate pool one such burst left /healthz unanswered for minutes. On a
         # shared, loaded test machine a single probe can be late for reasons of its own (an idle
         # server here shows the odd 200 ms), so the bound is on the 95th percentile, with a cap.

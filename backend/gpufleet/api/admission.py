@@ -33,6 +33,11 @@ BACKGROUND_CONNECTIONS = 6
 # Requests are mostly Python under one interpreter lock: more of them at once
 # than a few per core only makes each one slower (bench/create_burst.py).
 REQUESTS_PER_CORE = 4
+# Routes that wait in a bounded queue of their own, holding no connection while
+# they wait: the memory estimates (a few worker processes, 16 waiting, a rate
+# per user; scheduling/memory_pool.py). Counted here, a burst of estimates from
+# one viewer would take every slot and turn everyone else's reads into 429s.
+OWN_QUEUE = frozenset({"/api/v1/system/gpus/recommend", "/api/v1/system/gpus/validate"})
 
 
 def request_capacity(settings: Settings) -> int:
@@ -51,7 +56,7 @@ class Admission:
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_gated(scope["path"]):
+        if scope["type"] != "http" or not is_gated(scope["path"]) or scope["path"] in OWN_QUEUE:
             await self.app(scope, receive, send)
             return
         # One event loop per process: the counter needs no lock.
