@@ -130,3 +130,23 @@ def test_queue_order_is_priority_then_age(fleet_settings, client_for):
         t = _claim(fleet_settings, mine[0], host_id, fleet_settings.host_name, "w:1:a")
         _finish(fleet_settings, t, "w:1:a", outcome.Decision("succeeded", "finished"), 0)
     assert [c.get(f"/api/v1/trainings/{t}").json()["name"] for t in started] == ["high", "mid", "old-low", "new-low"]
+
+
+def test_a_placeable_training_behind_a_long_waiting_queue_is_placed_in_one_pass(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+
+    def make(name, gpu, prio=0):
+        r = c.post("/api/v1/trainings", json={"name": name, "recipe": "mlp", "config": {"max_steps": 2},
+                                              "gpu_ids": [gpu], "host": fleet_settings.host_name, "priority": prio})
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    # Five ahead in the queue want GPU 0 (one gets it, four wait); the last wants the free GPU 1.
+    head = [make(f"wants-0-{i}", 0, prio=9) for i in range(5)]
+    last = make("wants-1", 1)
+    # Pages of two: the pass must read past the head of the queue to reach it.
+    res = schedule_pending(fleet_settings, limit=2)
+    placed = {str(tid) for tid, _ in res.scheduled}
+    assert last in placed, (res.scheduled, res.waiting)
+    assert len(placed & set(head)) == 1

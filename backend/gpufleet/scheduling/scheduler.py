@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -82,19 +82,39 @@ def _hopeless(snap: _Snapshot, t: Training) -> bool:
     return all(len(snap.free(h)) < count for h in hosts)
 
 
-def queued(sess: Session, limit: int) -> list[Training]:
+def queued(sess: Session, limit: int, after: Training | None = None) -> list[Training]:
+    """Queued trainings in queue order (priority, then age), from just after ``after``."""
     now = utcnow()
-    return list(
-        sess.execute(
-            select(Training)
-            .where(
-                Training.status == "queued",
-                or_(Training.not_before.is_(None), Training.not_before <= now),
-            )
-            .order_by(Training.priority.desc(), Training.created_at, Training.id)
-            .limit(limit)
-        ).scalars()
+    stmt = select(Training).where(
+        Training.status == "queued",
+        or_(Training.not_before.is_(None), Training.not_before <= now),
     )
+    if after is not None:
+        p, c, i = after.priority, after.created_at, after.id
+        stmt = stmt.where(or_(
+            Training.priority < p,
+            and_(Training.priority == p, or_(Training.created_at > c, and_(Training.created_at == c, Training.id > i))),
+        ))
+    stmt = stmt.order_by(Training.priority.desc(), Training.created_at, Training.id).limit(limit)
+    return list(sess.execute(stmt).scalars())
+
+
+def _queue_pages(settings: Settings, page: int, max_rows: int) -> Iterator[list[Training]]:
+    """The queue in order, a page at a time. Every pass sees the whole queue (up
+    to ``max_rows``): reading only its head would let a few hundred trainings
+    that cannot be placed now starve one behind them that could run at once."""
+    last = None
+    seen = 0
+    while seen < max_rows:
+        with session_scope(settings) as sess:
+            rows = queued(sess, page, last)
+        if not rows:
+            return
+        yield rows
+        seen += len(rows)
+        if len(rows) < page:
+            return
+        last = rows[-1]
 
 
 def schedule_pending(
@@ -102,12 +122,13 @@ def schedule_pending(
     send: Callable[[uuid.UUID, str], None] | None = None,
     *,
     limit: int = 200,
+    max_rows: int = 10_000,
 ) -> PassResult:
     """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
     result = PassResult()
     with session_scope(settings) as sess:
-        rows = queued(sess, limit)
         snap = _snapshot(sess)
+    rows = (row for page in _queue_pages(settings, limit, max_rows) for row in page)
     for row in rows:
         if _hopeless(snap, row):
             continue
