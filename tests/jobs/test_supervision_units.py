@@ -127,3 +127,25 @@ def test_sink_writes_metrics_in_batches_warns_about_stragglers_and_sees_cancel(d
         sess.get(Training, tid).lease_owner = "someone-else"
     sink._last_flush = 0
     assert sink.pump() == "lost"
+
+
+def test_a_resumed_script_keeps_steps_its_killed_launcher_had_not_merged(db_settings, tmp_path):
+    # The worker (and with it the launcher) died after rank 0 reported steps 4 and 5
+    # but before the launcher merged them into the progress file.
+    tid = uuid.uuid4()
+    worker = "h:2:abc"
+    with session_scope(db_settings) as sess:
+        sess.add(Training(id=tid, name="s", owner="o", recipe="script", config={}, status="running",
+                          lease_owner=worker, lease_expires_at=utcnow() + timedelta(seconds=5)))
+    earlier = tmp_path / "progress-1.jsonl"
+    earlier.write_text("".join(json.dumps({"type": "step", "step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "progress-1.jsonl.report.rank0").write_text("".join(
+        json.dumps({"type": "step", "step": s, "loss": 1.0 / s, "parts": {}, "step_time": 0.1}) + "\n"
+        for s in range(1, 6)) + '{"type": "step", "st')  # the last line was cut by the kill
+    with session_scope(db_settings) as sess:
+        row = sess.get(Training, tid)
+    MetricsSink(db_settings, row, worker, tmp_path / "progress-2.jsonl", "h").fill_from_earlier([earlier])
+    with session_scope(db_settings) as sess:
+        steps = sess.execute(select(TrainingMetric.step).where(TrainingMetric.training_id == tid)
+                             .order_by(TrainingMetric.step)).scalars().all()
+    assert steps == [1, 2, 3, 4, 5]

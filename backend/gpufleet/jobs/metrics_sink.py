@@ -8,6 +8,7 @@ larger writes keep a fast training from turning into database load.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -113,7 +114,7 @@ class MetricsSink:
             have = set(sess.execute(select(TrainingMetric.step).where(
                 TrainingMetric.training_id == self.tid)).scalars())
             for path in earlier_progress:
-                for line in ProgressReader(path).read():
+                for line in [*ProgressReader(path).read(), *_unmerged_reports(path)]:
                     if line.get("type") == "step" and int(line["step"]) not in have:
                         self._handle(line)
                         have.add(int(line["step"]))
@@ -252,3 +253,26 @@ class MetricsSink:
             })
         except Exception:  # noqa: BLE001 - live events are best effort; the tables are the truth
             log.debug("could not publish progress for %s", self.tid, exc_info=True)
+
+
+def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
+    """Rank 0's ``gpufleet.report`` lines of an earlier attempt, as step lines.
+
+    A worker killed mid-run takes its launcher with it before the launcher has
+    merged the newest reports into the progress file; the script may still have
+    checkpointed after them, so its resume starts past steps found only here.
+    """
+    out = []
+    try:
+        raw = Path(f"{progress_path}.report.rank0").read_bytes()
+    except OSError:
+        return out
+    for chunk in raw.split(b"\n"):
+        try:
+            line = json.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and isinstance(line.get("step"), int):
+            out.append({**{k: v for k, v in line.items() if k not in ("type", "step_time")}, "type": "step"})
+    return out
+
