@@ -48,9 +48,13 @@ def make_settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest |
     base.update(kw)
     if backend == "postgresql":
         assert request is not None
-        base["database_url"] = request.getfixturevalue("pg_migrated_url")
+        # A database of the test's own: a queue other tests left behind (hundreds of
+        # trainings the fuzzer and the API tests created) must not decide what this
+        # test's scheduler passes see. Hosts of one test share it.
+        base["database_url"] = request.getfixturevalue("fresh_pg_url")
         base["redis_url"] = request.getfixturevalue("redis_url")
         s = load_settings(**base)
+        upgrade_database(s)
     else:
         s = load_settings(**base)
         upgrade_database(s)
