@@ -168,9 +168,11 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, server, screens
     assert "succeeded" in page.get_by_test_id("events").inner_text()
     # Both ranks report their step times.
     assert page.get_by_test_id("rank-times").locator(".rank").count() == 2
-    # The GPUs' utilization during the run, from the stored history.
+    # The GPUs' utilization during the run, from the stored history. A fast machine
+    # finishes the run within a couple of sampling intervals: one stored point is what
+    # any run of it is sure to have.
     page.wait_for_function(
-        "Number(document.querySelector(\"[data-testid='run-gpu-chart']\")?.dataset.points) >= 2", timeout=20_000
+        "Number(document.querySelector(\"[data-testid='run-gpu-chart']\")?.dataset.points) >= 1", timeout=20_000
     )
     page.screenshot(path=str(screenshots / "training-succeeded.png"), full_page=True)
     # It is listed with its status.
