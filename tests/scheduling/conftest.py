@@ -32,15 +32,16 @@ def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
 
     db_url = None
     if getattr(request, "param", "sqlite") == "postgresql":
-        db_url = request.getfixturevalue("pg_migrated_url")
+        # A database of the test's own: auto-selected trainings other tests left queued
+        # would otherwise take this test's free GPUs.
+        db_url = request.getfixturevalue("fresh_pg_url")
 
     def make(topology: str = "nvlink-pairs", spec: str = "8xH100-80GB", name: str | None = None) -> Settings:
         # The PostgreSQL database is shared by the session: a host name of its own.
         name = name or f"sim-{uuid.uuid4().hex[:8]}"
         s = load_settings(data_dir=tmp_path / "data", simulate=spec, simulate_topology=topology,
                           host_name=name, database_url=db_url)
-        if db_url is None:
-            upgrade_database(s)
+        upgrade_database(s)
         register_host(s)
         sample_into_live(s)
         return s
