@@ -234,20 +234,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def live_api() -> Iterator[Callable[[Settings], str]]:
-    """A real uvicorn server with the trainings router, on a free port; returns its base URL."""
+def _uvicorn_servers(make_app: Callable[[Settings], FastAPI], start_timeout: float) -> Iterator[Callable[[Settings], str]]:
+    """Start ``make_app(settings)`` under uvicorn on a free port per call (returns its base URL); stop them after."""
     import uvicorn
 
     servers: list[tuple[uvicorn.Server, threading.Thread]] = []
 
     def start(settings: Settings) -> str:
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(api_app(settings), host="127.0.0.1", port=port,
+        server = uvicorn.Server(uvicorn.Config(make_app(settings), host="127.0.0.1", port=port,
                                                log_level="warning", lifespan="off"))
         t = threading.Thread(target=server.run, daemon=True)
         t.start()
-        wait_for(lambda: server.started, 10, "uvicorn to start")
+        wait_for(lambda: server.started, start_timeout, "uvicorn to start")
         servers.append((server, t))
         return f"http://127.0.0.1:{port}"
 
@@ -255,3 +254,17 @@ def live_api() -> Iterator[Callable[[Settings], str]]:
     for server, t in servers:
         server.should_exit = True
         t.join(10)
+
+
+@pytest.fixture
+def live_api() -> Iterator[Callable[[Settings], str]]:
+    """A real uvicorn server with the trainings router, on a free port; returns its base URL."""
+    yield from _uvicorn_servers(api_app, 10)
+
+
+@pytest.fixture
+def product_api() -> Iterator[Callable[[Settings], str]]:
+    """``create_app`` (every router, the auth gate) under uvicorn on a free port; returns its URL."""
+    from gpufleet.api.app import create_app
+
+    yield from _uvicorn_servers(create_app, 20)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import ast
-import threading
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from gpufleet.client import (
     Client,
@@ -22,32 +19,9 @@ from gpufleet.client import (
 )
 from gpufleet.config import Settings
 
-from .conftest import free_port, make_settings, register, wait_for
+from .conftest import make_settings, register
 
 SECRET = "client-tests-secret-" + "y" * 32
-
-
-@pytest.fixture
-def product_api() -> Iterator[Callable[[Settings], str]]:
-    """``create_app`` (every router, the auth gate) under uvicorn on a free port; returns its URL."""
-    from gpufleet.api.app import create_app
-
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(settings: Settings) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="off"))
-        t = threading.Thread(target=server.run, daemon=True)
-        t.start()
-        wait_for(lambda: server.started, 20, "uvicorn to start")
-        servers.append((server, t))
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, t in servers:
-        server.should_exit = True
-        t.join(10)
 
 
 def _signed_in(tmp_path: Path, **kw) -> tuple[Settings, dict[str, str]]:  # noqa: ANN003

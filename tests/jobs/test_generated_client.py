@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from .conftest import register, wait_for
-from .test_client import _signed_in, product_api  # noqa: F401 - the fixture
+from .test_client import _signed_in
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def _generate(url: str, where: Path) -> str:
     return out.stdout + out.stderr
 
 
-def test_a_generated_client_creates_waits_reads_metrics_and_cancels(tmp_path, monkeypatch, product_api,  # noqa: F811
+def test_a_generated_client_creates_waits_reads_metrics_and_cancels(tmp_path, monkeypatch, product_api,
                                                                     workers, scheduler):
     settings, tokens = _signed_in(tmp_path, simulate="1xH100-80GB")
     register(settings)
