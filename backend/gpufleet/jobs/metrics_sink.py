@@ -262,6 +262,8 @@ def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
     merged the newest reports into the progress file; the script may still have
     checkpointed after them, so its resume starts past steps found only here.
     """
+    from gpufleet.trainings.script_launch import step_fields
+
     out = []
     try:
         raw = Path(f"{progress_path}.report.rank0").read_bytes()
@@ -273,6 +275,6 @@ def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(line, dict) and isinstance(line.get("step"), int):
-            out.append({**{k: v for k, v in line.items() if k not in ("type", "step_time")}, "type": "step"})
+            out.append({**step_fields(line), "type": "step"})
     return out
 

@@ -209,6 +209,11 @@ class Ranks:
             p.wait()
 
 
+def step_fields(report_line: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a ``step`` progress line that one ``gpufleet.report`` line gives."""
+    return {k: v for k, v in report_line.items() if k not in ("type", "step_time")}
+
+
 class ReportMerger:
     """Turns the ranks' ``gpufleet.report`` files into ``step`` progress lines.
 
@@ -267,7 +272,7 @@ class ReportMerger:
             for t in self.times:  # older steps a rank reported that rank 0 did not
                 for old in [s for s in t if s < step]:
                     del t[old]
-            record = {k: v for k, v in line.items() if k not in ("type", "step_time")}
+            record = step_fields(line)
             if all(t is not None for t in times):
                 record["rank_step_times"] = times
             self.progress.write("step", **record)
