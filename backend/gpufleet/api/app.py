@@ -82,6 +82,9 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
     from gpufleet.api.admission import install_admission
 
     install_admission(app, settings)
+    from gpufleet.api.methods import method_not_allowed
+
+    app.add_exception_handler(405, method_not_allowed)
     return app
 
 
