@@ -59,6 +59,8 @@ def make_celery(settings: Settings) -> Celery:
         }
     app.conf.update(
         broker_url=broker,
+        # Our filesystem transport writes each message atomically (jobs/fsbroker.py).
+        broker_transport=None if settings.redis_url else "gpufleet.jobs.fsbroker:Transport",
         broker_transport_options=transport_options,
         broker_connection_retry_on_startup=True,
         task_ignore_result=True,
