@@ -9,8 +9,6 @@ waits for. ``gpufleet.cli.app`` (help, tests) has every command.
 from __future__ import annotations
 
 import importlib
-import logging
-import signal
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -106,11 +104,11 @@ def serve(
 
     from gpufleet.api.app import create_app
 
-    worker_proc = None
+    embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
-        from gpufleet.jobs.embedded import start_embedded_worker
+        from gpufleet.jobs.embedded import EmbeddedWorker
 
-        worker_proc = start_embedded_worker(settings)
+        embedded = EmbeddedWorker(settings).start()
     mode = "embedded (SQLite, no external service)" if settings.is_embedded else "fleet"
     console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
     console.print(f"database: {_safe_url(settings.effective_database_url)}")
@@ -134,14 +132,10 @@ def serve(
             ws_per_message_deflate=False,
         )
     finally:
-        if worker_proc is not None and worker_proc.poll() is None:
+        if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
-            worker_proc.send_signal(signal.SIGTERM)
-            try:
-                worker_proc.wait(timeout=settings.stop_grace_s + 15)
-            except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
-                worker_proc.kill()
+            embedded.stop(timeout=settings.stop_grace_s + 15)
 
 
 @_app.command()

@@ -249,3 +249,43 @@ def _healthy(base: str) -> bool:
         return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _parent_pid(pid: int) -> int:
+    # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after its ")".
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_path):
+    import httpx
+
+    port = free_port()
+    proc = _serve(tmp_path, port)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=5)
+        r = httpx.post(f"{base}/trainings", json={"name": "worker-dies", "recipe": "sae", "config": cfg,
+                                                  "gpu_ids": [0], "max_restarts": 2}, timeout=30)
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
+                        120, "progress", 0.2)
+        group = body["launcher_pid"]
+        worker = _parent_pid(group)
+        assert _parent_pid(worker) == proc.pid, "the launcher's parent is serve's embedded worker"
+        os.kill(worker, signal.SIGKILL)
+        # Its launcher follows it (the lifeline); serve starts a worker again, which resumes the training.
+        wait_for(lambda: not pids_in_group(group), 15, "the dead worker's launcher group to be gone")
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+                        and x["status"] == "running" and x, 180, "the training to resume on a new worker", 0.2)
+        assert _parent_pid(body["launcher_pid"]) != worker
+        log = (tmp_path / f"serve-{port}.log").read_text()
+        assert "the embedded worker exited with code -9; starting it again" in log, log[-3000:]
+        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
+        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
+                 "the cancel")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(120)

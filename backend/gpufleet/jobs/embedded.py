@@ -8,11 +8,17 @@ the parent's may come from arguments rather than the environment.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 from gpufleet.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -38,12 +44,12 @@ def worker_command(host_name: str | None = None, *, agent: bool = False) -> list
     return cmd
 
 
-def start_embedded_worker(settings: Settings, **popen_kw) -> subprocess.Popen:  # noqa: ANN003
+def start_embedded_worker(settings: Settings, **popen_kw) -> subprocess.Popen:
     """Start the worker for this host; the agent stays in the API process (embedded bus)."""
     log = settings.logs_dir / "worker.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     out = popen_kw.pop("stdout", None) or open(log, "ab")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+    return subprocess.Popen(
         worker_command(settings.host_name, agent=False),
         env=settings_env(settings),
         stdout=out,
@@ -51,3 +57,65 @@ def start_embedded_worker(settings: Settings, **popen_kw) -> subprocess.Popen:  
         stdin=subprocess.DEVNULL,
         **popen_kw,
     )
+
+
+class EmbeddedWorker:
+    """The worker ``serve`` keeps running: started again whenever it dies.
+
+    Without this, a worker that died (killed, or an unrecoverable broker
+    error) left every later training `scheduled` and nothing said why. Its
+    own trainings are not lost: their launchers die with it (the lifeline)
+    and the lease recovery puts them back in the queue.
+    """
+
+    MAX_BACKOFF_S = 30.0
+
+    def __init__(self, settings: Settings, **popen_kw) -> None:
+        self.settings = settings
+        self.popen_kw = popen_kw
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> EmbeddedWorker:
+        self.proc = start_embedded_worker(self.settings, **self.popen_kw)
+        self._thread = threading.Thread(target=self._watch, name="gpufleet-worker-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        backoff = 1.0
+        started = time.monotonic()
+        while not self._stopping.wait(0.5):
+            proc = self.proc
+            if proc is None or proc.poll() is None:
+                continue
+            # A worker that ran for a while before dying starts again at once;
+            # one that keeps dying at start-up is retried ever more slowly.
+            backoff = 1.0 if time.monotonic() - started > 60 else min(2 * backoff, self.MAX_BACKOFF_S)
+            log.error("the embedded worker exited with code %s; starting it again in %.0f s "
+                      "(its log: %s)", proc.returncode, backoff, self.settings.logs_dir / "worker.log")
+            if self._stopping.wait(backoff):
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                self.proc = start_embedded_worker(self.settings, **self.popen_kw)
+                self.restarts += 1
+                started = time.monotonic()
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM (each training checkpoints and is requeued as interrupted), then kill after ``timeout``."""
+        with self._lock:
+            self._stopping.set()
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except Exception:  # noqa: BLE001 - on any trouble, make sure it is gone
+            proc.kill()
+            proc.wait()

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue, payload, **kwargs):  # noqa: ANN001, ANN003, ANN202 - kombu's signature
+    def _put(self, queue, payload, **kwargs):
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
         # A leading dot: the consumer only takes names ending in ".<queue>.msg".
@@ -50,7 +50,7 @@ class Channel(filesystem.Channel):
                 pass
             raise ChannelError(f"cannot add a message to {self.data_folder_out!r}: {exc}") from exc
 
-    def _get(self, queue):  # noqa: ANN001, ANN202
+    def _get(self, queue):
         try:
             return super()._get(queue)
         except ValueError as exc:
