@@ -116,11 +116,11 @@ def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
     reset_error_baseline(s.host_name)
     with session_scope(s) as sess:
         assert availability_by_gpu(sess, s)[(s.host_name, 1)].state == "free"  # the baseline
-    from gpufleet.devices import get_nvml
+    from gpufleet.devices.backend import device_backend
     from gpufleet.telemetry.live import LOCAL
     from gpufleet.telemetry.sampler import NvmlSampler
 
-    sampler = NvmlSampler(s, get_nvml(s))
+    sampler = NvmlSampler(s, device_backend(s))
     try:
         simstate.inject_xid(s, 1, 79)
         LOCAL.put_host(s.host_name, sampler.sample())

@@ -30,7 +30,8 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.devices import simspecs, simstate
+import gpufleet.devices.simspecs as simspecs
+import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
 from gpufleet.devices.simmetrics import read_gpu
 

@@ -26,10 +26,11 @@ from gpufleet.scheduling.types import (
     GPUObservation,
     HostState,
     LinkInfo,
+    MiB,
     ProcessInfo,
     Reservation,
-    MiB,
 )
+from gpufleet.telemetry.inventory import HEARTBEAT_S
 
 _OFFLINE = {"offline", "lost", "down"}
 
@@ -56,10 +57,6 @@ def _new_errors(host: str, gpu_key: str, ecc: int | None, xid: int | None) -> tu
 
 
 def _stale_after_s(settings: Settings) -> float:
-    try:
-        from gpufleet.telemetry.agent import HEARTBEAT_S
-    except ImportError:
-        HEARTBEAT_S = 10.0  # noqa: N806
     # Three missed heartbeats, and never less than half a minute.
     return max(3 * float(HEARTBEAT_S), 30.0, 5 * settings.sample_interval_s)
 
