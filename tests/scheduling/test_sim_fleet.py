@@ -10,7 +10,8 @@ from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.devices import simstate
 from gpufleet.scheduling.inputs import availability_by_gpu, fleet_state
-from gpufleet.scheduling.recommend import choose_for_scheduler, recommend
+from gpufleet.scheduling.choose import choose_for_scheduler
+from gpufleet.scheduling.recommend import recommend
 from gpufleet.scheduling.types import GiB, SelectionRequest
 from gpufleet.scheduling.validate import validate_selection
 from sqlalchemy import select
@@ -146,7 +147,7 @@ def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # n
 
 
 def test_scheduler_wait_reason_says_what_is_missing(sim_host) -> None:  # noqa: ANN001
-    from gpufleet.scheduling.recommend import scheduler_wait_reason
+    from gpufleet.scheduling.choose import scheduler_wait_reason
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     simstate.add_foreign_process(s, 2, 30 * GiB, user="bob")
