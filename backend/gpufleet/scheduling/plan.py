@@ -28,25 +28,6 @@ class SelectionPlan:
     estimate: MemoryEstimate
     recommendation: Recommendation
 
-    def selection_doc(self) -> dict[str, Any]:
-        """What ``trainings.selection`` stores: the chosen set and why, or why not."""
-        rec = self.recommendation
-        doc: dict[str, Any] = {"by": "recommend", "estimate": self.estimate.summary()}
-        if rec.top is not None:
-            doc.update(
-                host=rec.top.host,
-                chosen=list(rec.top.gpu_indexes),
-                score=rec.top.score,
-                connection=rec.top.connection,
-                reasons=list(rec.top.reasons),
-                weights=list(rec.top.weights),
-            )
-        if rec.refused:
-            doc["refused"] = rec.refused
-        if rec.wait_reason:
-            doc["wait_reason"] = rec.wait_reason
-        return doc
-
 
 def estimate_for(
     sess: Session, recipe: str, config: Mapping[str, Any] | Any, *, world_size: int = 1,

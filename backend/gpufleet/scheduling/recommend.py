@@ -97,18 +97,6 @@ class _HostView:
             # NVLink partners each GPU has among the other usable GPUs.
             self.partners[g.index] = sum(1 for j in self.indexes if row[j] > 0)
 
-    def set_class(self, members: tuple[int, ...]) -> int:
-        worst = 0
-        cls = self.cls
-        for a_pos, a in enumerate(members):
-            row = cls[a]
-            for b in members[a_pos + 1 :]:
-                if row[b] > worst:
-                    worst = row[b]
-                    if worst == 3:
-                        return 3
-        return worst
-
     def sets(self, count: int) -> list[tuple[int, ...]]:
         n = len(self.usable)
         if comb(n, count) <= _MAX_ENUMERATED:
