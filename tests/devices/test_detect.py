@@ -115,9 +115,9 @@ class _LostMidway:
 
 
 def test_gpu_lost_while_reading_fields(sim_settings):
-    from gpufleet.devices import get_nvml
+    from gpufleet.devices.backend import device_backend
 
-    gpus = detect_nvidia(_LostMidway(get_nvml(sim_settings)), simulated=True)
+    gpus = detect_nvidia(_LostMidway(device_backend(sim_settings).nvml), simulated=True)
     assert [g.healthy for g in gpus] == [True, False, True, True]
     assert gpus[1].error == "GPU is lost" and gpus[1].name is None and gpus[1].memory_total is None
 

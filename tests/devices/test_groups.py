@@ -164,12 +164,3 @@ def test_gpu_device_names_the_torch_device(make_sim):
     devs = [GPUDevice(g) for g in gpus]
     assert [d.device for d in devs] == [torch.device("cuda", 0), torch.device("cuda", 0), torch.device("xpu", 0)]
     assert [(d.backend, d.vendor) for d in devs] == [("cuda", "nvidia"), ("hip", "amd"), ("xpu", "intel")]
-
-
-def test_backend_ops_are_reexported_on_first_use():
-    import gpufleet.devices as devices
-    from gpufleet.devices import ops
-
-    assert devices.move_to_device is ops.move_to_device and devices.backend_ops is ops.backend_ops
-    with pytest.raises(AttributeError):
-        devices.not_a_name  # noqa: B018

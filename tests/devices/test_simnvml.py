@@ -12,7 +12,8 @@ import time
 import pynvml
 import pytest
 
-from gpufleet.devices import get_nvml, simstate
+from gpufleet.devices import simstate
+from gpufleet.devices.backend import device_backend
 from gpufleet.devices.simnvml import SimNVML
 
 GIB = 1024**3
@@ -20,14 +21,14 @@ GIB = 1024**3
 
 @pytest.fixture
 def nvml(sim_settings):
-    n = get_nvml(sim_settings)
+    n = device_backend(sim_settings).nvml
     n.nvmlInit()
     yield n
     n.nvmlShutdown()
 
 
 def test_real_settings_give_real_pynvml(settings):
-    assert get_nvml(settings) is pynvml
+    assert device_backend(settings).nvml is pynvml
 
 
 def test_every_simulated_function_has_pynvmls_signature():
@@ -44,8 +45,8 @@ def test_every_simulated_function_has_pynvmls_signature():
 
 
 def test_init_is_counted_like_nvml(sim_settings):
-    n = get_nvml(sim_settings)
-    assert get_nvml(sim_settings) is n  # one library per fleet, like the module
+    n = device_backend(sim_settings).nvml
+    assert device_backend(sim_settings).nvml is n  # one library per fleet, like the module
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         n.nvmlDeviceGetCount()
     n.nvmlInit()
@@ -220,7 +221,7 @@ def test_event_wait_sees_an_xid_from_another_process(nvml, sim_settings):
 
 def test_ecc_counts_and_models_without_ecc(make_sim):
     s = make_sim("1xH100-80GB+1xRTX4090-24GB")
-    n = get_nvml(s)
+    n = device_backend(s).nvml
     n.nvmlInit()
     try:
         h100, rtx = n.nvmlDeviceGetHandleByIndex(0), n.nvmlDeviceGetHandleByIndex(1)
@@ -273,7 +274,7 @@ def test_nvlink_throughput_field_values_count_up_on_a_busy_gpu(tmp_path):
     from gpufleet.config import load_settings
 
     s = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB+1xL4-24GB", simulate_topology="nvlink-all")
-    n = get_nvml(s)
+    n = device_backend(s).nvml
     n.nvmlInit()
     try:
         fields = [pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0)]

@@ -17,7 +17,7 @@ from gpufleet.config import load_settings
 from gpufleet.devices import detect_gpus, simstate
 from gpufleet.devices.detect import detect_amd_with
 from gpufleet.devices.simamdsmi import AMDSMI_STATUS_NOT_SUPPORTED, AmdSmiLibraryException, SimAmdSmi
-from gpufleet.devices.vendorlibs import get_amdsmi, get_xpusmi
+from gpufleet.devices.backend import device_backend
 from gpufleet.devices.xpusmi import detect_with, stats_with
 from gpufleet.telemetry.vendors import HostSampler
 
@@ -32,7 +32,7 @@ def mixed(tmp_path):
 
 def test_the_seed_fleet_is_detected_through_each_vendors_interface(mixed):
     amd_calls: list[str] = []
-    lib = get_amdsmi(mixed)
+    lib = device_backend(mixed).amdsmi
     real = lib.amdsmi_get_gpu_asic_info
     lib.amdsmi_get_gpu_asic_info = lambda h: amd_calls.append("asic") or real(h)
     try:
@@ -92,7 +92,7 @@ def test_simulated_amdsmi_speaks_amdsmi(mixed):
 
 
 def test_simulated_xpu_smi_answers_the_json_of_xpu_smi(mixed):
-    smi = get_xpusmi(mixed)
+    smi = device_backend(mixed).xpusmi
     (d,) = smi.run("discovery")["device_list"]
     assert d["device_name"] == "Intel(R) Data Center GPU Max 1550" and d["vendor_name"] == "Intel(R) Corporation"
     assert int(smi.run("discovery", "-d", "0")["memory_physical_size_byte"]) == 128 * GIB

@@ -14,6 +14,8 @@ from datetime import datetime
 import pytest
 from gpufleet.db.models import GPUAllocation
 from gpufleet.db.session import session_scope
+from gpufleet.devices import simstate
+from gpufleet.devices.backend import device_backend
 from sqlalchemy import select
 
 from .conftest import TINY_SAE, pids_in_group, register, wait_for
@@ -129,6 +131,9 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     body = wait_for(lambda: (b := _get(c, tid))["step"] >= 2 and b, 120, "the training to make progress", 0.2)
     pgid = body["launcher_pid"]
     assert len(pids_in_group(pgid)) >= 3  # the launcher and two ranks
+    # The worker told its device backend: the simulated GPUs list the launcher as this training's.
+    gpus = device_backend(fleet_settings)
+    assert [(n and n.training_id) for n in (gpus.process_note(i, pgid) for i in (0, 1))] == [tid, tid]
     t0 = time.monotonic()
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"] is True
@@ -137,6 +142,7 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     assert body["status"] == "cancelled"
     assert time.monotonic() - t0 < 5
     assert not _active_allocations(fleet_settings, uuid.UUID(tid))
+    assert [p for p in simstate.read_state(fleet_settings).gpufleet if p.pid == pgid] == []  # and it ended
     # Idempotent.
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"

@@ -15,10 +15,10 @@ from gpufleet.telemetry.live import LOCAL
 
 def sample_into_live(settings: Settings) -> None:
     """One sampler round, published where read_live_samples looks (this process)."""
-    from gpufleet.devices import get_nvml
+    from gpufleet.devices.backend import device_backend
     from gpufleet.telemetry.sampler import NvmlSampler
 
-    sampler = NvmlSampler(settings, get_nvml(settings))
+    sampler = NvmlSampler(settings, device_backend(settings))
     try:
         LOCAL.put_host(settings.host_name, sampler.sample())
     finally:

@@ -17,12 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpufleet.scheduling.memory import (
-    CONTEXT_BYTES,
-    Calibration,
-    EstimateError,
-    estimate_memory_requirement,
-)
+from gpufleet.scheduling.estimate import CONTEXT_BYTES, Calibration, estimate_memory_requirement
+from gpufleet.scheduling.memory import EstimateError
 from gpufleet.scheduling.memtrace import BLOCK, trace_step
 from gpufleet.training.recipes import get_recipe
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpufleet.scheduling.memory import estimate_memory_requirement
+from gpufleet.scheduling.estimate import estimate_memory_requirement
 from gpufleet.training.recipes import get_recipe
 
 pytestmark = [

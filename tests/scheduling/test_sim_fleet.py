@@ -10,7 +10,8 @@ from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.devices import simstate
 from gpufleet.scheduling.inputs import availability_by_gpu, fleet_state
-from gpufleet.scheduling.recommend import choose_for_scheduler, recommend
+from gpufleet.scheduling.choose import choose_for_scheduler
+from gpufleet.scheduling.recommend import recommend
 from gpufleet.scheduling.types import GiB, SelectionRequest
 from gpufleet.scheduling.validate import validate_selection
 from sqlalchemy import select
@@ -116,11 +117,11 @@ def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
     reset_error_baseline(s.host_name)
     with session_scope(s) as sess:
         assert availability_by_gpu(sess, s)[(s.host_name, 1)].state == "free"  # the baseline
-    from gpufleet.devices import get_nvml
+    from gpufleet.devices.backend import device_backend
     from gpufleet.telemetry.live import LOCAL
     from gpufleet.telemetry.sampler import NvmlSampler
 
-    sampler = NvmlSampler(s, get_nvml(s))
+    sampler = NvmlSampler(s, device_backend(s))
     try:
         simstate.inject_xid(s, 1, 79)
         LOCAL.put_host(s.host_name, sampler.sample())
@@ -146,7 +147,7 @@ def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # n
 
 
 def test_scheduler_wait_reason_says_what_is_missing(sim_host) -> None:  # noqa: ANN001
-    from gpufleet.scheduling.recommend import scheduler_wait_reason
+    from gpufleet.scheduling.choose import scheduler_wait_reason
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     simstate.add_foreign_process(s, 2, 30 * GiB, user="bob")

@@ -14,9 +14,7 @@ from safetensors.torch import save_file
 from gpufleet.devices.ops import backend_ops, move_to_device
 from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.data import BadDataError, SyntheticSparseActivations, feature_recovery
-from gpufleet.training.distributed import calculate_effective_batch_size
 from gpufleet.training.recipes import get_recipe
-from gpufleet.training.config import ConfigError
 
 
 def test_move_to_device_walks_containers():
@@ -39,16 +37,6 @@ def test_cpu_backend_ops():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
     assert not ops.grad_scaler(False).is_enabled()
     assert backend_ops("hip:1").device == torch.device("cuda:1")
-
-
-def test_effective_batch_size_both_meanings():
-    assert calculate_effective_batch_size(256, 4, True) == (256, 64)
-    assert calculate_effective_batch_size(64, 4, True, base_is_global=False) == (256, 64)
-    assert calculate_effective_batch_size(64, 4, False) == (64, 64)
-    with pytest.raises(ConfigError):
-        calculate_effective_batch_size(64, 0, True)
-    with pytest.raises(ConfigError):
-        calculate_effective_batch_size(10, 4, True)
 
 
 def test_data_files_load_and_bad_shapes_are_refused(tmp_path: Path):

@@ -17,6 +17,8 @@ from rich.text import Text
 
 from gpufleet.commands.tables import Column, WideOpt, fmt_size, print_table
 from gpufleet.config import ConfigError, Settings, get_settings
+from gpufleet.devices.backend import device_backend
+from gpufleet.devices.topology import LEGEND, format_matrix, peer_pairs
 
 gpus_app = typer.Typer(
     help="List this machine's GPUs (and manage them with sub-commands).",
@@ -50,14 +52,13 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) ->
     """List this machine's GPUs: ID, vendor, model, memory, backend, UUID."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpufleet.devices import detect_gpus
-
     settings = _settings()
-    found = detect_gpus(settings)
+    backend = device_backend(settings)
+    found = backend.detect_gpus()
     if as_json:
         payload = {
             "host": settings.host_name,
-            "simulated": bool(settings.simulate),
+            "simulated": backend.simulated,
             "gpus": [g.to_dict() for g in found],
         }
         typer.echo(json.dumps(payload, indent=2))
@@ -67,8 +68,8 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) ->
         console.print(_no_gpus_line(settings), highlight=False)
         return
     title = f"GPUs on {settings.host_name}"
-    if settings.simulate:
-        title += f" (simulated: {settings.simulate}, {settings.simulate_topology})"
+    if backend.description:
+        title += f" ({backend.description})"
     rows = []
     for g in found:
         status = "ok" if g.healthy else f"[red]unhealthy: {g.error}[/]"
@@ -103,14 +104,12 @@ GPU_COLUMNS = (
 
 def topology(as_json: JsonOpt = False) -> None:
     """Show how this machine's GPUs connect (NVLink, PCIe level, peer access), like `nvidia-smi topo -m`."""
-    from gpufleet.devices import detect_gpus, detect_topology, format_matrix
-    from gpufleet.devices.topology import LEGEND, peer_pairs
-
     settings = _settings()
-    found = detect_gpus(settings)
-    topo = detect_topology(settings, found)
+    backend = device_backend(settings)
+    found = backend.detect_gpus()
+    topo = backend.detect_topology(found)
     if as_json:
-        payload = {"host": settings.host_name, "simulated": bool(settings.simulate), **topo.to_dict()}
+        payload = {"host": settings.host_name, "simulated": backend.simulated, **topo.to_dict()}
         payload["peer_pairs"] = [list(p) for p in peer_pairs(topo)]
         typer.echo(json.dumps(payload, indent=2))
         return

@@ -13,6 +13,8 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+
+from gpufleet.commands.devices import gpus_app
 from gpufleet.config import ConfigError, get_settings
 
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
@@ -63,11 +65,5 @@ def undrain(gpus: GpuArgs, host: HostOpt = None) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``drain`` and ``undrain`` under ``gpufleet gpus``."""
-    try:
-        from gpufleet.commands.devices import gpus_app
-    except ImportError:
-        # The devices commands are not there: give drain/undrain a group of their own.
-        gpus_app = typer.Typer(help="Manage GPUs.", no_args_is_help=True)
-        app.add_typer(gpus_app, name="gpus")
     gpus_app.command("drain")(drain)
     gpus_app.command("undrain")(undrain)

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from gpufleet.commands.tables import fmt_loss, fmt_size
+from gpufleet.devices.backend import device_backend
 from gpufleet.training import exitcodes
 from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
 from gpufleet.training.progress import follow_progress
@@ -104,14 +105,15 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = settings.data_dir / "local-runs" / f"{recipe}-{stamp}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    simulated = bool(settings.simulate) and devices[0] != "cpu"
+    # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
+    on_cpu = device_backend(settings).ranks_run_on_cpu(devices)
     try:
         spec = LaunchSpec(
             recipe=recipe, config=config, devices=devices,
             checkpoint_dir=str(checkpoint_dir or (settings.checkpoint_root / f"local-{recipe}-{stamp}")),
             progress_file=str(run_dir / "progress.jsonl"),
             data_root=str(data_root or settings.data_root), resume=resume,
-            collective_timeout_s=settings.collective_timeout_s, simulated=simulated,
+            collective_timeout_s=settings.collective_timeout_s, simulated=on_cpu,
         )
     except ConfigError as exc:
         _fail(str(exc))

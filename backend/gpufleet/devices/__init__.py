@@ -1,14 +1,19 @@
-"""Hardware truth: GPU detection per vendor, topology, device groups, the simulated fleet.
+"""Hardware truth: GPU detection per vendor, topology, device groups, the device backends.
 
-Nothing here imports torch at module level; torch is imported only where a
-``torch.device`` is built. ``move_to_device`` and ``backend_ops`` (in
-``devices/ops.py``, which needs torch) are loaded on first use, so importing
-this package from the web app stays light.
+Everything outside this package reaches the GPUs through a
+:class:`~gpufleet.devices.backend.DeviceBackend` (real drivers or the
+simulated fleet), chosen by :func:`~gpufleet.devices.backend.device_backend`.
+This module only gathers the public names; the modules of the package import
+each other directly, never through it. Nothing here imports torch:
+``move_to_device`` and ``backend_ops`` live in :mod:`gpufleet.devices.ops`.
 """
 
-from typing import Any
-
-from gpufleet.devices.detect import detect_gpus
+from gpufleet.devices.backend import (
+    DeviceBackend,
+    detect_gpus,
+    detect_topology,
+    device_backend,
+)
 from gpufleet.devices.groups import (
     MODES,
     DeviceGroup,
@@ -17,42 +22,34 @@ from gpufleet.devices.groups import (
     log_gpu_topology,
 )
 from gpufleet.devices.ids import DeviceId, parse_device_ids, resolve_device_ids
-from gpufleet.devices.nvml import get_nvml
-from gpufleet.devices.topology import Link, Topology, detect_topology, format_matrix
-from gpufleet.devices.types import BACKENDS, GPUDevice, GPUInfo, torch_device_string
-
-# Names served from devices/ops.py on first access (it imports torch).
-_OPS_NAMES = ("move_to_device", "backend_ops", "BackendOps")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _OPS_NAMES:
-        try:
-            from gpufleet.devices import ops
-        except ImportError as exc:
-            raise AttributeError(f"gpufleet.devices.{name} is unavailable: {exc}") from exc
-        return getattr(ops, name)
-    raise AttributeError(f"module 'gpufleet.devices' has no attribute {name!r}")
-
+from gpufleet.devices.topology import Link, Topology, format_matrix
+from gpufleet.devices.types import (
+    BACKENDS,
+    GPUDevice,
+    GPUInfo,
+    ProcessNote,
+    torch_device_string,
+)
 
 __all__ = [
     "BACKENDS",
     "MODES",
+    "DeviceBackend",
     "DeviceGroup",
     "DeviceId",
     "GPUDevice",
     "GPUInfo",
     "Link",
+    "ProcessNote",
     "Topology",
     "create_device_group",
     "detect_gpus",
     "detect_topology",
+    "device_backend",
     "device_group_from_settings",
     "format_matrix",
-    "get_nvml",
     "log_gpu_topology",
     "parse_device_ids",
     "resolve_device_ids",
     "torch_device_string",
-    *_OPS_NAMES,
 ]

@@ -26,9 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config import Settings
-from gpufleet.devices.nvml import get_nvml
 from gpufleet.devices.types import GPUInfo
+from gpufleet.devices.xpusmi import XpuSmiRunner, detect_with
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +37,6 @@ PCI_VENDOR_INTEL = "0x8086"
 # accelerators (0x12xxxx, where some data-centre parts sit).
 _GPU_PCI_CLASSES = ("0x03", "0x12")
 _PROBE_TIMEOUT_S = 120
-
-
-def detect_gpus(settings: Settings) -> list[GPUInfo]:
-    """Every GPU of this machine (or of the simulated fleet), by fleet index.
-
-    A simulated fleet goes through the same readers as real hardware: the
-    simulated NVML, the simulated ``amdsmi`` and the simulated ``xpu-smi``.
-    """
-    nvml = get_nvml(settings)
-    gpus = detect_nvidia(nvml, simulated=bool(settings.simulate))
-    if settings.simulate:
-        from gpufleet.devices.vendorlibs import get_amdsmi, get_xpusmi
-        from gpufleet.devices.xpusmi import detect_with
-
-        gpus += detect_amd_with(get_amdsmi(settings), len(gpus), simulated=True) or []
-        return gpus + detect_with(get_xpusmi(settings), len(gpus), simulated=True)
-    gpus += detect_amd(start_index=len(gpus))
-    gpus += detect_intel(start_index=len(gpus))
-    return gpus
 
 
 # ---------------------------------------------------------------------------
@@ -142,13 +122,10 @@ def pci_vendor_present(vendor: str, root: Path = Path("/sys/bus/pci/devices")) -
     return False
 
 
-def detect_amd(start_index: int) -> list[GPUInfo]:
+def detect_amd(start_index: int, amdsmi: Any | None) -> list[GPUInfo]:
+    """AMD GPUs of this machine through ``amdsmi`` (None: not installed), else the torch probe."""
     if not pci_vendor_present(PCI_VENDOR_AMD):
         return []
-    try:
-        import amdsmi  # type: ignore[import-not-found]
-    except Exception:  # noqa: BLE001 - not installed, or installed without ROCm's libamd_smi.so
-        amdsmi = None
     found = detect_amd_with(amdsmi, start_index) if amdsmi is not None else None
     if found is not None:
         return found
@@ -156,13 +133,12 @@ def detect_amd(start_index: int) -> list[GPUInfo]:
     return [_from_probe(start_index + i, "hip", "amd", d) for i, d in enumerate(probed)]
 
 
-def detect_intel(start_index: int) -> list[GPUInfo]:
+def detect_intel(start_index: int, xpusmi: XpuSmiRunner | None) -> list[GPUInfo]:
+    """Intel GPUs of this machine through ``xpu-smi`` (None: not installed), else the torch probe."""
     if not pci_vendor_present(PCI_VENDOR_INTEL):
         return []
-    from gpufleet.devices.xpusmi import XpuSmi, detect_with
-
-    if XpuSmi.available():
-        found = detect_with(XpuSmi(), start_index)
+    if xpusmi is not None:
+        found = detect_with(xpusmi, start_index)
         if found:
             return found
     probed = probe_torch_gpus().get("xpu", [])

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.config import Settings
+from gpufleet.devices.backend import device_backend
 from gpufleet.devices.ids import DeviceId, resolve_device_ids
 from gpufleet.devices.topology import Topology, format_matrix, peer_pairs
 from gpufleet.devices.types import GPUInfo
@@ -178,11 +179,9 @@ def device_group_from_settings(
     settings: Settings, devices: Sequence[int] | Sequence[DeviceId] | str | None = None
 ) -> DeviceGroup:
     """Detect this machine and build the group its ``gpu:`` settings ask for."""
-    from gpufleet.devices.detect import detect_gpus
-    from gpufleet.devices.topology import detect_topology
-
-    gpus = detect_gpus(settings)
-    topology = detect_topology(settings, gpus)
+    backend = device_backend(settings)
+    gpus = backend.detect_gpus()
+    topology = backend.detect_topology(gpus)
     cfg = settings.gpu
     return create_device_group(
         cfg.mode, devices if devices is not None else cfg.devices, cfg.allow_peer_access, gpus, topology

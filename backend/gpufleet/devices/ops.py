@@ -110,13 +110,6 @@ class BackendOps:
         """A loss scaler; only fp16 needs one enabled (bf16 has fp32's range)."""
         return torch.amp.GradScaler(self.kind, enabled=enabled)
 
-    def supports_bf16(self) -> bool:
-        if self.kind == "cuda":
-            return torch.cuda.is_bf16_supported()
-        return True
-
-    def is_oom(self, exc: BaseException) -> bool:
-        return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 def backend_ops(device: torch.device | str) -> BackendOps:
     """The operations for ``device`` (``"cpu"``, ``"cuda:1"``, ``"xpu:0"``;

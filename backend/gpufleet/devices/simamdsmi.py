@@ -22,7 +22,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from gpufleet.devices import simspecs, simstate
+import gpufleet.devices.simspecs as simspecs
+import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simmetrics import read_gpu
 
 AMDSMI_STATUS_INVAL = 1

@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.devices import simstate
+import gpufleet.devices.simstate as simstate
 
 # NVML's "no MIG instance" value for gpuInstanceId / computeInstanceId.
 NO_INSTANCE = 0xFFFFFFFF

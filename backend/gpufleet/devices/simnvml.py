@@ -1,7 +1,7 @@
 """A simulated NVML: the ``pynvml`` API over a fleet described by settings.
 
-:func:`gpufleet.devices.get_nvml` returns a :class:`SimNVML` when
-``GPUFLEET_SIMULATE`` is set. It is a module-like object: the same function
+The simulated device backend's ``nvml``
+(:class:`~gpufleet.devices.simulated.SimulatedBackend`) is a :class:`SimNVML`. It is a module-like object: the same function
 names, signatures and return shapes as ``pynvml`` (``.total/.free/.used``,
 ``.gpu/.memory``, ``.pid/.usedGpuMemory``, ``.busId``…), the same constants,
 and the real ``pynvml.NVMLError`` subclasses, so ``except
@@ -9,8 +9,9 @@ pynvml.NVMLError_NotSupported`` works on both. Code that reads GPUs runs the
 same path on a real and on a simulated fleet.
 
 Only NVIDIA GPUs of the spec are visible here, as on a real host where NVML
-does not list AMD or Intel GPUs; simulated detection reports those directly
-(see :func:`gpufleet.devices.detect.detect_gpus`).
+does not list AMD or Intel GPUs; the simulated ``amdsmi`` and ``xpu-smi``
+report those (see :meth:`SimulatedBackend.detect_gpus
+<gpufleet.devices.simulated.SimulatedBackend.detect_gpus>`).
 
 What changes over time (processes, refused fields, lost GPUs, XID errors, ECC
 counts) is read from :mod:`gpufleet.devices.simstate` on every call, so a test
@@ -30,7 +31,8 @@ from typing import Any
 
 import pynvml
 
-from gpufleet.devices import simspecs, simstate
+import gpufleet.devices.simspecs as simspecs
+import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
 from gpufleet.devices.simmetrics import read_gpu
 

@@ -17,7 +17,6 @@ Public API (every function takes ``Settings`` or the state directory):
 - faults: :func:`refuse_field` / :func:`allow_field`, :func:`lose_gpu` /
   :func:`restore_gpu`, :func:`inject_xid`, :func:`set_ecc_errors`
 - reading: :func:`read_state`, :func:`live_processes`, :func:`describe_process`
-- :func:`reset_state`
 """
 
 from __future__ import annotations
@@ -385,10 +384,3 @@ def set_ecc_errors(target: StateTarget, gpu_index: int, corrected: int = 0, unco
         raise ValueError("ECC error counts must be >= 0")
     with _mutate(target) as state:
         state.ecc[gpu_index] = {"corrected": int(corrected), "uncorrected": int(uncorrected)}
-
-
-def reset_state(target: StateTarget) -> None:
-    """Back to an idle, healthy fleet."""
-    with _mutate(target) as state:
-        fresh = SimState()
-        state.__dict__.update(fresh.__dict__)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufleet.devices import simspecs, simstate
+import gpufleet.devices.simspecs as simspecs
+import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simmetrics import read_gpu
 from gpufleet.devices.xpusmi import XpuSmiError
 

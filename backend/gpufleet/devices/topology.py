@@ -12,8 +12,8 @@ Built from NVML, so it is the same code on a real and on a simulated host:
 - Peer access: ``nvmlDeviceGetP2PStatus`` for reads.
 
 Pairs NVML cannot describe (AMD, Intel, a lost GPU) get no NVLink, an unknown
-(``None``) PCIe level and no peer access; on a simulated host the simulated
-PCIe layout is used for them.
+(``None``) PCIe level and no peer access, unless the device backend knows the
+PCIe layout (a simulated host does).
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from gpufleet.config import Settings
-from gpufleet.devices.nvml import get_nvml
 from gpufleet.devices.types import GPUInfo
 
 log = logging.getLogger(__name__)
@@ -181,21 +179,21 @@ def nvml_links(nvml: Any, gpus: list[GPUInfo]) -> dict[tuple[int, int], Link]:
             pass
 
 
-def detect_topology(settings: Settings, gpus: list[GPUInfo]) -> Topology:
-    """The links between ``gpus`` (as :func:`detect_gpus` returned them)."""
-    links = nvml_links(get_nvml(settings), gpus)
-    sim_level = None
-    if settings.simulate:
-        from gpufleet.devices.simspecs import pcie_level
+def build_topology(gpus: list[GPUInfo], links: dict[tuple[int, int], Link],
+                   pcie_level: Callable[[int, int], str | None] | None = None) -> Topology:
+    """``gpus`` with ``links`` (from :func:`nvml_links`); pairs NVML did not describe get no NVLink.
 
-        sim_level = pcie_level
+    ``pcie_level(a, b)`` gives those pairs' PCIe level where the backend knows
+    it without NVML (a simulated host knows its layout); otherwise it is unknown.
+    """
+    links = dict(links)
     for i, a in enumerate(gpus):
         for b in gpus[i + 1 :]:
             if (a.index, b.index) in links:
                 continue
             level = None
-            if sim_level is not None and a.healthy and b.healthy:
-                level = sim_level(settings.simulate_topology, a.index, b.index)
+            if pcie_level is not None and a.healthy and b.healthy:
+                level = pcie_level(a.index, b.index)
             links[(a.index, b.index)] = links[(b.index, a.index)] = Link(0, level, False)
     return Topology(tuple(gpus), links)
 

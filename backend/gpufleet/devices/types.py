@@ -98,3 +98,12 @@ class GPUDevice:
 
     def __repr__(self) -> str:
         return f"GPUDevice({self.info.label}, {self.info.name!r})"
+
+
+@dataclass(frozen=True)
+class ProcessNote:
+    """What a device backend itself knows about a process on one of its GPUs, beyond ``/proc``."""
+
+    user: str | None = None
+    command: str | None = None
+    training_id: str | None = None

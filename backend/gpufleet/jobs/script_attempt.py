@@ -28,7 +28,7 @@ def work_dir(settings: Settings, training_id: uuid.UUID) -> Path:
     return settings.data_dir / "work" / str(training_id)
 
 
-def write_spec(settings: Settings, t: Training, devices: list[str], simulated: bool, rdir: Path,
+def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu: bool, rdir: Path,
                ckpt_dir: Path, stop_grace_s: float) -> tuple[Path, Path]:
     """Unpack the training's code into its work dir and write the launcher's spec."""
     if not t.code_hash or not t.argv:
@@ -55,7 +55,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], simulated: b
         gpu_indexes=[int(d.split(":", 1)[1]) for d in devices],
         backend=backend,
         world_size=len(devices),
-        simulated=simulated,
+        simulated=ranks_on_cpu,
         stop_grace_s=stop_grace_s,
     )
     path = rdir / f"spec-{t.attempt}.json"

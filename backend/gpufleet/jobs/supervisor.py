@@ -38,6 +38,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
+from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import outcome, procs, script_attempt
 from gpufleet.jobs.lifecycle import get_training, transition
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 # SIGTERM first so rank 0 may checkpoint; the group is killed after this.
 CANCEL_GRACE_S = 2.0
-SIM_RANK_MEMORY = 512 * 2**20
 
 # Set when this worker is stopping: every supervised training checkpoints and goes back to the queue.
 _STOPPING = threading.Event()
@@ -92,7 +92,7 @@ def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: st
         return get_training(sess, tid)
 
 
-def _devices(settings: Settings, t: Training) -> tuple[list[str], bool]:
+def _devices(settings: Settings, t: Training) -> list[str]:
     with session_scope(settings) as sess:
         gpus = {
             g.index: g
@@ -103,9 +103,7 @@ def _devices(settings: Settings, t: Training) -> tuple[list[str], bool]:
             ).scalars()
         }
     order = t.gpu_ids or sorted(gpus)
-    devices = [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in order]
-    simulated = bool(gpus) and all(g.simulated for g in gpus.values())
-    return devices, simulated
+    return [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in order]
 
 
 def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
@@ -116,7 +114,7 @@ def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
         return sum(1 for d in rows if d and d.get("retry_kind") == kind)
 
 
-def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: bool) -> tuple[Path, Path]:
+def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool) -> tuple[Path, Path]:
     from gpufleet.training.spec import LaunchSpec
 
     rdir = run_dir(settings, t.id)
@@ -135,7 +133,7 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], simulated: 
         # Each collective-timeout retry doubles the timeout (the seed's table).
         collective_timeout_s=settings.collective_timeout_s * 2**timeouts,
         training_id=str(t.id),
-        simulated=simulated,
+        simulated=on_cpu,
         # A cancel kills the group after CANCEL_GRACE_S anyway; a stopping
         # worker gives its ranks the whole grace to checkpoint.
         stop_grace_s=settings.stop_grace_s,
@@ -183,15 +181,18 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     t = _claim(settings, tid, host_id, host_name, worker_id)
     if t is None:
         return "skipped"
+    backend = device_backend(settings)
     logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
     try:
-        devices, simulated = _devices(settings, t)
+        devices = _devices(settings, t)
+        # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
+        on_cpu = backend.ranks_run_on_cpu(devices)
         if t.kind == "script":
             spec_path, progress_path = script_attempt.write_spec(
-                settings, t, devices, simulated, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
+                settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
         else:
-            spec_path, progress_path = _write_spec(settings, t, devices, simulated)
+            spec_path, progress_path = _write_spec(settings, t, devices, on_cpu)
     except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
         logf.line(f"[gpufleet] cannot prepare the launch: {exc}")
         logf.close()
@@ -215,7 +216,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return "failed"
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
-    _register_sim(settings, t, proc.pid, simulated)
+    backend.training_started(t.gpu_ids or [], proc.pid, str(t.id), t.memory_estimate)
     with write_session(settings) as sess:
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
@@ -262,7 +263,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         procs.stop_group(pgid, 0.0)  # leftover ranks of a launcher that died first
         code = proc.wait()
         os.close(lifeline)
-        _unregister_sim(settings, t, proc.pid, simulated)
+        backend.training_ended(proc.pid)
         procs.remove_pidfile(settings, host_name, tid)
         try:
             sink.pump(final=True)
@@ -336,27 +337,3 @@ def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision
             values.update(gpu_ids=None, host_id=None)
         transition(sess, t.id, ["running"], "queued", reason=d.reason, kind="retry", extra_where=mine,
                    data={"retry_kind": d.retry_kind, "exit_code": code, "backoff_s": d.backoff_s}, **values)
-
-
-def _register_sim(settings: Settings, t: Training, pid: int, simulated: bool) -> None:
-    if not simulated:
-        return
-    try:
-        from gpufleet.devices import simstate
-
-        for idx in t.gpu_ids or []:
-            simstate.register_process(settings, idx, pid, t.memory_estimate or SIM_RANK_MEMORY,
-                                      training_id=str(t.id))
-    except Exception:  # noqa: BLE001 - telemetry of a simulated GPU must not stop a training
-        log.exception("could not register training %s in the simulated NVML", t.id)
-
-
-def _unregister_sim(settings: Settings, t: Training, pid: int, simulated: bool) -> None:
-    if not simulated:
-        return
-    try:
-        from gpufleet.devices import simstate
-
-        simstate.unregister_process(settings, None, pid)
-    except Exception:  # noqa: BLE001
-        log.exception("could not unregister training %s from the simulated NVML", t.id)

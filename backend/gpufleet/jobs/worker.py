@@ -48,8 +48,7 @@ def ensure_host(settings: Settings) -> uuid.UUID:
 
 
 def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
-    from gpufleet.telemetry.agent import HEARTBEAT_S
-    from gpufleet.telemetry.inventory import heartbeat
+    from gpufleet.telemetry.inventory import HEARTBEAT_S, heartbeat
 
     failing = False
     while not stop.wait(HEARTBEAT_S):
@@ -108,15 +107,10 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
         log.warning("killed leftover launchers of trainings %s", ", ".join(killed))
     stop = threading.Event()
     if agent:
-        try:
-            from gpufleet.telemetry.agent import start_agent
+        from gpufleet.telemetry.agent import start_agent
 
-            start_agent(settings, stop)
-            agent_started = True
-        except ImportError:
-            log.warning("the telemetry agent is not available; running without it")
-            agent_started = False
-    if not agent or not agent_started:
+        start_agent(settings, stop)
+    else:
         # Without the agent this host would read as offline once its heartbeat
         # is stale; a worker that can take trainings keeps it fresh itself.
         threading.Thread(target=_heartbeat_loop, args=(settings, stop), name="gpufleet-heartbeat",

@@ -187,10 +187,3 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
         return result("free", "no reservation; no live sample, so free memory is the GPU's size")
     note = f"; small foreign processes use {fmt_bytes(sum(h.get('used_memory') or 0 for h in foreign))}" if foreign else ""
     return result("free", f"no reservation, {fmt_bytes(free)} free{note}")
-
-
-def assess_fleet(
-    observations: list[GPUObservation], policy: AvailabilityPolicy | None = None
-) -> dict[tuple[str, int], GPUAvailability]:
-    policy = policy or AvailabilityPolicy()
-    return {(o.host, o.index): assess_gpu(o, policy) for o in observations}

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import Training
-from gpufleet.scheduling.memory import Calibration
+from gpufleet.scheduling.estimate import Calibration
 
 # Ratios outside this band mean the run measured something else (a crash at
 # start, another process on the GPU); they are not used.

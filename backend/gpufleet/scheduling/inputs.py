@@ -26,10 +26,11 @@ from gpufleet.scheduling.types import (
     GPUObservation,
     HostState,
     LinkInfo,
+    MiB,
     ProcessInfo,
     Reservation,
-    MiB,
 )
+from gpufleet.telemetry.inventory import HEARTBEAT_S
 
 _OFFLINE = {"offline", "lost", "down"}
 
@@ -56,10 +57,6 @@ def _new_errors(host: str, gpu_key: str, ecc: int | None, xid: int | None) -> tu
 
 
 def _stale_after_s(settings: Settings) -> float:
-    try:
-        from gpufleet.telemetry.agent import HEARTBEAT_S
-    except ImportError:
-        HEARTBEAT_S = 10.0  # noqa: N806
     # Three missed heartbeats, and never less than half a minute.
     return max(3 * float(HEARTBEAT_S), 30.0, 5 * settings.sample_interval_s)
 
@@ -245,22 +242,3 @@ def fleet_state(
         by_host.setdefault(o.host, []).append(assess_gpu(o, policy))
     hosts = tuple(HostState(name, tuple(gpus), links.get(name, {})) for name, gpus in by_host.items())
     return FleetState(hosts=hosts, measured_speed=measured_speed(sess, estimate_key))
-
-
-class GPUAvailabilityService:
-    """The seed's service, kept by name: availability and recommendations from the database."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-
-    def get_available_gpus(self, sess: Session) -> list[GPUAvailability]:
-        return [a for a in availability_by_gpu(sess, self.settings).values() if a.usable]
-
-    def get_all_gpus(self, sess: Session) -> list[GPUAvailability]:
-        return list(availability_by_gpu(sess, self.settings).values())
-
-    def recommend_gpus(self, sess: Session, memory_required: int, count: int = 1):  # noqa: ANN201
-        from gpufleet.scheduling.recommend import recommend
-        from gpufleet.scheduling.types import SelectionRequest
-
-        return recommend(SelectionRequest(memory_bytes=memory_required, count=count), fleet_state(sess, self.settings))

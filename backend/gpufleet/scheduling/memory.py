@@ -1,19 +1,10 @@
-"""How much memory one rank of a training needs: ``estimate_memory_requirement``.
+"""Tracing one training step to see what it holds: the plan of a trace, its size limits, its cache.
 
-Nothing here is a rule of thumb about model sizes: parameters, gradients,
-optimizer states and activations come from tracing the recipe's own model,
-loss and AdamW step under fake tensors (``memtrace``), at the per-rank
-micro-batch and precision the training will use. What a trace cannot see is
-added from what the strategy does and what the device costs:
-
-- DDP keeps a flat copy of every gradient in its communication buckets;
-- FSDP keeps 1/world of parameters, gradients and optimizer states, and
-  all-gathers the full parameters of the unit it runs;
-- the framework: the CUDA/ROCm context (outside ``max_memory_allocated``) and
-  the BLAS workspace.
-
-Later runs of the same recipe and shape correct the figure by what they
-measured (``calibration``).
+:func:`plan_trace` resolves a recipe's config and names its trace (cheap, no
+torch); :func:`trace_for` runs the trace (``memtrace``: the recipe's own model,
+loss and AdamW step under fake tensors) or takes it from the cache. A model
+past :data:`SIZE_LIMITS` is refused before anything is traced.
+:mod:`gpufleet.scheduling.estimate` turns a trace into the bytes one rank needs.
 
 Torch is imported only when a trace runs, so the API imports this module freely.
 """
@@ -26,16 +17,8 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
-
-from gpufleet.scheduling.types import MiB, fmt_bytes
-
-# Device memory that a process takes before the first tensor: the CUDA
-# context with lazy module loading (CUDA 12) and the cuBLAS/cuBLASLt workspaces
-# that PyTorch allocates on the first matmul. Calibration corrects both.
-CONTEXT_BYTES = {"cuda": 500 * MiB, "hip": 600 * MiB, "xpu": 600 * MiB, "cpu": 0}
-WORKSPACE_BYTES = {"cuda": 33 * MiB, "hip": 33 * MiB, "xpu": 16 * MiB, "cpu": 0}
 
 # Config fields that change neither shapes nor what a step keeps in memory;
 # they are left out of the key that groups runs for calibration.
@@ -103,73 +86,6 @@ def check_model_size(recipe_obj: Any, config: Any, limits: SizeLimits = SIZE_LIM
         )
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """What earlier runs of the same key measured, relative to their estimates."""
-
-    runs: int
-    # Median of measured allocator peak / estimated allocator peak.
-    ratio: float
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes one rank needs, and where they go. ``total`` is what to reserve."""
-
-    total: int
-    parameters: int
-    gradients: int
-    optimizer_states: int
-    activations: int
-    # Optimizer foreach scratch / backward temporaries alive at the peak.
-    temporaries: int
-    ddp_buckets: int
-    framework_overhead: int
-    method: str
-    key: str
-    recipe: str
-    strategy: str
-    precision: str
-    world_size: int
-    backend: str
-    micro_batch_size: int
-    parameter_count: int
-    peak_phase: str
-    # The estimate before calibration (allocator part + overhead).
-    uncalibrated_total: int
-    calibrated_from: int = 0
-    calibration_ratio: float = 1.0
-
-    @property
-    def allocator_bytes(self) -> int:
-        """What ``torch.cuda.max_memory_allocated`` should show: all but the context."""
-        return self.uncalibrated_total - CONTEXT_BYTES.get(self.backend, 0)
-
-    def summary(self) -> str:
-        text = f"estimated {fmt_bytes(self.total)} per rank"
-        if self.calibrated_from:
-            runs = "run" if self.calibrated_from == 1 else "runs"
-            text += f", calibrated from {self.calibrated_from} {runs}"
-        return text
-
-    def breakdown(self) -> dict[str, int]:
-        return {
-            "parameters": self.parameters,
-            "gradients": self.gradients,
-            "optimizer_states": self.optimizer_states,
-            "activations": self.activations,
-            "temporaries": self.temporaries,
-            "ddp_buckets": self.ddp_buckets,
-            "framework_overhead": self.framework_overhead,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["summary"] = self.summary()
-        d["allocator_bytes"] = self.allocator_bytes
-        return d
-
-
 def resolve_strategy(strategy: str, world_size: int) -> str:
     if strategy == "fsdp":
         return "fsdp"
@@ -191,21 +107,6 @@ def estimate_key(recipe: str, config: Mapping[str, Any], *, micro_batch: int, ac
 _cache_lock = threading.Lock()
 _trace_cache: OrderedDict[str, Any] = OrderedDict()
 _CACHE_SIZE = 128
-
-
-def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
-    """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
-    from gpufleet.training.config import ConfigError
-
-    if samples is None:
-        return
-    per_rank = -(-samples // world_size)  # what DistributedSampler gives each rank
-    if per_rank < micro * accum:
-        raise ConfigError(
-            "global_batch_size",
-            f"the dataset has {samples} samples, fewer than one step needs ({micro * accum * world_size} over"
-            f" {world_size} rank(s)); use more data or a smaller global_batch_size",
-        )
 
 
 def cached_trace(key: str) -> Any:
@@ -304,98 +205,3 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
         ) from exc
     keep_trace(key, trace)
     return trace
-
-
-def estimate_memory_requirement(
-    recipe: str,
-    config: Mapping[str, Any] | Any,
-    *,
-    world_size: int = 1,
-    backend: str = "cuda",
-    calibration: Calibration | None = None,
-    data_root: Any = None,
-) -> MemoryEstimate:
-    """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
-
-    ``config`` is a dict (resolved by the recipe here, so bad values raise the
-    recipe's ``ConfigError`` naming the field) or an already resolved config.
-    ``data_root`` is where a config's ``data_path`` lives (the settings'
-    ``data_root``); only the shape of one micro-batch is read from it.
-    """
-    plan = plan_trace(recipe, config, world_size, data_root)
-    cfg, micro, strategy, key = plan.config, plan.micro, plan.strategy, plan.key
-    trace = trace_for(plan, data_root)
-    check_dataset_size(trace.dataset_size, micro, plan.accum, world_size)
-
-    ddp = strategy == "ddp"
-
-    def held(ph: Any) -> int:
-        # Under DDP (gradient_as_bucket_view) gradients are views into the
-        # buckets, which exist for the whole run: count the buckets instead.
-        return ph.peak - ph.gradients + trace.gradient_bytes if ddp else ph.peak
-
-    fb, st = trace.forward_backward, trace.optimizer_step
-    phase = fb if held(fb) >= held(st) else st
-    peak_phase = "forward/backward" if phase is fb else "optimizer step"
-    parameters = phase.parameters + phase.buffers
-    gradients = 0 if ddp else phase.gradients
-    states = phase.optimizer_states
-    if phase is fb:
-        activations, temporaries = phase.other + phase.batch, 0
-    else:
-        activations, temporaries = phase.batch, phase.other
-
-    ddp_buckets = trace.gradient_bytes if ddp else 0
-    notes = []
-    if ddp:
-        notes.append("DDP buckets hold the gradients (gradient_as_bucket_view) for the whole run")
-    elif strategy == "fsdp":
-        # Sharded state, plus the full parameters of the unit being run.
-        full = parameters
-        parameters = -(-parameters // world_size) + full
-        gradients = -(-gradients // world_size)
-        states = -(-states // world_size)
-        notes.append("FSDP: 1/world of parameters, gradients and optimizer states, plus one full all-gather")
-    context = CONTEXT_BYTES.get(backend, 0)
-    overhead = context + WORKSPACE_BYTES.get(backend, 0)
-
-    # What the caching allocator will count (max_memory_allocated); the
-    # context comes on top and is not what runs are calibrated on.
-    allocator = parameters + gradients + states + activations + temporaries + ddp_buckets + overhead - context
-    uncalibrated = allocator + context
-    total = uncalibrated
-    runs, ratio = 0, 1.0
-    if calibration is not None and calibration.runs > 0 and calibration.ratio > 0:
-        runs, ratio = calibration.runs, calibration.ratio
-        total = int(allocator * ratio) + context
-    method = (
-        "traced one AdamW step of the recipe's model under fake tensors "
-        f"(micro-batch {micro}, {cfg.precision}, peak in the {peak_phase})"
-    )
-    if notes:
-        method += "; " + "; ".join(notes)
-    if runs:
-        method += f"; corrected by {ratio:.2f}x from {runs} measured run(s)"
-    return MemoryEstimate(
-        total=total,
-        parameters=parameters,
-        gradients=gradients,
-        optimizer_states=states,
-        activations=activations,
-        temporaries=temporaries,
-        ddp_buckets=ddp_buckets,
-        framework_overhead=overhead,
-        method=method,
-        key=key,
-        recipe=recipe,
-        strategy=strategy,
-        precision=cfg.precision,
-        world_size=world_size,
-        backend=backend,
-        micro_batch_size=micro,
-        parameter_count=trace.parameter_count,
-        peak_phase=peak_phase,
-        uncalibrated_total=uncalibrated,
-        calibrated_from=runs,
-        calibration_ratio=ratio,
-    )

@@ -17,12 +17,8 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.scheduling.calibration import calibration_for
 from gpufleet.scheduling.inputs import fleet_state
-from gpufleet.scheduling.memory import (
-    MemoryEstimate,
-    estimate_key,
-    estimate_memory_requirement,
-    resolve_strategy,
-)
+from gpufleet.scheduling.estimate import MemoryEstimate, estimate_memory_requirement
+from gpufleet.scheduling.memory import estimate_key, resolve_strategy
 from gpufleet.scheduling.recommend import recommend
 from gpufleet.scheduling.types import Policy, Recommendation, SelectionRequest
 
@@ -31,25 +27,6 @@ from gpufleet.scheduling.types import Policy, Recommendation, SelectionRequest
 class SelectionPlan:
     estimate: MemoryEstimate
     recommendation: Recommendation
-
-    def selection_doc(self) -> dict[str, Any]:
-        """What ``trainings.selection`` stores: the chosen set and why, or why not."""
-        rec = self.recommendation
-        doc: dict[str, Any] = {"by": "recommend", "estimate": self.estimate.summary()}
-        if rec.top is not None:
-            doc.update(
-                host=rec.top.host,
-                chosen=list(rec.top.gpu_indexes),
-                score=rec.top.score,
-                connection=rec.top.connection,
-                reasons=list(rec.top.reasons),
-                weights=list(rec.top.weights),
-            )
-        if rec.refused:
-            doc["refused"] = rec.refused
-        if rec.wait_reason:
-            doc["wait_reason"] = rec.wait_reason
-        return doc
 
 
 def estimate_for(
@@ -79,16 +56,6 @@ def plan_selection(
     req = SelectionRequest(memory_bytes=est.total, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
     return SelectionPlan(estimate=est, recommendation=recommend(req, fleet))
-
-
-def apply_plan(training: Any, plan: SelectionPlan) -> None:
-    """Store the estimate and the choice on a ``Training`` row (the caller commits)."""
-    training.memory_estimate = plan.estimate.total
-    training.estimate = plan.estimate.to_dict()
-    training.estimate_key = plan.estimate.key
-    training.selection = {**(training.selection or {}), **plan.selection_doc()}
-    rec = plan.recommendation
-    training.wait_reason = rec.refused or rec.wait_reason
 
 
 def estimate_training(

@@ -97,18 +97,6 @@ class _HostView:
             # NVLink partners each GPU has among the other usable GPUs.
             self.partners[g.index] = sum(1 for j in self.indexes if row[j] > 0)
 
-    def set_class(self, members: tuple[int, ...]) -> int:
-        worst = 0
-        cls = self.cls
-        for a_pos, a in enumerate(members):
-            row = cls[a]
-            for b in members[a_pos + 1 :]:
-                if row[b] > worst:
-                    worst = row[b]
-                    if worst == 3:
-                        return 3
-        return worst
-
     def sets(self, count: int) -> list[tuple[int, ...]]:
         n = len(self.usable)
         if comb(n, count) <= _MAX_ENUMERATED:
@@ -371,54 +359,3 @@ class _Rev:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Rev) and self.key == other.key
-
-
-def _scheduler_view(free: list[int], count: int, memory: int | None, host_name: str,
-                    settings) -> tuple[SelectionRequest, FleetState] | None:  # noqa: ANN001
-    from gpufleet.db.session import session_scope
-    from gpufleet.scheduling.inputs import fleet_state
-
-    with session_scope(settings) as sess:
-        fleet = fleet_state(sess, settings, host=host_name)
-    host = fleet.host(host_name)
-    if host is None:
-        return None
-    allowed = set(free)
-    only = HostState(host.name, tuple(g for g in host.gpus if g.index in allowed), host.links)
-    request = SelectionRequest(memory_bytes=memory or 0, count=count, host=host_name)
-    return request, FleetState(hosts=(only,), measured_speed=fleet.measured_speed)
-
-
-def choose_for_scheduler(
-    free: list[int],
-    count: int,
-    memory: int | None,
-    *,
-    host_name: str,
-    settings,  # noqa: ANN001 - gpufleet.config.Settings; untyped to keep this module pure
-) -> tuple[list[int], str] | None:
-    """The jobs scheduler's hook: the best ``count`` of ``free`` GPUs on ``host_name``.
-
-    ``free`` are the GPUs the scheduler's own bookkeeping found free; this adds
-    what it cannot see (foreign processes, live free memory, NVLink). Returns
-    ``(indexes, reason)``, or None when no set of ``free`` GPUs is usable now;
-    then :func:`scheduler_wait_reason` says why, in words.
-    """
-    view = _scheduler_view(free, count, memory, host_name, settings)
-    if view is None:
-        return None
-    rec = recommend(*view)
-    if rec.top is None:
-        return None
-    return list(rec.top.gpu_indexes), "; ".join(rec.top.reasons)
-
-
-def scheduler_wait_reason(
-    free: list[int], count: int, memory: int | None, *, host_name: str, settings  # noqa: ANN001
-) -> str:
-    """Why ``choose_for_scheduler`` found nothing, e.g. "needs 2 GPUs with 30.0 GiB free ..."."""
-    view = _scheduler_view(free, count, memory, host_name, settings)
-    if view is None:
-        return f"host {host_name} is not in the fleet"
-    rec = recommend(*view)
-    return rec.refused or rec.wait_reason or "a usable set appeared since; retry"

@@ -23,6 +23,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling import batch
+from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
 log = logging.getLogger(__name__)
@@ -249,26 +250,22 @@ def _auto_select(
 ) -> tuple[list[GPUState], str, dict | None]:
     """The server's choice among the GPUs no reservation holds.
 
-    The GPU selection logic (:mod:`gpufleet.scheduling.recommend`) adds what
+    The GPU selection logic (:mod:`gpufleet.scheduling.choose`) adds what
     the reservations cannot see: foreign processes, live free memory, NVLink.
     When it finds no usable set the training waits with its reason. Only when
-    that logic is missing or broken does the scheduler take the first free GPUs.
+    that logic breaks does the scheduler take the first free GPUs.
     """
     try:
-        from gpufleet.scheduling import recommend as rec  # noqa: PLC0415 - optional sibling module
-
         indexes = [s.index for s in free]
-        out = rec.choose_for_scheduler(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
+        out = choose_for_scheduler(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
         if out is None:
-            why = rec.scheduler_wait_reason(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
+            why = scheduler_wait_reason(indexes, count, t.memory_estimate, host_name=host.name, settings=settings)
             return [], why, None
         chosen_idx, why = out
         by_index = {s.index: s for s in free}
         if len(chosen_idx) == count and all(i in by_index for i in chosen_idx):
             return [by_index[i] for i in chosen_idx], "", {"chosen": list(chosen_idx), "reason": why, "by": "recommend"}
         log.error("GPU recommendation %s is not %d of the free GPUs %s; using the first free", chosen_idx, count, indexes)
-    except (ImportError, AttributeError):
-        pass
     except Exception:  # noqa: BLE001 - a selection bug must not stop the queue
         log.exception("GPU recommendation failed for %s; using the first free GPUs", t.id)
     chosen = list(free[:count])

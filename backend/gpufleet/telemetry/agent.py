@@ -27,47 +27,14 @@ from typing import Any
 
 from gpufleet.config import Settings
 from gpufleet.events import TELEMETRY_SAMPLES, get_bus
+from gpufleet.telemetry.inventory import HEARTBEAT_S, heartbeat, register_host
 from gpufleet.telemetry.live import LOCAL, write_live_redis
 from gpufleet.telemetry.owners import TrainingOwners
 from gpufleet.telemetry.storage import MetricsWriter
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 10.0
 MAINTENANCE_S = 300.0
-
-
-def _register(settings: Settings) -> uuid.UUID:
-    """This host's id, registering it (and its GPUs) through the inventory."""
-    try:
-        from gpufleet.telemetry.inventory import register_host
-    except ImportError:  # the inventory has not landed in this checkout: a bare host row
-        return _ensure_host_row(settings)
-    inv = register_host(settings)
-    return getattr(inv, "host_id", inv)
-
-
-def _ensure_host_row(settings: Settings) -> uuid.UUID:
-    from sqlalchemy import select
-
-    from gpufleet.db.models import Host
-    from gpufleet.db.session import session_scope
-
-    with session_scope(settings) as sess:
-        host = sess.scalar(select(Host).where(Host.name == settings.host_name))
-        if host is None:
-            host = Host(name=settings.host_name, simulated=bool(settings.simulate))
-            sess.add(host)
-            sess.flush()
-        return host.id
-
-
-def _heartbeat(settings: Settings) -> None:
-    try:
-        from gpufleet.telemetry.inventory import heartbeat
-    except ImportError:
-        return
-    heartbeat(settings)
 
 
 class Agent:
@@ -99,7 +66,7 @@ class Agent:
         if self.writer is not None:
             return True
         try:
-            self.host_id = _register(self.settings)
+            self.host_id = register_host(self.settings).host_id
         except Exception as exc:  # noqa: BLE001 - the database may come later; keep sampling live
             log.warning("cannot register host %s yet: %s", self.settings.host_name, exc)
             return False
@@ -170,7 +137,7 @@ class Agent:
                 if ready and time.monotonic() - last_beat >= HEARTBEAT_S:
                     last_beat = time.monotonic()
                     try:
-                        _heartbeat(self.settings)
+                        heartbeat(self.settings)
                     except Exception as exc:  # noqa: BLE001
                         log.warning("heartbeat failed: %s", exc)
                 # Fixed cadence: a slow round shortens the next wait, it does not shift the grid.

@@ -25,8 +25,12 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPULink, Host
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
+from gpufleet.devices.backend import device_backend
 
 log = logging.getLogger(__name__)
+
+# How often a host says it is alive (the agent, or a worker running without one).
+HEARTBEAT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,9 @@ def _address() -> str | None:
 
 def register_host(settings: Settings) -> Inventory:
     """Detect this machine's GPUs and topology and write them to the database."""
-    from gpufleet.devices import detect_gpus, detect_topology
-
-    gpus = detect_gpus(settings)
-    topology = detect_topology(settings, gpus)
+    backend = device_backend(settings)
+    gpus = backend.detect_gpus()
+    topology = backend.detect_topology(gpus)
     now = utcnow()
     with write_session(settings) as sess:
         host = sess.scalar(select(Host).where(Host.name == settings.host_name))
@@ -59,7 +62,7 @@ def register_host(settings: Settings) -> Inventory:
         host.address = _address()
         host.status = "online"
         host.agent_version = __version__
-        host.simulated = bool(settings.simulate)
+        host.simulated = backend.simulated
         host.last_heartbeat = now
         sess.flush()
 

@@ -7,8 +7,9 @@ A process belongs to a training when (first rule that answers wins):
    the ranks are ``mp.spawn`` children of the launcher);
 2. its environment holds ``GPUFLEET_TRAINING_ID`` (the launcher's environment,
    inherited by the ranks; readable for our own user's processes, or as root);
-3. on a simulated fleet, the simulated NVML's registry says so
-   (``simstate.register_process(..., training_id=...)``).
+3. the device backend noted the training when the worker started it
+   (``DeviceBackend.training_started``; the simulator keeps such a registry,
+   real drivers need none).
 
 Everything else is foreign. Launcher pids are read from the database every few
 seconds (only trainings on this host that are scheduled or running).
@@ -119,7 +120,8 @@ class TrainingOwners:
         self._launchers = dict(launchers)
         self._loaded_at = time.monotonic()
 
-    def owner(self, pid: int, sim_training: str | None = None) -> uuid.UUID | None:
+    def owner(self, pid: int, noted_training: str | None = None) -> uuid.UUID | None:
+        """The training ``pid`` belongs to; ``noted_training`` is what the device backend noted for it."""
         self._refresh()
         p: int | None = pid
         for _ in range(64):  # an ancestor chain is short; never loop forever
@@ -131,9 +133,9 @@ class TrainingOwners:
         tid = env_training_id(pid) if pid < (1 << 22) else None
         if tid is not None:
             return tid
-        if sim_training:
+        if noted_training:
             try:
-                return uuid.UUID(sim_training)
+                return uuid.UUID(noted_training)
             except ValueError:
                 return None
         return None

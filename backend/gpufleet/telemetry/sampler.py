@@ -1,7 +1,8 @@
 """The GPU sampler: one :class:`GPUSample` per GPU per round.
 
-NVIDIA GPUs are read through NVML (``get_nvml(settings)``: the real ``pynvml``
-or the simulated one), with handles opened once. Each field is asked through
+NVIDIA GPUs are read through the NVML of the host's device backend
+(``backend.nvml``: ``pynvml``, or an object with its functions), with handles
+opened once. Each field is asked through
 :class:`FieldGuard`: a field the driver does not support (or forbids) is
 ``None`` from then on and never asked again, because a refused call costs as
 much as a successful one every second. A GPU that is lost is reported as
@@ -23,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from gpufleet.config import Settings
+from gpufleet.devices.backend import DeviceBackend
 from gpufleet.telemetry.owners import TrainingOwners, process_command, process_user
 from gpufleet.telemetry.sample import GPUProcess, GPUSample
 
@@ -106,10 +108,11 @@ class _Slow:
 class NvmlSampler:
     """Samples the NVIDIA GPUs of this host through NVML."""
 
-    def __init__(self, settings: Settings, nvml: Any, owners: TrainingOwners | None = None,
+    def __init__(self, settings: Settings, backend: DeviceBackend, owners: TrainingOwners | None = None,
                  reopen_lost_s: float = 30.0) -> None:
         self.settings = settings
-        self.nvml = nvml
+        self.backend = backend
+        self.nvml = nvml = backend.nvml
         self.owners = owners
         self.reopen_lost_s = reopen_lost_s
         self.guard = FieldGuard(nvml)
@@ -149,8 +152,8 @@ class NvmlSampler:
 
     @staticmethod
     def _handle_key(h: Any) -> Any:
-        # Real handles are ctypes pointers (the same device gives the same
-        # address); simulated ones are frozen dataclasses.
+        # pynvml's handles are ctypes pointers (the same device gives the same
+        # address); any other handle is compared as a value.
         if hasattr(h, "contents"):
             import ctypes
 
@@ -214,7 +217,7 @@ class NvmlSampler:
     def _sample_one(self, i: int, ts: datetime, slow_due: bool) -> GPUSample:
         info = self.info.get(i, {})
         s = GPUSample(host=self.settings.host_name, index=i, timestamp=ts, uuid=info.get("uuid"),
-                      name=info.get("name"), vendor="nvidia", simulated=bool(self.settings.simulate))
+                      name=info.get("name"), vendor="nvidia", simulated=self.backend.simulated)
         h = self.handles.get(i)
         if i in self.lost or h is None:
             s.lost, s.error = True, "GPU is lost (fell off the bus or the driver lost it)"
@@ -286,11 +289,6 @@ class NvmlSampler:
         compute = g.read(i, "processes", lambda: n.nvmlDeviceGetComputeRunningProcesses(h)) or []
         graphics = g.read(i, "graphics_processes", lambda: n.nvmlDeviceGetGraphicsRunningProcesses(h)) or []
         out: dict[int, GPUProcess] = {}
-        sim = None
-        if self.settings.simulate:
-            from gpufleet.devices import simstate
-
-            sim = simstate
         for p in list(compute) + list(graphics):
             pid = int(p.pid)
             used = getattr(p, "usedGpuMemory", None)
@@ -298,19 +296,16 @@ class NvmlSampler:
             if pid in out:
                 out[pid].used_memory = (out[pid].used_memory or 0) + (used or 0)
                 continue
-            user, command, sim_tid = process_user(pid), process_command(pid), None
-            if sim is not None:
-                desc = sim.describe_process(self.settings, pid)
-                if desc is not None:
-                    user = user or desc.user
-                    command = command or desc.name
-                    sim_tid = desc.training_id
+            user, command, noted_tid = process_user(pid), process_command(pid), None
+            note = self.backend.process_note(i, pid)
+            if note is not None:
+                user, command, noted_tid = user or note.user, command or note.command, note.training_id
             if command is None:
                 try:
                     command = _text(n.nvmlSystemGetProcessName(pid))
                 except n.NVMLError:
                     pass
-            tid = self.owners.owner(pid, sim_tid) if self.owners else None
+            tid = self.owners.owner(pid, noted_tid) if self.owners else None
             out[pid] = GPUProcess(pid=pid, user=user, command=command, used_memory=used, training_id=tid,
                                   job_type="training" if tid else None, foreign=tid is None)
         return sorted(out.values(), key=lambda p: p.pid)

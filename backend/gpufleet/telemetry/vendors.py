@@ -7,8 +7,8 @@ Intel GPUs what ``xpu-smi stats`` gives (utilization, memory, temperature,
 power, clock); every other field is ``None``. Without ``amdsmi``/``xpu-smi``
 those GPUs report the memory size found at detection: the other live source,
 ``torch.xpu``/HIP, would mean importing torch in the API process.
-On a simulated fleet the simulated ``amdsmi`` and ``xpu-smi`` answer, so the
-same code runs as on real hardware.
+The libraries come from the host's device backend, so the same code reads a
+real and a simulated fleet.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from gpufleet.config import Settings
+from gpufleet.devices.backend import DeviceBackend, device_backend
+from gpufleet.devices.detect import amdsmi_fatal
 from gpufleet.devices.types import GPUInfo
+from gpufleet.devices.xpusmi import MIB, XpuSmiError, stats_with
 from gpufleet.telemetry.owners import TrainingOwners, process_command, process_user
 from gpufleet.telemetry.sample import GPUProcess, GPUSample
 from gpufleet.telemetry.sampler import NvmlSampler
@@ -47,8 +50,6 @@ class _AmdSmi:
 
     def read(self, device_id: int, s: GPUSample) -> list[dict[str, Any]]:
         """Fill ``s``; returns amdsmi's process list (empty when refused)."""
-        from gpufleet.devices.detect import amdsmi_fatal
-
         m = self.m
         if device_id >= len(self.handles):
             s.lost, s.error = True, "amdsmi no longer lists this GPU"
@@ -95,37 +96,26 @@ class _AmdSmi:
 class HostSampler:
     """All GPUs of this host, one :class:`GPUSample` each per round."""
 
-    def __init__(self, settings: Settings, owners: TrainingOwners | None = None) -> None:
+    def __init__(self, settings: Settings, owners: TrainingOwners | None = None,
+                 backend: DeviceBackend | None = None) -> None:
         self.settings = settings
         self.owners = owners
+        self.backend = backend or device_backend(settings)
         self.nvml_sampler: NvmlSampler | None = None
         self.others: list[GPUInfo] = []
         self._amd: _AmdSmi | None = None
         self._xpu: Any = None
-        from gpufleet.devices import get_nvml
-
-        nvml = get_nvml(settings)
         try:
-            self.nvml_sampler = NvmlSampler(settings, nvml, owners)
+            self.nvml_sampler = NvmlSampler(settings, self.backend, owners)
         except Exception as exc:  # noqa: BLE001 - no NVIDIA driver here: sample the other vendors
             log.info("no NVIDIA GPUs to sample (%s)", exc)
         self._find_others()
 
     def _find_others(self) -> None:
-        from gpufleet.devices.detect import detect_amd, detect_amd_with, detect_intel
-        from gpufleet.devices.vendorlibs import get_amdsmi, get_xpusmi
-        from gpufleet.devices.xpusmi import XpuSmi, detect_with
-
         start = len(self.nvml_sampler.handles) + len(self.nvml_sampler.lost) if self.nvml_sampler else 0
-        amdsmi = get_amdsmi(self.settings)
-        xpu = get_xpusmi(self.settings)
+        amdsmi, xpu = self.backend.amdsmi, self.backend.xpusmi
         try:
-            if self.settings.simulate:
-                amd = detect_amd_with(amdsmi, start, simulated=True) or []
-                self.others = amd + detect_with(xpu, start + len(amd), simulated=True)
-            else:
-                amd = detect_amd(start)
-                self.others = amd + detect_intel(start + len(amd))
+            self.others = self.backend.detect_other_vendors(start)
         except Exception as exc:  # noqa: BLE001
             log.info("AMD/Intel detection failed: %s", exc)
             self.others = []
@@ -134,7 +124,7 @@ class HostSampler:
                 self._amd = _AmdSmi(amdsmi)
             except Exception as exc:  # noqa: BLE001 - ROCm without a working amdsmi: memory size only
                 log.info("amdsmi unavailable, AMD GPUs report their memory size only: %s", exc)
-        if any(g.vendor == "intel" for g in self.others) and (self.settings.simulate or XpuSmi.available()):
+        if xpu is not None and any(g.vendor == "intel" for g in self.others):
             self._xpu = xpu
 
     @property
@@ -163,8 +153,6 @@ class HostSampler:
         return s
 
     def _read_xpu(self, device_id: int, s: GPUSample) -> None:
-        from gpufleet.devices.xpusmi import MIB, XpuSmiError, stats_with
-
         try:
             m = stats_with(self._xpu, device_id)
         except XpuSmiError as exc:
@@ -183,20 +171,14 @@ class HostSampler:
 
     def _processes(self, index: int, found: list[tuple[int, float | None, Any]]) -> list[GPUProcess]:
         """Processes a vendor library listed on GPU ``index``, with their owners (as the NVML sampler finds them)."""
-        registered = {}
-        if self.settings.simulate:
-            from gpufleet.devices import simstate
-
-            registered = {p.pid: p for p in simstate.live_processes(self.settings, index)}
         out = []
         for pid, mem, name in found:
-            user, command, sim_tid = process_user(pid), process_command(pid), None
-            if registered:
-                desc = registered.get(pid)
-                if desc is not None:
-                    user, command, sim_tid = user or desc.user, command or desc.name, desc.training_id
+            user, command, noted_tid = process_user(pid), process_command(pid), None
+            note = self.backend.process_note(index, pid)
+            if note is not None:
+                user, command, noted_tid = user or note.user, command or note.command, note.training_id
             command = command or (name if isinstance(name, str) and name != "N/A" else None)
-            tid = self.owners.owner(pid, sim_tid) if self.owners else None
+            tid = self.owners.owner(pid, noted_tid) if self.owners else None
             out.append(GPUProcess(pid=pid, user=user, command=command, used_memory=int(mem) if mem is not None else None,
                                   training_id=tid, job_type="training" if tid else None, foreign=tid is None))
         return sorted(out, key=lambda p: p.pid)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -156,7 +155,3 @@ def apply_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, model_
     """Load full (unwrapped) state into a possibly wrapped model and its optimizer."""
     opts = StateDictOptions(full_state_dict=True, strict=True)
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state, options=opts)
-
-
-def world_is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

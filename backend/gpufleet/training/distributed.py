@@ -32,35 +32,6 @@ def find_free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def calculate_effective_batch_size(base_batch_size: int, num_gpus: int, distributed: bool,
-                                   base_is_global: bool = True) -> tuple[int, int]:
-    """(effective batch per optimizer step, per-GPU batch).
-
-    Two meanings of a batch size exist and both are in use:
-
-    - ``base_is_global=True`` (gpufleet's ``global_batch_size``): the number
-      is what one optimizer step sees in total; each of N GPUs gets 1/N of it.
-      Adding GPUs makes steps faster and leaves the training's results alone.
-    - ``base_is_global=False`` (the seed's meaning): the number is per GPU;
-      N GPUs make the effective batch N times larger, which changes the
-      optimisation (the learning rate may need scaling).
-    """
-    if num_gpus < 1:
-        raise ConfigError("devices", f"need at least one device, got {num_gpus}")
-    if base_batch_size < 1:
-        raise ConfigError("global_batch_size", f"must be >= 1, got {base_batch_size}")
-    if not distributed or num_gpus == 1:
-        return base_batch_size, base_batch_size
-    if not base_is_global:
-        return base_batch_size * num_gpus, base_batch_size
-    per_gpu, rem = divmod(base_batch_size, num_gpus)
-    if rem or per_gpu == 0:
-        raise ConfigError(
-            "global_batch_size", f"{base_batch_size} does not split evenly over {num_gpus} devices"
-        )
-    return base_batch_size, per_gpu
-
-
 class ResumableBatchSampler:
     """Micro-batches of indices for one rank, epoch after epoch, forever.
 

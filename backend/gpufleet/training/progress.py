@@ -12,7 +12,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,3 @@ def follow_progress(path: str | Path, offset: int = 0) -> tuple[list[dict[str, A
         except json.JSONDecodeError:
             continue
     return records, offset + end + 1
-
-
-def iter_types(records: list[dict[str, Any]], type_: str) -> Iterator[dict[str, Any]]:
-    return (r for r in records if r.get("type") == type_)
