@@ -149,6 +149,44 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
 
 @pytest.mark.postgres
 @pytest.mark.redis
+def test_a_worker_that_cannot_renew_its_lease_stops_its_training_before_another_attempt_starts(
+        tmp_path, request, client_for, workers, scheduler):
+    from sqlalchemy import create_engine, text
+
+    s = make_settings(tmp_path, "postgresql", request, lease_s=6.0)
+    register(s)
+    workers(s)
+    scheduler(s)
+    c = client_for(s)
+    cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=5)
+    tid = c.post("/api/v1/trainings", json={"name": "unrenewed", "recipe": "sae", "config": cfg,
+                                            "gpu_ids": [0], "host": s.host_name, "max_restarts": 2}).json()["id"]
+    watch = AttemptWatch(tid)
+    engine = create_engine(s.effective_database_url)
+    try:
+        body = wait_for(lambda: (x := _get(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
+                        "a checkpoint", 0.2)
+        group = body["launcher_pid"]
+        # Hold the training's row: every renewal now waits in the database, as in an outage or a lock storm.
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1 FROM trainings WHERE id = :id FOR UPDATE"), {"id": uuid.UUID(tid)})
+            wait_for(lambda: not pids_in_group(group), 60, "the worker to stop its own training", 0.05)
+            conn.rollback()
+        body = wait_for(lambda: (x := _get(c, tid))["attempt"] == 2 and x["status"] == "running" and x, 120,
+                        "the next attempt", 0.2)
+        assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
+        _wait(c, tid, FINAL, 60)
+    finally:
+        watch.stop()
+        engine.dispose()
+    assert watch.seen == {1, 2}
+    assert watch.overlaps == []  # never two attempts' processes at once
+    log = c.get(f"/api/v1/trainings/{tid}/logs").text
+    assert "the lease ran out before this worker could renew it" in log, log[-2000:]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, request, client_for, workers,
                                                                     scheduler, sig):

@@ -56,6 +56,10 @@ class MetricsSink:
         self.host_name = host_name
         self.reader = ProgressReader(progress)
         self.flush_every_s = min(1.0, settings.lease_s / 3)
+        # Monotonic time at which the last renewal of the lease began: the
+        # lease runs at least ``lease_s`` from then. The supervisor sets the
+        # claim's time; each flush that renews moves it on.
+        self.renewed_at = time.monotonic()
         # The launcher enforces the collective timeout itself (exit 13); this
         # is the backstop for a launcher that stops reporting altogether.
         self.hang_after_s = 2 * settings.collective_timeout_s + 60
@@ -202,6 +206,7 @@ class MetricsSink:
 
     def _flush(self, final: bool) -> str:
         metrics, events, row = list(self._metrics.values()), self._events, self._row
+        began = time.monotonic()
         with write_session(self.settings) as sess:
             values: dict[str, Any] = dict(row)
             if not final:
@@ -219,6 +224,8 @@ class MetricsSink:
                 sess.rollback()
                 return "lost"
             self._write(sess, metrics, events)
+        if not final:
+            self.renewed_at = began
         self._wrote_metrics = self._wrote_metrics or bool(metrics)
         self._metrics, self._events, self._row = {}, [], {}
         self._publish(metrics, events)

@@ -27,10 +27,15 @@ from gpufleet.jobs.lifecycle import transition
 
 log = logging.getLogger(__name__)
 
+# Past the end of a lease before it counts as lost: its own worker has killed
+# the attempt a margin before the end (jobs/supervisor.py FENCE_MARGIN_S), and
+# this covers clocks of two hosts that differ a little.
+LEASE_GRACE_S = 1.0
+
 
 def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
     """Requeue or fail running trainings with an expired lease; returns (id, new status)."""
-    now = utcnow()
+    now = utcnow() - timedelta(seconds=LEASE_GRACE_S)
     with session_scope(settings) as sess:
         rows = sess.execute(
             select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select,

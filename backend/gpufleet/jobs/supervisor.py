@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1
 # SIGTERM first so rank 0 may checkpoint; the group is killed after this.
 CANCEL_GRACE_S = 2.0
+# An attempt kills its own processes this long before the lease it last
+# renewed runs out, and recovery elsewhere waits this long past the end
+# (jobs/recovery.py): two attempts of one training never run at once, even
+# while this worker cannot reach the database or is too loaded to renew.
+FENCE_MARGIN_S = 1.0
 
 # Set when this worker is stopping: every supervised training checkpoints and goes back to the queue.
 _STOPPING = threading.Event()
@@ -176,8 +181,22 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
     return proc, lifeline_w
 
 
+def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, fenced: threading.Event) -> None:
+    """Kill the attempt's process group before its lease can run out unrenewed.
+
+    A thread of its own: the loop that renews may itself be stuck in a
+    database call. Renewals that land in time push the deadline on.
+    """
+    while not done.wait(POLL_S):
+        if time.monotonic() > sink.renewed_at + lease_s - FENCE_MARGIN_S:
+            fenced.set()
+            _signal_group(pgid, signal.SIGKILL)
+            return
+
+
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
+    claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
     if t is None:
         return "skipped"
@@ -199,6 +218,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         _finish(settings, t, worker_id, outcome.Decision("failed", f"cannot prepare the launch: {exc}"), None)
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
+    sink.renewed_at = claimed_at
     earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
     try:
         # From here on a launcher of an older attempt may not put a checkpoint in place.
@@ -223,9 +243,14 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     cancelled = lost = False
     stop_deadline: float | None = None
     last_ok = time.monotonic()
+    done, fenced = threading.Event(), threading.Event()
+    threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
+                     name=f"gpufleet-fence-{tid}", daemon=True).start()
     try:
         while proc.poll() is None:
             time.sleep(POLL_S)
+            if fenced.is_set():
+                break
             if _STOPPING.is_set() and stop_deadline is None and not cancelled:
                 stop_deadline = time.monotonic() + settings.stop_grace_s
                 logf.line(f"[gpufleet] the worker is stopping; asking the training to checkpoint "
@@ -259,7 +284,12 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                                  "message": f"no progress for {sink.hang_after_s:.0f}s (hung collective?)"})
                 procs.stop_group(pgid, CANCEL_GRACE_S)
                 sink.force_exit_code(13)
+        if fenced.is_set() and not lost:
+            lost = True
+            logf.line("[gpufleet] the lease ran out before this worker could renew it; the training was "
+                      "stopped here so that no other attempt runs beside it")
     finally:
+        done.set()
         procs.stop_group(pgid, 0.0)  # leftover ranks of a launcher that died first
         code = proc.wait()
         os.close(lifeline)
