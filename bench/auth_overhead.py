@@ -17,6 +17,7 @@ Prints p50/p99 per request and each mode's ratio to the baseline.
 from __future__ import annotations
 
 import argparse
+import secrets
 import statistics
 import tempfile
 import threading
@@ -91,7 +92,7 @@ def main() -> None:
 
     local = load_settings(data_dir=data)
     upgrade_database(local)
-    secured = load_settings(data_dir=data, auth="on", secret_key="b" * 48, database_url=args.database_url)
+    secured = load_settings(data_dir=data, auth="on", secret_key=secrets.token_urlsafe(48), database_url=args.database_url)
     if args.database_url:
         upgrade_database(secured)
     name = f"bench{int(time.time())}"

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import os
 import random
+import secrets
 import signal
 import socket
 import statistics
@@ -41,7 +42,7 @@ from _scratch_db import scratch_settings  # noqa: E402
 from gpufleet.db.models import Training  # noqa: E402
 from gpufleet.db.session import session_scope  # noqa: E402
 
-SECRET = "b" * 48
+SECRET = secrets.token_urlsafe(48)
 CONNECTION_ERROR = -1
 CONFIG = {"max_steps": 10, "global_batch_size": 16}
 
