@@ -156,7 +156,7 @@ def test_the_cli_has_one_http_path_the_client():
 def test_the_cli_client_turns_every_refusal_into_one_line_and_exit_2(monkeypatch):
     import typer
 
-    from gpufleet.commands.trainings import Client as CLIClient
+    from gpufleet.commands.remote import Client as CLIClient
 
     monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
     with pytest.raises(typer.Exit) as ended:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from gpufleet.api.security.client import TOKEN_ENV, client_headers
+from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
@@ -41,7 +41,7 @@ from gpufleet.api.schemas.trainings import (
 from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
 
 if TYPE_CHECKING:
-    from gpufleet.api.routes.auth import WhoAmI
+    from gpufleet.api.schemas.auth import WhoAmI
     from gpufleet.api.routes.metrics import LivePublic
     from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
     from gpufleet.api.schemas.recipes import RecipesPublic
@@ -140,7 +140,7 @@ class Client:
     # -- who am I ---------------------------------------------------------
 
     def whoami(self) -> WhoAmI:
-        from gpufleet.api.routes.auth import WhoAmI
+        from gpufleet.api.schemas.auth import WhoAmI
 
         return self._get(WhoAmI, f"{API}/auth/whoami")
 

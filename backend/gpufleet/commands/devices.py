@@ -9,19 +9,26 @@ hang under it (``gpufleet gpus drain``); with no sub-command it lists.
 from __future__ import annotations
 
 import json
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from gpufleet.commands import drain
 from gpufleet.commands.tables import Column, WideOpt, fmt_size, print_table
-from gpufleet.config import ConfigError, Settings, get_settings
+
+if TYPE_CHECKING:
+    from gpufleet.config import Settings
 
 gpus_app = typer.Typer(
     help="List this machine's GPUs (and manage them with sub-commands).",
     invoke_without_command=True,
 )
+
+# Draining works on the database, not on local detection; it lives in its own module.
+gpus_app.command("drain")(drain.drain)
+gpus_app.command("undrain")(drain.undrain)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 
@@ -32,6 +39,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _settings() -> Settings:
+    from gpufleet.config import ConfigError, get_settings
+
     try:
         return get_settings()
     except ConfigError as exc:

@@ -17,9 +17,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.config import ConfigError, get_settings
-from gpufleet.scheduling.types import fmt_bytes
-
 if TYPE_CHECKING:
     from gpufleet.api.routes.selection import RecommendationPublic
 
@@ -45,6 +42,7 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
     from gpufleet.api.routes.selection import CandidatePublic, RecommendationPublic, _estimate_public
+    from gpufleet.config import ConfigError, get_settings
     from gpufleet.scheduling.memory import EstimateError
 
     try:
@@ -97,6 +95,7 @@ def recommend(
                                                         "asking a server")] = False,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
+    from gpufleet.scheduling.types import fmt_bytes
     from gpufleet.training.config import ConfigError as FieldError
     from gpufleet.training.config import parse_overrides, read_config_file
 

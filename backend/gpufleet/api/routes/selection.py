@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+from gpufleet.api.security.ratelimits import get_limiter, too_many
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
@@ -155,8 +156,6 @@ def get_estimate_pool(app: Any, settings: Any) -> Any:
 
 
 def _check_estimate_rate(app: Any, settings: Any, user: Any) -> None:
-    from gpufleet.api.limits import get_limiter, too_many
-
     retry = get_limiter(app, settings).hit(f"estimate:{user.name}", settings.estimate_rate_per_minute, 60.0)
     if retry is not None:
         raise too_many(
