@@ -10,7 +10,6 @@ process, and its start-up is part of what the user waits for, so
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
