@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -145,7 +144,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.
-    warm = threading.Thread(target=importlib.import_module, args=("gpufleet.scheduling.memtrace",),
-                            name="gpufleet-warm-torch", daemon=True)
-    warm.start()
+    threading.Thread(target=_warm_torch, name="gpufleet-warm-torch", daemon=True).start()
     return threads
+
+
+def _warm_torch() -> None:
+    import gpufleet.scheduling.memtrace  # noqa: F401
