@@ -43,7 +43,7 @@ from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_aft
 if TYPE_CHECKING:
     from gpufleet.api.schemas.auth import WhoAmI
     from gpufleet.api.routes.metrics import LivePublic
-    from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.api.schemas.selection import RecommendationPublic, ValidationPublic
     from gpufleet.api.schemas.recipes import RecipesPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
@@ -280,7 +280,7 @@ class Client:
 
         Give one of the two, not both.
         """
-        from gpufleet.api.routes.selection import RecommendationPublic, RecommendBody
+        from gpufleet.api.schemas.selection import RecommendationPublic, RecommendBody
 
         if (recipe is None) == (memory_mb is None):
             raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
@@ -295,7 +295,7 @@ class Client:
                  config: dict[str, Any] | None = None, memory_mb: int | None = None,
                  exclusive: bool = True) -> ValidationPublic:
         """Is this selection usable for this training? Every problem at once (``ok`` false), and warnings."""
-        from gpufleet.api.routes.selection import ValidateBody, ValidationPublic
+        from gpufleet.api.schemas.selection import ValidateBody, ValidationPublic
 
         body = ValidateBody(gpu_ids=gpu_ids, host=host, recipe=recipe, config=config, memory_mb=memory_mb,
                             exclusive=exclusive)
