@@ -28,17 +28,15 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from gpufleet.api.auth import install
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.api.app import guarded_app
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import session_scope, upgrade_database
 
 
 def _app(settings: Settings) -> FastAPI:
-    app = FastAPI()
-    app.state.settings = settings
-    install(app, settings)
-    return app
+    return guarded_app(settings)
 
 
 class _Server:

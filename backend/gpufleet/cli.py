@@ -1,25 +1,36 @@
 """The `gpufleet` command line: serve, db, and each domain's commands.
 
-A command's module is imported only when that command runs (``gpufleet run``
-does not load the server, the database layer or the other commands): every
-command starts a fresh process, and its start-up is part of what the user
-waits for. ``gpufleet.cli.app`` (help, tests) has every command.
+Every command group is imported here, but a group's module loads only typer
+and rich: what a command needs (the settings, the database, the server, an
+HTTP client, torch) it imports when it runs. Every command starts a fresh
+process, and its start-up is part of what the user waits for, so
+``gpufleet run`` and ``gpufleet --help`` load no server, database or torch
+(tests/cli/test_start.py holds every group to that).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
+from gpufleet.commands import (
+    devices,
+    recommend,
+    run,
+    top,
+    train,
+    trainings,
+    users,
+    worker,
+)
+
 if TYPE_CHECKING:
     from gpufleet.config import Settings
 
-_app = typer.Typer(
+app = typer.Typer(
     name="gpufleet",
     help="A team-shared GPU training server.",
     no_args_is_help=True,
@@ -27,39 +38,14 @@ _app = typer.Typer(
     add_completion=False,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-_app.add_typer(db_app, name="db")
+app.add_typer(db_app, name="db")
 
 console = Console()
 err = Console(stderr=True)
 
-# Modules under gpufleet/commands/ that add their commands with register(app).
-COMMAND_MODULES = (
-    "devices",
-    "drain",
-    "train",
-    "run",
-    "trainings",
-    "worker",
-    "recommend",
-    "top",
-    "users",
-)
-
-# The top-level command (or group) -> the modules that add to it. A test
-# checks this against what each module's register() adds.
-COMMAND_OWNERS: dict[str, tuple[str, ...]] = {
-    "gpus": ("devices", "drain"),
-    "topology": ("devices",),
-    "train": ("train",),
-    "run": ("run",),
-    "trainings": ("trainings",),
-    "worker": ("worker",),
-    "recommend": ("recommend",),
-    "top": ("top",),
-    "users": ("users",),
-    "tokens": ("users",),
-}
-_registered: set[str] = set()
+# The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
+# register(app) (``gpus drain`` comes with devices' ``gpus`` group).
+COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -77,7 +63,7 @@ def settings_or_exit() -> Settings:
         fail(str(exc))
 
 
-@_app.command()
+@app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
@@ -89,7 +75,7 @@ def serve(
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     try:
         settings = load_settings(**overrides)
-        from gpufleet.api.auth import check_serve_safety
+        from gpufleet.api.security.policy import check_serve_safety
 
         check_serve_safety(settings)
         from gpufleet.config import secure_data_dir
@@ -138,7 +124,7 @@ def serve(
             embedded.stop(timeout=settings.stop_grace_s + 15)
 
 
-@_app.command()
+@app.command()
 def secret() -> None:
     """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
     import secrets as _secrets
@@ -244,37 +230,16 @@ def db_current() -> None:
     console.print(current_revision(settings) or "empty (run `gpufleet db upgrade`)")
 
 
-def _register(modules: Iterable[str]) -> None:
-    for name in modules:
-        if name not in _registered:
-            importlib.import_module(f"gpufleet.commands.{name}").register(_app)
-            _registered.add(name)
-
-
-def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
-    """The command modules ``gpufleet ARGV`` needs: the named command's owners,
-    none for ``serve``/``db``/``secret``, and all of them for help or an unknown name
-    (so the usage lists every command)."""
-    first = next((a for a in argv if not a.startswith("-")), None)
-    if first in ("serve", "db", "secret"):
-        return ()
-    return COMMAND_OWNERS.get(first or "", COMMAND_MODULES)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "app":
-        _register(COMMAND_MODULES)
-        return _app
-    raise AttributeError(f"module 'gpufleet.cli' has no attribute {name!r}")
+for group in COMMAND_GROUPS:
+    group.register(app)
 
 
 def main() -> None:
     from gpufleet.logsetup import configure_logging
 
     configure_logging()
-    _register(modules_for(sys.argv[1:]))
     try:
-        _app()
+        app()
     except Exception as exc:
         # A ConfigError can only come from gpufleet.config, so a command that
         # never loaded the settings does not pay for importing them here.

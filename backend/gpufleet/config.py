@@ -191,7 +191,7 @@ class Settings(BaseSettings):
     # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
     pythons: dict[str, str] = Field(default_factory=dict)
 
-    # Team use (gpufleet.api.auth and gpufleet.api.limits).
+    # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
     ws_ticket_ttl_s: int = Field(default=30, ge=5, le=300)
     create_rate_per_minute: int = Field(default=30, ge=1, le=10000)

@@ -19,7 +19,8 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.api.security.openapi import api_routes
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.inventory import register_host

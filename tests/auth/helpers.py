@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 
-from gpufleet.api.auth import authenticate_websocket, install
+from gpufleet.api.app import guarded_app
+from gpufleet.api.auth import authenticate_websocket
 from gpufleet.api.deps import AdminUser, CreatorUser, CurrentUser, PageDep, ensure_can_cancel
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
 
@@ -47,48 +49,46 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def build_app(settings: Settings) -> FastAPI:
-    app = FastAPI()
-    app.state.settings = settings
+    router = APIRouter()
     created: list[str] = []
-    app.state.created = created
 
-    @app.post("/api/v1/things")
+    @router.post("/api/v1/things")
     def create_thing(user: CreatorUser) -> dict:
         created.append(user.name)
         return {"owner": user.name}
 
-    @app.post("/api/v1/things/batch")
+    @router.post("/api/v1/things/batch")
     def create_things(body: dict, user: CreatorUser) -> dict:
         created.extend(user.name for _ in body["items"])
         return {"count": len(body["items"])}
 
-    @app.post("/api/v1/things/{owner}/cancel")
+    @router.post("/api/v1/things/{owner}/cancel")
     def cancel_thing(owner: str, user: CurrentUser) -> dict:
         ensure_can_cancel(user, owner)
         return {"cancelled_by": user.name}
 
-    @app.post("/api/v1/gpus/drain")
+    @router.post("/api/v1/gpus/drain")
     def drain(user: AdminUser) -> dict:
         return {"drained_by": user.name}
 
-    @app.get("/api/v1/open-read")
+    @router.get("/api/v1/open-read")
     def open_read() -> dict:
         # Declares no user at all: the gate must still close it.
         return {"ok": True}
 
-    @app.get("/metrics")
+    @router.get("/metrics")
     def metrics() -> dict:
         return {"gpus": 0}
 
-    @app.get("/api/v1/page")
+    @router.get("/api/v1/page")
     def page(p: PageDep) -> dict:
         return {"limit": p.limit, "offset": p.offset}
 
-    @app.post("/api/v1/echo")
+    @router.post("/api/v1/echo")
     def echo(body: dict) -> dict:
         return {"keys": len(body)}
 
-    @app.websocket("/api/v1/ws")
+    @router.websocket("/api/v1/ws")
     async def ws(websocket: WebSocket) -> None:
         user = authenticate_websocket(websocket, settings)
         if user is None:
@@ -103,5 +103,6 @@ def build_app(settings: Settings) -> FastAPI:
         except WebSocketDisconnect:
             pass
 
-    install(app, settings)
-    return app
+    guarded = guarded_app(settings, router)
+    guarded.state.created = created
+    return guarded

@@ -8,12 +8,11 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from gpufleet.api.security.tokens import hash_token
-from gpufleet.api.security.users import authenticate_token
 from gpufleet.cli import app
 from gpufleet.config import get_settings, reset_settings_cache
 from gpufleet.db.models import APIToken, User
 from gpufleet.db.session import session_scope
+from gpufleet.users.tokens import authenticate_token, hash_token
 
 runner = CliRunner()
 

@@ -155,7 +155,7 @@ def test_serve_refuses_weak_secrets_and_lookalike_loopback_names(tmp_path: Path,
 
 
 def test_gpufleet_secret_makes_a_secret_serve_accepts(tmp_path: Path) -> None:
-    from gpufleet.api.auth import secret_problem
+    from gpufleet.api.security.policy import secret_problem
 
     made = cli(tmp_path / "data", "secret").strip()
     assert len(made) >= 48 and secret_problem(made) is None

@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from auth.helpers import People, bearer, build_app
-from gpufleet.api.limits import MemoryLimiter, RedisLimiter
+from gpufleet.api.security.ratelimits import MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope

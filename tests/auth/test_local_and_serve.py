@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from auth.helpers import SECRET, build_app
-from gpufleet.api.auth import auth_required, check_serve_safety
+from gpufleet.api.security.policy import auth_required, check_serve_safety
 from gpufleet.config import ConfigError, Settings, load_settings
 from gpufleet.db.session import upgrade_database
 

@@ -28,7 +28,8 @@ import pytest
 import websockets
 
 from auth.helpers import SECRET
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
 

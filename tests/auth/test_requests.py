@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from gpufleet.api.security.users import revoke_token, set_disabled
+from gpufleet.users.accounts import set_disabled
+from gpufleet.users.tokens import revoke_token
 from gpufleet.db.session import session_scope
 from auth.helpers import People, bearer
 

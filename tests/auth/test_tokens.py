@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from gpufleet.api.security.client import client_headers
-from gpufleet.api.security.tokens import hash_token, looks_like_token, new_token, sign, unsign
+from gpufleet.api.security.signing import sign, unsign
+from gpufleet.client.credentials import client_headers
+from gpufleet.users.tokens import hash_token, looks_like_token, new_token
 
 
 def test_new_tokens_are_random_and_only_their_hash_is_kept() -> None:
@@ -38,7 +39,7 @@ def test_client_headers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_origin_matching_normalises_default_ports_and_case(tmp_path) -> None:  # noqa: ANN001
-    from gpufleet.api.auth import origin_allowed
+    from gpufleet.api.security.origins import origin_allowed
     from gpufleet.config import load_settings
 
     s = load_settings(data_dir=tmp_path, cors_origins=["https://Dash.Example.org:443"])

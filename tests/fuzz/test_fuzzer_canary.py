@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, FastAPI, Query
 from pydantic import BaseModel
 from schemathesis import GenerationMode
 
@@ -22,27 +22,25 @@ class Count(BaseModel):
 
 
 def _app(settings: Settings) -> FastAPI:
-    from gpufleet.api.auth import install
+    from gpufleet.api.app import guarded_app
 
-    app = FastAPI()
-    app.state.settings = settings
+    router = APIRouter()
 
-    @app.get("/api/v1/boom", response_model=Count, operation_id="boom")
+    @router.get("/api/v1/boom", response_model=Count, operation_id="boom")
     def boom(n: int = Query(ge=0, le=100)) -> Count:
         if n > 3:
             raise RuntimeError("bug")
         return Count(count=n)
 
-    @app.get("/api/v1/liar", responses={200: {"model": Count}}, operation_id="liar")
+    @router.get("/api/v1/liar", responses={200: {"model": Count}}, operation_id="liar")
     def liar() -> dict:
         return {"count": "many"}
 
-    @app.get("/api/v1/fine", response_model=Count, operation_id="fine")
+    @router.get("/api/v1/fine", response_model=Count, operation_id="fine")
     def fine(n: int = Query(ge=0, le=100)) -> Count:
         return Count(count=n)
 
-    install(app, settings)
-    return app
+    return guarded_app(settings, router)
 
 
 @pytest.fixture

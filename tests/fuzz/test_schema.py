@@ -30,7 +30,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, upgrade_database
 

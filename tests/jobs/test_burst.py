@@ -13,7 +13,8 @@ import uuid
 
 import httpx
 import pytest
-from gpufleet.api.security.users import add_user, create_token
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 from gpufleet.db.models import Training
 from gpufleet.db.session import get_engine, session_scope
 from sqlalchemy import func, select, update

@@ -84,7 +84,7 @@ def test_refusals_are_typed_and_carry_the_servers_message(tmp_path, product_api)
 
 
 def test_fleet_reads_recommend_and_validate_parse_into_the_apis_models(tmp_path, product_api):
-    from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.api.schemas.selection import RecommendationPublic, ValidationPublic
 
     settings, tokens = _signed_in(tmp_path)
     register(settings)
@@ -156,7 +156,7 @@ def test_the_cli_has_one_http_path_the_client():
 def test_the_cli_client_turns_every_refusal_into_one_line_and_exit_2(monkeypatch):
     import typer
 
-    from gpufleet.commands.trainings import Client as CLIClient
+    from gpufleet.commands.remote import Client as CLIClient
 
     monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
     with pytest.raises(typer.Exit) as ended:

@@ -131,7 +131,8 @@ def test_only_one_scheduler_leads_on_postgresql(tmp_path, request):
 def test_members_create_and_cancel_only_their_own(tmp_path):
     """Through the real app (auth on): owner recorded, others refused with 403 and nothing written."""
     from gpufleet.api.app import create_app
-    from gpufleet.api.security.users import add_user, create_token
+    from gpufleet.users.accounts import add_user
+    from gpufleet.users.tokens import create_token
 
     settings = make_settings(tmp_path, "sqlite", auth="on", secret_key="s" * 40)
     register(settings)

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gpufleet.api.security.gate import is_gated, send_error
+from gpufleet.api.security.asgi import is_gated, send_error
 from gpufleet.config import Settings
 
 RETRY_AFTER_S = 1
@@ -75,13 +75,7 @@ def _busy(capacity: int) -> str:
             f"(GPUFLEET_MAX_CONCURRENT_REQUESTS); nothing was done: retry after {RETRY_AFTER_S} s")
 
 
-async def _pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:
+async def pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:
     return JSONResponse({"detail": "the server has no free database connection now; nothing was done: "
                                    f"retry after {RETRY_AFTER_S} s"},
                         status_code=429, headers={"Retry-After": str(RETRY_AFTER_S)})
-
-
-def install_admission(app: FastAPI, settings: Settings) -> None:
-    """Outermost: a refused request costs no authentication and no connection."""
-    app.add_middleware(Admission, capacity=request_capacity(settings))
-    app.add_exception_handler(PoolTimeout, _pool_timeout)  # type: ignore[arg-type]

@@ -1,36 +1,69 @@
-"""The FastAPI app factory."""
+"""The FastAPI app: every router, every request guard and every handler, put together here and nowhere else."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.middleware import Middleware
 
 from gpufleet import __version__
+from gpufleet.api import ws
+from gpufleet.api.admission import Admission, pool_timeout, request_capacity
+from gpufleet.api.docs import install_docs
+from gpufleet.api.methods import method_not_allowed
+from gpufleet.api.routes import auth, code, metrics, recipes, selection, system, trainings
+from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
+from gpufleet.api.security.gate import AuthGate
+from gpufleet.api.security.hosts import HostGuard
+from gpufleet.api.security.inputs import NulGuard
+from gpufleet.api.security.openapi import document_refusals
+from gpufleet.api.security.origins import cors_origins
+from gpufleet.api.security.ratelimits import get_limiter
+from gpufleet.api.static import install_static
 from gpufleet.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-# Routers of the domain folders, in the order they are mounted.
-_ROUTERS = (
-    "gpufleet.api.routes.system:health_router",
-    "gpufleet.api.routes.system:router",
-    "gpufleet.api.routes.selection:router",
-    "gpufleet.api.routes.trainings:router",
-    "gpufleet.api.routes.code:router",
-    "gpufleet.api.routes.recipes:router",
-    "gpufleet.api.routes.metrics:router",
-    "gpufleet.api.ws:router",
+# The product's routers, in the order they are mounted (and listed in the OpenAPI document).
+ROUTERS: tuple[APIRouter, ...] = (
+    system.health_router,
+    system.router,
+    selection.router,
+    trainings.router,
+    code.router,
+    recipes.router,
+    metrics.router,
+    ws.router,
 )
 
 
-def _load(spec: str):  # noqa: ANN202
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
+def request_guards(settings: Settings) -> list[Middleware]:
+    """What every request passes before a route, outermost first.
+
+    A request to a name this server does not answer to (DNS rebinding) is
+    refused before anything else looks at it; an oversized body before it is
+    buffered for the NUL check; both before the auth gate's database lookup.
+    CORS, only when origins are configured, answers preflights outside them all.
+    """
+    guards = [
+        Middleware(HostGuard, settings=settings),
+        Middleware(SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
+                   path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes}),
+        # A code archive is binary: NUL bytes are its content, not an attack on text columns.
+        Middleware(NulGuard, binary_paths=frozenset({CODE_UPLOAD_PATH})),
+        Middleware(AuthGate, settings=settings),
+    ]
+    if settings.cors_origins:
+        guards.insert(0, Middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
+                                    allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                                    allow_headers=["Authorization", "Content-Type"]))
+    return guards
 
 
 def create_app(settings: Settings | None = None, *, background: bool = False) -> FastAPI:
@@ -66,26 +99,35 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         # Served from the package's own assets (api/docs.py), not a CDN.
         docs_url=None,
         redoc_url=None,
+        # Outermost: a request past capacity costs no authentication and no connection.
+        middleware=[Middleware(Admission, capacity=request_capacity(settings)), *request_guards(settings)],
+        exception_handlers={PoolTimeout: pool_timeout, 405: method_not_allowed},
     )
-    app.state.settings = settings
-    for spec in _ROUTERS:
-        app.include_router(_load(spec))
-    from gpufleet.api.auth import install as install_auth
-
-    install_auth(app, settings)
-    from gpufleet.api.docs import install_docs
-
+    _mount(app, settings, ROUTERS)
     install_docs(app)
-    from gpufleet.api.static import install_static
-
+    # Last: the dashboard's fallback answers only what no router does.
     install_static(app, settings)
-    from gpufleet.api.admission import install_admission
-
-    install_admission(app, settings)
-    from gpufleet.api.methods import method_not_allowed
-
-    app.add_exception_handler(405, method_not_allowed)
     return app
+
+
+def guarded_app(settings: Settings, *routers: APIRouter) -> FastAPI:
+    """A bare app of ``routers`` behind the product's sign-in and request guards.
+
+    For measuring and testing that layer on its own (tests/auth, tests/fuzz,
+    bench/auth_overhead.py): the same guards, auth routes and OpenAPI
+    completion as :func:`create_app`, without its routers and background work.
+    """
+    app = FastAPI(middleware=request_guards(settings))
+    _mount(app, settings, routers)
+    return app
+
+
+def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> None:
+    app.state.settings = settings
+    get_limiter(app, settings)
+    for router in (*routers, auth.router):
+        app.include_router(router)
+    document_refusals(app)
 
 
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
@@ -103,7 +145,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.
-    warm = threading.Thread(target=importlib.import_module, args=("gpufleet.scheduling.memtrace",),
-                            name="gpufleet-warm-torch", daemon=True)
-    warm.start()
+    threading.Thread(target=_warm_torch, name="gpufleet-warm-torch", daemon=True).start()
     return threads
+
+
+def _warm_torch() -> None:
+    import gpufleet.scheduling.memtrace  # noqa: F401

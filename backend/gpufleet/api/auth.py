@@ -1,54 +1,43 @@
-"""Who is asking: tokens, session cookies, WebSocket tickets and safe defaults.
+"""Who is asking: tokens, session cookies and WebSocket tickets.
 
 A request is authenticated, in this order, by ``Authorization: Bearer <token>``,
 by the dashboard's signed HTTP-only session cookie, or — only when sign-in is
-not required (see :func:`auth_required`) — as the implicit local admin
-``local``. Every refusal carries a reason a person can act on.
+not required (see :func:`~gpufleet.api.security.policy.auth_required`) — as the
+implicit local admin ``local``. Every refusal carries a reason a person can act
+on.
 
-Cookies ride along on cross-site requests and WebSockets are not covered by
-CORS, so whenever the browser supplied the credentials (a cookie, or the
-implicit local admin) a state-changing request or a WebSocket must come from an
-allowed origin. A bearer token is never attached by a browser on its own, so it
-needs no such check.
+A browser attaches a cookie (and reaches the implicit local admin) on its own,
+so those credentials count only from an allowed origin
+(:mod:`gpufleet.api.security.origins`). A bearer token is never attached by a
+browser on its own, so it needs no such check.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from fastapi import FastAPI, WebSocket
+from fastapi import HTTPException, WebSocket
 from sqlalchemy.exc import OperationalError
 
-from gpufleet.api.security.tokens import sign, unsign
-from gpufleet.api.security.users import (
-    LOCAL_USER_NAME,
-    TokenOwner,
-    authenticate_token,
-    mark_token_used,
-    check_session_owner,
-)
-from gpufleet.config import DEFAULT_SECRET, ConfigError, Settings
+from gpufleet.api.security.origins import is_cross_site, origin_allowed
+from gpufleet.api.security.policy import auth_required
+from gpufleet.api.security.ratelimits import get_limiter
+from gpufleet.api.security.signing import sign, unsign
+from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
+from gpufleet.users.accounts import LOCAL_USER_NAME, may_write
+from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_owner, mark_token_used
 
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "gpufleet_session"
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
-MIN_SECRET_LEN = 32
-# Lower bounds on what the secret's text shows (see secret_strength): a random
-# 32-character hex string shows about 100 bits; 32 x "a" shows none.
-MIN_SECRET_BITS = 80
-MIN_SECRET_DISTINCT = 8
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 @dataclass(frozen=True)
@@ -64,7 +53,7 @@ class AuthUser:
 
     @property
     def can_write(self) -> bool:
-        return self.role in ("admin", "member")
+        return may_write(self.role)
 
     @property
     def is_admin(self) -> bool:
@@ -81,129 +70,6 @@ class AuthError(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-def auth_required(settings: Settings) -> bool:
-    """Whether every request must prove who it is.
-
-    ``auto`` allows the implicit local admin only for the one-machine default:
-    bound to loopback with no external database or broker. A fleet deployment
-    usually sits behind a proxy on the same host, so loopback alone proves
-    nothing there. ``off`` is accepted only on loopback (see
-    :func:`check_serve_safety`).
-    """
-    if settings.auth == "on":
-        return True
-    if settings.auth == "off":
-        return False
-    return not (settings.is_loopback and settings.is_embedded)
-
-
-def secret_strength(secret: str) -> float:
-    """Bits of entropy the text of ``secret`` shows (its length times its per-character Shannon entropy).
-
-    A cheap lower bound on what a guesser faces: 32 x ``a`` shows 0 bits,
-    ``secrets.token_urlsafe(48)`` about 350. It cannot see that a random
-    looking string was copied from a web page, but it catches the keyboard
-    patterns and repeated characters people type.
-    """
-    if not secret:
-        return 0.0
-    counts = Counter(secret)
-    n = len(secret)
-    return -n * sum(c / n * math.log2(c / n) for c in counts.values())
-
-
-def secret_problem(secret: str) -> str | None:
-    """Why ``secret`` must not sign sessions, or None when it may."""
-    if secret == DEFAULT_SECRET:
-        return "is the built-in placeholder"
-    if len(secret) < MIN_SECRET_LEN:
-        return f"is {len(secret)} characters long, fewer than {MIN_SECRET_LEN}"
-    if secret_strength(secret) < MIN_SECRET_BITS or len(set(secret)) < MIN_SECRET_DISTINCT:
-        return "is too predictable (too few different characters)"
-    if (secret + secret).find(secret, 1) < len(secret):
-        return "is too predictable (one short part repeated)"
-    return None
-
-
-def check_serve_safety(settings: Settings) -> None:
-    """Refuse a configuration that would expose an open server to the network."""
-    problem = secret_problem(settings.secret_key)
-    secret_ok = problem is None
-    secret_hint = (
-        f"GPUFLEET_SECRET_KEY set to a random value of at least {MIN_SECRET_LEN} characters"
-        " (make one with `gpufleet secret`, or"
-        " `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
-    )
-    if problem is not None and settings.secret_key != DEFAULT_SECRET:
-        secret_hint += f"; the one set {problem}"
-    if not settings.is_loopback:
-        # Beyond loopback ``auto`` already means sign-in (see auth_required); only ``off`` is refused.
-        if settings.auth == "off" or not secret_ok:
-            raise ConfigError(
-                f"binding to {settings.host} exposes gpufleet to the network: it needs sign-in "
-                f"(GPUFLEET_AUTH=auto, the default, or GPUFLEET_AUTH=on; not off) and "
-                f"{secret_hint}; or bind to 127.0.0.1 (GPUFLEET_HOST) for a local server without sign-in"
-            )
-    elif auth_required(settings) and not secret_ok:
-        # Session cookies are signed with the secret: a known secret lets anyone forge one.
-        raise ConfigError(f"sign-in is required (GPUFLEET_AUTH={settings.auth}), so it needs {secret_hint}")
-    if "*" in settings.cors_origins:
-        raise ConfigError(
-            "GPUFLEET_CORS_ORIGINS must list exact origins (e.g. [\"https://gpus.example.org\"]), not '*':"
-            " the dashboard's session cookie must not be usable from any site"
-        )
-    for origin in settings.cors_origins:
-        if _normalise_origin(origin) is None:
-            raise ConfigError(f"GPUFLEET_CORS_ORIGINS: {origin!r} is not an origin like https://host[:port]")
-
-
-# Origins ---------------------------------------------------------------
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _normalise_origin(origin: str) -> str | None:
-    """``scheme://host[:port]`` in lowercase, the scheme's default port left out."""
-    try:
-        parts = urlsplit(origin.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-        return None
-    if parts.query or parts.fragment or parts.username or parts.password:
-        return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    shown_port = "" if port in (None, _DEFAULT_PORTS[parts.scheme]) else f":{port}"
-    return f"{parts.scheme}://{host.lower()}{shown_port}"
-
-
-def origin_allowed(origin: str | None, host_header: str | None, settings: Settings) -> bool:
-    """An absent Origin (a non-browser client) passes; otherwise same-origin or configured.
-
-    Same-origin compares the Origin's host and port with the Host header the
-    request arrived with (a proxy in front must pass it on unchanged).
-    """
-    if origin is None:
-        return True
-    norm = _normalise_origin(origin)
-    if norm is None:
-        return False
-    scheme = norm.split("://", 1)[0]
-    if host_header and _normalise_origin(f"{scheme}://{host_header.strip()}") == norm:
-        return True
-    return norm in {_normalise_origin(o) for o in settings.cors_origins}
-
-
-def _is_cross_site(method: str, headers: Mapping[str, str], settings: Settings) -> bool:
-    if method.upper() in SAFE_METHODS:
-        return False
-    if headers.get("sec-fetch-site") == "cross-site":
-        return True
-    return not origin_allowed(headers.get("origin"), headers.get("host"), settings)
 
 
 # Request authentication --------------------------------------------------
@@ -281,7 +147,7 @@ def resolve_user(
     if cookie:
         user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
-            if _is_cross_site(method, headers, settings):
+            if is_cross_site(method, headers, settings):
                 raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
             return user
         if required:
@@ -295,7 +161,7 @@ def resolve_user(
                 "this server runs without sign-in for loopback use only, and this request came through a proxy;"
                 " set GPUFLEET_AUTH=on and sign in with a token",
             )
-        if _is_cross_site(method, headers, settings):
+        if is_cross_site(method, headers, settings):
             raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
         return LOCAL_ADMIN
 
@@ -320,8 +186,6 @@ def may_read_training(settings: Settings, user: AuthUser, owner: str) -> bool:
 
 
 def ensure_may_read_training(settings: Settings, user: AuthUser, owner: str) -> None:
-    from fastapi import HTTPException
-
     if not may_read_training(settings, user, owner):
         raise HTTPException(
             403,
@@ -354,8 +218,6 @@ def _ticket_user(websocket: WebSocket, settings: Settings, ticket: str) -> AuthU
     payload = unsign(settings.secret_key, TICKET_PURPOSE, ticket)
     if payload is None or not isinstance(payload.get("n"), str):
         return None
-    from gpufleet.api.limits import get_limiter
-
     # A ticket in a URL can end up in logs; using it once makes that harmless.
     if not get_limiter(websocket.app, settings).claim_once(f"ws-ticket:{payload['n']}", settings.ws_ticket_ttl_s + 5):
         return None
@@ -387,22 +249,3 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     if not auth_required(settings) and "x-forwarded-for" not in headers and "forwarded" not in headers:
         return LOCAL_ADMIN
     return None
-
-
-def install(app: FastAPI, settings: Settings) -> None:
-    """Add the auth routes, the auth gate, request limits and (only when configured) CORS."""
-    from gpufleet.api.limits import install_limits
-    from gpufleet.api.routes.auth import router
-
-    app.include_router(router)
-    install_limits(app, settings)
-    if settings.cors_origins:
-        from fastapi.middleware.cors import CORSMiddleware
-
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=[o for o in (_normalise_origin(x) for x in settings.cors_origins) if o],
-            allow_credentials=True,
-            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
-        )

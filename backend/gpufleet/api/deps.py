@@ -14,14 +14,16 @@ Who may do what:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthError, AuthUser, resolve_user
-from gpufleet.api.limits import Page, check_create_allowed, page_params, requested_count
+from gpufleet.api.security.gate import STATE_KEY
+from gpufleet.api.security.ratelimits import check_create_allowed, requested_count
 from gpufleet.config import Settings
 from gpufleet.db.session import session_factory
 
@@ -45,8 +47,6 @@ SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
-    from gpufleet.api.security.gate import STATE_KEY
-
     cached = getattr(request.state, STATE_KEY, None)
     if isinstance(cached, AuthUser):
         return cached
@@ -118,6 +118,23 @@ def ensure_can_run_code(session: Session, user: AuthUser) -> None:
     ok, reason = may_run_code(session, user.name, user.role)
     if not ok:
         raise HTTPException(403, reason)
+
+
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class Page:
+    limit: int
+    offset: int
+
+
+def page_params(
+    limit: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, description="items per page"),
+    offset: int = Query(0, ge=0, le=1_000_000, description="items to skip"),
+) -> Page:
+    return Page(limit=limit, offset=offset)
 
 
 PageDep = Annotated[Page, Depends(page_params)]

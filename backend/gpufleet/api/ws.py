@@ -176,7 +176,7 @@ RECHECK_S = 2.0
 
 def _still_valid(settings: Settings, user: Any) -> str | None:
     """Why ``user``'s credentials no longer hold, or None."""
-    from gpufleet.api.security.users import check_session_owner
+    from gpufleet.users.tokens import check_session_owner
     from gpufleet.db.session import session_scope
 
     with session_scope(settings) as sess:

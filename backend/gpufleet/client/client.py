@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from gpufleet.api.security.client import TOKEN_ENV, client_headers
+from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
     TrainingBatchCreate,
@@ -41,9 +41,9 @@ from gpufleet.api.schemas.trainings import (
 from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
 
 if TYPE_CHECKING:
-    from gpufleet.api.routes.auth import WhoAmI
+    from gpufleet.api.schemas.auth import WhoAmI
     from gpufleet.api.routes.metrics import LivePublic
-    from gpufleet.api.routes.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.api.schemas.selection import RecommendationPublic, ValidationPublic
     from gpufleet.api.schemas.recipes import RecipesPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
@@ -140,7 +140,7 @@ class Client:
     # -- who am I ---------------------------------------------------------
 
     def whoami(self) -> WhoAmI:
-        from gpufleet.api.routes.auth import WhoAmI
+        from gpufleet.api.schemas.auth import WhoAmI
 
         return self._get(WhoAmI, f"{API}/auth/whoami")
 
@@ -280,7 +280,7 @@ class Client:
 
         Give one of the two, not both.
         """
-        from gpufleet.api.routes.selection import RecommendationPublic, RecommendBody
+        from gpufleet.api.schemas.selection import RecommendationPublic, RecommendBody
 
         if (recipe is None) == (memory_mb is None):
             raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
@@ -295,7 +295,7 @@ class Client:
                  config: dict[str, Any] | None = None, memory_mb: int | None = None,
                  exclusive: bool = True) -> ValidationPublic:
         """Is this selection usable for this training? Every problem at once (``ok`` false), and warnings."""
-        from gpufleet.api.routes.selection import ValidateBody, ValidationPublic
+        from gpufleet.api.schemas.selection import ValidateBody, ValidationPublic
 
         body = ValidateBody(gpu_ids=gpu_ids, host=host, recipe=recipe, config=config, memory_mb=memory_mb,
                             exclusive=exclusive)

@@ -9,21 +9,26 @@ hang under it (``gpufleet gpus drain``); with no sub-command it lists.
 from __future__ import annotations
 
 import json
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
+from gpufleet.commands import drain
 from gpufleet.commands.tables import Column, WideOpt, fmt_size, print_table
-from gpufleet.config import ConfigError, Settings, get_settings
-from gpufleet.devices.backend import device_backend
-from gpufleet.devices.topology import LEGEND, format_matrix, peer_pairs
+
+if TYPE_CHECKING:
+    from gpufleet.config import Settings
 
 gpus_app = typer.Typer(
     help="List this machine's GPUs (and manage them with sub-commands).",
     invoke_without_command=True,
 )
+
+# Draining works on the database, not on local detection; it lives in its own module.
+gpus_app.command("drain")(drain.drain)
+gpus_app.command("undrain")(drain.undrain)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 
@@ -34,6 +39,8 @@ def _fail(message: str) -> NoReturn:
 
 
 def _settings() -> Settings:
+    from gpufleet.config import ConfigError, get_settings
+
     try:
         return get_settings()
     except ConfigError as exc:
@@ -52,6 +59,8 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) ->
     """List this machine's GPUs: ID, vendor, model, memory, backend, UUID."""
     if ctx.invoked_subcommand is not None:
         return
+    from gpufleet.devices.backend import device_backend
+
     settings = _settings()
     backend = device_backend(settings)
     found = backend.detect_gpus()
@@ -104,6 +113,9 @@ GPU_COLUMNS = (
 
 def topology(as_json: JsonOpt = False) -> None:
     """Show how this machine's GPUs connect (NVLink, PCIe level, peer access), like `nvidia-smi topo -m`."""
+    from gpufleet.devices.backend import device_backend
+    from gpufleet.devices.topology import LEGEND, format_matrix, peer_pairs
+
     settings = _settings()
     backend = device_backend(settings)
     found = backend.detect_gpus()

@@ -14,9 +14,6 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from gpufleet.commands.devices import gpus_app
-from gpufleet.config import ConfigError, get_settings
-
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="host name (default: this machine)")]
 
@@ -27,6 +24,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: str | None) -> None:
+    from gpufleet.config import ConfigError, get_settings
     from gpufleet.db.session import write_session
     from gpufleet.scheduling.drain import DrainError, set_drained
 
@@ -61,9 +59,3 @@ def drain(gpus: GpuArgs, host: HostOpt = None,
 def undrain(gpus: GpuArgs, host: HostOpt = None) -> None:
     """Let the scheduler place trainings on these GPUs again."""
     _set_drained(gpus, host, False, None)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``drain`` and ``undrain`` under ``gpufleet gpus``."""
-    gpus_app.command("drain")(drain)
-    gpus_app.command("undrain")(undrain)

@@ -17,11 +17,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.config import ConfigError, get_settings
-from gpufleet.scheduling.types import fmt_bytes
-
 if TYPE_CHECKING:
-    from gpufleet.api.routes.selection import RecommendationPublic
+    from gpufleet.api.schemas.selection import RecommendationPublic
 
 
 def _fail(message: str) -> NoReturn:
@@ -44,7 +41,8 @@ def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: 
 def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str | None, exclusive: bool,
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
-    from gpufleet.api.routes.selection import CandidatePublic, RecommendationPublic, _estimate_public
+    from gpufleet.api.schemas.selection import CandidatePublic, RecommendationPublic, estimate_public
+    from gpufleet.config import ConfigError, get_settings
     from gpufleet.scheduling.memory import EstimateError
 
     try:
@@ -77,7 +75,7 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
                                     connection=c.connection, reasons=list(c.reasons),
                                     free_memory=list(c.free_memory), weights=list(c.weights))
                     for c in rec.candidates],
-        wait_reason=rec.wait_reason, estimate=_estimate_public(plan.estimate),
+        wait_reason=rec.wait_reason, estimate=estimate_public(plan.estimate),
     )
 
 
@@ -97,6 +95,7 @@ def recommend(
                                                         "asking a server")] = False,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
+    from gpufleet.scheduling.types import fmt_bytes
     from gpufleet.training.config import ConfigError as FieldError
     from gpufleet.training.config import parse_overrides, read_config_file
 

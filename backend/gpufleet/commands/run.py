@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpufleet.commands.trainings import Client, ServerOpt, _fail, err, follow_training, out
+from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, follow_training, out
+
+if TYPE_CHECKING:
+    from gpufleet.commands.remote import Client
 
 
 def register(app: typer.Typer) -> None:
@@ -96,7 +99,7 @@ def run(
         body["env"] = _parse_env(env)
     if python:
         body["python"] = python
-    c = Client(server)
+    c = connect(server)
     body["code"] = upload(c, data)
     t = c.call("POST", "/api/v1/trainings", json=body)
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)

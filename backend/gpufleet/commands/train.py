@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,11 +22,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from gpufleet.commands.tables import fmt_loss, fmt_size
-from gpufleet.devices.backend import device_backend
-from gpufleet.training import exitcodes
-from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
-from gpufleet.training.progress import follow_progress
-from gpufleet.training.spec import LaunchSpec, parse_devices
+
+if TYPE_CHECKING:
+    from gpufleet.training.spec import LaunchSpec
 
 console = Console(stderr=True)
 
@@ -52,6 +50,10 @@ def train(
     data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
 ) -> None:
+    # Loaded here, not with the CLI: every other command starts without them.
+    from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
+    from gpufleet.training.spec import parse_devices
+
     values: dict[str, Any] = {}
     try:
         if config is not None:
@@ -97,6 +99,9 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
               data_root: Path | None, resume: bool, max_steps: int) -> int:
     from gpufleet.config import ConfigError as SettingsError
     from gpufleet.config import load_settings
+    from gpufleet.devices.backend import device_backend
+    from gpufleet.training.config import ConfigError
+    from gpufleet.training.spec import LaunchSpec
 
     try:
         settings = load_settings()
@@ -126,6 +131,8 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
 
 
 def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[dict[str, Any]]:
+    from gpufleet.training.progress import follow_progress
+
     records: list[dict[str, Any]] = []
     offset = 0
     interrupts = 0
@@ -160,6 +167,8 @@ def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[
 
 def summary_lines(records: list[dict[str, Any]], code: int, spec: LaunchSpec) -> list[tuple[str, str]]:
     """The end-of-run summary as (label, value) lines; losses to 4 significant digits."""
+    from gpufleet.training import exitcodes
+
     last = {r["type"]: r for r in records}
     lines = [("status", f"{exitcodes.describe(code)} (exit {code})")]
     if "step" in last:

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from gpufleet.client import Client as _LibraryClient
-from gpufleet.client import GpufleetError, ServerUnreachable
-from gpufleet.client.client import FINAL_STATUSES
 from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, print_table
 
-FINAL = tuple(sorted(FINAL_STATUSES))
+if TYPE_CHECKING:
+    from gpufleet.commands.remote import Client
 
 trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_help=True)
 out = Console()
@@ -39,27 +37,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-class Client(_LibraryClient):
-    """The library's client (one HTTP path for the CLI and Python users); a refusal ends the command with one line."""
+def connect(server: str | None) -> Client:
+    """A client of the server (loaded only now: it brings httpx and the API's schemas)."""
+    from gpufleet.commands.remote import Client
 
-    def __init__(self, server: str | None):
-        try:
-            super().__init__(server)
-        except ValueError as exc:
-            _fail(str(exc))
-        self.base = self.server
-
-    def _send(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
-        try:
-            return super()._send(method, path, **kw)
-        except ServerUnreachable as exc:
-            _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
-        except GpufleetError as exc:
-            _fail(str(exc))
-
-    def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
-        """The JSON answer of any API call, through the same path (for commands without a typed method)."""
-        return self.request(method, path, **kw)
+    return Client(server)
 
 
 def _dump(model: Any) -> dict[str, Any]:  # noqa: ANN401
@@ -85,7 +67,7 @@ def ls(
     wide: WideOpt = False,
 ) -> None:
     """List trainings, newest first."""
-    page = _dump(Client(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
+    page = _dump(connect(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
     rows = [
         [t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
          f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
@@ -133,7 +115,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
 @trainings_app.command("show")
 def show(training_id: str, server: ServerOpt = None) -> None:
     """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
-    c = Client(server)
+    c = connect(server)
     t = _dump(c.get_training(training_id))
     for k, v in show_fields(t):
         # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
@@ -146,7 +128,7 @@ def show(training_id: str, server: ServerOpt = None) -> None:
 @trainings_app.command("cancel")
 def cancel(training_id: str, server: ServerOpt = None) -> None:
     """Cancel a training (idempotent): a queued one leaves the queue, a running one is stopped."""
-    t = _dump(Client(server).cancel(training_id))
+    t = _dump(connect(server).cancel(training_id))
     state = "cancel requested; stopping every rank" if t["status"] == "running" else t["status"]
     out.print(f"{t['id']}: {state}")
 
@@ -159,7 +141,7 @@ def logs(
     tail: Annotated[int, typer.Option("--tail", min=0, help="start with the last N lines")] = 100,
 ) -> None:
     """Print the training's log (launcher and every rank); --follow shows a progress bar too."""
-    c = Client(server)
+    c = connect(server)
     chunk = _dump(c.log_chunk(training_id, tail=tail))
     sys.stdout.write(chunk["text"])
     sys.stdout.flush()
@@ -170,6 +152,8 @@ def logs(
 
 def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float = 0.5) -> int:
     """Stream the log and a progress bar until the training ends; exit code 0 only if it succeeded."""
+    from gpufleet.client.client import FINAL_STATUSES
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
         task = bar.add_task("queued", total=None)
@@ -182,7 +166,7 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
                 bar.console.print(chunk["text"], end="", markup=False, highlight=False, soft_wrap=True)
             offset = chunk["next_offset"]
             bar.update(task, description=t["status"], completed=t["step"], total=t["max_steps"])
-            if t["status"] in FINAL and chunk["next_offset"] >= chunk["size"]:
+            if t["status"] in FINAL_STATUSES and chunk["next_offset"] >= chunk["size"]:
                 break
             time.sleep(poll_s)
     reason = f" — {t['status_reason']}" if t["status_reason"] else ""
@@ -192,7 +176,7 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
 
 def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = True) -> int:
     """POST a training; print its id; follow it when asked. Returns the exit code."""
-    c = Client(server)
+    c = connect(server)
     from pydantic import ValidationError
 
     from gpufleet.api.schemas.trainings import TrainingCreate

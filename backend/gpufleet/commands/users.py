@@ -55,7 +55,7 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
 
 
 def _run(fn):  # noqa: ANN001, ANN202
-    from gpufleet.api.security.users import UserError
+    from gpufleet.users.accounts import UserError
 
     try:
         with _session() as sess:
@@ -71,7 +71,8 @@ def users_add(
     token: Annotated[bool, typer.Option("--token/--no-token", help="also create a first API token")] = False,
 ) -> None:
     """Add a user."""
-    from gpufleet.api.security.users import add_user, create_token
+    from gpufleet.users.accounts import add_user
+    from gpufleet.users.tokens import create_token
 
     def work(sess):  # noqa: ANN001, ANN202
         add_user(sess, name, role)
@@ -88,15 +89,11 @@ def users_add(
 @users_app.command("list")
 def users_list() -> None:
     """List users, their roles and live tokens."""
-    from gpufleet.api.security.users import list_tokens, list_users
-    from gpufleet.db.types import utcnow
+    from gpufleet.users.accounts import list_users
+    from gpufleet.users.tokens import live_token_counts
 
     def work(sess):  # noqa: ANN001, ANN202
-        now = utcnow()
-        live: dict[str, int] = {}
-        for tok, owner in list_tokens(sess):
-            if tok.revoked_at is None and (tok.expires_at is None or tok.expires_at > now):
-                live[owner] = live.get(owner, 0) + 1
+        live = live_token_counts(sess)
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
 
     rows = _run(work)
@@ -112,7 +109,7 @@ def users_list() -> None:
 
 
 def _set_disabled(name: str, disabled: bool) -> None:
-    from gpufleet.api.security.users import set_disabled
+    from gpufleet.users.accounts import set_disabled
 
     _run(lambda sess: set_disabled(sess, name, disabled))
     state = "disabled: its tokens and sessions no longer work" if disabled else "enabled"
@@ -134,13 +131,9 @@ def users_enable(name: str) -> None:
 @users_app.command("set-role")
 def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | member | viewer")]) -> None:
     """Change a user's role."""
-    from gpufleet.api.security.users import check_role, get_user
+    from gpufleet.users.accounts import set_role
 
-    def work(sess):  # noqa: ANN001, ANN202
-        check_role(role)
-        get_user(sess, name).role = role
-
-    _run(work)
+    _run(lambda sess: set_role(sess, name, role))
     err.print(f"user {name} is now {role}", highlight=False)
 
 
@@ -186,7 +179,7 @@ def tokens_create(
     expires_days: Annotated[int | None, typer.Option("--expires-days", help="days until it expires")] = None,
 ) -> None:
     """Create an API token for a user and print it (once)."""
-    from gpufleet.api.security.users import create_token
+    from gpufleet.users.tokens import create_token
 
     _print_token(_run(lambda sess: create_token(sess, user, name, expires_days)))
 
@@ -194,7 +187,7 @@ def tokens_create(
 @tokens_app.command("list")
 def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only this user's tokens")] = None) -> None:
     """List tokens by prefix (the secrets are not stored)."""
-    from gpufleet.api.security.users import list_tokens
+    from gpufleet.users.tokens import list_tokens
 
     def work(sess):  # noqa: ANN001, ANN202
         return [
@@ -217,7 +210,7 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
 @tokens_app.command("revoke")
 def tokens_revoke(ident: Annotated[str, typer.Argument(help="token id or prefix (see `gpufleet tokens list`)")]) -> None:
     """Revoke a token; sessions opened with it end too."""
-    from gpufleet.api.security.users import revoke_token
+    from gpufleet.users.tokens import revoke_token
 
     prefix = _run(lambda sess: revoke_token(sess, ident).prefix)
     err.print(f"token {prefix}… revoked", highlight=False)

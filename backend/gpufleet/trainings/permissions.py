@@ -21,6 +21,6 @@ def may_run_code(sess: Session, name: str, role: str) -> tuple[bool, str]:
 
 
 def set_run_code(sess: Session, name: str, allowed: bool) -> None:
-    from gpufleet.api.security.users import get_user
+    from gpufleet.users.accounts import get_user
 
     get_user(sess, name).run_code = allowed

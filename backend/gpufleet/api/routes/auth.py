@@ -7,50 +7,19 @@ Scripts skip all this and send ``Authorization: Bearer <token>``.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, HTTPException, Request, Response
-from pydantic import BaseModel, Field
 
-from gpufleet.api.auth import (
-    SESSION_COOKIE,
-    AuthError,
-    auth_required,
-    make_session_cookie,
-    make_ws_ticket,
-    origin_allowed,
-    resolve_user,
-)
+from gpufleet.api.auth import SESSION_COOKIE, AuthError, AuthUser, make_session_cookie, make_ws_ticket, resolve_user
 from gpufleet.api.deps import CurrentUser, SettingsDep
-from gpufleet.api.limits import check_sign_in_rate
+from gpufleet.api.schemas.auth import SignedOut, SignIn, WhoAmI, WSTicket
+from gpufleet.api.security.origins import origin_allowed
+from gpufleet.api.security.policy import auth_required
+from gpufleet.api.security.ratelimits import check_sign_in_rate
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 
 
-class SignIn(BaseModel):
-    token: str = Field(min_length=1, max_length=256, description="an API token from `gpufleet tokens create`")
-
-
-class WhoAmI(BaseModel):
-    name: str
-    role: Literal["admin", "member", "viewer"]
-    # How this request was authenticated: token | session | local.
-    via: str
-    auth_required: bool
-
-
-class SignedOut(BaseModel):
-    signed_out: bool
-
-
-class WSTicket(BaseModel):
-    ticket: str
-    expires_in_s: int
-    # Where to use it: append ?ticket=… to this path.
-    url: str
-
-
-def _whoami(user, required: bool) -> WhoAmI:  # noqa: ANN001
+def _whoami(user: AuthUser, required: bool) -> WhoAmI:
     return WhoAmI(name=user.name, role=user.role, via=user.via, auth_required=required)
 
 

@@ -14,116 +14,25 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+from gpufleet.api.schemas.bounds import MAX_MEMORY_MB, check_config
+from gpufleet.api.schemas.selection import (
+    MAX_COUNT,
+    CandidatePublic,
+    ProblemPublic,
+    RecommendationPublic,
+    RecommendBody,
+    ValidateBody,
+    ValidationPublic,
+    estimate_public,
+)
+from gpufleet.api.security.ratelimits import get_limiter, too_many
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
-
-MAX_COUNT = 64
-
-
-class EstimatePublic(BaseModel):
-    total: int
-    summary: str
-    breakdown: dict[str, int]
-    method: str
-    key: str
-    strategy: str
-    precision: str
-    world_size: int
-    micro_batch_size: int
-    parameter_count: int
-    calibrated_from: int
-    uncalibrated_total: int
-
-
-class CandidatePublic(BaseModel):
-    host: str
-    gpu_indexes: list[int]
-    score: float
-    connection: str
-    reasons: list[str]
-    free_memory: list[int]
-    weights: list[float]
-
-
-class RecommendationPublic(BaseModel):
-    memory_bytes: int
-    count: int
-    host: str | None
-    policy: str
-    candidates: list[CandidatePublic]
-    wait_reason: str | None = None
-    estimate: EstimatePublic | None = None
-
-
-class RecommendBody(BaseModel):
-    """A full training config: the memory comes from its estimate."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
-    count: int = Field(default=1, ge=1, le=MAX_COUNT)
-    host: str | None = Field(default=None, max_length=255)
-    policy: Literal["pack", "spread"] = "pack"
-    exclusive: bool = True
-    max_candidates: int = Field(default=5, ge=1, le=50)
-
-    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
-
-
-class ValidateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
-    host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
-    memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
-    recipe: str | None = Field(default=None, max_length=128)
-    config: dict[str, Any] | None = Field(default=None, json_schema_extra=CONFIG_SCHEMA)
-    exclusive: bool = True
-
-    _config = field_validator("config")(classmethod(lambda cls, v: v if v is None else check_config(v)))
-
-    @model_validator(mode="after")
-    def _one_memory_source(self) -> ValidateBody:
-        if self.memory_mb is not None and self.recipe is not None:
-            raise ValueError("give memory_mb or recipe (+ config), not both")
-        if self.config is not None and self.recipe is None:
-            raise ValueError("config needs recipe: name the recipe the config is for")
-        return self
-
-
-class ProblemPublic(BaseModel):
-    code: str
-    message: str
-    gpu_index: int | None = None
-
-
-class ValidationPublic(BaseModel):
-    ok: bool
-    host: str | None
-    gpu_ids: list[int]
-    memory_bytes: int
-    problems: list[ProblemPublic]
-    warnings: list[ProblemPublic]
-    weights: list[float]
-    estimate: EstimatePublic | None = None
-
-
-def _estimate_public(est: Any) -> EstimatePublic:
-    return EstimatePublic(
-        total=est.total, summary=est.summary(), breakdown=est.breakdown(), method=est.method, key=est.key,
-        strategy=est.strategy, precision=est.precision, world_size=est.world_size,
-        micro_batch_size=est.micro_batch_size, parameter_count=est.parameter_count,
-        calibrated_from=est.calibrated_from, uncalibrated_total=est.uncalibrated_total,
-    )
-
 
 def _public(rec: Recommendation, estimate: Any = None) -> RecommendationPublic:
     if rec.refused is not None:
@@ -139,7 +48,7 @@ def _public(rec: Recommendation, estimate: Any = None) -> RecommendationPublic:
             for c in rec.candidates
         ],
         wait_reason=rec.wait_reason,
-        estimate=_estimate_public(estimate) if estimate is not None else None,
+        estimate=estimate_public(estimate) if estimate is not None else None,
     )
 
 
@@ -155,8 +64,6 @@ def get_estimate_pool(app: Any, settings: Any) -> Any:
 
 
 def _check_estimate_rate(app: Any, settings: Any, user: Any) -> None:
-    from gpufleet.api.limits import get_limiter, too_many
-
     retry = get_limiter(app, settings).hit(f"estimate:{user.name}", settings.estimate_rate_per_minute, 60.0)
     if retry is not None:
         raise too_many(
@@ -317,5 +224,5 @@ async def validate_gpus(
         problems=[ProblemPublic(code=p.code, message=p.message, gpu_index=p.gpu_index) for p in v.problems],
         warnings=[ProblemPublic(code=p.code, message=p.message, gpu_index=p.gpu_index) for p in v.warnings],
         weights=list(v.weights),
-        estimate=_estimate_public(estimate) if estimate is not None else None,
+        estimate=estimate_public(estimate) if estimate is not None else None,
     )

@@ -1,5 +1,7 @@
-"""Users, API tokens, signed session values and request limits.
+"""The guards every request passes before a route, and the pieces of sign-in.
 
-`gpufleet.api.auth` is the front door; the pieces it is built from live here so
-that each stays small and can be tested on its own.
+`gpufleet.api.app` stacks the guards (host names, body sizes, NUL characters,
+the auth gate); `gpufleet.api.auth` authenticates with the pieces here
+(origins, signed values, rate limits, the serve policy). Users and tokens
+themselves are the domain of `gpufleet.users`.
 """

@@ -10,41 +10,16 @@ second database round trip.
 
 from __future__ import annotations
 
-import json
-
 from anyio import to_thread
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufleet.api.auth import AuthError, resolve_user
+from gpufleet.api.security.asgi import is_gated, send_error
 from gpufleet.config import Settings
 
 STATE_KEY = "gpufleet_user"
-# Reachable without credentials: signing in needs none, signing out must always work.
-OPEN_PATHS = frozenset({"/api/v1/auth/sign-in", "/api/v1/auth/sign-out"})
-
-
-def is_gated(path: str) -> bool:
-    if path in OPEN_PATHS:
-        return False
-    return path.startswith("/api/") or path == "/metrics" or path.startswith("/metrics/")
-
-
-async def send_error(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode("utf-8")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 class AuthGate:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gpufleet.api.security.asgi import send_error
+from gpufleet.api.security.policy import auth_required
 from gpufleet.config import Settings
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -46,8 +48,6 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 def host_allowed(header: str | None, settings: Settings) -> bool:
-    from gpufleet.api.auth import auth_required
-
     name = host_name(header or "")
     if name is None:
         return False
@@ -72,8 +72,6 @@ class HostGuard:
         if host_allowed(host, self.settings):
             await self.app(scope, receive, send)
             return
-        from gpufleet.api.auth import auth_required
-
         served = "localhost, 127.0.0.1, [::1] and the names in GPUFLEET_ALLOWED_HOSTS"
         if not auth_required(self.settings):
             served += " (sign-in is off, so no other name is served)"
@@ -81,6 +79,4 @@ class HostGuard:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": "host name not allowed"})
             return
-        from gpufleet.api.security.gate import send_error
-
         await send_error(send, 400, reason)

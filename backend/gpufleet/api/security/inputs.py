@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpufleet.api.security.gate import send_error
+from gpufleet.api.security.asgi import send_error
 
 _NUL_MARKERS = (b"%00", b"\x00")
 

@@ -20,7 +20,9 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from gpufleet.api.limits import SIGN_IN_PATH
+from gpufleet.api.deps import require_admin, require_creator, require_member
+from gpufleet.api.security.asgi import SIGN_IN_PATH, is_gated
+from gpufleet.api.security.policy import auth_required
 
 
 # Operations that may trace a config's memory (gpufleet.scheduling.memory_pool), so are rate-limited.
@@ -105,9 +107,6 @@ def document_refusals(app: FastAPI) -> None:
     The gate and the limits answer before any route runs, so the routes cannot
     declare these themselves; the generated schema is completed instead.
     """
-    from gpufleet.api.auth import auth_required
-    from gpufleet.api.security.gate import is_gated
-
     generate = app.openapi
 
     def ref(description: str) -> dict[str, Any]:
@@ -123,8 +122,6 @@ def document_refusals(app: FastAPI) -> None:
         # FastAPI caches the schema until routes change; complete each one once.
         if done and done[0] is schema:
             return schema
-        from gpufleet.api.deps import require_admin, require_creator, require_member
-
         creators = _operations_using(app, require_creator)
         # 403 is a role refusal (these dependencies) or a cross-site refusal of a state-changing request.
         role_checked = _operations_using(app, require_member, require_admin)

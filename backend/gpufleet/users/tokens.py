@@ -1,13 +1,14 @@
-"""Users and their API tokens in the database.
+"""API tokens: their secrets, their rows, and who a token or a session acts as.
 
-Used by the CLI (`gpufleet users …`, `gpufleet tokens …`) and by request
-authentication. Every function takes an open session and leaves committing to
-the caller, so a CLI command or a request is one transaction.
+Tokens are random 256-bit strings; only their SHA-256 is stored, so a leaked
+database does not leak working tokens. A plain hash is enough here (unlike
+passwords) because the token has full entropy: there is nothing to guess.
 """
 
 from __future__ import annotations
 
-import re
+import hashlib
+import secrets
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,20 +16,39 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.api.security.tokens import NewToken, hash_token, looks_like_token, new_token
 from gpufleet.db.models import APIToken, User
 from gpufleet.db.types import utcnow
+from gpufleet.users.accounts import UserError, get_user
 
-ROLES = ("admin", "member", "viewer")
-# The implicit user of a loopback server without sign-in; never a database row.
-LOCAL_USER_NAME = "local"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+TOKEN_PREFIX = "gf_"
+# Long enough for a person to tell tokens apart in `gpufleet tokens list`,
+# short enough to carry no useful part of the secret (3 + 7 of 43 characters).
+PREFIX_LEN = 10
 # Writing last_used_at on every request would turn each read into a write.
 _LAST_USED_GRANULARITY = timedelta(minutes=1)
 
 
-class UserError(ValueError):
-    """A user or token operation cannot be done; the message says why."""
+@dataclass(frozen=True)
+class NewToken:
+    """A token as created: the secret is shown once and never stored."""
+
+    secret: str
+    prefix: str
+    token_hash: str
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def new_token() -> NewToken:
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return NewToken(secret=secret, prefix=secret[:PREFIX_LEN], token_hash=hash_token(secret))
+
+
+def looks_like_token(value: str) -> bool:
+    # Cheap shape check so that garbage never reaches the database.
+    return value.startswith(TOKEN_PREFIX) and 20 <= len(value) <= 128 and value.isascii()
 
 
 @dataclass(frozen=True)
@@ -39,51 +59,6 @@ class TokenCreated:
     prefix: str
     secret: str
     expires_at: datetime | None
-
-
-def check_user_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise UserError(
-            f"user name {name!r} is not allowed: use 1-64 lowercase letters, digits, '.', '_' or '-',"
-            " starting with a letter or digit"
-        )
-    if name == LOCAL_USER_NAME:
-        raise UserError(f"user name {LOCAL_USER_NAME!r} is reserved for the loopback server's implicit admin")
-    return name
-
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise UserError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    return role
-
-
-def get_user(session: Session, name: str) -> User:
-    user = session.scalars(select(User).where(User.name == name)).one_or_none()
-    if user is None:
-        raise UserError(f"no user named {name!r}; add one with `gpufleet users add {name}`")
-    return user
-
-
-def add_user(session: Session, name: str, role: str = "member") -> User:
-    check_user_name(name)
-    check_role(role)
-    if session.scalars(select(User.id).where(User.name == name)).first() is not None:
-        raise UserError(f"user {name!r} already exists")
-    user = User(name=name, role=role, disabled=False)
-    session.add(user)
-    session.flush()
-    return user
-
-
-def list_users(session: Session) -> list[User]:
-    return list(session.scalars(select(User).order_by(User.name)))
-
-
-def set_disabled(session: Session, name: str, disabled: bool = True) -> User:
-    user = get_user(session, name)
-    user.disabled = disabled
-    return user
 
 
 def create_token(
@@ -112,6 +87,16 @@ def list_tokens(session: Session, user_name: str | None = None) -> list[tuple[AP
     if user_name is not None:
         stmt = stmt.where(User.name == user_name)
     return [(tok, name) for tok, name in session.execute(stmt)]
+
+
+def live_token_counts(session: Session) -> dict[str, int]:
+    """User name -> how many of its tokens still work (not revoked, not expired)."""
+    now = utcnow()
+    live: dict[str, int] = {}
+    for tok, owner in list_tokens(session):
+        if tok.revoked_at is None and (tok.expires_at is None or tok.expires_at > now):
+            live[owner] = live.get(owner, 0) + 1
+    return live
 
 
 def revoke_token(session: Session, ident: str) -> APIToken:

@@ -1,4 +1,4 @@
-"""Limits: per-user rate of creating trainings, queued cap, body and message sizes, pages.
+"""Rate limits: per-user rate of creating trainings, the queued cap, sign-in attempts, single-use tickets.
 
 Counters live in Redis when ``GPUFLEET_REDIS_URL`` is set, so that several API
 processes share one budget per user; the embedded default keeps them in this
@@ -12,24 +12,19 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import HTTPException
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet.config import Settings
 
 log = logging.getLogger(__name__)
 
-MAX_PAGE_SIZE = 500
-DEFAULT_PAGE_SIZE = 50
 # Guessing a token is hopeless (256 bits), but a bound on sign-in attempts keeps
 # a misbehaving client from turning the endpoint into database load.
 SIGN_IN_PER_MINUTE = 20
-SIGN_IN_PATH = "/api/v1/auth/sign-in"
 
 
 class Limiter(Protocol):
@@ -163,134 +158,3 @@ def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
     retry = get_limiter(app, settings).hit(f"sign-in:{client}", SIGN_IN_PER_MINUTE, 60.0)
     if retry is not None:
         raise too_many(f"too many sign-in attempts from {client}", retry)
-
-
-@dataclass(frozen=True)
-class Page:
-    limit: int
-    offset: int
-
-
-def page_params(
-    limit: int = Query(DEFAULT_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE, description="items per page"),
-    offset: int = Query(0, ge=0, le=1_000_000, description="items to skip"),
-) -> Page:
-    return Page(limit=limit, offset=offset)
-
-
-# Size limits ---------------------------------------------------------------
-
-CODE_UPLOAD_PATH = "/api/v1/code"
-
-
-class SizeLimits:
-    """Refuse request bodies over ``max_request_bytes`` (413) and WebSocket
-    messages over ``max_ws_message_bytes`` (close 1009), before a route reads them."""
-
-    def __init__(self, app: ASGIApp, max_body: int, max_ws_message: int, path_limits: dict[str, int] | None = None):
-        self.app = app
-        self.max_body = max_body
-        self.max_ws_message = max_ws_message
-        # Routes that take uploads (code archives) have their own limit.
-        self.path_limits = path_limits or {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            await self._websocket(scope, receive, send)
-        elif scope["type"] == "http":
-            await self._http(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
-
-    def _body_error(self, limit: int) -> str:
-        setting = "GPUFLEET_CODE_MAX_BYTES" if limit != self.max_body else "GPUFLEET_MAX_REQUEST_BYTES"
-        return f"request body is larger than {limit} bytes ({setting})"
-
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from gpufleet.api.security.gate import send_error
-
-        max_body = self.path_limits.get(scope["path"], self.max_body)
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    await send_error(send, 400, "the Content-Length header is not a number")
-                    return
-                if declared > max_body:
-                    await send_error(send, 413, self._body_error(max_body))
-                    return
-        seen = 0
-        started = False
-        refused = False
-
-        async def counted_receive() -> Message:
-            nonlocal seen, refused
-            if refused:
-                return {"type": "http.disconnect"}
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > max_body and not started:
-                    # Answer now and tell the route the client is gone; whatever
-                    # it answers after that is dropped (an exception raised here
-                    # would be turned into a 400 by FastAPI's body parsing).
-                    refused = True
-                    await send_error(send, 413, self._body_error(max_body))
-                    return {"type": "http.disconnect"}
-            return message
-
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            if refused:
-                return
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        await self.app(scope, counted_receive, tracked_send)
-
-    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
-        closed = False
-
-        async def bounded_receive() -> Message:
-            nonlocal closed
-            if closed:
-                return {"type": "websocket.disconnect", "code": 1009}
-            message = await receive()
-            if message["type"] == "websocket.receive":
-                size = len(message.get("bytes") or b"") + len((message.get("text") or "").encode("utf-8"))
-                if size > self.max_ws_message:
-                    closed = True
-                    # 1009: message too big. The route sees a disconnect and ends.
-                    await send({"type": "websocket.close", "code": 1009, "reason": "message too large"})
-                    return {"type": "websocket.disconnect", "code": 1009}
-            return message
-
-        async def guarded_send(message: Message) -> None:
-            if not closed:
-                await send(message)
-
-        await self.app(scope, bounded_receive, guarded_send)
-
-
-def install_limits(app: FastAPI, settings: Settings) -> None:
-    from gpufleet.api.security.gate import AuthGate
-    from gpufleet.api.security.hosts import HostGuard
-    from gpufleet.api.security.inputs import NulGuard
-    from gpufleet.api.security.openapi import document_refusals
-
-    get_limiter(app, settings)
-    document_refusals(app)
-    # Added last = outermost: an oversized body is refused before it is
-    # buffered for the NUL check, and both before any database lookup.
-    app.add_middleware(AuthGate, settings=settings)
-    # A code archive is binary: NUL bytes are its content, not an attack on text columns.
-    app.add_middleware(NulGuard, binary_paths=frozenset({CODE_UPLOAD_PATH}))
-    app.add_middleware(
-        SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
-        path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes},
-    )
-    # Outermost: a request to a name this server does not answer to (DNS
-    # rebinding) is refused before anything else looks at it.
-    app.add_middleware(HostGuard, settings=settings)

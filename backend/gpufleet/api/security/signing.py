@@ -1,13 +1,8 @@
-"""API tokens and signed, expiring values (session cookies, WebSocket tickets).
+"""Signed, expiring values: the dashboard's session cookie and WebSocket tickets.
 
-Tokens are random 256-bit strings; only their SHA-256 is stored, so a leaked
-database does not leak working tokens. A plain hash is enough here (unlike
-passwords) because the token has full entropy: there is nothing to guess.
-
-Session cookies and WebSocket tickets are stateless: a JSON payload signed with
-HMAC-SHA256 under a key derived from ``GPUFLEET_SECRET_KEY`` and the value's
-purpose, so a WebSocket ticket can never be replayed as a session cookie or the
-other way round.
+Both are stateless: a JSON payload signed with HMAC-SHA256 under a key derived
+from ``GPUFLEET_SECRET_KEY`` and the value's purpose, so a WebSocket ticket can
+never be replayed as a session cookie or the other way round.
 """
 
 from __future__ import annotations
@@ -16,38 +11,8 @@ import base64
 import hashlib
 import hmac
 import json
-import secrets
 import time
-from dataclasses import dataclass
 from typing import Any
-
-TOKEN_PREFIX = "gf_"
-# Long enough for a person to tell tokens apart in `gpufleet tokens list`,
-# short enough to carry no useful part of the secret (3 + 7 of 43 characters).
-PREFIX_LEN = 10
-
-
-@dataclass(frozen=True)
-class NewToken:
-    """A token as created: the secret is shown once and never stored."""
-
-    secret: str
-    prefix: str
-    token_hash: str
-
-
-def hash_token(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
-def new_token() -> NewToken:
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    return NewToken(secret=secret, prefix=secret[:PREFIX_LEN], token_hash=hash_token(secret))
-
-
-def looks_like_token(value: str) -> bool:
-    # Cheap shape check so that garbage never reaches the database.
-    return value.startswith(TOKEN_PREFIX) and 20 <= len(value) <= 128 and value.isascii()
 
 
 def _b64(data: bytes) -> str:

@@ -1,0 +1,30 @@
+"""Bodies of signing in and out, who am I, and WebSocket tickets."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class SignIn(BaseModel):
+    token: str = Field(min_length=1, max_length=256, description="an API token from `gpufleet tokens create`")
+
+
+class WhoAmI(BaseModel):
+    name: str
+    role: Literal["admin", "member", "viewer"]
+    # How this request was authenticated: token | session | local.
+    via: str
+    auth_required: bool
+
+
+class SignedOut(BaseModel):
+    signed_out: bool
+
+
+class WSTicket(BaseModel):
+    ticket: str
+    expires_in_s: int
+    # Where to use it: append ?ticket=… to this path.
+    url: str

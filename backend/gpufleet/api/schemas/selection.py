@@ -1,0 +1,114 @@
+"""Bodies and answers of GPU selection: ranked recommendations, validation of a choice, memory estimates.
+
+Shared by the routes (``api/routes/selection.py``), the Python client and
+``gpufleet recommend --local``, so they load no FastAPI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+
+MAX_COUNT = 64
+
+
+class EstimatePublic(BaseModel):
+    total: int
+    summary: str
+    breakdown: dict[str, int]
+    method: str
+    key: str
+    strategy: str
+    precision: str
+    world_size: int
+    micro_batch_size: int
+    parameter_count: int
+    calibrated_from: int
+    uncalibrated_total: int
+
+
+class CandidatePublic(BaseModel):
+    host: str
+    gpu_indexes: list[int]
+    score: float
+    connection: str
+    reasons: list[str]
+    free_memory: list[int]
+    weights: list[float]
+
+
+class RecommendationPublic(BaseModel):
+    memory_bytes: int
+    count: int
+    host: str | None
+    policy: str
+    candidates: list[CandidatePublic]
+    wait_reason: str | None = None
+    estimate: EstimatePublic | None = None
+
+
+class RecommendBody(BaseModel):
+    """A full training config: the memory comes from its estimate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    recipe: str = Field(min_length=1, max_length=128)
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
+    count: int = Field(default=1, ge=1, le=MAX_COUNT)
+    host: str | None = Field(default=None, max_length=255)
+    policy: Literal["pack", "spread"] = "pack"
+    exclusive: bool = True
+    max_candidates: int = Field(default=5, ge=1, le=50)
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class ValidateBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
+    host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
+    memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
+    recipe: str | None = Field(default=None, max_length=128)
+    config: dict[str, Any] | None = Field(default=None, json_schema_extra=CONFIG_SCHEMA)
+    exclusive: bool = True
+
+    _config = field_validator("config")(classmethod(lambda cls, v: v if v is None else check_config(v)))
+
+    @model_validator(mode="after")
+    def _one_memory_source(self) -> ValidateBody:
+        if self.memory_mb is not None and self.recipe is not None:
+            raise ValueError("give memory_mb or recipe (+ config), not both")
+        if self.config is not None and self.recipe is None:
+            raise ValueError("config needs recipe: name the recipe the config is for")
+        return self
+
+
+class ProblemPublic(BaseModel):
+    code: str
+    message: str
+    gpu_index: int | None = None
+
+
+class ValidationPublic(BaseModel):
+    ok: bool
+    host: str | None
+    gpu_ids: list[int]
+    memory_bytes: int
+    problems: list[ProblemPublic]
+    warnings: list[ProblemPublic]
+    weights: list[float]
+    estimate: EstimatePublic | None = None
+
+
+def estimate_public(est: Any) -> EstimatePublic:  # noqa: ANN401
+    """The API's view of a ``scheduling.memory`` estimate."""
+    return EstimatePublic(
+        total=est.total, summary=est.summary(), breakdown=est.breakdown(), method=est.method, key=est.key,
+        strategy=est.strategy, precision=est.precision, world_size=est.world_size,
+        micro_batch_size=est.micro_batch_size, parameter_count=est.parameter_count,
+        calibrated_from=est.calibrated_from, uncalibrated_total=est.uncalibrated_total,
+    )

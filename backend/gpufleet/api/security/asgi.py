@@ -1,0 +1,34 @@
+"""What the request guards share: which paths need a user, and a JSON refusal sent before any route runs."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import Send
+
+SIGN_IN_PATH = "/api/v1/auth/sign-in"
+# Reachable without credentials: signing in needs none, signing out must always work.
+OPEN_PATHS = frozenset({SIGN_IN_PATH, "/api/v1/auth/sign-out"})
+
+
+def is_gated(path: str) -> bool:
+    """Whether a request to ``path`` must prove who it is: the API (but signing in and out) and /metrics."""
+    if path in OPEN_PATHS:
+        return False
+    return path.startswith("/api/") or path == "/metrics" or path.startswith("/metrics/")
+
+
+async def send_error(send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"detail": detail}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,45 @@
+"""The command line's client of a server: the library's client, with a refusal ending the command in one line.
+
+Imported by the commands that talk to a server when they run, not when the
+CLI starts: it loads httpx and the API's schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from gpufleet.client import Client as _LibraryClient
+from gpufleet.client import GpufleetError, ServerUnreachable
+
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+class Client(_LibraryClient):
+    """The library's client (one HTTP path for the CLI and Python users); a refusal ends the command with one line."""
+
+    def __init__(self, server: str | None):
+        try:
+            super().__init__(server)
+        except ValueError as exc:
+            _fail(str(exc))
+        self.base = self.server
+
+    def _send(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        try:
+            return super()._send(method, path, **kw)
+        except ServerUnreachable as exc:
+            _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
+        except GpufleetError as exc:
+            _fail(str(exc))
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+        """The JSON answer of any API call, through the same path (for commands without a typed method)."""
+        return self.request(method, path, **kw)
