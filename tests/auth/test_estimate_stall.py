@@ -103,5 +103,15 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
         over = {"recipe": "mlp", "config": {"hidden": [8] * 1500}}
         r = httpx.post(f"{srv.url}/api/v1/system/gpus/recommend", json=over, headers=ann, timeout=300)
         assert r.status_code == 422 and "layers" in r.json()["detail"], r.text
-        r = httpx.post(f"{srv.url}/api/v1/system/gpus/recommend", json={"recipe": "mlp"}, headers=ann, timeout=300)
+        # The pool may still be killing the burst's traces, and on a loaded machine a trace can
+        # pass the 4 s budget set here: such a 422 names the budget, and the estimate is asked again.
+        deadline = time.monotonic() + 180
+        while True:
+            r = httpx.post(f"{srv.url}/api/v1/system/gpus/recommend", json={"recipe": "mlp"}, headers=ann,
+                           timeout=300)
+            assert r.status_code in (200, 422), r.text
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            assert "GPUFLEET_ESTIMATE_BUDGET_S" in r.json()["detail"], r.text
+            time.sleep(2)
         assert r.status_code == 200, r.text
