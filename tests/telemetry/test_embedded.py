@@ -40,9 +40,6 @@ def test_serve_samples_streams_and_stores_simulated_gpus(tmp_path):
         assert stamps == sorted(stamps) and len(set(stamps)) == 3
         agg = r.until(lambda m: m["type"] == "update" and m["channel"] == "aggregate")
         assert agg["data"]["fleet"]["gpu_count"] == 4
-        # The product's middleware leaves uvicorn's send alone, so frames go straight to the socket.
-        hub = app.state.live_stream.hub
-        assert [c.raw is not None for c in hub.channels["aggregate"].subscribers] == [True]
         # The writer flushes every interval; wait for four rounds stored, however long they take.
         def stored() -> dict[int, int]:
             with session_scope(s) as sess:

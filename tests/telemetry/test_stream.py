@@ -97,26 +97,3 @@ def test_an_unwatched_channel_keeps_state_but_a_resume_across_the_gap_gets_a_sna
     sent.clear()
     hub.subscribe(c, "aggregate", since=last_seen, epoch=hub.epoch)
     assert [m["type"] for m in sent] == ["snapshot"] and sent[0]["data"] == {"v": 3}
-
-
-@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 300_000])
-def test_raw_frames_decode_with_a_real_websocket_parser(size):
-    from websockets.frames import Frame, Opcode
-    from websockets.streams import StreamReader
-
-    from gpufleet.telemetry.wsframe import FrameCache
-
-    text = "é" * (size // 2) + "x" * (size % 2)
-    cache = FrameCache(size=2)
-    frame = cache.get(text)
-    assert cache.get(text) is frame and cache.hits == 1
-    reader = StreamReader()
-    reader.feed_data(frame)
-    parser = Frame.parse(reader.read_exact, mask=False)
-    try:
-        next(parser)
-    except StopIteration as done:
-        parsed = done.value
-    else:  # pragma: no cover - the parser wanted more bytes than the frame has
-        raise AssertionError("incomplete frame")
-    assert parsed.opcode == Opcode.TEXT and parsed.fin and parsed.data.decode() == text
