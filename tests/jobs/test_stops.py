@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,7 +19,9 @@ from gpufleet.db.models import Host, TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select, update
 
-from .conftest import TINY_SAE, free_port, make_settings, pids_in_group, register, unique, wait_for
+from servers import free_port, serve_process
+
+from .conftest import TINY_SAE, make_settings, pids_in_group, register, unique, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -190,24 +190,16 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     _wait(c, tid, FINAL, 60)
 
 
-def _serve(tmp_path: Path, port: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), GPUFLEET_SIMULATE="2xH100-80GB",
-               GPUFLEET_HOST_NAME="serve-host", GPUFLEET_LEASE_S="3")
-    # Its own session, like a terminal's foreground job: Ctrl-C reaches the whole group.
-    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(port)], env=env,
-                            stdout=open(tmp_path / f"serve-{port}.log", "ab"),  # noqa: SIM115
-                            stderr=subprocess.STDOUT, start_new_session=True)
+# Like a terminal's foreground job, serve runs in its own process group: Ctrl-C reaches the whole group.
+SERVE_ENV = {"GPUFLEET_HOST_NAME": "serve-host", "GPUFLEET_LEASE_S": "3"}
 
 
 def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
     import httpx
 
     port = free_port()
-    proc = _serve(tmp_path, port)
-    base = f"http://127.0.0.1:{port}/api/v1"
-    try:
-        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv:
+        base = f"{srv.url}/api/v1"
         cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
         r = httpx.post(f"{base}/trainings", json={"name": "serve-stop", "recipe": "sae", "config": cfg,
                                                   "gpu_ids": [0, 1], "max_restarts": 0}, timeout=30)
@@ -217,17 +209,11 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
                         120, "progress", 0.2)
         group = body["launcher_pid"]
         assert pids_in_group(group)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
-        proc.wait(120)
+        os.killpg(srv.pid, signal.SIGINT)  # Ctrl-C
+        srv.proc.wait(120)
         wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
     # The next start finds it queued as interrupted, with no restart used.
-    proc = _serve(tmp_path, port)
-    try:
-        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer again")
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV):
         retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
                  if e["kind"] == "retry"]
         assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
@@ -237,15 +223,3 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
         assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
         wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
                  "the cancel")
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(120)
-
-
-def _healthy(base: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

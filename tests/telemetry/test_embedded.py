@@ -12,9 +12,9 @@ from gpufleet.config import load_settings
 from gpufleet.db.models import GPUMetricsHistory
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
+from servers import serve_inprocess
 
 from .test_ws import Reader
-from .wsutil import serve
 
 
 def test_serve_samples_streams_and_stores_simulated_gpus(tmp_path):
@@ -23,7 +23,7 @@ def test_serve_samples_streams_and_stores_simulated_gpus(tmp_path):
     upgrade_database(s)
     LOCAL.clear()
     app = create_app(s, background=True)
-    with serve(app, lifespan="on") as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app, lifespan="on") as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         deadline = time.monotonic() + 20
         while not LOCAL.all() and time.monotonic() < deadline:

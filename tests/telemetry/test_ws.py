@@ -17,7 +17,9 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 from gpufleet.telemetry.stream import StreamConfig
 
-from .wsutil import RawNeverReader, build_app, messages, publish, serve
+from servers import serve_inprocess
+
+from .wsutil import RawNeverReader, build_app, messages, publish
 
 
 @pytest.fixture
@@ -58,8 +60,8 @@ def updates(msgs, channel):
 def test_snapshot_updates_and_resume_without_missing_anything(embedded):
     s = embedded
     app = build_app(s)
-    with serve(app) as addr:
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app) as srv:
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             epoch = r.until(lambda m: m["type"] == "hello")["epoch"]
             publish(s, "h1", 2, 1.0)
@@ -81,7 +83,7 @@ def test_snapshot_updates_and_resume_without_missing_anything(embedded):
         for v in (5.0, 6.0, 7.0):
             publish(s, "h1", 2, v)
         time.sleep(0.2)
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channel="gpu:h1:0", since=last_gpu, epoch=epoch)
             r.send(op="subscribe", channel="aggregate", since=last_agg, epoch=epoch)
@@ -106,7 +108,7 @@ def test_bad_subscriptions_get_errors_that_say_what_to_fix(embedded):
     s = embedded
     with session_scope(s) as sess:
         sess.add(Host(name="h1"))
-    with serve(build_app(s)) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(build_app(s)) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         publish(s, "h1", 2, 1.0)
         r.send(op="subscribe", channel="gpu:h1:9")
@@ -132,13 +134,13 @@ def test_bad_subscriptions_get_errors_that_say_what_to_fix(embedded):
 def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
     s = embedded
     app = build_app(s, StreamConfig(outbox_size=16, send_timeout_s=1.0))
-    with serve(app) as addr:
+    with serve_inprocess(app) as srv:
         publish(s, "big", 64, 0.0, pad=400)
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channels=["host:big", "aggregate"])
             r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "host:big")
-            stuck = RawNeverReader(addr, ["host:big", "gpu:big:0", "aggregate"])
+            stuck = RawNeverReader(srv.addr, ["host:big", "gpu:big:0", "aggregate"])
             hub = app.state.live_stream.hub
             deadline = time.monotonic() + 3
             while hub.subscriber_count() < 5 and time.monotonic() < deadline:
@@ -206,7 +208,7 @@ def test_every_frame_goes_through_asgi_send_so_middleware_sees_it(embedded):
     app = build_app(s)
     texts: list[str] = []
     app.add_middleware(RecordSends, texts=texts)
-    with serve(app) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         publish(s, "mw", 1, 1.0)
         r.send(op="subscribe", channel="gpu:mw:0")
@@ -229,7 +231,7 @@ def test_training_channel_streams_progress_from_the_database(embedded):
         sess.add(TrainingEvent(training_id=tid, seq=1, kind="status", status="running"))
         sess.add(TrainingMetric(training_id=tid, step=10, loss=1.5, metrics={}))
     app = build_app(s)
-    with serve(app) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         r.send(op="subscribe", channel=f"training:{tid}")
         snap = r.until(lambda m: m["type"] == "snapshot")
