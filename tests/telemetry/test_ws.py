@@ -53,6 +53,13 @@ class Reader:
         self.ws.send(json.dumps(op))
 
 
+def wait_until(pred, timeout=30.0):
+    """Poll ``pred`` until it holds; what follows asserts what it was waiting for."""
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def updates(msgs, channel):
     return [m for m in msgs if m.get("channel") == channel and m["type"] == "update"]
 
@@ -64,8 +71,10 @@ def test_snapshot_updates_and_resume_without_missing_anything(embedded):
         with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             epoch = r.until(lambda m: m["type"] == "hello")["epoch"]
+            hub = app.state.live_stream.hub
             publish(s, "h1", 2, 1.0)
-            time.sleep(0.2)
+            wait_until(lambda: "gpu:h1:0" in hub.channels and "aggregate" in hub.channels
+                       and hub.channels["aggregate"].state["fleet"]["gpu_count"] == 2)
             r.send(op="subscribe", channels=["gpu:h1:0", "aggregate"])
             snap = r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "gpu:h1:0")
             agg = r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "aggregate")
@@ -82,7 +91,7 @@ def test_snapshot_updates_and_resume_without_missing_anything(embedded):
         # Disconnected: the fleet moves on.
         for v in (5.0, 6.0, 7.0):
             publish(s, "h1", 2, v)
-        time.sleep(0.2)
+        wait_until(lambda: hub.channels["gpu:h1:0"].seq == last_gpu + 3 and hub.channels["aggregate"].seq == last_agg + 3)
         with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channel="gpu:h1:0", since=last_gpu, epoch=epoch)
@@ -142,9 +151,7 @@ def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
             r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "host:big")
             stuck = RawNeverReader(srv.addr, ["host:big", "gpu:big:0", "aggregate"])
             hub = app.state.live_stream.hub
-            deadline = time.monotonic() + 3
-            while hub.subscriber_count() < 5 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: hub.subscriber_count() == 5)
             assert hub.subscriber_count() == 5
             lat = []
             stop = threading.Event()
