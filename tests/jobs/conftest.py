@@ -214,6 +214,25 @@ def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
 
 
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def get_training(c: TestClient, tid: str) -> dict:
+    r = c.get(f"/api/v1/trainings/{tid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_status(c: TestClient, tid: str, statuses: tuple[str, ...], timeout: float) -> dict:
+    """The training once its status is one of ``statuses``."""
+    return wait_for(lambda: (b := get_training(c, tid))["status"] in statuses and b, timeout,
+                    f"status in {statuses}", 0.2)
+
+
+def get_events(c: TestClient, tid: str) -> list[dict]:
+    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+
+
 def pids_in_group(pgid: int) -> list[int]:
     from gpufleet.jobs.procs import group_members
 

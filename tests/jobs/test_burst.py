@@ -92,7 +92,8 @@ def test_a_create_needs_one_connection(tmp_path, request):
         with serve_inprocess(create_app(s)) as srv:
             base = srv.url
             for i in range(3):
-                r = httpx.post(f"{base}/api/v1/trainings", json={"name": f"{user}-{i}", "recipe": "sae", "config": CONFIG},
+                r = httpx.post(f"{base}/api/v1/trainings",
+                               json={"name": f"{user}-{i}", "recipe": "sae", "config": CONFIG},
                                headers={"Authorization": f"Bearer {token}"}, timeout=60)
                 assert r.status_code == 201, r.text
             r = httpx.post(f"{base}/api/v1/trainings/{r.json()['id']}/cancel",

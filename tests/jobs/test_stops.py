@@ -21,26 +21,12 @@ from sqlalchemy import select, update
 
 from servers import free_port, serve_process
 
-from .conftest import TINY_SAE, make_settings, pids_in_group, register, unique, wait_for
+from .conftest import (
+    FINAL, TINY_SAE, get_events, get_training, make_settings, pids_in_group, register, unique, wait_for,
+    wait_status,
+)
 
 pytestmark = pytest.mark.slow
-
-FINAL = ("succeeded", "failed", "cancelled")
-
-
-def _get(c, tid):
-    r = c.get(f"/api/v1/trainings/{tid}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _wait(c, tid, statuses, timeout):
-    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
-
-
-def _events(c, tid):
-    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
-
 
 def _steps(settings, tid):
     with session_scope(settings) as sess:
@@ -120,7 +106,7 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
                                             "world_size": 2}).json()["id"]
     watch = AttemptWatch(tid)
     try:
-        body = wait_for(lambda: (x := _get(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
+        body = wait_for(lambda: (x := get_training(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
                         "a checkpoint on host A", 0.2)
         assert body["host_name"] == a.host_name and body["attempt"] == 1
         old_group = body["launcher_pid"]
@@ -135,14 +121,14 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
         t0 = time.monotonic()
         wait_for(lambda: not any(running(p) for p in members), 10, "the launcher and its ranks to exit", 0.05)
         assert time.monotonic() - t0 < 10
-        body = _wait(c, tid, FINAL, 300)
+        body = wait_status(c, tid, FINAL, 300)
     finally:
         watch.stop()
     assert body["status"] == "succeeded", body
     assert body["host_name"] == b.host_name and body["attempt"] == 2 and body["restarts"] == 1
     assert watch.seen == {1, 2}
     assert watch.overlaps == []  # never two attempts' processes at once
-    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    retry = [e for e in get_events(c, tid) if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "lease"
     assert _steps(a, tid) == list(range(1, 301))
 
@@ -162,7 +148,7 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     tid = c.post("/api/v1/trainings", json={"name": "stopped", "recipe": "sae", "config": cfg,
                                             "gpu_ids": [0, 1], "host": s.host_name,
                                             "max_restarts": 0}).json()["id"]
-    body = wait_for(lambda: (x := _get(c, tid))["step"] >= 3 and x, 120, "progress", 0.2)
+    body = wait_for(lambda: (x := get_training(c, tid))["step"] >= 3 and x, 120, "progress", 0.2)
     group = body["launcher_pid"]
     members = pids_in_group(group)
     w.proc.send_signal(sig)
@@ -170,24 +156,24 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     # Killed processes may take a moment to be reaped; none may keep running.
     wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
     assert members
-    body = _get(c, tid)
+    body = get_training(c, tid)
     # Back in the queue (the scheduler may already have placed it again on this host).
     assert body["status"] in ("queued", "scheduled"), body
     assert body["restarts"] == 0 and body["attempt"] == 1
     assert body["last_checkpoint"] and body["last_checkpoint"].endswith(f"step-{body['step']}")
-    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    retry = [e for e in get_events(c, tid) if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
     assert "not counted as a restart" in retry[0]["reason"]
     stopped_at = body["step"]
     # A new worker resumes it from that checkpoint, still with no restart used.
     workers(s)
-    body = wait_for(lambda: (x := _get(c, tid))["attempt"] == 2 and x["step"] > stopped_at + 2 and x, 120,
+    body = wait_for(lambda: (x := get_training(c, tid))["attempt"] == 2 and x["step"] > stopped_at + 2 and x, 120,
                     "the resumed attempt to make progress", 0.2)
     assert body["status"] == "running" and body["restarts"] == 0
     steps = _steps(s, tid)
     assert steps[: stopped_at] == list(range(1, stopped_at + 1))
     assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
-    _wait(c, tid, FINAL, 60)
+    wait_status(c, tid, FINAL, 60)
 
 
 # Like a terminal's foreground job, serve runs in its own process group: Ctrl-C reaches the whole group.
