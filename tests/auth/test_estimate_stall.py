@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from auth.serving import STRONG_SECRET, cli, make_token, serve
+from servers import STRONG_SECRET, cli, make_token, serve_process
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
     cli(data, "users", "add", "ann", "--role", "member", **env)
     ann = {"Authorization": "Bearer " + cli(data, "tokens", "create", "ann", **env).strip().splitlines()[-1].strip()}
     headers = {"Authorization": f"Bearer {viewer}"}
-    with serve(data, **env) as srv:
+    with serve_process(data, **env) as srv:
         slowest: dict[str, float] = {"/healthz": 0.0, "/api/v1/trainings": 0.0}
         latencies: list[float] = []
         probes = {"n": 0}

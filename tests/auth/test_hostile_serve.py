@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from auth.serving import STRONG_SECRET, cli, gpufleet, make_token, serve, server_env
+from servers import STRONG_SECRET, cli, gpufleet, make_token, serve_env, serve_process
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _ws_handshake(port: int, host_header: str) -> str:
 
 
 def test_dns_rebinding_names_are_refused_by_a_server_without_sign_in(tmp_path: Path) -> None:
-    with serve(tmp_path / "data") as srv:
+    with serve_process(tmp_path / "data") as srv:
         evil = {"Host": f"evil.example:{srv.port}", "Origin": f"http://evil.example:{srv.port}"}
         drain = f"{srv.url}/api/v1/system/gpus/sim-host/0/drain"
         r = httpx.post(drain, headers=evil)
@@ -64,7 +64,7 @@ def test_allowed_hosts_limit_a_server_with_sign_in(tmp_path: Path) -> None:
     env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET,
            "GPUFLEET_ALLOWED_HOSTS": '["gpus.example.org"]', "GPUFLEET_EMBEDDED_WORKER": "false"}
     token = make_token(tmp_path / "data", "ops", "admin", **env)
-    with serve(tmp_path / "data", **env) as srv:
+    with serve_process(tmp_path / "data", **env) as srv:
         auth = {"Authorization": f"Bearer {token}"}
         assert httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={**auth, "Host": "gpus.example.org"}).status_code == 200
         r = httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={**auth, "Host": "other.example.org"})
@@ -75,13 +75,13 @@ def test_forwarded_for_counts_only_from_a_configured_proxy(tmp_path: Path) -> No
     env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false"}
     make_token(tmp_path / "data", "ops", "admin", **env)
     bad = {"token": "gf_" + "x" * 40}
-    with serve(tmp_path / "data", **env) as srv:
+    with serve_process(tmp_path / "data", **env) as srv:
         codes = [httpx.post(f"{srv.url}/api/v1/auth/sign-in", json=bad,
                             headers={"X-Forwarded-For": f"203.0.113.{i}"}).status_code for i in range(25)]
         # Every attempt came from 127.0.0.1, whatever the header claimed: the limit (20 a minute) holds.
         assert codes[:20] == [401] * 20 and set(codes[20:]) == {429}, codes
     # Behind a configured proxy the header names the client, so each client has its own budget.
-    with serve(tmp_path / "data", **env, GPUFLEET_TRUSTED_PROXIES='["127.0.0.1"]') as srv:
+    with serve_process(tmp_path / "data", **env, GPUFLEET_TRUSTED_PROXIES='["127.0.0.1"]') as srv:
         codes = [httpx.post(f"{srv.url}/api/v1/auth/sign-in", json=bad,
                             headers={"X-Forwarded-For": f"203.0.113.{i}"}).status_code for i in range(25)]
         assert codes == [401] * 25, codes
@@ -113,7 +113,7 @@ def test_training_processes_get_no_secrets_and_the_data_dir_is_private(tmp_path:
     data.chmod(0o755)
     leak = {"GPUFLEET_SECRET_KEY": STRONG_SECRET, "DEPLOY_API_TOKEN": "tok-should-not-leak",
             "GPUFLEET_SESSION_TTL_S": "3600"}
-    with serve(data, **leak) as srv:
+    with serve_process(data, **leak) as srv:
         body = {"name": "env-probe", "recipe": "mlp",
                 "config": {"max_steps": 1_000_000, "global_batch_size": 8, "log_every": 1, "checkpoint_every": 1_000_000}}
         r = httpx.post(f"{srv.url}/api/v1/trainings", json=body, timeout=60)
@@ -148,7 +148,7 @@ def test_training_processes_get_no_secrets_and_the_data_dir_is_private(tmp_path:
     ],
 )
 def test_serve_refuses_weak_secrets_and_lookalike_loopback_names(tmp_path: Path, env: dict, needle: str) -> None:
-    proc = subprocess.run([*gpufleet(), "serve", "--port", "1"], env=server_env(tmp_path / "data", **env),
+    proc = subprocess.run([*gpufleet(), "serve", "--port", "1"], env=serve_env(tmp_path / "data", **env),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in " ".join(proc.stderr.split()), proc.stderr
@@ -168,7 +168,7 @@ def test_out_of_range_numbers_and_long_paths_are_422_naming_the_field(tmp_path: 
            "GPUFLEET_DATABASE_URL": fresh_pg_url}
     token = make_token(tmp_path / "data", "ops", "admin", **env)
     huge = 2**63
-    with serve(tmp_path / "data", **env) as srv:
+    with serve_process(tmp_path / "data", **env) as srv:
         c = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
         ok = c.post("/api/v1/trainings", json={"name": "ok", "recipe": "mlp", "config": {"max_steps": 2}})
         assert ok.status_code == 201, ok.text
@@ -198,7 +198,7 @@ def test_out_of_range_numbers_and_long_paths_are_422_naming_the_field(tmp_path: 
 
 
 def test_absurd_trainings_are_refused_at_create(tmp_path: Path) -> None:
-    with serve(tmp_path / "data", GPUFLEET_EMBEDDED_WORKER="false") as srv:
+    with serve_process(tmp_path / "data", GPUFLEET_EMBEDDED_WORKER="false") as srv:
         c = httpx.Client(base_url=srv.url, timeout=120)
         cases = [
             ({"global_batch_size": 2**63}, "global_batch_size"),
@@ -255,7 +255,7 @@ def test_revoking_a_token_or_disabling_a_user_closes_its_websockets(tmp_path: Pa
         else:
             cli(data, "users", "disable", "ann", **env)
 
-    with serve(data, **env) as srv:
+    with serve_process(data, **env) as srv:
         ticket = httpx.post(f"{srv.url}/api/v1/auth/ws-ticket", headers={"Authorization": f"Bearer {token}"}).json()
         ws_url = srv.url.replace("http://", "ws://") + f"/api/v1/ws?ticket={ticket['ticket']}"
         code, took = asyncio.run(_stream_until_closed(ws_url, revoke))
@@ -274,7 +274,7 @@ def test_who_may_read_a_trainings_config_events_and_logs(tmp_path: Path, visibil
     for name, role in (("bob", "member"), ("vic", "viewer"), ("root", "admin")):
         cli(data, "users", "add", name, "--role", role, **env)
         tokens[name] = cli(data, "tokens", "create", name, **env).strip().splitlines()[-1].strip()
-    with serve(data, **env) as srv:
+    with serve_process(data, **env) as srv:
         def get(who: str, path: str) -> httpx.Response:
             return httpx.get(f"{srv.url}{path}", headers={"Authorization": f"Bearer {tokens[who]}"}, timeout=60)
 

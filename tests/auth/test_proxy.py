@@ -16,11 +16,11 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,6 +32,7 @@ from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
+from servers import free_port, serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
@@ -42,12 +43,6 @@ pytestmark = [
     # .ci/run installs nginx-light: in CI a missing nginx is a failure, not a skip.
     pytest.mark.skipif(not HAVE_TOOLS and not IN_CI, reason="needs nginx and openssl"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(url: str, proc: subprocess.Popen, verify: bool = True) -> None:
@@ -69,6 +64,16 @@ def _stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@contextmanager
+def _nginx(conf: Path) -> Iterator[subprocess.Popen]:
+    nginx = subprocess.Popen([NGINX or "nginx", "-c", str(conf), "-g", "daemon off;"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield nginx
+    finally:
+        _stop(nginx)
 
 
 def _proxy_config(tmp: Path, api_port: int, http_port: int, https_port: int) -> Path:
@@ -117,44 +122,32 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
     with session_scope(settings) as sess:
         add_user(sess, "ops", "member")
         token = create_token(sess, "ops").secret
-    api_port, http_port, https_port = _free_port(), _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env.update(GPUFLEET_DATA_DIR=str(data), GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET,
-               GPUFLEET_SIMULATE="1xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false",
-               # nginx on this host, as deploy/gpufleet.env.example configures it.
-               GPUFLEET_TRUSTED_PROXIES='["127.0.0.1"]')
-    api = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(api_port)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    nginx = None
-    try:
-        _wait(f"http://127.0.0.1:{api_port}/healthz", api)
-        conf = _proxy_config(tmp_path, api_port, http_port, https_port)
-        nginx = subprocess.Popen([NGINX or "nginx", "-c", str(conf), "-g", "daemon off;"], start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        origin = f"https://127.0.0.1:{https_port}"
-        _wait(origin + "/healthz", nginx, verify=False)
+    http_port, https_port = free_port(), free_port()
+    # nginx on this host, as deploy/gpufleet.env.example configures it.
+    with serve_process(data, GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET, GPUFLEET_SIMULATE="1xH100-80GB",
+                       GPUFLEET_EMBEDDED_WORKER="false", GPUFLEET_TRUSTED_PROXIES='["127.0.0.1"]') as api:
+        conf = _proxy_config(tmp_path, api.port, http_port, https_port)
+        with _nginx(conf) as nginx:
+            origin = f"https://127.0.0.1:{https_port}"
+            _wait(origin + "/healthz", nginx, verify=False)
 
-        r = httpx.get(f"http://127.0.0.1:{http_port}/api/v1/auth/whoami")
-        assert r.status_code == 301 and r.headers["location"].startswith("https://")
-        client = httpx.Client(base_url=origin, verify=False)
-        assert client.get("/api/v1/system/gpus").status_code == 401
-        r = client.post("/api/v1/auth/sign-in", json={"token": token}, headers={"Origin": origin})
-        assert r.status_code == 200
-        assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
-        cookie = r.cookies["gpufleet_session"]
-        assert client.get("/api/v1/auth/whoami").json()["via"] == "session"
+            r = httpx.get(f"http://127.0.0.1:{http_port}/api/v1/auth/whoami")
+            assert r.status_code == 301 and r.headers["location"].startswith("https://")
+            client = httpx.Client(base_url=origin, verify=False)
+            assert client.get("/api/v1/system/gpus").status_code == 401
+            r = client.post("/api/v1/auth/sign-in", json={"token": token}, headers={"Origin": origin})
+            assert r.status_code == 200
+            assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
+            cookie = r.cookies["gpufleet_session"]
+            assert client.get("/api/v1/auth/whoami").json()["via"] == "session"
 
-        ws_url = f"wss://127.0.0.1:{https_port}/api/v1/ws"
-        ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": origin}).json()["ticket"]
-        assert asyncio.run(_ws(f"{ws_url}?ticket={ticket}", origin=origin)) == "open"
-        cookie_header = {"Cookie": f"gpufleet_session={cookie}"}
-        assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "open"
-        assert asyncio.run(_ws(ws_url, origin="https://evil.example", additional_headers=cookie_header)) == "rejected 403"
-        assert asyncio.run(_ws(ws_url, origin=origin)) == "rejected 403"
+            ws_url = f"wss://127.0.0.1:{https_port}/api/v1/ws"
+            ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": origin}).json()["ticket"]
+            assert asyncio.run(_ws(f"{ws_url}?ticket={ticket}", origin=origin)) == "open"
+            cookie_header = {"Cookie": f"gpufleet_session={cookie}"}
+            assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "open"
+            assert asyncio.run(_ws(ws_url, origin="https://evil.example", additional_headers=cookie_header)) == "rejected 403"
+            assert asyncio.run(_ws(ws_url, origin=origin)) == "rejected 403"
 
-        r = client.post("/api/v1/trainings", content=b"x" * (2 << 20), headers={"Content-Type": "application/json"})
-        assert r.status_code == 413
-    finally:
-        if nginx is not None:
-            _stop(nginx)
-        _stop(api)
+            r = client.post("/api/v1/trainings", content=b"x" * (2 << 20), headers={"Content-Type": "application/json"})
+            assert r.status_code == 413

@@ -8,12 +8,6 @@ WebSocket from a foreign Origin or without credentials is turned away.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -25,12 +19,7 @@ from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from servers import serve_process
 
 
 async def _ws_outcome(url: str, **kw) -> str:  # noqa: ANN003
@@ -52,27 +41,10 @@ def test_network_bound_server_with_auth(tmp_path: Path) -> None:
     with session_scope(settings) as sess:
         add_user(sess, "ops", "admin")
         token = create_token(sess, "ops").secret
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env.update(GPUFLEET_DATA_DIR=str(data), GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET,
-               GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufleet.cli", "serve", "--host", "0.0.0.0", "--port", str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "serve did not come up"
-            time.sleep(0.3)
-
+    # Bound to every address, as a team runs it; reached over loopback.
+    with serve_process(data, host="0.0.0.0", GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET,
+                       GPUFLEET_EMBEDDED_WORKER="false") as srv:
+        base, port = srv.url, srv.port
         r = httpx.post(f"{base}/api/v1/trainings", json={"name": "x", "recipe": "mlp"})
         assert r.status_code == 401 and "sign-in required" in r.json()["detail"]
         assert httpx.get(f"{base}/api/v1/system/gpus").status_code == 401
@@ -87,10 +59,3 @@ def test_network_bound_server_with_auth(tmp_path: Path) -> None:
         assert evil == "rejected 403"
         ticket = httpx.post(f"{base}/api/v1/auth/ws-ticket", headers={"Authorization": f"Bearer {token}"}).json()
         assert asyncio.run(_ws_outcome(f"{ws_url}?ticket={ticket['ticket']}")) == "open"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,20 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from servers import free_port, serve_env, serve_process
+
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env["GPUFLEET_DATA_DIR"] = str(tmp_path / "data")
-    env.update(extra)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(
@@ -46,8 +32,8 @@ def _free_port() -> int:
 )
 def test_bad_configuration_stops_serve_with_one_line(tmp_path: Path, extra: dict, named: str) -> None:
     proc = subprocess.run(
-        [*GPUFLEET, "serve", "--port", str(_free_port())],
-        env=_env(tmp_path, **extra),
+        [*GPUFLEET, "serve", "--port", str(free_port())],
+        env=serve_env(tmp_path / "data", **extra),
         capture_output=True,
         text=True,
         timeout=60,
@@ -61,27 +47,9 @@ def test_bad_configuration_stops_serve_with_one_line(tmp_path: Path, extra: dict
 
 @pytest.mark.slow
 def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [*GPUFLEET, "serve", "--port", str(port)],
-        env=_env(tmp_path, GPUFLEET_SIMULATE="4xH100-80GB", GPUFLEET_HOST_NAME="sim-a"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "serve did not come up within 90 s"
-            time.sleep(0.3)
+    with serve_process(tmp_path / "data", GPUFLEET_SIMULATE="4xH100-80GB", GPUFLEET_HOST_NAME="sim-a",
+                       ready_timeout=90) as srv:
+        base = srv.url
         gpus = httpx.get(f"{base}/api/v1/system/gpus", timeout=10).json()
         assert gpus["count"] == 4 and gpus["simulated"] is True
         assert all("H100" in g["name"] and g["simulated"] for g in gpus["data"])
@@ -101,14 +69,8 @@ def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
         assert topo["hosts"][0]["matrix"][0][1].startswith("NV")
         # The embedded database was created and upgraded by serve itself.
         assert (tmp_path / "data" / "gpufleet.db").exists()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-    assert f"http://127.0.0.1:{port}" in out
+    out = srv.log_tail(1 << 20)
+    assert srv.url in out
     assert "4 GPU(s) (simulated)" in out
     # Start-up says what is real and nothing else (library chatter, NVLink on NVLink GPUs).
     logs = out + "".join(p.read_text() for p in (tmp_path / "data" / "logs").glob("*.log"))

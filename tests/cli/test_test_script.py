@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -12,15 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from servers import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_test_script_removes_its_services_directory_on_exit():
@@ -44,7 +39,7 @@ def test_test_script_removes_its_services_directory_on_exit():
         tmp.mkdir(mode=0o755)
         os.chmod(tmp, 0o755)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-        env.update(TMPDIR=str(tmp), GPUFLEET_PG_PORT=str(_free_port()), GPUFLEET_REDIS_PORT=str(_free_port()))
+        env.update(TMPDIR=str(tmp), GPUFLEET_PG_PORT=str(free_port()), GPUFLEET_REDIS_PORT=str(free_port()))
         out = subprocess.run(["bash", str(root / "scripts" / "test.sh"), "--version"], env=env,
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr

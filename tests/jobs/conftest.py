@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
+from servers import serve_inprocess
 
 TINY_SAE = {
     "max_steps": 6,
@@ -212,6 +214,25 @@ def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
 
 
+FINAL = ("succeeded", "failed", "cancelled")
+
+
+def get_training(c: TestClient, tid: str) -> dict:
+    r = c.get(f"/api/v1/trainings/{tid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_status(c: TestClient, tid: str, statuses: tuple[str, ...], timeout: float) -> dict:
+    """The training once its status is one of ``statuses``."""
+    return wait_for(lambda: (b := get_training(c, tid))["status"] in statuses and b, timeout,
+                    f"status in {statuses}", 0.2)
+
+
+def get_events(c: TestClient, tid: str) -> list[dict]:
+    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+
+
 def pids_in_group(pgid: int) -> list[int]:
     from gpufleet.jobs.procs import group_members
 
@@ -226,40 +247,16 @@ def alive(pid: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _uvicorn_servers(make_app: Callable[[Settings], FastAPI], start_timeout: float) -> Iterator[Callable[[Settings], str]]:
-    """Start ``make_app(settings)`` under uvicorn on a free port per call (returns its base URL); stop them after."""
-    import uvicorn
-
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
-
-    def start(settings: Settings) -> str:
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(make_app(settings), host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="off"))
-        t = threading.Thread(target=server.run, daemon=True)
-        t.start()
-        wait_for(lambda: server.started, start_timeout, "uvicorn to start")
-        servers.append((server, t))
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, t in servers:
-        server.should_exit = True
-        t.join(10)
+def _uvicorn_servers(make_app: Callable[[Settings], FastAPI]) -> Iterator[Callable[[Settings], str]]:
+    """Start ``make_app(settings)`` under uvicorn per call (returns its base URL); stop them after."""
+    with ExitStack() as stack:
+        yield lambda settings: stack.enter_context(serve_inprocess(make_app(settings))).url
 
 
 @pytest.fixture
 def live_api() -> Iterator[Callable[[Settings], str]]:
     """A real uvicorn server with the trainings router, on a free port; returns its base URL."""
-    yield from _uvicorn_servers(api_app, 10)
+    yield from _uvicorn_servers(api_app)
 
 
 @pytest.fixture
@@ -267,4 +264,4 @@ def product_api() -> Iterator[Callable[[Settings], str]]:
     """``create_app`` (every router, the auth gate) under uvicorn on a free port; returns its URL."""
     from gpufleet.api.app import create_app
 
-    yield from _uvicorn_servers(create_app, 20)
+    yield from _uvicorn_servers(create_app)

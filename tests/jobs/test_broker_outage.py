@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from .conftest import TINY_SAE, free_port, make_settings, register, wait_for
+from servers import free_port
+
+from .conftest import TINY_SAE, make_settings, register, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -8,18 +8,20 @@ created exactly once.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 
 import httpx
 import pytest
+from gpufleet.api.app import create_app
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.db.models import Training
 from gpufleet.db.session import get_engine, session_scope
 from sqlalchemy import func, select, update
 
-from .conftest import free_port, make_settings, wait_for
+from servers import serve_inprocess
+
+from .conftest import make_settings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -32,19 +34,6 @@ def _forget(settings, owner: str) -> None:  # noqa: ANN001
     with session_scope(settings) as sess:
         sess.execute(update(Training).where(Training.owner == owner, Training.status == "queued")
                      .values(status="cancelled"))
-
-
-def _serve(settings):  # noqa: ANN001, ANN202
-    import uvicorn
-    from gpufleet.api.app import create_app
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    wait_for(lambda: server.started, 30, "uvicorn to start")
-    return server, t, f"http://127.0.0.1:{port}"
 
 
 async def _burst(base: str, token: str, names: list[str]) -> list[tuple[str, int, str | None]]:
@@ -72,13 +61,12 @@ def test_burst_beyond_capacity_gets_429_with_retry_after_and_every_create_lands_
     with session_scope(s) as sess:
         add_user(sess, user, "member")
         token = create_token(sess, user).secret
-    server, thread, base = _serve(s)
     try:
-        names = [f"{user}-{i}" for i in range(60)]
-        seen = asyncio.run(_burst(base, token, names))
+        with serve_inprocess(create_app(s)) as srv:
+            base = srv.url
+            names = [f"{user}-{i}" for i in range(60)]
+            seen = asyncio.run(_burst(base, token, names))
     finally:
-        server.should_exit = True
-        thread.join(10)
         get_engine.cache_clear()
     codes = [code for _, code, _ in seen]
     assert not [c for c in codes if c >= 500], codes
@@ -101,17 +89,17 @@ def test_a_create_needs_one_connection(tmp_path, request):
     with session_scope(s) as sess:
         add_user(sess, user, "member")
         token = create_token(sess, user).secret
-    server, thread, base = _serve(s)
     try:
-        for i in range(3):
-            r = httpx.post(f"{base}/api/v1/trainings", json={"name": f"{user}-{i}", "recipe": "sae", "config": CONFIG},
+        with serve_inprocess(create_app(s)) as srv:
+            base = srv.url
+            for i in range(3):
+                r = httpx.post(f"{base}/api/v1/trainings",
+                               json={"name": f"{user}-{i}", "recipe": "sae", "config": CONFIG},
+                               headers={"Authorization": f"Bearer {token}"}, timeout=60)
+                assert r.status_code == 201, r.text
+            r = httpx.post(f"{base}/api/v1/trainings/{r.json()['id']}/cancel",
                            headers={"Authorization": f"Bearer {token}"}, timeout=60)
-            assert r.status_code == 201, r.text
-        r = httpx.post(f"{base}/api/v1/trainings/{r.json()['id']}/cancel",
-                       headers={"Authorization": f"Bearer {token}"}, timeout=60)
-        assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+            assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
     finally:
-        server.should_exit = True
-        thread.join(10)
         get_engine.cache_clear()
         _forget(s, user)

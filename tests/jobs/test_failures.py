@@ -18,24 +18,11 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs.scheduler_loop import tick
 from sqlalchemy import select
 
-from .conftest import TINY_SAE, make_settings, pids_in_group, register, wait_for
+from .conftest import (
+    FINAL, TINY_SAE, get_events, get_training, make_settings, pids_in_group, register, wait_for, wait_status,
+)
 
 pytestmark = pytest.mark.slow
-
-FINAL = ("succeeded", "failed", "cancelled")
-
-
-def _get(c, tid):
-    return c.get(f"/api/v1/trainings/{tid}").json()
-
-
-def _wait(c, tid, statuses, timeout):
-    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
-
-
-def _events(c, tid):
-    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
-
 
 def _losses(settings, tid):
     with session_scope(settings) as sess:
@@ -54,7 +41,7 @@ def test_rank_failure_fails_fast_with_rank_and_error(tmp_path, client_for, worke
     cfg = dict(TINY_SAE, max_steps=50)
     tid = c.post("/api/v1/trainings", json={"name": "breaks", "recipe": "sae", "config": cfg,
                                             "gpu_ids": [0, 1], "max_restarts": 0}).json()["id"]
-    body = _wait(c, tid, FINAL, 120)
+    body = wait_status(c, tid, FINAL, 120)
     assert body["status"] == "failed", body
     assert "rank 1" in body["status_reason"] and "injected failure" in body["status_reason"]
     assert body["exit_code"] == 12 and body["restarts"] == 0
@@ -75,11 +62,11 @@ def test_oom_is_not_retried_without_rebalance(tmp_path, client_for, workers, sch
     c = client_for(settings)
     tid = c.post("/api/v1/trainings", json={"name": "oom", "recipe": "sae", "config": TINY_SAE,
                                             "gpu_ids": [0], "max_restarts": 3}).json()["id"]
-    body = _wait(c, tid, FINAL, 120)
+    body = wait_status(c, tid, FINAL, 120)
     assert body["status"] == "failed" and body["exit_code"] == 10
     assert "out of memory" in body["status_reason"] and "does not allow rebalancing" in body["status_reason"]
     assert body["attempt"] == 1 and body["restarts"] == 0
-    assert not [e for e in _events(c, tid) if e["kind"] == "retry"]
+    assert not [e for e in get_events(c, tid) if e["kind"] == "retry"]
 
 
 def _reference_losses(settings, cfg, tmp_path):
@@ -105,16 +92,16 @@ def test_oom_rebalance_resumes_with_half_micro_batch_and_same_curve(tmp_path, cl
     # that the retry goes to a worker without it.
     w1 = workers(settings, env={"GPUFLEET_TRAIN_FAULT": "0:5:oom"})
     wait_for(lambda: tick(settings).scheduled, 10, "the training to be scheduled")
-    wait_for(lambda: any(e["kind"] == "retry" for e in _events(c, tid)), 120, "the out-of-memory retry", 0.2)
+    wait_for(lambda: any(e["kind"] == "retry" for e in get_events(c, tid)), 120, "the out-of-memory retry", 0.2)
     w1.stop()
-    body = _get(c, tid)
+    body = get_training(c, tid)
     assert body["status"] == "queued" and body["restarts"] == 0
     assert body["config"]["micro_batch_size"] == 8 and body["config"]["grad_accum_steps"] == 2
-    retry = next(e for e in _events(c, tid) if e["kind"] == "retry")
+    retry = next(e for e in get_events(c, tid) if e["kind"] == "retry")
     assert retry["data"]["retry_kind"] == "oom_rebalance" and "same global batch" in retry["reason"]
     workers(settings)
     wait_for(lambda: tick(settings).scheduled, 10, "the retry to be scheduled")
-    body = _wait(c, tid, FINAL, 120)
+    body = wait_status(c, tid, FINAL, 120)
     assert body["status"] == "succeeded" and body["attempt"] == 2
     got = _losses(settings, tid)
     ref = _reference_losses(settings, cfg, tmp_path)
@@ -139,7 +126,7 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
     cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
     tid = c.post("/api/v1/trainings", json={"name": "hangs", "recipe": "sae", "config": cfg,
                                             "gpu_ids": [0, 1], "max_restarts": 0}).json()["id"]
-    body = wait_for(lambda: (b := _get(c, tid))["step"] >= 2 and b, 120, "progress", 0.2)
+    body = wait_for(lambda: (b := get_training(c, tid))["step"] >= 2 and b, 120, "progress", 0.2)
     launcher = body["launcher_pid"]
 
     def ranks():
@@ -156,7 +143,7 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
     stopped = sorted(wait_for(lambda: len(ranks()) >= 2 and ranks(), 10, "two ranks"))[-1]
     os.kill(stopped, signal.SIGSTOP)
     t0 = time.monotonic()
-    body = _wait(c, tid, FINAL, 90)
+    body = wait_status(c, tid, FINAL, 90)
     took = time.monotonic() - t0
     assert body["status"] == "failed", body
     assert body["exit_code"] == 13, body

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -21,26 +19,14 @@ from gpufleet.db.models import Host, TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select, update
 
-from .conftest import TINY_SAE, free_port, make_settings, pids_in_group, register, unique, wait_for
+from servers import free_port, serve_process
+
+from .conftest import (
+    FINAL, TINY_SAE, get_events, get_training, make_settings, pids_in_group, register, unique, wait_for,
+    wait_status,
+)
 
 pytestmark = pytest.mark.slow
-
-FINAL = ("succeeded", "failed", "cancelled")
-
-
-def _get(c, tid):
-    r = c.get(f"/api/v1/trainings/{tid}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _wait(c, tid, statuses, timeout):
-    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
-
-
-def _events(c, tid):
-    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
-
 
 def _steps(settings, tid):
     with session_scope(settings) as sess:
@@ -120,7 +106,7 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
                                             "world_size": 2}).json()["id"]
     watch = AttemptWatch(tid)
     try:
-        body = wait_for(lambda: (x := _get(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
+        body = wait_for(lambda: (x := get_training(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
                         "a checkpoint on host A", 0.2)
         assert body["host_name"] == a.host_name and body["attempt"] == 1
         old_group = body["launcher_pid"]
@@ -135,14 +121,14 @@ def test_kill9_worker_stops_its_training_within_10s_and_it_resumes_on_another_ho
         t0 = time.monotonic()
         wait_for(lambda: not any(running(p) for p in members), 10, "the launcher and its ranks to exit", 0.05)
         assert time.monotonic() - t0 < 10
-        body = _wait(c, tid, FINAL, 300)
+        body = wait_status(c, tid, FINAL, 300)
     finally:
         watch.stop()
     assert body["status"] == "succeeded", body
     assert body["host_name"] == b.host_name and body["attempt"] == 2 and body["restarts"] == 1
     assert watch.seen == {1, 2}
     assert watch.overlaps == []  # never two attempts' processes at once
-    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    retry = [e for e in get_events(c, tid) if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "lease"
     assert _steps(a, tid) == list(range(1, 301))
 
@@ -164,7 +150,7 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_training_before_another_
     watch = AttemptWatch(tid)
     engine = create_engine(s.effective_database_url)
     try:
-        body = wait_for(lambda: (x := _get(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
+        body = wait_for(lambda: (x := get_training(c, tid))["last_checkpoint"] and x["step"] >= 6 and x, 120,
                         "a checkpoint", 0.2)
         group = body["launcher_pid"]
         # Hold the training's row: every renewal now waits in the database, as in an outage or a lock storm.
@@ -172,10 +158,10 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_training_before_another_
             conn.execute(text("SELECT 1 FROM trainings WHERE id = :id FOR UPDATE"), {"id": uuid.UUID(tid)})
             wait_for(lambda: not pids_in_group(group), 60, "the worker to stop its own training", 0.05)
             conn.rollback()
-        body = wait_for(lambda: (x := _get(c, tid))["attempt"] == 2 and x["status"] == "running" and x, 120,
+        body = wait_for(lambda: (x := get_training(c, tid))["attempt"] == 2 and x["status"] == "running" and x, 120,
                         "the next attempt", 0.2)
         assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
-        _wait(c, tid, FINAL, 60)
+        wait_status(c, tid, FINAL, 60)
     finally:
         watch.stop()
         engine.dispose()
@@ -200,7 +186,7 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     tid = c.post("/api/v1/trainings", json={"name": "stopped", "recipe": "sae", "config": cfg,
                                             "gpu_ids": [0, 1], "host": s.host_name,
                                             "max_restarts": 0}).json()["id"]
-    body = wait_for(lambda: (x := _get(c, tid))["step"] >= 3 and x, 120, "progress", 0.2)
+    body = wait_for(lambda: (x := get_training(c, tid))["step"] >= 3 and x, 120, "progress", 0.2)
     group = body["launcher_pid"]
     members = pids_in_group(group)
     w.proc.send_signal(sig)
@@ -208,44 +194,36 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
     # Killed processes may take a moment to be reaped; none may keep running.
     wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
     assert members
-    body = _get(c, tid)
+    body = get_training(c, tid)
     # Back in the queue (the scheduler may already have placed it again on this host).
     assert body["status"] in ("queued", "scheduled"), body
     assert body["restarts"] == 0 and body["attempt"] == 1
     assert body["last_checkpoint"] and body["last_checkpoint"].endswith(f"step-{body['step']}")
-    retry = [e for e in _events(c, tid) if e["kind"] == "retry"]
+    retry = [e for e in get_events(c, tid) if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
     assert "not counted as a restart" in retry[0]["reason"]
     stopped_at = body["step"]
     # A new worker resumes it from that checkpoint, still with no restart used.
     workers(s)
-    body = wait_for(lambda: (x := _get(c, tid))["attempt"] == 2 and x["step"] > stopped_at + 2 and x, 120,
+    body = wait_for(lambda: (x := get_training(c, tid))["attempt"] == 2 and x["step"] > stopped_at + 2 and x, 120,
                     "the resumed attempt to make progress", 0.2)
     assert body["status"] == "running" and body["restarts"] == 0
     steps = _steps(s, tid)
     assert steps[: stopped_at] == list(range(1, stopped_at + 1))
     assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
-    _wait(c, tid, FINAL, 60)
+    wait_status(c, tid, FINAL, 60)
 
 
-def _serve(tmp_path: Path, port: int) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), GPUFLEET_SIMULATE="2xH100-80GB",
-               GPUFLEET_HOST_NAME="serve-host", GPUFLEET_LEASE_S="3")
-    # Its own session, like a terminal's foreground job: Ctrl-C reaches the whole group.
-    return subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "serve", "--port", str(port)], env=env,
-                            stdout=open(tmp_path / f"serve-{port}.log", "ab"),  # noqa: SIM115
-                            stderr=subprocess.STDOUT, start_new_session=True)
+# Like a terminal's foreground job, serve runs in its own process group: Ctrl-C reaches the whole group.
+SERVE_ENV = {"GPUFLEET_HOST_NAME": "serve-host", "GPUFLEET_LEASE_S": "3"}
 
 
 def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
     import httpx
 
     port = free_port()
-    proc = _serve(tmp_path, port)
-    base = f"http://127.0.0.1:{port}/api/v1"
-    try:
-        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv:
+        base = f"{srv.url}/api/v1"
         cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
         r = httpx.post(f"{base}/trainings", json={"name": "serve-stop", "recipe": "sae", "config": cfg,
                                                   "gpu_ids": [0, 1], "max_restarts": 0}, timeout=30)
@@ -255,17 +233,11 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
                         120, "progress", 0.2)
         group = body["launcher_pid"]
         assert pids_in_group(group)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
-        proc.wait(120)
+        os.killpg(srv.pid, signal.SIGINT)  # Ctrl-C
+        srv.proc.wait(120)
         wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
     # The next start finds it queued as interrupted, with no restart used.
-    proc = _serve(tmp_path, port)
-    try:
-        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer again")
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV):
         retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
                  if e["kind"] == "retry"]
         assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
@@ -275,18 +247,6 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
         assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
         wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
                  "the cancel")
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(120)
-
-
-def _healthy(base: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _parent_pid(pid: int) -> int:
@@ -297,11 +257,8 @@ def _parent_pid(pid: int) -> int:
 def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_path):
     import httpx
 
-    port = free_port()
-    proc = _serve(tmp_path, port)
-    base = f"http://127.0.0.1:{port}/api/v1"
-    try:
-        wait_for(lambda: _healthy(f"http://127.0.0.1:{port}"), 120, "serve to answer")
+    with serve_process(tmp_path / "data", **SERVE_ENV) as srv:
+        base = f"{srv.url}/api/v1"
         cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=5)
         r = httpx.post(f"{base}/trainings", json={"name": "worker-dies", "recipe": "sae", "config": cfg,
                                                   "gpu_ids": [0], "max_restarts": 2}, timeout=30)
@@ -311,19 +268,14 @@ def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_
                         120, "progress", 0.2)
         group = body["launcher_pid"]
         worker = _parent_pid(group)
-        assert _parent_pid(worker) == proc.pid, "the launcher's parent is serve's embedded worker"
+        assert _parent_pid(worker) == srv.pid, "the launcher's parent is serve's embedded worker"
         os.kill(worker, signal.SIGKILL)
         # Its launcher follows it (the lifeline); serve starts a worker again, which resumes the training.
         wait_for(lambda: not pids_in_group(group), 15, "the dead worker's launcher group to be gone")
         body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
                         and x["status"] == "running" and x, 180, "the training to resume on a new worker", 0.2)
         assert _parent_pid(body["launcher_pid"]) != worker
-        log = (tmp_path / f"serve-{port}.log").read_text()
-        assert "the embedded worker exited with code -9; starting it again" in log, log[-3000:]
+        assert "the embedded worker exited with code -9; starting it again" in srv.log_tail(20000), srv.log_tail()
         assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
         wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
                  "the cancel")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(120)

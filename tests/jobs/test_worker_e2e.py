@@ -18,26 +18,11 @@ from gpufleet.devices import simstate
 from gpufleet.devices.backend import device_backend
 from sqlalchemy import select
 
-from .conftest import TINY_SAE, pids_in_group, register, wait_for
+from .conftest import (
+    FINAL, TINY_SAE, get_events, get_training, pids_in_group, register, wait_for, wait_status,
+)
 
 pytestmark = pytest.mark.slow
-
-FINAL = ("succeeded", "failed", "cancelled")
-
-
-def _get(c, tid):
-    r = c.get(f"/api/v1/trainings/{tid}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def _wait_status(c, tid, statuses, timeout):
-    return wait_for(lambda: (b := _get(c, tid))["status"] in statuses and b, timeout, f"status in {statuses}", 0.2)
-
-
-def _events(c, tid):
-    return c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
-
 
 def _active_allocations(settings, tid):
     with session_scope(settings) as sess:
@@ -69,7 +54,7 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
                                                         "world_size": 2, "host": fleet_settings.host_name}).json()["id"]
         assert r.status_code == 201, r.text
         tid = r.json()["id"]
-        body = _wait_status(c, tid, FINAL, 120)
+        body = wait_status(c, tid, FINAL, 120)
         assert body["status"] == "succeeded", body
         assert body["step"] == TINY_SAE["max_steps"] and body["exit_code"] == 0
         assert body["last_checkpoint"].endswith("step-6")
@@ -80,7 +65,7 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
         # One attempt: a broker redelivery (the visibility timeout on Redis is
         # shorter than this run) must not start it twice.
         assert body["attempt"] == 1
-        ev = _events(c, tid)
+        ev = get_events(c, tid)
         assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1))
         statuses = [e["status"] for e in ev if e["kind"] == "status"]
         assert statuses == ["queued", "scheduled", "running", "succeeded"]
@@ -100,19 +85,19 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
             from gpufleet.jobs.celery_app import make_celery
 
             visibility = make_celery(fleet_settings).conf.broker_transport_options["visibility_timeout"]
-            _wait_status(c, long_id, ("running",), 120)
+            wait_status(c, long_id, ("running",), 120)
             running_since = time.monotonic()
             # Running, with progress, for twice the visibility timeout: a redelivery had its chance.
-            wait_for(lambda: time.monotonic() - running_since > 2 * visibility and _get(c, long_id)["step"] > 0,
+            wait_for(lambda: time.monotonic() - running_since > 2 * visibility and get_training(c, long_id)["step"] > 0,
                      4 * visibility + 120, "the long training to outlast the visibility timeout", 0.5)
-            long_body = _get(c, long_id)
+            long_body = get_training(c, long_id)
             assert long_body["status"] == "running" and long_body["attempt"] == 1
             assert c.post(f"/api/v1/trainings/{long_id}/cancel").status_code == 200
-            long_body = _wait_status(c, long_id, FINAL, 60)
+            long_body = wait_status(c, long_id, FINAL, 60)
             assert long_body["status"] == "cancelled" and long_body["attempt"] == 1
             ran = datetime.fromisoformat(long_body["finished_at"]) - datetime.fromisoformat(long_body["started_at"])
             assert ran.total_seconds() > visibility, (ran, visibility)
-            running = [e for e in _events(c, long_id) if e["kind"] == "status" and e["status"] == "running"]
+            running = [e for e in get_events(c, long_id) if e["kind"] == "status" and e["status"] == "running"]
             assert len(running) == 1  # executed exactly once
             assert proc_output().count("Task gpufleet.run_training") == 2 * 2  # received + succeeded, per training
     finally:
@@ -128,7 +113,7 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=1000)
     tid = c.post("/api/v1/trainings", json={"name": "long", "recipe": "sae", "config": cfg, "gpu_ids": [0, 1],
                                             "host": fleet_settings.host_name}).json()["id"]
-    body = wait_for(lambda: (b := _get(c, tid))["step"] >= 2 and b, 120, "the training to make progress", 0.2)
+    body = wait_for(lambda: (b := get_training(c, tid))["step"] >= 2 and b, 120, "the training to make progress", 0.2)
     pgid = body["launcher_pid"]
     assert len(pids_in_group(pgid)) >= 3  # the launcher and two ranks
     # The worker told its device backend: the simulated GPUs list the launcher as this training's.
@@ -138,7 +123,7 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"] is True
     wait_for(lambda: not pids_in_group(pgid), 5, "every rank to be gone")
-    body = _wait_status(c, tid, FINAL, 5 - (time.monotonic() - t0))
+    body = wait_status(c, tid, FINAL, 5 - (time.monotonic() - t0))
     assert body["status"] == "cancelled"
     assert time.monotonic() - t0 < 5
     assert not _active_allocations(fleet_settings, uuid.UUID(tid))
@@ -146,7 +131,7 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     # Idempotent.
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
-    assert [e["kind"] for e in _events(c, tid)].count("cancel") == 1
+    assert [e["kind"] for e in get_events(c, tid)].count("cancel") == 1
     # A queued training (one of the host's two GPUs is drained) leaves the queue at once.
     from gpufleet.db.session import write_session
     from gpufleet.scheduling.drain import set_drained
@@ -155,6 +140,6 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
         set_drained(sess, fleet_settings.host_name, [1], True, "kept back by the test")
     w = c.post("/api/v1/trainings", json={"name": "waits", "recipe": "sae", "config": TINY_SAE,
                                           "world_size": 2, "host": fleet_settings.host_name}).json()
-    wait_for(lambda: _get(c, w["id"])["wait_reason"], 10, "a wait reason")
-    assert "needs 2 free GPU(s)" in _get(c, w["id"])["wait_reason"]
+    wait_for(lambda: get_training(c, w["id"])["wait_reason"], 10, "a wait reason")
+    assert "needs 2 free GPU(s)" in get_training(c, w["id"])["wait_reason"]
     assert c.post(f"/api/v1/trainings/{w['id']}/cancel").json()["status"] == "cancelled"

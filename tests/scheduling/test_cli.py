@@ -36,11 +36,11 @@ def recommend_in(request, run, monkeypatch):  # noqa: ANN001, ANN201
         yield s, lambda *args: invoke("recommend", "--local", *args)
         return
     from gpufleet.api.app import create_app
-    from telemetry.wsutil import serve
+    from servers import serve_inprocess
 
-    with serve(create_app(s)) as addr:
+    with serve_inprocess(create_app(s)) as srv:
         # The server answers from its own settings; the CLI sees only the URL.
-        monkeypatch.setenv("GPUFLEET_SERVER", f"http://{addr}")
+        monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
         monkeypatch.setenv("GPUFLEET_DATA_DIR", str(s.data_dir.parent / "elsewhere"))
         yield s, lambda *args: invoke("recommend", *args)
 

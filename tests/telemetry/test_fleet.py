@@ -15,7 +15,9 @@ from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.live import read_agent_health, read_live_samples
 
 from .test_ws import Reader
-from .wsutil import build_app, serve
+from servers import serve_inprocess
+
+from .wsutil import build_app
 
 # What an agent on another GPU host does each round, as a separate process.
 AGENT_ROUND = r"""
@@ -49,7 +51,7 @@ def test_live_samples_and_stream_cross_processes_through_redis(redis_url, tmp_pa
     live = [x for x in read_live_samples(s) if x.host == host]
     assert [(x.index, x.utilization, x.processes[0].user) for x in live] == [(0, 10.0, "bob"), (1, 10.0, "bob")]
     assert read_agent_health(s)[host]["samples_total"] == 7
-    with serve(build_app(s)) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(build_app(s)) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         r.send(op="subscribe", channels=[f"gpu:{host}:1", f"host:{host}"])
         snap = r.until(lambda m: m["type"] == "snapshot" and m["channel"] == f"gpu:{host}:1")

@@ -13,7 +13,9 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 
 from .test_routes import _fleet
-from .wsutil import build_app, serve
+from servers import serve_inprocess
+
+from .wsutil import build_app
 
 
 def test_top_shows_bars_and_who_holds_each_gpu(tmp_path):
@@ -26,8 +28,8 @@ def test_top_shows_bars_and_who_holds_each_gpu(tmp_path):
     LOCAL.clear()
     LOCAL.put_host("h1", _fleet(tid))
     try:
-        with serve(build_app(s)) as addr:
-            res = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once"], env={"COLUMNS": "160"})
+        with serve_inprocess(build_app(s)) as srv:
+            res = CliRunner().invoke(app, ["top", "--server", srv.url, "--once"], env={"COLUMNS": "160"})
     finally:
         LOCAL.clear()
     assert res.exit_code == 0, res.output
@@ -50,9 +52,9 @@ def test_top_fits_80_columns_without_chopping_every_word(tmp_path):
     LOCAL.clear()
     LOCAL.put_host("h1", _fleet(tid))
     try:
-        with serve(build_app(s)) as addr:
-            narrow = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once"], env={"COLUMNS": "80"})
-            wide = CliRunner().invoke(app, ["top", "--server", f"http://{addr}", "--once", "--wide"],
+        with serve_inprocess(build_app(s)) as srv:
+            narrow = CliRunner().invoke(app, ["top", "--server", srv.url, "--once"], env={"COLUMNS": "80"})
+            wide = CliRunner().invoke(app, ["top", "--server", srv.url, "--once", "--wide"],
                                       env={"COLUMNS": "80"})
     finally:
         LOCAL.clear()
@@ -82,10 +84,10 @@ def test_top_honours_gpufleet_server(tmp_path, monkeypatch):
     LOCAL.clear()
     LOCAL.put_host("h1", _fleet(uuid.uuid4()))
     try:
-        with serve(build_app(s)) as addr:
-            monkeypatch.setenv("GPUFLEET_SERVER", f"http://{addr}")
+        with serve_inprocess(build_app(s)) as srv:
+            monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
             res = CliRunner().invoke(app, ["top", "--once"], env={"COLUMNS": "160"})
     finally:
         LOCAL.clear()
     assert res.exit_code == 0, res.output
-    assert f"gpufleet top — http://{addr}" in res.output and "H100 80GB HBM3" in res.output
+    assert f"gpufleet top — {srv.url}" in res.output and "H100 80GB HBM3" in res.output

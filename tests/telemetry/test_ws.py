@@ -17,7 +17,9 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 from gpufleet.telemetry.stream import StreamConfig
 
-from .wsutil import RawNeverReader, build_app, messages, publish, serve
+from servers import serve_inprocess
+
+from .wsutil import RawNeverReader, build_app, messages, publish
 
 
 @pytest.fixture
@@ -51,6 +53,13 @@ class Reader:
         self.ws.send(json.dumps(op))
 
 
+def wait_until(pred, timeout=30.0):
+    """Poll ``pred`` until it holds; what follows asserts what it was waiting for."""
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def updates(msgs, channel):
     return [m for m in msgs if m.get("channel") == channel and m["type"] == "update"]
 
@@ -58,12 +67,14 @@ def updates(msgs, channel):
 def test_snapshot_updates_and_resume_without_missing_anything(embedded):
     s = embedded
     app = build_app(s)
-    with serve(app) as addr:
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app) as srv:
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             epoch = r.until(lambda m: m["type"] == "hello")["epoch"]
+            hub = app.state.live_stream.hub
             publish(s, "h1", 2, 1.0)
-            time.sleep(0.2)
+            wait_until(lambda: "gpu:h1:0" in hub.channels and "aggregate" in hub.channels
+                       and hub.channels["aggregate"].state["fleet"]["gpu_count"] == 2)
             r.send(op="subscribe", channels=["gpu:h1:0", "aggregate"])
             snap = r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "gpu:h1:0")
             agg = r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "aggregate")
@@ -80,8 +91,8 @@ def test_snapshot_updates_and_resume_without_missing_anything(embedded):
         # Disconnected: the fleet moves on.
         for v in (5.0, 6.0, 7.0):
             publish(s, "h1", 2, v)
-        time.sleep(0.2)
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+        wait_until(lambda: hub.channels["gpu:h1:0"].seq == last_gpu + 3 and hub.channels["aggregate"].seq == last_agg + 3)
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channel="gpu:h1:0", since=last_gpu, epoch=epoch)
             r.send(op="subscribe", channel="aggregate", since=last_agg, epoch=epoch)
@@ -106,7 +117,7 @@ def test_bad_subscriptions_get_errors_that_say_what_to_fix(embedded):
     s = embedded
     with session_scope(s) as sess:
         sess.add(Host(name="h1"))
-    with serve(build_app(s)) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(build_app(s)) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         publish(s, "h1", 2, 1.0)
         r.send(op="subscribe", channel="gpu:h1:9")
@@ -132,20 +143,16 @@ def test_bad_subscriptions_get_errors_that_say_what_to_fix(embedded):
 def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
     s = embedded
     app = build_app(s, StreamConfig(outbox_size=16, send_timeout_s=1.0))
-    with serve(app) as addr:
+    with serve_inprocess(app) as srv:
         publish(s, "big", 64, 0.0, pad=400)
-        with connect(f"ws://{addr}/api/v1/ws") as ws:
+        with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channels=["host:big", "aggregate"])
             r.until(lambda m: m["type"] == "snapshot" and m["channel"] == "host:big")
-            stuck = RawNeverReader(addr, ["host:big", "gpu:big:0", "aggregate"])
+            stuck = RawNeverReader(srv.addr, ["host:big", "gpu:big:0", "aggregate"])
             hub = app.state.live_stream.hub
-            deadline = time.monotonic() + 3
-            while hub.subscriber_count() < 5 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: hub.subscriber_count() == 5)
             assert hub.subscriber_count() == 5
-            # The fast path (frames written straight to the transport) is what is under test.
-            assert all(c.raw is not None for ch in hub.channels.values() for c in ch.subscribers)
             lat = []
             stop = threading.Event()
 
@@ -175,6 +182,9 @@ def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
             stop.set()
             t.join()
             stuck_gone = hub.subscriber_count() == 2
+            # Its handler ended too (not left waiting for a frame that never comes): one connection is served.
+            wait_until(lambda: len(srv.server.server_state.tasks) == 1)
+            handlers_left = len(srv.server.server_state.tasks)
             stuck.close()
         host_updates = updates(r.got, "host:big")
         seqs = [m["seq"] for m in host_updates]
@@ -185,7 +195,41 @@ def test_a_client_that_never_reads_does_not_slow_the_others(embedded):
         p99 = lat[int(len(lat) * 0.99) - 1]
         assert p99 < 0.25, (statistics.median(lat), p99)
         # The stuck one was cut off.
-        assert stuck_gone
+        assert stuck_gone and handlers_left == 1
+
+
+class RecordSends:
+    """An ASGI middleware that sees every WebSocket frame the app sends, as a metering proxy would."""
+
+    def __init__(self, app, texts):
+        self.app, self.texts = app, texts
+
+    async def __call__(self, scope, receive, send):
+        async def recording(message):
+            if message["type"] == "websocket.send":
+                self.texts.append(message["text"])
+            await send(message)
+
+        await self.app(scope, receive, recording if scope["type"] == "websocket" else send)
+
+
+def test_every_frame_goes_through_asgi_send_so_middleware_sees_it(embedded):
+    s = embedded
+    app = build_app(s)
+    texts: list[str] = []
+    app.add_middleware(RecordSends, texts=texts)
+    with serve_inprocess(app) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
+        r = Reader(ws)
+        publish(s, "mw", 1, 1.0)
+        r.send(op="subscribe", channel="gpu:mw:0")
+        r.until(lambda m: m["type"] == "snapshot")
+        for v in (2.0, 3.0):
+            publish(s, "mw", 1, v)
+        r.until(lambda m: m["type"] == "update" and m["data"]["utilization"] == 3.0)
+        # Every message the client got, updates included, passed through the app's send.
+        seen = [m for t in texts for m in messages(t)]
+        assert r.got and all(m in seen for m in r.got)
+        assert [m["data"]["utilization"] for m in updates(seen, "gpu:mw:0")][-2:] == [2.0, 3.0]
 
 
 def test_training_channel_streams_progress_from_the_database(embedded):
@@ -197,7 +241,7 @@ def test_training_channel_streams_progress_from_the_database(embedded):
         sess.add(TrainingEvent(training_id=tid, seq=1, kind="status", status="running"))
         sess.add(TrainingMetric(training_id=tid, step=10, loss=1.5, metrics={}))
     app = build_app(s)
-    with serve(app) as addr, connect(f"ws://{addr}/api/v1/ws") as ws:
+    with serve_inprocess(app) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         r.send(op="subscribe", channel=f"training:{tid}")
         snap = r.until(lambda m: m["type"] == "snapshot")

@@ -1,4 +1,4 @@
-"""A real uvicorn server on loopback for the live-stream tests, and raw WebSocket helpers."""
+"""The app the live-stream tests serve (tests/servers.py), what an agent publishes, and raw WebSocket helpers."""
 
 from __future__ import annotations
 
@@ -6,14 +6,9 @@ import base64
 import json
 import os
 import socket
-import threading
-import time
-from contextlib import contextmanager
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 
 from gpufleet.config import Settings
@@ -41,27 +36,6 @@ def build_app(settings: Settings, stream_config: StreamConfig | None = None) -> 
     if stream_config is not None:
         app.state.stream_config = stream_config
     return app
-
-
-@contextmanager
-def serve(app: FastAPI, lifespan: str = "off") -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", ws_ping_interval=None, lifespan=lifespan)
-    server = uvicorn.Server(config)
-    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        t.join(10)
-        if getattr(app.state, "live_stream", None) is not None:
-            app.state.live_stream.close()
 
 
 def publish(settings: Settings, host: str, gpus: int, value: float, *, pad: int = 0) -> None:

@@ -7,7 +7,6 @@ script launcher gives them.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from torch import nn
 
 import gpufleet
 from gpufleet.training.backend import make_backend
+from servers import free_port
 
 STEPS = 20
 GLOBAL_BATCH = 16
@@ -74,12 +74,6 @@ def _rank_main(rank: int, world: int, port: int, strategy: str, out_dir: str, re
     torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def single_device_params() -> dict[str, torch.Tensor]:
     backend = make_backend(_model(), _loss, _opt, strategy="single", device="cpu")
@@ -90,7 +84,7 @@ def single_device_params() -> dict[str, torch.Tensor]:
 
 
 def _distributed(tmp_path: Path, strategy: str, resume: bool = False) -> dict[str, torch.Tensor]:
-    mp.start_processes(_rank_main, args=(2, _free_port(), strategy, str(tmp_path), resume), nprocs=2,
+    mp.start_processes(_rank_main, args=(2, free_port(), strategy, str(tmp_path), resume), nprocs=2,
                        join=True, start_method="spawn")
     return torch.load(tmp_path / "final.pt", weights_only=True)
 

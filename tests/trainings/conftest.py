@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 from auth.helpers import SECRET, People, make_people
 from gpufleet.api.app import create_app
 from gpufleet.config import Settings
+from servers import serve_inprocess
 
 
 @pytest.fixture
@@ -39,30 +41,17 @@ def live_server() -> Iterator:
     (heartbeats keep the host schedulable, as under `gpufleet serve`); returns its base URL."""
     import threading
 
-    import uvicorn
-
     from gpufleet.telemetry.agent import start_agent
-    from jobs.conftest import free_port, wait_for
 
-    servers: list = []
     stop = threading.Event()
     agents: list[threading.Thread] = []
 
     def start(settings: Settings) -> str:
         agents.append(start_agent(settings, stop))
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                               log_level="warning", lifespan="off"))
-        t = threading.Thread(target=server.run, daemon=True)
-        t.start()
-        wait_for(lambda: server.started, 20, "uvicorn to start")
-        servers.append((server, t))
-        return f"http://127.0.0.1:{port}"
+        return stack.enter_context(serve_inprocess(create_app(settings))).url
 
-    yield start
+    with ExitStack() as stack:
+        yield start
     stop.set()
-    for server, t in servers:
-        server.should_exit = True
-        t.join(10)
     for a in agents:
         a.join(10)

@@ -97,35 +97,6 @@ def get_stream(app: FastAPI) -> LiveStream:
     return stream
 
 
-def _transport(websocket: WebSocket) -> Any:
-    """The connection's transport under uvicorn, or None (then every frame goes through ``send``).
-
-    The ASGI ``send`` handed to the endpoint is uvicorn's protocol method,
-    possibly wrapped by Starlette's and the app's middleware in closures;
-    follow those down to the protocol that owns the transport. Anything
-    unexpected means None, and the ordinary path.
-    """
-    needed = ("write", "get_write_buffer_size", "is_closing", "abort")
-    seen: set[int] = set()
-    todo: list[Any] = [getattr(websocket, "_send", None)]
-    while todo and len(seen) < 16:
-        fn = todo.pop()
-        if fn is None or id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        transport = getattr(getattr(fn, "__self__", None), "transport", None)
-        if transport is not None:
-            return transport if all(hasattr(transport, a) for a in needed) else None
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                inner = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            if callable(inner):
-                todo.append(inner)
-    return None
-
-
 def _error(client: Client, message: str, **extra: Any) -> None:
     client.enqueue("", json.dumps({"type": "error", "message": message, **extra}))
 
@@ -222,21 +193,30 @@ async def live_stream(websocket: WebSocket) -> None:
     async def close(code: int, reason: str) -> None:
         await websocket.close(code=code, reason=reason)
 
-    client = Client(stream.hub, websocket.send_text, close,
-                    raw=_transport(websocket) if stream.hub.config.raw_frames else None)
-    client.start()
+    # Every frame goes through ASGI ``send``: uvicorn's flow control makes a
+    # client that stops reading wait in its own sender task, never the hub.
+    client = Client(stream.hub, websocket.send_text, close)
+    sender = client.start()
     watcher = asyncio.get_running_loop().create_task(_watch_credentials(websocket, settings, user, client))
+    reader = asyncio.get_running_loop().create_task(_read(websocket, stream, client))
     client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
                                    "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))
     try:
-        while not client.closed:
-            raw = await websocket.receive_text()
-            await _handle(stream, client, raw)
-    except (WebSocketDisconnect, RuntimeError):
-        pass
+        # The client leaves (reader done) or the server cut it off (sender done,
+        # e.g. too slow): either way this connection is over.
+        await asyncio.wait({reader, sender}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
+            reader.result()  # a failure in handling a frame is the app's error, as uvicorn should log
     finally:
-        watcher.cancel()
         client.closed = True
         stream.hub.detach(client)
-        if client.task is not None:
-            client.task.cancel()
+        for task in (watcher, reader, sender):
+            task.cancel()
+
+
+async def _read(websocket: WebSocket, stream: LiveStream, client: Client) -> None:
+    try:
+        while not client.closed:
+            await _handle(stream, client, await websocket.receive_text())
+    except (WebSocketDisconnect, RuntimeError):
+        pass

@@ -17,6 +17,8 @@ A client owns a bounded outbox and a sender task. Publishing never waits for
 a client: when an outbox is full, the client's queued updates are thrown away
 and it is sent the newest state of each of its channels instead (``skipped``);
 a client whose socket accepts nothing for ``send_timeout_s`` is disconnected.
+Frames go through the server's ordinary send (ASGI ``websocket.send``), whose
+flow control holds a client that stops reading in its own sender task.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from typing import Any
 
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
 from gpufleet.telemetry.sample import GPUSample
-from gpufleet.telemetry.wsframe import FrameCache
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ class StreamConfig:
     idle_channel_s: float = 300.0
     # A GPU whose host stopped reporting leaves the aggregate after this long.
     stale_after_s: float = 30.0
-    # Write frames straight to the transport (see wsframe); past this many
-    # unsent bytes a client counts as not reading.
-    raw_frames: bool = True
-    raw_high_water: int = 1 << 20
 
     def __post_init__(self) -> None:
         if self.outbox_size < 4 or self.resume_buffer < 1 or self.send_timeout_s <= 0:
@@ -96,13 +93,10 @@ class Client:
     """One WebSocket connection: its subscriptions, outbox and sender."""
 
     def __init__(self, hub: Hub, send: Callable[[str], Awaitable[None]],
-                 close: Callable[[int, str], Awaitable[None]], raw: Any = None) -> None:
+                 close: Callable[[int, str], Awaitable[None]]) -> None:
         self.hub = hub
         self._send = send
         self._close = close
-        # The connection's asyncio transport, when frames may be written to it
-        # directly (see gpufleet.telemetry.wsframe); None: go through ``send``.
-        self.raw = raw
         self.channels: set[str] = set()
         self.outbox: deque[str] = deque()
         self.resync: set[str] = set()
@@ -113,8 +107,9 @@ class Client:
         self.sending_since: float | None = None
         self.too_slow = False
 
-    def start(self) -> None:
+    def start(self) -> asyncio.Task[None]:
         self.task = asyncio.get_running_loop().create_task(self._sender())
+        return self.task
 
     def enqueue(self, channel: str, text: str) -> None:
         if self.closed:
@@ -144,20 +139,6 @@ class Client:
                 if not frames:
                     continue
                 text = frames[0] if len(frames) == 1 else '{"type":"batch","messages":[' + ",".join(frames) + "]}"
-                if self.raw is not None:
-                    if self.raw.is_closing():
-                        await self.shutdown(1001, "connection closed")
-                        return
-                    if self.raw.get_write_buffer_size() > self.hub.config.raw_high_water:
-                        # Not reading: drop this, send the newest state once it drains;
-                        # the watchdog cuts it off if that takes too long.
-                        self.resync |= self.channels
-                        self.skipped += 1
-                        self.sending_since = self.sending_since or time.monotonic()
-                        continue
-                    self.sending_since = None
-                    self.raw.write(self.hub.frames.get(text))
-                    continue
                 # No wait_for per send (a timer and a task each, at 1,000 sends a
                 # second): the hub's watchdog cancels a send that takes too long.
                 self.sending_since = time.monotonic()
@@ -180,18 +161,14 @@ class Client:
         self.hub.detach(self)
         try:
             await asyncio.wait_for(self._close(code, reason), 2.0)
-        except Exception:  # noqa: BLE001 - already gone
+        except Exception:  # noqa: BLE001 - already gone, or (too slow) not reading the close frame either
             pass
-        if self.raw is not None and self.too_slow:
-            # A client that reads nothing will not read the close frame either.
-            self.raw.abort()
 
 
 class Hub:
     def __init__(self, config: StreamConfig | None = None) -> None:
         self.config = config or StreamConfig()
         self.epoch = uuid.uuid4().hex[:12]
-        self.frames = FrameCache()
         self.channels: dict[str, Channel] = {}
         self.latest: dict[tuple[str, int], GPUSample] = {}
         self.received_at: dict[tuple[str, int], float] = {}
