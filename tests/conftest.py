@@ -136,3 +136,12 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         return s
     url = request.getfixturevalue("pg_migrated_url")
     return load_settings(data_dir=tmp_path / "gpufleet-data", database_url=url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def cli_db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The database the CLI talks to, through the environment as a user sets it."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("GPUFLEET_DATABASE_URL", request.getfixturevalue("pg_migrated_url"))
+    reset_settings_cache()
+    return "u" + uuid.uuid4().hex[:8]

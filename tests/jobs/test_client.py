@@ -25,7 +25,7 @@ SECRET = "client-tests-secret-" + "y" * 32
 
 
 def _signed_in(tmp_path: Path, **kw) -> tuple[Settings, dict[str, str]]:  # noqa: ANN003
-    from auth.helpers import make_people
+    from people import make_people
 
     s = make_settings(tmp_path, "sqlite", auth="on", secret_key=SECRET, **kw)
     p = make_people(s, suffix="-" + uuid.uuid4().hex[:6])

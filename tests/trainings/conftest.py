@@ -9,7 +9,7 @@ from contextlib import ExitStack
 import pytest
 from fastapi.testclient import TestClient
 
-from auth.helpers import SECRET, People, make_people
+from people import SECRET, People, make_people
 from gpufleet.api.app import create_app
 from gpufleet.config import Settings
 from servers import serve_inprocess

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
-from auth.helpers import bearer
+from people import bearer
 from gpufleet.db.models import CodeBlob, Training
 from gpufleet.db.session import session_scope
 from gpufleet.trainings.archive import content_hash

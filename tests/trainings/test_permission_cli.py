@@ -5,7 +5,6 @@ from __future__ import annotations
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from auth.test_cli import cli_db  # noqa: F401 - the CLI's database, set through the environment
 from gpufleet.cli import app
 from gpufleet.config import get_settings
 from gpufleet.db.models import User
@@ -19,7 +18,7 @@ def _granted(name: str) -> bool:
         return bool(sess.scalar(select(User.run_code).where(User.name == name)))
 
 
-def test_grant_and_revoke_run_code(cli_db: str) -> None:  # noqa: F811
+def test_grant_and_revoke_run_code(cli_db: str) -> None:
     assert runner.invoke(app, ["users", "add", cli_db]).exit_code == 0
     assert not _granted(cli_db)  # off by default for members
     r = runner.invoke(app, ["users", "grant", cli_db, "run_code"])

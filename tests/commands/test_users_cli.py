@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 
 import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
-from gpufleet.config import get_settings, reset_settings_cache
+from gpufleet.config import get_settings
 from gpufleet.db.models import APIToken, User
 from gpufleet.db.session import session_scope
 from gpufleet.users.tokens import authenticate_token, hash_token
@@ -17,16 +16,7 @@ from gpufleet.users.tokens import authenticate_token, hash_token
 runner = CliRunner()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def cli_db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The database the CLI talks to, through the environment as a user sets it."""
-    if request.param == "postgresql":
-        monkeypatch.setenv("GPUFLEET_DATABASE_URL", request.getfixturevalue("pg_migrated_url"))
-    reset_settings_cache()
-    return "u" + uuid.uuid4().hex[:8]
-
-
-def run(*args: str):  # noqa: ANN201
+def run(*args: str):
     result = runner.invoke(app, list(args))
     return result
 

@@ -19,7 +19,7 @@ from gpufleet.db.models import Host
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.db.types import utcnow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HEALTHCHECK = ROOT / "deploy" / "healthcheck.py"
 
 

@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from auth.helpers import People, bearer, build_app
+from people import People, bearer, build_app
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from auth.helpers import People, bearer, build_app
+from people import People, bearer, build_app
 from gpufleet.api.security.ratelimits import MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 from gpufleet.db.models import Training

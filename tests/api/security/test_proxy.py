@@ -27,14 +27,14 @@ import httpx
 import pytest
 import websockets
 
-from auth.helpers import SECRET
+from people import SECRET
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
 from servers import free_port, serve_process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
 HAVE_TOOLS = bool(NGINX and shutil.which("openssl"))
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect
 
-from auth.helpers import SECRET, People, bearer, make_people
+from people import SECRET, People, bearer, make_people
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope

@@ -1,4 +1,4 @@
-"""Helpers for the auth tests: users with tokens, and a small app behind the real auth layer.
+"""Helpers for tests of sign-in and roles: users with tokens, and a small app behind the real auth layer.
 
 The app mounts routes that use the same dependencies the product's routes use
 (`CreatorUser`, `ensure_can_cancel`, `AdminUser`, a read with no dependency at

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from auth.helpers import People, bearer
+from people import People, bearer
 from gpufleet.config import Settings
 from gpufleet.db.models import APIToken, User
 from gpufleet.db.session import get_engine, session_scope

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import websockets
 
-from auth.helpers import SECRET
+from people import SECRET
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings

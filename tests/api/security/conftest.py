@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from auth.helpers import SECRET, People, build_app, make_people
+from people import SECRET, People, build_app, make_people
 from gpufleet.config import Settings
 
 
