@@ -16,7 +16,7 @@ from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.data import BadDataError, SyntheticSparseActivations, feature_recovery
 from gpufleet.training.distributed import calculate_effective_batch_size
 from gpufleet.training.recipes import get_recipe
-from gpufleet.training.config import ConfigError
+from gpufleet.training.config import TrainingConfigError
 
 
 def test_move_to_device_walks_containers():
@@ -45,9 +45,9 @@ def test_effective_batch_size_both_meanings():
     assert calculate_effective_batch_size(256, 4, True) == (256, 64)
     assert calculate_effective_batch_size(64, 4, True, base_is_global=False) == (256, 64)
     assert calculate_effective_batch_size(64, 4, False) == (64, 64)
-    with pytest.raises(ConfigError):
+    with pytest.raises(TrainingConfigError):
         calculate_effective_batch_size(64, 0, True)
-    with pytest.raises(ConfigError):
+    with pytest.raises(TrainingConfigError):
         calculate_effective_batch_size(10, 4, True)
 
 

@@ -195,13 +195,13 @@ _CACHE_SIZE = 128
 
 def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
     """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     if samples is None:
         return
     per_rank = -(-samples // world_size)  # what DistributedSampler gives each rank
     if per_rank < micro * accum:
-        raise ConfigError(
+        raise TrainingConfigError(
             "global_batch_size",
             f"the dataset has {samples} samples, fewer than one step needs ({micro * accum * world_size} over"
             f" {world_size} rank(s)); use more data or a smaller global_batch_size",
@@ -238,7 +238,7 @@ class TracePlan:
 
 
 def plan_trace(recipe: str, config: Mapping[str, Any] | Any, world_size: int, data_root: Any) -> TracePlan:
-    """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's ConfigError."""
+    """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's TrainingConfigError."""
     from gpufleet.training.recipes import get_recipe
 
     if world_size < 1:
@@ -269,7 +269,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
     except EstimateLimitError:
         raise
     except ValueError:
-        raise  # the recipe's own ConfigError
+        raise  # the recipe's own TrainingConfigError
     except Exception as exc:  # noqa: BLE001 - a recipe whose model cannot even build
         raise EstimateError(
             f"cannot build recipe {recipe_obj.name}'s model to measure its memory: {type(exc).__name__}: {exc}"
@@ -297,7 +297,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
                                batch=batch, **kw)
             trace = dataclasses.replace(trace, dataset_size=len(dataset))
     except ValueError:
-        raise  # the recipe's own ConfigError / BadDataError: it names the field
+        raise  # the recipe's own TrainingConfigError / BadDataError: it names the field
     except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
         raise EstimateError(
             f"cannot trace recipe {recipe_obj.name} to measure its memory: {type(exc).__name__}: {exc}"
@@ -318,7 +318,7 @@ def estimate_memory_requirement(
     """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
 
     ``config`` is a dict (resolved by the recipe here, so bad values raise the
-    recipe's ``ConfigError`` naming the field) or an already resolved config.
+    recipe's ``TrainingConfigError`` naming the field) or an already resolved config.
     ``data_root`` is where a config's ``data_path`` lives (the settings'
     ``data_root``); only the shape of one micro-batch is read from it.
     """

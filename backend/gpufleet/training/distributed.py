@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpufleet.devices.ops import backend_ops
-from gpufleet.training.config import ConfigError, TrainConfig
+from gpufleet.training.config import TrainingConfigError, TrainConfig
 from gpufleet.training.data import BadDataError
 
 
@@ -46,16 +46,16 @@ def calculate_effective_batch_size(base_batch_size: int, num_gpus: int, distribu
       optimisation (the learning rate may need scaling).
     """
     if num_gpus < 1:
-        raise ConfigError("devices", f"need at least one device, got {num_gpus}")
+        raise TrainingConfigError("devices", f"need at least one device, got {num_gpus}")
     if base_batch_size < 1:
-        raise ConfigError("global_batch_size", f"must be >= 1, got {base_batch_size}")
+        raise TrainingConfigError("global_batch_size", f"must be >= 1, got {base_batch_size}")
     if not distributed or num_gpus == 1:
         return base_batch_size, base_batch_size
     if not base_is_global:
         return base_batch_size * num_gpus, base_batch_size
     per_gpu, rem = divmod(base_batch_size, num_gpus)
     if rem or per_gpu == 0:
-        raise ConfigError(
+        raise TrainingConfigError(
             "global_batch_size", f"{base_batch_size} does not split evenly over {num_gpus} devices"
         )
     return base_batch_size, per_gpu
@@ -110,7 +110,7 @@ class DistributedTrainer:
                  master_addr: str = "127.0.0.1", master_port: int | None = None,
                  use_process_group: bool | None = None):
         if not devices:
-            raise ConfigError("devices", "at least one device is needed")
+            raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
         self.world_size = len(devices)
         # None: a process group only with more than one rank. True forces one

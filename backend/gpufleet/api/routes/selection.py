@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
+from gpufleet.trainings.request import CONFIG_SCHEMA, check_config
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
@@ -176,7 +177,7 @@ async def _estimate(request: Request, settings: Any, user: Any, recipe: str, con
     from gpufleet.scheduling.memory import EstimateError
     from gpufleet.scheduling.memory_pool import EstimateBusy
     from gpufleet.scheduling.plan import estimate_for
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
     try:
@@ -190,7 +191,7 @@ async def _estimate(request: Request, settings: Any, user: Any, recipe: str, con
         return await run_in_threadpool(calibrated)
     except EstimateBusy as exc:
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
-    except (ConfigError, EstimateError) as exc:
+    except (TrainingConfigError, EstimateError) as exc:
         raise HTTPException(422, str(exc)) from None
 
 
