@@ -23,7 +23,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from gpufleet.training.config import TrainingConfigError, TrainConfig, resolve_config
+from gpufleet.training.config import TrainConfig, TrainingConfigError, resolve_config
 
 ENTRY_POINT_GROUP = "gpufleet.recipes"
 
