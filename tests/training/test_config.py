@@ -153,3 +153,13 @@ def test_the_example_configs_are_valid_and_the_readme_points_to_them():
     readme = (root / "README.md").read_text()
     assert "examples/sae.yaml" in readme and "examples/mlp.yaml" in readme
     assert "run.yaml" not in readme
+
+
+def test_numbers_are_never_true_or_false_and_names_may_be_numbers():
+    mlp = get_recipe("mlp")
+    with pytest.raises(TrainingConfigError) as exc:
+        mlp.resolve_config({"max_steps": True, "lr": False, "hidden": [8, True], "grad_clip": True})
+    assert sorted(f for f, _ in exc.value.problems) == ["grad_clip", "hidden", "lr", "max_steps"]
+    assert "must be a number" in str(exc.value) and "list of numbers" in str(exc.value)
+    cfg = mlp.resolve_config({"x_key": 5, "hidden": "[8, 4]", "max_steps": 50.0, "data_path": "~"})
+    assert (cfg.x_key, cfg.hidden, cfg.max_steps, cfg.data_path) == ("5", [8, 4], 50, None)

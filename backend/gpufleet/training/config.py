@@ -131,11 +131,25 @@ class TrainConfig(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _from_text(cls, value: Any, info: ValidationInfo) -> Any:
-        """Values written as text (``--set``, forms): ``null`` for an optional field, ``64,64`` for a list."""
-        if not isinstance(value, str) or info.field_name is None:
+        """Values written as text (``--set``, forms): ``null`` for an optional field, ``64,64`` for a list.
+
+        A number is never true or false (pydantic would read ``true`` as 1),
+        and a name may be written as a number.
+        """
+        if info.field_name is None:
             return value
         hint = cls.model_fields[info.field_name].annotation
         args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if isinstance(value, bool) and bool not in args and any(a in (int, float) for a in args):
+            raise ValueError(f"must be a number, got {value!r}")
+        lists = [typing.get_args(a)[0] for a in args if typing.get_origin(a) in (list, tuple) and typing.get_args(a)]
+        items = [typing.get_args(i)[0] if typing.get_origin(i) is Annotated else i for i in lists]
+        if isinstance(value, list) and any(i in (int, float) for i in items) and any(isinstance(v, bool) for v in value):
+            raise ValueError(f"must be a list of numbers, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and str in args:
+            return str(value)
+        if not isinstance(value, str):
+            return value
         if value.strip().lower() in _NULLS and type(None) in args:
             return None
         if any(typing.get_origin(a) in (list, tuple) for a in args):
@@ -228,6 +242,8 @@ def _from_error(cls: type[TrainConfig], err: Any) -> list[tuple[str | None, str]
     field, *rest = err["loc"]
     if err["type"] == "extra_forbidden":
         return [(str(field), f"unknown field; known fields are: {', '.join(sorted(cls.model_fields))}")]
+    if error is not None:  # one of this module's own validators
+        return [(str(field), str(error))]
     where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest if p not in ("int", "float", "str"))
     msg = err["msg"].replace("Input should be", "must be")
     return [(str(field), f"{where.lstrip('.')}: {msg}, got {err['input']!r}" if where else
