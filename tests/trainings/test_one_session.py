@@ -130,5 +130,7 @@ def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:  # noqa:
               and c[1].startswith(("gpufleet.api.", "gpufleet.jobs.", "gpufleet.trainings.service",
                                    "gpufleet.trainings.checks"))]
     assert upward == [], upward
-    # It did reach scheduling (the fleet checks and the estimate).
+    # It did reach scheduling (the fleet checks and the estimate), with the config the recipe validated once.
     assert any(c[1].startswith("gpufleet.scheduling.") for c in calls), calls
+    validated = [c for c in calls if c[1] == "gpufleet.training.recipes" and c[2] == "resolve_config"]
+    assert [c[0] for c in validated] == ["gpufleet.trainings.service"], validated

@@ -20,7 +20,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Host
 from gpufleet.scheduling.memory import EstimateLimitError
 from gpufleet.scheduling.plan import estimate_training, never_fit_reason
-from gpufleet.training.config import TrainingConfigError
+from gpufleet.training.config import TrainConfig, TrainingConfigError
 from gpufleet.training.paths import resolve_data_path
 from gpufleet.training.recipes import get_recipe
 from gpufleet.trainings import script
@@ -80,10 +80,10 @@ def create_trainings(
 
     All or nothing: one bad request writes none. The caller commits.
     """
-    rows = []
+    prepared: list[tuple[Training, TrainConfig | None]] = []
     for i, req in enumerate(reqs):
         try:
-            rows.append(prepare(sess, settings, req, owner, exclusive=exclusive))
+            prepared.append(prepare(sess, settings, req, owner, exclusive=exclusive))
         except TrainingRequestError as exc:
             if len(reqs) > 1:
                 raise TrainingRequestError(
@@ -91,11 +91,12 @@ def create_trainings(
                     problems=[(f"items.{i}.{f}", f"item {i}: {m}") for f, m in exc.problems],
                 ) from None
             raise
-    for row in rows:
+    rows = [row for row, _ in prepared]
+    for row, config in prepared:
         if selection is not None:
             row.selection = dict(selection)
-        if row.kind != "script":
-            _estimate(sess, settings, row)
+        if config is not None:
+            _estimate(sess, settings, row, config)
         sess.add(row)
     sess.flush()
     for row in rows:
@@ -105,8 +106,8 @@ def create_trainings(
 
 
 def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-            exclusive: bool = True) -> Training:
-    """Validate ``req`` against the recipe and the fleet and build the row (not added)."""
+            exclusive: bool = True) -> tuple[Training, TrainConfig | None]:
+    """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config."""
     count = check_request(req)
     if not exclusive and count != 1:
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
@@ -123,17 +124,17 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
     )
     if req.kind == "script":
-        return _prepare_script(sess, settings, req, count, host, exclusive, common)
+        return _prepare_script(sess, settings, req, count, host, exclusive, common), None
     config = _resolve_config(settings, req, count)
     return Training(
-        **common, recipe=req.recipe, config=config, exclusive=exclusive,
+        **common, recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
         memory_estimate=req.memory_mb * 2**20 if req.memory_mb else None,
-        allow_rebalance=req.allow_rebalance, checkpoint_every=config.get("checkpoint_every"),
-        max_steps=config.get("max_steps"),
-    )
+        allow_rebalance=req.allow_rebalance, checkpoint_every=config.checkpoint_every,
+        max_steps=config.max_steps,
+    ), config
 
 
-def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) -> dict[str, Any]:
+def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) -> TrainConfig:
     values = dict(req.config or {})
     if req.checkpoint_every is not None:
         values["checkpoint_every"] = req.checkpoint_every
@@ -149,7 +150,7 @@ def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) ->
     except TrainingConfigError as exc:
         problems = [(f"config.{f}" if f else "config", m) for f, m in exc.problems]
         raise TrainingRequestError(problems[0][0], str(exc), problems=problems) from None
-    return cfg.to_dict()
+    return cfg
 
 
 def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, count: int, host: Host | None,
@@ -173,14 +174,14 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
     )
 
 
-def _estimate(sess: Session, settings: Settings, row: Training) -> None:
+def _estimate(sess: Session, settings: Settings, row: Training, config: TrainConfig) -> None:
     """Store the memory estimate (what the scheduler reserves and checks) on the new row.
 
     A figure the person gave is kept as what to reserve. An estimator that
     cannot run leaves the row without one; the training still runs.
     """
     try:
-        estimate_training(sess, row, data_root=settings.data_root)
+        estimate_training(sess, row, data_root=settings.data_root, config=config)
     except (TrainingConfigError, EstimateLimitError) as exc:  # the recipe's own checks, or a model past the size limits
         raise TrainingRequestError(f"config.{getattr(exc, 'field', None) or 'recipe'}", str(exc)) from None
     except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
