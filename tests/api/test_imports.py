@@ -37,39 +37,6 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start)):
-            return found
-    return None
-
-
-def test_the_api_package_has_no_import_circle():
-    graph = _graph()
-    assert "gpufleet.api.app" in graph and "gpufleet.api.routes.auth" in graph["gpufleet.api.app"]
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
-
-
-def test_the_circle_finder_finds_one():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
-
-
 def test_the_guards_know_no_route_and_no_app():
     graph = _graph()
     for name, edges in graph.items():

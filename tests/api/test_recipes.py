@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
@@ -18,7 +16,7 @@ from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
 from gpufleet.training import recipes as registry
-from gpufleet.training.config import TrainConfig
+from gpufleet.training.config import TrainConfig, option
 from gpufleet.training.recipes.mlp import MLPConfig
 from gpufleet.training.recipes.sae import SAEConfig
 
@@ -31,19 +29,18 @@ def _fields(recipe: dict) -> dict[str, dict]:
     return {f["name"]: f for f in recipe["fields"]}
 
 
-def _dataclass_defaults(cls: type) -> dict:
-    return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
-            for f in dataclasses.fields(cls)}
+def _model_defaults(cls: type[TrainConfig]) -> dict:
+    return {name: info.get_default(call_default_factory=True) for name, info in cls.model_fields.items()}
 
 
-def test_builtin_recipes_with_the_dataclass_defaults(client: TestClient) -> None:
+def test_builtin_recipes_with_the_config_defaults(client: TestClient) -> None:
     body = client.get("/api/v1/recipes").json()
     recipes = _by_name(body)
     assert {"sae", "mlp"} <= set(recipes) and body["count"] == len(body["data"])
     for name, cls in (("sae", SAEConfig), ("mlp", MLPConfig)):
         fields = _fields(recipes[name])
-        assert [f["name"] for f in recipes[name]["fields"]] == [f.name for f in dataclasses.fields(cls)]
-        assert {n: f["default"] for n, f in fields.items()} == _dataclass_defaults(cls)
+        assert [f["name"] for f in recipes[name]["fields"]] == list(cls.model_fields)
+        assert {n: f["default"] for n, f in fields.items()} == _model_defaults(cls)
         assert recipes[name]["description"] == registry.get_recipe(name).description
     sae = _fields(recipes["sae"])
     assert sae["variant"]["kind"] == "choice" and sae["variant"]["choices"] == ["relu", "topk"]
@@ -61,17 +58,16 @@ def test_builtin_recipes_with_the_dataclass_defaults(client: TestClient) -> None
     assert mlp["activation"]["choices"] == ["relu", "gelu", "tanh"]
 
 
-@dataclass
 class ToyConfig(TrainConfig):
     """A toy recipe registered at runtime.
 
     Only the first line is the description.
     """
 
-    width: int = field(default=3, metadata={"help": "how wide the toy is"})
+    width: int = option(3, "how wide the toy is")
     shape: Literal["round", "square"] | None = None
     loud: bool = False
-    tags: list[int] = field(default_factory=lambda: [1, 2])
+    tags: list[int] = option(factory=lambda: [1, 2])
 
 
 TOY = registry.Recipe(name="toy", config_cls=ToyConfig, build_fn=lambda c, d: None,

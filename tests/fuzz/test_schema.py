@@ -45,14 +45,15 @@ EXAMPLES = int(os.environ.get("GPUFLEET_TEST_FUZZ_EXAMPLES", "10"))
 def _seed_trainings(settings: Settings, owner: str) -> list[str]:
     """Trainings in several states, one with events, metrics and a log, as a run leaves them."""
     from gpufleet.db.models import TrainingMetric
-    from gpufleet.jobs import service
-    from gpufleet.jobs.lifecycle import record_event
+    from gpufleet.trainings import service
+    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.trainings.lifecycle import record_event
     from gpufleet.jobs.logs import log_path
     from gpufleet.db.session import write_session
 
     with write_session(settings) as sess:
         rows = service.create_trainings(sess, settings, [
-            service.TrainingRequest(name=f"seed-{i}", recipe="mlp", config={"max_steps": 5}) for i in range(3)
+            TrainingCreate(name=f"seed-{i}", recipe="mlp", config={"max_steps": 5}) for i in range(3)
         ], owner)
         ids = [r.id for r in rows]
         for step in range(1, 4):

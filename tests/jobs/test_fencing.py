@@ -13,7 +13,7 @@ import uuid
 
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope
-from gpufleet.jobs import outcome
+from gpufleet.trainings import outcome
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.supervisor import _finish
 from gpufleet.training.fence import write_fence

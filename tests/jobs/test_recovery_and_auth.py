@@ -66,7 +66,7 @@ def test_expired_lease_requeues_then_fails_after_max_restarts(fleet_settings):
 
 
 def test_cancel_of_a_training_whose_worker_is_gone_ends_it(fleet_settings):
-    from gpufleet.jobs.service import cancel
+    from gpufleet.trainings.service import cancel
 
     host_id = register(fleet_settings)
     tid = _running(fleet_settings, host_id, 0, 3, expired=False)

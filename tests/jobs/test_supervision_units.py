@@ -10,10 +10,10 @@ import pytest
 from gpufleet.db.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs import outcome
+from gpufleet.trainings import outcome
 from gpufleet.jobs.logs import BoundedLog, read_log
 from gpufleet.jobs.metrics_sink import MetricsSink
-from gpufleet.jobs.progress import ProgressReader, StragglerWatch
+from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 from gpufleet.training import exitcodes as ec
 from sqlalchemy import select
 

@@ -136,11 +136,11 @@ def test_calibration_corrects_and_says_so() -> None:
 
 
 def test_bad_configs_are_refused_naming_the_field() -> None:
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
-    with pytest.raises(ConfigError, match="n_latents"):
+    with pytest.raises(TrainingConfigError, match="n_latents"):
         estimate_memory_requirement("sae", {"n_latents": 0})
-    with pytest.raises(ConfigError, match="global_batch_size"):
+    with pytest.raises(TrainingConfigError, match="global_batch_size"):
         estimate_memory_requirement("sae", {"global_batch_size": 7}, world_size=2)
     with pytest.raises(EstimateError, match="world size"):
         estimate_memory_requirement("sae", {}, world_size=0)

@@ -16,7 +16,8 @@ from scheduling.conftest import sample_into_live
 @pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
                          indirect=True)
 def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> None:  # noqa: ANN001
-    from gpufleet.jobs.service import TrainingRequest, create_trainings
+    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.trainings.service import create_trainings
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")
@@ -25,8 +26,8 @@ def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> 
     sample_into_live(s)
     with session_scope(s) as sess:
         (row,) = create_trainings(
-            sess, s, [TrainingRequest(name="auto", recipe="mlp", config={"global_batch_size": 64},
-                                      world_size=2, distributed=True, host=s.host_name)], "alice")
+            sess, s, [TrainingCreate(name="auto", recipe="mlp", config={"global_batch_size": 64},
+                                     world_size=2, distributed=True, host=s.host_name)], "alice")
         tid = row.id
     result = schedule_pending(s)
     # The PostgreSQL database is shared by the session: other queued rows may be placed too.
@@ -39,7 +40,8 @@ def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> 
 
 @pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
 def test_a_training_that_cannot_be_placed_waits_with_the_reason_in_words(sim_host) -> None:  # noqa: ANN001
-    from gpufleet.jobs.service import TrainingRequest, create_trainings
+    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.trainings.service import create_trainings
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")
@@ -48,8 +50,8 @@ def test_a_training_that_cannot_be_placed_waits_with_the_reason_in_words(sim_hos
     sample_into_live(s)
     with session_scope(s) as sess:
         (row,) = create_trainings(
-            sess, s, [TrainingRequest(name="wait", recipe="mlp", config={"global_batch_size": 64},
-                                      world_size=2, distributed=True, host=s.host_name)], "alice")
+            sess, s, [TrainingCreate(name="wait", recipe="mlp", config={"global_batch_size": 64},
+                                     world_size=2, distributed=True, host=s.host_name)], "alice")
         tid = row.id
     result = schedule_pending(s)
     assert tid in result.waiting

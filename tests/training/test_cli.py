@@ -57,3 +57,16 @@ def test_train_without_local_goes_to_a_server_not_here(tmp_path: Path, monkeypat
     result = CliRunner().invoke(_app(), ["train", "--recipe", "sae"])
     assert result.exit_code == 2 and "server" in result.output, result.output
     assert not (tmp_path / "gpufleet-data" / "local-runs").exists()
+
+
+def test_train_names_every_wrong_field_of_a_yaml_config_and_its_overrides_at_once(tmp_path: Path):
+    config = tmp_path / "run.yaml"
+    config.write_text("d_in: abc\nlr: -1\nmax_stepz: 3\nk: 100000\n")
+    result = CliRunner().invoke(_app(), ["train", "--local", "--recipe", "sae", "--config", str(config),
+                                         "--set", "precision=fp8"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())  # rich wraps lines
+    for field in ("d_in:", "lr:", "max_stepz:", "k:", "precision:"):
+        assert field in said, (field, result.output)
+    assert "unknown field" in said and "n_latents" in said
+    assert not (tmp_path / "gpufleet-data" / "local-runs").exists()  # nothing was started

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
+from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
 from gpufleet.training.paths import DataPathError, resolve_data_path
 from gpufleet.training.recipes import get_recipe, recipe_names
 from gpufleet.training.spec import LaunchSpec, parse_devices
@@ -18,7 +18,7 @@ from gpufleet.training.spec import LaunchSpec, parse_devices
 def test_registry_finds_builtin_recipes_through_entry_points():
     assert {"sae", "mlp"} <= set(recipe_names())
     assert get_recipe("sae").name == "sae"
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(TrainingConfigError) as exc:
         get_recipe("gpt5")
     assert "gpt5" in str(exc.value) and "sae" in str(exc.value)
 
@@ -47,28 +47,28 @@ def test_resolve_config_coerces_strings_and_names_bad_fields():
     for field, value in cases.items():
         with pytest.raises(ValueError) as exc:
             sae.resolve_config({field: value})
-        assert isinstance(exc.value, ConfigError)
+        assert isinstance(exc.value, TrainingConfigError)
         assert exc.value.field == field, (field, str(exc.value))
     mlp = get_recipe("mlp")
     assert mlp.resolve_config({"hidden": "32,8"}).hidden == [32, 8]
-    with pytest.raises(ConfigError, match="out_features"):
+    with pytest.raises(TrainingConfigError, match="out_features"):
         mlp.resolve_config({"task": "classification", "out_features": 1})
 
 
 def test_every_config_problem_is_reported_at_once():
     sae = get_recipe("sae")
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(TrainingConfigError) as exc:
         sae.resolve_config({"d_in": "abc", "lr": -1, "bogus": 1, "precision": "fp8", "k": 10**6})
     fields = [f for f, _ in exc.value.problems]
     assert sorted(fields) == ["bogus", "d_in", "k", "lr", "precision"], exc.value.problems
     for name in fields:
         assert name in str(exc.value)
     # A field that could not be read is not blamed a second time by validation.
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(TrainingConfigError) as exc:
         sae.resolve_config({"max_steps": "many", "warmup_steps": 5})
     assert [f for f, _ in exc.value.problems] == ["max_steps"]
     mlp = get_recipe("mlp")
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(TrainingConfigError) as exc:
         mlp.resolve_config({"in_features": 0, "hidden": [8, 0], "synthetic_noise": -1, "log_every": 0})
     assert sorted(f for f, _ in exc.value.problems) == ["hidden", "in_features", "log_every", "synthetic_noise"]
 
@@ -81,9 +81,9 @@ def test_batch_layout_keeps_the_global_batch():
     # The out-of-memory rebalance: half the micro batch, twice the accumulation.
     cfg = sae.resolve_config({"global_batch_size": 256, "micro_batch_size": 32, "grad_accum_steps": 4})
     assert cfg.batch_layout(2) == (32, 4)
-    with pytest.raises(ConfigError, match="micro_batch_size"):
+    with pytest.raises(TrainingConfigError, match="micro_batch_size"):
         cfg.batch_layout(4)
-    with pytest.raises(ConfigError, match="global_batch_size"):
+    with pytest.raises(TrainingConfigError, match="global_batch_size"):
         sae.resolve_config({"global_batch_size": 10}).batch_layout(4)
 
 
@@ -94,10 +94,10 @@ def test_yaml_file_and_overrides(tmp_path: Path):
     values.update(parse_overrides(["max_steps=200", "lr=3e-4"]))
     cfg = get_recipe("sae").resolve_config(values)
     assert (cfg.max_steps, cfg.lr, cfg.variant) == (200, 3e-4, "relu")
-    with pytest.raises(ConfigError, match="FIELD=VALUE"):
+    with pytest.raises(TrainingConfigError, match="FIELD=VALUE"):
         parse_overrides(["max_steps"])
     (tmp_path / "bad.yaml").write_text("- a list\n")
-    with pytest.raises(ConfigError, match="mapping"):
+    with pytest.raises(TrainingConfigError, match="mapping"):
         read_config_file(tmp_path / "bad.yaml")
 
 
@@ -105,7 +105,7 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     assert parse_devices("0,1") == ["cuda:0", "cuda:1"]
     assert parse_devices("cuda:0,hip:1") == ["cuda:0", "hip:1"]
     assert parse_devices("cpu", world_size=2) == ["cpu", "cpu"]
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(TrainingConfigError, match="cannot read"):
         parse_devices("gpu7")
     base = dict(recipe="sae", config={}, checkpoint_dir="c", progress_file="p")
     spec = LaunchSpec(devices=["cuda:3", "cuda:5"], **base)
@@ -113,14 +113,14 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     sim = LaunchSpec(devices=["cuda:3", "cuda:5"], simulated=True, **base)
     assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
-    with pytest.raises(ConfigError, match="mix"):
+    with pytest.raises(TrainingConfigError, match="mix"):
         LaunchSpec(devices=["cuda:0", "xpu:0"], **base)
-    with pytest.raises(ConfigError, match="twice"):
+    with pytest.raises(TrainingConfigError, match="twice"):
         LaunchSpec(devices=["cuda:0", "cuda:0"], **base)
     path = spec.write(tmp_path / "s.json")
     assert LaunchSpec.read(path) == spec
     (tmp_path / "bad.json").write_text('{"recipe": "sae"}')
-    with pytest.raises(ConfigError, match="missing"):
+    with pytest.raises(TrainingConfigError, match="missing"):
         LaunchSpec.read(tmp_path / "bad.json")
 
 
@@ -153,3 +153,13 @@ def test_the_example_configs_are_valid_and_the_readme_points_to_them():
     readme = (root / "README.md").read_text()
     assert "examples/sae.yaml" in readme and "examples/mlp.yaml" in readme
     assert "run.yaml" not in readme
+
+
+def test_numbers_are_never_true_or_false_and_names_may_be_numbers():
+    mlp = get_recipe("mlp")
+    with pytest.raises(TrainingConfigError) as exc:
+        mlp.resolve_config({"max_steps": True, "lr": False, "hidden": [8, True], "grad_clip": True})
+    assert sorted(f for f, _ in exc.value.problems) == ["grad_clip", "hidden", "lr", "max_steps"]
+    assert "must be a number" in str(exc.value) and "list of numbers" in str(exc.value)
+    cfg = mlp.resolve_config({"x_key": 5, "hidden": "[8, 4]", "max_steps": 50.0, "data_path": "~"})
+    assert (cfg.x_key, cfg.hidden, cfg.max_steps, cfg.data_path) == ("5", [8, 4], 50, None)

@@ -64,9 +64,9 @@ def test_resume_with_half_the_micro_batch_matches(tmp_path: Path):
 def test_resume_refuses_a_checkpoint_of_another_shape(tmp_path: Path):
     import pytest
 
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     cfg = {**tiny_mlp(), "max_steps": 4, "checkpoint_every": 2}
     _run("mlp", cfg, tmp_path)
-    with pytest.raises(ConfigError, match="does not fit"):
+    with pytest.raises(TrainingConfigError, match="does not fit"):
         _run("mlp", {**cfg, "hidden": [32], "max_steps": 6}, tmp_path)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from people import bearer
-from gpufleet.db.models import CodeBlob, Training
+from gpufleet.db.models import CodeBlob, Training, User
 from gpufleet.db.session import session_scope
 from gpufleet.trainings.archive import content_hash
-from gpufleet.trainings.permissions import set_run_code
 
 from trainings.scripts import tar_of
 
@@ -96,7 +95,7 @@ def test_run_code_permission(app_client, people, on_settings):
     assert r.status_code == 403 and "viewer" in r.json()["detail"]
     assert _counts(on_settings) == before
     with session_scope(on_settings) as sess:
-        set_run_code(sess, people.names["alice"], True)
+        sess.execute(update(User).where(User.name == people.names["alice"]).values(run_code=True))
     r = _script(app_client, people.alice, code, memory="1GiB", world_size=2)
     assert r.status_code == 201, r.text
     t = r.json()

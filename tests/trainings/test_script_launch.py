@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.jobs.progress import ProgressReader
+from gpufleet.trainings.progress import ProgressReader
 from gpufleet.training import exitcodes as ec
 from gpufleet.trainings.script_launch import ScriptSpec
 

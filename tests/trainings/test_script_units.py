@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gpufleet.config import load_settings
-from gpufleet.jobs import outcome
+from gpufleet.trainings import outcome
 from gpufleet.training import exitcodes as ec
 from gpufleet.trainings import script
 from gpufleet.trainings.script import ScriptError

@@ -27,9 +27,7 @@ from pydantic import BaseModel
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
-    TrainingBatchCreate,
     TrainingBatchPublic,
-    TrainingCreate,
     TrainingEventPublic,
     TrainingEventsPublic,
     TrainingLogPublic,
@@ -38,6 +36,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
+from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
 
 if TYPE_CHECKING:

@@ -96,7 +96,7 @@ def recommend(
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
     from gpufleet.scheduling.types import fmt_bytes
-    from gpufleet.training.config import ConfigError as FieldError
+    from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file
 
     if policy not in ("pack", "spread"):
@@ -104,7 +104,7 @@ def recommend(
     try:
         values: dict[str, Any] = read_config_file(config) if config else {}
         values.update(parse_overrides(sets or []))
-    except (FieldError, ValueError) as exc:
+    except (TrainingConfigError, ValueError) as exc:
         _fail(str(exc))
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
     rec = _from_database(recipe, values, **kw) if local else _from_server(server, recipe, values, **kw)

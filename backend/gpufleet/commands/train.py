@@ -51,7 +51,7 @@ def train(
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
-    from gpufleet.training.config import ConfigError, parse_overrides, read_config_file
+    from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
     from gpufleet.training.spec import parse_devices
 
     values: dict[str, Any] = {}
@@ -64,12 +64,12 @@ def train(
         rec = get_recipe(recipe)
         resolved = rec.resolve_config(values)
         if gpu_ids and devices:
-            raise ConfigError("devices", "give --gpu-ids or --devices, not both")
+            raise TrainingConfigError("devices", "give --gpu-ids or --devices, not both")
         device_list = parse_devices(gpu_ids or devices or "cpu", world_size)
         if gpu_ids and world_size != 1 and world_size != len(device_list):
-            raise ConfigError("world_size", f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
+            raise TrainingConfigError("world_size", f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
         resolved.batch_layout(len(device_list))
-    except ConfigError as exc:
+    except TrainingConfigError as exc:
         _fail(str(exc))
     if not local:
         submit_to_server(recipe, values, device_list)
@@ -97,15 +97,14 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) ->
 
 def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,
               data_root: Path | None, resume: bool, max_steps: int) -> int:
-    from gpufleet.config import ConfigError as SettingsError
-    from gpufleet.config import load_settings
+    from gpufleet.config import ConfigError, load_settings
     from gpufleet.devices.backend import device_backend
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.spec import LaunchSpec
 
     try:
         settings = load_settings()
-    except SettingsError as exc:
+    except ConfigError as exc:
         _fail(str(exc))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = settings.data_dir / "local-runs" / f"{recipe}-{stamp}"
@@ -120,7 +119,7 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
             data_root=str(data_root or settings.data_root), resume=resume,
             collective_timeout_s=settings.collective_timeout_s, simulated=on_cpu,
         )
-    except ConfigError as exc:
+    except TrainingConfigError as exc:
         _fail(str(exc))
     spec_path = spec.write(run_dir / "spec.json")
     proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(spec_path)])

@@ -179,7 +179,7 @@ def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = Tr
     c = connect(server)
     from pydantic import ValidationError
 
-    from gpufleet.api.schemas.trainings import TrainingCreate
+    from gpufleet.trainings.request import TrainingCreate
     from gpufleet.client.errors import describe_detail
 
     try:

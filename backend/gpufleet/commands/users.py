@@ -141,11 +141,14 @@ PERMISSIONS = ("run_code",)
 
 
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
-    from gpufleet.trainings.permissions import set_run_code
+    from gpufleet.users.accounts import get_user
+
+    def work(sess) -> None:  # noqa: ANN001
+        get_user(sess, name).run_code = allowed
 
     if permission not in PERMISSIONS:
         _fail(f"unknown permission {permission!r}; known: {', '.join(PERMISSIONS)}")
-    _run(lambda sess: set_run_code(sess, name, allowed))
+    _run(work)
     err.print(f"user {name} {'may now' if allowed else 'may no longer'} {permission.replace('_', ' ')}",
               highlight=False)
 

@@ -46,7 +46,8 @@ def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
 
         @event.listens_for(engine, "begin")
         def _begin(conn) -> None:  # noqa: ANN001
-            mode = conn.info.pop("sqlite_begin", "BEGIN")
+            # A write asks for BEGIN IMMEDIATE through the connection's info or its execution options.
+            mode = conn.info.pop("sqlite_begin", None) or conn.get_execution_options().get("sqlite_begin", "BEGIN")
             conn.exec_driver_sql(mode)
 
         return engine
@@ -126,17 +127,16 @@ def write_session(settings: Settings) -> Iterator[Session]:
 
 @contextmanager
 def write_in(session: Session, settings: Settings) -> Iterator[Session]:
-    """Write through a request's own session: one connection per request, never two at once.
+    """Write through a request's own session: one session and one connection per request.
 
     On PostgreSQL the session goes on in its transaction and commits at the
     end. On SQLite the write needs ``BEGIN IMMEDIATE`` (see
-    :func:`write_session`), so the session's connection is given back first.
+    :func:`write_session`), so the session gives its read connection back and
+    begins again, holding the write lock from its first statement.
     """
     if settings.is_sqlite:
         session.close()
-        with write_session(settings) as sess:
-            yield sess
-        return
+        session.connection(execution_options={"sqlite_begin": "BEGIN IMMEDIATE"})
     with _committing(session) as sess:
         yield sess
 

@@ -24,8 +24,8 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.lifecycle import record_event
-from gpufleet.jobs.progress import ProgressReader, StragglerWatch
+from gpufleet.trainings.lifecycle import record_event
+from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,12 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import outcome, procs, script_attempt
-from gpufleet.jobs.lifecycle import get_training, transition
+from gpufleet.jobs import procs, script_attempt
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training.fence import write_fence
+from gpufleet.trainings import outcome
+from gpufleet.trainings.lifecycle import get_training, transition
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
     # The telemetry agent recognises a training's processes by this variable
     # (the ranks inherit it), so they never count as foreign load.
     if env is None:
-        from gpufleet.jobs.environment import training_environment  # an allow-list: no server secrets
+        from gpufleet.trainings.environment import training_environment  # an allow-list: no server secrets
 
         env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     # Only this process holds the write end (close_fds keeps it from every

@@ -102,13 +102,13 @@ class MemoryEstimate:
 
 def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
     """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     if samples is None:
         return
     per_rank = -(-samples // world_size)  # what DistributedSampler gives each rank
     if per_rank < micro * accum:
-        raise ConfigError(
+        raise TrainingConfigError(
             "global_batch_size",
             f"the dataset has {samples} samples, fewer than one step needs ({micro * accum * world_size} over"
             f" {world_size} rank(s)); use more data or a smaller global_batch_size",
@@ -127,7 +127,7 @@ def estimate_memory_requirement(
     """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
 
     ``config`` is a dict (resolved by the recipe here, so bad values raise the
-    recipe's ``ConfigError`` naming the field) or an already resolved config.
+    recipe's ``TrainingConfigError`` naming the field) or an already resolved config.
     ``data_root`` is where a config's ``data_path`` lives (the settings'
     ``data_root``); only the shape of one micro-batch is read from it.
     """

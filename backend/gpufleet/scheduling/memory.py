@@ -139,7 +139,7 @@ class TracePlan:
 
 
 def plan_trace(recipe: str, config: Mapping[str, Any] | Any, world_size: int, data_root: Any) -> TracePlan:
-    """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's ConfigError."""
+    """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's TrainingConfigError."""
     from gpufleet.training.recipes import get_recipe
 
     if world_size < 1:
@@ -170,7 +170,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
     except EstimateLimitError:
         raise
     except ValueError:
-        raise  # the recipe's own ConfigError
+        raise  # the recipe's own TrainingConfigError
     except Exception as exc:  # noqa: BLE001 - a recipe whose model cannot even build
         raise EstimateError(
             f"cannot build recipe {recipe_obj.name}'s model to measure its memory: {type(exc).__name__}: {exc}"
@@ -198,7 +198,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
                                batch=batch, **kw)
             trace = dataclasses.replace(trace, dataset_size=len(dataset))
     except ValueError:
-        raise  # the recipe's own ConfigError / BadDataError: it names the field
+        raise  # the recipe's own TrainingConfigError / BadDataError: it names the field
     except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
         raise EstimateError(
             f"cannot trace recipe {recipe_obj.name} to measure its memory: {type(exc).__name__}: {exc}"

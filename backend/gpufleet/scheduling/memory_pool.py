@@ -110,7 +110,7 @@ class EstimatePool:
     async def trace(self, recipe: str, config: dict[str, Any], world_size: int, data_root: Any) -> TracePlan:
         """Make sure the trace of this config is in the cache; its plan (resolved config and keys).
 
-        Raises the recipe's ConfigError or an EstimateError (both name what to
+        Raises the recipe's TrainingConfigError or an EstimateError (both name what to
         fix), EstimateError when the budget ran out, EstimateBusy when too many wait.
         """
         plan = plan_trace(recipe, config, world_size, data_root)
@@ -170,10 +170,10 @@ class EstimatePool:
             keep_trace(plan.trace_key, _decode_trace(payload))
             return
         if status == "config":
-            from gpufleet.training.config import ConfigError
+            from gpufleet.training.config import TrainingConfigError
 
             field, message = payload
-            error = ConfigError(None, message)
+            error = TrainingConfigError(None, message)
             error.field = field
             raise error
         raise EstimateError(payload)
@@ -190,7 +190,7 @@ def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     os.nice(10)
     import gpufleet.scheduling.memtrace  # noqa: F401 - torch, before saying ready
     from gpufleet.scheduling.memory import trace_for
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     _write(stdout, ["ready", None])
     while True:
@@ -201,7 +201,7 @@ def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
         try:
             plan = plan_trace(recipe, config, world_size, data_root)
             answer: tuple[str, Any] = ("ok", _encode_trace(trace_for(plan, data_root)))
-        except ConfigError as exc:
+        except TrainingConfigError as exc:
             answer = ("config", (getattr(exc, "field", None), str(exc)))
         except EstimateError as exc:
             answer = ("error", str(exc))

@@ -173,9 +173,9 @@ def _example_batch(dataset: Any, n: int) -> Any:
     else:
         batch = torch.utils.data.default_collate([dataset[i] for i in idx])
     if len(idx) < n:
-        from gpufleet.training.config import ConfigError
+        from gpufleet.training.config import TrainingConfigError
 
-        raise ConfigError(
+        raise TrainingConfigError(
             "global_batch_size",
             f"the dataset has {len(idx)} samples, fewer than one micro-batch of {n};"
             " use more data or a smaller global_batch_size",

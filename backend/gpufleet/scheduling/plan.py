@@ -59,16 +59,17 @@ def plan_selection(
 
 
 def estimate_training(
-    sess: Session, training: Any, *, backend: str = "cuda", data_root: Any = None
+    sess: Session, training: Any, *, backend: str = "cuda", data_root: Any = None, config: Any = None
 ) -> MemoryEstimate:
     """Estimate a new ``Training`` row from its recipe and config and store the estimate.
 
-    A memory figure the user gave (``memory_estimate`` already set) is kept as
-    what to reserve; the traced estimate is stored beside it for comparison
-    and calibration.
+    ``config`` is the row's config already validated by its recipe, if the
+    caller has it (else it is read from the row). A memory figure the user gave
+    (``memory_estimate`` already set) is kept as what to reserve; the traced
+    estimate is stored beside it for comparison and calibration.
     """
-    est = estimate_for(sess, training.recipe, training.config or {}, world_size=training.world_size or 1,
-                       backend=backend, data_root=data_root)
+    est = estimate_for(sess, training.recipe, config if config is not None else (training.config or {}),
+                       world_size=training.world_size or 1, backend=backend, data_root=data_root)
     if training.memory_estimate is None:
         training.memory_estimate = est.total
     training.estimate = est.to_dict()

@@ -3,31 +3,37 @@
 Torch-free on purpose: the API validates a training request with these classes
 before anything is written, and the web app must not import torch.
 
-A recipe config is a dataclass that subclasses :class:`TrainConfig`. It
-validates itself in ``__post_init__``: ``check`` adds every problem to a
-:class:`Problems` list, and one :class:`ConfigError` names them all, which the
-API turns into a 422 listing each field and the CLI into a clear message.
+A recipe config is a pydantic model that subclasses :class:`TrainConfig`.
+Each field declares its type, bounds and one-line help with :func:`option`;
+checks that span fields go in ``check``, which adds every problem to a
+:class:`Problems` list. Constructing a config (from JSON, YAML or ``--set``
+values) raises one :class:`TrainingConfigError` naming every wrong field at
+once, which the API turns into a 422 listing each field and the CLI into a
+clear message.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from gpufleet.bounds import INT32_MAX, JSON_INT_MAX, MAX_PATH_CHARS, MAX_PATH_PART_CHARS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("auto", "ddp", "fsdp")
 LR_SCHEDULES = ("constant", "cosine", "linear")
 FSDP_SHARDING = ("full_shard", "shard_grad_op")
+# What a config value written as text means "empty" by (YAML's own words too).
+_NULLS = {"null", "none", "~", ""}
 
 
-class ConfigError(ValueError):
+class TrainingConfigError(ValueError):
     """One or more training config values are wrong.
 
     ``problems`` lists every ``(field, message)`` found (``field`` is None for
@@ -41,7 +47,7 @@ class ConfigError(ValueError):
         super().__init__(_describe(self.problems))
 
     @classmethod
-    def of(cls, problems: list[tuple[str | None, str]]) -> ConfigError:
+    def of(cls, problems: list[tuple[str | None, str]]) -> TrainingConfigError:
         field, message = problems[0]
         return cls(field, message, problems)
 
@@ -59,92 +65,118 @@ class Problems:
     def add(self, field: str | None, message: str) -> None:
         self.items.append((field, message))
 
-    def extend(self, exc: ConfigError) -> None:
-        self.items.extend(exc.problems)
-
-    def positive(self, cfg: Any, *names: str) -> None:
-        for name in names:
-            value = getattr(cfg, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                self.add(name, f"must be an integer >= 1, got {value!r}")
-
-    def choice(self, cfg: Any, name: str, options: Iterable[str]) -> None:
-        value = getattr(cfg, name)
-        if value not in options:
-            self.add(name, f"must be one of {', '.join(options)}; got {value!r}")
-
     def raise_if_any(self) -> None:
         if self.items:
-            raise ConfigError.of(self.items)
+            raise TrainingConfigError.of(self.items)
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *,  # noqa: A002 - the form's word
-           factory: Any = dataclasses.MISSING) -> Any:
-    """A config field with its one-line description (shown by ``GET /recipes`` and the form)."""
-    return dataclasses.field(default=default, default_factory=factory, metadata={"help": help})
+def option(default: Any = ..., help: str = "", *,  # noqa: A002 - the form's word
+           factory: Any = None, **bounds: Any) -> Any:
+    """A config field with its one-line description (shown by ``GET /recipes`` and the form) and bounds.
+
+    ``bounds`` are pydantic's (``ge``, ``gt``, ``le``, ``max_length`` ...): they
+    are checked with the field's type and written into the JSON schema.
+    """
+    if factory is not None:
+        return Field(default_factory=factory, description=help, **bounds)
+    return Field(default=default, description=help, **bounds)
 
 
-@dataclass
-class TrainConfig:
+PositiveInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
+
+
+class TrainConfig(BaseModel):
     """Fields shared by every recipe; the defaults give a sensible short run."""
 
-    max_steps: int = option(200, "optimizer steps to run")
-    global_batch_size: int = option(256, "samples per optimizer step, summed over every rank and accumulation step")
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+
+    max_steps: int = option(200, "optimizer steps to run", ge=1, le=INT32_MAX)
+    global_batch_size: int = option(
+        256, "samples per optimizer step, summed over every rank and accumulation step", ge=1, le=INT32_MAX)
     micro_batch_size: int | None = option(
-        None, "samples per rank per forward pass; empty = global batch / (ranks x accumulation steps)")
-    grad_accum_steps: int = option(1, "forward/backward passes per optimizer step")
-    lr: float = option(1e-3, "peak learning rate (AdamW)")
-    weight_decay: float = option(0.0, "AdamW weight decay")
+        None, "samples per rank per forward pass; empty = global batch / (ranks x accumulation steps)",
+        ge=1, le=INT32_MAX)
+    grad_accum_steps: int = option(1, "forward/backward passes per optimizer step", ge=1, le=INT32_MAX)
+    lr: float = option(1e-3, "peak learning rate (AdamW)", gt=0)
+    weight_decay: float = option(0.0, "AdamW weight decay", ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = option(
         "fp32", "number format of the forward and backward passes (bf16/fp16 use autocast)")
-    seed: int = option(0, "random seed for weights and data order; the same seed repeats a run")
-    checkpoint_every: int = option(100, "save a checkpoint every this many steps (and at the end)")
-    keep_checkpoints: int = option(3, "how many of the newest checkpoints to keep")
+    seed: int = option(0, "random seed for weights and data order; the same seed repeats a run",
+                       ge=0, le=JSON_INT_MAX)
+    checkpoint_every: int = option(100, "save a checkpoint every this many steps (and at the end)",
+                                   ge=1, le=INT32_MAX)
+    keep_checkpoints: int = option(3, "how many of the newest checkpoints to keep", ge=1, le=INT32_MAX)
     strategy: Literal["auto", "ddp", "fsdp"] = option(
         "auto", "how ranks share the model: ddp replicates it, fsdp shards it; auto picks ddp")
     fsdp_sharding: Literal["full_shard", "shard_grad_op"] = option(
         "full_shard", "FSDP only: shard parameters too (full_shard) or only gradients and optimizer state")
-    ddp_bucket_mb: float = option(25.0, "DDP only: MiB of gradients sent per all-reduce bucket")
-    grad_clip: float | None = option(1.0, "clip the gradient norm to this; empty = no clipping")
-    warmup_steps: int = option(0, "steps of linear learning-rate warm-up from 0")
+    ddp_bucket_mb: float = option(25.0, "DDP only: MiB of gradients sent per all-reduce bucket", gt=0)
+    grad_clip: float | None = option(1.0, "clip the gradient norm to this; empty = no clipping", gt=0)
+    warmup_steps: int = option(0, "steps of linear learning-rate warm-up from 0", ge=0, le=INT32_MAX)
     lr_schedule: Literal["constant", "cosine", "linear"] = option(
         "constant", "learning rate after warm-up: constant, or decaying to 0 by max_steps")
     # Ranks agree on metrics (and on a stop request) every log_every steps.
-    log_every: int = option(10, "report loss and speed (charts, log line) every this many steps")
+    log_every: int = option(10, "report loss and speed (charts, log line) every this many steps",
+                            ge=1, le=INT32_MAX)
     data_path: str | None = option(
-        None, "a data file under the server's data root; empty = the recipe's synthetic data")
+        None, "a data file under the server's data root; empty = the recipe's synthetic data",
+        max_length=MAX_PATH_CHARS)
 
-    def __post_init__(self) -> None:
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise TrainingConfigError.of(_problems(type(self), values, exc)) from None
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _from_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """Values written as text (``--set``, forms): ``null`` for an optional field, ``64,64`` for a list.
+
+        A number is never true or false (pydantic would read ``true`` as 1),
+        and a name may be written as a number.
+        """
+        if info.field_name is None:
+            return value
+        hint = cls.model_fields[info.field_name].annotation
+        args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        if isinstance(value, bool) and bool not in args and any(a in (int, float) for a in args):
+            raise ValueError(f"must be a number, got {value!r}")
+        lists = [typing.get_args(a)[0] for a in args if typing.get_origin(a) in (list, tuple) and typing.get_args(a)]
+        items = [typing.get_args(i)[0] if typing.get_origin(i) is Annotated else i for i in lists]
+        if isinstance(value, list) and any(i in (int, float) for i in items) and any(isinstance(v, bool) for v in value):
+            raise ValueError(f"must be a list of numbers, got {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and str in args:
+            return str(value)
+        if not isinstance(value, str):
+            return value
+        if value.strip().lower() in _NULLS and type(None) in args:
+            return None
+        if any(typing.get_origin(a) in (list, tuple) for a in args):
+            text = value.strip()
+            return yaml.safe_load(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _checked(self) -> TrainConfig:
         problems = Problems()
         self.check(problems)
         problems.raise_if_any()
+        return self
 
     def check(self, p: Problems) -> None:
-        """Add every problem of this config to ``p``; recipes extend it."""
-        p.positive(self, "max_steps", "global_batch_size", "grad_accum_steps",
-                   "checkpoint_every", "keep_checkpoints", "log_every")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            p.add("micro_batch_size", f"must be >= 1 or null, got {self.micro_batch_size}")
-        if (isinstance(self.grad_accum_steps, int) and self.grad_accum_steps >= 1
-                and self.global_batch_size % self.grad_accum_steps):
+        """Add every problem that spans fields to ``p``; recipes extend it (each field's own bounds are declared)."""
+        if self.global_batch_size % self.grad_accum_steps:
             p.add("grad_accum_steps",
                   f"{self.grad_accum_steps} does not divide global_batch_size {self.global_batch_size}")
-        if not self.lr > 0:
-            p.add("lr", f"must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            p.add("weight_decay", f"must be >= 0, got {self.weight_decay}")
-        p.choice(self, "precision", PRECISIONS)
-        p.choice(self, "strategy", STRATEGIES)
-        p.choice(self, "fsdp_sharding", FSDP_SHARDING)
-        p.choice(self, "lr_schedule", LR_SCHEDULES)
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            p.add("grad_clip", f"must be > 0 or null (no clipping), got {self.grad_clip}")
-        if not self.ddp_bucket_mb > 0:
-            p.add("ddp_bucket_mb", f"must be > 0, got {self.ddp_bucket_mb}")
-        if not 0 <= self.warmup_steps <= self.max_steps:
+        if self.warmup_steps > self.max_steps:
             p.add("warmup_steps", f"must be between 0 and max_steps ({self.max_steps}), got {self.warmup_steps}")
-        if self.data_path is not None and not str(self.data_path).strip():
-            p.add("data_path", "must be a path under the data root, or null for synthetic data")
+        if self.data_path is not None:
+            if not self.data_path.strip():
+                p.add("data_path", "must be a path under the data root, or null for synthetic data")
+            longest = max((len(part) for part in self.data_path.split("/")), default=0)
+            if longest > MAX_PATH_PART_CHARS:
+                p.add("data_path", f"has a part of {longest} characters; file and folder names have at most {MAX_PATH_PART_CHARS}")
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
         """(micro_batch_size per rank, grad_accum_steps) for ``world_size`` ranks.
@@ -154,17 +186,17 @@ class TrainConfig:
         out-of-memory error, and still compute the same steps.
         """
         if world_size < 1:
-            raise ConfigError(None, f"world size must be >= 1, got {world_size}")
+            raise TrainingConfigError(None, f"world size must be >= 1, got {world_size}")
         per_rank_step, rem = divmod(self.global_batch_size, world_size)
         if rem:
-            raise ConfigError(
+            raise TrainingConfigError(
                 "global_batch_size",
                 f"{self.global_batch_size} is not divisible by the world size {world_size}",
             )
         if self.micro_batch_size is None:
             micro, rem = divmod(per_rank_step, self.grad_accum_steps)
             if rem or micro < 1:
-                raise ConfigError(
+                raise TrainingConfigError(
                     "grad_accum_steps",
                     f"global_batch_size {self.global_batch_size} over {world_size} rank(s) gives "
                     f"{per_rank_step} samples per rank, which {self.grad_accum_steps} "
@@ -172,7 +204,7 @@ class TrainConfig:
                 )
             return micro, self.grad_accum_steps
         if self.micro_batch_size * self.grad_accum_steps != per_rank_step:
-            raise ConfigError(
+            raise TrainingConfigError(
                 "micro_batch_size",
                 f"micro_batch_size {self.micro_batch_size} x grad_accum_steps {self.grad_accum_steps} "
                 f"x world size {world_size} must equal global_batch_size {self.global_batch_size}",
@@ -180,20 +212,42 @@ class TrainConfig:
         return self.micro_batch_size, self.grad_accum_steps
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
 
-def _positive(cfg: Any, *names: str) -> None:
-    """Raise at the first of ``names`` that is not an integer >= 1 (for configs without ``check``)."""
-    p = Problems()
-    p.positive(cfg, *names)
-    p.raise_if_any()
+def _problems(cls: type[TrainConfig], values: Mapping[str, Any],
+              exc: ValidationError) -> list[tuple[str | None, str]]:
+    """Every problem of ``values``: each field that could not be read, then the checks across fields.
+
+    The checks also run when some fields could not be read (on the others and
+    the defaults), so every problem is reported at once; a field that could
+    not be read is not blamed twice.
+    """
+    problems = [p for err in exc.errors() for p in _from_error(cls, err)]
+    unread = {err["loc"][0] for err in exc.errors() if err["loc"]}
+    if unread:
+        try:
+            cls.model_validate({k: v for k, v in values.items() if k not in unread})
+        except ValidationError as again:
+            problems += [(f, m) for err in again.errors() for f, m in _from_error(cls, err) if f not in unread]
+    return problems
 
 
-def _choice(cfg: Any, name: str, options: Iterable[str]) -> None:
-    p = Problems()
-    p.choice(cfg, name, options)
-    p.raise_if_any()
+def _from_error(cls: type[TrainConfig], err: Any) -> list[tuple[str | None, str]]:
+    error = (err.get("ctx") or {}).get("error")
+    if isinstance(error, TrainingConfigError):
+        return error.problems
+    if not err["loc"]:
+        return [(None, str(error) if error is not None else err["msg"])]
+    field, *rest = err["loc"]
+    if err["type"] == "extra_forbidden":
+        return [(str(field), f"unknown field; known fields are: {', '.join(sorted(cls.model_fields))}")]
+    if error is not None:  # one of this module's own validators
+        return [(str(field), str(error))]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest if p not in ("int", "float", "str"))
+    msg = err["msg"].replace("Input should be", "must be")
+    return [(str(field), f"{where.lstrip('.')}: {msg}, got {err['input']!r}" if where else
+             f"{msg}, got {err['input']!r}")]
 
 
 C = TypeVar("C", bound=TrainConfig)
@@ -205,115 +259,22 @@ def resolve_config(config_cls: type[C], values: Mapping[str, Any] | None) -> C:
     Unknown fields and values of the wrong type are refused with the field's
     name, so a typo never silently falls back to a default.
     """
-    values = dict(values or {})
-    hints = typing.get_type_hints(config_cls)
-    known = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    problems = Problems()
-    for name in sorted(set(values) - known):
-        problems.add(name, f"unknown field; known fields are: {', '.join(sorted(known))}")
-    kwargs: dict[str, Any] = {}
-    for name, value in values.items():
-        if name not in known:
-            continue
-        try:
-            kwargs[name] = _coerce(name, value, hints[name])
-        except ConfigError as exc:
-            problems.extend(exc)
-    # Validate what could be read too, so every problem is reported at once;
-    # a field that could not be read is not blamed twice.
-    unread = {f for f, _ in problems.items}
-    try:
-        cfg = config_cls(**kwargs)
-    except ConfigError as exc:
-        for field, message in exc.problems:
-            if field not in unread:
-                problems.add(field, message)
-    except (TypeError, ValueError) as exc:  # a validator that raised a plain error
-        problems.add(None, str(exc))
-    problems.raise_if_any()
-    return cfg
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.strip().lower() in {"null", "none", "~"}):
-            if type(None) in args:
-                return None
-        inner = [a for a in args if a is not type(None)]
-        errors = []
-        for a in inner:
-            try:
-                return _coerce(name, value, a)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(name, f"cannot use {value!r}: " + "; ".join(errors))
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(name, f"must be one of {', '.join(map(str, args))}; got {value!r}")
-        return value
-    if origin in (list, tuple):
-        if isinstance(value, str):
-            value = yaml.safe_load(value) if value.strip().startswith("[") else [
-                v for v in value.split(",") if v.strip()
-            ]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(name, f"must be a list, got {value!r}")
-        item = args[0] if args else Any
-        return [_coerce(name, v, item) for v in value]
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in {"true", "yes", "on", "1"}:
-            return True
-        if isinstance(value, str) and value.strip().lower() in {"false", "no", "off", "0"}:
-            return False
-        raise ConfigError(name, f"must be true or false, got {value!r}")
-    if hint is int:
-        if isinstance(value, bool):
-            raise ConfigError(name, f"must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value.strip().replace("_", ""))
-            except ValueError:
-                pass
-        raise ConfigError(name, f"must be an integer, got {value!r}")
-    if hint is float:
-        if isinstance(value, bool):
-            raise ConfigError(name, f"must be a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(name, f"must be a number, got {value!r}")
-    if hint is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(name, f"must be a string, got {value!r}")
-    return value
+    if values is not None and not isinstance(values, Mapping):
+        raise TrainingConfigError(None, f"a config is a mapping of field: value, got {type(values).__name__}")
+    return config_cls(**dict(values or {}))
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML (or JSON) config file into plain values."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(None, f"config file {p} does not exist")
+        raise TrainingConfigError(None, f"config file {p} does not exist")
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(None, f"config file {p} is not valid YAML: {exc}") from None
+        raise TrainingConfigError(None, f"config file {p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(None, f"config file {p} must hold a mapping of field: value")
+        raise TrainingConfigError(None, f"config file {p} must hold a mapping of field: value")
     return data
 
 
@@ -324,7 +285,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(None, f"--set {item!r}: expected FIELD=VALUE, e.g. max_steps=200")
+            raise TrainingConfigError(None, f"--set {item!r}: expected FIELD=VALUE, e.g. max_steps=200")
         try:
             out[key] = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpufleet.training.config import ConfigError
+from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.paths import DataPathError, resolve_data_path
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-class BadDataError(ConfigError):
+class BadDataError(TrainingConfigError):
     """The data file exists but cannot be trained on (shape, dtype, content)."""
 
     def __init__(self, message: str):

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpufleet.devices.ops import backend_ops
-from gpufleet.training.config import ConfigError, TrainConfig
+from gpufleet.training.config import TrainingConfigError, TrainConfig
 from gpufleet.training.data import BadDataError
 
 
@@ -81,7 +81,7 @@ class DistributedTrainer:
                  master_addr: str = "127.0.0.1", master_port: int | None = None,
                  use_process_group: bool | None = None):
         if not devices:
-            raise ConfigError("devices", "at least one device is needed")
+            raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
         self.world_size = len(devices)
         # None: a process group only with more than one rank. True forces one

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.training import exitcodes
-from gpufleet.training.config import ConfigError
+from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
 
@@ -52,7 +52,7 @@ def classify(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".lower()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
         return "oom"
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, TrainingConfigError):
         return "bad_data"
     if isinstance(exc, InjectedFault):
         return "error"
@@ -97,6 +97,21 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progress: ProgressWriter | None,
+                  should_stop: Any, master_port: int | None = None) -> Any:
+    """The one place a launcher builds its :class:`~gpufleet.training.trainer.Trainer`:
+    the spec's recipe and validated config on ``run_devices``, as rank ``rank``."""
+    from gpufleet.training.recipes import get_recipe
+    from gpufleet.training.trainer import Trainer
+
+    recipe = get_recipe(spec.recipe)
+    config = recipe.resolve_config(spec.config)
+    return Trainer(recipe, config, devices=run_devices, rank=rank, checkpoint_dir=spec.checkpoint_dir,
+                   data_root=spec.data_root, resume=spec.resume, progress=progress,
+                   collective_timeout_s=spec.collective_timeout_s, master_port=master_port,
+                   should_stop=should_stop)
+
+
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     """One rank, in its own spawned process."""
     _die_with_parent()
@@ -114,19 +129,10 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     spec = LaunchSpec.from_dict(payload["spec"])
     trainer = None
     try:
-        from gpufleet.training.recipes import get_recipe
-        from gpufleet.training.trainer import Trainer
-
-        recipe = get_recipe(spec.recipe)
-        config = recipe.resolve_config(spec.config)
         progress = ProgressWriter(spec.progress_file) if rank == 0 else None
-        trainer = Trainer(
-            recipe, config, devices=payload["run_devices"], rank=rank,
-            checkpoint_dir=spec.checkpoint_dir, data_root=spec.data_root, resume=spec.resume,
-            progress=progress, collective_timeout_s=spec.collective_timeout_s,
-            master_port=payload["master_port"],
-            should_stop=lambda: requested["stop"] or stop_event.is_set(),
-        )
+        trainer = build_trainer(spec, payload["run_devices"], rank=rank, progress=progress,
+                                should_stop=lambda: requested["stop"] or stop_event.is_set(),
+                                master_port=payload["master_port"])
         result = trainer.train()
         if rank == 0:
             evaluation = trainer.evaluate() if result.status == "succeeded" and trainer.strategy != "fsdp" else {}
@@ -189,7 +195,7 @@ def _check_devices(spec: LaunchSpec, run_devices: list[str]) -> None:
     mod = getattr(torch, kind, None)
     count = mod.device_count() if mod is not None and mod.is_available() else 0
     if count < spec.world_size:
-        raise ConfigError("devices", f"{spec.devices} asked for, but only {count} {kind} device(s) are usable here")
+        raise TrainingConfigError("devices", f"{spec.devices} asked for, but only {count} {kind} device(s) are usable here")
 
 
 def run(spec: LaunchSpec, echo: Any = None) -> int:
@@ -214,7 +220,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
             resolve_data_path(spec.data_root, config.data_path)
         run_devices = spec.run_devices()
         _check_devices(spec, run_devices)
-    except ConfigError as exc:
+    except TrainingConfigError as exc:
         progress.write("error", rank=None, kind="config", message=str(exc))
         return end(exitcodes.BAD_DATA)
 
@@ -233,7 +239,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
         state_dir = Path(tmp)
         try:
             if spec.world_size == 1:
-                code, fields = _run_inprocess(spec, recipe, config, run_devices, progress, state_dir)
+                code, fields = _run_inprocess(spec, run_devices, progress)
             else:
                 code, fields = _run_spawned(spec, run_devices, progress, state_dir)
         except Exception as exc:  # the launcher itself broke
@@ -270,16 +276,13 @@ def _end_fields(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k in ("step", "checkpoint")}
 
 
-def _run_inprocess(spec, recipe, config, run_devices, progress, state_dir) -> tuple[int, dict[str, Any]]:
+def _run_inprocess(spec: LaunchSpec, run_devices: list[str], progress: ProgressWriter) -> tuple[int, dict[str, Any]]:
     from gpufleet.training import checkpoint
-    from gpufleet.training.trainer import Trainer
 
     checkpoint.set_attempt(spec.attempt)
     flag = _StopFlag()
     previous = flag.install()
-    trainer = Trainer(recipe, config, devices=run_devices, rank=0, checkpoint_dir=spec.checkpoint_dir,
-                      data_root=spec.data_root, resume=spec.resume, progress=progress,
-                      collective_timeout_s=spec.collective_timeout_s, should_stop=lambda: flag.count > 0)
+    trainer = build_trainer(spec, run_devices, rank=0, progress=progress, should_stop=lambda: flag.count > 0)
     try:
         result = trainer.train()
         if result.status == "succeeded":
@@ -370,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         watch_parent(parent_fd)
     try:
         spec = LaunchSpec.read(argv[0])
-    except ConfigError as exc:
+    except TrainingConfigError as exc:
         print(f"gpufleet launch: {exc}", file=sys.stderr)
         return exitcodes.BAD_DATA
     # Before torch is imported, so the ranks only ever see this training's GPUs.

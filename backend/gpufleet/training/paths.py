@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.training.config import ConfigError
+from gpufleet.training.config import TrainingConfigError
 
 DATA_SUFFIXES = (".npy", ".safetensors", ".pt")
 
 
-class DataPathError(ConfigError):
+class DataPathError(TrainingConfigError):
     def __init__(self, message: str):
         super().__init__("data_path", message)
 

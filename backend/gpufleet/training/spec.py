@@ -12,20 +12,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.training.config import ConfigError
+from gpufleet.training.config import TrainingConfigError
 
 _DEVICE = re.compile(r"^(cpu|cuda|hip|xpu)(?::(\d+))?$")
 GPU_BACKENDS = ("cuda", "hip", "xpu")
 
 
 def normalize_device(text: str) -> str:
-    """``"0"`` -> ``"cuda:0"``, ``"hip:1"`` stays, ``"cpu"`` stays; else ConfigError."""
+    """``"0"`` -> ``"cuda:0"``, ``"hip:1"`` stays, ``"cpu"`` stays; else TrainingConfigError."""
     t = str(text).strip().lower()
     if t.isdigit():
         return f"cuda:{int(t)}"
     m = _DEVICE.match(t)
     if not m:
-        raise ConfigError("devices", f"cannot read device {text!r}; use 0, cuda:0, hip:0, xpu:0 or cpu")
+        raise TrainingConfigError("devices", f"cannot read device {text!r}; use 0, cuda:0, hip:0, xpu:0 or cpu")
     kind, idx = m.group(1), m.group(2)
     if kind == "cpu":
         return "cpu"
@@ -36,7 +36,7 @@ def parse_devices(text: str, world_size: int | None = None) -> list[str]:
     """``"0,1"`` / ``"cuda:0,cuda:1"`` / ``"cpu"`` (with ``world_size`` copies)."""
     parts = [p for p in (s.strip() for s in str(text).split(",")) if p]
     if not parts:
-        raise ConfigError("devices", "no device given; use e.g. 0,1 or cuda:0,cuda:1 or cpu")
+        raise TrainingConfigError("devices", "no device given; use e.g. 0,1 or cuda:0,cuda:1 or cpu")
     devices = [normalize_device(p) for p in parts]
     if devices == ["cpu"] and world_size:
         devices = ["cpu"] * world_size
@@ -67,24 +67,24 @@ class LaunchSpec:
 
     def __post_init__(self) -> None:
         if not self.devices:
-            raise ConfigError("devices", "at least one device is needed")
+            raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = [normalize_device(d) for d in self.devices]
         kinds = {d.split(":")[0] for d in self.devices}
         if len(kinds) > 1:
-            raise ConfigError(
+            raise TrainingConfigError(
                 "devices",
                 f"one training cannot mix device kinds ({', '.join(sorted(kinds))}): "
                 "their ranks cannot share one process group",
             )
         gpus = [d for d in self.devices if d != "cpu"]
         if len(set(gpus)) != len(gpus):
-            raise ConfigError("devices", f"a GPU is listed twice: {self.devices}")
+            raise TrainingConfigError("devices", f"a GPU is listed twice: {self.devices}")
         if not self.collective_timeout_s > 0:
-            raise ConfigError("collective_timeout_s", "must be > 0")
+            raise TrainingConfigError("collective_timeout_s", "must be > 0")
         if not self.stop_grace_s > 0:
-            raise ConfigError("stop_grace_s", "must be > 0")
+            raise TrainingConfigError("stop_grace_s", "must be > 0")
         if not isinstance(self.config, dict):
-            raise ConfigError("config", "must be a mapping of field: value")
+            raise TrainingConfigError("config", "must be a mapping of field: value")
 
     @property
     def world_size(self) -> int:
@@ -131,10 +131,10 @@ class LaunchSpec:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ConfigError(unknown[0], f"unknown launch spec field; known: {', '.join(sorted(known))}")
+            raise TrainingConfigError(unknown[0], f"unknown launch spec field; known: {', '.join(sorted(known))}")
         missing = [k for k in ("recipe", "config", "devices", "checkpoint_dir", "progress_file") if k not in data]
         if missing:
-            raise ConfigError(missing[0], "missing from the launch spec")
+            raise TrainingConfigError(missing[0], "missing from the launch spec")
         return cls(**data)
 
     @classmethod
@@ -143,11 +143,11 @@ class LaunchSpec:
         try:
             data = json.loads(p.read_text())
         except FileNotFoundError:
-            raise ConfigError(None, f"launch spec {p} does not exist") from None
+            raise TrainingConfigError(None, f"launch spec {p} does not exist") from None
         except json.JSONDecodeError as exc:
-            raise ConfigError(None, f"launch spec {p} is not valid JSON: {exc}") from None
+            raise TrainingConfigError(None, f"launch spec {p} is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
-            raise ConfigError(None, f"launch spec {p} must hold a JSON object")
+            raise TrainingConfigError(None, f"launch spec {p} must hold a JSON object")
         return cls.from_dict(data)
 
 

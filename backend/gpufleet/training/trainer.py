@@ -31,7 +31,7 @@ from torch import nn
 from gpufleet.devices.ops import backend_ops
 from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.backend import make_backend
-from gpufleet.training.config import ConfigError, TrainConfig
+from gpufleet.training.config import TrainingConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
@@ -135,13 +135,13 @@ class Trainer:
         state = ckpt.load_checkpoint(path)
         recipe = state["meta"].get("recipe")
         if recipe != self.recipe.name:
-            raise ConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
+            raise TrainingConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
         s = state["state"]
         try:
             self.backend.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
                                           "step": s["step"], "scheduler": s["scheduler"], "scaler": s["scaler"]})
         except (RuntimeError, KeyError, ValueError) as exc:
-            raise ConfigError("resume", f"checkpoint {path} does not fit this model "
+            raise TrainingConfigError("resume", f"checkpoint {path} does not fit this model "
                                         f"(was the config changed?): {str(exc)[:300]}") from None
         self.step = int(s["step"])
         # Micro-batches are counted globally (per-rank count x accumulation is

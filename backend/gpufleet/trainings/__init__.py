@@ -1,11 +1,19 @@
-"""The trainings domain beyond recipes: a user's own code (kind ``script``).
+"""The trainings domain: what a training is, how it is asked for, and how it moves.
 
-- :mod:`.archive` checks and unpacks an uploaded code archive, and packs a
-  directory the way ``gpufleet run`` uploads it;
-- :mod:`.code` stores archives once per content hash;
-- :mod:`.script` validates a script request (argv, env, memory) and builds the
-  environment its processes get;
-- :mod:`.script_launch` is the launcher process that starts one process per GPU.
+- :mod:`.models` names the domain's tables (defined in ``gpufleet.db.models``);
+- :mod:`.request` is a training request as the API and the CLI send it, checked
+  once by pydantic;
+- :mod:`.service` creates (one or a batch), cancels and reads trainings: what
+  the REST routes and the CLI call; :mod:`.checks` holds its checks of a
+  request against the fleet;
+- :mod:`.lifecycle` is the compare-and-set status change and its events;
+- :mod:`.outcome` is the error table: what a launcher's exit means;
+- :mod:`.progress` reads the launcher's progress file and spots stragglers;
+- :mod:`.environment` is the allow-listed environment a training process gets;
+- :mod:`.archive`, :mod:`.code`, :mod:`.script` and :mod:`.script_launch` run a
+  user's own code (kind ``script``); :mod:`.permissions` says who may.
 
-Nothing here imports torch or the web app.
+``models``, ``lifecycle`` and ``outcome`` sit below ``scheduling`` (the
+reservation writes through ``lifecycle``); ``service`` and ``checks`` sit above it. Nothing
+here imports torch, Celery or the web app.
 """

@@ -1,4 +1,7 @@
-"""Who may run their own code: admins always; other users only when granted ``run_code``."""
+"""Who may run their own code: admins always; other users only when granted ``run_code``.
+
+Granting it is the users domain's (``gpufleet users grant NAME run_code``).
+"""
 
 from __future__ import annotations
 
@@ -19,8 +22,3 @@ def may_run_code(sess: Session, name: str, role: str) -> tuple[bool, str]:
     return False, (f"user {name!r} may not run their own code (script trainings): that needs the run_code "
                    f"permission, which an admin grants with `gpufleet users grant {name} run_code`")
 
-
-def set_run_code(sess: Session, name: str, allowed: bool) -> None:
-    from gpufleet.users.accounts import get_user
-
-    get_user(sess, name).run_code = allowed

@@ -171,11 +171,11 @@ def process_env(base: Mapping[str, str]) -> dict[str, str]:
     """The environment a script's launcher starts from: the training allow-list, as for recipes.
 
     Only what a Python program, torch and the GPU runtimes need passes
-    (``jobs.environment``); gpufleet's settings, the secret key and any database
+    (``trainings.environment``); gpufleet's settings, the secret key and any database
     or broker URL never do. The launcher then adds the variables it sets itself,
     and the request's own ``env`` (names the server allows) goes to the ranks.
     """
-    from gpufleet.jobs.environment import training_environment
+    from gpufleet.trainings.environment import training_environment
 
     return training_environment(base)
 

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from gpufleet.api.deps import SessionDep, SettingsDep
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.bounds import MAX_GPU_INDEX
+from gpufleet.bounds import MAX_GPU_INDEX
 from gpufleet.db.models import Training
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
 from gpufleet.telemetry.history import MAX_POINTS, GPURef, HistoryError, HistoryQuery, query_history

@@ -1,13 +1,12 @@
 """Recipes resource: every installed recipe and the fields of its config.
 
-Read from the recipe registry and the config dataclasses, so a recipe installed
+Read from the recipe registry and the config models, so a recipe installed
 from another package shows up with the defaults the server will use. Torch-free:
 it never builds a recipe.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import types
@@ -19,6 +18,7 @@ from fastapi import APIRouter
 from gpufleet.api.deps import CurrentUser
 from gpufleet.api.schemas.recipes import RecipeFieldPublic, RecipePublic, RecipesPublic
 from gpufleet.training import recipes as registry
+from gpufleet.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +60,15 @@ def _kind(hint: Any) -> tuple[str, list[str] | None, bool]:
     return "text", None, optional
 
 
-def _fields(config_cls: type) -> list[RecipeFieldPublic]:
+def _fields(config_cls: type[TrainConfig]) -> list[RecipeFieldPublic]:
     hints = typing.get_type_hints(config_cls)
     out = []
-    for f in dataclasses.fields(config_cls):
-        if not f.init:
-            continue
-        kind, choices, optional = _kind(hints[f.name])
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = None
-        help_text = f.metadata.get("help") if f.metadata else None
+    for name, info in config_cls.model_fields.items():
+        kind, choices, optional = _kind(hints[name])
+        default = info.get_default(call_default_factory=True)
         out.append(RecipeFieldPublic(
-            name=f.name, kind=kind, default=_json_default(default), choices=choices,
-            optional=optional, help=str(help_text) if help_text else None,
+            name=name, kind=kind, default=_json_default(default), choices=choices,
+            optional=optional, help=info.description or None,
         ))
     return out
 
@@ -84,10 +76,8 @@ def _fields(config_cls: type) -> list[RecipeFieldPublic]:
 def _description(recipe: registry.Recipe) -> str:
     if recipe.description:
         return recipe.description.strip().splitlines()[0]
-    doc = recipe.config_cls.__doc__ or ""
-    # dataclass writes a signature as the docstring of a class that has none.
-    if doc.startswith(f"{recipe.config_cls.__name__}("):
-        return ""
+    # A config class's own docstring (not one it inherits from TrainConfig).
+    doc = recipe.config_cls.__dict__.get("__doc__") or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 

@@ -17,7 +17,6 @@ from fastapi.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.bounds import MAX_MEMORY_MB, check_config
 from gpufleet.api.schemas.selection import (
     MAX_COUNT,
     CandidatePublic,
@@ -29,8 +28,10 @@ from gpufleet.api.schemas.selection import (
     estimate_public,
 )
 from gpufleet.api.security.ratelimits import get_limiter, too_many
+from gpufleet.bounds import MAX_MEMORY_MB
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
+from gpufleet.trainings.request import check_config
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
@@ -83,7 +84,7 @@ async def _estimate(request: Request, settings: Any, user: Any, recipe: str, con
     from gpufleet.scheduling.memory import EstimateError
     from gpufleet.scheduling.memory_pool import EstimateBusy
     from gpufleet.scheduling.plan import estimate_for
-    from gpufleet.training.config import ConfigError
+    from gpufleet.training.config import TrainingConfigError
 
     await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
     try:
@@ -97,7 +98,7 @@ async def _estimate(request: Request, settings: Any, user: Any, recipe: str, con
         return await run_in_threadpool(calibrated)
     except EstimateBusy as exc:
         raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
-    except (ConfigError, EstimateError) as exc:
+    except (TrainingConfigError, EstimateError) as exc:
         raise HTTPException(422, str(exc)) from None
 
 

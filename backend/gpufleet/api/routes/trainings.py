@@ -6,7 +6,6 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthUser, ensure_may_read_training, may_read_training
@@ -22,11 +21,8 @@ from gpufleet.api.deps import (
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.params import SeqQuery, StepQuery
-from gpufleet.api.schemas.bounds import MAX_OFFSET
 from gpufleet.api.schemas.trainings import (
-    TrainingBatchCreate,
     TrainingBatchPublic,
-    TrainingCreate,
     TrainingEventPublic,
     TrainingEventsPublic,
     TrainingGPU,
@@ -37,18 +33,14 @@ from gpufleet.api.schemas.trainings import (
     TrainingsPublic,
 )
 from gpufleet.api.security.openapi import error_response
+from gpufleet.bounds import MAX_OFFSET
 from gpufleet.config import Settings
-from gpufleet.db.models import (
-    TRAINING_STATUSES,
-    GPUAllocation,
-    Host,
-    Training,
-    TrainingEvent,
-    TrainingMetric,
-)
 from gpufleet.db.session import write_in
-from gpufleet.jobs import service
 from gpufleet.jobs.logs import log_path, read_log
+from gpufleet.jobs.scheduler_loop import wake
+from gpufleet.trainings import service
+from gpufleet.trainings.models import Training
+from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 
@@ -64,53 +56,22 @@ def _http(exc: service.TrainingRequestError) -> HTTPException:
     return HTTPException(exc.status, str(exc))
 
 
-def _load(sess: Session, training_id: uuid.UUID) -> Training:
-    t = sess.get(Training, training_id, populate_existing=True)
-    if t is None:
-        raise HTTPException(404, f"training {training_id} does not exist")
-    return t
+def _load(session: Session, training_id: uuid.UUID) -> Training:
+    try:
+        return service.get(session, training_id)
+    except service.TrainingRequestError as exc:
+        raise _http(exc) from None
 
 
-def _publics(sess: Session, rows: list[Training]) -> list[TrainingPublic]:
-    """Rows with their host and current GPUs, in two queries for the whole page."""
-    if not rows:
-        return []
-    hosts = dict(sess.execute(select(Host.id, Host.name).where(
-        Host.id.in_({t.host_id for t in rows if t.host_id is not None}))).all())
-    allocs: dict[uuid.UUID, list[GPUAllocation]] = {t.id: [] for t in rows}
-    for a in sess.execute(
-        select(GPUAllocation).where(GPUAllocation.training_id.in_(list(allocs)))
-        .order_by(GPUAllocation.allocated_at.desc(), GPUAllocation.gpu_index)
-    ).scalars():
-        allocs[a.training_id].append(a)
+def _publics(views: list[service.TrainingView]) -> list[TrainingPublic]:
     out = []
-    for t in rows:
-        pub = TrainingPublic.model_validate(t)
-        pub.host_name = hosts.get(t.host_id) if t.host_id is not None else None
-        mine = allocs[t.id]
-        if mine:
-            # The newest reservation: the active one, or the last one once it ended.
-            newest = mine[0].allocated_at
-            current = [a for a in mine if a.released_at is None] or [
-                a for a in mine if abs((a.allocated_at - newest).total_seconds()) < 1.0
-            ]
-            pub.gpus = sorted(
-                (TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
-                             released_at=a.released_at) for a in current),
-                key=lambda g: g.index,
-            )
+    for v in views:
+        pub = TrainingPublic.model_validate(v.training)
+        pub.host_name = v.host_name
+        pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
+                                released_at=a.released_at) for a in v.gpus]
         out.append(pub)
     return out
-
-
-def _public(sess: Session, t: Training) -> TrainingPublic:
-    return _publics(sess, [t])[0]
-
-
-def _wake() -> None:
-    from gpufleet.jobs.scheduler_loop import wake
-
-    wake()
 
 
 @router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create",
@@ -120,18 +81,14 @@ def create_training(
 ) -> TrainingPublic:
     if body.kind == "script":
         ensure_can_run_code(session, user)
-    elif body.recipe is None:
-        raise HTTPException(422, "recipe: a training of kind 'recipe' needs the recipe's name")
     try:
-        req = service.TrainingRequest(**{**body.model_dump(), "recipe": body.recipe or "script"})
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
-            [row] = service.create_trainings(sess, settings, [req], user.name)
-            out = _public(sess, row)
+            [out] = _publics([service.create(sess, settings, body, user.name)])
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
-    _wake()
+    wake()
     return out
 
 
@@ -144,23 +101,13 @@ def create_batch(
 
     What does not fit now waits in the queue; nothing is dropped.
     """
-    batch_id = uuid.uuid4().hex[:12]
     try:
-        reqs = [
-            service.TrainingRequest(
-                name=item.name, recipe=item.recipe, config=item.config, host=body.host,
-                priority=body.priority, max_restarts=body.max_restarts, memory_mb=item.memory_mb,
-                world_size=1, exclusive=False,
-            )
-            for item in body.items
-        ]
         with write_in(session, settings) as sess:
-            rows = service.create_trainings(sess, settings, reqs, user.name,
-                                            selection={"strategy": body.strategy, "batch": batch_id})
-            data = _publics(sess, rows)
+            batch_id, views = service.create_batch(sess, settings, body, user.name)
+            data = _publics(views)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
-    _wake()
+    wake()
     return TrainingBatchPublic(batch_id=batch_id, strategy=body.strategy, data=data, count=len(data))
 
 
@@ -173,20 +120,11 @@ def list_trainings(
     status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
     owner: str | None = None,
 ) -> TrainingsPublic:
-    where = []
-    if status:
-        bad = [s for s in status if s not in TRAINING_STATUSES]
-        if bad:
-            raise HTTPException(422, f"unknown status {bad[0]!r}; use one of {', '.join(TRAINING_STATUSES)}")
-        where.append(Training.status.in_(status))
-    if owner:
-        where.append(Training.owner == owner)
-    count = session.scalar(select(func.count()).select_from(Training).where(*where)) or 0
-    rows = session.execute(
-        select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
-        .offset(page.offset).limit(page.limit)
-    ).scalars()
-    return TrainingsPublic(data=_readable(settings, _user, _publics(session, list(rows))), count=count)
+    try:
+        views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit)
+    except service.TrainingRequestError as exc:
+        raise _http(exc) from None
+    return TrainingsPublic(data=_readable(settings, _user, _publics(views)), count=count)
 
 
 def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
@@ -201,7 +139,7 @@ def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) ->
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
-    return _readable(settings, _user, [_public(session, _load(session, training_id))])[0]
+    return _readable(settings, _user, _publics(service.views(session, [_load(session, training_id)])))[0]
 
 
 @router.post(
@@ -215,10 +153,10 @@ def cancel_training(
     try:
         with write_in(session, settings) as sess:
             t = service.cancel(sess, training_id, user.name)
-            out = _public(sess, t)
+            [out] = _publics(service.views(sess, [t]))
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
-    _wake()  # freed GPUs may start a queued training
+    wake()  # freed GPUs may start a queued training
     return out
 
 
@@ -232,10 +170,7 @@ def list_events(
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> TrainingEventsPublic:
     ensure_may_read_training(settings, _user, _load(session, training_id).owner)
-    rows = session.execute(
-        select(TrainingEvent).where(TrainingEvent.training_id == training_id, TrainingEvent.seq > after_seq)
-        .order_by(TrainingEvent.seq).limit(limit)
-    ).scalars()
+    rows = service.events(session, training_id, after_seq=after_seq, limit=limit)
     data = [TrainingEventPublic.model_validate(e) for e in rows]
     return TrainingEventsPublic(data=data, count=len(data))
 
@@ -248,18 +183,11 @@ def list_metrics(
     max_points: Annotated[int, Query(ge=2, le=10000, description="downsample to at most this many rows")] = 500,
     after_step: StepQuery = -1,
 ) -> TrainingMetricsPublic:
-    _load(session, training_id)
-    where = [TrainingMetric.training_id == training_id, TrainingMetric.step > after_step]
-    total = session.scalar(select(func.count()).select_from(TrainingMetric).where(*where)) or 0
-    stride = max(1, -(-total // max_points))
-    stmt = select(TrainingMetric).where(*where).order_by(TrainingMetric.step)
-    if stride > 1:
-        # Every stride-th row by step order, plus the newest, computed in SQL.
-        rn = func.row_number().over(order_by=TrainingMetric.step).label("rn")
-        sub = select(TrainingMetric.id, rn).where(*where).subquery()
-        keep = select(sub.c.id).where(((sub.c.rn - 1) % stride == 0) | (sub.c.rn == total))
-        stmt = select(TrainingMetric).where(TrainingMetric.id.in_(keep)).order_by(TrainingMetric.step)
-    data = [TrainingMetricPublic.model_validate(m) for m in session.execute(stmt).scalars()]
+    try:
+        rows, total = service.metrics(session, training_id, max_points=max_points, after_step=after_step)
+    except service.TrainingRequestError as exc:
+        raise _http(exc) from None
+    data = [TrainingMetricPublic.model_validate(m) for m in rows]
     return TrainingMetricsPublic(data=data, count=len(data), total=total)
 
 

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, check_config
+from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex
+from gpufleet.trainings.request import CONFIG_SCHEMA, check_config
 
 MAX_COUNT = 64
 

@@ -1,74 +1,16 @@
-"""Schemas of the trainings resource."""
+"""Schemas of the trainings resource: what the API answers.
+
+What it accepts (``TrainingCreate``, ``TrainingBatchCreate``) is the trainings
+domain's own request model, :mod:`gpufleet.trainings.request`.
+"""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from gpufleet.api.schemas.bounds import CONFIG_SCHEMA, INT32_MAX, MAX_GPUS, MAX_MEMORY_MB, GPUIndex, check_config
-
-# The recipe's config: free-form, with bounds on what the server stores or opens.
-RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
-
-
-class TrainingCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=255)
-    kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
-    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name")
-    config: dict[str, Any] = RecipeConfig
-    code: str | None = Field(default=None, min_length=64, max_length=64, pattern="^[0-9a-f]{64}$",
-                             description="kind script: the hash POST /api/v1/code returned")
-    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
-        default=None, min_length=1, max_length=256,
-        description="kind script: the command run once per GPU, as a list (never through a shell)")
-    env: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]] | None = Field(
-        default=None, max_length=64,
-        description="kind script: environment variables to set; only names the server allows (script_env_allow)")
-    memory: Annotated[str, Field(max_length=32)] | Annotated[int, Field(ge=1, le=2**50)] | None = Field(
-        default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
-    python: str | None = Field(default=None, max_length=64,
-                               description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
-    gpu_ids: list[GPUIndex] | None = Field(
-        default=None, max_length=MAX_GPUS, description="GPU indexes on the host; omit to let the server choose"
-    )
-    host: str | None = Field(default=None, max_length=255)
-    distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
-    world_size: int | None = Field(default=None, ge=1, le=1024, description="number of GPUs when gpu_ids is omitted")
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    max_restarts: int = Field(default=2, ge=0, le=100)
-    checkpoint_every: int | None = Field(default=None, ge=1, le=INT32_MAX)
-    allow_rebalance: bool = Field(
-        default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
-    )
-    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory one rank needs, if known")
-
-    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
-
-
-class BatchItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=255)
-    recipe: str = Field(min_length=1, max_length=128)
-    config: dict[str, Any] = RecipeConfig
-    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB)
-
-    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
-
-
-class TrainingBatchCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    items: list[BatchItem] = Field(min_length=1, max_length=2000)
-    strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
-    host: str | None = Field(default=None, max_length=255)
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    max_restarts: int = Field(default=2, ge=0, le=100)
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class TrainingGPU(BaseModel):

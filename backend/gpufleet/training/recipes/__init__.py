@@ -1,6 +1,6 @@
 """The recipe registry.
 
-A recipe is a name, a config dataclass that validates itself, and
+A recipe is a name, a config model (pydantic) that validates itself, and
 ``build(config, data_root=None) -> (model, dataset, loss_fn)``. Recipes come
 from the ``gpufleet.recipes`` entry-point group (the built-in ``sae`` and
 ``mlp`` are declared there too), so a training request names a recipe and
@@ -23,12 +23,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from gpufleet.training.config import ConfigError, TrainConfig, resolve_config
+from gpufleet.training.config import TrainConfig, TrainingConfigError, resolve_config
 
 ENTRY_POINT_GROUP = "gpufleet.recipes"
 
 
-class UnknownRecipeError(ConfigError):
+class UnknownRecipeError(TrainingConfigError):
     def __init__(self, name: str, known: list[str]):
         super().__init__("recipe", f"unknown recipe {name!r}; installed recipes: {', '.join(known) or 'none'}")
 
@@ -52,7 +52,7 @@ class Recipe:
 
     def build(self, config: TrainConfig, data_root: str | Path | None = None):
         if not isinstance(config, self.config_cls):
-            raise ConfigError(None, f"recipe {self.name} needs a {self.config_cls.__name__}")
+            raise TrainingConfigError(None, f"recipe {self.name} needs a {self.config_cls.__name__}")
         return self.build_fn(config, data_root)
 
     def build_model(self, config: TrainConfig):
@@ -71,7 +71,7 @@ def get_recipe(name: str) -> Recipe:
         raise UnknownRecipeError(name, sorted(eps))
     recipe = eps[name].load()
     if not isinstance(recipe, Recipe):
-        raise ConfigError("recipe", f"entry point {name!r} does not point at a gpufleet Recipe")
+        raise TrainingConfigError("recipe", f"entry point {name!r} does not point at a gpufleet Recipe")
     return recipe
 
 

@@ -8,39 +8,32 @@ last column (classification, integer labels) are the targets, or a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from gpufleet.training.config import Problems, TrainConfig, option
+from pydantic import Field
+
+from gpufleet.training.config import PositiveInt, Problems, TrainConfig, option
 from gpufleet.training.recipes import Recipe
 
 
-@dataclass
 class MLPConfig(TrainConfig):
-    in_features: int = option(16, "input columns per sample")
-    out_features: int = option(1, "regression targets, or number of classes for classification")
-    hidden: list[int] = option(help="widths of the hidden layers, e.g. 64,64", factory=lambda: [64, 64])
+    in_features: PositiveInt = option(16, "input columns per sample")
+    out_features: PositiveInt = option(1, "regression targets, or number of classes for classification")
+    hidden: list[Annotated[int, Field(ge=1)]] = option(
+        help="widths of the hidden layers, e.g. 64,64", factory=lambda: [64, 64])
     task: Literal["regression", "classification"] = option(
         "regression", "regression (MSE on the last out_features columns) or classification (integer labels)")
     activation: Literal["relu", "gelu", "tanh"] = option("relu", "activation between hidden layers")
     x_key: str = option("x", "name of the inputs tensor in a .safetensors / .pt file")
     y_key: str = option("y", "name of the targets tensor in a .safetensors / .pt file")
-    synthetic_samples: int = option(8192, "samples in the synthetic task (used when data_path is empty)")
-    synthetic_noise: float = option(0.05, "noise added to the synthetic targets")
+    synthetic_samples: PositiveInt = option(8192, "samples in the synthetic task (used when data_path is empty)")
+    synthetic_noise: float = option(0.05, "noise added to the synthetic targets", ge=0)
 
     def check(self, p: Problems) -> None:
         super().check(p)
-        p.positive(self, "in_features", "out_features", "synthetic_samples")
-        p.choice(self, "task", ("regression", "classification"))
-        p.choice(self, "activation", ("relu", "gelu", "tanh"))
-        if not isinstance(self.hidden, list) or any(
-                isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.hidden):
-            p.add("hidden", f"must be a list of layer widths >= 1, got {self.hidden}")
-        if self.task == "classification" and isinstance(self.out_features, int) and self.out_features < 2:
+        if self.task == "classification" and self.out_features < 2:
             p.add("out_features", "classification needs at least 2 classes")
-        if self.synthetic_noise < 0:
-            p.add("synthetic_noise", f"must be >= 0, got {self.synthetic_noise}")
 
 
 def _build_model(config: MLPConfig):

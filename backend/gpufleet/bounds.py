@@ -1,0 +1,31 @@
+"""Bounds of every number and path a request may carry.
+
+A value past what the database column or the code can hold must be a 422
+that names the field, never a 500 from the driver (PostgreSQL's INTEGER is
+32-bit) or the file system (a name longer than 255 bytes). The bounds are in
+the schemas and query parameters, so they are written into the OpenAPI schema
+where clients and fuzzers see them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+# PostgreSQL INTEGER: steps, sequence numbers, GPU indexes, checkpoint intervals.
+INT32_MAX = 2**31 - 1
+# The largest integer a JSON number carries exactly in every client (JavaScript's).
+JSON_INT_MAX = 2**53 - 1
+# 16 TiB per rank: far beyond any GPU, still a number every layer holds.
+MAX_MEMORY_MB = 16 * 1024 * 1024
+MAX_GPU_INDEX = 4095
+MAX_GPUS = 1024
+# A path relative to the data root, and each of its parts (the file system's NAME_MAX).
+MAX_PATH_CHARS = 1024
+MAX_PATH_PART_CHARS = 255
+MAX_HOST_CHARS = 255
+# Byte offsets in a training's log.
+MAX_OFFSET = JSON_INT_MAX
+
+GPUIndex = Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]

@@ -1,0 +1,156 @@
+"""A training request as the API, the client and the CLI send it, checked once by pydantic.
+
+The recipe's ``config`` stays a mapping here: which fields it has depends on
+the recipe it names, so :mod:`.service` checks it against that recipe's config
+model (every wrong field at once) before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpufleet.bounds import (
+    INT32_MAX,
+    JSON_INT_MAX,
+    MAX_GPUS,
+    MAX_MEMORY_MB,
+    MAX_PATH_CHARS,
+    MAX_PATH_PART_CHARS,
+    GPUIndex,
+)
+from gpufleet.training.config import TrainConfig
+
+
+def _int_bounds(name: str) -> tuple[int, int]:
+    """The bounds :class:`TrainConfig` declares for one of its integer fields."""
+    info = TrainConfig.model_fields[name]
+    lo = next(m.ge for m in info.metadata if getattr(m, "ge", None) is not None)
+    hi = next(m.le for m in info.metadata if getattr(m, "le", None) is not None)
+    return lo, hi
+
+
+# Config fields the server stores in INTEGER columns (or hands to a seed), with
+# the bounds the shared training config declares; the recipe checks the rest.
+_CONFIG_INTS = {name: _int_bounds(name) for name in (
+    "max_steps", "checkpoint_every", "log_every", "global_batch_size", "micro_batch_size",
+    "grad_accum_steps", "keep_checkpoints", "warmup_steps", "seed")}
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": True,
+    "properties": {
+        **{name: {"type": ["integer", "null"] if name == "micro_batch_size" else "integer", "minimum": lo,
+                  "maximum": hi} for name, (lo, hi) in _CONFIG_INTS.items()},
+        "data_path": {"type": ["string", "null"], "maxLength": MAX_PATH_CHARS},
+    },
+    "description": (
+        "the recipe's config fields; integers anywhere in it lie within"
+        f" ±{JSON_INT_MAX}, and data_path has at most {MAX_PATH_CHARS} characters,"
+        f" {MAX_PATH_PART_CHARS} per part"
+    ),
+}
+
+
+def _check_numbers(where: str, value: Any) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -JSON_INT_MAX <= value <= JSON_INT_MAX:
+        raise ValueError(f"{where} is {value}, beyond ±{JSON_INT_MAX} (the largest exact JSON integer)")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_numbers(f"{where}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_numbers(f"{where}[{i}]", v)
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Refuse numbers and paths in a recipe config that no column or file system holds; names the field.
+
+    Whatever the recipe, before it is looked up: the recipe's own config model
+    then checks every field's meaning (below a minimum is its to say, in its words).
+    """
+    for name, (lo, hi) in _CONFIG_INTS.items():
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > hi:
+            raise ValueError(f"config.{name} is {value}; it must be between {lo} and {hi}")
+    _check_numbers("config", config)
+    data_path = config.get("data_path")
+    if isinstance(data_path, str):
+        if len(data_path) > MAX_PATH_CHARS:
+            raise ValueError(f"config.data_path has {len(data_path)} characters; at most {MAX_PATH_CHARS} are allowed")
+        longest = max((len(p) for p in data_path.split("/")), default=0)
+        if longest > MAX_PATH_PART_CHARS:
+            raise ValueError(f"config.data_path has a part of {longest} characters; file and folder names "
+                             f"have at most {MAX_PATH_PART_CHARS}")
+    return config
+
+
+# The recipe's config: free-form, with bounds on what the server stores or opens.
+RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
+
+
+class TrainingCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255)
+    kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
+    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name")
+    config: dict[str, Any] = RecipeConfig
+    code: str | None = Field(default=None, min_length=64, max_length=64, pattern="^[0-9a-f]{64}$",
+                             description="kind script: the hash POST /api/v1/code returned")
+    argv: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="kind script: the command run once per GPU, as a list (never through a shell)")
+    env: dict[Annotated[str, Field(max_length=128)], Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64,
+        description="kind script: environment variables to set; only names the server allows (script_env_allow)")
+    memory: Annotated[str, Field(max_length=32)] | Annotated[int, Field(ge=1, le=2**50)] | None = Field(
+        default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
+    python: str | None = Field(default=None, max_length=64,
+                               description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
+    gpu_ids: list[GPUIndex] | None = Field(
+        default=None, max_length=MAX_GPUS, description="GPU indexes on the host; omit to let the server choose"
+    )
+    host: str | None = Field(default=None, max_length=255)
+    distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
+    world_size: int | None = Field(default=None, ge=1, le=1024, description="number of GPUs when gpu_ids is omitted")
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_restarts: int = Field(default=2, ge=0, le=100)
+    checkpoint_every: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    allow_rebalance: bool = Field(
+        default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
+    )
+    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory one rank needs, if known")
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class BatchItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=255)
+    recipe: str = Field(min_length=1, max_length=128)
+    config: dict[str, Any] = RecipeConfig
+    memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB)
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class TrainingBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[BatchItem] = Field(min_length=1, max_length=2000)
+    strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
+    host: str | None = Field(default=None, max_length=255)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    max_restarts: int = Field(default=2, ge=0, le=100)
+
+    def requests(self) -> list[TrainingCreate]:
+        """One single-GPU request per item, with the batch's host, priority and restarts."""
+        return [TrainingCreate(name=item.name, recipe=item.recipe, config=item.config, memory_mb=item.memory_mb,
+                               host=self.host, priority=self.priority, max_restarts=self.max_restarts,
+                               world_size=1)
+                for item in self.items]

@@ -1,0 +1,318 @@
+"""Creating, cancelling and reading trainings: what the REST routes and the CLI call.
+
+Everything is checked before anything is written: a bad request raises
+:class:`TrainingRequestError` naming the field and what to fix, and the
+database is untouched. Every function works in the caller's session and
+leaves the commit to it, so one request is one session and one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Host
+from gpufleet.scheduling.memory import EstimateLimitError
+from gpufleet.scheduling.plan import estimate_training, never_fit_reason
+from gpufleet.training.config import TrainConfig, TrainingConfigError
+from gpufleet.training.paths import resolve_data_path
+from gpufleet.training.recipes import get_recipe
+from gpufleet.trainings import script
+from gpufleet.trainings.checks import (
+    TrainingRequestError,
+    check_gpus,
+    check_request,
+    check_world_size,
+    refuse_never_fits,
+    resolve_host,
+)
+from gpufleet.trainings.lifecycle import get_training, record_event, transition
+from gpufleet.trainings.models import (
+    FINAL_STATUSES,
+    TRAINING_STATUSES,
+    GPUAllocation,
+    Training,
+    TrainingEvent,
+    TrainingMetric,
+)
+from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_batch", "create_trainings",
+           "events", "get", "metrics", "page", "views"]
+
+
+# Creating ----------------------------------------------------------------
+
+
+def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str) -> TrainingView:
+    """Validate one request against its recipe and the fleet, and queue it."""
+    [row] = create_trainings(sess, settings, [req], owner)
+    return views(sess, [row])[0]
+
+
+def create_batch(sess: Session, settings: Settings, body: TrainingBatchCreate,
+                 owner: str) -> tuple[str, list[TrainingView]]:
+    """Many small trainings sharing GPUs: each on one GPU, not exclusively. Returns the batch id too."""
+    batch_id = uuid.uuid4().hex[:12]
+    rows = create_trainings(sess, settings, body.requests(), owner, exclusive=False,
+                            selection={"strategy": body.strategy, "batch": batch_id})
+    return batch_id, views(sess, rows)
+
+
+def create_trainings(
+    sess: Session,
+    settings: Settings,
+    reqs: list[TrainingCreate],
+    owner: str,
+    *,
+    exclusive: bool = True,
+    selection: dict[str, Any] | None = None,
+) -> list[Training]:
+    """Validate every request, then write them all with a ``queued`` event each.
+
+    All or nothing: one bad request writes none. The caller commits.
+    """
+    prepared: list[tuple[Training, TrainConfig | None]] = []
+    for i, req in enumerate(reqs):
+        try:
+            prepared.append(prepare(sess, settings, req, owner, exclusive=exclusive))
+        except TrainingRequestError as exc:
+            if len(reqs) > 1:
+                raise TrainingRequestError(
+                    f"items[{i}].{exc.field}" if exc.field else f"items[{i}]", f"item {i}: {exc}",
+                    problems=[(f"items.{i}.{f}", f"item {i}: {m}") for f, m in exc.problems],
+                ) from None
+            raise
+    rows = [row for row, _ in prepared]
+    for row, config in prepared:
+        if selection is not None:
+            row.selection = dict(selection)
+        if config is not None:
+            _estimate(sess, settings, row, config)
+        sess.add(row)
+    sess.flush()
+    for row in rows:
+        where = f"GPUs {row.gpu_ids}" if row.gpu_ids else f"{row.world_size} GPU(s) chosen by the server"
+        record_event(sess, row.id, "status", status="queued", user=owner, reason=f"submitted for {where}")
+    return rows
+
+
+def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+            exclusive: bool = True) -> tuple[Training, TrainConfig | None]:
+    """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config."""
+    count = check_request(req)
+    if not exclusive and count != 1:
+        raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
+    host = resolve_host(sess, req)
+    if req.gpu_ids and host is not None:
+        check_gpus(sess, host, req.gpu_ids)
+    if not req.gpu_ids and count > 1:
+        check_world_size(sess, count, req.host)
+    common = dict(
+        id=uuid.uuid4(), name=req.name.strip(), owner=owner, status="queued", priority=req.priority,
+        gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
+        requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
+        auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
+        restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
+    )
+    if req.kind == "script":
+        return _prepare_script(sess, settings, req, count, host, exclusive, common), None
+    config = _resolve_config(settings, req, count)
+    return Training(
+        **common, recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
+        memory_estimate=req.memory_mb * 2**20 if req.memory_mb else None,
+        allow_rebalance=req.allow_rebalance, checkpoint_every=config.checkpoint_every,
+        max_steps=config.max_steps,
+    ), config
+
+
+def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) -> TrainConfig:
+    values = dict(req.config or {})
+    if req.checkpoint_every is not None:
+        values["checkpoint_every"] = req.checkpoint_every
+    try:
+        recipe = get_recipe(req.recipe)
+    except TrainingConfigError as exc:
+        raise TrainingRequestError("recipe", str(exc)) from None
+    try:
+        cfg = recipe.resolve_config(values)
+        cfg.batch_layout(world_size)
+        if cfg.data_path is not None:
+            resolve_data_path(settings.data_root, cfg.data_path)
+    except TrainingConfigError as exc:
+        problems = [(f"config.{f}" if f else "config", m) for f, m in exc.problems]
+        raise TrainingRequestError(problems[0][0], str(exc), problems=problems) from None
+    return cfg
+
+
+def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, count: int, host: Host | None,
+                    exclusive: bool, common: dict[str, Any]) -> Training:
+    if not exclusive:
+        raise TrainingRequestError("exclusive", "a script training holds its GPUs exclusively")
+    try:
+        f = script.resolve(sess, settings, code=req.code, argv=req.argv, env=req.env,
+                           memory=req.memory if req.memory is not None else
+                           (req.memory_mb * 2**20 if req.memory_mb else None),
+                           python=req.python, auto_select=not req.gpu_ids)
+    except script.ScriptError as exc:
+        raise TrainingRequestError(exc.field, str(exc), exc.status) from None
+    if f.memory_estimate:
+        refuse_never_fits(sess, f.memory_estimate, host)
+    return Training(
+        **common, recipe=script.SCRIPT_RECIPE, kind="script", code_hash=f.code_hash, argv=f.argv, env=f.env,
+        memory_declared=f.memory_declared, config={}, exclusive=True, memory_estimate=f.memory_estimate,
+        estimate=f.estimate, estimate_key=f"script:{f.code_hash}", allow_rebalance=False,
+        checkpoint_every=None, max_steps=None,
+    )
+
+
+def _estimate(sess: Session, settings: Settings, row: Training, config: TrainConfig) -> None:
+    """Store the memory estimate (what the scheduler reserves and checks) on the new row.
+
+    A figure the person gave is kept as what to reserve. An estimator that
+    cannot run leaves the row without one; the training still runs.
+    """
+    try:
+        estimate_training(sess, row, data_root=settings.data_root, config=config)
+    except (TrainingConfigError, EstimateLimitError) as exc:  # the recipe's own checks, or a model past the size limits
+        raise TrainingRequestError(f"config.{getattr(exc, 'field', None) or 'recipe'}", str(exc)) from None
+    except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
+        log.warning("could not estimate the memory of training %s (%s)", row.name, row.recipe, exc_info=True)
+    refused = never_fit_reason(sess, row.memory_estimate, row.requested_host)
+    if refused is not None:
+        given = row.estimate is None or row.memory_estimate != row.estimate.get("total")
+        raise TrainingRequestError("memory_mb" if given else "config", f"{row.name}: {refused}")
+
+
+# Cancelling --------------------------------------------------------------
+
+
+def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
+    """Cancel a training; idempotent. The caller commits.
+
+    Queued and scheduled trainings end here (their GPUs are released in this
+    transaction). A running one gets ``cancel_requested``; its supervisor
+    kills the process group and writes ``cancelled`` within seconds.
+    """
+    for _ in range(5):  # the status may move under us; re-read and retry
+        t = get_training(sess, training_id)
+        if t is None:
+            raise TrainingRequestError("id", f"training {training_id} does not exist", status=404)
+        if t.status in FINAL_STATUSES or (t.status == "running" and t.cancel_requested):
+            return t
+        if t.status in ("queued", "scheduled"):
+            if transition(sess, t.id, [t.status], "cancelled", reason=f"cancelled by {user}",
+                          user=user, kind="cancel"):
+                return get_training(sess, t.id)  # type: ignore[return-value]
+            continue
+        if t.status == "running":
+            res = sess.execute(
+                update(Training)
+                .where(Training.id == t.id, Training.status == "running")
+                .values(cancel_requested=True)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount == 1:
+                record_event(sess, t.id, "cancel", status="running", user=user,
+                             reason=f"cancel requested by {user}; stopping every rank")
+                return get_training(sess, t.id)  # type: ignore[return-value]
+    raise TrainingRequestError("id", "the training changed state during the cancel; try again", status=409)
+
+
+# Reading -----------------------------------------------------------------
+
+
+@dataclass
+class TrainingView:
+    """A training with what a reader wants beside the row: its host's name and its current GPUs."""
+
+    training: Training
+    host_name: str | None = None
+    # The newest reservation: the active one, or the last one once it ended.
+    gpus: list[GPUAllocation] = field(default_factory=list)
+
+
+def get(sess: Session, training_id: uuid.UUID) -> Training:
+    """The training, read afresh; a 404 error when there is none."""
+    t = sess.get(Training, training_id, populate_existing=True)
+    if t is None:
+        raise TrainingRequestError("id", f"training {training_id} does not exist", status=404)
+    return t
+
+
+def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
+    """Rows with their host and current GPUs, in two queries for the whole page."""
+    if not rows:
+        return []
+    hosts = dict(sess.execute(select(Host.id, Host.name).where(
+        Host.id.in_({t.host_id for t in rows if t.host_id is not None}))).all())
+    allocs: dict[uuid.UUID, list[GPUAllocation]] = {t.id: [] for t in rows}
+    for a in sess.execute(
+        select(GPUAllocation).where(GPUAllocation.training_id.in_(list(allocs)))
+        .order_by(GPUAllocation.allocated_at.desc(), GPUAllocation.gpu_index)
+    ).scalars():
+        allocs[a.training_id].append(a)
+    out = []
+    for t in rows:
+        mine = allocs[t.id]
+        current: list[GPUAllocation] = []
+        if mine:
+            newest = mine[0].allocated_at
+            current = [a for a in mine if a.released_at is None] or [
+                a for a in mine if abs((a.allocated_at - newest).total_seconds()) < 1.0
+            ]
+        out.append(TrainingView(t, hosts.get(t.host_id) if t.host_id is not None else None,
+                                sorted(current, key=lambda a: a.gpu_index)))
+    return out
+
+
+def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,
+         limit: int) -> tuple[list[TrainingView], int]:
+    """One page of trainings, newest first, and how many match in all."""
+    where = []
+    if statuses:
+        bad = [s for s in statuses if s not in TRAINING_STATUSES]
+        if bad:
+            raise TrainingRequestError(
+                "status", f"unknown status {bad[0]!r}; use one of {', '.join(TRAINING_STATUSES)}")
+        where.append(Training.status.in_(statuses))
+    if owner:
+        where.append(Training.owner == owner)
+    count = sess.scalar(select(func.count()).select_from(Training).where(*where)) or 0
+    rows = sess.execute(
+        select(Training).where(*where).order_by(Training.created_at.desc(), Training.id)
+        .offset(offset).limit(limit)
+    ).scalars()
+    return views(sess, list(rows)), count
+
+
+def events(sess: Session, training_id: uuid.UUID, *, after_seq: int, limit: int) -> list[TrainingEvent]:
+    return list(sess.execute(
+        select(TrainingEvent).where(TrainingEvent.training_id == training_id, TrainingEvent.seq > after_seq)
+        .order_by(TrainingEvent.seq).limit(limit)
+    ).scalars())
+
+
+def metrics(sess: Session, training_id: uuid.UUID, *, max_points: int,
+            after_step: int) -> tuple[list[TrainingMetric], int]:
+    """At most ``max_points`` metric rows after ``after_step`` (evenly downsampled), and how many are stored."""
+    get(sess, training_id)
+    where = [TrainingMetric.training_id == training_id, TrainingMetric.step > after_step]
+    total = sess.scalar(select(func.count()).select_from(TrainingMetric).where(*where)) or 0
+    stride = max(1, -(-total // max_points))
+    stmt = select(TrainingMetric).where(*where).order_by(TrainingMetric.step)
+    if stride > 1:
+        # Every stride-th row by step order, plus the newest, computed in SQL.
+        rn = func.row_number().over(order_by=TrainingMetric.step).label("rn")
+        sub = select(TrainingMetric.id, rn).where(*where).subquery()
+        keep = select(sub.c.id).where(((sub.c.rn - 1) % stride == 0) | (sub.c.rn == total))
+        stmt = select(TrainingMetric).where(TrainingMetric.id.in_(keep)).order_by(TrainingMetric.step)
+    return list(sess.execute(stmt).scalars()), total
