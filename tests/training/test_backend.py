@@ -71,6 +71,8 @@ def _rank_main(rank: int, world: int, port: int, strategy: str, out_dir: str, re
     state = backend.state_dict()
     if rank == 0:
         torch.save(state["model"], Path(out_dir) / "final.pt")
+    # Both ranks leave together: a rank whose peer already tore the group down can abort in gloo.
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
