@@ -53,6 +53,7 @@ def main() -> None:
         if backend.step % 50 == 0:
             backend.save_checkpoint(os.path.join(ckpt_dir, f"step-{backend.step:07d}.pt"))
     if torch.distributed.is_initialized():
+        torch.distributed.barrier()  # leave together: gloo can abort a rank whose peers are gone
         torch.distributed.destroy_process_group()
 
 

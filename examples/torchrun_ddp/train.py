@@ -66,6 +66,7 @@ def main() -> None:
             tmp = os.path.join(ckpt_dir, f".step-{step}.tmp")
             torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
             os.replace(tmp, os.path.join(ckpt_dir, f"step-{step:07d}.pt"))
+    dist.barrier()  # leave together: gloo can abort a rank whose peers are gone
     dist.destroy_process_group()
 
 

@@ -50,6 +50,8 @@ for step in range(args.steps):
     time.sleep(args.sleep)
 if rank == 0:
     print("done", flush=True)
+# Leave together: gloo can abort a rank whose peers already tore the group down.
+dist.barrier()
 dist.destroy_process_group()
 '''
 
@@ -95,6 +97,7 @@ for step in range(start + 1, args.steps + 1):
         torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
         os.replace(tmp, os.path.join(ckpt_dir, f"step-{step:06d}.pt"))
     time.sleep(args.sleep)
+dist.barrier()
 dist.destroy_process_group()
 '''
 
