@@ -243,7 +243,6 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
     stop_deadline: float | None = None
-    last_ok = time.monotonic()
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
                      name=f"gpufleet-fence-{tid}", daemon=True).start()
@@ -262,14 +261,11 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 procs.stop_group(pgid, 0.0)
             try:
                 state = sink.pump()
-                last_ok = time.monotonic()
             except DBAPIError as exc:
                 # A database blip must not kill a training; the lines wait in
-                # the sink. Past the lease, recovery elsewhere owns the row.
-                if time.monotonic() - last_ok < settings.lease_s:
-                    log.warning("training %s: cannot reach the database (%s); retrying", tid, exc.orig)
-                    continue
-                state = "lost"
+                # the sink. One that outlasts the lease ends in the fence thread.
+                log.warning("training %s: cannot reach the database (%s); retrying", tid, exc.orig)
+                continue
             if state == "lost":
                 lost = True
                 logf.line("[gpufleet] the lease on this training was lost; stopping it here")
