@@ -10,15 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
-
+from fastapi.testclient import TestClient
 from gpufleet.api.app import guarded_app
 from gpufleet.api.auth import authenticate_websocket
-from gpufleet.api.deps import AdminUser, CreatorUser, CurrentUser, PageDep, ensure_can_cancel
-from gpufleet.users.accounts import add_user
-from gpufleet.users.tokens import create_token
+from gpufleet.api.deps import (
+    AdminUser,
+    CreatorUser,
+    CurrentUser,
+    PageDep,
+    ensure_can_cancel,
+)
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
+from gpufleet.users.accounts import add_user
+from gpufleet.users.tokens import create_token
 
 SECRET = "s3cret-for-tests-Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3F"
 
@@ -42,6 +49,14 @@ def make_people(settings: Settings, suffix: str = "") -> People:
             tokens[key] = create_token(sess, name).secret
             names[key] = name
     return People(tokens["admin"], tokens["alice"], tokens["bob"], tokens["vic"], names)
+
+
+def ws_refused(client: TestClient, url: str, headers: dict[str, str] | None = None) -> int:
+    """The close code a WebSocket at ``url`` is refused with (fails if it is let in and stays open)."""
+    with pytest.raises(WebSocketDisconnect) as exc:
+        with client.websocket_connect(url, headers=headers or {}) as ws:
+            ws.receive_json()
+    return exc.value.code
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -14,13 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
-from starlette.websockets import WebSocketDisconnect
-
-from people import SECRET, People, bearer, make_people
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
+from people import SECRET, People, bearer, make_people, ws_refused
+from sqlalchemy import func, select
 
 SMALL = {"max_steps": 5, "global_batch_size": 8}
 
@@ -157,22 +155,16 @@ def test_recipes_come_only_from_installed_entry_points(api: TestClient, product:
     assert _count(product) == before
 
 
-def _ws_refused(api: TestClient, url: str, headers: dict[str, str] | None = None) -> int:
-    with pytest.raises(WebSocketDisconnect) as exc:
-        with api.websocket_connect(url, headers=headers or {}) as ws:
-            ws.receive_json()
-    return exc.value.code
-
 
 def test_live_stream_checks_credentials_and_origin(api: TestClient, team: People) -> None:
-    assert _ws_refused(api, "/api/v1/ws") == 1008
+    assert ws_refused(api, "/api/v1/ws") == 1008
     ticket = api.post("/api/v1/auth/ws-ticket", headers=bearer(team.vic)).json()["ticket"]
-    assert _ws_refused(api, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
+    assert ws_refused(api, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
     ticket = api.post("/api/v1/auth/ws-ticket", headers=bearer(team.vic)).json()["ticket"]
     with api.websocket_connect(f"/api/v1/ws?ticket={ticket}", headers={"Origin": "http://testserver"}) as ws:
         assert ws.receive_json()["type"] == "hello"
     # The ticket was used up.
-    assert _ws_refused(api, f"/api/v1/ws?ticket={ticket}") == 1008
+    assert ws_refused(api, f"/api/v1/ws?ticket={ticket}") == 1008
 
 
 def test_nul_in_a_query_is_a_4xx_on_both_databases(api: TestClient, team: People) -> None:

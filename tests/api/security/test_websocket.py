@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
-
-from people import People, bearer, build_app
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
-
-
-def _refused(client: TestClient, url: str, headers: dict[str, str] | None = None) -> int:
-    with pytest.raises(WebSocketDisconnect) as exc:
-        with client.websocket_connect(url, headers=headers or {}) as ws:
-            ws.receive_json()
-    return exc.value.code
+from people import People, bearer, build_app, ws_refused
+from starlette.websockets import WebSocketDisconnect
 
 
 def test_no_credentials_is_closed(client: TestClient, people: People) -> None:
-    assert _refused(client, "/api/v1/ws") == 1008
+    assert ws_refused(client, "/api/v1/ws") == 1008
 
 
 def test_a_long_lived_token_in_the_url_or_header_is_not_enough(client: TestClient, people: People) -> None:
-    assert _refused(client, f"/api/v1/ws?ticket={people.alice}") == 1008
-    assert _refused(client, f"/api/v1/ws?token={people.alice}") == 1008
+    assert ws_refused(client, f"/api/v1/ws?ticket={people.alice}") == 1008
+    assert ws_refused(client, f"/api/v1/ws?token={people.alice}") == 1008
 
 
 def test_ticket_opens_one_socket_once(client: TestClient, people: People) -> None:
@@ -35,7 +27,7 @@ def test_ticket_opens_one_socket_once(client: TestClient, people: People) -> Non
     with client.websocket_connect(f"/api/v1/ws?ticket={body['ticket']}") as ws:
         assert ws.receive_json() == {"user": people.names["alice"]}
     # Single use: a ticket that leaked into a log is worth nothing.
-    assert _refused(client, f"/api/v1/ws?ticket={body['ticket']}") == 1008
+    assert ws_refused(client, f"/api/v1/ws?ticket={body['ticket']}") == 1008
 
 
 def test_ticket_cannot_be_used_as_a_session_cookie(client: TestClient, people: People) -> None:
@@ -52,9 +44,9 @@ def test_session_cookie_opens_a_socket_from_the_same_origin(client: TestClient, 
 
 def test_foreign_origin_is_closed_even_with_a_valid_session(client: TestClient, people: People) -> None:
     client.post("/api/v1/auth/sign-in", json={"token": people.bob})
-    assert _refused(client, "/api/v1/ws", {"Origin": "https://evil.example"}) == 1008
+    assert ws_refused(client, "/api/v1/ws", {"Origin": "https://evil.example"}) == 1008
     ticket = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.bob)).json()["ticket"]
-    assert _refused(client, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
+    assert ws_refused(client, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
 
 
 def test_configured_origin_is_allowed(on_settings: Settings, people: People) -> None:
@@ -82,7 +74,7 @@ def test_local_server_accepts_its_own_origin_and_refuses_others(settings: Settin
         with client.websocket_connect("/api/v1/ws") as ws:
             assert ws.receive_json() == {"user": "local"}
         # A page on another site is exactly what CORS does not stop for WebSockets.
-        assert _refused(client, "/api/v1/ws", {"Origin": "http://evil.example"}) == 1008
+        assert ws_refused(client, "/api/v1/ws", {"Origin": "http://evil.example"}) == 1008
 
 
 def test_oversized_message_closes_the_socket(client: TestClient, people: People, on_settings: Settings) -> None:
