@@ -183,7 +183,9 @@ def _register_this_host(settings: Settings) -> str:
     inv = register_host(settings)
     log_gpu_topology(detect_topology(settings, gpus))
     if not gpus:
-        return f"host {inv.host_name}: no GPUs found (trainings run on CPU; GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)"
+        return (f"host {inv.host_name}: no GPUs found (trainings sent here wait for a GPU host; "
+                "`gpufleet train --local --devices cpu` trains on this CPU; "
+                "GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)")
     sim = " (simulated)" if settings.simulate else ""
     lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
     for g in gpus:

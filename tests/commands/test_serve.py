@@ -78,3 +78,18 @@ def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
                   "superuser privileges", "Function Not Found", "nvlink is not available"):
         assert noise not in logs, (noise, logs)
     assert "Running upgrade" in logs
+
+
+@pytest.mark.slow
+def test_serve_without_gpus_says_where_trainings_run(tmp_path: Path) -> None:
+    with serve_process(tmp_path / "data", GPUFLEET_SIMULATE="", ready_timeout=90) as srv:
+        if httpx.get(f"{srv.url}/api/v1/system/gpus", timeout=10).json()["count"]:
+            pytest.skip("this machine has GPUs")
+        r = httpx.post(f"{srv.url}/api/v1/trainings", json={"name": "cpu-box", "recipe": "mlp"}, timeout=120)
+        assert r.status_code == 201, r.text
+        # The banner is wrapped to the terminal's width.
+        out = " ".join(srv.log_tail(1 << 20).split())
+    # It waits for a GPU host, as the banner says; the CPU path is the local one.
+    assert r.json()["status"] == "queued"
+    assert "no GPUs found (trainings sent here wait for a GPU host;" in out, out
+    assert "gpufleet train --local --devices cpu" in out
