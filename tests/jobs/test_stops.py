@@ -272,8 +272,10 @@ def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_
         os.kill(worker, signal.SIGKILL)
         # Its launcher follows it (the lifeline); serve starts a worker again, which resumes the training.
         wait_for(lambda: not pids_in_group(group), 15, "the dead worker's launcher group to be gone")
+        # `running` is written at the claim, the launcher's pid just after it starts.
         body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
-                        and x["status"] == "running" and x, 180, "the training to resume on a new worker", 0.2)
+                        and x["status"] == "running" and x["launcher_pid"] and x, 180,
+                        "the training to resume on a new worker", 0.2)
         assert _parent_pid(body["launcher_pid"]) != worker
         assert "the embedded worker exited with code -9; starting it again" in srv.log_tail(20000), srv.log_tail()
         assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
