@@ -16,17 +16,25 @@ answered the same way.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufleet.api.security.asgi import is_gated, send_error
 from gpufleet.config import Settings
 
+log = logging.getLogger(__name__)
+
 RETRY_AFTER_S = 1
+# The database away (restarting, failing over, unreachable): long enough not
+# to hammer it, short enough that a client's retry lands soon after it is back.
+OUTAGE_RETRY_AFTER_S = 5
 # Connections kept for what runs beside the requests: the scheduler loop and
 # its advisory lock, the agent, the live training feeds.
 BACKGROUND_CONNECTIONS = 6
@@ -79,3 +87,44 @@ async def pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:
     return JSONResponse({"detail": "the server has no free database connection now; nothing was done: "
                                    f"retry after {RETRY_AFTER_S} s"},
                         status_code=429, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+class DatabaseOutage:
+    """A request that finds the database unreachable gets 503 and ``Retry-After``, not a 500.
+
+    Every request's work is one transaction, so a request cut off by the
+    outage wrote nothing; the answer says so. Placed outside the auth gate,
+    whose lookup is the first to meet a stopped database. A response already
+    under way cannot be replaced and is left to fail as it would.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._logged = -1e9  # one warning per 10 s, not one per request of an outage
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except (OperationalError, InterfaceError) as exc:
+            if started:
+                raise
+            # The driver's words name the database's address: the log gets them, the client does not.
+            now = time.monotonic()
+            if now - self._logged > 10:
+                self._logged = now
+                log.warning("answering 503: the database is unavailable (%s)",
+                            (str(exc.orig or exc).strip().splitlines() or ["?"])[0])
+            await send_error(send, 503, "the database is unavailable now; nothing was done: "
+                                        f"retry after {OUTAGE_RETRY_AFTER_S} s",
+                             [(b"retry-after", str(OUTAGE_RETRY_AFTER_S).encode())])

@@ -14,7 +14,7 @@ from starlette.middleware import Middleware
 
 from gpufleet import __version__
 from gpufleet.api import ws
-from gpufleet.api.admission import Admission, pool_timeout, request_capacity
+from gpufleet.api.admission import Admission, DatabaseOutage, pool_timeout, request_capacity
 from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
 from gpufleet.api.routes import auth, code, metrics, recipes, selection, system, trainings
@@ -100,7 +100,8 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         docs_url=None,
         redoc_url=None,
         # Outermost: a request past capacity costs no authentication and no connection.
-        middleware=[Middleware(Admission, capacity=request_capacity(settings)), *request_guards(settings)],
+        middleware=[Middleware(Admission, capacity=request_capacity(settings)), Middleware(DatabaseOutage),
+                    *request_guards(settings)],
         exception_handlers={PoolTimeout: pool_timeout, 405: method_not_allowed},
     )
     _mount(app, settings, ROUTERS)

@@ -1548,6 +1548,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "auth-sign-out": {
@@ -1588,6 +1597,15 @@ export interface operations {
             };
             /** @description The request contains a NUL character */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1653,6 +1671,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1727,6 +1754,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1815,6 +1851,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "code-get": {
@@ -1891,6 +1936,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "recipes-list": {
@@ -1949,6 +2003,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2026,6 +2089,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2124,6 +2196,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "gpus-recommend-config": {
@@ -2211,6 +2292,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "gpus-validate": {
@@ -2291,6 +2381,15 @@ export interface operations {
             };
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2390,6 +2489,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "gpus-undrain": {
@@ -2478,6 +2586,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "hosts-list": {
@@ -2536,6 +2653,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2630,6 +2756,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "metrics-live": {
@@ -2688,6 +2823,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2772,6 +2916,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-list": {
@@ -2838,6 +2991,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2932,6 +3094,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-create-batch": {
@@ -3019,6 +3190,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-get": {
@@ -3088,6 +3268,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3189,6 +3378,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-events": {
@@ -3262,6 +3460,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3350,6 +3557,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
         };
     };
     "trainings-metrics": {
@@ -3424,6 +3640,15 @@ export interface operations {
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -102,7 +102,7 @@ def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:  # noqa
 
 
 def document_refusals(app: FastAPI) -> None:
-    """Declare sign-in and 401/403/404/413/422/429 where they can happen, so the schema is honest.
+    """Declare sign-in and 401/403/404/413/422/429/503 where they can happen, so the schema is honest.
 
     The gate and the limits answer before any route runs, so the routes cannot
     declare these themselves; the generated schema is completed instead.
@@ -175,6 +175,10 @@ def document_refusals(app: FastAPI) -> None:
                 if is_gated(path):
                     # Admission (api/admission.py) answers any gated request past capacity at once.
                     extra.setdefault("429", ref("The server is serving as many requests as it takes; "
+                                                "retry after Retry-After seconds"))
+                if path.startswith("/api/"):
+                    # DatabaseOutage (api/admission.py): the database is unreachable, nothing was done.
+                    extra.setdefault("503", ref("The database is unavailable now; nothing was done; "
                                                 "retry after Retry-After seconds"))
                 for code, spec in extra.items():
                     op["responses"].setdefault(code, spec)
