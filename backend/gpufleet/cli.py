@@ -80,8 +80,10 @@ def serve(
         check_serve_safety(settings)
         from gpufleet.config import secure_data_dir
 
+        from gpufleet.db.session import prepare_database
+
         secure_data_dir(settings)
-        _prepare_database(settings)
+        prepare_database(settings)
         inventory = _register_this_host(settings)
     except ConfigError as exc:
         fail(str(exc))
@@ -147,27 +149,6 @@ def _safe_url(url: str) -> str:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://…@{rest.split('@', 1)[1]}"
     return url
-
-
-def _prepare_database(settings: Settings) -> None:
-    from gpufleet.config import ConfigError
-    from gpufleet.db.session import (
-        check_database,
-        current_revision,
-        head_revision,
-        upgrade_database,
-    )
-
-    check_database(settings)
-    if settings.is_sqlite:
-        upgrade_database(settings)
-        return
-    current, head = current_revision(settings), head_revision()
-    if current != head:
-        raise ConfigError(
-            f"GPUFLEET_DATABASE_URL: the database schema is at {current or 'nothing'}, "
-            f"this gpufleet needs {head}; run `gpufleet db upgrade` first"
-        )
 
 
 def _register_this_host(settings: Settings) -> str:

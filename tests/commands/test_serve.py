@@ -93,3 +93,21 @@ def test_serve_without_gpus_says_where_trainings_run(tmp_path: Path) -> None:
     assert r.json()["status"] == "queued"
     assert "no GPUs found (trainings sent here wait for a GPU host;" in out, out
     assert "gpufleet train --local --devices cpu" in out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("process", ["serve", "worker"])
+def test_serve_and_worker_on_a_database_without_the_schema_say_to_upgrade_it(
+        tmp_path: Path, fresh_pg_url: str, process: str) -> None:
+    command = ["serve", "--port", str(free_port())] if process == "serve" else ["worker", "--no-agent"]
+    # Each process of a fleet refuses a shared database at another schema with
+    # the same line; none of them upgrades it on its own, none shows a traceback.
+    proc = subprocess.run(
+        [*GPUFLEET, *command],
+        env=serve_env(tmp_path / "data", GPUFLEET_DATABASE_URL=fresh_pg_url,
+                      GPUFLEET_SECRET_KEY="Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3FoXi6NtB5yE"),
+        capture_output=True, text=True, timeout=120)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 2, said
+    assert "the database schema is at nothing" in said and "run `gpufleet db upgrade` first" in said, said
+    assert "Traceback" not in said

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -281,3 +282,62 @@ def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_
         assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
         wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
                  "the cancel")
+
+
+def test_kill9_of_serve_stops_its_worker_and_training_and_the_next_start_resumes_it(tmp_path):
+    import httpx
+
+    port = free_port()
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv:
+        base = f"{srv.url}/api/v1"
+        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
+        r = httpx.post(f"{base}/trainings", json={"name": "serve-killed", "recipe": "sae", "config": cfg,
+                                                  "gpu_ids": [0], "max_restarts": 0}, timeout=30)
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
+                        120, "progress", 0.2)
+        group = body["launcher_pid"]
+        worker = _parent_pid(group)
+        assert _parent_pid(worker) == srv.pid
+        os.kill(srv.pid, signal.SIGKILL)  # only serve: its worker and the launcher are left to notice
+        srv.proc.wait(10)
+        # The worker reads EOF on its lifeline and stops as on SIGTERM: the
+        # training checkpoints and goes back to the queue, and nothing is left.
+        wait_for(lambda: not running(worker) and not pids_in_group(group), 90,
+                 "the embedded worker and the launcher group to be gone", 0.2)
+    with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv2:
+        retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
+                 if e["kind"] == "retry"]
+        assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
+        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+                        and x["status"] == "running" and x["launcher_pid"] and x, 120, "the training to resume", 0.2)
+        assert body["restarts"] == 0
+        assert _parent_pid(_parent_pid(body["launcher_pid"])) == srv2.pid  # the new serve's worker runs it
+        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
+        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
+                 "the cancel")
+
+
+def test_a_second_worker_of_the_same_host_refuses_to_start_and_names_the_first(tmp_path, workers):
+    import subprocess
+
+    from gpufleet.jobs.embedded import settings_env
+    from gpufleet.jobs.procs import pid_dir
+
+    settings = make_settings(tmp_path, "sqlite")
+    first = workers(settings)
+    lock = pid_dir(settings, settings.host_name) / ".worker.lock"
+    wait_for(lambda: lock.is_file() and lock.read_text().strip() == str(first.proc.pid), 60,
+             "the first worker to hold the host's lock", 0.2)
+    second = subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", "worker", "--host-name", settings.host_name, "--no-agent"],
+        env=settings_env(settings), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1, second.stderr
+    assert f"another worker of host '{settings.host_name}' is running on this machine (pid {first.proc.pid})" \
+        in " ".join(second.stderr.split()), second.stderr
+    assert first.proc.poll() is None  # the first one is untouched
+    first.kill9()
+    # The kernel drops a killed worker's lock: the next one starts.
+    third = workers(settings)
+    wait_for(lambda: lock.read_text().strip() == str(third.proc.pid), 60, "the next worker to take the lock", 0.2)

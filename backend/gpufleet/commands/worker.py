@@ -21,6 +21,7 @@ def worker(
 ) -> None:
     """Run this host's worker: consumes the queue host.<name>, runs trainings on this host's GPUs."""
     from gpufleet.config import ConfigError, load_settings
+    from gpufleet.jobs.procs import HostTaken
     from gpufleet.jobs.worker import run_worker
 
     try:
@@ -32,3 +33,6 @@ def worker(
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+    except HostTaken as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None

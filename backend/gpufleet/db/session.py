@@ -186,3 +186,22 @@ def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def prepare_database(settings: Settings) -> None:
+    """Reachable and at this version's schema, or one clear ConfigError line.
+
+    The embedded SQLite file is created or upgraded here; a shared database is
+    upgraded only on purpose (``gpufleet db upgrade``), never by whichever
+    process of the fleet starts first.
+    """
+    check_database(settings)
+    if settings.is_sqlite:
+        upgrade_database(settings)
+        return
+    current, head = current_revision(settings), head_revision()
+    if current != head:
+        raise ConfigError(
+            f"GPUFLEET_DATABASE_URL: the database schema is at {current or 'nothing'}, "
+            f"this gpufleet needs {head}; run `gpufleet db upgrade` first"
+        )

@@ -35,28 +35,56 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def worker_command(host_name: str | None = None, *, agent: bool = False) -> list[str]:
+def worker_command(host_name: str | None = None, *, agent: bool = False, parent_fd: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "gpufleet.jobs.worker"]
     if host_name:
         cmd += ["--host-name", host_name]
     if not agent:
         cmd.append("--no-agent")
+    if parent_fd is not None:
+        cmd += ["--parent-fd", str(parent_fd)]
     return cmd
 
 
 def start_embedded_worker(settings: Settings, **popen_kw) -> subprocess.Popen:
     """Start the worker for this host; the agent stays in the API process (embedded bus)."""
+    return _start(settings, lifeline=False, **popen_kw)[0]
+
+
+def _start(settings: Settings, *, lifeline: bool, **popen_kw) -> tuple[subprocess.Popen, int | None]:
+    """The worker process, and with ``lifeline`` the write end of a pipe it watches.
+
+    Only this process holds the write end (pipes are not inherited by other
+    children), so when this process dies, however it dies, the worker reads
+    EOF and stops as on SIGTERM: its trainings checkpoint and go back to the
+    queue. Without it a ``kill -9`` of ``serve`` left the worker and its
+    trainings running with nobody to stop them, and the next ``serve``
+    started a second worker for the same host beside it.
+    """
     log = settings.logs_dir / "worker.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     out = popen_kw.pop("stdout", None) or open(log, "ab")  # noqa: SIM115 - the child owns it
-    return subprocess.Popen(
-        worker_command(settings.host_name, agent=False),
-        env=settings_env(settings),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        **popen_kw,
-    )
+    read_end = write_end = None
+    if lifeline:
+        read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            worker_command(settings.host_name, agent=False, parent_fd=read_end),
+            env=settings_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(read_end,) if read_end is not None else (),
+            **popen_kw,
+        )
+    except BaseException:
+        if write_end is not None:
+            os.close(write_end)
+        raise
+    finally:
+        if read_end is not None:
+            os.close(read_end)
+    return proc, write_end
 
 
 class EmbeddedWorker:
@@ -74,13 +102,14 @@ class EmbeddedWorker:
         self.settings = settings
         self.popen_kw = popen_kw
         self.proc: subprocess.Popen | None = None
+        self._lifeline: int | None = None
         self.restarts = 0
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def start(self) -> EmbeddedWorker:
-        self.proc = start_embedded_worker(self.settings, **self.popen_kw)
+        self._spawn()
         self._thread = threading.Thread(target=self._watch, name="gpufleet-worker-watch", daemon=True)
         self._thread.start()
         return self
@@ -102,9 +131,14 @@ class EmbeddedWorker:
             with self._lock:
                 if self._stopping.is_set():
                     return
-                self.proc = start_embedded_worker(self.settings, **self.popen_kw)
+                self._spawn()
                 self.restarts += 1
                 started = time.monotonic()
+
+    def _spawn(self) -> None:
+        if self._lifeline is not None:
+            os.close(self._lifeline)  # the previous worker's, which is gone
+        self.proc, self._lifeline = _start(self.settings, lifeline=True, **self.popen_kw)
 
     def stop(self, timeout: float) -> None:
         """SIGTERM (each training checkpoints and is requeued as interrupted), then kill after ``timeout``."""

@@ -30,6 +30,42 @@ def pid_dir(settings: Settings, host_name: str) -> Path:
     return settings.data_dir / "jobs" / "pids" / host_name
 
 
+_HOST_LOCKS: dict[str, int] = {}
+
+
+class HostTaken(RuntimeError):
+    """Another live worker of this host runs on this machine."""
+
+
+def hold_host_lock(settings: Settings, host_name: str) -> None:
+    """Hold, until this process exits, the lock that says a worker of ``host_name`` runs here.
+
+    Two workers of one host on one machine would each take the host's tasks,
+    and each one's start-up cleanup would kill the other's launchers as
+    orphans. The second one therefore refuses to start, naming the first.
+    The lock is an ``flock``: the kernel drops it when its holder dies, so a
+    killed worker never leaves it behind, and launchers do not inherit it.
+    """
+    import fcntl
+
+    if host_name in _HOST_LOCKS:
+        return
+    d = pid_dir(settings, host_name)
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / ".worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise HostTaken(
+            f"another worker of host {host_name!r} is running on this machine (pid {holder}); "
+            "stop it first, or give this one another --host-name") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HOST_LOCKS[host_name] = fd
+
+
 def write_pidfile(settings: Settings, host_name: str, tid: uuid.UUID, pgid: int, worker_id: str) -> None:
     d = pid_dir(settings, host_name)
     d.mkdir(parents=True, exist_ok=True)

@@ -15,17 +15,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import threading
 import uuid
 
 from celery.signals import worker_shutting_down
 from sqlalchemy import select
 
-from gpufleet.config import Settings, load_settings
+from gpufleet.config import ConfigError, Settings, load_settings
 from gpufleet.db.models import Host
-from gpufleet.db.session import check_database, session_scope, upgrade_database
+from gpufleet.db.session import prepare_database, session_scope
 from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
-from gpufleet.jobs.procs import kill_orphans
+from gpufleet.jobs.procs import HostTaken, hold_host_lock, kill_orphans
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,21 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: 
     return app
 
 
+def watch_parent(fd: int) -> None:
+    """Stop as on SIGTERM once the pipe from ``serve`` reads EOF (``serve`` is gone, however it died)."""
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 64):
+                pass
+        except OSError:
+            pass
+        log.warning("the server that started this worker is gone; stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="gpufleet-serve-watch", daemon=True).start()
+
+
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
     from gpufleet.config import secure_data_dir
     from gpufleet.logsetup import note_root, quiet
@@ -97,10 +113,12 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     quiet()
     note_root(log)
     secure_data_dir(settings)
-    check_database(settings)
-    if settings.is_sqlite:
-        # The embedded database is created on first use, as `serve` does.
-        upgrade_database(settings)
+    # The embedded database is created on first use, as `serve` does; a
+    # shared one must be at this version's schema (`gpufleet db upgrade`).
+    prepare_database(settings)
+    # Held until this process exits: the orphan cleanup below must never kill
+    # the launchers of a live worker of the same host.
+    hold_host_lock(settings, settings.host_name)
     host_id = ensure_host(settings)
     killed = kill_orphans(settings, settings.host_name)
     if killed:
@@ -140,12 +158,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host-name")
     ap.add_argument("--concurrency", type=int)
     ap.add_argument("--no-agent", action="store_true")
+    ap.add_argument("--parent-fd", type=int, help="read end of a pipe from serve: stop when it closes")
     args = ap.parse_args(argv)
     from gpufleet.logsetup import configure_logging
 
     configure_logging()
+    if args.parent_fd is not None:
+        watch_parent(args.parent_fd)
     overrides = {"host_name": args.host_name} if args.host_name else {}
-    run_worker(load_settings(**overrides), concurrency=args.concurrency, agent=not args.no_agent)
+    try:
+        run_worker(load_settings(**overrides), concurrency=args.concurrency, agent=not args.no_agent)
+    except HostTaken as exc:
+        log.error("%s", exc)
+        raise SystemExit(1) from None
+    except ConfigError as exc:
+        log.error("%s", exc)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -82,6 +82,10 @@ def transition(
     if to_status in FINAL_STATUSES:
         cols.setdefault("finished_at", now)
         cols.update(lease_owner=None, lease_expires_at=None)
+    elif to_status == "queued":
+        # Back in the queue no launcher runs it: the old attempt's pid would be
+        # read as the next attempt's until that one's launcher starts.
+        cols.update(launcher_pid=None)
     cols.update(values)
     res = sess.execute(
         update(Training)
