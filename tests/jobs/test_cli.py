@@ -44,3 +44,24 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     assert r.exit_code == 0 and "launcher exited with 0" in r.output
     r = runner.invoke(app, ["trainings", "cancel", tid])
     assert r.exit_code == 0 and f"{tid}: succeeded" in r.output
+
+
+def test_train_names_the_host_name_and_priority_on_a_fleet_of_several_hosts(monkeypatch, tmp_path, live_api):
+    a = make_settings(tmp_path, "sqlite", host_name="host-a")
+    b = a.model_copy(update={"host_name": "host-b"})
+    register(a)
+    register(b)
+    url = live_api(a)
+    monkeypatch.setenv("GPUFLEET_SERVER", url)
+    base = ["train", "--recipe", "mlp", "--gpu-ids", "0", "--set", "max_steps=3", "--no-follow"]
+    r = runner.invoke(app, base)
+    assert r.exit_code == 2 and "gpu_ids are per host; say which host (host-a, host-b)" in r.output, r.output
+    r = runner.invoke(app, [*base, "--host", "host-b", "--name", "on-b", "--priority", "7"])
+    assert r.exit_code == 0, r.output
+    tid = r.output.split("submitted ", 1)[1].split()[0]
+    import httpx
+
+    shown = httpx.get(f"{url}/api/v1/trainings/{tid}", timeout=10).json()
+    assert (shown["name"], shown["priority"], shown["requested_host"]) == ("on-b", 7, "host-b"), shown
+    r = runner.invoke(app, ["train", "--local", "--recipe", "mlp", "--devices", "cpu", "--host", "host-b"])
+    assert r.exit_code == 2 and "--local runs here" in " ".join(r.output.split())

@@ -42,6 +42,10 @@ def train(
     recipe: Annotated[str, typer.Option(help="Recipe name (gpufleet.recipes entry point), e.g. sae or mlp.")] = "sae",
     local: Annotated[bool, typer.Option("--local", help="Run here in the foreground instead of on a server.")] = False,
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="GPUs: 0,1 or cuda:0,cuda:1 (hip:N, xpu:N).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="On a server: the host whose GPUs --gpu-ids names (a fleet of several hosts needs it).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="On a server: the training's name (default: recipe and time).")] = None,
+    priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000, help="On a server: higher runs first.")] = 0,
+    follow: Annotated[bool, typer.Option(help="On a server: follow the training until it ends.")] = True,
     devices: Annotated[str | None, typer.Option("--devices", help="'cpu' to train on CPU ranks.")] = None,
     world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks with --devices cpu.")] = 1,
     config: Annotated[Path | None, typer.Option("--config", help="YAML file of config fields.")] = None,
@@ -71,15 +75,18 @@ def train(
         resolved.batch_layout(len(device_list))
     except TrainingConfigError as exc:
         _fail(str(exc))
+    if local and (host or name or priority):
+        _fail("--host, --name and --priority are for a training on a server; --local runs here")
     if not local:
-        submit_to_server(recipe, values, device_list)
+        submit_to_server(recipe, values, device_list, host=host, name=name, priority=priority, follow=follow)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
     raise typer.Exit(code=code)
 
 
-def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) -> None:
+def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *, host: str | None = None,
+                     name: str | None = None, priority: int = 0, follow: bool = True) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -87,12 +94,15 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) ->
     """
     from gpufleet.commands.trainings import submit
 
-    body: dict[str, Any] = {"name": f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}", "recipe": recipe, "config": config}
+    body: dict[str, Any] = {"name": name or f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}", "recipe": recipe,
+                            "config": config, "priority": priority}
+    if host:
+        body["host"] = host
     if all(d == "cpu" for d in devices):
         body["world_size"] = len(devices)
     else:
         body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
-    raise typer.Exit(code=submit(body))
+    raise typer.Exit(code=submit(body, follow=follow))
 
 
 def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,
