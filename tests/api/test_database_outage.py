@@ -52,3 +52,34 @@ def test_a_stopped_database_answers_503_with_retry_after_and_writes_nothing(pg_m
         # Back: the same client is served again, and the refused create left nothing behind.
         assert client.get("/api/v1/trainings", headers=bearer(people.alice)).status_code == 200
     assert _trainings(s) == before
+
+
+def test_the_client_waits_out_a_database_restart_and_creates_the_training_once(pg_migrated_url, tmp_path):
+    if not os.environ.get("GPUFLEET_TEST_PG_CTL"):
+        pytest.fail("GPUFLEET_TEST_PG_CTL is not set: start the services with .ci/services.sh")
+    from gpufleet.client import Client
+    from servers import serve_inprocess
+
+    s = load_settings(database_url=pg_migrated_url, data_dir=tmp_path / "d", simulate="2xH100-80GB",
+                      secret_key=SECRET, auth="on", host_name=f"restart-{uuid.uuid4().hex[:6]}")
+    people = make_people(s, uuid.uuid4().hex[:6])
+    from gpufleet.telemetry.inventory import register_host
+
+    register_host(s)  # the simulated GPUs the create names
+    waits: list[float] = []
+
+    class Restarting(Client):
+        def _sleep(self, seconds: float) -> None:
+            # The database comes back while the client waits out Retry-After.
+            waits.append(seconds)
+            _start_server()
+
+    with serve_inprocess(create_app(s)) as srv, Restarting(srv.url, people.alice) as gf:
+        _pg_ctl("stop", "-m", "fast", "-w")
+        try:
+            t = gf.create_training(name="through-a-restart", recipe="mlp", config={"max_steps": 1}, gpu_ids=[0])
+        finally:
+            _start_server()
+        assert waits == [5.0]
+        assert t.name == "through-a-restart"
+        assert [x.id for x in gf.list_trainings().data if x.name == "through-a-restart"] == [t.id]

@@ -64,9 +64,11 @@ class Client:
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
     ``token`` to ``$GPUFLEET_TOKEN`` (a server on loopback without sign-in needs
     none). A refusal raises the :mod:`gpufleet.client.errors` exception for its
-    status, carrying the server's message. A 429 with ``Retry-After`` is waited
-    out and retried up to ``rate_limit_retries`` times (each wait at most
-    ``max_retry_wait_s``) before :class:`RateLimited` is raised.
+    status, carrying the server's message. A 429 (over a limit) or 503 (the
+    server's database is unavailable) with ``Retry-After`` is waited out and
+    retried up to ``rate_limit_retries`` times (each wait at most
+    ``max_retry_wait_s``) before :class:`RateLimited` or :class:`ServerError`
+    is raised; the server did nothing for either, so the retry is safe.
     """
 
     def __init__(
@@ -109,7 +111,8 @@ class Client:
                 r = self._http.request(method, path, **kw)
             except httpx.HTTPError as exc:
                 raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
-            if r.status_code == 429 and attempt < self.rate_limit_retries:
+            # 429: over a limit; 503: the database is away. Neither did anything, so a retry is safe.
+            if r.status_code in (429, 503) and attempt < self.rate_limit_retries:
                 wait = parse_retry_after(r.headers.get("retry-after"))
                 if wait is not None and wait <= self.max_retry_wait_s:
                     attempt += 1
