@@ -14,7 +14,7 @@ from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from people import SECRET, bearer
 
-from .conftest import TINY_SAE, get_training, make_settings, register, unique, wait_for, wait_status
+from .conftest import FINAL, TINY_SAE, get_training, make_settings, register, unique, wait_status
 
 pytestmark = pytest.mark.slow
 
@@ -62,8 +62,7 @@ def test_user_at_gpu_quota_waits_with_the_reason_and_another_user_starts_first(
         for owner, tid in started:
             c.post(f"/api/v1/trainings/{tid}/cancel", headers=bearer(tok[owner]))
         for owner, tid in started:
-            wait_for(lambda: get_training(c_as(c, tok[owner]), tid)["status"] in ("cancelled", "succeeded", "failed"),
-                     120, f"training {tid} to end")
+            wait_status(c_as(c, tok[owner]), tid, FINAL, 120)
 
 
 def create_app_for(settings):  # noqa: ANN001, ANN201
