@@ -1,7 +1,8 @@
 """Groups, quotas and usage: who may hold how many GPUs, and who used what.
 
-Groups and quotas are an admin's to change and read; usage is open to every
-signed-in user (a shared fleet is fairer when everyone can see who used it).
+Groups and quotas are an admin's to change; reading them, and usage, is open
+to every signed-in user (a shared fleet is fairer when everyone can see its
+rules and who used it).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def _group_public(v: g.GroupView) -> GroupPublic:
 
 
 @router.get("/groups", response_model=GroupsPublic, operation_id="groups-list")
-def list_groups(sess: SessionDep, user: AdminUser) -> GroupsPublic:
-    """Every group with its members and quota (admins only)."""
+def list_groups(sess: SessionDep, user: ViewerUser) -> GroupsPublic:
+    """Every group with its members and quota (anyone signed in may read them; admins change them)."""
     data = [_group_public(v) for v in g.list_groups(sess)]
     return GroupsPublic(data=data, count=len(data))
 
@@ -111,8 +112,8 @@ def set_group_quota(name: NamePath, body: GroupQuota, settings: SettingsDep, use
 
 
 @router.get("/quotas", response_model=UserQuotasPublic, operation_id="quotas-list")
-def list_user_quotas(sess: SessionDep, user: AdminUser) -> UserQuotasPublic:
-    """Every user's quota and share that differs from the default (admins only)."""
+def list_user_quotas(sess: SessionDep, user: ViewerUser) -> UserQuotasPublic:
+    """Every user's quota and share set by an admin (anyone signed in may read them)."""
     data = [UserQuotaPublic(user=name, max_gpus=q.max_gpus, gpu_hours_per_week=q.gpu_hours_per_week, share=q.share)
             for name, q in sorted(g.user_quotas(sess).items())]
     return UserQuotasPublic(data=data, count=len(data))
