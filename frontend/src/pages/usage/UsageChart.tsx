@@ -4,10 +4,17 @@ const W = 720;
 const H = 220;
 const PAD = { left: 44, right: 8, top: 8, bottom: 24 };
 
+/** The smallest 1, 2 or 5 × 10^k at or above ``v``, so the axis reads in round numbers. */
+export function niceTop(v: number): number {
+  if (v <= 0) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return ([1, 2, 5, 10].find((m) => m * p >= v) ?? 10) * p;
+}
+
 /** One bar per day, a segment per user (or group), stacked; drawn as SVG, so it needs no chart library. */
 export function UsageChart({ grid, unit }: { grid: UsageGrid; unit: string }) {
   const max = Math.max(...grid.totals, 0);
-  const top = max > 0 ? max * 1.1 : 1;
+  const top = niceTop(max);
   const innerW = W - PAD.left - PAD.right;
   const innerH = H - PAD.top - PAD.bottom;
   const slot = innerW / Math.max(grid.days.length, 1);

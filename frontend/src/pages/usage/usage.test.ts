@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { UsageRow } from '../../api/types';
+import { niceTop } from './UsageChart';
 import { daysBetween, rangeOf, toGrid } from './usage';
 
 function row(day: string, name: string, held: number, used = held / 2): UsageRow {
@@ -20,5 +21,11 @@ describe('usage grid', () => {
   it('ranges end today in UTC and cross month ends', () => {
     expect(rangeOf(7, new Date('2026-03-02T23:30:00Z'))).toEqual({ from: '2026-02-24', to: '2026-03-02' });
     expect(daysBetween('2026-02-27', '2026-03-01')).toEqual(['2026-02-27', '2026-02-28', '2026-03-01']);
+  });
+});
+
+describe('usage chart axis', () => {
+  it('tops at a round number', () => {
+    expect([niceTop(8), niceTop(8.8), niceTop(0.03), niceTop(0), niceTop(120)]).toEqual([10, 10, 0.05, 1, 200]);
   });
 });
