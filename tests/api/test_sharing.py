@@ -47,8 +47,8 @@ def test_admin_manages_groups_and_quotas(api: TestClient, team: People) -> None:
     name = "team-" + uuid.uuid4().hex[:6]
     r = api.post("/api/v1/groups", headers=admin, json={"name": name})
     assert r.status_code == 201, r.text
-    assert api.post(f"/api/v1/groups/{name}/members", headers=admin, json={"user": alice}).status_code == 200
-    r = api.post(f"/api/v1/groups/{name}/members", headers=admin, json={"user": bob})
+    assert api.post(f"/api/v1/groups/{name}/members/{alice}", headers=admin).status_code == 200
+    r = api.post(f"/api/v1/groups/{name}/members/{bob}", headers=admin)
     assert sorted(r.json()["members"]) == sorted([alice, bob])
     r = api.put(f"/api/v1/groups/{name}/quota", headers=admin, json={"max_gpus": 8, "gpu_hours_per_week": 500})
     assert r.status_code == 200 and r.json()["quota"] == {"max_gpus": 8, "gpu_hours_per_week": 500.0}
@@ -69,14 +69,14 @@ def test_bad_input_is_a_4xx_and_nothing_is_written(api: TestClient, team: People
     admin, alice = bearer(team.admin), team.names["alice"]
     name = "team-" + uuid.uuid4().hex[:6]
     assert api.post("/api/v1/groups", headers=admin, json={"name": name}).status_code == 201
-    assert api.post(f"/api/v1/groups/{name}/members", headers=admin, json={"user": alice}).status_code == 200
+    assert api.post(f"/api/v1/groups/{name}/members/{alice}", headers=admin).status_code == 200
     before = _rows(product)
     cases = [
         ("post", "/api/v1/groups", {"name": name}, 409, "already exists"),
         ("post", "/api/v1/groups", {"name": "Not OK"}, 422, "pattern"),
-        ("post", f"/api/v1/groups/{name}/members", {"user": alice}, 409, "already in group"),
-        ("post", f"/api/v1/groups/nosuch-{name}/members", {"user": alice}, 404, "no group named"),
-        ("post", f"/api/v1/groups/{name}/members", {"user": "nosuch"}, 404, "no user named"),
+        ("post", f"/api/v1/groups/{name}/members/{alice}", None, 409, "already in group"),
+        ("post", f"/api/v1/groups/nosuch-{name}/members/{alice}", None, 404, "no group named"),
+        ("post", f"/api/v1/groups/{name}/members/nosuch", None, 404, "no user named"),
         ("put", f"/api/v1/groups/nosuch-{name}/quota", {"max_gpus": 2}, 404, "no group named"),
         ("put", f"/api/v1/groups/{name}/quota", {"max_gpus": -1}, 422, "greater than or equal to 0"),
         ("put", f"/api/v1/users/{alice}/quota", {"gpu_hours_per_week": -3}, 422, "greater than or equal to 0"),

@@ -168,7 +168,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/api/v1/groups/{name}/members": {
+    "/api/v1/groups/{name}/members/{member}": {
         parameters: {
             query?: never;
             header?: never;
@@ -182,22 +182,6 @@ export interface paths {
          * @description Add a user to a group (admins only); a user already in it is a 409.
          */
         post: operations["groups-add-member"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/api/v1/groups/{name}/members/{member}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
         /**
          * Remove Member
          * @description Take a user out of a group (admins only).
@@ -1090,14 +1074,6 @@ export interface components {
                     [key: string]: unknown;
                 };
             };
-        };
-        /** MemberAdd */
-        MemberAdd: {
-            /**
-             * User
-             * @description an existing user's name
-             */
-            user: string;
         };
         /** ProblemPublic */
         ProblemPublic: {
@@ -2469,14 +2445,12 @@ export interface operations {
             path: {
                 /** @description a user or group name */
                 name: string;
+                /** @description a user or group name */
+                member: string;
             };
             cookie?: never;
         };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["MemberAdd"];
-            };
-        };
+        requestBody?: never;
         responses: {
             /** @description Successful Response */
             200: {
@@ -2487,7 +2461,7 @@ export interface operations {
                     "application/json": components["schemas"]["GroupPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The Host header names a host this server does not answer to */
             400: {
                 headers: {
                     [name: string]: unknown;

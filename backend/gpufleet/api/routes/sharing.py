@@ -18,7 +18,6 @@ from gpufleet.api.schemas.sharing import (
     GroupPublic,
     GroupQuota,
     GroupsPublic,
-    MemberAdd,
     UsagePublic,
     UsageRowPublic,
     UserQuota,
@@ -87,11 +86,11 @@ def _one(settings, name: str) -> GroupPublic:  # noqa: ANN001
         return _group_public(next(v for v in g.list_groups(sess) if v.name == name))
 
 
-@router.post("/groups/{name}/members", response_model=GroupPublic, operation_id="groups-add-member",
+@router.post("/groups/{name}/members/{member}", response_model=GroupPublic, operation_id="groups-add-member",
              responses=REFUSALS)
-def add_member(name: NamePath, body: MemberAdd, settings: SettingsDep, user: AdminUser) -> GroupPublic:
+def add_member(name: NamePath, member: NamePath, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Add a user to a group (admins only); a user already in it is a 409."""
-    _write(settings, lambda s: g.add_member(s, name, body.user))
+    _write(settings, lambda s: g.add_member(s, name, member))
     return _one(settings, name)
 
 

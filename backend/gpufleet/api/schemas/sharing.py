@@ -18,12 +18,6 @@ class GroupCreate(BaseModel):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN, description="lowercase group name")
 
 
-class MemberAdd(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    user: str = Field(min_length=1, max_length=64, description="an existing user's name")
-
-
 class GroupQuota(BaseModel):
     """A group's limits; a missing or null field is no limit."""
 
