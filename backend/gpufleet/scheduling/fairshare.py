@@ -19,6 +19,8 @@ alone in the queue keeps the plain priority-then-age order.
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
@@ -33,6 +35,11 @@ from gpufleet.users.groups import DEFAULT_SHARE, user_quotas
 
 # Allocations released more than this many half-lives ago weigh under 2**-20: left out.
 HORIZON_HALF_LIVES = 20
+# Decayed usage changes slowly (a week's half-life by default): a pass reuses the last
+# answer for up to this long, or a fiftieth of the half-life if that is shorter.
+USAGE_CACHE_S = 30.0
+_cache: dict[tuple[str, float], tuple[float, dict[str, float]]] = {}
+_cache_lock = threading.Lock()
 
 
 def decayed_usage(sess: Session, half_life_s: float, now: datetime) -> dict[str, float]:
@@ -66,9 +73,24 @@ def factors(usage: dict[str, float], shares: dict[str, float], owners: Iterable[
     return out
 
 
+def _recent_usage(sess: Session, settings: Settings, now: datetime | None) -> dict[str, float]:
+    half_life = settings.fair_share_half_life_h * 3600.0
+    if now is not None:
+        return decayed_usage(sess, half_life, now)
+    key = (settings.effective_database_url, half_life)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None and time.monotonic() - hit[0] < min(USAGE_CACHE_S, half_life / 50):
+        return hit[1]
+    usage = decayed_usage(sess, half_life, utcnow())
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), usage)
+    return usage
+
+
 def owner_factors(sess: Session, settings: Settings, owners: Iterable[str],
                   now: datetime | None = None) -> dict[str, float]:
-    usage = decayed_usage(sess, settings.fair_share_half_life_h * 3600.0, now or utcnow())
+    usage = _recent_usage(sess, settings, now)
     shares = {name: q.share for name, q in user_quotas(sess).items()}
     return factors(usage, shares, owners)
 
