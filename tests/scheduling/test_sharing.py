@@ -150,3 +150,22 @@ def test_decay_halves_usage_every_half_life() -> None:
 
 def test_over_quota_trainings_do_not_borrow_until_they_can_be_preempted() -> None:
     assert may_borrow(Training(name="x", owner="a", recipe="mlp", config={})) is False
+
+
+@BOTH
+def test_a_long_over_quota_queue_costs_one_check_per_owner_and_pass(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.scheduling.scheduler import schedule_pending
+
+    s = sim_host("nvlink-all", "4xH100-80GB")
+    (alice,) = _people(s, "alice")
+    with session_scope(s) as sess:
+        set_user_quota(sess, alice, Limits(max_gpus=1))
+    first = _submit(s, alice, "first")
+    waiting = [_submit(s, alice, f"w{i}") for i in range(5)]
+    schedule_pending(s)  # places the first; the others learn why they wait
+    reason = f"{alice} holds 1 of 1 GPUs in their quota"
+    assert {_row(s, t).wait_reason for t in waiting} == {reason}
+    again = schedule_pending(s)
+    # One of them was checked under the lock; the rest, already saying so, were skipped.
+    assert len(set(again.waiting) & set(waiting)) == 1
+    assert {_row(s, t).wait_reason for t in waiting} == {reason} and _row(s, first).status == "scheduled"

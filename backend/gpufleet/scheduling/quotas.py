@@ -85,10 +85,36 @@ def _week_hours(sess: Session, owners: list[str], now: datetime) -> float:
     return sum(u.held for u in held_seconds(sess, now - WEEK, now, now, owners).values()) / 3600.0
 
 
-def quota_wait(sess: Session, t: Training) -> str | None:
+class PassMemo:
+    """Quota refusals within one scheduler pass.
+
+    An owner's use only grows during a pass, so once one of their trainings
+    waited for a quota, a later one that needs as many GPUs or more waits for
+    the same reason. When its row already says so, the pass skips it without
+    a transaction: a long over-quota queue costs one check per owner and pass.
+    """
+
+    def __init__(self) -> None:
+        self._refused: dict[str, tuple[int, str]] = {}
+
+    def skip(self, t: Training) -> bool:
+        hit = self._refused.get(t.owner)
+        return hit is not None and gpus_needed(t) >= hit[0] and t.wait_reason == hit[1]
+
+    def note(self, t: Training, reason: str) -> None:
+        need = gpus_needed(t)
+        if t.owner not in self._refused or need < self._refused[t.owner][0]:
+            self._refused[t.owner] = (need, reason)
+
+
+def quota_wait(sess: Session, t: Training, memo: PassMemo | None = None) -> str | None:
     """The scheduler's hook: the reason ``t`` waits for a quota, unless it may borrow idle GPUs."""
     why = over_quota(sess, t)
-    return None if why is None or may_borrow(t) else why
+    if why is None or may_borrow(t):
+        return None
+    if memo is not None:
+        memo.note(t, why)
+    return why
 
 
 def over_quota(sess: Session, t: Training, now: datetime | None = None) -> str | None:

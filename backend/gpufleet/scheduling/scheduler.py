@@ -24,7 +24,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling import batch, fairshare
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
-from gpufleet.scheduling.quotas import quota_wait
+from gpufleet.scheduling.quotas import PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
 log = logging.getLogger(__name__)
@@ -131,13 +131,14 @@ def schedule_pending(
     with session_scope(settings) as sess:
         snap = _snapshot(sess)
     rows = fairshare.in_order(settings, _queue_pages(settings, limit, max_rows))
+    quota_memo = PassMemo()
     for row in rows:
-        if _hopeless(snap, row):
+        if _hopeless(snap, row) or quota_memo.skip(row):
             continue
         tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, quota_memo)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -162,7 +163,7 @@ def schedule_pending(
 
 
 def _schedule_one(
-    sess: Session, settings: Settings, tid: uuid.UUID
+    sess: Session, settings: Settings, tid: uuid.UUID, quota_memo: PassMemo | None = None
 ) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
@@ -171,7 +172,7 @@ def _schedule_one(
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
         return None, None, None, []
-    if over := quota_wait(sess, t):
+    if over := quota_wait(sess, t, quota_memo):
         _set_wait(sess, t, over)
         return None, over, None, []
     hosts = _candidate_hosts(sess, settings, t)
