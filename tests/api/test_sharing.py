@@ -122,7 +122,7 @@ def test_usage_of_a_day_is_the_held_time_of_its_allocations(api: TestClient, tea
 
 
 @pytest.mark.parametrize(("query", "status", "why"), [
-    ("by=team", 422, "'user' or 'group'"),
+    ("by=team", 422, "'user', 'group' or 'training'"),
     ("from=yesterday", 400, "from='yesterday' is not a day; use YYYY-MM-DD"),
     ("from=2026-04-03&to=2026-04-01", 400, "before from"),
     ("from=2020-01-01&to=2026-01-01", 400, "at most 366"),

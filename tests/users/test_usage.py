@@ -69,6 +69,14 @@ def test_usage_by_group_and_no_group(db_settings: Settings, seeded: dict) -> Non
     assert rows[NO_GROUP].gpu_seconds_held >= 60  # carol (other tests' trainings may share the day)
 
 
+def test_usage_per_training(db_settings: Settings, seeded: dict) -> None:
+    with session_scope(db_settings) as sess:
+        rows = {r.name: r for r in usage_report(sess, "training", DAY, DAY)}
+    held = sorted(r.gpu_seconds_held for r in rows.values())
+    assert {9000 + 2700, 3600, 600, 60} <= set(held)
+    assert all(r.trainings == 1 for r in rows.values())
+
+
 def test_stored_usage_is_not_counted_twice_and_outlives_the_rollups(db_settings: Settings, seeded: dict) -> None:
     a = seeded["alice"]
     with session_scope(db_settings) as sess:
@@ -93,7 +101,7 @@ def test_a_running_allocation_counts_until_now(db_settings: Settings) -> None:
 
 
 @pytest.mark.parametrize(("by", "first", "last", "why"), [
-    ("team", DAY, DAY, "by='team' is not one of user, group"),
+    ("team", DAY, DAY, "by='team' is not one of user, group, training"),
     ("user", DAY, DAY - timedelta(days=1), "before from"),
     ("user", DAY - timedelta(days=400), DAY, "at most 366"),
 ])

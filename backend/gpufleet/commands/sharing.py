@@ -179,7 +179,7 @@ def _usage_from_server(server: str | None, by: str, first: str | None, last: str
 
 
 def usage(
-    by: Annotated[str, typer.Option("--by", help="user or group")] = "user",
+    by: Annotated[str, typer.Option("--by", help="user, group or training")] = "user",
     first: Annotated[str | None, typer.Option("--from", help="first UTC day, YYYY-MM-DD (default 6 days before --to)")] = None,
     last: Annotated[str | None, typer.Option("--to", help="last UTC day, YYYY-MM-DD (default today)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
@@ -187,9 +187,9 @@ def usage(
                                                                 "http://127.0.0.1:8000)")] = None,
     local: Annotated[bool, typer.Option("--local", help="read the database here instead of asking a server")] = False,
 ) -> None:
-    """GPU-hours per UTC day and user (or group): held (reserved) and used (weighted by utilisation)."""
-    if by not in ("user", "group"):
-        _fail(f"--by {by!r} is not user or group")
+    """GPU-hours per UTC day and user (or group, or training): held (reserved) and used (weighted by utilisation)."""
+    if by not in ("user", "group", "training"):
+        _fail(f"--by {by!r} is not user, group or training")
     report = _usage_from_database(by, first, last) if local else _usage_from_server(server, by, first, last)
     if as_json:
         typer.echo(json.dumps(report, indent=2))

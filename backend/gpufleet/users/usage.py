@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 from gpufleet.db.models import GPUAllocation, GPUMetricsRollup, Training, UsageDaily
 from gpufleet.db.types import utcnow
 
-BY = ("user", "group")
+BY = ("user", "group", "training")
 NO_GROUP = "(no group)"
 # A report spans at most this many days, so one request stays one bounded query.
 MAX_DAYS = 366
@@ -52,7 +52,7 @@ class TrainingUsage:
 @dataclass(frozen=True)
 class UsageRow:
     day: date
-    name: str  # a user, a group, or NO_GROUP
+    name: str  # a user, a group, NO_GROUP, or a training id
     gpu_seconds_held: float
     gpu_seconds_used: float
     trainings: int
@@ -173,15 +173,16 @@ def check_range(by: str, first: date, last: date) -> None:
 
 
 def usage_report(session: Session, by: str, first: date, last: date, now: datetime | None = None) -> list[UsageRow]:
-    """GPU-seconds held and used per day and user (or group), days first..last inclusive."""
+    """GPU-seconds held and used per day and user (or group, or training id), days first..last inclusive."""
     from gpufleet.users.groups import groups_of_users
 
     check_range(by, first, last)
     per = merged_usage(session, first, last, now)
     groups = groups_of_users(session, sorted({u.owner for u in per.values()})) if by == "group" else {}
     sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for (day, _tid), u in per.items():
-        for name in (groups.get(u.owner) or [NO_GROUP]) if by == "group" else [u.owner]:
+    for (day, tid), u in per.items():
+        names = {"user": [u.owner], "training": [str(tid)]}.get(by) or groups.get(u.owner) or [NO_GROUP]
+        for name in names:
             s = sums[(day, name)]
             s[0] += u.held
             s[1] += u.used

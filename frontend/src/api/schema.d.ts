@@ -572,7 +572,7 @@ export interface paths {
         };
         /**
          * Get Usage
-         * @description GPU time per UTC day and user or group: held (reserved) and used (weighted by utilisation).
+         * @description GPU time per UTC day and user, group or training: held (reserved) and used (weighted by utilisation).
          */
         get: operations["usage-get"];
         put?: never;
@@ -1566,7 +1566,7 @@ export interface components {
              * By
              * @enum {string}
              */
-            by: "user" | "group";
+            by: "user" | "group" | "training";
             /** Count */
             count: number;
             /** Data */
@@ -1605,7 +1605,7 @@ export interface components {
             gpu_seconds_used: number;
             /**
              * Name
-             * @description the user, the group, or '(no group)' for users in none
+             * @description the user, the group ('(no group)' for users in none), or the training id
              */
             name: string;
             /**
@@ -4339,8 +4339,8 @@ export interface operations {
     "usage-get": {
         parameters: {
             query?: {
-                /** @description one row per day and user, or per day and group */
-                by?: "user" | "group";
+                /** @description one row per day and user, per day and group, or per day and training */
+                by?: "user" | "group" | "training";
                 /** @description first UTC day, YYYY-MM-DD */
                 from?: string | null;
                 /** @description last UTC day, YYYY-MM-DD (default today) */

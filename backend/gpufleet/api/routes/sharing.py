@@ -132,11 +132,12 @@ def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user:
 def get_usage(
     sess: SessionDep,
     user: ViewerUser,
-    by: Annotated[Literal["user", "group"], Query(description="one row per day and user, or per day and group")] = "user",
+    by: Annotated[Literal["user", "group", "training"],
+                  Query(description="one row per day and user, per day and group, or per day and training")] = "user",
     from_: Annotated[str | None, Query(alias="from", max_length=32, description="first UTC day, YYYY-MM-DD")] = None,
     to: Annotated[str | None, Query(max_length=32, description="last UTC day, YYYY-MM-DD (default today)")] = None,
 ) -> UsagePublic:
-    """GPU time per UTC day and user or group: held (reserved) and used (weighted by utilisation)."""
+    """GPU time per UTC day and user, group or training: held (reserved) and used (weighted by utilisation)."""
     from datetime import timedelta
 
     try:

@@ -57,7 +57,7 @@ class UserQuotasPublic(BaseModel):
 
 class UsageRowPublic(BaseModel):
     day: date
-    name: str = Field(description="the user, the group, or '(no group)' for users in none")
+    name: str = Field(description="the user, the group ('(no group)' for users in none), or the training id")
     gpu_seconds_held: float = Field(description="GPU-seconds reserved (allocation time)")
     gpu_seconds_used: float = Field(description="GPU-seconds weighted by utilisation (telemetry rollups)")
     gpu_hours_held: float
@@ -66,7 +66,7 @@ class UsageRowPublic(BaseModel):
 
 
 class UsagePublic(BaseModel):
-    by: Literal["user", "group"]
+    by: Literal["user", "group", "training"]
     from_day: date = Field(alias="from")
     to_day: date = Field(alias="to")
     data: list[UsageRowPublic]
