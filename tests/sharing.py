@@ -1,4 +1,8 @@
-"""Helpers for the quota, fair-share and usage tests: trainings that held GPUs for known times."""
+"""Helpers for the quota, fair-share and usage tests: trainings that held GPUs for known times.
+
+They write in ``write_session``s, so they may write into the SQLite file of a
+running server (which writes samples every second) without "database is locked".
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,12 @@ from sqlalchemy import select
 
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, GPUMetricsRollup, Host, Training
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import write_session
 
 
 def make_host(settings: Settings, gpus: int = 4) -> uuid.UUID:
     """A host row with ``gpus`` GPUs (no worker: these trainings only need to have held them)."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         host = Host(name="usage-" + uuid.uuid4().hex[:8], status="offline")
         sess.add(host)
         sess.flush()
@@ -26,7 +30,7 @@ def make_host(settings: Settings, gpus: int = 4) -> uuid.UUID:
 def held_training(settings: Settings, host_id: uuid.UUID, owner: str,
                   spans: list[tuple[int, datetime, datetime | None]], status: str = "succeeded") -> uuid.UUID:
     """A training of ``owner`` that held GPU ``index`` from ``start`` to ``end`` for each span."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         t = Training(name="held", owner=owner, recipe="mlp", config={}, status=status)
         sess.add(t)
         sess.flush()
@@ -40,7 +44,7 @@ def held_training(settings: Settings, host_id: uuid.UUID, owner: str,
 def rollup_minutes(settings: Settings, host_id: uuid.UUID, index: int, minutes: list[datetime],
                    utilization: float) -> None:
     """One-minute rollups of a GPU at ``utilization`` percent."""
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         for m in minutes:
             sess.add(GPUMetricsRollup(
                 host_id=host_id, gpu_index=index, bucket=m, samples=60, utilization_min=utilization,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.config import load_settings
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import write_session
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import add_member, create_group
 from sharing import held_training, make_host
@@ -21,7 +21,7 @@ def test_usage_page_shows_each_users_gpu_hours_per_day(page, server, screenshots
     settings = load_settings(data_dir=server.data_dir)
     tag = uuid.uuid4().hex[:4]
     alice, bob, group = f"alice-{tag}", f"bob-{tag}", f"vision-{tag}"
-    with session_scope(settings) as sess:
+    with write_session(settings) as sess:
         add_user(sess, alice)
         add_user(sess, bob)
         create_group(sess, group)
