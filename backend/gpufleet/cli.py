@@ -20,6 +20,7 @@ from gpufleet.commands import (
     devices,
     recommend,
     run,
+    sharing,
     top,
     train,
     trainings,
@@ -45,7 +46,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users)
+COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

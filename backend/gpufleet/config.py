@@ -210,6 +210,10 @@ class Settings(BaseSettings):
     rollup_retention_days: int = Field(default=90, ge=1, le=3650)
     foreign_memory_threshold_mb: int = Field(default=1024, ge=0)
 
+    # Fair-share queue order (gpufleet.scheduling.fairshare): on/off, and the half-life of past usage.
+    fair_share: bool = True
+    fair_share_half_life_h: float = Field(default=168.0, gt=0, le=100_000)
+
     # `serve` runs the embedded worker and agent unless told not to.
     embedded_worker: bool = True
 

@@ -7,6 +7,7 @@ import { HistoryPage } from './pages/history/HistoryPage';
 import { CreateTrainingPage } from './pages/trainings/CreateTrainingPage';
 import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
 import { TrainingsPage } from './pages/trainings/TrainingsPage';
+import { UsagePage } from './pages/usage/UsagePage';
 
 function LiveBadge() {
   const status = useLiveStatus();
@@ -38,6 +39,7 @@ function AppRoutes() {
       <Route path="/trainings" element={<TrainingsPage />} />
       <Route path="/trainings/new" element={<CreateTrainingPage />} />
       <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+      <Route path="/usage" element={<UsagePage />} />
       <Route
         path="*"
         element={
@@ -70,6 +72,7 @@ export function App() {
             Trainings
           </NavLink>
           <NavLink to="/trainings/new">New training</NavLink>
+          <NavLink to="/usage">Usage</NavLink>
         </nav>
         <LiveBadge />
       </header>

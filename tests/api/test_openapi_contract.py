@@ -88,7 +88,8 @@ def _valid_bodies(settings: Settings, admin: str) -> dict[tuple[str, str], Any]:
 
 
 def _path_variants(path: str, settings: Settings, training: str) -> list[str]:
-    good = {"training_id": training, "host": settings.host_name, "index": "0", "code_hash": "0" * 64}
+    good = {"training_id": training, "host": settings.host_name, "index": "0", "code_hash": "0" * 64,
+            "name": "walk-group", "member": "walk-member"}
     bad = [{"training_id": str(uuid.uuid4())}, {"training_id": "not-a-uuid"}, {"host": "nope"},
            {"index": "99"}, {"index": "x"}, {"code_hash": "not-a-hash"}]
     out = [path.format(**good)] if "{" in path else [path]

@@ -138,6 +138,13 @@ def test_the_grafana_dashboard_only_queries_series_that_metrics_exposes(client):
 
     LOCAL.put_host("h1", _fleet(uuid.uuid4()))
     LOCAL.put_health("h1", {"samples_total": 1, "last_sample_unix": 1.0, "buffered": 0, "dropped_total": 0})
+    from datetime import date
+
+    from gpufleet.db.models import UsageDaily
+
+    with session_scope(client.settings) as sess:  # a day of usage, as the maintenance pass stores it
+        sess.add(UsageDaily(day=date(2026, 1, 2), training_id=uuid.uuid4(), owner="alice",
+                            gpu_seconds_held=3600.0, gpu_seconds_used=1800.0))
     exposed = {smp.name for fam in text_string_to_metric_families(client.get("/metrics").text) for smp in fam.samples}
     dash = json.loads((Path(__file__).resolve().parents[2] / "deploy/grafana/gpufleet-gpus.json").read_text())
     queried = {name for p in dash["panels"] for t in p["targets"]

@@ -1,4 +1,4 @@
-"""The job scheduler: queued trainings onto free GPUs, by priority then age.
+"""The job scheduler: queued trainings onto free GPUs, by priority, fair share, then age.
 
 Each training is placed in its own reservation transaction
 (:mod:`gpufleet.scheduling.reservation`); the Celery task is sent only after
@@ -22,8 +22,9 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import batch
+from gpufleet.scheduling import batch, fairshare
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
+from gpufleet.scheduling.quotas import PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
 log = logging.getLogger(__name__)
@@ -129,14 +130,15 @@ def schedule_pending(
     result = PassResult()
     with session_scope(settings) as sess:
         snap = _snapshot(sess)
-    rows = (row for page in _queue_pages(settings, limit, max_rows) for row in page)
+    rows = fairshare.in_order(settings, _queue_pages(settings, limit, max_rows))
+    quota_memo = PassMemo()
     for row in rows:
-        if _hopeless(snap, row):
+        if _hopeless(snap, row) or quota_memo.skip(row):
             continue
         tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, quota_memo)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -161,7 +163,7 @@ def schedule_pending(
 
 
 def _schedule_one(
-    sess: Session, settings: Settings, tid: uuid.UUID
+    sess: Session, settings: Settings, tid: uuid.UUID, quota_memo: PassMemo | None = None
 ) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
@@ -170,6 +172,9 @@ def _schedule_one(
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
         return None, None, None, []
+    if over := quota_wait(sess, t, quota_memo):
+        _set_wait(sess, t, over)
+        return None, over, None, []
     hosts = _candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (

@@ -80,6 +80,7 @@ class FleetCollector:
             yield fam
         yield from self._gpufleet_gpu(samples)
         yield from self._trainings()
+        yield from self._usage()
         yield from self._health()
 
     def _gpufleet_gpu(self, samples: list[GPUSample]) -> Iterator[Metric]:
@@ -123,6 +124,25 @@ class FleetCollector:
         queue.add_metric([], float(counts.get("queued", 0)))
         yield by_status
         yield queue
+
+    def _usage(self) -> Iterator[Metric]:
+        from gpufleet.users.usage import totals_by_user
+
+        held = CounterMetricFamily("gpufleet_usage_gpu_held_seconds", "GPU-seconds reserved by a user's trainings "
+                                   "(stored by the maintenance pass, about a minute behind).", labels=["user"])
+        used = CounterMetricFamily("gpufleet_usage_gpu_used_seconds", "GPU-seconds a user's trainings held, "
+                                   "weighted by utilisation.", labels=["user"])
+        try:
+            with session_scope(self.settings) as sess:
+                totals = totals_by_user(sess)
+        except Exception as exc:  # noqa: BLE001 - a scrape still shows the GPUs while the database is away
+            log.warning("cannot read usage for /metrics: %s", exc)
+            return
+        for user, (h, u) in sorted(totals.items()):
+            held.add_metric([user], h)
+            used.add_metric([user], u)
+        yield held
+        yield used
 
     def _health(self) -> Iterator[Metric]:
         health = read_agent_health(self.settings)

@@ -243,4 +243,14 @@ def _maintain(settings: Settings, engine: Engine, now: datetime, lookback: timed
         step_hi = min(hi, lo + timedelta(days=1))
         rollup(engine, lo, step_hi)
         lo = step_hi
+    _store_usage(settings, now)
     expire(settings, now=now, engine=engine)
+
+
+def _store_usage(settings: Settings, now: datetime) -> None:
+    """Keep yesterday's and today's usage per training (gpufleet.users.usage) beside the rollups."""
+    from gpufleet.db.session import write_session
+    from gpufleet.users.usage import store_usage
+
+    with write_session(settings) as sess:
+        store_usage(sess, now.date() - timedelta(days=1), now.date(), now)

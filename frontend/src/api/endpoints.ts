@@ -24,6 +24,9 @@ export const endpoints = {
   undrain: (host: string, index: number) => call('post', '/api/v1/system/gpus/{host}/{index}/undrain', { path: { host, index } }),
   /** Who this browser acts as, and with which role. */
   whoami: (signal?: AbortSignal) => call('get', '/api/v1/auth/whoami', { signal }),
+  /** GPU time per UTC day and user (or group), days `from`..`to` (YYYY-MM-DD). */
+  usage: (q: { by: 'user' | 'group'; from: string; to: string }, signal?: AbortSignal) =>
+    call('get', '/api/v1/usage', { query: q, signal }),
   /** Every installed recipe with its config fields and their defaults. */
   recipes: (signal?: AbortSignal) => call('get', '/api/v1/recipes', { signal }),
 

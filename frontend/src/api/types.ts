@@ -28,6 +28,9 @@ export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
 
 export type Recipe = S['RecipePublic'];
+
+export type Usage = S['UsagePublic'];
+export type UsageRow = S['UsageRowPublic'];
 export type RecipeField = S['RecipeFieldPublic'];
 export type RecipesPublic = S['RecipesPublic'];
 

@@ -1,0 +1,153 @@
+"""Groups, quotas and usage: who may hold how many GPUs, and who used what.
+
+Groups and quotas are an admin's to change; reading them, and usage, is open
+to every signed-in user (a shared fleet is fairer when everyone can see its
+rules and who used it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal, TypeVar
+
+from fastapi import APIRouter, HTTPException, Path, Query, Response
+
+from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep, ViewerUser
+from gpufleet.api.schemas.sharing import (
+    GroupCreate,
+    GroupPublic,
+    GroupQuota,
+    GroupsPublic,
+    UsagePublic,
+    UsageRowPublic,
+    UserQuota,
+    UserQuotaPublic,
+    UserQuotasPublic,
+)
+from gpufleet.api.security.openapi import error_response
+from gpufleet.db.session import write_session
+from gpufleet.db.types import utcnow
+from gpufleet.users import groups as g
+from gpufleet.users.accounts import UserError
+from gpufleet.users.usage import UsageError, parse_day, usage_report
+
+router = APIRouter(prefix="/api/v1", tags=["sharing"])
+NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user or group name")]
+T = TypeVar("T")
+REFUSALS = {404: error_response("No such group or user"), 409: error_response("Already so, or not so")}
+
+
+def _status(message: str) -> int:
+    if message.startswith("no "):
+        return 404
+    if "already" in message or "is not in group" in message:
+        return 409
+    return 422
+
+
+def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
+    """One committing transaction; a refusal is a 4xx and nothing is written."""
+    try:
+        with write_session(settings) as sess:
+            return fn(sess)
+    except UserError as exc:
+        raise HTTPException(_status(str(exc)), str(exc)) from None
+
+
+def _group_public(v: g.GroupView) -> GroupPublic:
+    q = GroupQuota(max_gpus=v.limits.max_gpus, gpu_hours_per_week=v.limits.gpu_hours_per_week)
+    return GroupPublic(name=v.name, members=v.members, quota=q)
+
+
+@router.get("/groups", response_model=GroupsPublic, operation_id="groups-list")
+def list_groups(sess: SessionDep, user: ViewerUser) -> GroupsPublic:
+    """Every group with its members and quota (anyone signed in may read them; admins change them)."""
+    data = [_group_public(v) for v in g.list_groups(sess)]
+    return GroupsPublic(data=data, count=len(data))
+
+
+@router.post("/groups", response_model=GroupPublic, status_code=201, operation_id="groups-create",
+             responses=REFUSALS)
+def create_group(body: GroupCreate, settings: SettingsDep, user: AdminUser) -> GroupPublic:
+    """Create an empty group (admins only)."""
+    _write(settings, lambda s: g.create_group(s, body.name))
+    return GroupPublic(name=body.name, members=[], quota=GroupQuota())
+
+
+@router.delete("/groups/{name}", status_code=204, operation_id="groups-delete", responses=REFUSALS)
+def delete_group(name: NamePath, settings: SettingsDep, user: AdminUser) -> Response:
+    """Delete a group and its quota; its users stay (admins only)."""
+    _write(settings, lambda s: g.delete_group(s, name))
+    return Response(status_code=204)
+
+
+def _one(settings, name: str) -> GroupPublic:  # noqa: ANN001
+    with write_session(settings) as sess:
+        return _group_public(next(v for v in g.list_groups(sess) if v.name == name))
+
+
+@router.post("/groups/{name}/members/{member}", response_model=GroupPublic, operation_id="groups-add-member",
+             responses=REFUSALS)
+def add_member(name: NamePath, member: NamePath, settings: SettingsDep, user: AdminUser) -> GroupPublic:
+    """Add a user to a group (admins only); a user already in it is a 409."""
+    _write(settings, lambda s: g.add_member(s, name, member))
+    return _one(settings, name)
+
+
+@router.delete("/groups/{name}/members/{member}", response_model=GroupPublic, operation_id="groups-remove-member",
+               responses=REFUSALS)
+def remove_member(name: NamePath, member: NamePath, settings: SettingsDep, user: AdminUser) -> GroupPublic:
+    """Take a user out of a group (admins only)."""
+    _write(settings, lambda s: g.remove_member(s, name, member))
+    return _one(settings, name)
+
+
+@router.put("/groups/{name}/quota", response_model=GroupPublic, operation_id="groups-set-quota",
+            responses=REFUSALS)
+def set_group_quota(name: NamePath, body: GroupQuota, settings: SettingsDep, user: AdminUser) -> GroupPublic:
+    """Replace a group's quota; a null field is no limit (admins only)."""
+    _write(settings, lambda s: g.set_group_quota(s, name, g.Limits(body.max_gpus, body.gpu_hours_per_week)))
+    return _one(settings, name)
+
+
+@router.get("/quotas", response_model=UserQuotasPublic, operation_id="quotas-list")
+def list_user_quotas(sess: SessionDep, user: ViewerUser) -> UserQuotasPublic:
+    """Every user's quota and share set by an admin (anyone signed in may read them)."""
+    data = [UserQuotaPublic(user=name, max_gpus=q.max_gpus, gpu_hours_per_week=q.gpu_hours_per_week, share=q.share)
+            for name, q in sorted(g.user_quotas(sess).items())]
+    return UserQuotasPublic(data=data, count=len(data))
+
+
+@router.put("/users/{name}/quota", response_model=UserQuotaPublic, operation_id="users-set-quota",
+            responses=REFUSALS)
+def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user: AdminUser) -> UserQuotaPublic:
+    """Replace a user's quota and share; a null limit is no limit (admins only)."""
+    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share)
+    _write(settings, lambda s: g.set_user_quota(s, name, limits))
+    return UserQuotaPublic(user=name, **body.model_dump())
+
+
+@router.get("/usage", response_model=UsagePublic, operation_id="usage-get",
+            responses={400: error_response("A day that is not YYYY-MM-DD, or from after to")})
+def get_usage(
+    sess: SessionDep,
+    user: ViewerUser,
+    by: Annotated[Literal["user", "group", "training"],
+                  Query(description="one row per day and user, per day and group, or per day and training")] = "user",
+    from_: Annotated[str | None, Query(alias="from", max_length=32, description="first UTC day, YYYY-MM-DD")] = None,
+    to: Annotated[str | None, Query(max_length=32, description="last UTC day, YYYY-MM-DD (default today)")] = None,
+) -> UsagePublic:
+    """GPU time per UTC day and user, group or training: held (reserved) and used (weighted by utilisation)."""
+    from datetime import timedelta
+
+    try:
+        last = parse_day("to", to, utcnow().date())
+        first = parse_day("from", from_, last - timedelta(days=6))
+        rows = usage_report(sess, by, first, last)
+    except UsageError as exc:
+        raise HTTPException(400, str(exc)) from None
+    data = [UsageRowPublic(day=r.day, name=r.name, gpu_seconds_held=r.gpu_seconds_held,
+                           gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
+                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings)
+            for r in rows]
+    return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data))

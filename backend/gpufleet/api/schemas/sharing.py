@@ -1,0 +1,75 @@
+"""Bodies of groups, quotas and usage."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufleet.users.groups import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_SHARE
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class GroupCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN, description="lowercase group name")
+
+
+class GroupQuota(BaseModel):
+    """A group's limits; a missing or null field is no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_LIMIT, description="GPUs held at once")
+    gpu_hours_per_week: float | None = Field(default=None, ge=0, le=MAX_GPU_HOURS_LIMIT, allow_inf_nan=False,
+                                             description="GPU-hours held over a rolling 7 days")
+
+
+class UserQuota(GroupQuota):
+    """A user's limits and fair-share weight."""
+
+    share: float = Field(default=1.0, gt=0, le=MAX_SHARE, allow_inf_nan=False,
+                         description="fair-share weight against other users (default 1)")
+
+
+class GroupPublic(BaseModel):
+    name: str
+    members: list[str]
+    quota: GroupQuota
+
+
+class GroupsPublic(BaseModel):
+    data: list[GroupPublic]
+    count: int
+
+
+class UserQuotaPublic(UserQuota):
+    user: str
+
+
+class UserQuotasPublic(BaseModel):
+    data: list[UserQuotaPublic]
+    count: int
+
+
+class UsageRowPublic(BaseModel):
+    day: date
+    name: str = Field(description="the user, the group ('(no group)' for users in none), or the training id")
+    gpu_seconds_held: float = Field(description="GPU-seconds reserved (allocation time)")
+    gpu_seconds_used: float = Field(description="GPU-seconds weighted by utilisation (telemetry rollups)")
+    gpu_hours_held: float
+    gpu_hours_used: float
+    trainings: int = Field(description="trainings that held a GPU that day")
+
+
+class UsagePublic(BaseModel):
+    by: Literal["user", "group", "training"]
+    from_day: date = Field(alias="from")
+    to_day: date = Field(alias="to")
+    data: list[UsageRowPublic]
+    count: int
+
+    model_config = ConfigDict(populate_by_name=True)

@@ -1,0 +1,207 @@
+"""`gpufleet groups …`, `gpufleet users set-quota` and `gpufleet usage`.
+
+Groups and quotas work on the server's database directly, like `gpufleet
+users`: whoever can run them there can read its configuration already. Over
+HTTP the same changes belong to an admin. `gpufleet usage` asks a server
+(``--server``, default ``$GPUFLEET_SERVER``), or with ``--local`` reads the
+database here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from gpufleet.commands import users
+
+groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
+err = Console(stderr=True)
+
+MaxGpusOpt = Annotated[str | None, typer.Option("--max-gpus", help="GPUs held at once, or 'none' for no limit")]
+HoursOpt = Annotated[str | None, typer.Option("--gpu-hours-week",
+                                              help="GPU-hours held over a rolling 7 days, or 'none'")]
+
+
+def _fail(message: str) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _number(option: str, value: str | None, kind: type, current: Any) -> Any:  # noqa: ANN401
+    """The option's value: unchanged when not given, None for 'none', else a number of ``kind``."""
+    if value is None:
+        return current
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        _fail(f"{option} {value!r} is not {'a whole number' if kind is int else 'a number'} or 'none'")
+
+
+@groups_app.command("create")
+def groups_create(name: Annotated[str, typer.Argument(help="lowercase group name, e.g. vision")]) -> None:
+    """Create an empty group."""
+    from gpufleet.users.groups import create_group
+
+    users._run(lambda sess: create_group(sess, name))
+    err.print(f"created group {name}; add people with `gpufleet groups add {name} USER`", highlight=False)
+
+
+@groups_app.command("list")
+def groups_list() -> None:
+    """List groups, their members and quotas."""
+    from gpufleet.users.groups import list_groups
+
+    views = users._run(list_groups)
+
+    def fmt(v: Any) -> str:  # noqa: ANN401
+        return "-" if v is None else f"{v:g}"
+
+    users._emit(("name", "members", "max GPUs", "GPU-hours/week"),
+                [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week))
+                 for v in views])
+    if not views:
+        err.print("no groups yet; create one with `gpufleet groups create NAME`")
+
+
+@groups_app.command("delete")
+def groups_delete(name: str) -> None:
+    """Delete a group and its quota (its users stay)."""
+    from gpufleet.users.groups import delete_group
+
+    users._run(lambda sess: delete_group(sess, name))
+    err.print(f"deleted group {name}", highlight=False)
+
+
+@groups_app.command("add")
+def groups_add(name: str, members: Annotated[list[str], typer.Argument(help="user names")]) -> None:
+    """Add users to a group (all or none: one refused name adds nobody)."""
+    from gpufleet.users.groups import add_member
+
+    if len(set(members)) != len(members):
+        _fail(f"a user is named twice in {' '.join(members)}; name each once")
+
+    def work(sess) -> None:  # noqa: ANN001
+        for m in members:
+            add_member(sess, name, m)
+
+    users._run(work)
+    err.print(f"added {', '.join(members)} to group {name}", highlight=False)
+
+
+@groups_app.command("remove")
+def groups_remove(name: str, member: str) -> None:
+    """Take a user out of a group."""
+    from gpufleet.users.groups import remove_member
+
+    users._run(lambda sess: remove_member(sess, name, member))
+    err.print(f"removed {member} from group {name}", highlight=False)
+
+
+@groups_app.command("set-quota")
+def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None) -> None:
+    """Set a group's quota (options not given keep their value)."""
+    from gpufleet.users.groups import Limits, list_groups, set_group_quota
+
+    def work(sess) -> Limits:  # noqa: ANN001
+        have = next((v.limits for v in list_groups(sess) if v.name == name), Limits())
+        limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
+                        _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week))
+        return set_group_quota(sess, name, limits)
+
+    done = users._run(work)
+    err.print(f"group {name}: {_describe(done)}", highlight=False)
+
+
+def users_set_quota(
+    name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None,
+    share: Annotated[float | None, typer.Option("--share", help="fair-share weight (default 1)")] = None,
+) -> None:
+    """Set a user's quota and fair share (options not given keep their value)."""
+    from gpufleet.users.groups import Limits, set_user_quota, user_limits
+
+    def work(sess) -> Limits:  # noqa: ANN001
+        have = user_limits(sess, name)
+        limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
+                        _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
+                        have.share if share is None else share)
+        return set_user_quota(sess, name, limits)
+
+    done = users._run(work)
+    err.print(f"user {name}: {_describe(done)}, share {done.share:g}", highlight=False)
+
+
+def _describe(limits: Any) -> str:  # noqa: ANN401
+    gpus = "no GPU limit" if limits.max_gpus is None else f"at most {limits.max_gpus} GPUs at once"
+    hours = "" if limits.gpu_hours_per_week is None else f", {limits.gpu_hours_per_week:g} GPU-hours a week"
+    return gpus + hours
+
+
+def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[str, Any]:
+    from datetime import timedelta
+
+    from gpufleet.config import ConfigError, get_settings
+    from gpufleet.db.session import missing_sqlite_file, session_scope
+    from gpufleet.db.types import utcnow
+    from gpufleet.users.usage import UsageError, parse_day, usage_report
+
+    try:
+        settings = get_settings()
+    except ConfigError as exc:
+        _fail(str(exc))
+    missing = missing_sqlite_file(settings)
+    if missing is not None:
+        _fail(f"no database at {missing}: run `gpufleet serve` first, set GPUFLEET_DATABASE_URL, "
+              "or drop --local to ask a server")
+    try:
+        to_day = parse_day("--to", last, utcnow().date())
+        from_day = parse_day("--from", first, to_day - timedelta(days=6))
+        with session_scope(settings) as sess:
+            rows = usage_report(sess, by, from_day, to_day)
+    except UsageError as exc:
+        _fail(str(exc))
+    return {"by": by, "from": str(from_day), "to": str(to_day), "data": [
+        {"day": str(r.day), "name": r.name, "gpu_seconds_held": r.gpu_seconds_held,
+         "gpu_seconds_used": r.gpu_seconds_used, "gpu_hours_held": round(r.gpu_seconds_held / 3600, 4),
+         "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings} for r in rows]}
+
+
+def _usage_from_server(server: str | None, by: str, first: str | None, last: str | None) -> dict[str, Any]:
+    from gpufleet.commands.remote import Client
+
+    params = {k: v for k, v in {"by": by, "from": first, "to": last}.items() if v}
+    with Client(server) as c:
+        return c.call("GET", "/api/v1/usage", params=params)
+
+
+def usage(
+    by: Annotated[str, typer.Option("--by", help="user, group or training")] = "user",
+    first: Annotated[str | None, typer.Option("--from", help="first UTC day, YYYY-MM-DD (default 6 days before --to)")] = None,
+    last: Annotated[str | None, typer.Option("--to", help="last UTC day, YYYY-MM-DD (default today)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
+    server: Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or "
+                                                                "http://127.0.0.1:8000)")] = None,
+    local: Annotated[bool, typer.Option("--local", help="read the database here instead of asking a server")] = False,
+) -> None:
+    """GPU-hours per UTC day and user (or group, or training): held (reserved) and used (weighted by utilisation)."""
+    if by not in ("user", "group", "training"):
+        _fail(f"--by {by!r} is not user, group or training")
+    report = _usage_from_database(by, first, last) if local else _usage_from_server(server, by, first, last)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    users._emit(("day", by, "GPU-hours held", "GPU-hours used", "trainings"),
+                [(r["day"], r["name"], f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
+                  str(r["trainings"])) for r in report["data"]])
+    if not report["data"]:
+        err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    users.users_app.command("set-quota")(users_set_quota)
+    app.add_typer(groups_app, name="groups")
+    app.command("usage")(usage)

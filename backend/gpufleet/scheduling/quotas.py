@@ -1,0 +1,139 @@
+"""Quotas at placement time: a training past its owner's quota waits, with the reason in words.
+
+Checked by the scheduler for each queued training before it looks for GPUs,
+inside the training's reservation transaction, so the count of GPUs held
+includes every placement committed before it. A training over quota is never
+failed: it stays queued (``wait_reason`` says whose quota and by how much)
+and the scheduler goes on to the next training in the queue, so another
+user's training starts first.
+
+Limits apply to the owner's own quota and to the quota of every group the
+owner is in. GPUs held counts active allocations (a shared placement counts
+as one GPU). GPU-hours per week counts held time over the last 7 days.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from gpufleet.db.models import GPUAllocation, Group, GroupMember, Quota, Training, User
+from gpufleet.db.types import utcnow
+from gpufleet.users.usage import held_seconds
+
+WEEK = timedelta(days=7)
+
+
+def gpus_needed(t: Training) -> int:
+    """The GPUs a training will hold once placed (as the scheduler counts them)."""
+    if not t.exclusive:
+        return 1
+    if t.gpu_ids and not t.auto_select:
+        return len(t.gpu_ids)
+    return t.requested_count or t.world_size or 1
+
+
+def may_borrow(training: Training) -> bool:
+    """Whether an over-quota training may run on idle GPUs anyway (over-quota borrowing).
+
+    Borrowing is safe only when the borrowed GPUs can be taken back: the
+    training must be preemptible, so that a within-quota training that needs
+    them later checkpoints and requeues it. Until trainings carry a
+    ``preemptible`` flag and the scheduler can preempt, no training borrows:
+    this answers False, and an over-quota training waits.
+    """
+    return False
+
+
+def _limits_of(sess: Session, owner: str) -> list[tuple[str, Quota, list[str]]]:
+    """(subject words, quota, member names) for the owner's quota and its groups' quotas."""
+    user_id = sess.scalars(select(User.id).where(User.name == owner)).first()
+    if user_id is None:
+        return []
+    out: list[tuple[str, Quota, list[str]]] = []
+    own = sess.scalars(select(Quota).where(Quota.user_id == user_id)).one_or_none()
+    if own is not None and (own.max_gpus is not None or own.gpu_hours_per_week is not None):
+        out.append((owner, own, [owner]))
+    rows = sess.execute(
+        select(Group.id, Group.name, Quota)
+        .join(GroupMember, GroupMember.group_id == Group.id)
+        .join(Quota, Quota.group_id == Group.id)
+        .where(GroupMember.user_id == user_id)
+        .order_by(Group.name)
+    ).all()
+    for gid, gname, quota in rows:
+        if quota.max_gpus is None and quota.gpu_hours_per_week is None:
+            continue
+        members = list(sess.scalars(
+            select(User.name).join(GroupMember, GroupMember.user_id == User.id).where(GroupMember.group_id == gid)
+        ))
+        out.append((f"group {gname}", quota, members))
+    return out
+
+
+def _held_gpus(sess: Session, owners: list[str]) -> int:
+    return sess.scalar(
+        select(func.count(GPUAllocation.id))
+        .join(Training, Training.id == GPUAllocation.training_id)
+        .where(GPUAllocation.released_at.is_(None), Training.owner.in_(owners))
+    ) or 0
+
+
+def _week_hours(sess: Session, owners: list[str], now: datetime) -> float:
+    return sum(u.held for u in held_seconds(sess, now - WEEK, now, now, owners).values()) / 3600.0
+
+
+class PassMemo:
+    """Quota refusals within one scheduler pass.
+
+    An owner's use only grows during a pass, so once one of their trainings
+    waited for a quota, a later one that needs as many GPUs or more waits for
+    the same reason. When its row already says so, the pass skips it without
+    a transaction: a long over-quota queue costs one check per owner and pass.
+    """
+
+    def __init__(self) -> None:
+        self._refused: dict[str, tuple[int, str]] = {}
+
+    def skip(self, t: Training) -> bool:
+        hit = self._refused.get(t.owner)
+        return hit is not None and gpus_needed(t) >= hit[0] and t.wait_reason == hit[1]
+
+    def note(self, t: Training, reason: str) -> None:
+        need = gpus_needed(t)
+        if t.owner not in self._refused or need < self._refused[t.owner][0]:
+            self._refused[t.owner] = (need, reason)
+
+
+def quota_wait(sess: Session, t: Training, memo: PassMemo | None = None) -> str | None:
+    """The scheduler's hook: the reason ``t`` waits for a quota, unless it may borrow idle GPUs."""
+    why = over_quota(sess, t)
+    if why is None or may_borrow(t):
+        return None
+    if memo is not None:
+        memo.note(t, why)
+    return why
+
+
+def over_quota(sess: Session, t: Training, now: datetime | None = None) -> str | None:
+    """Why ``t`` must wait for its owner's (or a group's) quota, or None when it may be placed."""
+    limits = _limits_of(sess, t.owner)
+    if not limits:
+        return None
+    now = now or utcnow()
+    need = gpus_needed(t)
+    for subject, quota, members in limits:
+        whose = "its" if subject.startswith("group ") else "their"
+        if quota.max_gpus is not None:
+            held = _held_gpus(sess, members)
+            if held + need > quota.max_gpus:
+                more = f"; this training needs {need} more" if held < quota.max_gpus else ""
+                return f"{subject} holds {held} of {quota.max_gpus} GPUs in {whose} quota{more}"
+        if quota.gpu_hours_per_week is not None:
+            hours = _week_hours(sess, members, now)
+            if hours >= quota.gpu_hours_per_week:
+                return (f"{subject} held {hours:.1f} of {quota.gpu_hours_per_week:g} GPU-hours in the last 7 days"
+                        f" ({whose} weekly quota); it waits until older use leaves the week")
+    return None

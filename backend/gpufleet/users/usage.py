@@ -1,0 +1,197 @@
+"""Usage accounting: GPU-seconds per training, user and group, per UTC day.
+
+Two measures:
+
+- **held**: the time a GPU was reserved for a training, from its allocation
+  (``gpu_allocations.allocated_at`` to ``released_at``, or now while held).
+  One GPU for one hour is 3600 GPU-seconds, whatever the training did with it.
+- **used**: held time weighted by the GPU's utilisation, from the one-minute
+  rollups of the metrics history (``utilization_avg`` / 100 × 60 s for each
+  rolled-up minute of the allocation). It lags by the maintenance interval
+  that writes the rollups.
+
+The allocations are the source of truth and are never deleted; rollups expire
+after ``rollup_retention_days``. :func:`store_usage` keeps one row per
+training and day in ``usage_daily`` (the agent's maintenance pass calls it),
+so the used time of a day outlives its rollups. A report merges what is
+stored with what the sources say now, taking the larger of the two for each
+training and day: both only grow until a source expires.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from gpufleet.db.models import GPUAllocation, GPUMetricsRollup, Training, UsageDaily
+from gpufleet.db.types import utcnow
+
+BY = ("user", "group", "training")
+NO_GROUP = "(no group)"
+# A report spans at most this many days, so one request stays one bounded query.
+MAX_DAYS = 366
+Key = tuple[date, uuid.UUID]
+
+
+class UsageError(ValueError):
+    """A usage question that cannot be answered as asked; the message says what to fix."""
+
+
+@dataclass
+class TrainingUsage:
+    owner: str
+    held: float = 0.0
+    used: float = 0.0
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    day: date
+    name: str  # a user, a group, NO_GROUP, or a training id
+    gpu_seconds_held: float
+    gpu_seconds_used: float
+    trainings: int
+
+
+def day_start(d: date) -> datetime:
+    return datetime.combine(d, time(), tzinfo=timezone.utc)
+
+
+def _split_by_day(lo: datetime, hi: datetime) -> list[tuple[date, float]]:
+    out = []
+    while lo < hi:
+        nxt = min(hi, day_start(lo.date() + timedelta(days=1)))
+        out.append((lo.date(), (nxt - lo).total_seconds()))
+        lo = nxt
+    return out
+
+
+def _overlapping(lo: datetime, hi: datetime):  # noqa: ANN202
+    return and_(GPUAllocation.allocated_at < hi,
+                or_(GPUAllocation.released_at.is_(None), GPUAllocation.released_at > lo))
+
+
+def held_seconds(session: Session, lo: datetime, hi: datetime, now: datetime | None = None,
+                 owners: list[str] | None = None) -> dict[Key, TrainingUsage]:
+    """Held GPU-seconds per (day, training) within [lo, hi) (of ``owners`` only, when given)."""
+    now = now or utcnow()
+    out: dict[Key, TrainingUsage] = {}
+    stmt = (
+        select(GPUAllocation.training_id, Training.owner, GPUAllocation.allocated_at, GPUAllocation.released_at)
+        .join(Training, Training.id == GPUAllocation.training_id)
+        .where(_overlapping(lo, hi))
+    )
+    if owners is not None:
+        stmt = stmt.where(Training.owner.in_(owners))
+    for tid, owner, start, end in session.execute(stmt):
+        a, b = max(start, lo), min(end or now, hi)
+        for day, seconds in _split_by_day(a, b):
+            out.setdefault((day, tid), TrainingUsage(owner)).held += seconds
+    return out
+
+
+def add_used_seconds(session: Session, usage: dict[Key, TrainingUsage], lo: datetime, hi: datetime,
+                     now: datetime | None = None) -> None:
+    """Add utilisation-weighted GPU-seconds from the rollups of each allocation's GPU and time."""
+    now = now or utcnow()
+    r = GPUMetricsRollup
+    rows = session.execute(
+        select(GPUAllocation.training_id, Training.owner, r.bucket, r.utilization_avg)
+        .join(Training, Training.id == GPUAllocation.training_id)
+        .join(r, and_(r.host_id == GPUAllocation.host_id, r.gpu_index == GPUAllocation.gpu_index,
+                      r.bucket >= GPUAllocation.allocated_at,
+                      or_(GPUAllocation.released_at.is_(None), r.bucket < GPUAllocation.released_at)))
+        .where(_overlapping(lo, hi), r.bucket >= lo, r.bucket < min(hi, now))
+    )
+    for tid, owner, bucket, util in rows:
+        share = max(0.0, min(100.0, util or 0.0)) / 100.0
+        usage.setdefault((bucket.date(), tid), TrainingUsage(owner)).used += 60.0 * share
+
+
+def live_usage(session: Session, lo: datetime, hi: datetime, now: datetime | None = None) -> dict[Key, TrainingUsage]:
+    usage = held_seconds(session, lo, hi, now)
+    add_used_seconds(session, usage, lo, hi, now)
+    return usage
+
+
+def _stored(session: Session, first: date, last: date) -> dict[Key, TrainingUsage]:
+    rows = session.scalars(select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last))
+    return {(u.day, u.training_id): TrainingUsage(u.owner, u.gpu_seconds_held, u.gpu_seconds_used) for u in rows}
+
+
+def merged_usage(session: Session, first: date, last: date, now: datetime | None = None) -> dict[Key, TrainingUsage]:
+    """Per (day, training) for the days first..last: stored rows and the sources, the larger of each."""
+    out = _stored(session, first, last)
+    for key, live in live_usage(session, day_start(first), day_start(last + timedelta(days=1)), now).items():
+        have = out.get(key)
+        if have is None:
+            out[key] = live
+        else:
+            have.held, have.used = max(have.held, live.held), max(have.used, live.used)
+    return out
+
+
+def store_usage(session: Session, first: date, last: date, now: datetime | None = None) -> int:
+    """Write ``usage_daily`` for the days first..last (idempotent; a stored figure never shrinks)."""
+    stored = {(u.day, u.training_id): u for u in
+              session.scalars(select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last))}
+    n = 0
+    for (day, tid), live in live_usage(session, day_start(first), day_start(last + timedelta(days=1)), now).items():
+        row = stored.get((day, tid))
+        if row is None:
+            session.add(UsageDaily(day=day, training_id=tid, owner=live.owner,
+                                   gpu_seconds_held=live.held, gpu_seconds_used=live.used))
+        else:
+            row.gpu_seconds_held = max(row.gpu_seconds_held, live.held)
+            row.gpu_seconds_used = max(row.gpu_seconds_used, live.used)
+        n += 1
+    session.flush()
+    return n
+
+
+def parse_day(name: str, value: str | None, default: date) -> date:
+    if value is None or value == "":
+        return default
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"{name}={value!r} is not a day; use YYYY-MM-DD such as 2026-11-21") from None
+
+
+def check_range(by: str, first: date, last: date) -> None:
+    if by not in BY:
+        raise UsageError(f"by={by!r} is not one of {', '.join(BY)}")
+    if last < first:
+        raise UsageError(f"to={last} is before from={first}; give from <= to")
+    if (last - first).days + 1 > MAX_DAYS:
+        raise UsageError(f"from..to spans {(last - first).days + 1} days; ask for at most {MAX_DAYS}")
+
+
+def usage_report(session: Session, by: str, first: date, last: date, now: datetime | None = None) -> list[UsageRow]:
+    """GPU-seconds held and used per day and user (or group, or training id), days first..last inclusive."""
+    from gpufleet.users.groups import groups_of_users
+
+    check_range(by, first, last)
+    per = merged_usage(session, first, last, now)
+    groups = groups_of_users(session, sorted({u.owner for u in per.values()})) if by == "group" else {}
+    sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for (day, tid), u in per.items():
+        names = {"user": [u.owner], "training": [str(tid)]}.get(by) or groups.get(u.owner) or [NO_GROUP]
+        for name in names:
+            s = sums[(day, name)]
+            s[0] += u.held
+            s[1] += u.used
+            s[2] += 1
+    return [UsageRow(day, name, round(h, 3), round(u, 3), int(n)) for (day, name), (h, u, n) in sorted(sums.items())]
+
+
+def totals_by_user(session: Session) -> dict[str, tuple[float, float]]:
+    """Every user's stored GPU-seconds (held, used) over all days, for the Prometheus counters."""
+    rows = session.execute(select(UsageDaily.owner, func.sum(UsageDaily.gpu_seconds_held),
+                                  func.sum(UsageDaily.gpu_seconds_used)).group_by(UsageDaily.owner))
+    return {owner: (float(held or 0), float(used or 0)) for owner, held, used in rows}

@@ -1,0 +1,52 @@
+import { render, screen, waitFor, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter } from 'react-router-dom';
+import { describe, expect, it, vi } from 'vitest';
+import { endpoints } from '../../api/endpoints';
+import type { Usage, UsageRow } from '../../api/types';
+import { rangeOf } from './usage';
+import { UsagePage } from './UsagePage';
+
+function row(day: string, name: string, held: number): UsageRow {
+  return { day, name, gpu_hours_held: held, gpu_hours_used: held / 4, gpu_seconds_held: held * 3600, gpu_seconds_used: held * 900, trainings: 2 };
+}
+
+function answer(by: 'user' | 'group', data: UsageRow[]): Usage {
+  const { from, to } = rangeOf(7);
+  return { by, from, to, data, count: data.length };
+}
+
+describe('UsagePage', () => {
+  it('draws a stacked bar per day and lists the rows; by group asks again', async () => {
+    const { from, to } = rangeOf(7);
+    const usage = vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', [row(from, 'alice', 3), row(to, 'alice', 1), row(to, 'bob', 2)]));
+    render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    const table = await screen.findByTestId('usage-table');
+    expect(usage.mock.calls[0][0]).toEqual({ by: 'user', from, to });
+    expect(within(table).getAllByRole('row')).toHaveLength(1 + 3 + 1);
+    expect(within(table).getByText('6.00 GPU-hours')).toBeInTheDocument();
+    const chart = screen.getByTestId('usage-chart');
+    const today = chart.querySelector(`[data-day="${to}"]`)!;
+    expect([...today.querySelectorAll('rect')].map((r) => r.getAttribute('data-name'))).toEqual(['alice', 'bob']);
+    expect(chart.querySelectorAll('g[data-day]')).toHaveLength(7);
+
+    usage.mockResolvedValue(answer('group', [row(to, 'vision', 3)]));
+    await userEvent.click(screen.getByRole('button', { name: 'By group' }));
+    await waitFor(() => expect(usage.mock.lastCall![0]).toMatchObject({ by: 'group' }));
+    await waitFor(() => expect(within(screen.getByTestId('usage-table')).getByText('vision')).toBeInTheDocument());
+  });
+
+  it('says so when nobody held a GPU', async () => {
+    vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', []));
+    render(
+      <MemoryRouter initialEntries={['/usage?days=30']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    expect(await screen.findByText('No GPU was held in this range.')).toBeInTheDocument();
+  });
+});
