@@ -172,9 +172,13 @@ class Settings(BaseSettings):
     checkpoint_root: Path | None = None
     collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
-    # On SIGTERM/SIGINT a worker asks each running training to checkpoint and
-    # waits this long before it kills what is left and exits.
+    # How long a stopping worker, or a preemption, gives the ranks to checkpoint before it kills them.
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
+    preemptible_default: bool = True
+    admin_trainings_preemptible: bool = False
+    idle_action: Literal["off", "warn", "stop"] = "warn"
+    idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
+    idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 

@@ -49,6 +49,11 @@ def train(
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Where step-N/ checkpoints go.")] = None,
     data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
+    priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
+                                          help="Server: higher runs first, and may preempt lower.")] = 0,
+    preemptible: Annotated[bool | None, typer.Option(
+        "--preemptible/--no-preemptible",
+        help="Server: may a higher-priority training checkpoint and stop this one (default: the server's).")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -72,14 +77,15 @@ def train(
     except TrainingConfigError as exc:
         _fail(str(exc))
     if not local:
-        submit_to_server(recipe, values, device_list)
+        submit_to_server(recipe, values, device_list, priority=priority, preemptible=preemptible)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
     raise typer.Exit(code=code)
 
 
-def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) -> None:
+def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *, priority: int = 0,
+                     preemptible: bool | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -92,6 +98,10 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) ->
         body["world_size"] = len(devices)
     else:
         body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
+    if priority:
+        body["priority"] = priority
+    if preemptible is not None:
+        body["preemptible"] = preemptible
     raise typer.Exit(code=submit(body))
 
 

@@ -45,9 +45,13 @@ Base.metadata.naming_convention = NAMING  # type: ignore[assignment]
 
 
 # Training lifecycle states (the row is the truth).
-TRAINING_STATUSES = ("queued", "scheduled", "running", "succeeded", "failed", "cancelled")
+# ``preempted``: checkpointed and stopped for a higher-priority training; it
+# keeps its GPUs reserved for that training until it takes them, then goes
+# back to ``queued``. ``reclaimed``: stopped (with a checkpoint) because its
+# GPUs stayed idle (gpufleet.scheduling.idle).
+TRAINING_STATUSES = ("queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed")
 ACTIVE_STATUSES = ("scheduled", "running")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+FINAL_STATUSES = ("succeeded", "failed", "cancelled", "reclaimed")
 
 
 class Host(Base):
@@ -188,6 +192,15 @@ class Training(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    # Sharing the fleet (gpufleet.scheduling.preemption, .backfill, .idle).
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    # Running: the training whose arrival asks this one to checkpoint and stop.
+    # Preempted: the training its GPUs are kept for.
+    preempted_by: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    max_runtime_s: Mapped[int | None] = mapped_column(Integer)
+    idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    idle_warned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     # Progress.
     step: Mapped[int] = mapped_column(Integer, default=0)

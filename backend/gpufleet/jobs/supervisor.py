@@ -243,6 +243,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
     stop_deadline: float | None = None
+    preempted_by: uuid.UUID | None = None
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
                      name=f"gpufleet-fence-{tid}", daemon=True).start()
@@ -271,6 +272,12 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 logf.line("[gpufleet] the lease on this training was lost; stopping it here")
                 procs.stop_group(pgid, CANCEL_GRACE_S)
                 break
+            if state == "preempt" and stop_deadline is None and not cancelled:
+                preempted_by = sink.preempted_by
+                stop_deadline = time.monotonic() + settings.stop_grace_s
+                logf.line(f"[gpufleet] preempted by training {preempted_by}; asking the training to checkpoint "
+                          f"(up to {settings.stop_grace_s:.0f}s)")
+                _signal_group(pgid, signal.SIGTERM)
             if state == "cancel" and not cancelled:
                 cancelled = True
                 logf.line("[gpufleet] cancel requested; stopping every rank")
@@ -322,7 +329,12 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         decision = outcome.Decision(
             "queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
                       "(not counted as a restart)", retry_kind="interrupted")
-    _finish(settings, t, worker_id, decision, code)
+        if preempted_by is not None and not _STOPPING.is_set():
+            decision = outcome.Decision(
+                "preempted", f"preempted by training {preempted_by}: stopped at "
+                             f"{f'its checkpoint at step {step}' if step is not None else 'step 0, no checkpoint'}; "
+                             "its GPUs go to that training, then it is requeued (not counted as a restart)")
+    _finish(settings, t, worker_id, decision, code, preempted_by)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)
     return decision.status
@@ -341,10 +353,17 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None) -> None:
-    """Write the end of the attempt; the reservation ends in the same transaction."""
+def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,
+            preempted_by: uuid.UUID | None = None) -> None:
+    """Write the end of the attempt; the reservation ends in the same transaction (a preempted
+    training keeps it for its preemptor: gpufleet.scheduling.preemption)."""
     with write_session(settings) as sess:
         mine = [Training.lease_owner == worker_id, Training.attempt == t.attempt]
+        if d.status == "preempted":
+            transition(sess, t.id, ["running"], "preempted", reason=d.reason, extra_where=mine, exit_code=code,
+                       data={"exit_code": code, "preempted_by": str(preempted_by)}, preempted_by=preempted_by,
+                       lease_owner=None, lease_expires_at=None, launcher_pid=None)
+            return
         if d.status != "queued":
             transition(sess, t.id, ["running"], d.status, reason=d.reason, extra_where=mine,
                        exit_code=code, cancel_requested=False, data={"exit_code": code})

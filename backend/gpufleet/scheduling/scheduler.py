@@ -22,7 +22,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import batch
+from gpufleet.scheduling import batch, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
@@ -51,13 +51,14 @@ class _Snapshot:
     busy: dict[uuid.UUID, set[int]] = field(default_factory=dict)
     usable: dict[uuid.UUID, set[int]] = field(default_factory=dict)
     shared_full: set[uuid.UUID] = field(default_factory=set)
+    preempt: preemption.Hints = field(default_factory=preemption.Hints)
 
     def free(self, host_id: uuid.UUID) -> set[int]:
         return self.usable.get(host_id, set()) - self.busy.get(host_id, set())
 
 
-def _snapshot(sess: Session) -> _Snapshot:
-    snap = _Snapshot()
+def _snapshot(sess: Session, settings: Settings) -> _Snapshot:
+    snap = _Snapshot(preempt=preemption.hints(sess, settings))
     for host_id, index, ok in sess.execute(
         select(GPU.host_id, GPU.index, (GPU.enabled & ~GPU.drained & (GPU.status == "ok")))
     ):
@@ -73,6 +74,8 @@ def _snapshot(sess: Session) -> _Snapshot:
 def _hopeless(snap: _Snapshot, t: Training) -> bool:
     if t.wait_reason is None:
         return False  # try once under the lock, so the row says why it waits
+    if snap.preempt.worth_a_try(t):
+        return False  # lower-priority trainings it may preempt hold GPUs, or hold them for it
     if not t.exclusive:
         hosts = [t.host_id] if t.host_id else list(snap.usable)
         return all(h in snap.shared_full for h in hosts)
@@ -127,8 +130,9 @@ def schedule_pending(
 ) -> PassResult:
     """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
     result = PassResult()
+    preemption.settle(settings)
     with session_scope(settings) as sess:
-        snap = _snapshot(sess)
+        snap = _snapshot(sess, settings)
     rows = (row for page in _queue_pages(settings, limit, max_rows) for row in page)
     for row in rows:
         if _hopeless(snap, row):
@@ -179,15 +183,18 @@ def _schedule_one(
         _set_wait(sess, t, reason)
         return None, reason, None, []
     reasons: list[str] = []
+    locked: list[tuple[Host, list[GPUState]]] = []
     for host in hosts:
         states = lock_host_gpus(sess, host.id)
-        chosen, why, selection = _choose(settings, t, host, states)
+        # GPUs that trainings preempted for this one keep for it come first.
+        chosen, why, selection = preemption.take_over(sess, t, host, states) or _choose(settings, t, host, states)
         if chosen:
             if reserve(sess, t, host, chosen, selection=selection):
                 return host.name, None, host.id, [c.index for c in chosen]
             return None, None, None, []
+        locked.append((host, states))
         reasons.append(why if len(hosts) == 1 else f"{host.name}: {why}")
-    reason = "; ".join(reasons)
+    reason = preemption.plan(sess, settings, t, locked) or "; ".join(reasons)
     _set_wait(sess, t, reason)
     return None, reason, None, []
 

@@ -124,6 +124,10 @@ class TrainingCreate(BaseModel):
         default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
     )
     memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory one rank needs, if known")
+    preemptible: bool | None = Field(
+        default=None, description="a higher-priority training may checkpoint and stop it to take its GPUs (it "
+                                  "resumes later, no restart counted); omit for the server's default: yes for "
+                                  "members, no for admins")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
