@@ -1,4 +1,4 @@
-"""sharing the fleet: preemptible trainings, preemption requests, max runtime, idle tracking
+"""sharing the fleet: preemptible trainings, preemption requests, max runtime, idle tracking and reclaim
 
 Revision ID: 0004_preempt
 Revises: 0002
@@ -25,10 +25,12 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('max_runtime_s', sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column('idle_since', gpufleet.db.types.UTCDateTime(timezone=True), nullable=True))
         batch_op.add_column(sa.Column('idle_warned_at', gpufleet.db.types.UTCDateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column('reclaim_requested', sa.Boolean(), server_default=sa.text('false'), nullable=False))
 
 
 def downgrade() -> None:
     with op.batch_alter_table('trainings', schema=None) as batch_op:
+        batch_op.drop_column('reclaim_requested')
         batch_op.drop_column('idle_warned_at')
         batch_op.drop_column('idle_since')
         batch_op.drop_column('max_runtime_s')

@@ -201,6 +201,8 @@ class Training(Base):
     max_runtime_s: Mapped[int | None] = mapped_column(Integer)
     idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
     idle_warned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set by the idle watch under the ``stop`` policy; the supervisor checkpoints and stops it.
+    reclaim_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     # Progress.
     step: Mapped[int] = mapped_column(Integer, default=0)

@@ -189,7 +189,7 @@ class MetricsSink:
     # -- the database --------------------------------------------------------
 
     def pump(self, final: bool = False) -> str:
-        """Read new lines; write when due. Returns ``ok``, ``cancel``, ``preempt`` or ``lost``."""
+        """Read new lines; write when due. Returns ``ok``, ``cancel``, ``preempt``, ``reclaim`` or ``lost``."""
         lines = self.reader.read()
         if lines:
             self._last_line = time.monotonic()
@@ -219,13 +219,13 @@ class MetricsSink:
                 .where(Training.id == self.tid, Training.status == "running",
                        Training.lease_owner == self.worker_id, Training.attempt == self.attempt)
                 .values(**values)
-                .returning(Training.cancel_requested, Training.preempted_by)
+                .returning(Training.cancel_requested, Training.preempted_by, Training.reclaim_requested)
                 .execution_options(synchronize_session=False)
             ).one_or_none()
             if answer is None:
                 sess.rollback()
                 return "lost"
-            cancel, preempted_by = answer
+            cancel, preempted_by, reclaim = answer
             self._write(sess, metrics, events)
         if not final:
             self.renewed_at = began
@@ -237,7 +237,7 @@ class MetricsSink:
         if preempted_by is not None:
             self.preempted_by = preempted_by
             return "preempt"
-        return "ok"
+        return "reclaim" if reclaim else "ok"
 
     def _write(self, sess: Session, metrics: list[TrainingMetric], events: list[dict[str, Any]]) -> None:
         if metrics:

@@ -39,7 +39,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs, script_attempt
+from gpufleet.jobs import procs, script_attempt, stops
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training.fence import write_fence
@@ -242,8 +242,19 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
-    stop_deadline: float | None = None
-    preempted_by: uuid.UUID | None = None
+    stop: stops.Stop | None = None
+
+    def ask_to_stop(state: str) -> stops.Stop | None:
+        if stop is not None or cancelled:
+            return stop
+        asked = stops.requested(stopping=_STOPPING.is_set(), state=state, preempted_by=sink.preempted_by,
+                                max_runtime_s=t.max_runtime_s, running_s=time.monotonic() - claimed_at,
+                                grace_s=settings.stop_grace_s)
+        if asked is not None:
+            logf.line(f"[gpufleet] {asked.note}")
+            _signal_group(pgid, signal.SIGTERM)
+        return asked
+
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
                      name=f"gpufleet-fence-{tid}", daemon=True).start()
@@ -252,12 +263,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             time.sleep(POLL_S)
             if fenced.is_set():
                 break
-            if _STOPPING.is_set() and stop_deadline is None and not cancelled:
-                stop_deadline = time.monotonic() + settings.stop_grace_s
-                logf.line(f"[gpufleet] the worker is stopping; asking the training to checkpoint "
-                          f"(up to {settings.stop_grace_s:.0f}s)")
-                _signal_group(pgid, signal.SIGTERM)
-            if stop_deadline is not None and time.monotonic() > stop_deadline:
+            stop = ask_to_stop("ok")  # before the database: a worker's stop works while it is away
+            if stop is not None and time.monotonic() > stop.deadline:
                 logf.line("[gpufleet] the training did not stop within the grace; killing it")
                 procs.stop_group(pgid, 0.0)
             try:
@@ -272,12 +279,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 logf.line("[gpufleet] the lease on this training was lost; stopping it here")
                 procs.stop_group(pgid, CANCEL_GRACE_S)
                 break
-            if state == "preempt" and stop_deadline is None and not cancelled:
-                preempted_by = sink.preempted_by
-                stop_deadline = time.monotonic() + settings.stop_grace_s
-                logf.line(f"[gpufleet] preempted by training {preempted_by}; asking the training to checkpoint "
-                          f"(up to {settings.stop_grace_s:.0f}s)")
-                _signal_group(pgid, signal.SIGTERM)
+            stop = ask_to_stop(state)
             if state == "cancel" and not cancelled:
                 cancelled = True
                 logf.line("[gpufleet] cancel requested; stopping every rank")
@@ -323,18 +325,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
-    if stop_deadline is not None and decision.status not in ("succeeded", "cancelled"):
-        step = sink.last_checkpoint_step()
-        where = f"from its checkpoint at step {step}" if step is not None else "from the start"
-        decision = outcome.Decision(
-            "queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
-                      "(not counted as a restart)", retry_kind="interrupted")
-        if preempted_by is not None and not _STOPPING.is_set():
-            decision = outcome.Decision(
-                "preempted", f"preempted by training {preempted_by}: stopped at "
-                             f"{f'its checkpoint at step {step}' if step is not None else 'step 0, no checkpoint'}; "
-                             "its GPUs go to that training, then it is requeued (not counted as a restart)")
-    _finish(settings, t, worker_id, decision, code, preempted_by)
+    if stop is not None:
+        decision = stops.decide(stop, decision, stopping=_STOPPING.is_set(), step=sink.last_checkpoint_step(),
+                                host_name=host_name, max_runtime_s=t.max_runtime_s)
+    _finish(settings, t, worker_id, decision, code, stop.preempted_by if stop else None)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)
     return decision.status

@@ -84,8 +84,10 @@ def transition(
         cols.setdefault("finished_at", now)
         cols.update(lease_owner=None, lease_expires_at=None)
     if to_status in FINAL_STATUSES or to_status == "queued":
-        # A preemption request belongs to the attempt it was meant to stop.
-        cols.update(preempted_by=None, idle_since=None, idle_warned_at=None)
+        # A stop request belongs to the attempt it was meant to stop.
+        cols.update(preempted_by=None, reclaim_requested=False)
+    if to_status == "queued":
+        cols.update(idle_since=None, idle_warned_at=None)
     cols.update(values)
     res = sess.execute(
         update(Training)
