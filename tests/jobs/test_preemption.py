@@ -91,3 +91,21 @@ def test_a_high_priority_training_preempts_a_full_fleet_and_the_victim_resumes_f
     u, t3 = get_training(c, urgent), get_training(c, third)
     assert _at(t3, "started_at") > _at(u, "started_at")
     assert t3["attempt"] == 1
+
+
+def test_a_training_past_its_max_runtime_is_checkpointed_and_stopped(tmp_path, request, client_for, workers,
+                                                                     scheduler):
+    s = make_settings(tmp_path, "postgresql", request, simulate="1xH100-80GB", lease_s=3.0, stop_grace_s=20.0)
+    register(s)
+    workers(s, env={"GPUFLEET_TRAIN_HOLD": f"{HOLD_AT}:{tmp_path / 'never-created'}"})
+    scheduler(s)
+    c = client_for(s)
+    # Long enough for a loaded machine to reach the hold first, where it then waits until stopped.
+    r = c.post("/api/v1/trainings", json={"name": "bounded", "recipe": "sae", "world_size": 1, "max_runtime_s": 45,
+                                          "config": dict(TINY_SAE, max_steps=50, checkpoint_every=100000)})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    body = wait_status(c, tid, FINAL, 180)
+    assert body["status"] == "failed", body
+    assert body["status_reason"] == f"ran past its max_runtime of 45s; stopped at its checkpoint at step {HOLD_AT + 1}"
+    assert body["last_checkpoint"] and body["restarts"] == 0

@@ -66,6 +66,9 @@ def run(
     max_restarts: Annotated[int, typer.Option("--max-restarts", min=0, max=100)] = 2,
     priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
                                           help="higher runs first, and may preempt lower")] = 0,
+    max_runtime: Annotated[int | None, typer.Option(
+        "--max-runtime", min=1, max=366 * 86400,
+        help="seconds one attempt may run; lets it use GPUs a larger training waits for (backfill)")] = None,
     preemptible: Annotated[bool | None, typer.Option(
         "--preemptible/--no-preemptible",
         help="may a higher-priority training checkpoint and stop this one (default: the server's)")] = None,
@@ -108,6 +111,8 @@ def run(
         body["priority"] = priority
     if preemptible is not None:
         body["preemptible"] = preemptible
+    if max_runtime is not None:
+        body["max_runtime_s"] = max_runtime
     c = connect(server)
     body["code"] = upload(c, data)
     t = c.call("POST", "/api/v1/trainings", json=body)

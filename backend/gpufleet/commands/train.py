@@ -51,6 +51,9 @@ def train(
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
     priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
                                           help="Server: higher runs first, and may preempt lower.")] = 0,
+    max_runtime: Annotated[int | None, typer.Option(
+        "--max-runtime", min=1, max=366 * 86400,
+        help="Server: seconds one attempt may run; lets it use GPUs a larger training waits for (backfill)")] = None,
     preemptible: Annotated[bool | None, typer.Option(
         "--preemptible/--no-preemptible",
         help="Server: may a higher-priority training checkpoint and stop this one (default: the server's).")] = None,
@@ -77,7 +80,8 @@ def train(
     except TrainingConfigError as exc:
         _fail(str(exc))
     if not local:
-        submit_to_server(recipe, values, device_list, priority=priority, preemptible=preemptible)
+        submit_to_server(recipe, values, device_list, priority=priority, preemptible=preemptible,
+                         max_runtime=max_runtime)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
@@ -85,7 +89,7 @@ def train(
 
 
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *, priority: int = 0,
-                     preemptible: bool | None = None) -> None:
+                     preemptible: bool | None = None, max_runtime: int | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -102,6 +106,8 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *,
         body["priority"] = priority
     if preemptible is not None:
         body["preemptible"] = preemptible
+    if max_runtime is not None:
+        body["max_runtime_s"] = max_runtime
     raise typer.Exit(code=submit(body))
 
 

@@ -22,7 +22,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import batch, preemption
+from gpufleet.scheduling import backfill, batch, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
@@ -134,13 +134,16 @@ def schedule_pending(
     with session_scope(settings) as sess:
         snap = _snapshot(sess, settings)
     rows = (row for page in _queue_pages(settings, limit, max_rows) for row in page)
+    # Higher-priority trainings that wait keep the GPUs they will need from lower ones.
+    bf = backfill.Pass(settings, lambda sess, t: _candidate_hosts(sess, settings, t))
     for row in rows:
         if _hopeless(snap, row):
+            bf.waiting(row)
             continue
         tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, bf)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -158,6 +161,7 @@ def schedule_pending(
                 except Exception:  # noqa: BLE001 - the recovery loop re-sends stale scheduled rows
                     log.exception("could not send training %s to host %s", tid, placed)
         elif reason:
+            bf.waiting(row)
             result.waiting[tid] = reason
             if not row.exclusive:
                 snap.shared_full.update([row.host_id] if row.host_id else list(snap.usable))
@@ -165,7 +169,7 @@ def schedule_pending(
 
 
 def _schedule_one(
-    sess: Session, settings: Settings, tid: uuid.UUID
+    sess: Session, settings: Settings, tid: uuid.UUID, bf: backfill.Pass | None = None
 ) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
@@ -188,6 +192,8 @@ def _schedule_one(
         states = lock_host_gpus(sess, host.id)
         # GPUs that trainings preempted for this one keep for it come first.
         chosen, why, selection = preemption.take_over(sess, t, host, states) or _choose(settings, t, host, states)
+        if chosen and bf is not None and (held := bf.blocks(sess, t, host, [c.index for c in chosen])):
+            chosen, why = [], held
         if chosen:
             if reserve(sess, t, host, chosen, selection=selection):
                 return host.name, None, host.id, [c.index for c in chosen]

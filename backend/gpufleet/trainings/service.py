@@ -125,6 +125,7 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
         restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
+        max_runtime_s=req.max_runtime_s,
     )
     if req.kind == "script":
         return _prepare_script(sess, settings, req, count, host, exclusive, common), None
