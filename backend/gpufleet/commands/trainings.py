@@ -115,7 +115,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
 
 def sharing_line(t: dict[str, Any]) -> str:
     """Preemptible or not, who preempts it, and whether its GPUs sit idle."""
-    parts = [f"priority {t['priority']}", "preemptible" if t.get("preemptible", True) else "not preemptible"]
+    parts = [f"priority {t.get('priority', 0)}", "preemptible" if t.get("preemptible", True) else "not preemptible"]
     if t.get("preempted_by"):
         parts.append(f"preempted by {_short(str(t['preempted_by']))}")
     if t.get("idle_warned_at"):
