@@ -114,3 +114,19 @@ def test_preemptible_defaults_to_the_settings_per_role(tmp_path):
     assert preemptible_default(s, admin=False) is True and preemptible_default(s, admin=True) is False
     s = load_settings(data_dir=tmp_path, preemptible_default=False, admin_trainings_preemptible=True)
     assert preemptible_default(s, admin=False) is False and preemptible_default(s, admin=True) is True
+
+
+@BOTH
+def test_gpus_kept_for_a_preemptor_go_to_it_even_when_a_higher_priority_training_waits(sim_host):
+    s = sim_host("nvlink-all", "2xH100-80GB")
+    victim = start(s, "victim")
+    start(s, "steady", preemptible=False)
+    urgent = submit(s, "urgent", priority=10)
+    schedule_pending(s)
+    assert row(s, victim).preempted_by == urgent
+    stop_as_preempted(s, victim)
+    # Arrives after the preemption: it waits for both GPUs, and must not strand the one kept for urgent.
+    bigger = submit(s, "bigger", priority=20, gpus=2)
+    result = schedule_pending(s)
+    assert urgent in dict(result.scheduled), result.waiting
+    assert bigger in result.waiting and row(s, victim).status == "queued"

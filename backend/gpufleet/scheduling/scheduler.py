@@ -190,9 +190,10 @@ def _schedule_one(
     locked: list[tuple[Host, list[GPUState]]] = []
     for host in hosts:
         states = lock_host_gpus(sess, host.id)
-        # GPUs that trainings preempted for this one keep for it come first.
-        chosen, why, selection = preemption.take_over(sess, t, host, states) or _choose(settings, t, host, states)
-        if chosen and bf is not None and (held := bf.blocks(sess, t, host, [c.index for c in chosen])):
+        # GPUs that trainings preempted for this one keep for it come first: they are its already.
+        taken = preemption.take_over(sess, t, host, states)
+        chosen, why, selection = taken or _choose(settings, t, host, states)
+        if chosen and not taken and bf is not None and (held := bf.blocks(sess, t, host, [c.index for c in chosen])):
             chosen, why = [], held
         if chosen:
             if reserve(sess, t, host, chosen, selection=selection):
