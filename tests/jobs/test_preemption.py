@@ -59,6 +59,7 @@ def test_a_high_priority_training_preempts_a_full_fleet_and_the_victim_resumes_f
 
     body = wait_status(c, urgent, ("running", *FINAL), 120)
     waited = (_at(body, "started_at") - _at(body, "created_at")).total_seconds()
+    print(f"the urgent training started {waited:.1f}s after it was submitted (bound {s.stop_grace_s + 10:.0f}s)")
     assert waited <= s.stop_grace_s + 10, f"the urgent training started {waited:.1f}s after it was submitted"
     assert body["selection"]["by"] == "preemption", body["selection"]
 
