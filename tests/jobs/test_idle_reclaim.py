@@ -10,12 +10,21 @@ the machine's speed.
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from gpufleet.devices import simstate
 
-from .conftest import FINAL, TINY_SAE, get_events, get_training, make_settings, register, wait_for, wait_status
+from .conftest import (
+    FINAL,
+    TINY_SAE,
+    get_events,
+    get_training,
+    make_settings,
+    register,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -60,7 +69,7 @@ def test_a_training_left_idle_past_the_window_is_warned_then_reclaimed_with_its_
     wait_for(lambda: get_training(c, tid)["step"] >= HOLD_AT, 180, "the training to reach its hold", 0.2)
     # Held, but its GPU is busy: nothing is said, however long past the window it runs.
     started = datetime.fromisoformat(get_training(c, tid)["started_at"])
-    wait_for(lambda: datetime.now(timezone.utc) - started > timedelta(seconds=s.idle_window_s + 3), 60,
+    wait_for(lambda: datetime.now(UTC) - started > timedelta(seconds=s.idle_window_s + 3), 60,
              "the training to have run longer than the idle window")
     body = get_training(c, tid)
     assert body["status"] == "running" and body["idle_since"] is None and body["idle_warned_at"] is None

@@ -16,7 +16,16 @@ from gpufleet.db.models import TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select
 
-from .conftest import FINAL, TINY_SAE, get_events, get_training, make_settings, register, wait_for, wait_status
+from .conftest import (
+    FINAL,
+    TINY_SAE,
+    get_events,
+    get_training,
+    make_settings,
+    register,
+    wait_for,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

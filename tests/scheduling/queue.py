@@ -9,8 +9,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, update
-
 from gpufleet.db.models import GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
@@ -18,6 +16,7 @@ from gpufleet.scheduling.scheduler import schedule_pending
 from gpufleet.trainings.lifecycle import record_event, transition
 from gpufleet.trainings.request import TrainingCreate
 from gpufleet.trainings.service import create_trainings
+from sqlalchemy import select, update
 
 BOTH = pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
                                indirect=True)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import update
-
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling.scheduler import schedule_pending
+from sqlalchemy import update
 
 from scheduling.queue import BOTH, row, start, submit
 

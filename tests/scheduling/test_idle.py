@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import select
-
 from gpufleet.db.models import GPUAllocation, GPUMetricsHistory
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling import idle
+from sqlalchemy import select
 
 from scheduling.queue import BOTH, kinds, row, start
 
@@ -34,9 +33,8 @@ def history(s, tid, utilizations, *, every_s=60, end=None, busy_gpu=None):
 
 
 def began_long_ago(s, tid, seconds):
-    from sqlalchemy import update
-
     from gpufleet.db.models import TrainingEvent
+    from sqlalchemy import update
 
     with write_session(s) as sess:
         sess.execute(update(TrainingEvent).where(TrainingEvent.training_id == tid)

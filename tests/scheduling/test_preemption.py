@@ -13,7 +13,15 @@ from gpufleet.scheduling import preemption
 from gpufleet.scheduling.scheduler import schedule_pending
 from gpufleet.trainings.service import cancel
 
-from scheduling.queue import BOTH, active_gpus, kinds, row, start, stop_as_preempted, submit
+from scheduling.queue import (
+    BOTH,
+    active_gpus,
+    kinds,
+    row,
+    start,
+    stop_as_preempted,
+    submit,
+)
 
 
 @BOTH

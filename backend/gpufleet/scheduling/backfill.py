@@ -33,7 +33,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
-from gpufleet.db.models import GPU, GPUAllocation, Host, Training, TrainingEvent, TrainingMetric
+from gpufleet.db.models import (
+    GPU,
+    GPUAllocation,
+    Host,
+    Training,
+    TrainingEvent,
+    TrainingMetric,
+)
 from gpufleet.db.types import utcnow
 
 # Reservations per pass; a queue waits behind its head, not behind every row.
