@@ -60,11 +60,14 @@ def watch(settings: Settings, now: datetime | None = None) -> list[tuple[uuid.UU
     done = []
     with session_scope(settings) as sess:
         gpus: dict[uuid.UUID, list[tuple[uuid.UUID, int]]] = {}
-        for tid, host_id, index in sess.execute(
-            select(Training.id, GPUAllocation.host_id, GPUAllocation.gpu_index)
+        marks: dict[uuid.UUID, tuple] = {}
+        for tid, host_id, index, *mark in sess.execute(
+            select(Training.id, GPUAllocation.host_id, GPUAllocation.gpu_index, Training.idle_since,
+                   Training.idle_warned_at, Training.reclaim_requested)
             .join(GPUAllocation, GPUAllocation.training_id == Training.id)
             .where(Training.status == "running", GPUAllocation.released_at.is_(None))):
             gpus.setdefault(tid, []).append((host_id, index))
+            marks[tid] = tuple(mark)
         if not gpus:
             return []
         began = dict(sess.execute(
@@ -87,10 +90,23 @@ def watch(settings: Settings, now: datetime | None = None) -> list[tuple[uuid.UU
     for tid, (since, newest, last_busy, every_gpu) in readings.items():
         if newest is None or not every_gpu or now - newest > _fresh_after(settings):
             continue
+        if not _changes(settings, marks[tid], since, newest, last_busy, now):
+            continue  # the common case: no write (and no write lock on SQLite)
         what = _judge(settings, tid, since, newest, last_busy, now)
         if what:
             done.append((tid, what))
     return done
+
+
+def _changes(settings: Settings, mark: tuple, since: datetime, newest: datetime, last_busy: datetime | None,
+             now: datetime) -> bool:
+    idle_since, warned, reclaim = mark
+    if last_busy is not None and last_busy >= newest:
+        return idle_since is not None or warned is not None
+    start = last_busy or since
+    due = now - start >= timedelta(seconds=settings.idle_window_s)
+    return (idle_since != start or (due and warned is None)
+            or (settings.idle_action == "stop" and warned is not None and not reclaim))
 
 
 def _judge(settings: Settings, tid: uuid.UUID, since: datetime, newest: datetime, last_busy: datetime | None,

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, aliased
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training, TrainingEvent
-from gpufleet.db.session import write_session
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling.reservation import GPUState
 from gpufleet.trainings.lifecycle import record_event, transition
@@ -304,12 +304,16 @@ def _give_back(sess: Session, t: Training, pending: list[Training]) -> None:
 def settle(settings: Settings) -> int:
     """Requeue victims kept for a preemptor that no longer waits; withdraw its pending requests."""
     p = aliased(Training)
-    with write_session(settings) as sess:
-        stale = list(sess.execute(
-            select(Training).outerjoin(p, p.id == Training.preempted_by)
+    stmt = (select(Training).outerjoin(p, p.id == Training.preempted_by)
             .where(Training.preempted_by.is_not(None), Training.status.in_(("running", "preempted")),
                    or_(p.id.is_(None), p.status != "queued"))
-            .execution_options(populate_existing=True)).scalars())
+            .execution_options(populate_existing=True))
+    # Read first without the write lock (SQLite): most passes find nothing to settle.
+    with session_scope(settings) as sess:
+        if sess.execute(stmt.limit(1)).first() is None:
+            return 0
+    with write_session(settings) as sess:
+        stale = list(sess.execute(stmt).scalars())
         n = 0
         for v in stale:
             if v.status == "preempted":
