@@ -79,7 +79,7 @@ def serve(
         from gpufleet.api.security.policy import check_serve_safety
 
         check_serve_safety(settings)
-        from gpufleet.config import secure_data_dir
+        from gpufleet.datadir import secure_data_dir
 
         from gpufleet.db.session import prepare_database
 

@@ -172,9 +172,13 @@ class Settings(BaseSettings):
     checkpoint_root: Path | None = None
     collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
-    # On SIGTERM/SIGINT a worker asks each running training to checkpoint and
-    # waits this long before it kills what is left and exits.
+    # How long a stopping worker, or a preemption, gives the ranks to checkpoint before it kills them.
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
+    preemptible_default: bool = True
+    admin_trainings_preemptible: bool = False
+    idle_action: Literal["off", "warn", "stop"] = "warn"
+    idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
+    idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
     max_queued_per_user: int = Field(default=500, ge=1)
 
@@ -317,32 +321,6 @@ class Settings(BaseSettings):
     @property
     def is_loopback(self) -> bool:
         return is_loopback_address(self.host)
-
-
-PRIVATE_UMASK = 0o077
-
-
-def secure_data_dir(settings: Settings) -> None:
-    """Keep the data dir to this user: the dir 0700, what gpufleet writes 0600/0700.
-
-    The data dir holds the database (users, token hashes), trainings' configs,
-    logs and checkpoints. The umask is inherited by the worker, the launcher
-    and the ranks, so their files are private too. An older install's
-    top-level entries are tightened; the dir's own mode already hides what
-    lies deeper.
-    """
-    os.umask(PRIVATE_UMASK)
-    d = settings.data_dir
-    d.mkdir(parents=True, exist_ok=True)
-    try:
-        d.chmod(0o700)
-        for entry in d.iterdir():
-            mode = entry.stat().st_mode & 0o777
-            if mode & 0o077 and not entry.is_symlink():
-                entry.chmod(0o700 if entry.is_dir() else 0o600)
-    except OSError:
-        # Not ours (a shared volume owned by another user): leave it as the operator set it.
-        pass
 
 
 @lru_cache(maxsize=64)

@@ -126,6 +126,21 @@ def test_processes_drive_memory_and_utilization(nvml, sim_settings):
     assert nvml.nvmlDeviceGetComputeRunningProcesses(h) == []
 
 
+def test_an_idle_gpu_keeps_its_memory_and_reads_no_utilization(nvml, sim_settings):
+    me = os.getpid()
+    simstate.register_process(sim_settings, 0, me, 10 * GIB, "gpufleet-rank0", training_id="t-1")
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu > 50
+    simstate.set_idle(sim_settings, 0)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu == 0
+    assert nvml.nvmlDeviceGetMemoryInfo(h).used >= 10 * GIB
+    assert nvml.nvmlDeviceGetUtilizationRates(nvml.nvmlDeviceGetHandleByIndex(1)).gpu == 0  # no process there
+    simstate.set_idle(sim_settings, 0, idle=False)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu > 50
+    with pytest.raises(ValueError):
+        simstate.set_idle(sim_settings, -1)
+
+
 def test_exited_gpufleet_process_is_ignored(nvml, sim_settings):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

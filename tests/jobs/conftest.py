@@ -214,7 +214,7 @@ def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
 
 
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "cancelled", "reclaimed")
 
 
 def get_training(c: TestClient, tid: str) -> dict:

@@ -22,6 +22,15 @@ def test_unreachable_server_and_unknown_training_are_one_line_errors(monkeypatch
     assert r.exit_code == 2 and "unknown status 'sleeping'" in r.output
 
 
+def test_sharing_options_are_checked_before_anything_is_sent(monkeypatch):
+    monkeypatch.setenv("GPUFLEET_SERVER", "http://127.0.0.1:9")
+    for args, words in ((["--max-runtime", "0"], "--max-runtime"), (["--priority", "5000"], "--priority")):
+        r = runner.invoke(app, ["train", "--recipe", "mlp", *args])
+        assert r.exit_code == 2 and words in r.output and "cannot reach" not in r.output, r.output
+    r = runner.invoke(app, ["run", "--no-preemptible", "--max-runtime", "-1", "--", "python", "x.py"])
+    assert r.exit_code == 2 and "--max-runtime" in r.output, r.output
+
+
 @pytest.mark.slow
 def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, tmp_path, live_api, workers, scheduler):
     settings = make_settings(tmp_path, "sqlite", simulate="1xH100-80GB")
@@ -30,7 +39,8 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     scheduler(settings)
     monkeypatch.setenv("GPUFLEET_SERVER", live_api(settings))
     r = runner.invoke(app, ["train", "--recipe", "mlp", "--gpu-ids", "0", "--set", "max_steps=3",
-                            "--set", "global_batch_size=8", "--set", "log_every=1"])
+                            "--set", "global_batch_size=8", "--set", "log_every=1", "--priority", "2",
+                            "--preemptible", "--max-runtime", "600"])
     assert r.exit_code == 0, r.output
     assert "submitted" in r.output and "succeeded" in r.output
     tid = r.output.split("submitted ", 1)[1].split()[0]
@@ -40,6 +50,7 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     assert line[3] == "succeeded" and line[5] == "0" and line[6] == "3/3"
     r = runner.invoke(app, ["trainings", "show", tid])
     assert r.exit_code == 0 and "succeeded" in r.output and "step-3" in r.output
+    assert "priority 2, preemptible" in r.output
     r = runner.invoke(app, ["trainings", "logs", tid])
     assert r.exit_code == 0 and "launcher exited with 0" in r.output
     r = runner.invoke(app, ["trainings", "cancel", tid])

@@ -37,6 +37,19 @@ def test_create_fills_seed_columns_and_queues(fleet_settings, client_for):
     assert body["world_size"] == 1 and body["distributed"] is False
 
 
+def test_create_keeps_preemptible_and_max_runtime(fleet_settings, client_for):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    r = c.post("/api/v1/trainings", json={"name": "bounded", "recipe": "sae", "config": TINY_SAE,
+                                          "preemptible": True, "max_runtime_s": 600, "priority": 3})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["preemptible"] is True and body["max_runtime_s"] == 600 and body["preempted_by"] is None
+    # Sign-in is off, so the request is the local admin's: not preemptible unless it says so.
+    r = c.post("/api/v1/trainings", json={"name": "default", "recipe": "sae", "config": TINY_SAE})
+    assert r.json()["preemptible"] is False and r.json()["max_runtime_s"] is None
+
+
 @pytest.mark.parametrize(
     "patch, status, words",
     [
@@ -50,6 +63,9 @@ def test_create_fills_seed_columns_and_queues(fleet_settings, client_for):
         ({"host": "no-such-host"}, 404, ["host 'no-such-host' is not known; known hosts:"]),
         ({"distributed": True}, 422, ["needs world_size"]),
         ({"gpu_ids": []}, 422, ["gpu_ids is empty"]),
+        ({"preemptible": "sometimes"}, 422, ["preemptible", "valid boolean"]),
+        ({"max_runtime_s": 0}, 422, ["max_runtime_s", "greater than or equal to 1"]),
+        ({"max_runtime_s": 10**9}, 422, ["max_runtime_s", "less than or equal to"]),
     ],
 )
 def test_bad_requests_say_what_to_fix_and_write_nothing(fleet_settings, client_for, patch, status, words):

@@ -24,7 +24,7 @@ from jobs.conftest import make_settings, pids_in_group, register, wait_for
 from trainings.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
 
 pytestmark = pytest.mark.slow
-FINAL = ("succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "cancelled", "reclaimed")
 
 
 def _run_cli(base: str, project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "reclaimed"})
 API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)

@@ -64,6 +64,14 @@ def run(
     env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE, repeatable (allowed names only)")] = None,
     python: Annotated[str | None, typer.Option("--python", help="an interpreter the server lists by name")] = None,
     max_restarts: Annotated[int, typer.Option("--max-restarts", min=0, max=100)] = 2,
+    priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
+                                          help="higher runs first, and may preempt lower")] = 0,
+    max_runtime: Annotated[int | None, typer.Option(
+        "--max-runtime", min=1, max=366 * 86400,
+        help="seconds one attempt may run; lets it use GPUs a larger training waits for (backfill)")] = None,
+    preemptible: Annotated[bool | None, typer.Option(
+        "--preemptible/--no-preemptible",
+        help="may a higher-priority training checkpoint and stop this one (default: the server's)")] = None,
     directory: Annotated[Path, typer.Option("--dir", help="the code to upload")] = Path("."),
     max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="refuse to upload more than this")] = 100,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = True,
@@ -99,6 +107,12 @@ def run(
         body["env"] = _parse_env(env)
     if python:
         body["python"] = python
+    if priority:
+        body["priority"] = priority
+    if preemptible is not None:
+        body["preemptible"] = preemptible
+    if max_runtime is not None:
+        body["max_runtime_s"] = max_runtime
     c = connect(server)
     body["code"] = upload(c, data)
     t = c.call("POST", "/api/v1/trainings", json=body)

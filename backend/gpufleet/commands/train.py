@@ -44,7 +44,6 @@ def train(
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="GPUs: 0,1 or cuda:0,cuda:1 (hip:N, xpu:N).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="On a server: the host whose GPUs --gpu-ids names (a fleet of several hosts needs it).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="On a server: the training's name (default: recipe and time).")] = None,
-    priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000, help="On a server: higher runs first.")] = 0,
     follow: Annotated[bool, typer.Option(help="On a server: follow the training until it ends.")] = True,
     devices: Annotated[str | None, typer.Option("--devices", help="'cpu' to train on CPU ranks.")] = None,
     world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks with --devices cpu.")] = 1,
@@ -53,6 +52,14 @@ def train(
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Where step-N/ checkpoints go.")] = None,
     data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
+    priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
+                                          help="Server: higher runs first, and may preempt lower.")] = 0,
+    max_runtime: Annotated[int | None, typer.Option(
+        "--max-runtime", min=1, max=366 * 86400,
+        help="Server: seconds one attempt may run; lets it use GPUs a larger training waits for (backfill)")] = None,
+    preemptible: Annotated[bool | None, typer.Option(
+        "--preemptible/--no-preemptible",
+        help="Server: may a higher-priority training checkpoint and stop this one (default: the server's).")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -75,10 +82,12 @@ def train(
         resolved.batch_layout(len(device_list))
     except TrainingConfigError as exc:
         _fail(str(exc))
-    if local and (host or name or priority):
-        _fail("--host, --name and --priority are for a training on a server; --local runs here")
+    if local and (host or name or priority or preemptible is not None or max_runtime is not None):
+        _fail("--host, --name, --priority, --preemptible and --max-runtime are for a training on a server; "
+              "--local runs here")
     if not local:
-        submit_to_server(recipe, values, device_list, host=host, name=name, priority=priority, follow=follow)
+        submit_to_server(recipe, values, device_list, host=host, name=name, priority=priority, follow=follow,
+                         preemptible=preemptible, max_runtime=max_runtime)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
@@ -86,7 +95,8 @@ def train(
 
 
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *, host: str | None = None,
-                     name: str | None = None, priority: int = 0, follow: bool = True) -> None:
+                     name: str | None = None, priority: int = 0, follow: bool = True,
+                     preemptible: bool | None = None, max_runtime: int | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -102,6 +112,10 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *,
         body["world_size"] = len(devices)
     else:
         body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
+    if preemptible is not None:
+        body["preemptible"] = preemptible
+    if max_runtime is not None:
+        body["max_runtime_s"] = max_runtime
     raise typer.Exit(code=submit(body, follow=follow))
 
 

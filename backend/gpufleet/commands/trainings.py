@@ -106,10 +106,21 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
         ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
+        ("sharing", sharing_line(t)),
         ("checkpoint", t["last_checkpoint"] or "-"),
         ("selection", str(t["selection"] or "-")),
         ("memory", f"estimate {fmt_size(t['memory_estimate'])}, measured peak {fmt_size(measured)}"),
     ]
+
+
+def sharing_line(t: dict[str, Any]) -> str:
+    """Preemptible or not, who preempts it, and whether its GPUs sit idle."""
+    parts = [f"priority {t.get('priority', 0)}", "preemptible" if t.get("preemptible", True) else "not preemptible"]
+    if t.get("preempted_by"):
+        parts.append(f"preempted by {_short(str(t['preempted_by']))}")
+    if t.get("idle_warned_at"):
+        parts.append(f"GPUs idle since {str(t.get('idle_since') or t['idle_warned_at'])[:19]}")
+    return ", ".join(parts)
 
 
 @trainings_app.command("show")

@@ -47,9 +47,13 @@ Base.metadata.naming_convention = NAMING  # type: ignore[assignment]
 
 
 # Training lifecycle states (the row is the truth).
-TRAINING_STATUSES = ("queued", "scheduled", "running", "succeeded", "failed", "cancelled")
+# ``preempted``: checkpointed and stopped for a higher-priority training; it
+# keeps its GPUs reserved for that training until it takes them, then goes
+# back to ``queued``. ``reclaimed``: stopped (with a checkpoint) because its
+# GPUs stayed idle (gpufleet.scheduling.idle).
+TRAINING_STATUSES = ("queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed")
 ACTIVE_STATUSES = ("scheduled", "running")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+FINAL_STATUSES = ("succeeded", "failed", "cancelled", "reclaimed")
 
 
 class Host(Base):
@@ -135,53 +139,6 @@ class APIToken(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class Group(Base):
-    """A named set of users, for quotas and usage by group; managed by admins."""
-
-    __tablename__ = "groups"
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class GroupMember(Base):
-    __tablename__ = "group_members"
-    __table_args__ = (UniqueConstraint("group_id", "user_id"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    group_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), index=True)
-    user_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
-
-
-class Quota(Base):
-    """Limits of one user or one group (exactly one of the two), and a user's fair share."""
-
-    __tablename__ = "quotas"
-    __table_args__ = (CheckConstraint("(user_id IS NULL) <> (group_id IS NULL)", name="one_subject"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    user_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), unique=True)
-    group_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), unique=True)
-    max_gpus: Mapped[int | None] = mapped_column(Integer)  # GPUs held at once
-    gpu_hours_per_week: Mapped[float | None] = mapped_column(Float)  # held, over a rolling 7 days
-    share: Mapped[float] = mapped_column(Float, default=1.0)  # fair-share weight (users)
-
-
-class UsageDaily(Base):
-    """GPU-seconds one training held and used on one UTC day; outlives the allocations and rollups."""
-
-    __tablename__ = "usage_daily"
-    __table_args__ = (UniqueConstraint("day", "training_id"),)
-
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
-    day: Mapped[date] = mapped_column(Date, index=True)
-    training_id: Mapped[uuid.UUID] = mapped_column(Uuid)
-    owner: Mapped[str] = mapped_column(String(64))
-    gpu_seconds_held: Mapped[float] = mapped_column(Float)
-    gpu_seconds_used: Mapped[float] = mapped_column(Float)
-
-
 class Training(Base):
     __tablename__ = "trainings"
     __table_args__ = (
@@ -237,6 +194,17 @@ class Training(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     not_before: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    # Sharing the fleet (gpufleet.scheduling.preemption, .backfill, .idle).
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    # Running: the training whose arrival asks this one to checkpoint and stop.
+    # Preempted: the training its GPUs are kept for.
+    preempted_by: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    max_runtime_s: Mapped[int | None] = mapped_column(Integer)
+    idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    idle_warned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Set by the idle watch under the ``stop`` policy; the supervisor checkpoints and stops it.
+    reclaim_requested: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     # Progress.
     step: Mapped[int] = mapped_column(Integer, default=0)
@@ -387,3 +355,9 @@ class TrainingEvent(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     user: Mapped[str | None] = mapped_column(String(64))
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+
+
+# The sharing tables live beside these (gpufleet.db.sharing) and register on
+# the same metadata; importing them here keeps "every table" one import away
+# for Alembic and for code that imports them from this module.
+from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401

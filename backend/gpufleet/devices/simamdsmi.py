@@ -254,4 +254,5 @@ class SimAmdSmi:
 
     def _reading(self, handle: Any, call: str) -> Any:
         g = self._gpu(handle, call)
-        return read_gpu(g, simstate.live_processes(self._state(), g.index))
+        state = self._state()
+        return read_gpu(g, simstate.live_processes(state, g.index), idle=g.index in state.idle)

@@ -45,13 +45,14 @@ def noise(gpu_index: int, salt: str, span: int, now: float | None = None) -> int
     return zlib.crc32(f"{gpu_index}:{salt}:{second}".encode()) % max(span, 1)
 
 
-def read_gpu(gpu: SimGPU, procs: list[SimProcess], now: float | None = None) -> SimReading:
+def read_gpu(gpu: SimGPU, procs: list[SimProcess], now: float | None = None, *, idle: bool = False) -> SimReading:
+    """``idle``: its processes hold memory but run nothing (simstate.set_idle)."""
     spec = gpu.spec
     total = gpu.memory_total
     used = min(total, BASELINE_USED + sum(p.used_memory for p in procs))
     limit_mw = spec.power_limit_w * 1000
     idle_mw = int(limit_mw * IDLE_POWER_FRACTION)
-    if procs:
+    if procs and not idle:
         util = min(100, BUSY_UTILIZATION - 4 + noise(gpu.index, "util", 13, now))
         mem_util = 35 + noise(gpu.index, "mem", 20, now)
         sm_clock = spec.sm_clock_max_mhz - noise(gpu.index, "clk", 4, now) * 15

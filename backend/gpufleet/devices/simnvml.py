@@ -208,7 +208,7 @@ class SimNVML(SimEventsMixin):
 
     def _reading(self, handle: SimHandle, what: str):  # noqa: ANN202
         gpu, state = self._dev(handle, what)
-        return read_gpu(gpu, simstate.live_processes(state, gpu.index))
+        return read_gpu(gpu, simstate.live_processes(state, gpu.index), idle=gpu.index in state.idle)
 
     def nvmlDeviceGetMemoryInfo(self, handle: SimHandle, version: int | None = None) -> Any:
         r = self._reading(handle, "memory")
@@ -355,7 +355,7 @@ class SimNVML(SimEventsMixin):
 
     def _nvlink_counters(self, gpu: simspecs.SimGPU, state: simstate.SimState) -> tuple[int, int]:
         """Cumulative NVLink (tx, rx) KiB, advanced at the GPU's current rate since the last call."""
-        r = read_gpu(gpu, simstate.live_processes(state, gpu.index))
+        r = read_gpu(gpu, simstate.live_processes(state, gpu.index), idle=gpu.index in state.idle)
         # A busy GPU in an NVLink group moves gradients at about 20x its PCIe rate.
         linked = any(peer is not None for peer in simspecs.nvlink_wiring(self.fleet, self.topology)[gpu.index])
         rate = r.pcie_tx_kbs * 20 if linked and r.utilization > 0 else (r.pcie_tx_kbs if linked else 0)

@@ -96,6 +96,8 @@ class SimState:
     # gpu index -> {"corrected": n, "uncorrected": n}
     ecc: dict[int, dict[str, int]] = field(default_factory=dict)
     next_pid: int = FIRST_FOREIGN_PID
+    # GPUs whose processes hold memory but run no kernels (set_idle).
+    idle: set[int] = field(default_factory=set)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +109,7 @@ class SimState:
             "xids": self.xids,
             "ecc": {str(k): v for k, v in self.ecc.items()},
             "next_pid": self.next_pid,
+            "idle": sorted(self.idle),
         }
 
     @classmethod
@@ -119,6 +122,7 @@ class SimState:
             xids=list(d.get("xids", [])),
             ecc={int(k): dict(v) for k, v in d.get("ecc", {}).items()},
             next_pid=int(d.get("next_pid", FIRST_FOREIGN_PID)),
+            idle={int(i) for i in d.get("idle", [])},
         )
 
 
@@ -353,6 +357,14 @@ def lose_gpu(target: StateTarget, gpu_index: int) -> None:
     _check_gpu(gpu_index)
     with _mutate(target) as state:
         state.lost.add(gpu_index)
+
+
+def set_idle(target: StateTarget, gpu_index: int, idle: bool = True) -> None:
+    """The processes on a GPU hold their memory but run nothing: its utilization reads 0
+    (a notebook left open, a job waiting on I/O). ``idle=False`` makes them work again."""
+    _check_gpu(gpu_index)
+    with _mutate(target) as state:
+        (state.idle.add if idle else state.idle.discard)(gpu_index)
 
 
 def restore_gpu(target: StateTarget, gpu_index: int) -> None:

@@ -79,7 +79,7 @@ class SimXpuSmi:
 
     @staticmethod
     def _stats(g: simspecs.SimGPU, state: simstate.SimState, refused: dict[str, str]) -> list[dict[str, Any]]:
-        r = read_gpu(g, simstate.live_processes(state, g.index))
+        r = read_gpu(g, simstate.live_processes(state, g.index), idle=g.index in state.idle)
         values = {
             "XPUM_STATS_GPU_UTILIZATION": float(r.utilization),
             "XPUM_STATS_MEMORY_UTILIZATION": float(r.memory_utilization),

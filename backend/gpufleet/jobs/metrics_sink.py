@@ -74,6 +74,8 @@ class MetricsSink:
         self._last_line = time.monotonic()
         self._bus = None
         self._checkpoint_step: int | None = None
+        # The training that asked this one to make room (read with the lease, like a cancel).
+        self.preempted_by: uuid.UUID | None = None
 
     # -- setup -------------------------------------------------------------
 
@@ -187,7 +189,7 @@ class MetricsSink:
     # -- the database --------------------------------------------------------
 
     def pump(self, final: bool = False) -> str:
-        """Read new lines; write when due. Returns ``ok``, ``cancel`` or ``lost``."""
+        """Read new lines; write when due. Returns ``ok``, ``cancel``, ``preempt``, ``reclaim`` or ``lost``."""
         lines = self.reader.read()
         if lines:
             self._last_line = time.monotonic()
@@ -211,25 +213,31 @@ class MetricsSink:
             values: dict[str, Any] = dict(row)
             if not final:
                 values["lease_expires_at"] = utcnow() + timedelta(seconds=self.settings.lease_s)
-            cancel = sess.execute(
+            answer = sess.execute(
                 update(Training)
                 # Fenced by the attempt: a newer attempt owns the row once it started.
                 .where(Training.id == self.tid, Training.status == "running",
                        Training.lease_owner == self.worker_id, Training.attempt == self.attempt)
                 .values(**values)
-                .returning(Training.cancel_requested)
+                .returning(Training.cancel_requested, Training.preempted_by, Training.reclaim_requested)
                 .execution_options(synchronize_session=False)
-            ).scalar_one_or_none()
-            if cancel is None:
+            ).one_or_none()
+            if answer is None:
                 sess.rollback()
                 return "lost"
+            cancel, preempted_by, reclaim = answer
             self._write(sess, metrics, events)
         if not final:
             self.renewed_at = began
         self._wrote_metrics = self._wrote_metrics or bool(metrics)
         self._metrics, self._events, self._row = {}, [], {}
         self._publish(metrics, events)
-        return "cancel" if cancel else "ok"
+        if cancel:
+            return "cancel"
+        if preempted_by is not None:
+            self.preempted_by = preempted_by
+            return "preempt"
+        return "reclaim" if reclaim else "ok"
 
     def _write(self, sess: Session, metrics: list[TrainingMetric], events: list[dict[str, Any]]) -> None:
         if metrics:

@@ -20,6 +20,7 @@ from gpufleet.config import Settings
 from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
+from gpufleet.scheduling import idle
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def wake() -> None:
 
 
 def tick(settings: Settings) -> PassResult:
-    """One round: the queue, then expired leases and unclaimed tasks."""
+    """One round: the queue, then expired leases, unclaimed tasks and idle GPUs."""
 
     def send(tid: uuid.UUID, host: str) -> None:
         send_training(settings, tid, host)
@@ -55,6 +56,7 @@ def tick(settings: Settings) -> PassResult:
     result = schedule_pending(settings, send_or_remember)
     recover_expired(settings)
     resend_stale(settings, send)
+    idle.watch_due(settings)
     return result
 
 

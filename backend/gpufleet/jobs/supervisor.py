@@ -39,7 +39,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs, script_attempt
+from gpufleet.jobs import procs, script_attempt, stops
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training.fence import write_fence
@@ -242,7 +242,19 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
-    stop_deadline: float | None = None
+    stop: stops.Stop | None = None
+
+    def ask_to_stop(state: str) -> stops.Stop | None:
+        if stop is not None or cancelled:
+            return stop
+        asked = stops.requested(stopping=_STOPPING.is_set(), state=state, preempted_by=sink.preempted_by,
+                                max_runtime_s=t.max_runtime_s, running_s=time.monotonic() - claimed_at,
+                                grace_s=settings.stop_grace_s)
+        if asked is not None:
+            logf.line(f"[gpufleet] {asked.note}")
+            _signal_group(pgid, signal.SIGTERM)
+        return asked
+
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
                      name=f"gpufleet-fence-{tid}", daemon=True).start()
@@ -251,12 +263,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             time.sleep(POLL_S)
             if fenced.is_set():
                 break
-            if _STOPPING.is_set() and stop_deadline is None and not cancelled:
-                stop_deadline = time.monotonic() + settings.stop_grace_s
-                logf.line(f"[gpufleet] the worker is stopping; asking the training to checkpoint "
-                          f"(up to {settings.stop_grace_s:.0f}s)")
-                _signal_group(pgid, signal.SIGTERM)
-            if stop_deadline is not None and time.monotonic() > stop_deadline:
+            stop = ask_to_stop("ok")  # before the database: a worker's stop works while it is away
+            if stop is not None and time.monotonic() > stop.deadline:
                 logf.line("[gpufleet] the training did not stop within the grace; killing it")
                 procs.stop_group(pgid, 0.0)
             try:
@@ -271,6 +279,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 logf.line("[gpufleet] the lease on this training was lost; stopping it here")
                 procs.stop_group(pgid, CANCEL_GRACE_S)
                 break
+            stop = ask_to_stop(state)
             if state == "cancel" and not cancelled:
                 cancelled = True
                 logf.line("[gpufleet] cancel requested; stopping every rank")
@@ -316,13 +325,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
-    if stop_deadline is not None and decision.status not in ("succeeded", "cancelled"):
-        step = sink.last_checkpoint_step()
-        where = f"from its checkpoint at step {step}" if step is not None else "from the start"
-        decision = outcome.Decision(
-            "queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
-                      "(not counted as a restart)", retry_kind="interrupted")
-    _finish(settings, t, worker_id, decision, code)
+    if stop is not None:
+        decision = stops.decide(stop, decision, stopping=_STOPPING.is_set(), step=sink.last_checkpoint_step(),
+                                host_name=host_name, max_runtime_s=t.max_runtime_s)
+    _finish(settings, t, worker_id, decision, code, stop.preempted_by if stop else None)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)
     return decision.status
@@ -341,10 +347,17 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None) -> None:
-    """Write the end of the attempt; the reservation ends in the same transaction."""
+def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,
+            preempted_by: uuid.UUID | None = None) -> None:
+    """Write the end of the attempt; the reservation ends in the same transaction (a preempted
+    training keeps it for its preemptor: gpufleet.scheduling.preemption)."""
     with write_session(settings) as sess:
         mine = [Training.lease_owner == worker_id, Training.attempt == t.attempt]
+        if d.status == "preempted":
+            transition(sess, t.id, ["running"], "preempted", reason=d.reason, extra_where=mine, exit_code=code,
+                       data={"exit_code": code, "preempted_by": str(preempted_by)}, preempted_by=preempted_by,
+                       lease_owner=None, lease_expires_at=None, launcher_pid=None)
+            return
         if d.status != "queued":
             transition(sess, t.id, ["running"], d.status, reason=d.reason, extra_where=mine,
                        exit_code=code, cancel_requested=False, data={"exit_code": code})

@@ -107,7 +107,7 @@ def watch_parent(fd: int) -> None:
 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:
-    from gpufleet.config import secure_data_dir
+    from gpufleet.datadir import secure_data_dir
     from gpufleet.logsetup import note_root, quiet
 
     quiet()

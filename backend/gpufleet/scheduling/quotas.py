@@ -96,12 +96,18 @@ class PassMemo:
 
     def __init__(self) -> None:
         self._refused: dict[str, tuple[int, str]] = {}
+        self._waiting: set = set()
+
+    def waits(self, training_id: object) -> bool:
+        """Whether this pass refused the training for a quota (so it reserves no GPUs for backfill)."""
+        return training_id in self._waiting
 
     def skip(self, t: Training) -> bool:
         hit = self._refused.get(t.owner)
         return hit is not None and gpus_needed(t) >= hit[0] and t.wait_reason == hit[1]
 
     def note(self, t: Training, reason: str) -> None:
+        self._waiting.add(t.id)
         need = gpus_needed(t)
         if t.owner not in self._refused or need < self._refused[t.owner][0]:
             self._refused[t.owner] = (need, reason)

@@ -22,7 +22,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import batch, fairshare
+from gpufleet.scheduling import backfill, batch, fairshare, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.quotas import PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
@@ -52,13 +52,14 @@ class _Snapshot:
     busy: dict[uuid.UUID, set[int]] = field(default_factory=dict)
     usable: dict[uuid.UUID, set[int]] = field(default_factory=dict)
     shared_full: set[uuid.UUID] = field(default_factory=set)
+    preempt: preemption.Hints = field(default_factory=preemption.Hints)
 
     def free(self, host_id: uuid.UUID) -> set[int]:
         return self.usable.get(host_id, set()) - self.busy.get(host_id, set())
 
 
-def _snapshot(sess: Session) -> _Snapshot:
-    snap = _Snapshot()
+def _snapshot(sess: Session, settings: Settings) -> _Snapshot:
+    snap = _Snapshot(preempt=preemption.hints(sess, settings))
     for host_id, index, ok in sess.execute(
         select(GPU.host_id, GPU.index, (GPU.enabled & ~GPU.drained & (GPU.status == "ok")))
     ):
@@ -74,6 +75,8 @@ def _snapshot(sess: Session) -> _Snapshot:
 def _hopeless(snap: _Snapshot, t: Training) -> bool:
     if t.wait_reason is None:
         return False  # try once under the lock, so the row says why it waits
+    if snap.preempt.worth_a_try(t):
+        return False  # lower-priority trainings it may preempt hold GPUs, or hold them for it
     if not t.exclusive:
         hosts = [t.host_id] if t.host_id else list(snap.usable)
         return all(h in snap.shared_full for h in hosts)
@@ -128,17 +131,23 @@ def schedule_pending(
 ) -> PassResult:
     """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
     result = PassResult()
+    preemption.settle(settings)
     with session_scope(settings) as sess:
-        snap = _snapshot(sess)
+        snap = _snapshot(sess, settings)
     rows = fairshare.in_order(settings, _queue_pages(settings, limit, max_rows))
     quota_memo = PassMemo()
+    # Higher-priority trainings that wait keep the GPUs they will need from lower ones.
+    bf = backfill.Pass(settings, lambda sess, t: _candidate_hosts(sess, settings, t))
     for row in rows:
-        if _hopeless(snap, row) or quota_memo.skip(row):
+        if quota_memo.skip(row):
+            continue  # waits for its owner's quota: it keeps no GPUs from anyone
+        if _hopeless(snap, row):
+            bf.waiting(row)
             continue
         tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, quota_memo)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, bf, quota_memo)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -156,6 +165,8 @@ def schedule_pending(
                 except Exception:  # noqa: BLE001 - the recovery loop re-sends stale scheduled rows
                     log.exception("could not send training %s to host %s", tid, placed)
         elif reason:
+            if not quota_memo.waits(row.id):
+                bf.waiting(row)
             result.waiting[tid] = reason
             if not row.exclusive:
                 snap.shared_full.update([row.host_id] if row.host_id else list(snap.usable))
@@ -163,7 +174,8 @@ def schedule_pending(
 
 
 def _schedule_one(
-    sess: Session, settings: Settings, tid: uuid.UUID, quota_memo: PassMemo | None = None
+    sess: Session, settings: Settings, tid: uuid.UUID, bf: backfill.Pass | None = None,
+    quota_memo: PassMemo | None = None,
 ) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
@@ -184,15 +196,21 @@ def _schedule_one(
         _set_wait(sess, t, reason)
         return None, reason, None, []
     reasons: list[str] = []
+    locked: list[tuple[Host, list[GPUState]]] = []
     for host in hosts:
         states = lock_host_gpus(sess, host.id)
-        chosen, why, selection = _choose(settings, t, host, states)
+        # GPUs that trainings preempted for this one keep for it come first: they are its already.
+        taken = preemption.take_over(sess, t, host, states)
+        chosen, why, selection = taken or _choose(settings, t, host, states)
+        if chosen and not taken and bf is not None and (held := bf.blocks(sess, t, host, [c.index for c in chosen])):
+            chosen, why = [], held
         if chosen:
             if reserve(sess, t, host, chosen, selection=selection):
                 return host.name, None, host.id, [c.index for c in chosen]
             return None, None, None, []
+        locked.append((host, states))
         reasons.append(why if len(hosts) == 1 else f"{host.name}: {why}")
-    reason = "; ".join(reasons)
+    reason = preemption.plan(sess, settings, t, locked) or "; ".join(reasons)
     _set_wait(sess, t, reason)
     return None, reason, None, []
 

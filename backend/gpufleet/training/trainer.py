@@ -76,6 +76,17 @@ def _fault_at() -> tuple[int, int, str] | None:
     return int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else "error"
 
 
+def _hold_at() -> tuple[int, str] | None:
+    """``GPUFLEET_TRAIN_HOLD=STEP:PATH`` makes every rank wait after step STEP until PATH
+    exists or a stop is asked for: a drill that keeps a training running at a known
+    step (tests of preemption and stops, whatever the machine's speed)."""
+    raw = os.environ.get("GPUFLEET_TRAIN_HOLD")
+    if not raw:
+        return None
+    step, _, path = raw.partition(":")
+    return int(step), path
+
+
 class Trainer:
     def __init__(self, recipe: Recipe, config: TrainConfig, *, devices: list[str] | None = None,
                  rank: int = 0, checkpoint_dir: str | Path | None = None, data_root: str | Path | None = None,
@@ -180,6 +191,7 @@ class Trainer:
             self.setup()
         cfg = self.config
         fault = _fault_at()
+        hold = _hold_at()
         world = self.dt.world_size
         window: torch.Tensor | None = None
         names: list[str] = []
@@ -190,6 +202,9 @@ class Trainer:
         while self.step < cfg.max_steps:
             if fault and fault[0] == self.rank and fault[1] == self.step:
                 _raise_fault(fault[2], self.rank, self.step)
+            if hold and hold[0] == self.step:
+                while not os.path.exists(hold[1]) and not self.should_stop():
+                    time.sleep(0.05)
             t0 = time.perf_counter()
             parts = self.train_step()
             step_times.append(time.perf_counter() - t0)

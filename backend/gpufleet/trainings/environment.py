@@ -22,7 +22,7 @@ ALLOWED_NAMES = frozenset({
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     "XDG_CACHE_HOME",
     # The fault drill (docs/architecture.md): a deployment's check of its failure handling.
-    "GPUFLEET_TRAIN_FAULT",
+    "GPUFLEET_TRAIN_FAULT", "GPUFLEET_TRAIN_HOLD",
 })
 
 # Prefixes passed through: locale, the GPU runtimes, collectives and torch's own knobs.

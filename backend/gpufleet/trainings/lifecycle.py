@@ -1,6 +1,7 @@
 """The training lifecycle on the database row.
 
-``queued -> scheduled -> running -> succeeded | failed | cancelled``. Every
+``queued -> scheduled -> running -> succeeded | failed | cancelled | reclaimed``,
+and ``running -> preempted -> queued`` (gpufleet.scheduling.preemption). Every
 change is a compare-and-set ``UPDATE ... WHERE status IN (...)`` so that the
 scheduler, the worker, the recovery loop and a cancel request can race without
 one overwriting another, and every change writes a ``training_events`` row
@@ -82,10 +83,13 @@ def transition(
     if to_status in FINAL_STATUSES:
         cols.setdefault("finished_at", now)
         cols.update(lease_owner=None, lease_expires_at=None)
-    elif to_status == "queued":
+    if to_status in FINAL_STATUSES or to_status == "queued":
+        # A stop request belongs to the attempt it was meant to stop.
+        cols.update(preempted_by=None, reclaim_requested=False)
+    if to_status == "queued":
         # Back in the queue no launcher runs it: the old attempt's pid would be
         # read as the next attempt's until that one's launcher starts.
-        cols.update(launcher_pid=None)
+        cols.update(idle_since=None, idle_warned_at=None, launcher_pid=None)
     cols.update(values)
     res = sess.execute(
         update(Training)

@@ -39,7 +39,7 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Decision:
-    status: str  # succeeded | failed | cancelled | queued (= retry)
+    status: str  # succeeded | failed | cancelled | reclaimed | preempted | queued (= retry)
     reason: str
     retry_kind: str | None = None  # oom_rebalance | timeout | failure | interrupted
     counts_restart: bool = False

@@ -124,6 +124,15 @@ class TrainingCreate(BaseModel):
         default=False, description="on out of memory, resume once with half the micro-batch and twice the accumulation"
     )
     memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory one rank needs, if known")
+    max_runtime_s: int | None = Field(
+        default=None, ge=1, le=366 * 86400,
+        description="the longest one attempt may run, in seconds: past it the training is checkpointed and stopped "
+                    "(failed). With it, the training may use GPUs that a higher-priority one waits for, when it "
+                    "ends before they would free up (backfill)")
+    preemptible: bool | None = Field(
+        default=None, description="a higher-priority training may checkpoint and stop it to take its GPUs (it "
+                                  "resumes later, no restart counted); omit for the server's default: yes for "
+                                  "members, no for admins")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 

@@ -52,9 +52,10 @@ __all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_b
 # Creating ----------------------------------------------------------------
 
 
-def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str) -> TrainingView:
-    """Validate one request against its recipe and the fleet, and queue it."""
-    [row] = create_trainings(sess, settings, [req], owner)
+def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+           admin: bool = False) -> TrainingView:
+    """Validate one request against its recipe and the fleet, and queue it (``admin``: the owner is one)."""
+    [row] = create_trainings(sess, settings, [req], owner, admin=admin)
     return views(sess, [row])[0]
 
 
@@ -75,6 +76,7 @@ def create_trainings(
     *,
     exclusive: bool = True,
     selection: dict[str, Any] | None = None,
+    admin: bool = False,
 ) -> list[Training]:
     """Validate every request, then write them all with a ``queued`` event each.
 
@@ -83,7 +85,7 @@ def create_trainings(
     prepared: list[tuple[Training, TrainConfig | None]] = []
     for i, req in enumerate(reqs):
         try:
-            prepared.append(prepare(sess, settings, req, owner, exclusive=exclusive))
+            prepared.append(prepare(sess, settings, req, owner, exclusive=exclusive, admin=admin))
         except TrainingRequestError as exc:
             if len(reqs) > 1:
                 raise TrainingRequestError(
@@ -106,7 +108,7 @@ def create_trainings(
 
 
 def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-            exclusive: bool = True) -> tuple[Training, TrainConfig | None]:
+            exclusive: bool = True, admin: bool = False) -> tuple[Training, TrainConfig | None]:
     """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config."""
     count = check_request(req)
     if not exclusive and count != 1:
@@ -122,6 +124,8 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
         auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
         restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
+        preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
+        max_runtime_s=req.max_runtime_s,
     )
     if req.kind == "script":
         return _prepare_script(sess, settings, req, count, host, exclusive, common), None
@@ -192,14 +196,19 @@ def _estimate(sess: Session, settings: Settings, row: Training, config: TrainCon
         raise TrainingRequestError("memory_mb" if given else "config", f"{row.name}: {refused}")
 
 
+def preemptible_default(settings: Settings, admin: bool) -> bool:
+    """Whether a training that does not say may be preempted: the settings' default, per role."""
+    return settings.admin_trainings_preemptible if admin else settings.preemptible_default
+
+
 # Cancelling --------------------------------------------------------------
 
 
 def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
     """Cancel a training; idempotent. The caller commits.
 
-    Queued and scheduled trainings end here (their GPUs are released in this
-    transaction). A running one gets ``cancel_requested``; its supervisor
+    Queued, scheduled and preempted trainings end here (their GPUs are
+    released in this transaction). A running one gets ``cancel_requested``; its supervisor
     kills the process group and writes ``cancelled`` within seconds.
     """
     for _ in range(5):  # the status may move under us; re-read and retry
@@ -208,7 +217,7 @@ def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
             raise TrainingRequestError("id", f"training {training_id} does not exist", status=404)
         if t.status in FINAL_STATUSES or (t.status == "running" and t.cancel_requested):
             return t
-        if t.status in ("queued", "scheduled"):
+        if t.status in ("queued", "scheduled", "preempted"):
             if transition(sess, t.id, [t.status], "cancelled", reason=f"cancelled by {user}",
                           user=user, kind="cancel"):
                 return get_training(sess, t.id)  # type: ignore[return-value]

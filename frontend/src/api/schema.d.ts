@@ -1317,6 +1317,11 @@ export interface components {
              */
             max_restarts: number;
             /**
+             * Max Runtime S
+             * @description the longest one attempt may run, in seconds: past it the training is checkpointed and stopped (failed). With it, the training may use GPUs that a higher-priority one waits for, when it ends before they would free up (backfill)
+             */
+            max_runtime_s?: number | null;
+            /**
              * Memory
              * @description kind script: memory one rank needs on its GPU ('20GiB' or bytes)
              */
@@ -1328,6 +1333,11 @@ export interface components {
             memory_mb?: number | null;
             /** Name */
             name: string;
+            /**
+             * Preemptible
+             * @description a higher-priority training may checkpoint and stop it to take its GPUs (it resumes later, no restart counted); omit for the server's default: yes for members, no for admins
+             */
+            preemptible?: boolean | null;
             /**
              * Priority
              * @default 0
@@ -1495,6 +1505,16 @@ export interface components {
              */
             id: string;
             /**
+             * Idle Since
+             * @description since when its GPUs have been idle (below the idle threshold), while they are
+             */
+            idle_since?: string | null;
+            /**
+             * Idle Warned At
+             * @description when it was warned that its GPUs are idle
+             */
+            idle_warned_at?: string | null;
+            /**
              * Kind
              * @default recipe
              */
@@ -1507,6 +1527,8 @@ export interface components {
             launcher_pid: number | null;
             /** Max Restarts */
             max_restarts: number;
+            /** Max Runtime S */
+            max_runtime_s?: number | null;
             /** Max Steps */
             max_steps: number | null;
             /** Measured Peak Memory */
@@ -1521,6 +1543,16 @@ export interface components {
             owner: string;
             /** Peak Memory Per Rank */
             peak_memory_per_rank: number[] | null;
+            /**
+             * Preempted By
+             * @description running: the training that asked it to checkpoint and stop; preempted: the training its GPUs are kept for
+             */
+            preempted_by?: string | null;
+            /**
+             * Preemptible
+             * @default true
+             */
+            preemptible: boolean;
             /** Priority */
             priority: number;
             /** Recipe */

@@ -46,7 +46,7 @@ export type HistoryResponse = S['HistoryPublic'];
 export type HistorySeries = S['HistorySeries'];
 export type HistoryPoint = S['HistoryPoint'];
 
-export type TrainingStatus = 'queued' | 'scheduled' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+export type TrainingStatus = 'queued' | 'scheduled' | 'running' | 'preempted' | 'succeeded' | 'failed' | 'cancelled' | 'reclaimed';
 
 /** The seed's AggregatedMetrics, as the live `aggregate` and `host:` channels send it. */
 export interface Aggregated {

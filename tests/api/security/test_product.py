@@ -186,3 +186,11 @@ def test_only_admins_drain_gpus(api: TestClient, product: Settings, team: People
     assert not any(g["drained"] for g in gpus["data"])
     r = api.post(url, json={"reason": "fan swap"}, headers=bearer(team.admin))
     assert r.status_code == 200 and r.json()["reason"] == f"fan swap (by {team.names['admin']})"
+
+
+def test_members_trainings_are_preemptible_by_default_and_admins_are_not(api: TestClient, team: People) -> None:
+    assert _create(api, team.alice)["preemptible"] is True
+    assert _create(api, team.admin)["preemptible"] is False
+    # Either may say otherwise.
+    assert _create(api, team.alice, preemptible=False)["preemptible"] is False
+    assert _create(api, team.admin, preemptible=True)["preemptible"] is True

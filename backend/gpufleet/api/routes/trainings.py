@@ -85,7 +85,7 @@ def create_training(
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
-            [out] = _publics([service.create(sess, settings, body, user.name)])
+            [out] = _publics([service.create(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
     wake()

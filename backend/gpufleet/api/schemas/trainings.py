@@ -56,6 +56,14 @@ class TrainingPublic(BaseModel):
     launcher_pid: int | None
     exit_code: int | None
     cancel_requested: bool
+    preemptible: bool = True
+    preempted_by: uuid.UUID | None = Field(
+        default=None, description="running: the training that asked it to checkpoint and stop; preempted: the "
+                                  "training its GPUs are kept for")
+    max_runtime_s: int | None = None
+    idle_since: datetime | None = Field(default=None, description="since when its GPUs have been idle (below the "
+                                                                  "idle threshold), while they are")
+    idle_warned_at: datetime | None = Field(default=None, description="when it was warned that its GPUs are idle")
     step: int
     max_steps: int | None
     last_loss: float | None

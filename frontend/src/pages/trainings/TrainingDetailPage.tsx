@@ -8,6 +8,7 @@ import { elapsed, fmtBytes, fmtLoss, num } from '../../lib/format';
 import { LossChart, RankTimes, RunGpuUtilization, ThroughputChart } from './TrainingCharts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
+import { SharingBadges } from './SharingBadges';
 import { FINAL, useTraining } from './useTraining';
 
 function CancelButton({ t, onDone }: { t: Training; onDone: () => void }) {
@@ -63,6 +64,7 @@ export function TrainingDetailPage() {
         <h2 data-testid="training-name">{t.name}</h2>
         <span data-testid="training-status">
           <Pill value={t.status} />
+          <SharingBadges t={t} />
         </span>
         <CancelButton t={t} onDone={refresh} />
       </div>
@@ -117,6 +119,14 @@ export function TrainingDetailPage() {
             <dt>Memory est. / peak</dt>
             <dd>
               {fmtBytes(t.memory_estimate ?? num(t.estimate?.total))} / {fmtBytes(t.measured_peak_memory)}
+            </dd>
+          </div>
+          <div>
+            <dt>Priority</dt>
+            <dd data-testid="sharing">
+              {t.priority}
+              {t.preemptible === false ? ' · not preemptible' : ' · preemptible'}
+              {t.max_runtime_s ? ` · max runtime ${t.max_runtime_s}s` : ''}
             </dd>
           </div>
           <div>

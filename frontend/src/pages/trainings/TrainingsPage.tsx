@@ -4,8 +4,9 @@ import type { Training } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtLoss } from '../../lib/format';
+import { SharingBadges } from './SharingBadges';
 
-const STATUSES = ['queued', 'scheduled', 'running', 'succeeded', 'failed', 'cancelled'];
+const STATUSES = ['queued', 'scheduled', 'running', 'preempted', 'succeeded', 'failed', 'cancelled', 'reclaimed'];
 const PAGE = 50;
 
 export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {
@@ -54,6 +55,7 @@ export function TrainingsTable({ rows }: { rows: Training[] }) {
             </td>
             <td>
               <Pill value={t.status} title={t.status_reason ?? t.wait_reason ?? undefined} />
+              <SharingBadges t={t} />
             </td>
             <td>
               <Progress t={t} />

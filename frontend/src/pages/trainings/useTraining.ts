@@ -6,7 +6,7 @@ import type { Training, TrainingEvent, TrainingMetric } from '../../api/types';
 import { liveClient } from '../../api/live';
 import { useChannel } from '../../api/useLive';
 
-export const FINAL = new Set(['succeeded', 'failed', 'cancelled']);
+export const FINAL = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
 /** The most metric rows kept in the tab; beyond it every other old row is dropped. */
 export const MAX_METRICS = 4000;
 export const MAX_EVENTS = 500;

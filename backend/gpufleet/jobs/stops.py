@@ -1,0 +1,68 @@
+"""Asking a running training to checkpoint and stop, and what its end then means.
+
+Every stop goes the same way: SIGTERM to the launcher's group (the ranks
+checkpoint and exit 14), up to ``stop_grace_s``, then the group is killed.
+What differs is why, and so where the training goes next:
+
+| why | asked by | ends as |
+|---|---|---|
+| the worker is stopping (SIGTERM/SIGINT) | the worker process | ``queued`` (retry ``interrupted``, no restart) |
+| a higher-priority training needs the GPUs | ``preempted_by`` (scheduling.preemption) | ``preempted``, then ``queued`` |
+| its GPUs stayed idle (policy ``stop``) | ``reclaim_requested`` (scheduling.idle) | ``reclaimed`` |
+| it ran past its ``max_runtime_s`` | the supervisor's own clock | ``failed`` |
+
+A training that succeeds or is cancelled during the grace keeps that end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from gpufleet.trainings import outcome
+
+
+@dataclass
+class Stop:
+    kind: str  # worker | preempt | reclaim | runtime
+    deadline: float
+    note: str  # the line for the training's log
+    preempted_by: uuid.UUID | None = None
+
+
+def requested(*, stopping: bool, state: str, preempted_by: uuid.UUID | None, max_runtime_s: int | None,
+              running_s: float, grace_s: float) -> Stop | None:
+    """The stop this training is asked for now, if any (the first one asked wins)."""
+    deadline = time.monotonic() + grace_s
+    up_to = f"(up to {grace_s:.0f}s)"
+    if stopping:
+        return Stop("worker", deadline, f"the worker is stopping; asking the training to checkpoint {up_to}")
+    if state == "preempt":
+        return Stop("preempt", deadline, f"preempted by training {preempted_by}; asking the training to "
+                                         f"checkpoint {up_to}", preempted_by)
+    if state == "reclaim":
+        return Stop("reclaim", deadline, f"its GPUs stayed idle; asking the training to checkpoint {up_to}")
+    if max_runtime_s and running_s > max_runtime_s:
+        return Stop("runtime", deadline, f"the training ran past its max_runtime of {max_runtime_s}s; "
+                                         f"asking it to checkpoint {up_to}")
+    return None
+
+
+def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None, host_name: str,
+           max_runtime_s: int | None) -> outcome.Decision:
+    """What the end of an attempt that was asked to stop means."""
+    if d.status in ("succeeded", "cancelled"):
+        return d
+    where = f"from its checkpoint at step {step}" if step is not None else "from the start"
+    if stop.kind == "worker" or stopping:
+        # The worker goes away whatever else was asked: the training goes back to the queue.
+        return outcome.Decision("queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
+                                          "(not counted as a restart)", retry_kind="interrupted")
+    at = f"its checkpoint at step {step}" if step is not None else "step 0, with no checkpoint"
+    if stop.kind == "preempt":
+        return outcome.Decision("preempted", f"preempted by training {stop.preempted_by}: stopped at {at}; its "
+                                             "GPUs go to that training, then it is requeued (not counted as a restart)")
+    if stop.kind == "reclaim":
+        return outcome.Decision("reclaimed", f"reclaimed: its GPUs stayed idle; stopped at {at}")
+    return outcome.Decision("failed", f"ran past its max_runtime of {max_runtime_s}s; stopped at {at}")
