@@ -138,3 +138,23 @@ def test_gpus_kept_for_a_preemptor_go_to_it_even_when_a_higher_priority_training
     result = schedule_pending(s)
     assert urgent in dict(result.scheduled), result.waiting
     assert bigger in result.waiting and row(s, victim).status == "queued"
+
+
+@BOTH
+def test_victims_of_equal_priority_go_furthest_over_their_fair_share_first(sim_host):
+    from datetime import timedelta
+
+    from gpufleet.db.types import utcnow
+    from sharing import held_training, make_host
+
+    s = sim_host("nvlink-all", "2xH100-80GB")
+    # ann used a host's GPUs for hours lately, bob nothing: ann is far over an equal share.
+    now = utcnow()
+    held_training(s, make_host(s, 2), "ann", [(0, now - timedelta(hours=5), now - timedelta(minutes=5)),
+                                               (1, now - timedelta(hours=5), now - timedelta(minutes=5))])
+    a = start(s, "a", owner="ann", checkpoint_age_s=3600)
+    b = start(s, "b", owner="bob")
+    urgent = submit(s, "urgent", priority=10)
+    # Least work lost alone would stop b (it saved just now); fair share stops ann's first.
+    schedule_pending(s)
+    assert row(s, a).preempted_by == urgent and row(s, b).preempted_by is None

@@ -58,13 +58,14 @@ def test_group_quota_counts_every_member_and_outsiders_go_first(sim_host) -> Non
         add_member(sess, group, alice)
         add_member(sess, group, bob)
         set_group_quota(sess, group, Limits(max_gpus=3))
-    a = _submit(s, alice, "a", world_size=2, distributed=True)
-    b = _submit(s, bob, "b", world_size=2, distributed=True)  # would make the group hold 4
-    c = _submit(s, carol, "c")
+    a = _submit(s, alice, "a", world_size=2, distributed=True, preemptible=False)
+    b = _submit(s, bob, "b", world_size=2, distributed=True, preemptible=False)  # would make the group hold 4
+    c = _submit(s, carol, "c", preemptible=False)
     result = schedule_pending(s)
     placed = {tid for tid, _ in result.scheduled}
     assert a in placed and c in placed and b not in placed
-    assert _row(s, b).wait_reason == f"group {group} holds 2 of 3 GPUs in its quota; this training needs 2 more"
+    assert _row(s, b).wait_reason == (f"group {group} holds 2 of 3 GPUs in its quota; this training needs 2 more; "
+                                      "a preemptible training may borrow idle GPUs beyond it")
     assert _row(s, b).status == "queued"
 
 
@@ -81,10 +82,11 @@ def test_weekly_gpu_hours_quota_counts_held_time_of_the_last_seven_days(sim_host
     held_training(s, other, alice, [(1, now - timedelta(days=9, hours=4), now - timedelta(days=9))])
     with session_scope(s) as sess:
         set_user_quota(sess, alice, Limits(gpu_hours_per_week=6))
-    tid = _submit(s, alice, "weekly")
+    tid = _submit(s, alice, "weekly", preemptible=False)
     assert tid in schedule_pending(s).waiting
     assert _row(s, tid).wait_reason == (f"{alice} held 6.0 of 6 GPU-hours in the last 7 days (their weekly quota);"
-                                        " it waits until older use leaves the week")
+                                        " it waits until older use leaves the week; a preemptible training may"
+                                        " borrow idle GPUs beyond it")
     with session_scope(s) as sess:
         set_user_quota(sess, alice, Limits(gpu_hours_per_week=7))
     assert tid in {t for t, _ in schedule_pending(s).scheduled}
@@ -148,8 +150,65 @@ def test_decay_halves_usage_every_half_life() -> None:
     assert old == pytest.approx(recent / 2)
 
 
-def test_over_quota_trainings_do_not_borrow_until_they_can_be_preempted() -> None:
-    assert may_borrow(Training(name="x", owner="a", recipe="mlp", config={})) is False
+def test_only_a_preemptible_training_borrows_beyond_its_quota() -> None:
+    assert may_borrow(Training(name="x", owner="a", recipe="mlp", config={}, preemptible=True)) is True
+    assert may_borrow(Training(name="x", owner="a", recipe="mlp", config={}, preemptible=False)) is False
+
+
+@BOTH
+def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_takes_them_back(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.scheduling.scheduler import schedule_pending
+    from gpufleet.trainings.lifecycle import transition
+    from sqlalchemy import update
+
+    from gpufleet.db.models import TrainingEvent
+
+    s = sim_host("nvlink-all", "2xH100-80GB")
+    alice, bob = _people(s, "alice", "bob")
+    with session_scope(s) as sess:
+        set_user_quota(sess, alice, Limits(max_gpus=1))
+    mine = _submit(s, alice, "mine")
+    borrowed = _submit(s, alice, "borrowed")  # over her quota, but preemptible: it may use the idle GPU
+    placed = {t for t, _ in schedule_pending(s).scheduled}
+    assert {mine, borrowed} <= placed
+    with session_scope(s) as sess:
+        for tid in (mine, borrowed):
+            assert transition(sess, tid, ["scheduled"], "running", lease_owner="w", attempt=1,
+                              lease_expires_at=utcnow() + timedelta(minutes=5), started_at=utcnow())
+        # "mine" saved its work long ago, "borrowed" just now: least work lost alone would pick "borrowed"
+        # anyway; the quota makes both of alice's trainings eligible at bob's own priority.
+        sess.execute(update(TrainingEvent).where(TrainingEvent.training_id == mine)
+                     .values(time=utcnow() - timedelta(hours=1)))
+    # Bob is within his quota (he has none), at the same priority: he takes a GPU back.
+    theirs = _submit(s, bob, "theirs")
+    assert theirs in schedule_pending(s).waiting
+    victims = {t for t in (mine, borrowed) if _row(s, t).preempted_by == theirs}
+    assert len(victims) == 1, victims
+    assert _row(s, theirs).wait_reason.startswith("preempting"), _row(s, theirs).wait_reason
+    with session_scope(s) as sess:
+        said = sess.scalars(select(TrainingEvent.reason).where(TrainingEvent.training_id.in_(victims),
+                                                                TrainingEvent.kind == "preempt")).all()
+    assert any(f"borrowed beyond {alice}'s quota" in r for r in said), said
+
+
+@BOTH
+def test_a_borrower_never_takes_gpus_back_from_another_borrower(sim_host) -> None:  # noqa: ANN001
+    from gpufleet.scheduling.scheduler import schedule_pending
+    from gpufleet.trainings.lifecycle import transition
+
+    s = sim_host("nvlink-all", "1xH100-80GB")
+    alice, bob = _people(s, "alice", "bob")
+    with session_scope(s) as sess:
+        set_user_quota(sess, alice, Limits(max_gpus=0))
+        set_user_quota(sess, bob, Limits(max_gpus=0))
+    first = _submit(s, alice, "first")
+    assert first in {t for t, _ in schedule_pending(s).scheduled}
+    with session_scope(s) as sess:
+        assert transition(sess, first, ["scheduled"], "running", lease_owner="w", attempt=1,
+                          lease_expires_at=utcnow() + timedelta(minutes=5), started_at=utcnow())
+    second = _submit(s, bob, "second")  # over his own quota too: he may only borrow what is idle
+    assert second in schedule_pending(s).waiting
+    assert _row(s, first).preempted_by is None
 
 
 @BOTH
@@ -160,10 +219,10 @@ def test_a_long_over_quota_queue_costs_one_check_per_owner_and_pass(sim_host) ->
     (alice,) = _people(s, "alice")
     with session_scope(s) as sess:
         set_user_quota(sess, alice, Limits(max_gpus=1))
-    first = _submit(s, alice, "first")
-    waiting = [_submit(s, alice, f"w{i}") for i in range(5)]
+    first = _submit(s, alice, "first", preemptible=False)
+    waiting = [_submit(s, alice, f"w{i}", preemptible=False) for i in range(5)]
     schedule_pending(s)  # places the first; the others learn why they wait
-    reason = f"{alice} holds 1 of 1 GPUs in their quota"
+    reason = f"{alice} holds 1 of 1 GPUs in their quota; a preemptible training may borrow idle GPUs beyond it"
     assert {_row(s, t).wait_reason for t in waiting} == {reason}
     again = schedule_pending(s)
     # One of them was checked under the lock; the rest, already saying so, were skipped.

@@ -95,6 +95,19 @@ def owner_factors(sess: Session, settings: Settings, owners: Iterable[str],
     return factors(usage, shares, owners)
 
 
+def over_share(sess: Session, settings: Settings, owners: Iterable[str]) -> dict[str, float]:
+    """Owner -> how far their recent usage is over their share: U/S - 1, or 0 at or under it.
+
+    The order in which preemption picks victims of equal priority (furthest
+    over first); empty with fair share off.
+    """
+    if not settings.fair_share:
+        return {}
+    f = owner_factors(sess, settings, owners)
+    # F = 2**(-U/S), so U/S = -log2(F); F is never 0 (U/S is finite).
+    return {o: max(0.0, -math.log2(v) - 1.0) for o, v in f.items() if v > 0}
+
+
 def order(rows: list[Training], f: dict[str, float]) -> list[Training]:
     """Priority (highest first), then fair-share factor (highest first), then age."""
     return sorted(rows, key=lambda t: (-t.priority, -f.get(t.owner, 1.0), t.created_at, t.id))

@@ -11,9 +11,15 @@ The next pass gives them to the preemptor (:func:`take_over`) and, in the same
 transaction, puts the victim back in the queue to resume from its checkpoint
 (a ``retry`` of kind ``preempted``, not counted as a restart).
 
-Victims are chosen lowest priority first, then (``share_excess``, a hook the
-fair-share accounting fills) furthest over their owner's share, then least
-work lost: the shortest time since their last checkpoint (or their start).
+Victims are chosen lowest priority first, then furthest over their owner's
+fair share (:func:`gpufleet.scheduling.fairshare.over_share`; a test may
+plug its own with :func:`set_share_excess`), then least work lost: the
+shortest time since their last checkpoint (or their start).
+
+Over-quota borrowing: a preemptible training may run beyond its owner's quota
+on GPUs nobody else wants (:func:`gpufleet.scheduling.quotas.may_borrow`).
+A training within its quota that then cannot be placed may preempt such
+borrowers at its own priority too, not only lower ones.
 
 Each pass first settles requests whose preemptor no longer waits
 (:func:`settle`): a victim kept for a cancelled or otherwise placed preemptor
@@ -29,13 +35,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
+from gpufleet.scheduling import fairshare, quotas
 from gpufleet.scheduling.reservation import GPUState
 from gpufleet.trainings.lifecycle import record_event, transition
 
@@ -43,9 +50,9 @@ log = logging.getLogger(__name__)
 
 _STEP = re.compile(r"step-(\d+)/?$")
 
-# The fair-share hook: given the candidate victims, how far each one's owner is
-# over their share (larger is further over; 0 when at or under it). Victims of
-# equal priority are preempted furthest-over-share first. None: no accounting.
+# An override of the fair-share order of victims: given the candidate victims,
+# how far each one's owner is over their share (larger is further over; 0 when
+# at or under it). None: the fair-share accounting (fairshare.over_share).
 ShareExcess = Callable[[Session, Sequence[Training]], dict[uuid.UUID, float]]
 share_excess: ShareExcess | None = None
 
@@ -76,12 +83,16 @@ class Hints:
 
     preemptors: set[uuid.UUID] = field(default_factory=set)
     lowest_victim_priority: int | None = None
+    # The lowest priority of a running training on borrowed GPUs (its owner over quota).
+    lowest_borrower_priority: int | None = None
 
     def worth_a_try(self, t: Training) -> bool:
         if t.id in self.preemptors:
             return True
-        return bool(t.exclusive and self.lowest_victim_priority is not None
-                    and t.priority > self.lowest_victim_priority)
+        if not t.exclusive:
+            return False
+        return bool((self.lowest_victim_priority is not None and t.priority > self.lowest_victim_priority)
+                    or (self.lowest_borrower_priority is not None and t.priority >= self.lowest_borrower_priority))
 
 
 def hints(sess: Session, settings: Settings) -> Hints:
@@ -89,11 +100,27 @@ def hints(sess: Session, settings: Settings) -> Hints:
     h.preemptors = set(sess.execute(
         select(Training.preempted_by).where(Training.preempted_by.is_not(None),
                                             Training.status.in_(("running", "preempted")))).scalars())
-    h.lowest_victim_priority = sess.execute(
-        select(func.min(Training.priority)).where(
+    victims = list(sess.execute(
+        select(Training.owner, func.min(Training.priority)).where(
             Training.status == "running", Training.preemptible.is_(True), Training.exclusive.is_(True),
-            Training.preempted_by.is_(None), Training.cancel_requested.is_(False))).scalar()
+            Training.preempted_by.is_(None), Training.cancel_requested.is_(False))
+        .group_by(Training.owner)))
+    if victims:
+        h.lowest_victim_priority = min(p for _, p in victims)
+        borrowed = [p for owner, p in victims if quotas.borrowing(sess, owner)]
+        h.lowest_borrower_priority = min(borrowed) if borrowed else None
     return h
+
+
+def borrowers(sess: Session, t: Training, owners: Sequence[str]) -> set[str]:
+    """Owners among ``owners`` whose trainings run on borrowed GPUs that ``t`` may take back.
+
+    Only a training within its own quota takes GPUs back; a borrower never
+    preempts another borrower.
+    """
+    if quotas.over_quota(sess, t) is not None:
+        return set()
+    return {o for o in set(owners) if o != t.owner and quotas.borrowing(sess, o)}
 
 
 # -- giving reserved GPUs to the preemptor ---------------------------------------
@@ -169,13 +196,19 @@ def _work_since_checkpoint(sess: Session, ids: list[uuid.UUID]) -> dict[uuid.UUI
     return dict(rows.all())
 
 
-def victim_order(sess: Session, candidates: Sequence[Training]) -> list[Training]:
-    """Lowest priority, then furthest over share (the hook), then least work lost."""
+def victim_order(sess: Session, candidates: Sequence[Training], settings: Settings | None = None) -> list[Training]:
+    """Lowest priority, then furthest over share, then least work lost."""
     if not candidates:
         return []
     now = utcnow()
     saved = _work_since_checkpoint(sess, [c.id for c in candidates])
-    excess = share_excess(sess, candidates) if share_excess is not None else {}
+    if share_excess is not None:
+        excess = share_excess(sess, candidates)
+    elif settings is not None:
+        over = fairshare.over_share(sess, settings, {c.owner for c in candidates})
+        excess = {c.id: over.get(c.owner, 0.0) for c in candidates}
+    else:
+        excess = {}
     return sorted(candidates, key=lambda c: (
         c.priority, -excess.get(c.id, 0.0), (now - saved.get(c.id, now)).total_seconds(), c.created_at))
 
@@ -247,13 +280,17 @@ def plan(sess: Session, settings: Settings, t: Training,
         select(Training).where(Training.preempted_by == t.id, Training.status.in_(("running", "preempted")))
     ).scalars())
     pending = {v.id for v in pending_rows}
+    running = (Training.status == "running", Training.host_id.in_(host_ids), Training.exclusive.is_(True),
+               Training.preemptible.is_(True), Training.preempted_by.is_(None),
+               Training.cancel_requested.is_(False))
+    peers = sess.execute(select(Training.owner).where(*running, Training.priority == t.priority)).scalars().all()
+    taking_back = borrowers(sess, t, peers) if peers else set()
+    may_stop = Training.priority < t.priority
+    if taking_back:
+        may_stop = or_(may_stop, and_(Training.priority == t.priority, Training.owner.in_(taking_back)))
     candidates = list(sess.execute(
-        select(Training).where(
-            Training.status == "running", Training.host_id.in_(host_ids), Training.exclusive.is_(True),
-            Training.preemptible.is_(True), Training.preempted_by.is_(None),
-            Training.cancel_requested.is_(False), Training.priority < t.priority)
-        .execution_options(populate_existing=True)).scalars())
-    ordered = victim_order(sess, candidates)
+        select(Training).where(*running, may_stop).execution_options(populate_existing=True)).scalars())
+    ordered = victim_order(sess, candidates, settings)
     best: _Choice | None = None
     for host, states in locked:
         mine = [v for v in ordered if v.host_id == host.id]
@@ -274,10 +311,13 @@ def plan(sess: Session, settings: Settings, t: Training,
             .values(preempted_by=t.id).execution_options(synchronize_session=False))
         if done.rowcount != 1:
             continue
+        borrowed = v.priority == t.priority
+        because = (f"its GPUs were borrowed beyond {v.owner}'s quota and training {short(t)}, within its quota, "
+                   f"needs {count} GPU(s)" if borrowed else
+                   f"preempted by training {short(t)} (priority {t.priority}, needs {count} GPU(s))")
         record_event(sess, v.id, "preempt", status="running",
-                     reason=f"preempted by training {short(t)} (priority {t.priority}, needs {count} GPU(s)): "
-                            "checkpointing and stopping; it resumes later (not counted as a restart)",
-                     data={"preempted_by": str(t.id), "priority": t.priority})
+                     reason=f"{because}: checkpointing and stopping; it resumes later (not counted as a restart)",
+                     data={"preempted_by": str(t.id), "priority": t.priority, "borrowed": borrowed})
     gpus = sorted(best.gpus)
     record_event(sess, t.id, "preempt", status="queued",
                  reason=f"preempting {names} on host {best.host.name} to free GPUs {gpus}",

@@ -38,12 +38,23 @@ def gpus_needed(t: Training) -> int:
 def may_borrow(training: Training) -> bool:
     """Whether an over-quota training may run on idle GPUs anyway (over-quota borrowing).
 
-    Borrowing is safe only when the borrowed GPUs can be taken back: the
-    training must be preemptible, so that a within-quota training that needs
-    them later checkpoints and requeues it. Until trainings carry a
-    ``preemptible`` flag and the scheduler can preempt, no training borrows:
-    this answers False, and an over-quota training waits.
+    Borrowing is safe only when the borrowed GPUs can be taken back, so only a
+    preemptible training borrows: a within-quota training that then cannot be
+    placed preempts it (:func:`gpufleet.scheduling.preemption.plan` counts
+    the running trainings of owners over their quota as victims at equal
+    priority), and it resumes from its checkpoint later.
     """
+    return bool(training.preemptible)
+
+
+def borrowing(sess: Session, owner: str, now: datetime | None = None) -> bool:
+    """Whether ``owner`` (or a group of theirs) holds more than its quota now, i.e. runs on borrowed GPUs."""
+    now = now or utcnow()
+    for _subject, quota, members in _limits_of(sess, owner):
+        if quota.max_gpus is not None and _held_gpus(sess, members) > quota.max_gpus:
+            return True
+        if quota.gpu_hours_per_week is not None and _week_hours(sess, members, now) >= quota.gpu_hours_per_week:
+            return True
     return False
 
 
@@ -118,6 +129,7 @@ def quota_wait(sess: Session, t: Training, memo: PassMemo | None = None) -> str 
     why = over_quota(sess, t)
     if why is None or may_borrow(t):
         return None
+    why += "; a preemptible training may borrow idle GPUs beyond it"
     if memo is not None:
         memo.note(t, why)
     return why
