@@ -26,24 +26,11 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-Base.metadata.naming_convention = NAMING  # type: ignore[assignment]
+from gpufleet.db.base import NAMING, Base  # noqa: F401 - every model's base, and its naming
 
 
 # Training lifecycle states (the row is the truth).
@@ -357,7 +344,7 @@ class TrainingEvent(Base):
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
 
 
-# The sharing tables live beside these (gpufleet.db.sharing) and register on
-# the same metadata; importing them here keeps "every table" one import away
-# for Alembic and for code that imports them from this module.
+# The sharing tables live beside these (gpufleet.db.sharing) on the same
+# base; importing them here keeps "every table" one import away for Alembic
+# and for code that imports them from this module.
 from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401

@@ -12,7 +12,7 @@ from datetime import date, datetime
 from sqlalchemy import BigInteger, CheckConstraint, Date, Float, ForeignKey, Integer, String, UniqueConstraint, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gpufleet.db.models import Base
+from gpufleet.db.base import Base
 from gpufleet.db.types import UTCDateTime, utcnow
 
 
