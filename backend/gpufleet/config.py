@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     # waits this long before it kills what is left and exits.
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
+    # Trainings across hosts: address other hosts reach this one at, NIC for collectives, meeting wait.
+    advertise_address: str | None = None
+    network_interface: str | None = None
+    rendezvous_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_queued_per_user: int = Field(default=500, ge=1)
 
     # Users' own code (script trainings, gpufleet.trainings).

@@ -39,7 +39,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs, script_attempt
+from gpufleet.jobs import procs, rendezvous, script_attempt
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training.fence import write_fence
@@ -104,7 +104,8 @@ def _devices(settings: Settings, t: Training) -> list[str]:
             g.index: g
             for g in sess.execute(
                 select(GPU).join(GPUAllocation, GPUAllocation.gpu_id == GPU.id).where(
-                    GPUAllocation.training_id == t.id, GPUAllocation.released_at.is_(None)
+                    GPUAllocation.training_id == t.id, GPUAllocation.released_at.is_(None),
+                    GPUAllocation.host_id == t.host_id,  # a training across hosts has GPUs elsewhere too
                 )
             ).scalars()
         }
@@ -120,7 +121,8 @@ def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
         return sum(1 for d in rows if d and d.get("retry_kind") == kind)
 
 
-def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool) -> tuple[Path, Path]:
+def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool,
+                gang: dict | None = None) -> tuple[Path, Path]:
     from gpufleet.training.spec import LaunchSpec
 
     rdir = run_dir(settings, t.id)
@@ -144,6 +146,7 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: boo
         # worker gives its ranks the whole grace to checkpoint.
         stop_grace_s=settings.stop_grace_s,
         attempt=t.attempt,
+        gang=gang,
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
@@ -197,6 +200,9 @@ def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, 
 
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
+    if rendezvous.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
+        return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, launch,
+                                       run_dir(settings, tid), checkpoint_dir(settings, tid))
     claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
     if t is None:
@@ -204,6 +210,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     backend = device_backend(settings)
     logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
+    gang: dict | None = None
     try:
         devices = _devices(settings, t)
         # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
@@ -212,7 +219,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             spec_path, progress_path = script_attempt.write_spec(
                 settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
         else:
-            spec_path, progress_path = _write_spec(settings, t, devices, on_cpu)
+            gang = rendezvous.leader_prepare(settings, t, worker_id)
+            spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
     except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
         logf.line(f"[gpufleet] cannot prepare the launch: {exc}")
         logf.close()
@@ -229,7 +237,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
         else:
             sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
-            proc, lifeline = launch(spec_path, logf, tid)
+            proc, lifeline = launch(spec_path, logf, tid, env=rendezvous.launch_env(settings, tid) if gang else None)
     except OSError as exc:
         logf.line(f"[gpufleet] cannot start the launcher: {exc}")
         logf.close()
@@ -242,6 +250,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
     cancelled = lost = False
+    watch = rendezvous.LeaderWatch(settings, t) if gang else None
+    verdict: rendezvous.Verdict | None = None
     stop_deadline: float | None = None
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
@@ -261,6 +271,9 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 procs.stop_group(pgid, 0.0)
             try:
                 state = sink.pump()
+                if watch is not None and verdict is None and (verdict := watch.check()) is not None:
+                    logf.line(f"[gpufleet] {verdict.reason}; stopping the ranks on every host")
+                    procs.stop_group(pgid, CANCEL_GRACE_S)
             except DBAPIError as exc:
                 # A database blip must not kill a training; the lines wait in
                 # the sink. One that outlasts the lease ends in the fence thread.
@@ -316,6 +329,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
+    if verdict is not None and decision.status not in ("succeeded", "cancelled"):
+        decision = rendezvous.gang_decision(verdict, t)
     if stop_deadline is not None and decision.status not in ("succeeded", "cancelled"):
         step = sink.last_checkpoint_step()
         where = f"from its checkpoint at step {step}" if step is not None else "from the start"

@@ -22,7 +22,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import batch
+from gpufleet.scheduling import batch, gang
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
@@ -71,7 +71,7 @@ def _snapshot(sess: Session) -> _Snapshot:
 
 
 def _hopeless(snap: _Snapshot, t: Training) -> bool:
-    if t.wait_reason is None:
+    if t.wait_reason is None or t.gang is not None:
         return False  # try once under the lock, so the row says why it waits
     if not t.exclusive:
         hosts = [t.host_id] if t.host_id else list(snap.usable)
@@ -170,6 +170,8 @@ def _schedule_one(
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
         return None, None, None, []
+    if t.gang is not None:  # across hosts: gpufleet.scheduling.gang
+        return gang.schedule_gang(sess, settings, t)
     hosts = _candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (
