@@ -55,3 +55,87 @@ def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for
     assert diff < 1e-5, f"4 ranks on 2 hosts differ from 1 process by {diff}"
     metrics = c.get(f"/api/v1/trainings/{tid}/metrics").json()["data"]
     assert metrics and all(len(m["rank_step_times"]) == 4 for m in metrics if m.get("rank_step_times"))
+
+
+def ranks_of(tid: str) -> list[int]:
+    """Every live process (launcher or rank, on any "host" of this machine) of training ``tid``."""
+    needle = f"GPUFLEET_TRAINING_ID={tid}".encode()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0") and \
+                    (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+LONG = {**MLP, "max_steps": 1500, "checkpoint_every": 25, "log_every": 5}
+
+
+def _start_long(tmp_path, request, client_for, workers, scheduler, **b_kw):
+    a, b = gang_host(tmp_path, request, "a"), gang_host(tmp_path, request, "b", **b_kw)
+    register(a), register(b)
+    wa, wb = workers(a), workers(b)
+    scheduler(a)
+    c = client_for(a)
+    r = c.post("/api/v1/trainings", json={"name": "long", "recipe": "mlp", "config": LONG, "hosts": 2,
+                                          "gpus_per_host": 2, "max_restarts": 3})
+    assert r.status_code == 201, r.text
+    return a, b, wa, wb, c, r.json()["id"]
+
+
+def _running_past(c, tid: str, step: int) -> dict:
+    def ok():
+        body = c.get(f"/api/v1/trainings/{tid}").json()
+        assert body["status"] not in FINAL, body
+        return body["status"] == "running" and body["step"] >= step and body
+    return wait_for(ok, 240, f"training {tid} to pass step {step}", 0.2)
+
+
+def test_a_lost_worker_stops_every_host_and_the_gang_resumes(tmp_path, request, client_for, workers, scheduler):
+    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler)
+    _running_past(c, tid, 60)
+    assert len(ranks_of(tid)) >= 6  # two launchers and four ranks
+    leader_host = c.get(f"/api/v1/trainings/{tid}").json()["host_name"]
+    other = wb if leader_host == a.host_name else wa
+    other.kill9()
+    wait_for(lambda: not ranks_of(tid), 15, "no rank of the training left on any host", 0.1)
+    body = wait_for(lambda: (x := c.get(f"/api/v1/trainings/{tid}").json())["restarts"] == 1 and x, 30,
+                    "the gang to be requeued", 0.2)
+    events = c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+    assert any(e["kind"] == "retry" for e in events), events
+    workers(other.settings)  # the host's worker comes back
+    body = final(c, tid, 400)
+    assert body["status"] == "succeeded", body
+    first = next(p for p in sorted((a.data_dir / "jobs" / tid).glob("progress-*.jsonl"))
+                 if '"resume"' in p.read_text())
+    resumed = [line for line in first.read_text().splitlines() if '"resume"' in line]
+    assert resumed and '"step": 0' not in resumed[0], resumed
+
+
+def test_cancel_stops_every_rank_on_every_host(tmp_path, request, client_for, workers, scheduler):
+    import time
+
+    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler)
+    _running_past(c, tid, 10)
+    assert len(ranks_of(tid)) >= 6
+    t0 = time.monotonic()
+    assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
+    wait_for(lambda: not ranks_of(tid), 5, "every rank on every host to stop after cancel", 0.05)
+    took = time.monotonic() - t0
+    body = final(c, tid, 60)
+    assert body["status"] == "cancelled", body
+    print(f"cancel reached every host's ranks in {took:.2f}s")
+
+
+def test_a_checkpoint_root_that_is_not_shared_is_refused(tmp_path, request, client_for, workers, scheduler):
+    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler,
+                                       shared=tmp_path / "not-shared")
+    body = final(c, tid, 240)
+    assert body["status"] == "failed", body
+    assert "is not shared with the rank-0 host" in body["status_reason"], body
+    wait_for(lambda: not ranks_of(tid), 15, "no rank left", 0.1)
