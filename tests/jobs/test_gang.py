@@ -96,12 +96,14 @@ def _running_past(c, tid: str, step: int) -> dict:
     return wait_for(ok, 240, f"training {tid} to pass step {step}", 0.2)
 
 
-def test_a_lost_worker_stops_every_host_and_the_gang_resumes(tmp_path, request, client_for, workers, scheduler):
+@pytest.mark.parametrize("lost", ["rank-0 host", "other host"])
+def test_a_lost_worker_stops_every_host_and_the_gang_resumes(tmp_path, request, client_for, workers, scheduler,
+                                                             lost):
     a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler)
     _running_past(c, tid, 60)
     assert len(ranks_of(tid)) >= 6  # two launchers and four ranks
-    leader_host = c.get(f"/api/v1/trainings/{tid}").json()["host_name"]
-    other = wb if leader_host == a.host_name else wa
+    leader = wa if c.get(f"/api/v1/trainings/{tid}").json()["host_name"] == a.host_name else wb
+    other = leader if lost == "rank-0 host" else (wb if leader is wa else wa)
     other.kill9()
     wait_for(lambda: not ranks_of(tid), 15, "no rank of the training left on any host", 0.1)
     body = wait_for(lambda: (x := c.get(f"/api/v1/trainings/{tid}").json())["restarts"] == 1 and x, 30,
