@@ -39,6 +39,9 @@ def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for
     tid = r.json()["id"]
     body = final(c, tid)
     assert body["status"] == "succeeded", (body, (a.logs_dir / "trainings" / f"{tid}.log").read_text())
+    assert [(h["host"], h["ranks"], h["gpu_ids"], h["status"]) for h in body["hosts"]] == [
+        (a.host_name, [0, 1], [0, 1], "running"), (b.host_name, [2, 3], [0, 1], "succeeded")]
+    assert len(body["gpus"]) == 4 and body["world_size"] == 4  # every host's reservation
     # Both hosts ran ranks: host b's worker wrote its part of the log.
     other = (b.logs_dir / "trainings" / f"{tid}-{b.host_name}.log").read_text()
     assert "ranks 2-3 of 4" in other and "launcher exited with 0" in other

@@ -117,3 +117,32 @@ def test_a_gang_is_placed_whole_or_waits_with_its_reason(fleet, client_for):
     schedule_pending(a)
     body = c.get(f"/api/v1/trainings/{oid}").json()
     assert body["status"] == "scheduled" and body["host_name"] == c3.host_name
+
+
+def test_a_straggler_across_hosts_is_named_with_its_host(fleet, tmp_path):
+    import json
+    from datetime import timedelta
+
+    from gpufleet.db.models import TrainingEvent
+    from gpufleet.db.types import utcnow
+    from gpufleet.jobs.metrics_sink import MetricsSink
+
+    a = fleet[0]
+    tid = uuid.uuid4()
+    with session_scope(a) as sess:
+        sess.add(Training(id=tid, name="s", owner="o", recipe="mlp", config={}, status="running", world_size=4,
+                          lease_owner="w", lease_expires_at=utcnow() + timedelta(seconds=30)))
+    progress = tmp_path / "p.jsonl"
+    progress.write_text("".join(json.dumps({"type": "step", "step": s, "loss": 1.0,
+                                            "rank_step_times": [0.01, 0.01, 0.01, 0.09]}) + "\n"
+                                for s in range(1, 6)))
+    with session_scope(a) as sess:
+        row = sess.get(Training, tid)
+    sink = MetricsSink(a, row, "w", progress, "h")
+    sink.rank_hosts = ["a", "a", "b", "b"]
+    sink.pump(final=True)
+    with session_scope(a) as sess:
+        warnings = sess.execute(select(TrainingEvent.reason, TrainingEvent.data).where(
+            TrainingEvent.training_id == tid, TrainingEvent.kind == "warning")).all()
+    assert [w.reason.split(":")[0] for w in warnings] == ["rank 3 (host b) is a straggler"]
+    assert warnings[0].data["host"] == "b"

@@ -46,6 +46,7 @@ from gpufleet.jobs import procs
 from gpufleet.jobs.logs import BoundedLog, log_path
 from gpufleet.trainings import outcome
 from gpufleet.trainings.environment import training_environment
+from gpufleet.trainings.gang_view import rank_hosts
 from gpufleet.trainings.lifecycle import get_training
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ def members(settings: Settings, tid: uuid.UUID) -> list[GangMember]:
                                  .order_by(GangMember.node_rank)).scalars())
         sess.expunge_all()
         return rows
+
+
+def rank_hosts_of(settings: Settings, tid: uuid.UUID) -> list[str]:
+    return rank_hosts(members(settings, tid))
 
 
 def advertised_address(settings: Settings) -> str:

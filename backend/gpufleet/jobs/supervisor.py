@@ -228,6 +228,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
     sink.renewed_at = claimed_at
+    if gang:
+        sink.rank_hosts = rendezvous.rank_hosts_of(settings, tid)
     earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
     try:
         # From here on a launcher of an older attempt may not put a checkpoint in place.

@@ -33,6 +33,7 @@ from gpufleet.trainings.checks import (
     resolve_host,
 )
 from gpufleet.trainings.gang_request import gang_request
+from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.trainings.lifecycle import get_training, record_event, transition
 from gpufleet.trainings.models import (
     FINAL_STATUSES,
@@ -240,6 +241,8 @@ class TrainingView:
     host_name: str | None = None
     # The newest reservation: the active one, or the last one once it ended.
     gpus: list[GPUAllocation] = field(default_factory=list)
+    # A training across hosts: each host's part (gpufleet.trainings.gang_view).
+    hosts: list[dict[str, Any]] | None = None
 
 
 def get(sess: Session, training_id: uuid.UUID) -> Training:
@@ -273,6 +276,7 @@ def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
             ]
         out.append(TrainingView(t, hosts.get(t.host_id) if t.host_id is not None else None,
                                 sorted(current, key=lambda a: a.gpu_index)))
+    add_hosts(sess, out)
     return out
 
 
