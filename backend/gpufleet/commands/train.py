@@ -49,6 +49,11 @@ def train(
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Where step-N/ checkpoints go.")] = None,
     data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
+    hosts: Annotated[int | None, typer.Option("--hosts", min=1, help="On a server: across this many hosts.")] = None,
+    gpus_per_host: Annotated[int | None, typer.Option("--gpus-per-host", min=1,
+                                                      help="On a server: GPUs (ranks) on each host.")] = None,
+    spread: Annotated[bool, typer.Option("--spread", help="On a server: the fewest hosts that hold "
+                                                          "--world-size GPUs.")] = False,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -71,15 +76,21 @@ def train(
         resolved.batch_layout(len(device_list))
     except TrainingConfigError as exc:
         _fail(str(exc))
+    gang = {k: v for k, v in (("hosts", hosts), ("gpus_per_host", gpus_per_host),
+                              ("spread", "auto" if spread else None)) if v is not None}
+    if gang and (local or gpu_ids):
+        _fail("--hosts, --gpus-per-host and --spread place a training across a server's hosts; "
+              "drop --local and --gpu-ids")
     if not local:
-        submit_to_server(recipe, values, device_list)
+        submit_to_server(recipe, values, device_list, gang)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
     raise typer.Exit(code=code)
 
 
-def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) -> None:
+def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str],
+                     gang: dict[str, Any] | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -88,11 +99,20 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str]) ->
     from gpufleet.commands.trainings import submit
 
     body: dict[str, Any] = {"name": f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}", "recipe": recipe, "config": config}
-    if all(d == "cpu" for d in devices):
+    if gang:
+        body.update(gang)
+        if gang.get("spread") or world_size_given(devices, gang):
+            body["world_size"] = len(devices)
+    elif all(d == "cpu" for d in devices):
         body["world_size"] = len(devices)
     else:
         body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
     raise typer.Exit(code=submit(body))
+
+
+def world_size_given(devices: list[str], gang: dict[str, Any]) -> bool:
+    """--world-size counts with --hosts/--gpus-per-host only when it was given (more than one rank)."""
+    return len(devices) > 1 or not (gang.get("hosts") and gang.get("gpus_per_host"))
 
 
 def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,

@@ -112,12 +112,30 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def host_lines(t: dict[str, Any], rank_times: list[float] | None) -> list[tuple[str, str]]:
+    """A training across hosts: one line per host, its ranks, GPUs, state and newest step time per rank."""
+    out = []
+    for h in t.get("hosts") or []:
+        ranks = h["ranks"]
+        times = ""
+        if rank_times and ranks and ranks[-1] < len(rank_times):
+            times = "  step " + " ".join(f"r{r}={rank_times[r] * 1e3:.0f}ms" for r in ranks)
+        out.append((f"host {h['node_rank']}", f"{h['host']}: ranks {ranks[0]}-{ranks[-1]} on GPUs "
+                    f"{','.join(map(str, h['gpu_ids']))} ({h['status']}){times}" + (
+                        f" — {h['message']}" if h.get("message") else "")))
+    return out
+
+
 @trainings_app.command("show")
 def show(training_id: str, server: ServerOpt = None) -> None:
-    """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
+    """One training: GPUs, host(s), estimate and reasons, restarts, newest checkpoint, recent events."""
     c = connect(server)
     t = _dump(c.get_training(training_id))
-    for k, v in show_fields(t):
+    extra: list[tuple[str, str]] = []
+    if t.get("hosts"):
+        steps = [m for m in _dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
+        extra = host_lines(t, steps[-1]["rank_step_times"] if steps else None)
+    for k, v in show_fields(t) + extra:
         # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
         out.print(Text.assemble((f"{k:>11}", "bold"), " ", v), highlight=False, soft_wrap=True)
     events = [_dump(e) for e in c.events(training_id)][-10:]
