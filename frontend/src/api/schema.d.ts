@@ -476,6 +476,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AcrossHostsPublic
+         * @description One set of GPUs on several hosts: a part per host, rank 0 on the first.
+         */
+        AcrossHostsPublic: {
+            /** Hosts */
+            hosts: number;
+            /** Parts */
+            parts: components["schemas"]["CandidatePublic"][];
+            /** Reasons */
+            reasons: string[];
+        };
         /** BatchItem */
         BatchItem: {
             /**
@@ -949,6 +961,12 @@ export interface components {
          */
         RecommendBody: {
             /**
+             * Across Hosts
+             * @description when no single host fits, offer sets across hosts
+             * @default false
+             */
+            across_hosts: boolean;
+            /**
              * Config
              * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
@@ -994,6 +1012,11 @@ export interface components {
         };
         /** RecommendationPublic */
         RecommendationPublic: {
+            /**
+             * Across Hosts
+             * @description with across_hosts: sets on the fewest hosts when no single host fits
+             */
+            across_hosts?: components["schemas"]["AcrossHostsPublic"][];
             /** Candidates */
             candidates: components["schemas"]["CandidatePublic"][];
             /** Count */
@@ -1115,8 +1138,18 @@ export interface components {
              * @description GPU indexes on the host; omit to let the server choose
              */
             gpu_ids?: number[] | null;
+            /**
+             * Gpus Per Host
+             * @description across hosts: GPUs (ranks) on each
+             */
+            gpus_per_host?: number | null;
             /** Host */
             host?: string | null;
+            /**
+             * Hosts
+             * @description across hosts: how many hosts, or their names (rank 0 on the first)
+             */
+            hosts?: number | string[] | null;
             /**
              * Kind
              * @description a built-in/plugin recipe, or your own code
@@ -1156,6 +1189,11 @@ export interface components {
              * @description kind recipe: its name
              */
             recipe?: string | null;
+            /**
+             * Spread
+             * @description auto: one host when one fits, else the fewest hosts that hold world_size
+             */
+            spread?: "auto" | null;
             /**
              * World Size
              * @description number of GPUs when gpu_ids is omitted
@@ -1204,6 +1242,37 @@ export interface components {
             index: number;
             /** Released At */
             released_at: string | null;
+        };
+        /**
+         * TrainingHostPublic
+         * @description One host of a training across hosts.
+         */
+        TrainingHostPublic: {
+            /** Attempt */
+            attempt: number | null;
+            /** Gpu Ids */
+            gpu_ids: number[];
+            /** Heartbeat At */
+            heartbeat_at: string | null;
+            /** Host */
+            host: string;
+            /** Message */
+            message: string | null;
+            /**
+             * Node Rank
+             * @description 0: the host of rank 0, which opens the rendezvous and checkpoints
+             */
+            node_rank: number;
+            /**
+             * Ranks
+             * @description the global ranks that run on this host
+             */
+            ranks: number[];
+            /**
+             * Status
+             * @description reserved | running | succeeded | failed | stopped
+             */
+            status: string;
         };
         /** TrainingLogPublic */
         TrainingLogPublic: {
@@ -1290,6 +1359,13 @@ export interface components {
             exit_code: number | null;
             /** Finished At */
             finished_at: string | null;
+            /**
+             * Gang
+             * @description what a training across hosts asked for
+             */
+            gang?: {
+                [key: string]: unknown;
+            } | null;
             /** Gpu Ids */
             gpu_ids: number[] | null;
             /**
@@ -1302,6 +1378,11 @@ export interface components {
              * @description the host that owns the GPUs
              */
             host_name?: string | null;
+            /**
+             * Hosts
+             * @description a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)
+             */
+            hosts?: components["schemas"]["TrainingHostPublic"][] | null;
             /**
              * Id
              * Format: uuid
@@ -1400,14 +1481,29 @@ export interface components {
              * @default true
              */
             exclusive: boolean;
-            /** Gpu Ids */
-            gpu_ids: number[];
+            /**
+             * Gpu Ids
+             * @description GPUs on one host; or give parts
+             */
+            gpu_ids?: number[] | null;
             /** Host */
             host?: string | null;
             /** Memory Mb */
             memory_mb?: number | null;
+            /**
+             * Parts
+             * @description a selection across hosts: each host's GPUs, rank 0 first
+             */
+            parts?: components["schemas"]["ValidatePart"][] | null;
             /** Recipe */
             recipe?: string | null;
+        };
+        /** ValidatePart */
+        ValidatePart: {
+            /** Gpu Ids */
+            gpu_ids: number[];
+            /** Host */
+            host: string;
         };
         /** ValidationError */
         ValidationError: {
@@ -2048,6 +2144,8 @@ export interface operations {
                 policy?: "pack" | "spread";
                 /** @description False: may share GPUs with other small trainings. */
                 exclusive?: boolean;
+                /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
+                across_hosts?: boolean;
                 /** @description How many ranked sets to return. */
                 max_candidates?: number;
                 /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
