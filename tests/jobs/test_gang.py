@@ -144,3 +144,24 @@ def test_a_checkpoint_root_that_is_not_shared_is_refused(tmp_path, request, clie
     assert body["status"] == "failed", body
     assert "is not shared with the rank-0 host" in body["status_reason"], body
     wait_for(lambda: not ranks_of(tid), 15, "no rank left", 0.1)
+
+
+def test_a_stopping_worker_checkpoints_the_whole_gang_back_to_the_queue(tmp_path, request, client_for, workers,
+                                                                         scheduler):
+    import signal
+
+    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler)
+    _running_past(c, tid, 30)
+    leader = wa if c.get(f"/api/v1/trainings/{tid}").json()["host_name"] == a.host_name else wb
+    other = wb if leader is wa else wa
+    other.proc.send_signal(signal.SIGTERM)
+    body = wait_for(lambda: any(e.get("data", {}) and e["data"].get("retry_kind") == "interrupted"
+                                for e in c.get(f"/api/v1/trainings/{tid}/events").json()["data"]), 120,
+                    "the gang to go back to the queue as interrupted", 0.3)
+    assert body
+    wait_for(lambda: other.proc.poll() is not None, 60, "the stopping worker to exit", 0.2)
+    body = c.get(f"/api/v1/trainings/{tid}").json()
+    assert body["restarts"] == 0 and body["last_checkpoint"], body  # not a failure; it checkpointed
+    workers(other.settings)  # the host's worker comes back; the gang resumes there
+    body = final(c, tid, 400)
+    assert body["status"] == "succeeded" and body["restarts"] == 0, body

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import time
@@ -129,7 +130,10 @@ def leader_prepare(settings: Settings, t: Training, worker_id: str) -> dict | No
     from gpufleet.jobs.celery_app import send_training
 
     for m in rows[1:]:
-        send_training(settings, t.id, m.host_name)
+        try:
+            send_training(settings, t.id, m.host_name)
+        except Exception:  # noqa: BLE001 - a host that never joins ends the attempt at the rendezvous timeout
+            log.exception("could not send training %s to host %s", t.id, m.host_name)
     return gang
 
 
@@ -259,7 +263,8 @@ def _last_error(progress: Path) -> str | None:
 
 
 def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str,
-                 launch: Callable[..., tuple[subprocess.Popen, int]], run_dir: Path, checkpoint_dir: Path) -> str:
+                 launch: Callable[..., tuple[subprocess.Popen, int]], run_dir: Path, checkpoint_dir: Path,
+                 stopping: Callable[[], bool] = lambda: False) -> str:
     """This host's ranks of a training across hosts, for the running attempt; returns what happened."""
     found = _await_rendezvous(settings, tid, host_id)
     if found is None:
@@ -305,7 +310,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     backend.training_started(list(m.gpu_ids), proc.pid, str(tid), t.memory_estimate)
     _set_member(settings, m, t.attempt, launcher_pid=proc.pid)
-    stopped = _supervise(settings, tid, m, t.attempt, proc, pgid, logf)
+    stopped = _supervise(settings, tid, m, t.attempt, proc, pgid, logf, stopping)
     procs.stop_group(pgid, 0.0)
     code = proc.wait()
     os.close(lifeline)
@@ -324,12 +329,22 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
 
 
 def _supervise(settings: Settings, tid: uuid.UUID, m: GangMember, attempt: int, proc: subprocess.Popen,
-               pgid: int, logf: BoundedLog) -> str | None:
+               pgid: int, logf: BoundedLog, stopping: Callable[[], bool]) -> str | None:
     """Beat and watch until the launcher exits; returns why this host stopped it, if it did."""
     last_ok = time.monotonic()
     next_beat = 0.0
+    asked: str | None = None
     while proc.poll() is None:
         time.sleep(0.1)
+        if stopping() and asked is None:
+            # Every rank agrees to stop at its next report and rank 0 checkpoints: the
+            # whole gang goes back to the queue as interrupted.
+            asked = "this host's worker is stopping"
+            logf.line(f"[gpufleet] {asked}; asking every rank to checkpoint and stop")
+            try:
+                os.killpg(pgid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         if time.monotonic() < next_beat:
             continue
         next_beat = time.monotonic() + BEAT_S
@@ -354,4 +369,4 @@ def _supervise(settings: Settings, tid: uuid.UUID, m: GangMember, attempt: int, 
             logf.line(f"[gpufleet] {why}; stopping this host's ranks")
             procs.stop_group(pgid, STOP_GRACE_S)
             return why
-    return None
+    return asked

@@ -202,7 +202,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     """Run one attempt of training ``tid`` on this host; returns what happened."""
     if rendezvous.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
         return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, launch,
-                                       run_dir(settings, tid), checkpoint_dir(settings, tid))
+                                       run_dir(settings, tid), checkpoint_dir(settings, tid), _STOPPING.is_set)
     claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
     if t is None:
