@@ -27,13 +27,15 @@ def final(c, tid: str, timeout: float = 300) -> dict:
                     timeout, f"training {tid} to end", 0.3)
 
 
-def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for, workers, scheduler):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for, workers, scheduler, strategy):
     a, b = gang_host(tmp_path, request, "a"), gang_host(tmp_path, request, "b")
     register(a), register(b)
     workers(a), workers(b)
     scheduler(a)
     c = client_for(a)
-    r = c.post("/api/v1/trainings", json={"name": "across", "recipe": "mlp", "config": MLP,
+    r = c.post("/api/v1/trainings", json={"name": "across", "recipe": "mlp",
+                                          "config": {**MLP, "strategy": strategy},
                                           "hosts": [a.host_name, b.host_name], "gpus_per_host": 2})
     assert r.status_code == 201, r.text
     tid = r.json()["id"]
