@@ -167,3 +167,25 @@ def test_a_stopping_worker_checkpoints_the_whole_gang_back_to_the_queue(tmp_path
     workers(other.settings)  # the host's worker comes back; the gang resumes there
     body = final(c, tid, 400)
     assert body["status"] == "succeeded" and body["restarts"] == 0, body
+
+
+def test_a_rank_lost_on_another_host_stops_every_host(tmp_path, request, client_for, workers, scheduler):
+    """Global rank 3 (on the second host) fails at step 40; with no restarts left the gang fails,
+    saying which rank, and no rank is left on either host."""
+    a, b = gang_host(tmp_path, request, "a"), gang_host(tmp_path, request, "b")
+    register(a), register(b)
+    workers(a), workers(b, env={"GPUFLEET_TRAIN_FAULT": "3:40"})
+    scheduler(a)
+    c = client_for(a)
+    r = c.post("/api/v1/trainings", json={"name": "fault", "recipe": "mlp", "config": LONG,
+                                          "hosts": [a.host_name, b.host_name], "gpus_per_host": 2,
+                                          "max_restarts": 0})
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    body = final(c, tid, 300)
+    assert body["status"] == "failed", body
+    assert body["status_reason"].startswith(f"host {b.host_name}: "), body
+    assert "injected failure on rank 3" in body["status_reason"], body
+    wait_for(lambda: not ranks_of(tid), 15, "no rank left on any host", 0.1)
+    other = [h for h in body["hosts"] if h["host"] == b.host_name][0]
+    assert other["status"] == "failed" and "injected failure on rank 3" in (other["message"] or ""), other

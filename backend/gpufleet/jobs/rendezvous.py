@@ -193,6 +193,23 @@ def gang_decision(verdict: Verdict, t: Training) -> outcome.Decision:
         retry_kind="gang", counts_restart=True)
 
 
+def root_cause(watch: LeaderWatch, wait_s: float = 2.0) -> Verdict | None:
+    """After the rank-0 host's ranks failed: the member host whose ranks failed first, if one says so
+    within ``wait_s`` (its worker writes it as its launcher exits)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with session_scope(watch.settings) as sess:
+            failed = sess.execute(select(GangMember.host_name, GangMember.message).where(
+                GangMember.training_id == watch.t.id, GangMember.node_rank > 0,
+                GangMember.attempt == watch.t.attempt, GangMember.status == "failed")).first()
+        if failed is not None:
+            fatal = (failed.message or "").startswith("checkpoint root")
+            return Verdict(f"host {failed.host_name}: {failed.message or 'its ranks failed'}", fatal)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
 # -- every other host ----------------------------------------------------------
 
 def is_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID) -> bool:

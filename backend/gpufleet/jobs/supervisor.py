@@ -42,6 +42,7 @@ from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs, rendezvous, script_attempt
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
 from gpufleet.trainings import outcome
 from gpufleet.trainings.lifecycle import get_training, transition
@@ -331,6 +332,9 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
+    if watch is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
+            and decision.status in ("queued", "failed"):
+        verdict = rendezvous.root_cause(watch)  # the host whose ranks failed first, named
     if verdict is not None and decision.status not in ("succeeded", "cancelled"):
         decision = rendezvous.gang_decision(verdict, t)
     if stop_deadline is not None and decision.status not in ("succeeded", "cancelled"):
