@@ -2136,7 +2136,7 @@ export interface operations {
             query?: {
                 /** @description Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and not neither (422 otherwise). */
                 memory_mb?: number | null;
-                /** @description How many GPUs (one DDP rank each), on one host. */
+                /** @description How many GPUs (one DDP rank each), on one host; with `across_hosts`, on several when none holds them. */
                 count?: number;
                 /** @description Only this host (404 if it is not registered). */
                 host?: string | null;

@@ -151,7 +151,9 @@ async def recommend_gpus(
                     "not neither (422 otherwise).",
         examples=[20480],
     ),
-    count: int = Query(default=1, ge=1, le=MAX_COUNT, description="How many GPUs (one DDP rank each), on one host."),
+    count: int = Query(default=1, ge=1, le=MAX_COUNT,
+                       description="How many GPUs (one DDP rank each), on one host; with `across_hosts`, "
+                                   "on several when none holds them."),
     host: str | None = Query(default=None, max_length=255,
                              description="Only this host (404 if it is not registered)."),
     policy: Literal["pack", "spread"] = Query(

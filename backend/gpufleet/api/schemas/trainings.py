@@ -82,7 +82,8 @@ class TrainingPublic(BaseModel):
     gpus: list[TrainingGPU] = Field(default_factory=list, description="current reservation")
     gang: dict[str, Any] | None = Field(default=None, description="what a training across hosts asked for")
     hosts: list[TrainingHostPublic] | None = Field(
-        default=None, description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
+        default=None,
+        description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
 
 
 class TrainingsPublic(BaseModel):
