@@ -2144,14 +2144,14 @@ export interface operations {
                 policy?: "pack" | "spread";
                 /** @description False: may share GPUs with other small trainings. */
                 exclusive?: boolean;
-                /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
-                across_hosts?: boolean;
                 /** @description How many ranked sets to return. */
                 max_candidates?: number;
                 /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
                 recipe?: string | null;
                 /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
+                /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
+                across_hosts?: boolean;
             };
             header?: never;
             path?: never;

@@ -159,8 +159,6 @@ async def recommend_gpus(
     policy: Literal["pack", "spread"] = Query(
         default="pack", description="`pack`: best fit, keeps big GPUs free; `spread`: most headroom."),
     exclusive: bool = Query(default=True, description="False: may share GPUs with other small trainings."),
-    across_hosts: bool = Query(default=False, description="When no single host fits, offer sets across hosts "
-                                                          "(fewest hosts first)."),
     max_candidates: int = Query(default=5, ge=1, le=50, description="How many ranked sets to return."),
     recipe: str | None = Query(
         default=None, max_length=128,
@@ -175,6 +173,8 @@ async def recommend_gpus(
                     "Omitted fields take the recipe's defaults.",
         examples=['{"d_in": 768, "n_latents": 16384, "precision": "bf16"}'],
     ),
+    across_hosts: bool = Query(default=False, description="When no single host fits, offer sets across hosts "
+                                                          "(fewest hosts first)."),
 ) -> RecommendationPublic:
     """Ranked GPU sets on one host for ``count`` GPUs.
 
