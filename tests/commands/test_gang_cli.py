@@ -23,6 +23,16 @@ def test_show_lists_each_host_with_its_ranks_gpus_and_step_times():
     assert host_lines({"hosts": None}, None) == []
 
 
+def test_show_and_ls_name_every_host_of_a_training_across_hosts():
+    from gpufleet.commands.trainings import show_fields
+
+    from commands.test_output import TRAINING
+
+    fields = dict(show_fields({**TRAINING, "hosts": HOSTS}))
+    assert fields["host"] == "a+b" and fields["gpus"] == "0,1+2,3"
+    assert dict(show_fields(TRAINING))["host"] == TRAINING["host_name"]
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--hosts", "2", "--gpus-per-host", "4"], {"hosts": 2, "gpus_per_host": 4}),
     (["--world-size", "8", "--spread"], {"spread": "auto", "world_size": 8}),

@@ -52,7 +52,16 @@ def _short(tid: str) -> str:
     return tid[:8]
 
 
+def _host(t: dict[str, Any]) -> str:
+    """The host, or every host of a training across hosts (rank 0's first)."""
+    if t.get("hosts"):
+        return "+".join(h["host"] for h in t["hosts"])
+    return t["host_name"] or "-"
+
+
 def _gpus(t: dict[str, Any]) -> str:
+    if t.get("hosts"):
+        return "+".join(",".join(map(str, h["gpu_ids"])) for h in t["hosts"])
     if t.get("gpu_ids"):
         return ",".join(map(str, t["gpu_ids"]))
     return f"auto×{t['world_size']}"
@@ -69,7 +78,7 @@ def ls(
     """List trainings, newest first."""
     page = _dump(connect(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
     rows = [
-        [t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
+        [t["id"], t["name"], t["owner"], t["status"], _host(t), _gpus(t),
          f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
         for t in page["data"]
     ]
@@ -102,7 +111,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
         ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
-        ("waiting", t["wait_reason"] or "-"), ("host", t["host_name"] or "-"), ("gpus", _gpus(t)),
+        ("waiting", t["wait_reason"] or "-"), ("host", _host(t)), ("gpus", _gpus(t)),
         ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
         ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
