@@ -20,3 +20,11 @@ describe('TrainingHosts', () => {
     expect(screen.getByTestId('host-0')).not.toHaveTextContent('slow');
   });
 });
+
+describe('gpuText', () => {
+  it('names every host of a training across hosts', async () => {
+    const { gpuText } = await import('./TrainingsPage');
+    expect(gpuText(training({ hosts }))).toBe('a: 0, 1 + b: 2, 3');
+    expect(gpuText(training({ host_name: 'h', gpu_ids: [3] }))).toBe('h: 3');
+  });
+});
