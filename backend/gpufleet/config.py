@@ -180,6 +180,10 @@ class Settings(BaseSettings):
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
+    # Trainings across hosts: address other hosts reach this one at, NIC for collectives, meeting wait.
+    advertise_address: str | None = None
+    network_interface: str | None = None
+    rendezvous_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_queued_per_user: int = Field(default=500, ge=1)
 
     # Users' own code (script trainings, gpufleet.trainings).

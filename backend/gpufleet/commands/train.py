@@ -60,6 +60,11 @@ def train(
     preemptible: Annotated[bool | None, typer.Option(
         "--preemptible/--no-preemptible",
         help="Server: may a higher-priority training checkpoint and stop this one (default: the server's).")] = None,
+    hosts: Annotated[int | None, typer.Option("--hosts", min=1, help="On a server: across this many hosts.")] = None,
+    gpus_per_host: Annotated[int | None, typer.Option("--gpus-per-host", min=1,
+                                                      help="On a server: GPUs (ranks) on each host.")] = None,
+    spread: Annotated[bool, typer.Option("--spread", help="On a server: the fewest hosts that hold "
+                                                          "--world-size GPUs.")] = False,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -82,11 +87,16 @@ def train(
         resolved.batch_layout(len(device_list))
     except TrainingConfigError as exc:
         _fail(str(exc))
+    gang = {k: v for k, v in (("hosts", hosts), ("gpus_per_host", gpus_per_host),
+                              ("spread", "auto" if spread else None)) if v is not None}
+    if gang and (local or gpu_ids or host):
+        _fail("--hosts, --gpus-per-host and --spread place a training across a server's hosts; "
+              "drop --local, --gpu-ids and --host")
     if local and (host or name or priority or preemptible is not None or max_runtime is not None):
         _fail("--host, --name, --priority, --preemptible and --max-runtime are for a training on a server; "
               "--local runs here")
     if not local:
-        submit_to_server(recipe, values, device_list, host=host, name=name, priority=priority, follow=follow,
+        submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
                          preemptible=preemptible, max_runtime=max_runtime)
         return
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
@@ -94,8 +104,8 @@ def train(
     raise typer.Exit(code=code)
 
 
-def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *, host: str | None = None,
-                     name: str | None = None, priority: int = 0, follow: bool = True,
+def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], gang: dict[str, Any] | None = None,
+                     *, host: str | None = None, name: str | None = None, priority: int = 0, follow: bool = True,
                      preemptible: bool | None = None, max_runtime: int | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
@@ -108,7 +118,11 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *,
                             "config": config, "priority": priority}
     if host:
         body["host"] = host
-    if all(d == "cpu" for d in devices):
+    if gang:
+        body.update(gang)
+        if gang.get("spread") or world_size_given(devices, gang):
+            body["world_size"] = len(devices)
+    elif all(d == "cpu" for d in devices):
         body["world_size"] = len(devices)
     else:
         body["gpu_ids"] = [int(d.split(":")[1]) for d in devices]
@@ -117,6 +131,11 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], *,
     if max_runtime is not None:
         body["max_runtime_s"] = max_runtime
     raise typer.Exit(code=submit(body, follow=follow))
+
+
+def world_size_given(devices: list[str], gang: dict[str, Any]) -> bool:
+    """--world-size counts with --hosts/--gpus-per-host only when it was given (more than one rank)."""
+    return len(devices) > 1 or not (gang.get("hosts") and gang.get("gpus_per_host"))
 
 
 def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkpoint_dir: Path | None,

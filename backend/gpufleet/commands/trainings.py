@@ -52,7 +52,16 @@ def _short(tid: str) -> str:
     return tid[:8]
 
 
+def _host(t: dict[str, Any]) -> str:
+    """The host, or every host of a training across hosts (rank 0's first)."""
+    if t.get("hosts"):
+        return "+".join(h["host"] for h in t["hosts"])
+    return t["host_name"] or "-"
+
+
 def _gpus(t: dict[str, Any]) -> str:
+    if t.get("hosts"):
+        return "+".join(",".join(map(str, h["gpu_ids"])) for h in t["hosts"])
     if t.get("gpu_ids"):
         return ",".join(map(str, t["gpu_ids"]))
     return f"auto×{t['world_size']}"
@@ -69,7 +78,7 @@ def ls(
     """List trainings, newest first."""
     page = _dump(connect(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
     rows = [
-        [t["id"], t["name"], t["owner"], t["status"], t["host_name"] or "-", _gpus(t),
+        [t["id"], t["name"], t["owner"], t["status"], _host(t), _gpus(t),
          f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
         for t in page["data"]
     ]
@@ -102,7 +111,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
         ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
-        ("waiting", t["wait_reason"] or "-"), ("host", t["host_name"] or "-"), ("gpus", _gpus(t)),
+        ("waiting", t["wait_reason"] or "-"), ("host", _host(t)), ("gpus", _gpus(t)),
         ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
         ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
@@ -123,12 +132,30 @@ def sharing_line(t: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def host_lines(t: dict[str, Any], rank_times: list[float] | None) -> list[tuple[str, str]]:
+    """A training across hosts: one line per host, its ranks, GPUs, state and newest step time per rank."""
+    out = []
+    for h in t.get("hosts") or []:
+        ranks = h["ranks"]
+        times = ""
+        if rank_times and ranks and ranks[-1] < len(rank_times):
+            times = "  step " + " ".join(f"r{r}={rank_times[r] * 1e3:.0f}ms" for r in ranks)
+        out.append((f"host {h['node_rank']}", f"{h['host']}: ranks {ranks[0]}-{ranks[-1]} on GPUs "
+                    f"{','.join(map(str, h['gpu_ids']))} ({h['status']}){times}" + (
+                        f" — {h['message']}" if h.get("message") else "")))
+    return out
+
+
 @trainings_app.command("show")
 def show(training_id: str, server: ServerOpt = None) -> None:
-    """One training: GPUs, host, estimate and reasons, restarts, newest checkpoint, recent events."""
+    """One training: GPUs, host(s), estimate and reasons, restarts, newest checkpoint, recent events."""
     c = connect(server)
     t = _dump(c.get_training(training_id))
-    for k, v in show_fields(t):
+    extra: list[tuple[str, str]] = []
+    if t.get("hosts"):
+        steps = [m for m in _dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
+        extra = host_lines(t, steps[-1]["rank_step_times"] if steps else None)
+    for k, v in show_fields(t) + extra:
         # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
         out.print(Text.assemble((f"{k:>11}", "bold"), " ", v), highlight=False, soft_wrap=True)
     events = [_dump(e) for e in c.events(training_id)][-10:]

@@ -64,6 +64,8 @@ class MetricsSink:
         # is the backstop for a launcher that stops reporting altogether.
         self.hang_after_s = 2 * settings.collective_timeout_s + 60
         self.straggler = StragglerWatch()
+        # A training across hosts: the host of each global rank, so a straggler's warning names it.
+        self.rank_hosts: list[str] | None = None
         self.last_error: dict[str, Any] | None = None
         self.forced_exit_code: int | None = None
         self._metrics: dict[int, TrainingMetric] = {}
@@ -163,8 +165,11 @@ class MetricsSink:
             if line.get("loss") is not None:
                 self._row["last_loss"] = float(line["loss"])
             for rank, t, med in self.straggler.observe(times):
-                self._event("warning", f"rank {rank} is a straggler: {t:.3f}s per step vs {med:.3f}s for the others",
-                            {"rank": rank, "step_time_s": t, "others_median_s": med, "step": step})
+                host = self.rank_hosts[rank] if self.rank_hosts and rank < len(self.rank_hosts) else None
+                where = f" (host {host})" if host else ""
+                self._event("warning", f"rank {rank}{where} is a straggler: {t:.3f}s per step vs {med:.3f}s for "
+                            "the others", {"rank": rank, "step_time_s": t, "others_median_s": med, "step": step,
+                                           **({"host": host} if host else {})})
         elif kind == "checkpoint":
             self._row["last_checkpoint"] = str(line.get("path"))
             if line.get("step") is not None:

@@ -39,9 +39,10 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs, script_attempt, stops
+from gpufleet.jobs import procs, rendezvous, script_attempt, stops
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
 from gpufleet.trainings import outcome
 from gpufleet.trainings.lifecycle import get_training, transition
@@ -104,7 +105,8 @@ def _devices(settings: Settings, t: Training) -> list[str]:
             g.index: g
             for g in sess.execute(
                 select(GPU).join(GPUAllocation, GPUAllocation.gpu_id == GPU.id).where(
-                    GPUAllocation.training_id == t.id, GPUAllocation.released_at.is_(None)
+                    GPUAllocation.training_id == t.id, GPUAllocation.released_at.is_(None),
+                    GPUAllocation.host_id == t.host_id,  # a training across hosts has GPUs elsewhere too
                 )
             ).scalars()
         }
@@ -120,7 +122,8 @@ def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
         return sum(1 for d in rows if d and d.get("retry_kind") == kind)
 
 
-def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool) -> tuple[Path, Path]:
+def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool,
+                gang: dict | None = None) -> tuple[Path, Path]:
     from gpufleet.training.spec import LaunchSpec
 
     rdir = run_dir(settings, t.id)
@@ -144,6 +147,7 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: boo
         # worker gives its ranks the whole grace to checkpoint.
         stop_grace_s=settings.stop_grace_s,
         attempt=t.attempt,
+        gang=gang,
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
@@ -197,6 +201,9 @@ def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, 
 
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
+    if rendezvous.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
+        return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, launch,
+                                       run_dir(settings, tid), checkpoint_dir(settings, tid), _STOPPING.is_set)
     claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
     if t is None:
@@ -204,6 +211,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     backend = device_backend(settings)
     logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
+    gang: dict | None = None
     try:
         devices = _devices(settings, t)
         # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
@@ -212,7 +220,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             spec_path, progress_path = script_attempt.write_spec(
                 settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
         else:
-            spec_path, progress_path = _write_spec(settings, t, devices, on_cpu)
+            gang = rendezvous.leader_prepare(settings, t, worker_id)
+            spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
     except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
         logf.line(f"[gpufleet] cannot prepare the launch: {exc}")
         logf.close()
@@ -220,6 +229,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return "failed"
     sink = MetricsSink(settings, t, worker_id, progress_path, host_name)
     sink.renewed_at = claimed_at
+    if gang:
+        sink.rank_hosts = rendezvous.rank_hosts_of(settings, tid)
     earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != progress_path]
     try:
         # From here on a launcher of an older attempt may not put a checkpoint in place.
@@ -229,7 +240,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
         else:
             sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
-            proc, lifeline = launch(spec_path, logf, tid)
+            proc, lifeline = launch(spec_path, logf, tid, env=rendezvous.launch_env(settings, tid) if gang else None)
     except OSError as exc:
         logf.line(f"[gpufleet] cannot start the launcher: {exc}")
         logf.close()
@@ -255,6 +266,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             _signal_group(pgid, signal.SIGTERM)
         return asked
 
+    watch = rendezvous.LeaderWatch(settings, t) if gang else None
+    verdict: rendezvous.Verdict | None = None
     done, fenced = threading.Event(), threading.Event()
     threading.Thread(target=_fence, args=(sink, pgid, settings.lease_s, done, fenced),
                      name=f"gpufleet-fence-{tid}", daemon=True).start()
@@ -269,6 +282,9 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                 procs.stop_group(pgid, 0.0)
             try:
                 state = sink.pump()
+                if watch is not None and verdict is None and (verdict := watch.check()) is not None:
+                    logf.line(f"[gpufleet] {verdict.reason}; stopping the ranks on every host")
+                    procs.stop_group(pgid, CANCEL_GRACE_S)
             except DBAPIError as exc:
                 # A database blip must not kill a training; the lines wait in
                 # the sink. One that outlasts the lease ends in the fence thread.
@@ -325,6 +341,11 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         kind=t.kind,
     )
     decision = outcome.decide(attempt)
+    if watch is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
+            and decision.status in ("queued", "failed"):
+        verdict = rendezvous.root_cause(watch)  # the host whose ranks failed first, named
+    if verdict is not None and decision.status not in ("succeeded", "cancelled"):
+        decision = rendezvous.gang_decision(verdict, t)
     if stop is not None:
         decision = stops.decide(stop, decision, stopping=_STOPPING.is_set(), step=sink.last_checkpoint_step(),
                                 host_name=host_name, max_runtime_s=t.max_runtime_s)

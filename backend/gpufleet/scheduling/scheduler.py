@@ -22,7 +22,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import backfill, batch, fairshare, preemption
+from gpufleet.scheduling import backfill, batch, fairshare, gang, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.quotas import PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
@@ -73,7 +73,7 @@ def _snapshot(sess: Session, settings: Settings) -> _Snapshot:
 
 
 def _hopeless(snap: _Snapshot, t: Training) -> bool:
-    if t.wait_reason is None:
+    if t.wait_reason is None or t.gang is not None:
         return False  # try once under the lock, so the row says why it waits
     if snap.preempt.worth_a_try(t):
         return False  # lower-priority trainings it may preempt hold GPUs, or hold them for it
@@ -187,6 +187,8 @@ def _schedule_one(
     if over := quota_wait(sess, t, quota_memo):
         _set_wait(sess, t, over)
         return None, over, None, []
+    if t.gang is not None:  # across hosts: gpufleet.scheduling.gang (no preemption or backfill for gangs yet)
+        return gang.schedule_gang(sess, settings, t)
     hosts = _candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (

@@ -79,7 +79,7 @@ class DistributedTrainer:
 
     def __init__(self, devices: list[str], config: TrainConfig, *, collective_timeout_s: float = 60.0,
                  master_addr: str = "127.0.0.1", master_port: int | None = None,
-                 use_process_group: bool | None = None):
+                 use_process_group: bool | None = None, rendezvous_timeout_s: float | None = None):
         if not devices:
             raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
@@ -90,6 +90,9 @@ class DistributedTrainer:
         self.config = config
         self.collective_timeout_s = collective_timeout_s
         self.master_addr = master_addr
+        # Set for a training across hosts: every rank is a client of the TCPStore
+        # the rank-0 host's launcher keeps open, and waits this long for it.
+        self.rendezvous_timeout_s = rendezvous_timeout_s
         # Chosen in the parent before the ranks start, so all ranks agree on it.
         self.master_port = master_port if master_port is not None else (
             find_free_port(master_addr) if self.use_process_group else 0)
@@ -116,6 +119,10 @@ class DistributedTrainer:
                 # Binds the communicator to this device up front (no guessing
                 # from the current device, no extra warm-up collective).
                 kwargs["device_id"] = self.device
+            if self.rendezvous_timeout_s is not None:
+                kwargs["store"] = dist.TCPStore(
+                    self.master_addr, self.master_port, self.world_size, is_master=False,
+                    timeout=timedelta(seconds=self.rendezvous_timeout_s))
             dist.init_process_group(
                 backend=ops.dist_backend, rank=rank, world_size=self.world_size,
                 timeout=timedelta(seconds=self.collective_timeout_s), **kwargs,

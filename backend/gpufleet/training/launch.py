@@ -32,6 +32,7 @@ from typing import Any
 
 from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
+from gpufleet.training.gang_launch import open_store, rank_view
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
 
@@ -98,7 +99,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progress: ProgressWriter | None,
-                  should_stop: Any, master_port: int | None = None) -> Any:
+                  should_stop: Any, master_port: int | None = None, **rendezvous: Any) -> Any:
     """The one place a launcher builds its :class:`~gpufleet.training.trainer.Trainer`:
     the spec's recipe and validated config on ``run_devices``, as rank ``rank``."""
     from gpufleet.training.recipes import get_recipe
@@ -109,7 +110,7 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
     return Trainer(recipe, config, devices=run_devices, rank=rank, checkpoint_dir=spec.checkpoint_dir,
                    data_root=spec.data_root, resume=spec.resume, progress=progress,
                    collective_timeout_s=spec.collective_timeout_s, master_port=master_port,
-                   should_stop=should_stop)
+                   should_stop=should_stop, **rendezvous)
 
 
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
@@ -129,12 +130,13 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     spec = LaunchSpec.from_dict(payload["spec"])
     trainer = None
     try:
-        progress = ProgressWriter(spec.progress_file) if rank == 0 else None
-        trainer = build_trainer(spec, payload["run_devices"], rank=rank, progress=progress,
+        grank, devices, rendezvous = rank_view(spec, payload["run_devices"], rank)  # global rank across hosts
+        progress = ProgressWriter(spec.progress_file) if grank == 0 else None
+        trainer = build_trainer(spec, devices, rank=grank, progress=progress,
                                 should_stop=lambda: requested["stop"] or stop_event.is_set(),
-                                master_port=payload["master_port"])
+                                master_port=payload["master_port"], **rendezvous)
         result = trainer.train()
-        if rank == 0:
+        if grank == 0:
             evaluation = trainer.evaluate() if result.status == "succeeded" and trainer.strategy != "fsdp" else {}
             if evaluation and progress:
                 progress.write("eval", step=result.step, metrics=evaluation)
@@ -215,7 +217,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
 
         recipe = get_recipe(spec.recipe)
         config = recipe.resolve_config(spec.config)
-        micro, accum = config.batch_layout(spec.world_size)
+        micro, accum = config.batch_layout(spec.global_world_size)
         if config.data_path is not None:
             resolve_data_path(spec.data_root, config.data_path)
         run_devices = spec.run_devices()
@@ -238,7 +240,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpufleet-launch-") as tmp:
         state_dir = Path(tmp)
         try:
-            if spec.world_size == 1:
+            if spec.world_size == 1 and not spec.gang:
                 code, fields = _run_inprocess(spec, run_devices, progress)
             else:
                 code, fields = _run_spawned(spec, run_devices, progress, state_dir)
@@ -311,8 +313,9 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
     stop_event = ctx.Event()
     flag = _StopFlag(on_first=stop_event.set)
     previous = flag.install()
-    payload = {"spec": json.loads(spec.to_json()), "run_devices": run_devices,
-               "master_port": find_free_port(), "state_dir": str(state_dir)}
+    store = open_store(spec)  # noqa: F841 - the rank-0 host's rendezvous, open while this launcher runs
+    payload = {"spec": json.loads(spec.to_json()), "run_devices": run_devices, "state_dir": str(state_dir),
+               "master_port": int(spec.gang["master_port"]) if spec.gang else find_free_port()}
     procs = mp.start_processes(_rank_main, args=(payload, stop_event), nprocs=spec.world_size,
                                join=False, start_method="spawn")
     progress.write("ranks", pids=[p.pid for p in procs.processes])

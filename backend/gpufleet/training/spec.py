@@ -64,6 +64,10 @@ class LaunchSpec:
     # The attempt number this launch runs for: its checkpoint writes are fenced
     # by it (a newer attempt's fence in checkpoint_dir stops them).
     attempt: int | None = None
+    # A training across hosts: {"world_size", "first_rank" (this host's first
+    # global rank), "master_addr", "master_port", "store_master" (this launcher
+    # opens the TCPStore), "rendezvous_timeout_s"}; None on one host.
+    gang: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -89,6 +93,11 @@ class LaunchSpec:
     @property
     def world_size(self) -> int:
         return len(self.devices)
+
+    @property
+    def global_world_size(self) -> int:
+        """Ranks on every host together (the local ``world_size`` on one host)."""
+        return int(self.gang["world_size"]) if self.gang else self.world_size
 
     @property
     def backend(self) -> str:

@@ -92,11 +92,13 @@ class Trainer:
                  rank: int = 0, checkpoint_dir: str | Path | None = None, data_root: str | Path | None = None,
                  resume: bool = True, progress: ProgressWriter | None = None,
                  should_stop: Callable[[], bool] | None = None, collective_timeout_s: float = 60.0,
-                 master_port: int | None = None, dist_trainer: DistributedTrainer | None = None):
+                 master_port: int | None = None, dist_trainer: DistributedTrainer | None = None,
+                 master_addr: str = "127.0.0.1", rendezvous_timeout_s: float | None = None):
         self.recipe, self.config = recipe, config
         self.dt = dist_trainer or DistributedTrainer(devices or ["cpu"], config,
                                                      collective_timeout_s=collective_timeout_s,
-                                                     master_port=master_port)
+                                                     master_addr=master_addr, master_port=master_port,
+                                                     rendezvous_timeout_s=rendezvous_timeout_s)
         self.rank = rank
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.data_root, self.resume = data_root, resume

@@ -92,6 +92,11 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
 
 
+# A training across hosts names how many hosts it wants, or which.
+HostCount = Annotated[int, Field(ge=1, le=256)]
+HostNames = Annotated[list[Annotated[str, Field(min_length=1, max_length=255)]], Field(min_length=1, max_length=256)]
+
+
 class TrainingCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -117,6 +122,11 @@ class TrainingCreate(BaseModel):
     host: str | None = Field(default=None, max_length=255)
     distributed: bool | None = Field(default=None, description="DDP over the GPUs; implied by more than one GPU")
     world_size: int | None = Field(default=None, ge=1, le=1024, description="number of GPUs when gpu_ids is omitted")
+    hosts: HostCount | HostNames | None = Field(
+        default=None, description="across hosts: how many hosts, or their names (rank 0 on the first)")
+    gpus_per_host: int | None = Field(default=None, ge=1, le=64, description="across hosts: GPUs (ranks) on each")
+    spread: Literal["auto"] | None = Field(
+        default=None, description="auto: one host when one fits, else the fewest hosts that hold world_size")
     priority: int = Field(default=0, ge=-1000, le=1000)
     max_restarts: int = Field(default=2, ge=0, le=100)
     checkpoint_every: int | None = Field(default=None, ge=1, le=INT32_MAX)

@@ -32,6 +32,8 @@ from gpufleet.trainings.checks import (
     refuse_never_fits,
     resolve_host,
 )
+from gpufleet.trainings.gang_request import gang_request
+from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.trainings.lifecycle import get_training, record_event, transition
 from gpufleet.trainings.models import (
     FINAL_STATUSES,
@@ -111,19 +113,20 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
             exclusive: bool = True, admin: bool = False) -> tuple[Training, TrainConfig | None]:
     """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config."""
     count = check_request(req)
+    gang, count = gang_request(sess, req, count)
     if not exclusive and count != 1:
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
     host = resolve_host(sess, req)
     if req.gpu_ids and host is not None:
         check_gpus(sess, host, req.gpu_ids)
-    if not req.gpu_ids and count > 1:
+    if not req.gpu_ids and count > 1 and gang is None:
         check_world_size(sess, count, req.host)
     common = dict(
         id=uuid.uuid4(), name=req.name.strip(), owner=owner, status="queued", priority=req.priority,
         gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
         requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
         auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
-        restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
+        restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False, gang=gang,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
         max_runtime_s=req.max_runtime_s,
     )
@@ -247,6 +250,8 @@ class TrainingView:
     host_name: str | None = None
     # The newest reservation: the active one, or the last one once it ended.
     gpus: list[GPUAllocation] = field(default_factory=list)
+    # A training across hosts: each host's part (gpufleet.trainings.gang_view).
+    hosts: list[dict[str, Any]] | None = None
 
 
 def get(sess: Session, training_id: uuid.UUID) -> Training:
@@ -280,6 +285,7 @@ def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
             ]
         out.append(TrainingView(t, hosts.get(t.host_id) if t.host_id is not None else None,
                                 sorted(current, key=lambda a: a.gpu_index)))
+    add_hosts(sess, out)
     return out
 
 

@@ -624,6 +624,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * AcrossHostsPublic
+         * @description One set of GPUs on several hosts: a part per host, rank 0 on the first.
+         */
+        AcrossHostsPublic: {
+            /** Hosts */
+            hosts: number;
+            /** Parts */
+            parts: components["schemas"]["CandidatePublic"][];
+            /** Reasons */
+            reasons: string[];
+        };
         /** BatchItem */
         BatchItem: {
             /**
@@ -1136,6 +1148,12 @@ export interface components {
          */
         RecommendBody: {
             /**
+             * Across Hosts
+             * @description when no single host fits, offer sets across hosts
+             * @default false
+             */
+            across_hosts: boolean;
+            /**
              * Config
              * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
@@ -1181,6 +1199,11 @@ export interface components {
         };
         /** RecommendationPublic */
         RecommendationPublic: {
+            /**
+             * Across Hosts
+             * @description with across_hosts: sets on the fewest hosts when no single host fits
+             */
+            across_hosts?: components["schemas"]["AcrossHostsPublic"][];
             /** Candidates */
             candidates: components["schemas"]["CandidatePublic"][];
             /** Count */
@@ -1302,8 +1325,18 @@ export interface components {
              * @description GPU indexes on the host; omit to let the server choose
              */
             gpu_ids?: number[] | null;
+            /**
+             * Gpus Per Host
+             * @description across hosts: GPUs (ranks) on each
+             */
+            gpus_per_host?: number | null;
             /** Host */
             host?: string | null;
+            /**
+             * Hosts
+             * @description across hosts: how many hosts, or their names (rank 0 on the first)
+             */
+            hosts?: number | string[] | null;
             /**
              * Kind
              * @description a built-in/plugin recipe, or your own code
@@ -1354,6 +1387,11 @@ export interface components {
              */
             recipe?: string | null;
             /**
+             * Spread
+             * @description auto: one host when one fits, else the fewest hosts that hold world_size
+             */
+            spread?: "auto" | null;
+            /**
              * World Size
              * @description number of GPUs when gpu_ids is omitted
              */
@@ -1401,6 +1439,37 @@ export interface components {
             index: number;
             /** Released At */
             released_at: string | null;
+        };
+        /**
+         * TrainingHostPublic
+         * @description One host of a training across hosts.
+         */
+        TrainingHostPublic: {
+            /** Attempt */
+            attempt: number | null;
+            /** Gpu Ids */
+            gpu_ids: number[];
+            /** Heartbeat At */
+            heartbeat_at: string | null;
+            /** Host */
+            host: string;
+            /** Message */
+            message: string | null;
+            /**
+             * Node Rank
+             * @description 0: the host of rank 0, which opens the rendezvous and checkpoints
+             */
+            node_rank: number;
+            /**
+             * Ranks
+             * @description the global ranks that run on this host
+             */
+            ranks: number[];
+            /**
+             * Status
+             * @description reserved | running | succeeded | failed | stopped
+             */
+            status: string;
         };
         /** TrainingLogPublic */
         TrainingLogPublic: {
@@ -1487,6 +1556,13 @@ export interface components {
             exit_code: number | null;
             /** Finished At */
             finished_at: string | null;
+            /**
+             * Gang
+             * @description what a training across hosts asked for
+             */
+            gang?: {
+                [key: string]: unknown;
+            } | null;
             /** Gpu Ids */
             gpu_ids: number[] | null;
             /**
@@ -1499,6 +1575,11 @@ export interface components {
              * @description the host that owns the GPUs
              */
             host_name?: string | null;
+            /**
+             * Hosts
+             * @description a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)
+             */
+            hosts?: components["schemas"]["TrainingHostPublic"][] | null;
             /**
              * Id
              * Format: uuid
@@ -1723,14 +1804,29 @@ export interface components {
              * @default true
              */
             exclusive: boolean;
-            /** Gpu Ids */
-            gpu_ids: number[];
+            /**
+             * Gpu Ids
+             * @description GPUs on one host; or give parts
+             */
+            gpu_ids?: number[] | null;
             /** Host */
             host?: string | null;
             /** Memory Mb */
             memory_mb?: number | null;
+            /**
+             * Parts
+             * @description a selection across hosts: each host's GPUs, rank 0 first
+             */
+            parts?: components["schemas"]["ValidatePart"][] | null;
             /** Recipe */
             recipe?: string | null;
+        };
+        /** ValidatePart */
+        ValidatePart: {
+            /** Gpu Ids */
+            gpu_ids: number[];
+            /** Host */
+            host: string;
         };
         /** ValidationError */
         ValidationError: {
@@ -3110,7 +3206,7 @@ export interface operations {
             query?: {
                 /** @description Memory each GPU needs, in MiB. Give exactly one of `memory_mb` or `recipe`, not both and not neither (422 otherwise). */
                 memory_mb?: number | null;
-                /** @description How many GPUs (one DDP rank each), on one host. */
+                /** @description How many GPUs (one DDP rank each), on one host; with `across_hosts`, on several when none holds them. */
                 count?: number;
                 /** @description Only this host (404 if it is not registered). */
                 host?: string | null;
@@ -3124,6 +3220,8 @@ export interface operations {
                 recipe?: string | null;
                 /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
+                /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
+                across_hosts?: boolean;
             };
             header?: never;
             path?: never;

@@ -21,6 +21,7 @@ export type HostTopology = S['HostTopology'];
 export type Topology = S['TopologyPublic'];
 
 export type Training = S['TrainingPublic'];
+export type TrainingHost = S['TrainingHostPublic'];
 export type TrainingsPublic = S['TrainingsPublic'];
 export type TrainingCreate = S['TrainingCreate'];
 export type TrainingEvent = S['TrainingEventPublic'];

@@ -19,6 +19,7 @@ from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.api.schemas.selection import (
     MAX_COUNT,
+    AcrossHostsPublic,
     CandidatePublic,
     ProblemPublic,
     RecommendationPublic,
@@ -35,21 +36,43 @@ from gpufleet.trainings.request import check_config
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
-def _public(rec: Recommendation, estimate: Any = None) -> RecommendationPublic:
+def _candidate(c: Any) -> CandidatePublic:
+    return CandidatePublic(host=c.host, gpu_indexes=list(c.gpu_indexes), score=c.score, connection=c.connection,
+                           reasons=list(c.reasons), free_memory=list(c.free_memory), weights=list(c.weights))
+
+
+def _across(req: SelectionRequest, across: bool) -> Any:
+    """``fleet -> (recommendation, sets across hosts)``: those only when asked and no single host fits."""
+    from gpufleet.scheduling.gang_select import recommend_across
+    from gpufleet.scheduling.recommend import recommend
+
+    def run(fleet: Any) -> Any:
+        rec = recommend(req, fleet)
+        if not across or rec.candidates or req.host is not None:
+            return rec, []
+        sets, why = recommend_across(req, fleet)
+        if not sets and rec.refused is not None and why is not None and "the fleet has" in why:
+            rec = Recommendation(request=req, refused=why)
+        elif rec.refused is not None:
+            rec = Recommendation(request=req, wait_reason=why or rec.refused)
+        elif why is not None:
+            rec = Recommendation(request=req, wait_reason=f"{rec.wait_reason}; across hosts: {why}")
+        return rec, sets
+    return run
+
+
+def _public(rec: Recommendation, estimate: Any = None, sets: Any = ()) -> RecommendationPublic:
     if rec.refused is not None:
         # It can never fit: say so now instead of letting it queue forever.
         raise HTTPException(422, f"this request can never be placed: {rec.refused}")
     r = rec.request
     return RecommendationPublic(
         memory_bytes=r.memory_bytes, count=r.count, host=r.host, policy=r.policy,
-        candidates=[
-            CandidatePublic(host=c.host, gpu_indexes=list(c.gpu_indexes), score=c.score,
-                            connection=c.connection, reasons=list(c.reasons),
-                            free_memory=list(c.free_memory), weights=list(c.weights))
-            for c in rec.candidates
-        ],
+        candidates=[_candidate(c) for c in rec.candidates],
         wait_reason=rec.wait_reason,
         estimate=estimate_public(estimate) if estimate is not None else None,
+        across_hosts=[AcrossHostsPublic(hosts=c.hosts, parts=[_candidate(p) for p in c.parts],
+                                        reasons=list(c.reasons)) for c in sets],
     )
 
 
@@ -128,7 +151,9 @@ async def recommend_gpus(
                     "not neither (422 otherwise).",
         examples=[20480],
     ),
-    count: int = Query(default=1, ge=1, le=MAX_COUNT, description="How many GPUs (one DDP rank each), on one host."),
+    count: int = Query(default=1, ge=1, le=MAX_COUNT,
+                       description="How many GPUs (one DDP rank each), on one host; with `across_hosts`, "
+                                   "on several when none holds them."),
     host: str | None = Query(default=None, max_length=255,
                              description="Only this host (404 if it is not registered)."),
     policy: Literal["pack", "spread"] = Query(
@@ -148,6 +173,8 @@ async def recommend_gpus(
                     "Omitted fields take the recipe's defaults.",
         examples=['{"d_in": 768, "n_latents": 16384, "precision": "bf16"}'],
     ),
+    across_hosts: bool = Query(default=False, description="When no single host fits, offer sets across hosts "
+                                                          "(fewest hosts first)."),
 ) -> RecommendationPublic:
     """Ranked GPU sets on one host for ``count`` GPUs.
 
@@ -156,8 +183,6 @@ async def recommend_gpus(
     Both or neither is a 422. A request that can never fit is a 422 naming why;
     one that does not fit now is a 200 with no candidates and ``wait_reason``.
     """
-    from gpufleet.scheduling.recommend import recommend
-
     if (memory_mb is None) == (recipe is None):
         raise HTTPException(422, "give memory_mb, or recipe (and optionally config as JSON), but not both")
     await run_in_threadpool(_known_host, settings, host)
@@ -181,9 +206,9 @@ async def recommend_gpus(
         memory = int(memory_mb or 0) * MiB
     req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
-    rec = await run_in_threadpool(_fleet, settings, estimate.key if estimate else None,
-                                  lambda fleet: recommend(req, fleet))
-    return _public(rec, estimate)
+    rec, sets = await run_in_threadpool(_fleet, settings, estimate.key if estimate else None,
+                                        _across(req, across_hosts))
+    return _public(rec, estimate, sets)
 
 
 @router.post("/recommend", response_model=RecommendationPublic, operation_id="gpus-recommend-config",
@@ -192,14 +217,12 @@ async def recommend_for_config(
     body: RecommendBody, request: Request, settings: SettingsDep, user: ViewerUser
 ) -> RecommendationPublic:
     """Ranked GPU sets for a full training config: its estimate, then the sets that hold it."""
-    from gpufleet.scheduling.recommend import recommend
-
     await run_in_threadpool(_known_host, settings, body.host)
     estimate = await _estimate(request, settings, user, body.recipe, body.config, body.count)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
-    rec = await run_in_threadpool(_fleet, settings, estimate.key, lambda fleet: recommend(req, fleet))
-    return _public(rec, estimate)
+    rec, sets = await run_in_threadpool(_fleet, settings, estimate.key, _across(req, body.across_hosts))
+    return _public(rec, estimate, sets)
 
 
 @router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
@@ -210,20 +233,39 @@ async def validate_gpus(
     from gpufleet.scheduling.validate import validate_selection
 
     await run_in_threadpool(_known_host, settings, body.host)
+    for part in body.parts or []:
+        await run_in_threadpool(_known_host, settings, part.host)
     estimate = None
     memory = (body.memory_mb or 0) * MiB
     if body.recipe is not None:
-        estimate = await _estimate(request, settings, user, body.recipe, body.config or {}, len(body.gpu_ids))
+        estimate = await _estimate(request, settings, user, body.recipe, body.config or {}, body.count)
         memory = estimate.total
+    if body.parts is not None:
+        return await run_in_threadpool(_validate_across, settings, body, memory, estimate)
     v = await run_in_threadpool(
         _fleet, settings, estimate.key if estimate else None,
         lambda fleet: validate_selection(fleet, body.gpu_ids, host=body.host, memory_bytes=memory,
                                          exclusive=body.exclusive),
     )
     return ValidationPublic(
-        ok=v.ok, host=v.host, gpu_ids=list(body.gpu_ids), memory_bytes=memory,
+        ok=v.ok, host=v.host, gpu_ids=list(body.gpu_ids or []), memory_bytes=memory,
         problems=[ProblemPublic(code=p.code, message=p.message, gpu_index=p.gpu_index) for p in v.problems],
         warnings=[ProblemPublic(code=p.code, message=p.message, gpu_index=p.gpu_index) for p in v.warnings],
         weights=list(v.weights),
         estimate=estimate_public(estimate) if estimate is not None else None,
+    )
+
+
+def _validate_across(settings: Any, body: ValidateBody, memory: int, estimate: Any) -> ValidationPublic:
+    from gpufleet.scheduling.gang_select import validate_across
+
+    parts = [(p.host, list(p.gpu_ids)) for p in body.parts or []]
+    ok, problems, warnings = _fleet(settings, estimate.key if estimate else None,
+                                    lambda fleet: validate_across(fleet, parts, memory_bytes=memory,
+                                                                  exclusive=body.exclusive))
+    return ValidationPublic(
+        ok=ok, host=parts[0][0], gpu_ids=[i for _, ids in parts for i in ids], memory_bytes=memory,
+        problems=[ProblemPublic(code=c, message=m, gpu_index=i) for c, m, i in problems],
+        warnings=[ProblemPublic(code=c, message=m, gpu_index=i) for c, m, i in warnings],
+        weights=[], estimate=estimate_public(estimate) if estimate is not None else None,
     )

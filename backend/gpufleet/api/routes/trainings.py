@@ -26,6 +26,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingEventPublic,
     TrainingEventsPublic,
     TrainingGPU,
+    TrainingHostPublic,
     TrainingLogPublic,
     TrainingMetricPublic,
     TrainingMetricsPublic,
@@ -70,6 +71,7 @@ def _publics(views: list[service.TrainingView]) -> list[TrainingPublic]:
         pub.host_name = v.host_name
         pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
                                 released_at=a.released_at) for a in v.gpus]
+        pub.hosts = [TrainingHostPublic(**h) for h in v.hosts] if v.hosts else None
         out.append(pub)
     return out
 

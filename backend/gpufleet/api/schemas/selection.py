@@ -41,6 +41,14 @@ class CandidatePublic(BaseModel):
     weights: list[float]
 
 
+class AcrossHostsPublic(BaseModel):
+    """One set of GPUs on several hosts: a part per host, rank 0 on the first."""
+
+    hosts: int
+    parts: list[CandidatePublic]
+    reasons: list[str]
+
+
 class RecommendationPublic(BaseModel):
     memory_bytes: int
     count: int
@@ -49,6 +57,8 @@ class RecommendationPublic(BaseModel):
     candidates: list[CandidatePublic]
     wait_reason: str | None = None
     estimate: EstimatePublic | None = None
+    across_hosts: list[AcrossHostsPublic] = Field(
+        default_factory=list, description="with across_hosts: sets on the fewest hosts when no single host fits")
 
 
 class RecommendBody(BaseModel):
@@ -63,14 +73,25 @@ class RecommendBody(BaseModel):
     policy: Literal["pack", "spread"] = "pack"
     exclusive: bool = True
     max_candidates: int = Field(default=5, ge=1, le=50)
+    across_hosts: bool = Field(default=False, description="when no single host fits, offer sets across hosts")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class ValidatePart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = Field(min_length=1, max_length=MAX_HOST_CHARS)
+    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
 
 
 class ValidateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
+    gpu_ids: list[GPUIndex] | None = Field(default=None, min_length=1, max_length=MAX_COUNT,
+                                           description="GPUs on one host; or give parts")
+    parts: list[ValidatePart] | None = Field(default=None, min_length=1, max_length=256,
+                                             description="a selection across hosts: each host's GPUs, rank 0 first")
     host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
     recipe: str | None = Field(default=None, max_length=128)
@@ -85,7 +106,15 @@ class ValidateBody(BaseModel):
             raise ValueError("give memory_mb or recipe (+ config), not both")
         if self.config is not None and self.recipe is None:
             raise ValueError("config needs recipe: name the recipe the config is for")
+        if (self.gpu_ids is None) == (self.parts is None):
+            raise ValueError("give gpu_ids (one host) or parts (several hosts), not both and not neither")
+        if self.parts is not None and self.host is not None:
+            raise ValueError("host names one host; with parts each part names its host")
         return self
+
+    @property
+    def count(self) -> int:
+        return len(self.gpu_ids) if self.gpu_ids is not None else sum(len(p.gpu_ids) for p in self.parts or [])
 
 
 class ProblemPublic(BaseModel):

@@ -20,6 +20,19 @@ class TrainingGPU(BaseModel):
     released_at: datetime | None
 
 
+class TrainingHostPublic(BaseModel):
+    """One host of a training across hosts."""
+
+    host: str
+    node_rank: int = Field(description="0: the host of rank 0, which opens the rendezvous and checkpoints")
+    ranks: list[int] = Field(description="the global ranks that run on this host")
+    gpu_ids: list[int]
+    status: str = Field(description="reserved | running | succeeded | failed | stopped")
+    attempt: int | None
+    heartbeat_at: datetime | None
+    message: str | None
+
+
 class TrainingPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -75,6 +88,10 @@ class TrainingPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     gpus: list[TrainingGPU] = Field(default_factory=list, description="current reservation")
+    gang: dict[str, Any] | None = Field(default=None, description="what a training across hosts asked for")
+    hosts: list[TrainingHostPublic] | None = Field(
+        default=None,
+        description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
 
 
 class TrainingsPublic(BaseModel):

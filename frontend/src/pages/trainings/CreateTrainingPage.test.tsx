@@ -20,10 +20,10 @@ function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError } = {}) 
   ];
   vi.mocked(useFleet).mockReturnValue({ data: { data: gpus, count: 3, simulated: true }, error: null, loading: false, reload: vi.fn(), gpus, byHost: [['sim-host', gpus]], simulated: true });
   const recommend = vi.spyOn(endpoints, 'recommend').mockResolvedValue(recommendation(10 * GiB, [candidate('sim-host', [1])]));
-  const validate = vi.spyOn(endpoints, 'validate').mockImplementation(async (b) =>
-    b.gpu_ids.includes(2)
-      ? validation('sim-host', b.gpu_ids, [{ code: 'short-of-memory', message: 'GPU 2 is short of memory by 4.0 GiB', gpu_index: 2 }], [{ code: 'no-peer-access', message: 'GPUs 1 and 2 have no peer access' }])
-      : validation('sim-host', b.gpu_ids),
+  const validate = vi.spyOn(endpoints, 'validate').mockImplementation(async ({ gpu_ids = [] }) =>
+    (gpu_ids ?? []).includes(2)
+      ? validation('sim-host', gpu_ids ?? [], [{ code: 'short-of-memory', message: 'GPU 2 is short of memory by 4.0 GiB', gpu_index: 2 }], [{ code: 'no-peer-access', message: 'GPUs 1 and 2 have no peer access' }])
+      : validation('sim-host', gpu_ids ?? []),
   );
   const create = vi.spyOn(endpoints, 'createTraining');
   const listRecipes = vi.spyOn(endpoints, 'recipes');

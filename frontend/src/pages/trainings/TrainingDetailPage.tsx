@@ -6,6 +6,7 @@ import type { Training } from '../../api/types';
 import { ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtBytes, fmtLoss, num } from '../../lib/format';
 import { LossChart, RankTimes, RunGpuUtilization, ThroughputChart } from './TrainingCharts';
+import { TrainingHosts } from './TrainingHosts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
 import { SharingBadges } from './SharingBadges';
@@ -138,6 +139,7 @@ export function TrainingDetailPage() {
           </div>
         </dl>
       </div>
+      {t.hosts?.length ? <TrainingHosts t={t} metrics={metrics} /> : null}
       <div className="charts-grid">
         <div className="panel">
           <h3>Loss</h3>
