@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+import threading
 import uuid
 
 import pytest
@@ -36,6 +37,8 @@ def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
         # would otherwise take this test's free GPUs.
         db_url = request.getfixturevalue("fresh_pg_url")
 
+    made: list[Settings] = []
+
     def make(topology: str = "nvlink-pairs", spec: str = "8xH100-80GB", name: str | None = None) -> Settings:
         # The PostgreSQL database is shared by the session: a host name of its own.
         name = name or f"sim-{uuid.uuid4().hex[:8]}"
@@ -44,8 +47,29 @@ def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
         upgrade_database(s)
         register_host(s)
         sample_into_live(s)
+        made.append(s)
         return s
 
+    # No agent runs here: beat for the hosts, or a test slower than the offline
+    # threshold (30 s, reached on a loaded machine) would see them offline.
+    stop = threading.Event()
+
+    def beat() -> None:
+        from gpufleet.telemetry.inventory import heartbeat
+
+        while not stop.wait(5.0):
+            for s in list(made):
+                try:
+                    heartbeat(s)
+                except Exception:  # noqa: BLE001 - a test may have dropped its database already
+                    pass
+
+    beater = threading.Thread(target=beat, name="sim-host-heartbeats", daemon=True)
+    beater.start()
     LOCAL.clear()
-    yield make
-    LOCAL.clear()
+    try:
+        yield make
+    finally:
+        stop.set()
+        beater.join(10)
+        LOCAL.clear()

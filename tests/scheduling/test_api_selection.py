@@ -16,27 +16,9 @@ from scheduling.conftest import sample_into_live
 
 @pytest.fixture
 def api(sim_host):  # noqa: ANN001, ANN201
-    import threading
-
-    from gpufleet.telemetry.inventory import heartbeat
-
     s = sim_host("nvlink-pairs", "4xH100-80GB")
-    # The host's agent is not running here: beat for it, or a test slower than the
-    # offline threshold (30 s, reached on a loaded machine) would see the host offline.
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(5.0):
-            heartbeat(s)
-
-    t = threading.Thread(target=beat, daemon=True)
-    t.start()
-    try:
-        with TestClient(create_app(s)) as c:
-            yield s, c
-    finally:
-        stop.set()
-        t.join(10)
+    with TestClient(create_app(s)) as c:
+        yield s, c
 
 
 def test_recommend_by_memory_returns_a_connected_pair_with_reasons(api) -> None:  # noqa: ANN001
