@@ -54,4 +54,4 @@ def test_train_refuses_gang_fields_with_local_or_gpu_ids():
     from gpufleet import cli
 
     r = runner.invoke(cli.app, ["train", "--recipe", "mlp", "--local", "--hosts", "2"])
-    assert r.exit_code == 2 and "drop --local and --gpu-ids" in r.output
+    assert r.exit_code == 2 and "drop --local, --gpu-ids and --host" in " ".join(r.output.split()), r.output
