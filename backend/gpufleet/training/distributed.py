@@ -79,7 +79,7 @@ class DistributedTrainer:
 
     def __init__(self, devices: list[str], config: TrainConfig, *, collective_timeout_s: float = 60.0,
                  master_addr: str = "127.0.0.1", master_port: int | None = None,
-                 use_process_group: bool | None = None):
+                 use_process_group: bool | None = None, process_group_backend: str | None = None):
         if not devices:
             raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
@@ -89,6 +89,8 @@ class DistributedTrainer:
         self.use_process_group = self.world_size > 1 if use_process_group is None else use_process_group
         self.config = config
         self.collective_timeout_s = collective_timeout_s
+        # Ranks of several vendors share no vendor library: the launcher says gloo.
+        self.process_group_backend = process_group_backend
         self.master_addr = master_addr
         # Chosen in the parent before the ranks start, so all ranks agree on it.
         self.master_port = master_port if master_port is not None else (
@@ -112,12 +114,13 @@ class DistributedTrainer:
             os.environ["MASTER_ADDR"] = self.master_addr
             os.environ["MASTER_PORT"] = str(self.master_port)
             kwargs: dict[str, Any] = {}
-            if ops.dist_backend == "nccl":
+            backend = self.process_group_backend or ops.dist_backend
+            if backend == "nccl":
                 # Binds the communicator to this device up front (no guessing
                 # from the current device, no extra warm-up collective).
                 kwargs["device_id"] = self.device
             dist.init_process_group(
-                backend=ops.dist_backend, rank=rank, world_size=self.world_size,
+                backend=backend, rank=rank, world_size=self.world_size,
                 timeout=timedelta(seconds=self.collective_timeout_s), **kwargs,
             )
         return self.device

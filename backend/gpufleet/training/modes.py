@@ -1,0 +1,56 @@
+"""The three ways ranks share a training (``parallel_mode``), what each costs, and which one a set of GPUs calls for.
+
+Torch-free: the launcher (before torch loads), validation and recommendation
+use it. How each mode runs is in ``training/parallel.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+PARALLEL_MODES = ("equal", "proportional", "independent")
+
+MODE_WORDS = {
+    "equal": "one job with equal micro-batches",
+    "proportional": "one job with speed-proportional micro-batches",
+    "independent": "independent training per vendor with a merge",
+}
+
+# What each mode costs on GPUs of several vendors (one gloo process group across them).
+MODE_COST = {
+    "equal": ("every step all-reduces the gradients through gloo over host memory, and the slowest GPU "
+              "sets the pace"),
+    "proportional": ("every step all-reduces the gradients through gloo over host memory; each GPU gets a "
+                     "micro-batch in proportion to its measured speed, so no GPU waits for a slower one"),
+    "independent": ("each vendor's GPUs train their own replica on their own shard with their own collective; "
+                    "only the parameters cross vendors, through gloo, every merge_every steps (local SGD), "
+                    "which may cost some accuracy per sample against one job"),
+}
+
+
+def recommended_mode(vendors: Sequence[str], models: Sequence[str | None] = ()) -> str:
+    """The mode gpufleet would use for a set: one vendor and model: equal; one vendor of mixed models:
+    proportional; several vendors: independent (one job would all-reduce through gloo every step)."""
+    if len(set(vendors)) > 1:
+        return "independent"
+    if len(set(models)) > 1:
+        return "proportional"
+    return "equal"
+
+
+def group_backends(kinds: Sequence[str], on_cpu: bool) -> list[str]:
+    """Each vendor group's own collective, in order of the group's first rank; gloo where ranks run on CPU."""
+    order = list(dict.fromkeys(kinds))
+    if on_cpu or order == ["cpu"]:
+        return ["gloo"] * len(order)
+    return [{"cuda": "nccl", "hip": "nccl", "xpu": "xccl"}.get(k, "gloo") for k in order]
+
+
+def mixed_vendor_warning(kinds: Sequence[str], parallel_mode: str) -> str | None:
+    """The cost of a training on these backends, in words; None for one backend."""
+    names = list(dict.fromkeys(kinds))
+    if len(names) < 2:
+        return None
+    return (f"GPUs of several vendors ({', '.join(names)}): NCCL, RCCL and oneCCL do not talk to each other, so "
+            f"the ranks share one gloo process group through host memory; parallel_mode {parallel_mode}: "
+            f"{MODE_COST[parallel_mode]}")
