@@ -113,7 +113,7 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
     host = resolve_host(sess, req)
     if req.gpu_ids and host is not None:
-        check_gpus(sess, host, req.gpu_ids)
+        check_gpus(sess, host, req.gpu_ids, script=req.kind == "script")
     if not req.gpu_ids and count > 1:
         check_world_size(sess, count, req.host)
     common = dict(
