@@ -69,3 +69,25 @@ def test_several_vendors_take_a_recipe_training_but_not_a_script(fleet_settings,
                                           "host": fleet_settings.host_name, "gpu_ids": [0, 1]})
     assert r.status_code == 201, r.text
     assert r.json()["gpu_ids"] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ({"parallel_mode": "proportional", "rank_shares": [6, 6, 4]}, ["rank_shares", "3 shares given for 2 rank(s)"]),
+        ({"parallel_mode": "proportional", "rank_shares": [6, 6]}, ["rank_shares", "must sum to global_batch_size 16"]),
+        ({"parallel_mode": "independent", "grad_accum_steps": 2}, ["grad_accum_steps", "set grad_accum_steps to 1"]),
+        ({"parallel_mode": "proportional", "strategy": "fsdp"}, ["strategy", "keeps a whole replica per rank"]),
+        ({"parallel_mode": "sideways"}, ["parallel_mode"]),
+    ],
+)
+def test_a_parallel_mode_that_cannot_run_is_refused(fleet_settings, client_for, config, words):
+    register(fleet_settings)
+    c = client_for(fleet_settings)
+    before = _counts(fleet_settings)
+    r = c.post("/api/v1/trainings", json={"name": "bad", "recipe": "sae", "config": dict(TINY_SAE, **config),
+                                          "host": fleet_settings.host_name, "gpu_ids": [0, 1]})
+    assert r.status_code == 422, r.text
+    for w in words:
+        assert w in r.text, r.text
+    assert _counts(fleet_settings) == before
