@@ -58,12 +58,13 @@ def test_micro_batches_96_and_160_give_the_parameters_of_one_process_with_256(la
 def test_a_resume_from_a_checkpoint_boundary_is_exact(launch_factory, mode):
     cfg = tiny_mlp(global_batch_size=48, max_steps=20, checkpoint_every=10, parallel_mode=mode, merge_every=4)
     whole = launch_factory("mlp", cfg, MIXED, sub="whole", simulated=True,
-                           env={"GPUFLEET_TEST_RANK_SPEED": "2:0.5"})
+                           env={"GPUFLEET_TEST_RANK_SPEED": "2:0.25"})
     assert whole.run(timeout=300) == exitcodes.SUCCEEDED, whole.err
     state = ckpt.load_checkpoint(whole.dir / "ckpt" / "step-10")
     if mode == "proportional":
         shares = state["state"]["parallel"]["shares"]
-        assert sum(shares) == 48 and shares != [16, 16, 16]  # re-tuned at the boundary, kept in the checkpoint
+        # Re-tuned at the boundary from the measured step times (rank 2 at a quarter speed), kept in the checkpoint.
+        assert sum(shares) == 48 and shares[2] < min(shares[:2]), shares
     # A second run that starts from the first run's step-10 checkpoint.
     again = launch_factory("mlp", cfg, MIXED, sub="again", simulated=True)
     shutil.copytree(whole.dir / "ckpt" / "step-10", again.dir / "ckpt" / "step-10")
