@@ -125,12 +125,10 @@ class TrainConfig(BaseModel):
     # How ranks of unequal speed, or GPUs of several vendors, share the work
     # (training/parallel.py; docs/architecture.md, "GPUs of unequal speed or several vendors").
     parallel_mode: Literal["equal", "proportional", "independent"] = option(
-        "equal", "how ranks share the work: equal micro-batches; proportional to each rank's measured speed "
-                 "(re-tuned at checkpoints); or independent (each vendor's GPUs train their own replica, "
-                 "averaged every merge_every steps)")
+        "equal", "ranks share the work equally, by measured speed, or per vendor group merged every merge_every")
     rank_shares: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] | None = option(
-        None, "proportional only: each rank's starting micro-batch, summing to global_batch_size; "
-              "empty = equal shares, re-tuned from measured speed", max_length=4096)
+        None, "proportional only: each rank's first micro-batch (sum = global_batch_size); empty = equal",
+        max_length=4096)
     merge_every: int = option(10, "independent only: average the replicas every this many steps (local SGD)",
                               ge=1, le=INT32_MAX)
 
