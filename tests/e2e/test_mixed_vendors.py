@@ -115,3 +115,18 @@ def test_the_dashboard_names_each_vendor_and_dashes_what_it_lacks(browser, mixed
     finally:
         ctx.close()
     assert not errors, f"the dashboard threw in the browser: {errors}"
+
+
+def test_validate_and_recommend_say_the_mix_its_cost_and_the_mode(mixed_server: ServedProcess) -> None:
+    _live_gpus(mixed_server.url)
+    v = httpx.post(f"{mixed_server.url}/api/v1/system/gpus/validate", json={"gpu_ids": [0, 1, 2], "memory_mb": 1024})
+    assert v.status_code == 200, v.text
+    body = v.json()
+    assert body["ok"] is True and body["problems"] == []
+    (mixed,) = [w for w in body["warnings"] if w["code"] == "mixed-vendors"]
+    assert "GPUs of amd and intel and nvidia in one training" in mixed["message"]
+    assert "gloo" in mixed["message"] and "gpufleet would use parallel_mode independent" in mixed["message"]
+    r = httpx.get(f"{mixed_server.url}/api/v1/system/gpus/recommend", params={"memory_mb": 1024, "count": 3})
+    assert r.status_code == 200, r.text
+    assert not r.json()["candidates"]
+    assert "only across vendors" in r.json()["wait_reason"] and "name the GPUs (gpu_ids)" in r.json()["wait_reason"]
