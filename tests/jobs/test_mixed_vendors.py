@@ -49,6 +49,10 @@ def test_three_vendors_train_in_each_mode(mixed_settings, client_for, workers, s
     assert [r["visible"] for r in ranks] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"HIP_VISIBLE_DEVICES": "0"},
                                              {"ZE_AFFINITY_MASK": "0"}]
     assert {r["process_group"] for r in ranks} == {"gloo"}
+    if mode == "proportional":
+        # The first shares follow the data sheets (MI300X > H100 > Max 1550), then measured speed.
+        first = layout["data"]["shares"]
+        assert sum(first) == 48 and first[1] > first[0] > first[2], first
     state = ckpt.load_checkpoint(mixed_settings.checkpoint_root / tid / "step-12")
     assert state["meta"]["config"]["parallel_mode"] == mode
     assert state["state"]["samples_seen"] == 12 * 48
