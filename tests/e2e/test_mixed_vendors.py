@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from servers import ServedProcess, gpufleet, serve_env, serve_process
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 MIXED = {"GPUFLEET_SIMULATE": "1xH100-80GB+1xMI300X-192GB+1xMAX1550-128GB"}
 SEED_TABLE = [  # the seed's table: ID, vendor, model, VRAM, backend
     ("0", "NVIDIA", "NVIDIA H100 80GB HBM3", "80.0 GiB", "cuda:0"),
