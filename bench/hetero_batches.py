@@ -39,7 +39,7 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
     (run / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, SPEED_ENV: "1:0.5"}
     done = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(run / "spec.json")],
-                          env=env, capture_output=True, text=True)
+                          env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{mode}: the launcher failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     steps = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
@@ -64,8 +64,8 @@ def main() -> None:
     half = a.global_batch // 2
     samples = a.steps * a.global_batch
     print(f"{'shares':<14}{'micro-batches':<18}{'loop s':>10}{'samples/s':>12}")
-    print(f"{'equal':<14}{str([half, a.global_batch - half]):<18}{t_equal:>10.2f}{samples / t_equal:>12.0f}")
-    print(f"{'proportional':<14}{str(shares):<18}{t_prop:>10.2f}{samples / t_prop:>12.0f}")
+    print(f"{'equal':<14}{[half, a.global_batch - half]!s:<18}{t_equal:>10.2f}{samples / t_equal:>12.0f}")
+    print(f"{'proportional':<14}{shares!s:<18}{t_prop:>10.2f}{samples / t_prop:>12.0f}")
     print(f"speed-up (equal / proportional): {t_equal / t_prop:.2f}x for {samples} samples, rank 1 at half speed")
 
 

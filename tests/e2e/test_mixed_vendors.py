@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from servers import ServedProcess, gpufleet, serve_env, serve_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -44,7 +43,7 @@ def _live_gpus(url: str) -> list[dict]:
 
 def test_the_cli_prints_the_seeds_table(tmp_path: Path) -> None:
     out = subprocess.run([*gpufleet(), "gpus", "--wide"], env={**serve_env(tmp_path, **MIXED), "COLUMNS": "200"},
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     head = next(line for line in out.stdout.splitlines() if line.split()[:2] == ["ID", "Vendor"])
     assert head.split()[:6] == ["ID", "Vendor", "Model", "VRAM", "Free", "Backend"]
@@ -53,7 +52,7 @@ def test_the_cli_prints_the_seeds_table(tmp_path: Path) -> None:
     for line, (gid, vendor, model, vram, backend) in zip(rows, SEED_TABLE):
         assert line.split()[:2] == [gid, vendor] and model in line and vram in line and backend in line, line
     as_json = json.loads(subprocess.run([*gpufleet(), "gpus", "--json"], env=serve_env(tmp_path, **MIXED),
-                                        capture_output=True, text=True, timeout=120).stdout)
+                                        capture_output=True, text=True, timeout=120, check=True).stdout)
     gpus = as_json["gpus"] if isinstance(as_json, dict) else as_json
     assert [(g["vendor"], g["backend"]) for g in gpus] == [("nvidia", "cuda"), ("amd", "hip"), ("intel", "xpu")]
 
@@ -92,7 +91,7 @@ def test_prometheus_has_every_vendor_and_no_series_for_what_it_lacks(mixed_serve
 
 
 def test_the_dashboard_names_each_vendor_and_dashes_what_it_lacks(browser, mixed_server: ServedProcess,
-                                                                    screenshots: Path) -> None:  # noqa: ANN001
+                                                                    screenshots: Path) -> None:
     _live_gpus(mixed_server.url)
     ctx = browser.new_context(base_url=mixed_server.url, viewport={"width": 1280, "height": 800})
     page = ctx.new_page()

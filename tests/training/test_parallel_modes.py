@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from gpufleet.training import checkpoint as ckpt
 from gpufleet.training import exitcodes
 from gpufleet.training.recipes import get_recipe

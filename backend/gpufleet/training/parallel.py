@@ -42,7 +42,12 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from gpufleet.training.config import TrainConfig
 from gpufleet.training.data import BadDataError
-from gpufleet.training.hetero import ShareTuner, proportional_shares, rank_slices, slow_rank_hook
+from gpufleet.training.hetero import (
+    ShareTuner,
+    proportional_shares,
+    rank_slices,
+    slow_rank_hook,
+)
 
 
 class SlicedBatchSampler:
