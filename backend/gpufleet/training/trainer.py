@@ -216,7 +216,7 @@ class Trainer:
             batch = next(self._batches)
             self.consumed_batches += 1
             for k, v in self.backend.accumulate(batch).items():
-                v = v.float() * (factor / accum)
+                v = v.float() / accum if factor == 1.0 else v.float() * (factor / accum)
                 totals[k] = totals[k] + v if k in totals else v
         if sync is not None:
             self.backend.optim_step(sync=lambda: sync.reduce_grads(self.backend.model))
