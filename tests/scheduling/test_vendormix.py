@@ -66,3 +66,12 @@ def test_recommend_skips_gpus_on_unsupported_backends() -> None:
     f = fleet(host("h", 3, g0={"vendor": "apple", "backend": "mps"}))
     rec = recommend(SelectionRequest(memory_bytes=GiB, count=2, max_candidates=10), f)
     assert [c.gpu_indexes for c in rec.candidates] == [(1, 2)]
+
+
+def test_mixed_models_of_one_vendor_point_to_proportional_shares() -> None:
+    f = fleet(host("h", 2, links=pcie_links(2), g1={"name": "NVIDIA A100-SXM4-80GB"}))
+    v = validate_selection(f, [0, 1])
+    assert v.ok
+    (w,) = [w for w in v.warnings if w.code == "mixed-models"]
+    assert "parallel_mode proportional" in w.message and "Relative speed" in w.message
+    assert not [w for w in v.warnings if w.code == "mixed-vendors"]

@@ -158,7 +158,8 @@ def validate_selection(
         warnings.append(
             Problem(
                 "mixed-models",
-                "mixed GPU models; the slowest sets the pace. Relative speed: "
+                "mixed GPU models; with equal micro-batches the slowest sets the pace, parallel_mode "
+                "proportional gives each GPU a share by its speed. Relative speed: "
                 + ", ".join(f"GPU {g.index} {w:.2f}" for g, w in zip(chosen, weights)),
             )
         )
