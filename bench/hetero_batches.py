@@ -1,16 +1,18 @@
 """Equal vs speed-proportional micro-batches with one rank at half speed, through the launcher and Trainer.
 
-Two CPU ranks (gloo) train the same ``mlp`` recipe on the same fixed number of
-samples; rank 1 runs at half speed (the test hook ``GPUFLEET_TEST_RANK_SPEED=1:0.5``:
-it waits as long again as its own computation took, as a GPU of half the
-speed would). First ``parallel_mode=equal`` (DDP, equal micro-batches), then
-``parallel_mode=proportional`` (shares start equal and are re-tuned from the
-measured per-rank step times at every checkpoint, the warm-up included in the
-time). The time is the training loop's (the sum of the step windows the
+Two ranks on an NVIDIA + AMD pair of a simulated fleet (CPU ranks, one gloo
+process group, as on a real mixed box) train the same ``mlp`` recipe on the
+same fixed number of samples; rank 1 runs at half speed (the test hook
+``GPUFLEET_TEST_RANK_SPEED=1:0.5``: after its forward and backward it waits as
+long again, as a GPU of half the speed would). First ``parallel_mode=equal``
+(equal micro-batches), then ``parallel_mode=proportional`` (shares start equal
+and are re-tuned from the measured per-rank step times at every checkpoint;
+the warm-up counts in its time). Both run the same code path; only the shares
+differ. The time is the training loop's (the sum of the step windows the
 Trainer reports), not the start-up of the ranks. Prints both side by side and
 the ratio.
 
-    .venv/bin/python bench/hetero_batches.py [--steps 60] [--global-batch 512] [--checkpoint-every 10]
+    .venv/bin/python bench/hetero_batches.py [--steps 80] [--global-batch 512] [--checkpoint-every 5]
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
     """(seconds the training loop took, the final shares) for one launch."""
     config = {"in_features": a.width, "hidden": [4 * a.width, 4 * a.width], "out_features": a.width,
               "task": "regression", "synthetic_samples": 8 * a.global_batch, "global_batch_size": a.global_batch,
-              "max_steps": a.steps, "log_every": 5, "checkpoint_every": a.checkpoint_every, "lr": 1e-3,
+              "max_steps": a.steps, "log_every": a.checkpoint_every, "checkpoint_every": a.checkpoint_every, "lr": 1e-3,
               "parallel_mode": mode}
     run = tmp / mode
     run.mkdir()
-    spec = {"recipe": "mlp", "config": config, "devices": ["cpu", "cpu"], "checkpoint_dir": str(run / "ckpt"),
-            "progress_file": str(run / "progress.jsonl"), "collective_timeout_s": 300.0}
+    spec = {"recipe": "mlp", "config": config, "devices": ["cuda:0", "hip:0"], "simulated": True,
+            "checkpoint_dir": str(run / "ckpt"), "progress_file": str(run / "progress.jsonl"),
+            "collective_timeout_s": 300.0}
     (run / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, SPEED_ENV: "1:0.5"}
     done = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(run / "spec.json")],
@@ -53,10 +56,10 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--global-batch", type=int, default=512)
     ap.add_argument("--width", type=int, default=256, help="the MLP's input width (hidden layers are 4x)")
-    ap.add_argument("--checkpoint-every", type=int, default=10, help="where proportional shares are re-tuned")
+    ap.add_argument("--checkpoint-every", type=int, default=5, help="where proportional shares are re-tuned")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         t_equal, _ = _run(Path(tmp), "equal", a)
