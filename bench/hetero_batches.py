@@ -9,10 +9,12 @@ long again, as a GPU of half the speed would). First ``parallel_mode=equal``
 and are re-tuned from the measured per-rank step times at every checkpoint;
 the warm-up counts in its time). Both run the same code path; only the shares
 differ. The time is the training loop's (the sum of the step windows the
-Trainer reports), not the start-up of the ranks. Prints both side by side and
-the ratio.
+Trainer reports), not the start-up of the ranks. The two alternate for
+``--rounds`` rounds and the medians are compared, so a burst of other load on
+a shared machine does not decide the figure. Prints both side by side and the
+ratio.
 
-    .venv/bin/python bench/hetero_batches.py [--steps 80] [--global-batch 512] [--checkpoint-every 5]
+    .venv/bin/python bench/hetero_batches.py [--steps 80] [--global-batch 512] [--checkpoint-every 5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +37,7 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
               "task": "regression", "synthetic_samples": 8 * a.global_batch, "global_batch_size": a.global_batch,
               "max_steps": a.steps, "log_every": a.checkpoint_every, "checkpoint_every": a.checkpoint_every, "lr": 1e-3,
               "parallel_mode": mode}
-    run = tmp / mode
-    run.mkdir()
+    run = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=tmp))
     spec = {"recipe": "mlp", "config": config, "devices": ["cuda:0", "hip:0"], "simulated": True,
             "checkpoint_dir": str(run / "ckpt"), "progress_file": str(run / "progress.jsonl"),
             "collective_timeout_s": 300.0}
@@ -60,15 +62,24 @@ def main() -> None:
     ap.add_argument("--global-batch", type=int, default=512)
     ap.add_argument("--width", type=int, default=256, help="the MLP's input width (hidden layers are 4x)")
     ap.add_argument("--checkpoint-every", type=int, default=5, help="where proportional shares are re-tuned")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each; the medians are compared")
     a = ap.parse_args()
+    equal: list[float] = []
+    prop: list[float] = []
+    shares = None
     with tempfile.TemporaryDirectory() as tmp:
-        t_equal, _ = _run(Path(tmp), "equal", a)
-        t_prop, shares = _run(Path(tmp), "proportional", a)
+        for _ in range(a.rounds):
+            equal.append(_run(Path(tmp), "equal", a)[0])
+            t, shares = _run(Path(tmp), "proportional", a)
+            prop.append(t)
+    t_equal, t_prop = statistics.median(equal), statistics.median(prop)
     half = a.global_batch // 2
     samples = a.steps * a.global_batch
-    print(f"{'shares':<14}{'micro-batches':<18}{'loop s':>10}{'samples/s':>12}")
-    print(f"{'equal':<14}{[half, a.global_batch - half]!s:<18}{t_equal:>10.2f}{samples / t_equal:>12.0f}")
-    print(f"{'proportional':<14}{shares!s:<18}{t_prop:>10.2f}{samples / t_prop:>12.0f}")
+    print(f"{'shares':<14}{'micro-batches':<18}{'loop s (median)':>16}{'samples/s':>12}  each round (s)")
+    print(f"{'equal':<14}{[half, a.global_batch - half]!s:<18}{t_equal:>16.2f}{samples / t_equal:>12.0f}  "
+          + " ".join(f"{t:.1f}" for t in equal))
+    print(f"{'proportional':<14}{shares!s:<18}{t_prop:>16.2f}{samples / t_prop:>12.0f}  "
+          + " ".join(f"{t:.1f}" for t in prop))
     print(f"speed-up (equal / proportional): {t_equal / t_prop:.2f}x for {samples} samples, rank 1 at half speed")
 
 
