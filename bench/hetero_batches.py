@@ -14,7 +14,7 @@ Trainer reports), not the start-up of the ranks. The two alternate for
 a shared machine does not decide the figure. Prints both side by side and the
 ratio.
 
-    .venv/bin/python bench/hetero_batches.py [--steps 80] [--global-batch 512] [--checkpoint-every 5] [--rounds 3]
+    .venv/bin/python bench/hetero_batches.py [--steps 100] [--global-batch 4096] [--checkpoint-every 5] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--global-batch", type=int, default=512)
-    ap.add_argument("--width", type=int, default=256, help="the MLP's input width (hidden layers are 4x)")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--global-batch", type=int, default=4096)
+    ap.add_argument("--width", type=int, default=128, help="the MLP's input width (hidden layers are 4x)")
     ap.add_argument("--checkpoint-every", type=int, default=5, help="where proportional shares are re-tuned")
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each; the medians are compared")
     a = ap.parse_args()
