@@ -1,105 +1,86 @@
-"""Equal vs speed-proportional micro-batches with one rank at half speed.
+"""Equal vs speed-proportional micro-batches with one rank at half speed, through the launcher and Trainer.
 
-Two gloo CPU ranks train the same model on the same fixed number of samples;
-rank 1 is slowed to half speed by the test hook (``GPUFLEET_TEST_RANK_SPEED``).
-First with equal shares (512/512 of a global 1024), then with shares re-tuned
-from the step times measured in a short warm-up (what the trainer does at a
-checkpoint boundary). Prints both wall times side by side and the ratio.
+Two ranks on an NVIDIA + AMD pair of a simulated fleet (CPU ranks, one gloo
+process group, as on a real mixed box) train the same ``mlp`` recipe on the
+same fixed number of samples; rank 1 runs at half speed (the test hook
+``GPUFLEET_TEST_RANK_SPEED=1:0.5``: after its forward and backward it waits as
+long again, as a GPU of half the speed would). First ``parallel_mode=equal``
+(equal micro-batches), then ``parallel_mode=proportional`` (shares start equal
+and are re-tuned from the measured per-rank step times at every checkpoint;
+the warm-up counts in its time). Both run the same code path; only the shares
+differ. The time is the training loop's (the sum of the step windows the
+Trainer reports), not the start-up of the ranks. The two alternate for
+``--rounds`` rounds and the medians are compared, so a burst of other load on
+a shared machine does not decide the figure. Prints both side by side and the
+ratio.
 
-    .venv/bin/python bench/hetero_batches.py [--steps 20] [--global-batch 1024]
+    .venv/bin/python bench/hetero_batches.py [--steps 100] [--global-batch 4096] [--checkpoint-every 5] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
+import sys
 import tempfile
-import time
+from pathlib import Path
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
-from gpufleet.training.distributed import find_free_port
-from gpufleet.training.hetero import SPEED_ENV, proportional_shares, rank_slices, retune_shares, slow_rank_hook, weighted_step
-
-D = 512
+from gpufleet.training.hetero import SPEED_ENV
 
 
-def _loss(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return ((model(x) - x) ** 2).mean()
-
-
-def _run(model: torch.nn.Module, opt: torch.optim.Optimizer, data: torch.Tensor, shares: list[int], rank: int,
-         steps: int, global_batch: int) -> tuple[float, float]:
-    """(wall seconds, this rank's mean local seconds per step) for ``steps`` steps."""
-    hook = slow_rank_hook(rank)
-    local: list[float] = []
-
-    def done(seconds: float) -> None:
-        t = time.perf_counter()
-        if hook is not None:
-            hook(seconds)
-        local.append(seconds + time.perf_counter() - t)  # what this rank's share cost, slow-down included
-
-    mine = rank_slices(shares)[rank]
-    dist.barrier()
-    t0 = time.perf_counter()
-    for step in range(steps):
-        batch = data[(step % 8) * global_batch:(step % 8 + 1) * global_batch]
-        weighted_step(model, opt, _loss, batch[mine], global_batch, on_local_done=done)
-    dist.barrier()
-    return time.perf_counter() - t0, sum(local) / len(local)
-
-
-def _rank(rank: int, port: int, steps: int, global_batch: int, out: str) -> None:
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    try:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(D, 4 * D), torch.nn.Tanh(), torch.nn.Linear(4 * D, D))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        data = torch.randn(8 * global_batch, D, generator=torch.Generator().manual_seed(1))
-        equal = proportional_shares([1, 1], global_batch)
-        t_equal, _ = _run(model, opt, data, equal, rank, steps, global_batch)
-        # Warm-up on equal shares, then re-tune from the measured per-rank step times.
-        _, mean_local = _run(model, opt, data, equal, rank, 6, global_batch)
-        times = [torch.zeros(1) for _ in range(2)]
-        dist.all_gather(times, torch.tensor([mean_local]))
-        tuned = retune_shares(equal, [float(t) for t in times], gain=1.0)
-        t_prop, _ = _run(model, opt, data, tuned, rank, steps, global_batch)
-        if rank == 0:
-            with open(out, "w") as f:
-                f.write(f"{equal} {t_equal} {tuned} {t_prop}\n")
-    finally:
-        dist.destroy_process_group()
+def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] | None]:
+    """(seconds the training loop took, the final shares) for one launch."""
+    config = {"in_features": a.width, "hidden": [4 * a.width, 4 * a.width], "out_features": a.width,
+              "task": "regression", "synthetic_samples": 8 * a.global_batch, "global_batch_size": a.global_batch,
+              "max_steps": a.steps, "log_every": a.checkpoint_every, "checkpoint_every": a.checkpoint_every, "lr": 1e-3,
+              "parallel_mode": mode}
+    run = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=tmp))
+    spec = {"recipe": "mlp", "config": config, "devices": ["cuda:0", "hip:0"], "simulated": True,
+            "checkpoint_dir": str(run / "ckpt"), "progress_file": str(run / "progress.jsonl"),
+            "collective_timeout_s": 300.0}
+    (run / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, SPEED_ENV: "1:0.5"}
+    done = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(run / "spec.json")],
+                          env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode}: the launcher failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    steps = [json.loads(line) for line in (run / "progress.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if s["type"] == "step"]
+    seconds, last = 0.0, 0
+    for s in steps:
+        seconds += (s["step"] - last) * a.global_batch / s["samples_per_s"]
+        last = s["step"]
+    return seconds, steps[-1].get("rank_shares")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--global-batch", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--global-batch", type=int, default=4096)
+    ap.add_argument("--width", type=int, default=128, help="the MLP's input width (hidden layers are 4x)")
+    ap.add_argument("--checkpoint-every", type=int, default=5, help="where proportional shares are re-tuned")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each; the medians are compared")
     a = ap.parse_args()
-    os.environ[SPEED_ENV] = "1:0.5"
+    equal: list[float] = []
+    prop: list[float] = []
+    shares = None
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "result")
-        mp.start_processes(_rank, args=(find_free_port(), a.steps, a.global_batch, out), nprocs=2,
-                           start_method="spawn")
-        with open(out) as f:
-            eq_s, teq, pr_s, tpr = _parse(f.read().strip())
+        for _ in range(a.rounds):
+            equal.append(_run(Path(tmp), "equal", a)[0])
+            t, shares = _run(Path(tmp), "proportional", a)
+            prop.append(t)
+    t_equal, t_prop = statistics.median(equal), statistics.median(prop)
+    half = a.global_batch // 2
     samples = a.steps * a.global_batch
-    print(f"{'shares':<14}{'micro-batches':<18}{'wall s':>10}{'samples/s':>12}")
-    print(f"{'equal':<14}{eq_s:<18}{teq:>10.2f}{samples / teq:>12.0f}")
-    print(f"{'proportional':<14}{pr_s:<18}{tpr:>10.2f}{samples / tpr:>12.0f}")
-    print(f"speed-up (equal / proportional): {teq / tpr:.2f}x for {samples} samples, rank 1 at half speed")
-
-
-def _parse(text: str) -> tuple[str, float, str, float]:
-    a, rest = text.split("] ", 1)
-    t1, rest = rest.split(" ", 1)
-    b, t2 = rest.rsplit("] ", 1)
-    return a + "]", float(t1), b + "]", float(t2)
+    print(f"{'shares':<14}{'micro-batches':<18}{'loop s (median)':>16}{'samples/s':>12}  each round (s)")
+    print(f"{'equal':<14}{[half, a.global_batch - half]!s:<18}{t_equal:>16.2f}{samples / t_equal:>12.0f}  "
+          + " ".join(f"{t:.1f}" for t in equal))
+    print(f"{'proportional':<14}{shares!s:<18}{t_prop:>16.2f}{samples / t_prop:>12.0f}  "
+          + " ".join(f"{t:.1f}" for t in prop))
+    print(f"speed-up (equal / proportional): {t_equal / t_prop:.2f}x for {samples} samples, rank 1 at half speed")
 
 
 if __name__ == "__main__":

@@ -48,12 +48,17 @@ def _count(s, model):
     ({"hosts": 2, "gpus_per_host": 2, "gpu_ids": [0, 1]}, 422, "gpu_ids are per host"),
     ({"hosts": 2, "gpus_per_host": 2, "host": "{a}"}, 422, "hosts as a list of host names"),
     ({"hosts": 0, "gpus_per_host": 2}, 422, "hosts"),
+    ({"hosts": 2, "gpus_per_host": 2, "config": {"parallel_mode": "proportional"}}, 422,
+     "a training across hosts takes equal shares"),
 ])
 def test_bad_gang_requests_are_refused_and_nothing_is_written(fleet, client_for, extra, status, words):
     a, b, c3 = fleet
     names = {"a": a.host_name, "b": b.host_name, "c": c3.host_name}
     body = {"name": "g", "recipe": "mlp", "config": MLP}
     for k, v in extra.items():
+        if k == "config":
+            body[k] = {**MLP, **v}
+            continue
         body[k] = [x.format(**names) for x in v] if isinstance(v, list) and k == "hosts" else (
             v.format(**names) if isinstance(v, str) else v)
     c = client_for(a)

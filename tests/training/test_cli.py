@@ -70,3 +70,29 @@ def test_train_names_every_wrong_field_of_a_yaml_config_and_its_overrides_at_onc
         assert field in said, (field, result.output)
     assert "unknown field" in said and "n_latents" in said
     assert not (tmp_path / "gpufleet-data" / "local-runs").exists()  # nothing was started
+
+
+def test_train_local_across_three_vendors(tmp_path: Path, monkeypatch):
+    import json
+
+    from gpufleet.config import reset_settings_cache
+
+    monkeypatch.setenv("GPUFLEET_SIMULATE", "1xH100-80GB+1xMI300X-192GB+1xMAX1550-128GB")
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "data"))
+    reset_settings_cache()
+    result = CliRunner().invoke(_app(), [
+        "train", "--local", "--recipe", "mlp", "--gpu-ids", "0,1,2", "--checkpoint-dir", str(tmp_path / "ck"),
+        "--set", "max_steps=6", "--set", "log_every=3", "--set", "hidden=[8]", "--set", "global_batch_size=48",
+        "--set", "parallel_mode=proportional",
+    ])
+    assert result.exit_code == 0, result.output
+    assert newest_checkpoint(tmp_path / "ck").name == "step-6"
+    (progress,) = (tmp_path / "data" / "local-runs").glob("*/progress.jsonl")
+    lines = [json.loads(x) for x in progress.read_text().splitlines()]
+    (start,) = [x for x in lines if x["type"] == "start"]
+    assert start["devices"] == ["cuda:0", "hip:0", "xpu:0"]  # the fleet's IDs 0, 1, 2 on three vendors
+    (layout,) = [x for x in lines if x["type"] == "layout"]
+    assert [r["visible"] for r in layout["per_rank"]] == [
+        {"CUDA_VISIBLE_DEVICES": "0"}, {"HIP_VISIBLE_DEVICES": "0"}, {"ZE_AFFINITY_MASK": "0"}]
+    bad = CliRunner().invoke(_app(), ["train", "--local", "--recipe", "mlp", "--gpu-ids", "0,7"])
+    assert bad.exit_code == 2 and "GPU 7 does not exist" in " ".join(bad.output.split()), bad.output

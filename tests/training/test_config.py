@@ -113,8 +113,10 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     sim = LaunchSpec(devices=["cuda:3", "cuda:5"], simulated=True, **base)
     assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
-    with pytest.raises(TrainingConfigError, match="mix"):
-        LaunchSpec(devices=["cuda:0", "xpu:0"], **base)
+    # GPUs of several vendors are one training (training/parallel.py); the CPU with GPUs is not.
+    assert LaunchSpec(devices=["cuda:0", "xpu:0"], **base).mixed_vendors
+    with pytest.raises(TrainingConfigError, match="mix the CPU with GPUs"):
+        LaunchSpec(devices=["cuda:0", "cpu"], **base)
     with pytest.raises(TrainingConfigError, match="twice"):
         LaunchSpec(devices=["cuda:0", "cuda:0"], **base)
     path = spec.write(tmp_path / "s.json")

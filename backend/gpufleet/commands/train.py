@@ -99,9 +99,25 @@ def train(
         submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
                          preemptible=preemptible, max_runtime=max_runtime)
         return
+    if gpu_ids:
+        device_list = _fleet_devices(gpu_ids)
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
     raise typer.Exit(code=code)
+
+
+def _fleet_devices(text: str) -> list[str]:
+    """This machine's GPUs that ``--gpu-ids`` names, as each one's backend device: on a host of several
+    vendors ``0,1,2`` are ``cuda:0,hip:0,xpu:0`` (the ``gpufleet gpus`` IDs)."""
+    from gpufleet.config import ConfigError, load_settings
+    from gpufleet.devices.backend import device_backend
+    from gpufleet.devices.ids import resolve_device_ids
+
+    try:
+        found = resolve_device_ids(text, device_backend(load_settings()).detect_gpus())
+    except (ConfigError, ValueError) as exc:
+        _fail(str(exc))
+    return [f"{g.backend}:{g.device_id}" for g in found]
 
 
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], gang: dict[str, Any] | None = None,

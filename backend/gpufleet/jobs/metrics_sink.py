@@ -190,6 +190,11 @@ class MetricsSink:
         elif kind == "start":
             self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",
                         {k: v for k, v in line.items() if k != "type"})
+        elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
+            self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
+        elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
+            self._event("info", f"ranks of parallel_mode {line.get('parallel_mode')}",
+                        {k: v for k, v in line.items() if k != "type"})
 
     # -- the database --------------------------------------------------------
 

@@ -40,6 +40,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs, rendezvous, script_attempt, stops
+from gpufleet.jobs.launch_config import launch_config
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training import exitcodes
@@ -133,7 +134,7 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: boo
     timeouts = _retries_of(settings, t.id, "timeout")
     spec = LaunchSpec(
         recipe=t.recipe,
-        config=dict(t.config),
+        config=launch_config(settings, t),  # the row's config, with first shares for proportional
         devices=devices,
         checkpoint_dir=str(checkpoint_dir(settings, t.id)),
         progress_file=str(progress),

@@ -310,7 +310,8 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     split_by_vendor = None
     for host in hosts:
         usable = [g for g in host.gpus if _fits(g, request)]
-        # One job never spans vendors (see scheduling/vendormix.py): each vendor's GPUs are their own view.
+        # A set the server picks is of one vendor (scheduling/vendormix.py): each vendor's GPUs are their
+        # own view. Across vendors a training runs only where the request names the GPUs.
         for vendor in sorted({g.vendor for g in usable}):
             group = [g for g in usable if g.vendor == vendor]
             if len(group) >= request.count:
@@ -323,7 +324,7 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
         if split_by_vendor is not None:
             name, vendors = split_by_vendor
             reason = (f"host {name} has {request.count} free GPUs only across vendors; "
-                      f"{mixed_vendor_message(vendors)}")
+                      f"{mixed_vendor_message(vendors)}. To run across vendors, name the GPUs (gpu_ids)")
         return Recommendation(request=request, wait_reason=reason)
     views.sort(key=lambda v: (-v[0], v[1]))
     k = request.max_candidates

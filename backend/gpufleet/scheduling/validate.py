@@ -131,9 +131,10 @@ def validate_selection(
                 )
             )
 
-    mixed = mixed_vendor_message([g.vendor for g in chosen])
+    mixed = mixed_vendor_message([g.vendor for g in chosen], [g.name for g in chosen])
     if mixed is not None:
-        problems.append(Problem("mixed-vendors", mixed))
+        # Usable (training/parallel.py), at a cost the warning names with the mode gpufleet would use.
+        warnings.append(Problem("mixed-vendors", mixed))
     for a, b in combinations(chosen, 2):
         link = hstate.link(a.index, b.index)
         if link is None or not link.peer_access:
@@ -157,7 +158,8 @@ def validate_selection(
         warnings.append(
             Problem(
                 "mixed-models",
-                "mixed GPU models; the slowest sets the pace. Relative speed: "
+                "mixed GPU models; with equal micro-batches the slowest sets the pace, parallel_mode "
+                "proportional gives each GPU a share by its speed. Relative speed: "
                 + ", ".join(f"GPU {g.index} {w:.2f}" for g, w in zip(chosen, weights)),
             )
         )

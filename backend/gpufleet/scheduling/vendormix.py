@@ -1,14 +1,15 @@
 """What a GPU set that mixes vendors, or a GPU on a backend gpufleet cannot train on, means for a training.
 
 NCCL (NVIDIA), RCCL (AMD) and oneCCL (Intel) only talk within their own
-vendor. One job across vendors would have to all-reduce every step through
-gloo, over host memory and TCP, instead of the GPUs' own links: several times
-slower per step for any model whose gradients are not tiny. gpufleet
-therefore runs one job on GPUs of one vendor. The mode such a set calls for,
-independent training per vendor group with the replicas averaged every H
-steps (local SGD, ``training/localsgd.py``), exists as tested building blocks
-that the launcher does not start yet, so a mixed set is refused with the
-reason rather than offered.
+vendor. A recipe training across vendors runs its ranks in one gloo process
+group (through host memory) in one of three ``parallel_mode``s
+(``training/modes.py``, run by ``training/parallel.py``): one job with equal
+micro-batches, one job with speed-proportional micro-batches, or independent
+training per vendor group with the replicas averaged every ``merge_every``
+steps. Validation and recommendation say that a set mixes vendors, what that
+costs, and which mode gpufleet would use. A script training (a user's own
+loop) picks its process group backend from its device, so it stays on GPUs of
+one vendor; a GPU on a backend gpufleet does not know cannot hold a rank.
 """
 
 from __future__ import annotations
@@ -16,20 +17,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufleet.devices.types import BACKENDS, VENDOR_OF_BACKEND
+from gpufleet.training.modes import MODE_COST, MODE_WORDS, recommended_mode
 
 SUPPORTED_VENDORS = tuple(VENDOR_OF_BACKEND.values())
 
-MIXED_COST = ("NCCL, RCCL and oneCCL do not talk to each other, so one job would all-reduce through gloo "
-              "over host memory every step, several times slower than within one vendor")
+MIXED_COST = ("NCCL, RCCL and oneCCL do not talk to each other, so the ranks share one gloo process group "
+              "through host memory")
 
 
-def mixed_vendor_message(vendors: Sequence[str]) -> str | None:
-    """Why a set of these vendors cannot be one job, its cost and the mode to use; None for one vendor."""
+def mixed_vendor_message(vendors: Sequence[str], models: Sequence[str | None] = ()) -> str | None:
+    """That a set of these vendors mixes them, its cost, and the mode gpufleet would use; None for one vendor."""
     names = sorted(set(vendors))
     if len(names) < 2:
         return None
-    return (f"GPUs of {' and '.join(names)} in one job: {MIXED_COST}; "
-            "pick GPUs of one vendor for one job")
+    mode = recommended_mode(vendors, models)
+    return (f"GPUs of {' and '.join(names)} in one training: {MIXED_COST}. gpufleet would use parallel_mode "
+            f"{mode} ({MODE_WORDS[mode]}): {MODE_COST[mode]}; parallel_mode equal would all-reduce every step "
+            "through gloo with the slowest GPU setting the pace")
+
+
+def script_mixed_reason(vendors: Sequence[str]) -> str | None:
+    """Why a script training cannot run on these vendors' GPUs; None for one vendor."""
+    names = sorted(set(vendors))
+    if len(names) < 2:
+        return None
+    return (f"GPUs of {' and '.join(names)}: a script's ranks join one process group of their device's own "
+            "backend, which no vendor shares; pick GPUs of one vendor, or run a recipe training, whose "
+            "parallel_mode runs across vendors")
 
 
 def unsupported_backend_reason(backend: str | None, vendor: str | None) -> str | None:

@@ -149,11 +149,21 @@ class _Backend:
         self.model.train()
         return {k: float(v) for k, v in self.accumulate(batch).items()}
 
-    def optim_step(self) -> None:
-        if self.grad_clip:
+    def optim_step(self, sync: Callable[[], bool] | None = None) -> None:
+        """Clip, step the optimizer (and the LR schedule), zero the gradients.
+
+        ``sync`` (ranks that share their gradients themselves, without a DDP
+        wrapper: ``training/parallel.py``) runs once the gradients are unscaled,
+        so ranks with and without a loss scaler add like values; it returns
+        False when the summed gradients are not finite, and every rank then
+        skips this update alike.
+        """
+        if self.grad_clip or sync is not None:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.scaler.step(self.optimizer)
+        if sync is None or sync():
+            if self.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scheduler is not None:

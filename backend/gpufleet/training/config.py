@@ -29,6 +29,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("auto", "ddp", "fsdp")
 LR_SCHEDULES = ("constant", "cosine", "linear")
 FSDP_SHARDING = ("full_shard", "shard_grad_op")
+PARALLEL_MODES = ("equal", "proportional", "independent")
 # What a config value written as text means "empty" by (YAML's own words too).
 _NULLS = {"null", "none", "~", ""}
 
@@ -121,6 +122,15 @@ class TrainConfig(BaseModel):
     data_path: str | None = option(
         None, "a data file under the server's data root; empty = the recipe's synthetic data",
         max_length=MAX_PATH_CHARS)
+    # How ranks of unequal speed, or GPUs of several vendors, share the work
+    # (training/parallel.py; docs/architecture.md, "GPUs of unequal speed or several vendors").
+    parallel_mode: Literal["equal", "proportional", "independent"] = option(
+        "equal", "ranks share the work equally, by measured speed, or per vendor group merged every merge_every")
+    rank_shares: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] | None = option(
+        None, "proportional only: each rank's first micro-batch (sum = global_batch_size); empty = equal",
+        max_length=4096)
+    merge_every: int = option(10, "independent only: average the replicas every this many steps (local SGD)",
+                              ge=1, le=INT32_MAX)
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -171,6 +181,22 @@ class TrainConfig(BaseModel):
                   f"{self.grad_accum_steps} does not divide global_batch_size {self.global_batch_size}")
         if self.warmup_steps > self.max_steps:
             p.add("warmup_steps", f"must be between 0 and max_steps ({self.max_steps}), got {self.warmup_steps}")
+        if self.parallel_mode != "equal":
+            if self.grad_accum_steps != 1:
+                p.add("grad_accum_steps", f"parallel_mode {self.parallel_mode} takes one pass per step; "
+                                          "set grad_accum_steps to 1")
+            if self.micro_batch_size is not None:
+                p.add("micro_batch_size", f"parallel_mode {self.parallel_mode} sets each rank's micro-batch "
+                                          "itself; leave micro_batch_size empty")
+            if self.strategy == "fsdp":
+                p.add("strategy", f"parallel_mode {self.parallel_mode} keeps a whole replica per rank; "
+                                  "use strategy auto or ddp")
+        if self.rank_shares is not None:
+            if self.parallel_mode != "proportional":
+                p.add("rank_shares", "only parallel_mode proportional takes rank_shares")
+            elif sum(self.rank_shares) != self.global_batch_size:
+                p.add("rank_shares", f"must sum to global_batch_size {self.global_batch_size}, "
+                                     f"got {sum(self.rank_shares)}")
         if self.data_path is not None:
             if not self.data_path.strip():
                 p.add("data_path", "must be a path under the data root, or null for synthetic data")
@@ -187,6 +213,16 @@ class TrainConfig(BaseModel):
         """
         if world_size < 1:
             raise TrainingConfigError(None, f"world size must be >= 1, got {world_size}")
+        if self.parallel_mode == "proportional":
+            # Each rank's micro-batch is its share (training/parallel.py); this
+            # is the mean one, which is what a memory estimate needs.
+            if self.rank_shares is not None and len(self.rank_shares) != world_size:
+                raise TrainingConfigError(
+                    "rank_shares", f"{len(self.rank_shares)} shares given for {world_size} rank(s); give one per rank")
+            if self.global_batch_size < world_size:
+                raise TrainingConfigError(
+                    "global_batch_size", f"{self.global_batch_size} cannot give {world_size} ranks one sample each")
+            return max(self.rank_shares or [self.global_batch_size // world_size]), 1
         per_rank_step, rem = divmod(self.global_batch_size, world_size)
         if rem:
             raise TrainingConfigError(

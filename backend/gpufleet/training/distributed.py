@@ -79,7 +79,8 @@ class DistributedTrainer:
 
     def __init__(self, devices: list[str], config: TrainConfig, *, collective_timeout_s: float = 60.0,
                  master_addr: str = "127.0.0.1", master_port: int | None = None,
-                 use_process_group: bool | None = None, rendezvous_timeout_s: float | None = None):
+                 use_process_group: bool | None = None, rendezvous_timeout_s: float | None = None,
+                 process_group_backend: str | None = None):
         if not devices:
             raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = list(devices)
@@ -89,6 +90,8 @@ class DistributedTrainer:
         self.use_process_group = self.world_size > 1 if use_process_group is None else use_process_group
         self.config = config
         self.collective_timeout_s = collective_timeout_s
+        # Ranks of several vendors share no vendor library: the launcher says gloo.
+        self.process_group_backend = process_group_backend
         self.master_addr = master_addr
         # Set for a training across hosts: every rank is a client of the TCPStore
         # the rank-0 host's launcher keeps open, and waits this long for it.
@@ -115,7 +118,8 @@ class DistributedTrainer:
             os.environ["MASTER_ADDR"] = self.master_addr
             os.environ["MASTER_PORT"] = str(self.master_port)
             kwargs: dict[str, Any] = {}
-            if ops.dist_backend == "nccl":
+            backend = self.process_group_backend or ops.dist_backend
+            if backend == "nccl":
                 # Binds the communicator to this device up front (no guessing
                 # from the current device, no extra warm-up collective).
                 kwargs["device_id"] = self.device
@@ -124,7 +128,7 @@ class DistributedTrainer:
                     self.master_addr, self.master_port, self.world_size, is_master=False,
                     timeout=timedelta(seconds=self.rendezvous_timeout_s))
             dist.init_process_group(
-                backend=ops.dist_backend, rank=rank, world_size=self.world_size,
+                backend=backend, rank=rank, world_size=self.world_size,
                 timeout=timedelta(seconds=self.collective_timeout_s), **kwargs,
             )
         return self.device

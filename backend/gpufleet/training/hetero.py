@@ -26,30 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-
-def proportional_shares(speeds: Sequence[float], global_batch: int) -> list[int]:
-    """Micro-batch sizes summing to ``global_batch``, in proportion to ``speeds``; each at least 1.
-
-    Rounded by largest remainder, so ``[5, 3, 2]`` of 100 is ``[50, 30, 20]``.
-    """
-    if not speeds:
-        raise ValueError("need the speed of at least one rank")
-    if any(not s > 0 for s in speeds):
-        raise ValueError(f"every rank's speed must be > 0, got {list(speeds)}")
-    if global_batch < len(speeds):
-        raise ValueError(f"a global batch of {global_batch} cannot give {len(speeds)} ranks one sample each")
-    total = float(sum(speeds))
-    exact = [global_batch * s / total for s in speeds]
-    shares = [int(x) for x in exact]
-    left = global_batch - sum(shares)
-    for i in sorted(range(len(speeds)), key=lambda i: exact[i] - int(exact[i]), reverse=True)[:left]:
-        shares[i] += 1
-    # A very slow rank still gets one sample, taken from the largest share.
-    for i, b in enumerate(shares):
-        if b == 0:
-            shares[shares.index(max(shares))] -= 1
-            shares[i] = 1
-    return shares
+from gpufleet.training.modes import proportional_shares
 
 
 def retune_shares(shares: Sequence[int], step_times: Sequence[float], gain: float = 0.5) -> list[int]:

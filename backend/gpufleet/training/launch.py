@@ -33,6 +33,7 @@ from typing import Any
 from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.gang_launch import open_store, rank_view
+from gpufleet.training.modes import group_backends, mixed_vendor_warning
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
 
@@ -110,7 +111,9 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
     return Trainer(recipe, config, devices=run_devices, rank=rank, checkpoint_dir=spec.checkpoint_dir,
                    data_root=spec.data_root, resume=spec.resume, progress=progress,
                    collective_timeout_s=spec.collective_timeout_s, master_port=master_port,
-                   should_stop=should_stop, **rendezvous)
+                   should_stop=should_stop, rank_groups=spec.vendor_groups(),
+                   group_backends=group_backends(spec.kinds, spec.simulated),
+                   process_group_backend=spec.process_group_backend, **rendezvous)
 
 
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
@@ -128,6 +131,9 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     signal.signal(signal.SIGINT, on_signal)
     state_dir = Path(payload["state_dir"])
     spec = LaunchSpec.from_dict(payload["spec"])
+    # Across vendors each rank sees only its own GPU, through its backend's variable,
+    # set before this process touches a device (a runtime reads it when it initialises).
+    os.environ.update(spec.rank_visible_env(rank))
     trainer = None
     try:
         grank, devices, rendezvous = rank_view(spec, payload["run_devices"], rank)  # global rank across hosts
@@ -236,6 +242,9 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
                    micro_batch_size=micro, grad_accum_steps=accum, pid=os.getpid(), config=config.to_dict())
     if note:
         print(f"gpufleet launch: {note}", file=sys.stderr, flush=True)
+    if warning := mixed_vendor_warning(spec.kinds, config.parallel_mode):
+        progress.write("warning", code="mixed-vendors", message=warning, process_group_backend="gloo")
+        print(f"gpufleet launch: {warning}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="gpufleet-launch-") as tmp:
         state_dir = Path(tmp)

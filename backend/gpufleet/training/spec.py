@@ -16,6 +16,8 @@ from gpufleet.training.config import TrainingConfigError
 
 _DEVICE = re.compile(r"^(cpu|cuda|hip|xpu)(?::(\d+))?$")
 GPU_BACKENDS = ("cuda", "hip", "xpu")
+# Each backend's variable that narrows the GPUs a process sees.
+_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
 def normalize_device(text: str) -> str:
@@ -74,12 +76,9 @@ class LaunchSpec:
             raise TrainingConfigError("devices", "at least one device is needed")
         self.devices = [normalize_device(d) for d in self.devices]
         kinds = {d.split(":")[0] for d in self.devices}
-        if len(kinds) > 1:
+        if "cpu" in kinds and len(kinds) > 1:
             raise TrainingConfigError(
-                "devices",
-                f"one training cannot mix device kinds ({', '.join(sorted(kinds))}): "
-                "their ranks cannot share one process group",
-            )
+                "devices", f"one training cannot mix the CPU with GPUs ({', '.join(self.devices)})")
         gpus = [d for d in self.devices if d != "cpu"]
         if len(set(gpus)) != len(gpus):
             raise TrainingConfigError("devices", f"a GPU is listed twice: {self.devices}")
@@ -103,24 +102,62 @@ class LaunchSpec:
     def backend(self) -> str:
         return self.devices[0].split(":")[0]
 
+    @property
+    def kinds(self) -> list[str]:
+        """Each rank's backend (``cuda`` | ``hip`` | ``xpu`` | ``cpu``)."""
+        return [d.split(":")[0] for d in self.devices]
+
+    @property
+    def mixed_vendors(self) -> bool:
+        """GPUs of more than one vendor: no vendor's collective library reaches every rank."""
+        return len(set(self.kinds)) > 1
+
+    @property
+    def process_group_backend(self) -> str | None:
+        """The backend every rank's process group uses: gloo across vendors, else None (the device's own)."""
+        return "gloo" if self.mixed_vendors else None
+
+    def vendor_groups(self) -> list[int]:
+        """Each rank's group: the ranks of one backend form one group, numbered in order of first rank."""
+        order = list(dict.fromkeys(self.kinds))
+        return [order.index(k) for k in self.kinds]
+
     def run_devices(self) -> list[str]:
         """The torch devices the ranks use.
 
         GPU indexes are renumbered 0..n-1 because the launcher narrows the
         visible devices (``CUDA_VISIBLE_DEVICES``) to exactly this training's.
-        HIP runs through torch's cuda device type.
+        HIP runs through torch's cuda device type. Across vendors each rank
+        sees only its own GPU (:meth:`rank_visible_env`), so each is device 0
+        of its backend.
         """
         if self.simulated or self.backend == "cpu":
             return ["cpu"] * self.world_size
+        if self.mixed_vendors:
+            return [f"{'cuda' if k == 'hip' else k}:0" for k in self.kinds]
         kind = "cuda" if self.backend in ("cuda", "hip") else self.backend
         return [f"{kind}:{i}" for i in range(self.world_size)]
 
+    def rank_visible_env(self, rank: int) -> dict[str, str]:
+        """What rank ``rank`` of a set that mixes vendors sees: its own GPU through its backend's variable.
+
+        Set in the rank process before any device is touched (the runtimes read
+        the variable when they initialise). Empty for a set of one vendor,
+        whose launcher narrows the visible devices for all ranks at once.
+        """
+        if not self.mixed_vendors:
+            return {}
+        kind, _, idx = self.devices[rank].partition(":")
+        env = {_VISIBLE[kind]: idx}
+        if kind == "cuda":
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        return env
+
     def visible_devices_env(self) -> dict[str, str]:
-        if self.simulated or self.backend == "cpu":
+        if self.simulated or self.backend == "cpu" or self.mixed_vendors:
             return {}
         ids = ",".join(d.split(":")[1] for d in self.devices)
-        var = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
-        env = {var[self.backend]: ids}
+        env = {_VISIBLE[self.backend]: ids}
         if self.backend == "cuda":
             # gpufleet numbers NVIDIA GPUs as NVML does (PCI bus order); CUDA's
             # default order is fastest-first, which differs on mixed boxes.

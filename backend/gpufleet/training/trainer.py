@@ -33,6 +33,8 @@ from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.backend import make_backend
 from gpufleet.training.config import TrainingConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
+from gpufleet.training.hetero import slow_rank_hook
+from gpufleet.training.parallel import rank_layout, rank_precision, rank_sync
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
 
@@ -93,12 +95,18 @@ class Trainer:
                  resume: bool = True, progress: ProgressWriter | None = None,
                  should_stop: Callable[[], bool] | None = None, collective_timeout_s: float = 60.0,
                  master_port: int | None = None, dist_trainer: DistributedTrainer | None = None,
-                 master_addr: str = "127.0.0.1", rendezvous_timeout_s: float | None = None):
+                 master_addr: str = "127.0.0.1", rendezvous_timeout_s: float | None = None,
+                 rank_groups: list[int] | None = None, group_backends: list[str | None] | None = None,
+                 process_group_backend: str | None = None):
         self.recipe, self.config = recipe, config
         self.dt = dist_trainer or DistributedTrainer(devices or ["cpu"], config,
                                                      collective_timeout_s=collective_timeout_s,
                                                      master_addr=master_addr, master_port=master_port,
-                                                     rendezvous_timeout_s=rendezvous_timeout_s)
+                                                     rendezvous_timeout_s=rendezvous_timeout_s,
+                                                     process_group_backend=process_group_backend)
+        # Ranks of several vendors (the launcher's groups): see training/parallel.py.
+        self.rank_groups, self.group_backends = rank_groups, group_backends
+        self.sync = None
         self.rank = rank
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.data_root, self.resume = data_root, resume
@@ -108,6 +116,7 @@ class Trainer:
         self.consumed_batches = 0
         self.last_checkpoint: str | None = None
         self._checkpoint_step = -1
+        self._boundary_step = -1
         self.last_metrics: dict[str, Any] = {}
         self._setup_done = False
 
@@ -127,10 +136,17 @@ class Trainer:
         model, self.dataset, self.loss_fn = self.recipe.build(cfg, self.data_root)
         self.raw_model: nn.Module = model
         self.strategy = self.dt.resolved_strategy()
+        mixed = len(set(self.rank_groups or [0])) > 1
+        self.sync = rank_sync(cfg, self.rank, self.dt.world_size, distributed=self.dt.distributed,
+                              mixed_vendors=mixed, groups=self.rank_groups, group_backends=self.group_backends)
+        # Ranks that sum their gradients themselves (training/parallel.py) keep a plain replica each.
+        self._slow = slow_rank_hook(self.rank) if self.sync is None else None
+        self.precision = rank_precision(cfg.precision, self.device)
         self.backend = make_backend(
             model, self.loss_fn,
             lambda params: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay),
-            strategy=self.strategy, device=self.device, grad_clip=cfg.grad_clip, precision=cfg.precision,
+            strategy="single" if self.sync else self.strategy, device=self.device, grad_clip=cfg.grad_clip,
+            precision=self.precision,
             grad_accum=self.dt.grad_accum_steps, lr_lambda=lr_lambda(cfg),
             ddp_bucket_mb=cfg.ddp_bucket_mb, fsdp_sharding=cfg.fsdp_sharding)
         b = self.backend
@@ -140,9 +156,30 @@ class Trainer:
             found = ckpt.newest_checkpoint(self.checkpoint_dir)
             if found is not None:
                 self._load(found)
-        self.loader = self.dt.create_distributed_dataloader(self.dataset, self.rank, self.consumed_batches)
-        self._batches = iter(self.loader)
+        self._make_loader()
         self._setup_done = True
+        if mixed:
+            # Each rank says what it runs on (device, visibility variable, precision, process group).
+            layout = rank_layout(self.rank, self.device, self.precision,
+                                 ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"))
+            everyone = [None] * self.dt.world_size
+            dist.all_gather_object(everyone, layout)
+            if self.progress:
+                self.progress.write("layout", per_rank=everyone, parallel_mode=cfg.parallel_mode,
+                                    shares=self.sync.shares if self.sync else None)
+
+    def _make_loader(self) -> None:
+        if self.sync is not None and self.sync.sliced:
+            self.loader = self.sync.loader(self.dataset, self.consumed_batches, backend_ops(self.device).kind == "cuda")
+        else:
+            self.loader = self.dt.create_distributed_dataloader(self.dataset, self.rank, self.consumed_batches)
+        self._batches = iter(self.loader)
+
+    def _samples_per_batch(self) -> int:
+        """Samples of the whole job per consumed micro-batch of this rank."""
+        if self.sync is not None and self.sync.sliced:
+            return self.config.global_batch_size  # one slice of each global batch per step
+        return self.dt.micro_batch_size * self.dt.world_size
 
     def _load(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path)
@@ -159,7 +196,12 @@ class Trainer:
         self.step = int(s["step"])
         # Micro-batches are counted globally (per-rank count x accumulation is
         # the same whatever the layout), so a run can resume on another world size.
-        self.consumed_batches = int(s["samples_seen"]) // (self.dt.micro_batch_size * self.dt.world_size)
+        self.consumed_batches = int(s["samples_seen"]) // self._samples_per_batch()
+        if self.sync is not None:
+            try:
+                self.sync.load_state_dict(s.get("parallel"))
+            except ValueError as exc:
+                raise TrainingConfigError("resume", f"checkpoint {path}: {exc}") from None
         rng = s["rng"]
         mine = rng[self.rank] if self.rank < len(rng) else rng[0]
         torch.set_rng_state(mine["torch"])
@@ -178,14 +220,26 @@ class Trainer:
         """One optimizer step over the global batch; returns the step's loss parts (on device)."""
         accum = self.backend.grad_accum
         totals: dict[str, torch.Tensor] = {}
+        sync, t0 = self.sync, time.perf_counter()
+        # A rank's mean loss counts by its share of the global batch (1 on equal ranks).
+        factor = sync.metric_factor if sync is not None else 1.0
+        if sync is not None:
+            sync.begin_step()
         for _ in range(accum):
             batch = next(self._batches)
             self.consumed_batches += 1
             for k, v in self.backend.accumulate(batch).items():
-                v = v.float() / accum
+                v = v.float() / accum if factor == 1.0 else v.float() * (factor / accum)
                 totals[k] = totals[k] + v if k in totals else v
-        self.backend.optim_step()
+        if sync is not None:
+            self.backend.optim_step(sync=lambda: sync.reduce_grads(self.backend.model))
+        else:
+            self.backend.optim_step()
+            if self._slow is not None:
+                self._slow(time.perf_counter() - t0)  # a test's slow rank (GPUFLEET_TEST_RANK_SPEED)
         self.step += 1
+        if sync is not None:
+            sync.after_step(self.backend.model, self.step)
         return totals
 
     def train(self) -> TrainResult:
@@ -257,6 +311,8 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "rank_step_times": rank_times,
         }
+        if self.sync is not None and self.sync.shares is not None:
+            metrics["rank_shares"] = self.sync.shares
         self.last_metrics = metrics
         if self.progress:
             self.progress.write("step", **metrics)
@@ -269,7 +325,15 @@ class Trainer:
         return stop
 
     def checkpoint(self) -> str | None:
-        """Save ``step-N/`` (rank 0 writes; under FSDP every rank helps gather)."""
+        """Save ``step-N/`` (rank 0 writes; under FSDP every rank helps gather).
+
+        A checkpoint is a boundary of training/parallel.py's modes first:
+        speed-proportional shares are re-tuned, independent replicas merged.
+        """
+        if self.sync is not None and self._boundary_step != self.step:
+            self._boundary_step = self.step
+            if self.sync.at_checkpoint(self.backend.model, self.optimizer):
+                self._make_loader()
         if self.checkpoint_dir is None or self._checkpoint_step == self.step:
             return self.last_checkpoint
         state = self.backend.state_dict()  # under FSDP every rank takes part in the gather
@@ -284,9 +348,11 @@ class Trainer:
                 "scheduler": state["scheduler"],
                 "scaler": state["scaler"],
                 "step": self.step,
-                "samples_seen": self.consumed_batches * self.dt.micro_batch_size * self.dt.world_size,
+                "samples_seen": self.consumed_batches * self._samples_per_batch(),
                 "rng": rngs,
             }
+            if self.sync is not None:
+                train_state["parallel"] = self.sync.state_dict()
             meta = {"recipe": self.recipe.name, "config": self.config.to_dict(),
                     "world_size": self.dt.world_size, "strategy": self.strategy,
                     "metrics": self.last_metrics}

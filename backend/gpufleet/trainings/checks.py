@@ -13,7 +13,7 @@ from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.scheduling.types import fmt_bytes
 from gpufleet.scheduling.validate import world_size_never_fits
-from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
+from gpufleet.scheduling.vendormix import script_mixed_reason, unsupported_backend_reason
 from gpufleet.trainings.request import TrainingCreate
 
 
@@ -88,8 +88,9 @@ def resolve_host(sess: Session, req: TrainingCreate) -> Host | None:
     return None
 
 
-def check_gpus(sess: Session, host: Host, gpu_ids: list[int]) -> None:
-    """Every GPU exists on ``host``, can hold a rank, and the set is of one vendor."""
+def check_gpus(sess: Session, host: Host, gpu_ids: list[int], *, script: bool = False) -> None:
+    """Every GPU exists on ``host`` and can hold a rank; a script's set is of one vendor
+    (a recipe training runs across vendors: ``training/parallel.py``)."""
     have = sorted(sess.execute(select(GPU.index).where(GPU.host_id == host.id)).scalars())
     for i in gpu_ids:
         if i not in have:
@@ -103,7 +104,7 @@ def check_gpus(sess: Session, host: Host, gpu_ids: list[int]) -> None:
         why = unsupported_backend_reason(backend, vendor)
         if why:
             raise TrainingRequestError("gpu_ids", f"GPU {index} on host {host.name} cannot hold a rank: {why}")
-    mixed = mixed_vendor_message([vendor for _, _, vendor in rows])
+    mixed = script_mixed_reason([vendor for _, _, vendor in rows]) if script else None
     if mixed:
         raise TrainingRequestError("gpu_ids", mixed)
 

@@ -118,7 +118,7 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
     host = resolve_host(sess, req)
     if req.gpu_ids and host is not None:
-        check_gpus(sess, host, req.gpu_ids)
+        check_gpus(sess, host, req.gpu_ids, script=req.kind == "script")
     if not req.gpu_ids and count > 1 and gang is None:
         check_world_size(sess, count, req.host)
     common = dict(
@@ -133,6 +133,10 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
     if req.kind == "script":
         return _prepare_script(sess, settings, req, count, host, exclusive, common), None
     config = _resolve_config(settings, req, count)
+    if gang is not None and config.parallel_mode != "equal":
+        # Unequal shares and vendor groups are laid out over one host's ranks.
+        raise TrainingRequestError("config.parallel_mode", f"parallel_mode {config.parallel_mode} runs on one "
+                                   "host; a training across hosts takes equal shares (parallel_mode equal)")
     return Training(
         **common, recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
         memory_estimate=req.memory_mb * 2**20 if req.memory_mb else None,
