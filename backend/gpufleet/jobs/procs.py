@@ -150,6 +150,14 @@ def sweep_semaphores(min_age_s: float = SEMAPHORE_MIN_AGE_S) -> list[str]:
     return removed
 
 
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid``; a group already gone is fine."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def stop_group(pgid: int, grace_s: float) -> None:
     """SIGTERM the group, wait up to ``grace_s``, then SIGKILL whatever is left."""
     if grace_s > 0:

@@ -196,7 +196,7 @@ def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, 
     while not done.wait(POLL_S):
         if time.monotonic() > sink.renewed_at + lease_s - FENCE_MARGIN_S:
             fenced.set()
-            _signal_group(pgid, signal.SIGKILL)
+            procs.signal_group(pgid, signal.SIGKILL)
             return
 
 
@@ -264,7 +264,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                                 grace_s=settings.stop_grace_s)
         if asked is not None:
             logf.line(f"[gpufleet] {asked.note}")
-            _signal_group(pgid, signal.SIGTERM)
+            procs.signal_group(pgid, signal.SIGTERM)
         return asked
 
     watch = rendezvous.LeaderWatch(settings, t) if gang else None
@@ -360,13 +360,6 @@ def attempt_fence(t: Training, worker_id: str) -> list[Any]:
     """The WHERE that lets only this attempt, while it holds the lease, write the row."""
     return [Training.id == t.id, Training.status == "running", Training.lease_owner == worker_id,
             Training.attempt == t.attempt]
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,

@@ -33,6 +33,8 @@ from typing import Any
 from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.gang_launch import open_store, rank_view
+from gpufleet.training.lifeline import die_with_parent as _die_with_parent
+from gpufleet.training.lifeline import watch_parent
 from gpufleet.training.modes import group_backends, mixed_vendor_warning
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
@@ -49,7 +51,7 @@ def classify(exc: BaseException) -> str:
     """The kind of a rank's failure, which decides the exit code."""
     import torch
 
-    from gpufleet.training.trainer import InjectedFault
+    from gpufleet.training.drills import InjectedFault
 
     text = f"{type(exc).__name__}: {exc}".lower()
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
@@ -63,34 +65,6 @@ def classify(exc: BaseException) -> str:
     if any(s in text for s in ("connection closed", "connection reset", "broken pipe", "peer")):
         return "peer_lost"
     return "error"
-
-
-def _die_with_parent() -> None:
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def watch_parent(fd: int) -> None:
-    """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
-    import threading
-
-    def watch() -> None:
-        try:
-            while os.read(fd, 64):
-                pass
-        except OSError:
-            pass
-        print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
-              file=sys.stderr, flush=True)
-        # No checkpoint: the lease is lost, and a newer attempt owns the folder
-        # soon. The ranks get SIGKILL from PR_SET_PDEATHSIG when this exits.
-        os._exit(exitcodes.INTERRUPTED)
-
-    threading.Thread(target=watch, name="gpufleet-parent-watch", daemon=True).start()
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

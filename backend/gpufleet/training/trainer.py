@@ -37,10 +37,7 @@ from gpufleet.training.hetero import slow_rank_hook
 from gpufleet.training.parallel import rank_layout, rank_precision, rank_sync
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
-
-
-class InjectedFault(RuntimeError):
-    """Raised by the GPUFLEET_TRAIN_FAULT drill (see ``_fault_at``)."""
+from gpufleet.training.drills import fault_at, hold_at, raise_fault
 
 
 @dataclass
@@ -65,28 +62,6 @@ def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
-
-
-def _fault_at() -> tuple[int, int, str] | None:
-    """``GPUFLEET_TRAIN_FAULT=RANK:STEP[:KIND]`` makes that rank fail at that
-    step (KIND: error, oom, exit, hang). A drill for tests and for checking that a
-    deployment stops a whole job when one rank dies; unset in normal runs."""
-    raw = os.environ.get("GPUFLEET_TRAIN_FAULT")
-    if not raw:
-        return None
-    parts = raw.split(":")
-    return int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else "error"
-
-
-def _hold_at() -> tuple[int, str] | None:
-    """``GPUFLEET_TRAIN_HOLD=STEP:PATH`` makes every rank wait after step STEP until PATH
-    exists or a stop is asked for: a drill that keeps a training running at a known
-    step (tests of preemption and stops, whatever the machine's speed)."""
-    raw = os.environ.get("GPUFLEET_TRAIN_HOLD")
-    if not raw:
-        return None
-    step, _, path = raw.partition(":")
-    return int(step), path
 
 
 class Trainer:
@@ -246,8 +221,8 @@ class Trainer:
         if not self._setup_done:
             self.setup()
         cfg = self.config
-        fault = _fault_at()
-        hold = _hold_at()
+        fault = fault_at()
+        hold = hold_at()
         world = self.dt.world_size
         window: torch.Tensor | None = None
         names: list[str] = []
@@ -257,7 +232,7 @@ class Trainer:
         first_report = True
         while self.step < cfg.max_steps:
             if fault and fault[0] == self.rank and fault[1] == self.step:
-                _raise_fault(fault[2], self.rank, self.step)
+                raise_fault(fault[2], self.rank, self.step)
             if hold and hold[0] == self.step:
                 while not os.path.exists(hold[1]) and not self.should_stop():
                     time.sleep(0.05)
@@ -392,14 +367,3 @@ def _to_list(x: Any) -> Any:
 
 def _to_tuple(x: Any) -> Any:
     return tuple(_to_tuple(v) for v in x) if isinstance(x, list) else x
-
-
-def _raise_fault(kind: str, rank: int, step: int) -> None:
-    if kind == "hang":  # a stuck rank: its peers must time out, not wait forever
-        while True:
-            time.sleep(3600)
-    if kind == "exit":
-        os._exit(3)  # a crash: no exception, no clean-up
-    if kind == "oom":
-        raise torch.OutOfMemoryError(f"injected out of memory on rank {rank} at step {step}")
-    raise InjectedFault(f"injected failure on rank {rank} at step {step}")

@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if parent_fd is not None:
         # The worker's lifeline (as for recipes): EOF means the worker is gone,
         # and the ranks follow this process through their parent-death signal.
-        from gpufleet.training.launch import watch_parent
+        from gpufleet.training.lifeline import watch_parent
 
         watch_parent(parent_fd)
     try:

@@ -1,0 +1,45 @@
+"""What ties a launcher to its worker, and its ranks to the launcher.
+
+- A rank dies with the launcher that started it (``PR_SET_PDEATHSIG``), so no
+  rank outlives it.
+- A launcher watches the read end of a pipe whose write end only its worker
+  holds (``--parent-fd``): when the worker dies, even by SIGKILL, the pipe
+  reads EOF and the launcher exits at once, taking its ranks with it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from gpufleet.training import exitcodes
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the one that started it exits (Linux)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def watch_parent(fd: int) -> None:
+    """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
+    import threading
+
+    def watch() -> None:
+        try:
+            while os.read(fd, 64):
+                pass
+        except OSError:
+            pass
+        print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
+              file=sys.stderr, flush=True)
+        # No checkpoint: the lease is lost, and a newer attempt owns the folder
+        # soon. The ranks get SIGKILL from PR_SET_PDEATHSIG when this exits.
+        os._exit(exitcodes.INTERRUPTED)
+
+    threading.Thread(target=watch, name="gpufleet-parent-watch", daemon=True).start()
