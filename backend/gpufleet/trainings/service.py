@@ -32,7 +32,7 @@ from gpufleet.trainings.checks import (
     refuse_never_fits,
     resolve_host,
 )
-from gpufleet.trainings.lifecycle import get_training, record_event, transition
+from gpufleet.trainings.lifecycle import get_training, record_event, record_first_event, transition
 from gpufleet.trainings.models import (
     FINAL_STATUSES,
     TRAINING_STATUSES,
@@ -55,7 +55,7 @@ __all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_b
 def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str) -> TrainingView:
     """Validate one request against its recipe and the fleet, and queue it."""
     [row] = create_trainings(sess, settings, [req], owner)
-    return views(sess, [row])[0]
+    return _new_view(sess, row)
 
 
 def create_batch(sess: Session, settings: Settings, body: TrainingBatchCreate,
@@ -64,7 +64,7 @@ def create_batch(sess: Session, settings: Settings, body: TrainingBatchCreate,
     batch_id = uuid.uuid4().hex[:12]
     rows = create_trainings(sess, settings, body.requests(), owner, exclusive=False,
                             selection={"strategy": body.strategy, "batch": batch_id})
-    return batch_id, views(sess, rows)
+    return batch_id, [_new_view(sess, row) for row in rows]
 
 
 def create_trainings(
@@ -101,7 +101,7 @@ def create_trainings(
     sess.flush()
     for row in rows:
         where = f"GPUs {row.gpu_ids}" if row.gpu_ids else f"{row.world_size} GPU(s) chosen by the server"
-        record_event(sess, row.id, "status", status="queued", user=owner, reason=f"submitted for {where}")
+        record_first_event(sess, row, "status", status="queued", user=owner, reason=f"submitted for {where}")
     return rows
 
 
@@ -121,7 +121,9 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
         requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
         auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
-        restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False,
+        restarts=0, attempt=0, step=0,
+        event_seq=1,  # its queued event, written with it (record_first_event)
+        cancel_requested=False,
     )
     if req.kind == "script":
         return _prepare_script(sess, settings, req, count, host, exclusive, common), None
@@ -246,6 +248,13 @@ def get(sess: Session, training_id: uuid.UUID) -> Training:
     if t is None:
         raise TrainingRequestError("id", f"training {training_id} does not exist", status=404)
     return t
+
+
+def _new_view(sess: Session, row: Training) -> TrainingView:
+    """A row this transaction created: no GPUs reserved yet (the scheduler reserves after the
+    commit), and its host, when it names GPUs, is the one the checks already read."""
+    host = sess.get(Host, row.host_id) if row.host_id is not None else None  # in the identity map: no query
+    return TrainingView(row, host.name if host is not None else None, [])
 
 
 def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
