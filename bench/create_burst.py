@@ -7,7 +7,7 @@ same time), each with its own name, each on its own keep-alive connection
 (bench/_rawhttp.py: a client light enough not to be the bottleneck itself). A client that gets 429 waits its
 ``Retry-After`` and tries again, as the CLI and the dashboard do. Printed per
 run: the responses by class (201 / 429 / 5xx / other), p50 / p99 / max latency
-of every response, how many creates went through and how many of those only
+of every response, of each create until its 201 (retries included), how many creates went through and how many of those only
 after retrying, trainings created more than once, and GPUs held by two
 exclusive trainings (must be 0).
 
@@ -58,6 +58,8 @@ class Tally:
     created: int = 0
     created_after_retry: int = 0
     gave_up: int = 0
+    # A create's whole wait, from its first try to its 201, retries included.
+    until_created: list[float] = field(default_factory=list)
 
     def note(self, status: int, seconds: float) -> None:
         self.latencies.append(seconds)
@@ -75,6 +77,7 @@ def _free_port() -> int:
 
 async def _create(conn: Connection, name: str, tally: Tally, deadline: float) -> None:
     tries = 0
+    first = time.perf_counter()
     body = {"name": name, "recipe": "sae", "config": CONFIG}
     while time.monotonic() < deadline:
         tries += 1
@@ -91,6 +94,7 @@ async def _create(conn: Connection, name: str, tally: Tally, deadline: float) ->
         if status == 201:
             tally.created += 1
             tally.created_after_retry += tries > 1
+            tally.until_created.append(time.perf_counter() - first)
             return
         if status == 429:
             wait = float(headers.get("retry-after", "1"))
@@ -226,6 +230,9 @@ def show(label: str, r: dict) -> None:
     # Client and server share the machine's cores: what each used tells whether the client is the bottleneck.
     print(f"{'':>11}CPU: server {r['server_cpu_s']:.1f}s, client {r['client_cpu_s']:.1f}s"
           f" over {r['wall_s']:.1f}s; creates/s {c.created / r['wall_s']:.1f}; load {os.getloadavg()[0]:.1f}")
+    if c.until_created:
+        print(f"{'':>11}until created (retries included): p50 {_pct(c.until_created, 0.5):.3f}s"
+              f"  p99 {_pct(c.until_created, 0.99):.3f}s")
     for key in ("201", "200", "429"):
         xs = c.by_code.get(key, []) + g.by_code.get(key, [])
         if xs:
