@@ -3,10 +3,11 @@
     python bench/create_burst.py --n 500 --reads 100
 
 N clients POST /api/v1/trainings at once (and R clients list trainings at the
-same time), each with its own name. A client that gets 429 waits its
+same time), each with its own name, each on its own keep-alive connection
+(bench/_rawhttp.py: a client light enough not to be the bottleneck itself). A client that gets 429 waits its
 ``Retry-After`` and tries again, as the CLI and the dashboard do. Printed per
 run: the responses by class (201 / 429 / 5xx / other), p50 / p99 / max latency
-of every response, how many creates went through and how many of those only
+of every response, of each create until its 201 (retries included), how many creates went through and how many of those only
 after retrying, trainings created more than once, and GPUs held by two
 exclusive trainings (must be 0).
 
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import os
 import random
+import resource
 import secrets
 import signal
 import socket
@@ -37,6 +39,7 @@ import httpx
 from sqlalchemy import func, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rawhttp import Connection  # noqa: E402
 from _scratch_db import scratch_settings  # noqa: E402
 
 from gpufleet.db.models import Training  # noqa: E402
@@ -55,6 +58,8 @@ class Tally:
     created: int = 0
     created_after_retry: int = 0
     gave_up: int = 0
+    # A create's whole wait, from its first try to its 201, retries included.
+    until_created: list[float] = field(default_factory=list)
 
     def note(self, status: int, seconds: float) -> None:
         self.latencies.append(seconds)
@@ -70,60 +75,70 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _create(client: httpx.AsyncClient, name: str, tally: Tally, deadline: float) -> None:
+async def _create(conn: Connection, name: str, tally: Tally, deadline: float) -> None:
     tries = 0
+    first = time.perf_counter()
+    body = {"name": name, "recipe": "sae", "config": CONFIG}
     while time.monotonic() < deadline:
         tries += 1
         t0 = time.perf_counter()
         try:
-            r = await client.post("/api/v1/trainings", json={"name": name, "recipe": "sae", "config": CONFIG})
-        except httpx.HTTPError:
+            status, headers, payload = await asyncio.wait_for(
+                conn.request("POST", "/api/v1/trainings", body), max(1.0, deadline - time.monotonic()))
+        except (ConnectionError, TimeoutError):
+            await conn.close()
             tally.note(CONNECTION_ERROR, time.perf_counter() - t0)
             await asyncio.sleep(1)
             continue
-        tally.note(r.status_code, time.perf_counter() - t0)
-        if r.status_code == 201:
+        tally.note(status, time.perf_counter() - t0)
+        if status == 201:
             tally.created += 1
             tally.created_after_retry += tries > 1
+            tally.until_created.append(time.perf_counter() - first)
             return
-        if r.status_code == 429:
-            wait = float(r.headers.get("retry-after", "1"))
+        if status == 429:
+            wait = float(headers.get("retry-after", "1"))
             await asyncio.sleep(wait + random.uniform(0, wait))  # spread the retries
             continue
-        if r.status_code >= 500:
+        if status >= 500:
             # A 5xx may or may not have created it; retrying could create it twice.
             tally.gave_up += 1
             return
-        raise SystemExit(f"unexpected {r.status_code}: {r.text}")
+        raise SystemExit(f"unexpected {status}: {payload!r}")
     tally.gave_up += 1
 
 
-async def _read(client: httpx.AsyncClient, tally: Tally, deadline: float) -> None:
+async def _read(conn: Connection, tally: Tally, deadline: float) -> None:
     while time.monotonic() < deadline:
         t0 = time.perf_counter()
         try:
-            r = await client.get("/api/v1/trainings", params={"limit": 20})
-        except httpx.HTTPError:
+            status, headers, _ = await asyncio.wait_for(
+                conn.request("GET", "/api/v1/trainings?limit=20"), max(1.0, deadline - time.monotonic()))
+        except (ConnectionError, TimeoutError):
+            await conn.close()
             tally.note(CONNECTION_ERROR, time.perf_counter() - t0)
             return
-        tally.note(r.status_code, time.perf_counter() - t0)
-        if r.status_code != 429:
+        tally.note(status, time.perf_counter() - t0)
+        if status != 429:
             return
-        wait = float(r.headers.get("retry-after", "1"))
+        wait = float(headers.get("retry-after", "1"))
         await asyncio.sleep(wait + random.uniform(0, wait))
 
 
-async def _burst(base: str, token: str, n: int, reads: int, prefix: str) -> tuple[Tally, Tally, float]:
+async def _burst(port: int, token: str, n: int, reads: int, prefix: str,
+                 limit_s: float) -> tuple[Tally, Tally, float]:
     creates, gets = Tally(), Tally()
-    limits = httpx.Limits(max_connections=n + reads, max_keepalive_connections=n + reads)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"},
-                                 limits=limits, timeout=httpx.Timeout(180.0)) as client:
-        t0 = time.monotonic()
-        deadline = t0 + 600
-        jobs = [_create(client, f"{prefix}-{i}", creates, deadline) for i in range(n)]
-        jobs += [_read(client, gets, deadline) for _ in range(reads)]
+    conns = [Connection("127.0.0.1", port, {"Authorization": f"Bearer {token}"}) for _ in range(n + reads)]
+    t0 = time.monotonic()
+    deadline = t0 + limit_s
+    jobs = [_create(conns[i], f"{prefix}-{i}", creates, deadline) for i in range(n)]
+    jobs += [_read(conns[n + i], gets, deadline) for i in range(reads)]
+    try:
         await asyncio.gather(*jobs)
         return creates, gets, time.monotonic() - t0
+    finally:
+        for c in conns:
+            await c.close()
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -133,7 +148,18 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | None) -> dict:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
+
+
+def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | None, limit_s: float) -> dict:
     with scratch_settings(server_url) as settings, tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
         env.update(
@@ -166,7 +192,9 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
             # One create first, so torch (the memory estimate) is loaded before the burst.
             httpx.post(f"{base}/api/v1/trainings", json={"name": "warm", "recipe": "sae", "config": CONFIG},
                        headers={"Authorization": f"Bearer {token}"}, timeout=120).raise_for_status()
-            creates, gets, wall = asyncio.run(_burst(base, token, n, reads, "burst"))
+            server_cpu0, client_cpu0 = _cpu_s(proc.pid), _own_cpu_s()
+            creates, gets, wall = asyncio.run(_burst(port, token, n, reads, "burst", limit_s))
+            server_cpu, client_cpu = _cpu_s(proc.pid) - server_cpu0, _own_cpu_s() - client_cpu0
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -185,7 +213,7 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
                 "GROUP BY gpu_id HAVING count(*) > 1) AS x")).scalar_one()
     every = creates.latencies + gets.latencies
     return {
-        "creates": creates, "reads": gets, "wall_s": wall,
+        "creates": creates, "reads": gets, "wall_s": wall, "server_cpu_s": server_cpu, "client_cpu_s": client_cpu,
         "p50": _pct(every, 0.50), "p99": _pct(every, 0.99), "max": max(every),
         "rows": len(names), "duplicates": sum(1 for _, c in names if c > 1), "double_held_gpus": double,
     }
@@ -199,6 +227,12 @@ def show(label: str, r: dict) -> None:
           f" | created {c.created} ({c.created_after_retry} after retrying), gave up {c.gave_up},"
           f" rows {r['rows']}, duplicates {r['duplicates']}, GPUs held twice {r['double_held_gpus']}"
           f" | {r['wall_s']:.1f}s")
+    # Client and server share the machine's cores: what each used tells whether the client is the bottleneck.
+    print(f"{'':>11}CPU: server {r['server_cpu_s']:.1f}s, client {r['client_cpu_s']:.1f}s"
+          f" over {r['wall_s']:.1f}s; creates/s {c.created / r['wall_s']:.1f}; load {os.getloadavg()[0]:.1f}")
+    if c.until_created:
+        print(f"{'':>11}until created (retries included): p50 {_pct(c.until_created, 0.5):.3f}s"
+              f"  p99 {_pct(c.until_created, 0.99):.3f}s")
     for key in ("201", "200", "429"):
         xs = c.by_code.get(key, []) + g.by_code.get(key, [])
         if xs:
@@ -209,6 +243,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=500, help="concurrent creates")
     ap.add_argument("--reads", type=int, default=100, help="concurrent reads beside them")
+    ap.add_argument("--limit-s", type=float, default=180,
+                    help="give up on what is not answered this long after the burst began (counted as gave up)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the run with admission off")
     args = ap.parse_args()
     server = os.environ.get("GPUFLEET_TEST_DATABASE_URL")
@@ -216,8 +252,8 @@ def main() -> None:
     if not server or not redis:
         raise SystemExit("set GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (eval \"$(.ci/services.sh start)\")")
     print(f"{args.n} concurrent creates + {args.reads} concurrent reads, PostgreSQL, sign-in on")
-    base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads)
-    new = run(server, redis, args.n, args.reads, capacity=None)
+    base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads, limit_s=args.limit_s)
+    new = run(server, redis, args.n, args.reads, capacity=None, limit_s=args.limit_s)
     if base:
         show("baseline", base)
     show("admission", new)

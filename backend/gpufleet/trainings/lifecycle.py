@@ -60,6 +60,20 @@ def record_event(
     return seq
 
 
+def record_first_event(sess: Session, training: Training, kind: str, *, status: str | None = None,
+                       reason: str | None = None, user: str | None = None) -> None:
+    """The first event of a row this transaction inserts with ``event_seq=1``: written with the commit.
+
+    No other transaction can see the row before the commit, so its counter
+    needs no ``UPDATE ... RETURNING`` round trip (what :func:`record_event`
+    costs every later event). The row must already be flushed.
+    """
+    if training.event_seq != 1:
+        raise ValueError(f"training {training.id} was not inserted with event_seq=1")
+    sess.add(TrainingEvent(training_id=training.id, seq=1, time=utcnow(), kind=kind, status=status,
+                           reason=reason, user=user))
+
+
 def transition(
     sess: Session,
     training_id: uuid.UUID,

@@ -34,7 +34,7 @@ from gpufleet.trainings.checks import (
 )
 from gpufleet.trainings.gang_request import gang_request
 from gpufleet.trainings.gang_view import add_hosts
-from gpufleet.trainings.lifecycle import get_training, record_event, transition
+from gpufleet.trainings.lifecycle import get_training, record_event, record_first_event, transition
 from gpufleet.trainings.models import (
     FINAL_STATUSES,
     TRAINING_STATUSES,
@@ -58,7 +58,7 @@ def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *
            admin: bool = False) -> TrainingView:
     """Validate one request against its recipe and the fleet, and queue it (``admin``: the owner is one)."""
     [row] = create_trainings(sess, settings, [req], owner, admin=admin)
-    return views(sess, [row])[0]
+    return _new_view(sess, row)
 
 
 def create_batch(sess: Session, settings: Settings, body: TrainingBatchCreate,
@@ -67,7 +67,7 @@ def create_batch(sess: Session, settings: Settings, body: TrainingBatchCreate,
     batch_id = uuid.uuid4().hex[:12]
     rows = create_trainings(sess, settings, body.requests(), owner, exclusive=False,
                             selection={"strategy": body.strategy, "batch": batch_id})
-    return batch_id, views(sess, rows)
+    return batch_id, [_new_view(sess, row) for row in rows]
 
 
 def create_trainings(
@@ -105,7 +105,7 @@ def create_trainings(
     sess.flush()
     for row in rows:
         where = f"GPUs {row.gpu_ids}" if row.gpu_ids else f"{row.world_size} GPU(s) chosen by the server"
-        record_event(sess, row.id, "status", status="queued", user=owner, reason=f"submitted for {where}")
+        record_first_event(sess, row, "status", status="queued", user=owner, reason=f"submitted for {where}")
     return rows
 
 
@@ -126,7 +126,9 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
         requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
         auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
-        restarts=0, attempt=0, event_seq=0, step=0, cancel_requested=False, gang=gang,
+        restarts=0, attempt=0, step=0, gang=gang,
+        event_seq=1,  # its queued event, written with it (record_first_event)
+        cancel_requested=False,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
         max_runtime_s=req.max_runtime_s,
     )
@@ -264,6 +266,13 @@ def get(sess: Session, training_id: uuid.UUID) -> Training:
     if t is None:
         raise TrainingRequestError("id", f"training {training_id} does not exist", status=404)
     return t
+
+
+def _new_view(sess: Session, row: Training) -> TrainingView:
+    """A row this transaction created: no GPUs reserved yet (the scheduler reserves after the
+    commit), and its host, when it names GPUs, is the one the checks already read."""
+    host = sess.get(Host, row.host_id) if row.host_id is not None else None  # in the identity map: no query
+    return TrainingView(row, host.name if host is not None else None, [])
 
 
 def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
