@@ -77,7 +77,8 @@ def test_the_client_waits_out_a_database_restart_and_creates_the_training_once(p
     with serve_inprocess(create_app(s)) as srv, Restarting(srv.url, people.alice) as gf:
         _pg_ctl("stop", "-m", "fast", "-w")
         try:
-            t = gf.create_training(name="through-a-restart", recipe="mlp", config={"max_steps": 1}, gpu_ids=[0])
+            t = gf.create_training(name="through-a-restart", recipe="mlp", config={"max_steps": 1}, gpu_ids=[0],
+                                   host=s.host_name)
         finally:
             _start_server()
         assert waits == [5.0]
