@@ -30,12 +30,18 @@ def may_write(role: str) -> bool:
     return role in WRITING_ROLES
 
 
-def check_user_name(name: str) -> str:
+def check_name(kind: str, name: str) -> str:
+    """The naming rule users and groups share; ``kind`` ("user", "group") words the refusal."""
     if not _NAME.match(name):
         raise UserError(
-            f"user name {name!r} is not allowed: use 1-64 lowercase letters, digits, '.', '_' or '-',"
+            f"{kind} name {name!r} is not allowed: use 1-64 lowercase letters, digits, '.', '_' or '-',"
             " starting with a letter or digit"
         )
+    return name
+
+
+def check_user_name(name: str) -> str:
+    check_name("user", name)
     if name == LOCAL_USER_NAME:
         raise UserError(f"user name {LOCAL_USER_NAME!r} is reserved for the loopback server's implicit admin")
     return name

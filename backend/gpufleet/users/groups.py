@@ -13,16 +13,14 @@ refused change raises :class:`UserError` before anything is written.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import Group, GroupMember, Quota, User
-from gpufleet.users.accounts import UserError, get_user
+from gpufleet.users.accounts import UserError, check_name, get_user
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 # Bounds the database and the scheduler can hold; past them a value is a typo.
 MAX_GPUS_LIMIT = 100_000
 MAX_GPU_HOURS_LIMIT = 10_000_000.0
@@ -47,12 +45,7 @@ class GroupView:
 
 
 def check_group_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise UserError(
-            f"group name {name!r} is not allowed: use 1-64 lowercase letters, digits, '.', '_' or '-',"
-            " starting with a letter or digit"
-        )
-    return name
+    return check_name("group", name)
 
 
 def check_limits(limits: Limits) -> Limits:
