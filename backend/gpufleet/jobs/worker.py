@@ -93,17 +93,13 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: 
 
 def watch_parent(fd: int) -> None:
     """Stop as on SIGTERM once the pipe from ``serve`` reads EOF (``serve`` is gone, however it died)."""
+    from gpufleet.training.lifeline import on_pipe_closed
 
-    def watch() -> None:
-        try:
-            while os.read(fd, 64):
-                pass
-        except OSError:
-            pass
+    def gone() -> None:
         log.warning("the server that started this worker is gone; stopping")
         os.kill(os.getpid(), signal.SIGTERM)
 
-    threading.Thread(target=watch, name="gpufleet-serve-watch", daemon=True).start()
+    on_pipe_closed(fd, gone, "gpufleet-serve-watch")
 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, agent: bool = True) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 
 from gpufleet.training import exitcodes
 
@@ -26,9 +28,8 @@ def die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def watch_parent(fd: int) -> None:
-    """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
-    import threading
+def on_pipe_closed(fd: int, action: Callable[[], None], name: str) -> None:
+    """Run ``action`` in a daemon thread once the pipe ``fd`` reads EOF: its writer is gone, however it died."""
 
     def watch() -> None:
         try:
@@ -36,10 +37,19 @@ def watch_parent(fd: int) -> None:
                 pass
         except OSError:
             pass
+        action()
+
+    threading.Thread(target=watch, name=name, daemon=True).start()
+
+
+def watch_parent(fd: int) -> None:
+    """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
+
+    def gone() -> None:
         print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
               file=sys.stderr, flush=True)
         # No checkpoint: the lease is lost, and a newer attempt owns the folder
         # soon. The ranks get SIGKILL from PR_SET_PDEATHSIG when this exits.
         os._exit(exitcodes.INTERRUPTED)
 
-    threading.Thread(target=watch, name="gpufleet-parent-watch", daemon=True).start()
+    on_pipe_closed(fd, gone, "gpufleet-parent-watch")

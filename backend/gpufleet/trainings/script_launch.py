@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpufleet.training import exitcodes as ec
+from gpufleet.training.lifeline import die_with_parent
 from gpufleet.training.progress import ProgressWriter
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
@@ -72,15 +73,6 @@ class ScriptSpec:
     @classmethod
     def read(cls, path: Path) -> ScriptSpec:
         return cls(**json.loads(path.read_text()))
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when the process that started it ends."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
