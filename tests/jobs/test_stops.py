@@ -15,6 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from gpufleet.db.models import Host, TrainingMetric
 from gpufleet.db.session import session_scope
@@ -219,19 +220,34 @@ def test_stopped_worker_checkpoints_and_requeues_without_a_restart(tmp_path, req
 SERVE_ENV = {"GPUFLEET_HOST_NAME": "serve-host", "GPUFLEET_LEASE_S": "3"}
 
 
-def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
-    import httpx
+def _training(base: str, tid: str) -> dict:
+    return httpx.get(f"{base}/trainings/{tid}", timeout=10).json()
 
+
+def _started(base: str, name: str, gpu_ids: list[int], max_restarts: int, checkpoint_every: int) -> tuple[str, dict]:
+    """A long training submitted to a served API, once it has made progress: its id and its body."""
+    cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=checkpoint_every)
+    r = httpx.post(f"{base}/trainings", json={"name": name, "recipe": "sae", "config": cfg,
+                                              "gpu_ids": gpu_ids, "max_restarts": max_restarts}, timeout=30)
+    assert r.status_code == 201, r.text
+    tid = r.json()["id"]
+    return tid, wait_for(lambda: (x := _training(base, tid))["step"] >= 3 and x, 120, "progress", 0.2)
+
+
+def _retries(base: str, tid: str) -> list[dict]:
+    return [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"] if e["kind"] == "retry"]
+
+
+def _cancel(base: str, tid: str) -> None:
+    assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
+    wait_for(lambda: _training(base, tid)["status"] == "cancelled", 60, "the cancel")
+
+
+def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp_path):
     port = free_port()
     with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv:
         base = f"{srv.url}/api/v1"
-        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
-        r = httpx.post(f"{base}/trainings", json={"name": "serve-stop", "recipe": "sae", "config": cfg,
-                                                  "gpu_ids": [0, 1], "max_restarts": 0}, timeout=30)
-        assert r.status_code == 201, r.text
-        tid = r.json()["id"]
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
-                        120, "progress", 0.2)
+        tid, body = _started(base, "serve-stop", [0, 1], max_restarts=0, checkpoint_every=100000)
         group = body["launcher_pid"]
         assert pids_in_group(group)
         os.killpg(srv.pid, signal.SIGINT)  # Ctrl-C
@@ -239,15 +255,12 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
         wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
     # The next start finds it queued as interrupted, with no restart used.
     with serve_process(tmp_path / "data", port=port, **SERVE_ENV):
-        retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
-                 if e["kind"] == "retry"]
+        retry = _retries(base, tid)
         assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+        body = wait_for(lambda: (x := _training(base, tid))["attempt"] == 2
                         and x["status"] == "running" and x, 120, "the training to resume", 0.2)
         assert body["restarts"] == 0
-        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
-        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
-                 "the cancel")
+        _cancel(base, tid)
 
 
 def _parent_pid(pid: int) -> int:
@@ -256,17 +269,9 @@ def _parent_pid(pid: int) -> int:
 
 
 def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_path):
-    import httpx
-
     with serve_process(tmp_path / "data", **SERVE_ENV) as srv:
         base = f"{srv.url}/api/v1"
-        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=5)
-        r = httpx.post(f"{base}/trainings", json={"name": "worker-dies", "recipe": "sae", "config": cfg,
-                                                  "gpu_ids": [0], "max_restarts": 2}, timeout=30)
-        assert r.status_code == 201, r.text
-        tid = r.json()["id"]
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
-                        120, "progress", 0.2)
+        tid, body = _started(base, "worker-dies", [0], max_restarts=2, checkpoint_every=5)
         group = body["launcher_pid"]
         worker = _parent_pid(group)
         assert _parent_pid(worker) == srv.pid, "the launcher's parent is serve's embedded worker"
@@ -274,29 +279,19 @@ def test_a_killed_embedded_worker_is_started_again_and_its_training_resumes(tmp_
         # Its launcher follows it (the lifeline); serve starts a worker again, which resumes the training.
         wait_for(lambda: not pids_in_group(group), 15, "the dead worker's launcher group to be gone")
         # `running` is written at the claim, the launcher's pid just after it starts.
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+        body = wait_for(lambda: (x := _training(base, tid))["attempt"] == 2
                         and x["status"] == "running" and x["launcher_pid"] and x, 180,
                         "the training to resume on a new worker", 0.2)
         assert _parent_pid(body["launcher_pid"]) != worker
         assert "the embedded worker exited with code -9; starting it again" in srv.log_tail(20000), srv.log_tail()
-        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
-        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
-                 "the cancel")
+        _cancel(base, tid)
 
 
 def test_kill9_of_serve_stops_its_worker_and_training_and_the_next_start_resumes_it(tmp_path):
-    import httpx
-
     port = free_port()
     with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv:
         base = f"{srv.url}/api/v1"
-        cfg = dict(TINY_SAE, max_steps=100000, checkpoint_every=100000)
-        r = httpx.post(f"{base}/trainings", json={"name": "serve-killed", "recipe": "sae", "config": cfg,
-                                                  "gpu_ids": [0], "max_restarts": 0}, timeout=30)
-        assert r.status_code == 201, r.text
-        tid = r.json()["id"]
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["step"] >= 3 and x,
-                        120, "progress", 0.2)
+        tid, body = _started(base, "serve-killed", [0], max_restarts=0, checkpoint_every=100000)
         group = body["launcher_pid"]
         worker = _parent_pid(group)
         assert _parent_pid(worker) == srv.pid
@@ -307,16 +302,13 @@ def test_kill9_of_serve_stops_its_worker_and_training_and_the_next_start_resumes
         wait_for(lambda: not running(worker) and not pids_in_group(group), 90,
                  "the embedded worker and the launcher group to be gone", 0.2)
     with serve_process(tmp_path / "data", port=port, **SERVE_ENV) as srv2:
-        retry = [e for e in httpx.get(f"{base}/trainings/{tid}/events", timeout=10).json()["data"]
-                 if e["kind"] == "retry"]
+        retry = _retries(base, tid)
         assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
-        body = wait_for(lambda: (x := httpx.get(f"{base}/trainings/{tid}", timeout=10).json())["attempt"] == 2
+        body = wait_for(lambda: (x := _training(base, tid))["attempt"] == 2
                         and x["status"] == "running" and x["launcher_pid"] and x, 120, "the training to resume", 0.2)
         assert body["restarts"] == 0
         assert _parent_pid(_parent_pid(body["launcher_pid"])) == srv2.pid  # the new serve's worker runs it
-        assert httpx.post(f"{base}/trainings/{tid}/cancel", timeout=10).status_code == 200
-        wait_for(lambda: httpx.get(f"{base}/trainings/{tid}", timeout=10).json()["status"] == "cancelled", 60,
-                 "the cancel")
+        _cancel(base, tid)
 
 
 def test_a_second_worker_of_the_same_host_refuses_to_start_and_names_the_first(tmp_path, workers):
