@@ -15,6 +15,7 @@ from gpufleet.scheduling import fairshare
 from gpufleet.scheduling.quotas import may_borrow
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import Limits, add_member, create_group, set_group_quota, set_user_quota
+from scheduling.queue import start
 from sharing import held_training, make_host
 
 BOTH = pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
@@ -157,28 +158,18 @@ def test_only_a_preemptible_training_borrows_beyond_its_quota() -> None:
 
 @BOTH
 def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_takes_them_back(sim_host) -> None:  # noqa: ANN001
-    from gpufleet.scheduling.scheduler import schedule_pending
-    from gpufleet.trainings.lifecycle import transition
-    from sqlalchemy import update
-
     from gpufleet.db.models import TrainingEvent
+    from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "2xH100-80GB")
     alice, bob = _people(s, "alice", "bob")
     with session_scope(s) as sess:
         set_user_quota(sess, alice, Limits(max_gpus=1))
-    mine = _submit(s, alice, "mine")
-    borrowed = _submit(s, alice, "borrowed")  # over her quota, but preemptible: it may use the idle GPU
-    placed = {t for t, _ in schedule_pending(s).scheduled}
-    assert {mine, borrowed} <= placed
-    with session_scope(s) as sess:
-        for tid in (mine, borrowed):
-            assert transition(sess, tid, ["scheduled"], "running", lease_owner="w", attempt=1,
-                              lease_expires_at=utcnow() + timedelta(minutes=5), started_at=utcnow())
-        # "mine" saved its work long ago, "borrowed" just now: least work lost alone would pick "borrowed"
-        # anyway; the quota makes both of alice's trainings eligible at bob's own priority.
-        sess.execute(update(TrainingEvent).where(TrainingEvent.training_id == mine)
-                     .values(time=utcnow() - timedelta(hours=1)))
+    # Each placed in its own pass and running. "mine" saved its work long ago, "borrowed" just now:
+    # least work lost alone would pick "borrowed" anyway; the quota makes both of alice's trainings
+    # eligible at bob's own priority.
+    mine = start(s, "mine", owner=alice, checkpoint_age_s=3600)
+    borrowed = start(s, "borrowed", owner=alice)  # over her quota, but preemptible: it may use the idle GPU
     # Bob is within his quota (he has none), at the same priority: he takes a GPU back.
     theirs = _submit(s, bob, "theirs")
     assert theirs in schedule_pending(s).waiting
@@ -194,18 +185,13 @@ def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_ta
 @BOTH
 def test_a_borrower_never_takes_gpus_back_from_another_borrower(sim_host) -> None:  # noqa: ANN001
     from gpufleet.scheduling.scheduler import schedule_pending
-    from gpufleet.trainings.lifecycle import transition
 
     s = sim_host("nvlink-all", "1xH100-80GB")
     alice, bob = _people(s, "alice", "bob")
     with session_scope(s) as sess:
         set_user_quota(sess, alice, Limits(max_gpus=0))
         set_user_quota(sess, bob, Limits(max_gpus=0))
-    first = _submit(s, alice, "first")
-    assert first in {t for t, _ in schedule_pending(s).scheduled}
-    with session_scope(s) as sess:
-        assert transition(sess, first, ["scheduled"], "running", lease_owner="w", attempt=1,
-                          lease_expires_at=utcnow() + timedelta(minutes=5), started_at=utcnow())
+    first = start(s, "first", owner=alice)  # placed (borrowing) and running
     second = _submit(s, bob, "second")  # over his own quota too: he may only borrow what is idle
     assert second in schedule_pending(s).waiting
     assert _row(s, first).preempted_by is None
