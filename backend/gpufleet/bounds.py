@@ -27,5 +27,8 @@ MAX_PATH_PART_CHARS = 255
 MAX_HOST_CHARS = 255
 # Byte offsets in a training's log.
 MAX_OFFSET = JSON_INT_MAX
+# A learning rate, a loss weight, a clipping norm: far past any useful value, still a
+# number that stays finite through every product and sum a step makes of it.
+MAX_COEFF = 1e6
 
 GPUIndex = Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.middleware import Middleware
@@ -26,6 +27,7 @@ from gpufleet.api.security.openapi import document_refusals
 from gpufleet.api.security.origins import cors_origins
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.static import install_static
+from gpufleet.api.validation import validation_failed
 from gpufleet.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,8 @@ def guarded_app(settings: Settings, *routers: APIRouter) -> FastAPI:
 
 def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> None:
     app.state.settings = settings
+    # A refusal never echoes what JSON cannot hold (NaN, Infinity): a 422, not a 500.
+    app.add_exception_handler(RequestValidationError, validation_failed)
     get_limiter(app, settings)
     for router in (*routers, auth.router):
         app.include_router(router)

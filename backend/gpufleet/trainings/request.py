@@ -7,6 +7,7 @@ model (every wrong field at once) before anything is written.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -31,11 +32,21 @@ def _int_bounds(name: str) -> tuple[int, int]:
     return lo, hi
 
 
+def _float_bounds(name: str) -> dict[str, float]:
+    """The JSON-schema bounds :class:`TrainConfig` declares for one of its float fields."""
+    words = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+    info = TrainConfig.model_fields[name]
+    return {words[k]: getattr(m, k) for m in info.metadata for k in words if getattr(m, k, None) is not None}
+
+
 # Config fields the server stores in INTEGER columns (or hands to a seed), with
 # the bounds the shared training config declares; the recipe checks the rest.
 _CONFIG_INTS = {name: _int_bounds(name) for name in (
     "max_steps", "checkpoint_every", "log_every", "global_batch_size", "micro_batch_size",
     "grad_accum_steps", "keep_checkpoints", "warmup_steps", "seed")}
+
+# The shared float fields, with their finite bounds; a recipe's own floats are bounded by its config.
+_CONFIG_FLOATS = ("lr", "weight_decay", "ddp_bucket_mb", "grad_clip")
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -43,10 +54,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "properties": {
         **{name: {"type": ["integer", "null"] if name == "micro_batch_size" else "integer", "minimum": lo,
                   "maximum": hi} for name, (lo, hi) in _CONFIG_INTS.items()},
+        **{name: {"type": ["number", "null"] if name == "grad_clip" else "number", **_float_bounds(name)}
+           for name in _CONFIG_FLOATS},
         "data_path": {"type": ["string", "null"], "maxLength": MAX_PATH_CHARS},
     },
     "description": (
-        "the recipe's config fields; integers anywhere in it lie within"
+        "the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within"
         f" ±{JSON_INT_MAX}, and data_path has at most {MAX_PATH_CHARS} characters,"
         f" {MAX_PATH_PART_CHARS} per part"
     ),
@@ -56,6 +69,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
 def _check_numbers(where: str, value: Any) -> None:
     if isinstance(value, bool):
         return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}; give a finite number (JSON has no NaN or Infinity)")
     if isinstance(value, int) and not -JSON_INT_MAX <= value <= JSON_INT_MAX:
         raise ValueError(f"{where} is {value}, beyond ±{JSON_INT_MAX} (the largest exact JSON integer)")
     if isinstance(value, dict):
