@@ -13,7 +13,7 @@ import typer
 from gpufleet.commands.tables import make_console
 
 from gpufleet.client import Client as _LibraryClient
-from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.client import AmbiguousTraining, GpufleetError, ServerUnreachable, UnknownTraining
 
 err = make_console(stderr=True)
 
@@ -39,6 +39,12 @@ class Client(_LibraryClient):
         except ServerUnreachable as exc:
             _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
         except GpufleetError as exc:
+            _fail(str(exc))
+
+    def training_id(self, training: Any) -> str:  # noqa: ANN401
+        try:
+            return super().training_id(training)
+        except (UnknownTraining, AmbiguousTraining) as exc:
             _fail(str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401

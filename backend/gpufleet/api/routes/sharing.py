@@ -27,6 +27,7 @@ from gpufleet.api.schemas.sharing import (
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
+from gpufleet.trainings.service import training_names
 from gpufleet.users import groups as g
 from gpufleet.users.accounts import UserError
 from gpufleet.users.usage import UsageError, parse_day, usage_report
@@ -146,8 +147,10 @@ def get_usage(
         rows = usage_report(sess, by, first, last)
     except UsageError as exc:
         raise HTTPException(400, str(exc)) from None
+    names = training_names(sess, [r.name for r in rows]) if by == "training" else {}
     data = [UsageRowPublic(day=r.day, name=r.name, gpu_seconds_held=r.gpu_seconds_held,
                            gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
-                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings)
+                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings,
+                           training_name=names.get(r.name))
             for r in rows]
     return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data))

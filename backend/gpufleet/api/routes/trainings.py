@@ -121,9 +121,14 @@ def list_trainings(
     _user: ViewerUser,
     status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
     owner: str | None = None,
+    ref: Annotated[str | None, Query(
+        min_length=1, max_length=255,
+        description="only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings "
+                    "ls` shows it, 8 characters); clients resolve a short ID or a name with it")] = None,
 ) -> TrainingsPublic:
     try:
-        views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit)
+        views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit,
+                                    ref=ref)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
     return TrainingsPublic(data=_readable(settings, _user, _publics(views)), count=count)

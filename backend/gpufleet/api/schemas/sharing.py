@@ -63,6 +63,7 @@ class UsageRowPublic(BaseModel):
     gpu_hours_held: float
     gpu_hours_used: float
     trainings: int = Field(description="trainings that held a GPU that day")
+    training_name: str | None = Field(default=None, description="by training: the training's name")
 
 
 class UsagePublic(BaseModel):

@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class TrainingGPU(BaseModel):
@@ -69,6 +69,8 @@ class TrainingPublic(BaseModel):
     launcher_pid: int | None
     exit_code: int | None
     cancel_requested: bool
+    stopping: bool = Field(default=False, description="running, and a cancel asked it to stop: its ranks are being "
+                                                      "stopped and it ends as cancelled within seconds")
     preemptible: bool = True
     preempted_by: uuid.UUID | None = Field(
         default=None, description="running: the training that asked it to checkpoint and stop; preempted: the "
@@ -92,6 +94,12 @@ class TrainingPublic(BaseModel):
     hosts: list[TrainingHostPublic] | None = Field(
         default=None,
         description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
+
+
+    @model_validator(mode="after")
+    def _stopping(self) -> TrainingPublic:
+        self.stopping = self.status == "running" and self.cancel_requested
+        return self
 
 
 class TrainingsPublic(BaseModel):
