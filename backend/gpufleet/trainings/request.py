@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gpufleet.bounds import (
     INT32_MAX,
@@ -20,8 +20,10 @@ from gpufleet.bounds import (
     MAX_PATH_CHARS,
     MAX_PATH_PART_CHARS,
     GPUIndex,
+    RequestBody,
 )
 from gpufleet.training.config import TrainConfig
+from gpufleet.training.recipes import recipe_names
 
 
 def _int_bounds(name: str) -> tuple[int, int]:
@@ -103,6 +105,15 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def installed_recipes(schema: dict[str, Any]) -> None:
+    """The installed recipes as the field's enum: an unknown name is refused, so the schema says so.
+
+    Read when the schema is built, so a plugin recipe is in the live schema.
+    """
+    target = next((s for s in schema.get("anyOf", []) if s.get("type") == "string"), schema)
+    target["enum"] = recipe_names()
+
+
 # The recipe's config: free-form, with bounds on what the server stores or opens.
 RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
 
@@ -112,12 +123,11 @@ HostCount = Annotated[int, Field(ge=1, le=256)]
 HostNames = Annotated[list[Annotated[str, Field(min_length=1, max_length=255)]], Field(min_length=1, max_length=256)]
 
 
-class TrainingCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingCreate(RequestBody):
     name: str = Field(min_length=1, max_length=255)
     kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
-    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name")
+    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name",
+                               json_schema_extra=installed_recipes)
     config: dict[str, Any] = RecipeConfig
     code: str | None = Field(default=None, min_length=64, max_length=64, pattern="^[0-9a-f]{64}$",
                              description="kind script: the hash POST /api/v1/code returned")
@@ -162,20 +172,16 @@ class TrainingCreate(BaseModel):
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
-class BatchItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BatchItem(RequestBody):
     name: str = Field(min_length=1, max_length=255)
-    recipe: str = Field(min_length=1, max_length=128)
+    recipe: str = Field(min_length=1, max_length=128, json_schema_extra=installed_recipes)
     config: dict[str, Any] = RecipeConfig
     memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB)
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
-class TrainingBatchCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingBatchCreate(RequestBody):
     items: list[BatchItem] = Field(min_length=1, max_length=2000)
     strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
     host: str | None = Field(default=None, max_length=255)

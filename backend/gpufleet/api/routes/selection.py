@@ -32,7 +32,7 @@ from gpufleet.api.security.ratelimits import get_limiter, too_many
 from gpufleet.bounds import MAX_MEMORY_MB
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
-from gpufleet.trainings.request import check_config
+from gpufleet.trainings.request import check_config, installed_recipes
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
@@ -166,6 +166,7 @@ async def recommend_gpus(
                     "`recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` "
                     "(`gpus-recommend-config`).",
         examples=["sae"],
+        json_schema_extra=installed_recipes,
     ),
     config: str | None = Query(
         default=None, max_length=20000,

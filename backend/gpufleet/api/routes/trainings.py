@@ -32,6 +32,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingMetricsPublic,
     TrainingPublic,
     TrainingsPublic,
+    TrainingStatus,
 )
 from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
@@ -119,7 +120,7 @@ def list_trainings(
     settings: SettingsDep,
     page: PageDep,
     _user: ViewerUser,
-    status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
+    status: Annotated[list[TrainingStatus] | None, Query(description="one or more statuses")] = None,
     owner: str | None = None,
     ref: Annotated[str | None, Query(
         min_length=1, max_length=255,
@@ -142,7 +143,7 @@ def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) ->
     return pubs
 
 
-@router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
+@router.get("/{training_id:uuid}", response_model=TrainingPublic, operation_id="trainings-get")
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
@@ -150,7 +151,7 @@ def get_training(
 
 
 @router.post(
-    "/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
+    "/{training_id:uuid}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
     responses={409: error_response("The training changed state during the cancel; send it again")},
 )
 def cancel_training(
@@ -167,7 +168,7 @@ def cancel_training(
     return out
 
 
-@router.get("/{training_id}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
+@router.get("/{training_id:uuid}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
 def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
@@ -182,7 +183,7 @@ def list_events(
     return TrainingEventsPublic(data=data, count=len(data))
 
 
-@router.get("/{training_id}/metrics", response_model=TrainingMetricsPublic, operation_id="trainings-metrics")
+@router.get("/{training_id:uuid}/metrics", response_model=TrainingMetricsPublic, operation_id="trainings-metrics")
 def list_metrics(
     training_id: uuid.UUID,
     session: SessionDep,
@@ -198,7 +199,7 @@ def list_metrics(
     return TrainingMetricsPublic(data=data, count=len(data), total=total)
 
 
-@router.get("/{training_id}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
+@router.get("/{training_id:uuid}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
 def get_logs(
     training_id: uuid.UUID,
     session: SessionDep,

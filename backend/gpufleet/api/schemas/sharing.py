@@ -7,21 +7,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.bounds import RequestBody
 from gpufleet.users.groups import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_SHARE
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 
-class GroupCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GroupCreate(RequestBody):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN, description="lowercase group name")
 
 
-class GroupQuota(BaseModel):
+class GroupQuota(RequestBody):
     """A group's limits; a missing or null field is no limit."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_LIMIT, description="GPUs held at once")
     gpu_hours_per_week: float | None = Field(default=None, ge=0, le=MAX_GPU_HOURS_LIMIT, allow_inf_nan=False,

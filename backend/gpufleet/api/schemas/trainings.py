@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet.db.models import TRAINING_STATUSES
+
+# A training's status, an enum in the schema so generated clients can switch on it.
+TrainingStatus = Literal[TRAINING_STATUSES]  # type: ignore[valid-type]
 
 
 class TrainingGPU(BaseModel):
@@ -46,7 +51,7 @@ class TrainingPublic(BaseModel):
     env: dict[str, str] | None = None
     memory_declared: int | None = None
     config: dict[str, Any]
-    status: str
+    status: TrainingStatus
     status_reason: str | None
     priority: int
     gpu_ids: list[int] | None
