@@ -209,6 +209,9 @@ class Settings(BaseSettings):
     # processes that trace, the most seconds one trace may take, and requests per user a minute.
     estimate_workers: int = Field(default=2, ge=1, le=64)
     estimate_budget_s: float = Field(default=20.0, gt=0, le=600)
+    # Trace every recipe's default config when `serve` starts (kept on disk under
+    # the data dir), so the first estimate a person asks for is ready.
+    estimate_warm: bool = True
     estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
 
     # Telemetry.

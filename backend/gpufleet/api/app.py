@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -82,11 +84,18 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warming = None
         if background:
             threads.extend(start_background(settings, stop))
+            if settings.estimate_warm:
+                warming = asyncio.create_task(selection.warm_estimates(app, settings))
         try:
             yield
         finally:
+            if warming is not None:
+                warming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await warming
             stop.set()
             for t in threads:
                 t.join(timeout=10)
