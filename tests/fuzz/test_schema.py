@@ -20,6 +20,7 @@ declares, replaced by NaN, Infinity or -Infinity.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -100,6 +101,7 @@ def _seed_code(settings: Settings, owner: str) -> str:
 @pytest.fixture
 def live_app(fuzz_settings: Settings):  # noqa: ANN201
     from gpufleet.api.app import create_app
+    from gpufleet.api.routes.selection import warm_estimates
     from gpufleet.telemetry.inventory import register_host
 
     upgrade_database(fuzz_settings)
@@ -116,7 +118,10 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
            "code_hash": [_seed_code(fuzz_settings, name)],
            # `name` is a group's or a user's (quota routes); `member` joins the group, then leaves it.
            "name": [group, member], "member": [member]}
-    return create_app(fuzz_settings), token, ids
+    app = create_app(fuzz_settings)
+    # As `serve` does: the estimate process is started, and the defaults traced, before the first request.
+    asyncio.run(warm_estimates(app, fuzz_settings))
+    return app, token, ids
 
 
 def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN001

@@ -640,19 +640,23 @@ export interface components {
         BatchItem: {
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -660,8 +664,11 @@ export interface components {
             memory_mb?: number | null;
             /** Name */
             name: string;
-            /** Recipe */
-            recipe: string;
+            /**
+             * Recipe
+             * @enum {string}
+             */
+            recipe: "mlp" | "sae";
         };
         /** CandidatePublic */
         CandidatePublic: {
@@ -1155,19 +1162,23 @@ export interface components {
             across_hosts: boolean;
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -1194,8 +1205,11 @@ export interface components {
              * @enum {string}
              */
             policy: "pack" | "spread";
-            /** Recipe */
-            recipe: string;
+            /**
+             * Recipe
+             * @enum {string}
+             */
+            recipe: "mlp" | "sae";
         };
         /** RecommendationPublic */
         RecommendationPublic: {
@@ -1292,19 +1306,23 @@ export interface components {
             code?: string | null;
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -1385,7 +1403,7 @@ export interface components {
              * Recipe
              * @description kind recipe: its name
              */
-            recipe?: string | null;
+            recipe?: ("mlp" | "sae") | null;
             /**
              * Spread
              * @description auto: one host when one fits, else the fewest hosts that hold world_size
@@ -1650,12 +1668,21 @@ export interface components {
             } | null;
             /** Started At */
             started_at: string | null;
-            /** Status */
-            status: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed";
             /** Status Reason */
             status_reason: string | null;
             /** Step */
             step: number;
+            /**
+             * Stopping
+             * @description running, and a cancel asked it to stop: its ranks are being stopped and it ends as cancelled within seconds
+             * @default false
+             */
+            stopping: boolean;
             /**
              * Updated At
              * Format: date-time
@@ -1722,6 +1749,11 @@ export interface components {
              */
             name: string;
             /**
+             * Training Name
+             * @description by training: the training's name
+             */
+            training_name?: string | null;
+            /**
              * Trainings
              * @description trainings that held a GPU that day
              */
@@ -1781,19 +1813,23 @@ export interface components {
         ValidateBody: {
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: ({
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             }) | {
@@ -1819,7 +1855,7 @@ export interface components {
              */
             parts?: components["schemas"]["ValidatePart"][] | null;
             /** Recipe */
-            recipe?: string | null;
+            recipe?: ("mlp" | "sae") | null;
         };
         /** ValidatePart */
         ValidatePart: {
@@ -1961,6 +1997,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1970,6 +2008,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2026,6 +2066,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2091,6 +2133,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2100,6 +2144,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2174,6 +2220,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2183,6 +2231,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2264,6 +2314,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2273,6 +2325,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2286,6 +2340,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description the archive's sha256, 64 hex digits */
                 code_hash: string;
             };
             cookie?: never;
@@ -2349,6 +2404,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2358,6 +2415,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2423,6 +2482,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2432,6 +2493,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2528,6 +2591,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2537,6 +2602,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2630,6 +2697,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2639,6 +2708,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2736,6 +2807,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2745,6 +2818,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2842,6 +2917,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2851,6 +2928,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2950,6 +3029,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2959,6 +3040,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3024,6 +3107,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3033,6 +3118,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3098,6 +3185,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3107,6 +3196,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3184,6 +3275,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3193,6 +3286,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3217,7 +3312,7 @@ export interface operations {
                 /** @description How many ranked sets to return. */
                 max_candidates?: number;
                 /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
-                recipe?: string | null;
+                recipe?: ("mlp" | "sae") | null;
                 /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
                 /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
@@ -3286,6 +3381,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3295,6 +3392,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3382,6 +3481,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3391,6 +3492,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3478,6 +3581,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3487,6 +3592,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3579,6 +3686,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3588,6 +3697,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3676,6 +3787,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3685,6 +3798,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3750,6 +3865,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3759,6 +3876,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3846,6 +3965,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3855,6 +3976,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3920,6 +4043,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3929,6 +4054,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4006,6 +4133,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4015,6 +4144,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4027,8 +4158,10 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description one or more statuses */
-                status?: string[] | null;
+                status?: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed")[] | null;
                 owner?: string | null;
+                /** @description only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings ls` shows it, 8 characters); clients resolve a short ID or a name with it */
+                ref?: string | null;
                 /** @description items per page */
                 limit?: number;
                 /** @description items to skip */
@@ -4088,6 +4221,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4097,6 +4232,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4184,6 +4321,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4193,6 +4332,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4280,6 +4421,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4289,6 +4432,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4365,6 +4510,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4374,6 +4521,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4468,6 +4617,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4477,6 +4628,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4557,6 +4710,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4566,6 +4721,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4647,6 +4804,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4656,6 +4815,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4737,6 +4898,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4746,6 +4909,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4779,7 +4944,7 @@ export interface operations {
                     "application/json": components["schemas"]["UsagePublic"];
                 };
             };
-            /** @description A day that is not YYYY-MM-DD, or from after to */
+            /** @description The Host header names a host this server does not answer to */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4818,6 +4983,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4827,6 +4994,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4926,6 +5095,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4935,6 +5106,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
