@@ -156,6 +156,14 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN
 NON_FINITE = (math.nan, math.inf, -math.inf)
 
 
+def _described(exc: BaseException) -> str:
+    """The failure and, for a group (Hypothesis's flaky or multiple failures), each one inside it."""
+    text = f"{type(exc).__name__}\n{str(exc)[:3000]}"
+    for inner in getattr(exc, "exceptions", ()):
+        text += f"\n  - {type(inner).__name__}: {str(inner)[:1500]}"
+    return text
+
+
 def _resolve(root: dict[str, Any], node: Any) -> Any:  # noqa: ANN401
     while isinstance(node, dict) and "$ref" in node:
         node = root["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
@@ -241,8 +249,7 @@ def test_every_operation_answers_within_its_schema(live_app) -> None:  # noqa: A
                         raise
                 except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect every operation's failure
                     where = " with real ids" if pinned else ""
-                    failures.append(f"{op.method.upper()} {op.path}{where} ({mode.value}): {type(exc).__name__}\n"
-                                    f"{str(exc)[:3000]}")
+                    failures.append(f"{op.method.upper()} {op.path}{where} ({mode.value}): {_described(exc)}")
     from fastapi.testclient import TestClient
 
     with TestClient(app, raise_server_exceptions=False) as client:
