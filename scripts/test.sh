@@ -20,5 +20,6 @@ status=0
 if [ -f frontend/package.json ]; then
   (cd frontend && npm test) || status=$?
 fi
-.venv/bin/python -m pytest "$@" || status=$?
+# The 25 slowest tests, so slow areas are known.
+.venv/bin/python -m pytest --durations=25 "$@" || status=$?
 exit $status

@@ -1,4 +1,4 @@
-"""scripts/test.sh cleans up the throwaway PostgreSQL and Redis it starts."""
+"""scripts/test.sh cleans up the throwaway PostgreSQL and Redis it starts, and lists the slowest tests."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def test_test_script_removes_its_services_directory_on_exit():
         shutil.copy(REPO / ".ci" / "services.sh", root / ".ci" / "services.sh")
         (root / "scripts" / "install.sh").write_text("exit 0\n")
         (root / ".venv" / "bin").mkdir(parents=True)
-        (root / ".venv" / "bin" / "python").symlink_to(sys.executable)
+        # The venv's python says how it was called, then runs the real one.
+        fake = root / ".venv" / "bin" / "python"
+        fake.write_text(f'#!/bin/sh\necho "python $*"\nexec {sys.executable} "$@"\n')
+        fake.chmod(0o755)
         tmp = root / "tmp"
         tmp.mkdir(mode=0o755)
         os.chmod(tmp, 0o755)
@@ -44,6 +47,8 @@ def test_test_script_removes_its_services_directory_on_exit():
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         assert "pytest" in out.stdout + out.stderr
+        # The slowest tests are listed, so slow areas are known.
+        assert "python -m pytest --durations=25 --version" in out.stdout
         assert not list(tmp.glob("gpufleet-services.*")), "the services directory was left behind"
     finally:
         shutil.rmtree(root, ignore_errors=True)
