@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
+
+from gpufleet.commands.tables import make_console
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -114,7 +115,7 @@ def recommend(
         typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
         raise typer.Exit(0)
 
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
                   f"micro-batch {est.micro_batch_size} per rank: {est.summary}", highlight=False)
     breakdown = Table(show_header=True, header_style="bold")

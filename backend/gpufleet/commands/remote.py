@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+
+from gpufleet.commands.tables import make_console
 
 from gpufleet.client import Client as _LibraryClient
 from gpufleet.client import GpufleetError, ServerUnreachable
 
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 
 def _fail(message: str) -> NoReturn:

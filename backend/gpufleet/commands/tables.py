@@ -121,6 +121,18 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
                       highlight=False)
 
 
+def make_console(stderr: bool = False) -> Console:
+    """The console a command prints on: lines wrap at the terminal's width, and only on a terminal.
+
+    Written to a file or a pipe, rich would fold every line at 80 columns (its
+    default width there), cutting a URL or an id in two for whoever reads the
+    log or greps it. Tables still fit the console's width (``--wide`` shows all).
+    """
+    console = Console(stderr=stderr)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
 def fmt_size(n: float | None) -> str:
     """Bytes in binary units, one decimal below 100: ``80.0 GiB``, ``572 MiB``, ``1.5 KiB``, ``0 B``."""
     if n is None:

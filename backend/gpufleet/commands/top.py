@@ -18,14 +18,14 @@ from rich.live import Live
 from rich.measure import Measurement
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size
+from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size, make_console
 
 BAR_WIDTH = 20
 GIB = 1024**3
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -164,7 +164,7 @@ def top(
         server = f"http://{'[' + host + ']' if ':' in host else host}:{s.port}"
     if not server.startswith(("http://", "https://")):
         _fail(f"--server must start with http:// or https://, got {server!r}")
-    console = Console()
+    console = make_console()
 
     def frame() -> Group:
         return render(fetch(server, token), server, bar_width_for(console.width), console.width, wide)

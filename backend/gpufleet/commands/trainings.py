@@ -12,18 +12,17 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, print_table
+from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, make_console, print_table
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
 
 trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or http://127.0.0.1:8000)")]
 
