@@ -103,6 +103,8 @@ def serve(
 
 
 def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool) -> None:
+    import logging
+
     import uvicorn
 
     from gpufleet.api.app import create_app
@@ -129,7 +131,11 @@ def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool
         # Live frames are small and frequent; deflating each one cost more
         # CPU than it saved (measured by bench/ws_fanout.py).
         ws_per_message_deflate=False,
+        access_log=settings.access_log,
     )
+    if settings.access_log:
+        # uvicorn writes request lines at INFO; the rest of its log stays at warnings.
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     # Said at once on Ctrl-C: closing connections and stopping the worker can take a while.
     srv = server(config, on_stop=lambda: console.print("stopping: closing connections…", highlight=False))
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "

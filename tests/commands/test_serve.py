@@ -129,7 +129,18 @@ def test_a_second_serve_on_a_port_in_use_says_so_before_touching_anything(tmp_pa
             # Nothing was prepared for a server that cannot start: no data dir, no database.
             assert not second.exists()
         assert httpx.get(f"{srv.url}/healthz", timeout=10).status_code == 200
+        # No access log unless asked for.
+        assert '"GET /healthz' not in srv.log_tail(1 << 20)
     # Once the port is free, --check says so and starts nothing.
     proc = subprocess.run([*GPUFLEET, "serve", "--port", str(srv.port), "--check"],
                           env=serve_env(second), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and f"127.0.0.1:{srv.port} is free" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_access_log_writes_a_line_per_request(tmp_path: Path) -> None:
+    with serve_process(tmp_path / "data", GPUFLEET_EMBEDDED_WORKER="false", GPUFLEET_ACCESS_LOG="true") as srv:
+        assert httpx.get(f"{srv.url}/api/v1/system/gpus?wanted=1", timeout=10).status_code == 200
+        deadline = time.monotonic() + 30
+        while '"GET /api/v1/system/gpus?wanted=1 HTTP/1.1" 200' not in srv.log_tail(1 << 20):
+            assert time.monotonic() < deadline, srv.log_tail()
+            time.sleep(0.2)
