@@ -40,6 +40,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Click's plain help: rich's boxed panels gave a command's help text a third
+    # of an 80-column terminal (`run --help` folded each line into four).
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
