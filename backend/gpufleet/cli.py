@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import make_console
-
 from gpufleet.commands import (
     devices,
     recommend,
@@ -28,6 +26,7 @@ from gpufleet.commands import (
     users,
     worker,
 )
+from gpufleet.commands.tables import make_console
 
 if TYPE_CHECKING:
     import socket

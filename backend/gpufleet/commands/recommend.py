@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-
 from rich.table import Table
 
 from gpufleet.commands.tables import fmt_size, make_console

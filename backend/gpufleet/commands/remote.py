@@ -10,10 +10,9 @@ from typing import Any, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import make_console
-
 from gpufleet.client import Client as _LibraryClient
 from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.commands.tables import make_console
 
 err = make_console(stderr=True)
 

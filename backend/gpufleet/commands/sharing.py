@@ -14,9 +14,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import make_console
-
 from gpufleet.commands import users
+from gpufleet.commands.tables import make_console
 
 groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
 err = make_console(stderr=True)

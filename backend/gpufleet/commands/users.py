@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from gpufleet.commands.tables import make_console
-from rich.table import Table
 
 users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
