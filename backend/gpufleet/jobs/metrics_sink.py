@@ -190,6 +190,8 @@ class MetricsSink:
         elif kind == "start":
             self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",
                         {k: v for k, v in line.items() if k != "type"})
+        elif kind == "environment":  # the training's own packages: building, waiting for a build, ready
+            self._event("environment", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
