@@ -286,6 +286,8 @@ class Settings(BaseSettings):
             self.data_root = self.data_dir / "data"
         if self.checkpoint_root is None:
             self.checkpoint_root = self.data_dir / "checkpoints"
+        if self.env_cache_dir is None:
+            self.env_cache_dir = self.data_dir / "envs"
         return self
 
     @classmethod

@@ -74,7 +74,7 @@ def request_for(settings: Settings, requirements: str | None, python: str, owner
         return None
     import uv
 
-    root = settings.env_cache_dir or settings.data_dir / "envs"
+    root = settings.env_cache_dir or settings.data_dir / "envs"  # filled in by Settings
     # Per owner: an environment one member built is never code another member runs.
     return asdict(EnvRequest(
         requirements=requirements, python=python, cache_dir=str(Path(root) / owner),
@@ -95,6 +95,7 @@ class Build:
     def __init__(self, req: EnvRequest, workdir: Path, progress: ProgressWriter, stopped: Callable[[], bool]):
         self.req, self.workdir, self.progress, self.stopped = req, workdir, progress, stopped
         self._beat = time.monotonic()
+        self.slot: venvcache.Slot | None = None
 
     def tick(self) -> bool:
         """The heartbeat while waiting (the worker kills a silent launcher); False once a stop is asked."""
@@ -132,7 +133,7 @@ class Build:
                 self._build(slot, ident)
             slot.shared(self.tick)  # downgrade: others may use it now
         slot.touch()
-        _held.append(slot)
+        self.slot = slot  # held shared while the training runs: never evicted under it
         seconds = time.monotonic() - began
         self.note("ready", key, f"environment ready in {seconds:.1f} s ({'cache hit' if hit else 'built'})",
                   seconds=round(seconds, 3), cache_hit=hit, path=str(slot.dir))
@@ -219,8 +220,10 @@ def prepare_launch(spec: Any, progress: ProgressWriter, stopped: Callable[[], bo
     if not spec.environment:
         return ec.SUCCEEDED
     req = EnvRequest(**spec.environment)
+    build = Build(req, Path(spec.workdir), progress, stopped)
     try:
-        target = Build(req, Path(spec.workdir), progress, stopped).run()
+        target = build.run()
+        _held.append(build.slot)  # type: ignore[arg-type]
     except venvcache.Stopped:
         progress.write("error", rank=None, kind="interrupted", message="stopped while preparing the environment")
         return ec.INTERRUPTED
