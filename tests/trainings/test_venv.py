@@ -120,3 +120,23 @@ def test_least_recently_used_environments_go_first_and_one_in_use_stays(tmp_path
     c, _ = _build(tmp_path, _request(tmp_path, wheelhouse, max_bytes=1), "gpufleet-testdep-c\n")
     assert a.exists() and not b.exists() and c.exists()
     in_use.release()
+
+
+def test_a_pyproject_with_its_uv_lock_installs_what_the_lock_pins(tmp_path, wheelhouse):
+    make_wheel(wheelhouse, "gpufleet-testdep", "2.0", {"__init__.py": "ANSWER = 2\n"})
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "pyproject.toml").write_text(
+        '[project]\nname = "mytrain"\nversion = "0.1"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["gpufleet-testdep"]\n'
+        f'[tool.uv]\nno-index = true\nfind-links = ["{wheelhouse}"]\n')
+    subprocess.run([uv.find_uv_bin(), "lock", "--upgrade-package", "gpufleet-testdep==1.0"], cwd=work, check=True,
+                   capture_output=True)
+    assert 'version = "1.0"' in (work / "uv.lock").read_text()
+    build = venv.Build(_request(tmp_path, wheelhouse, requirements="pyproject.toml"), work,
+                       ProgressWriter(tmp_path / "p.jsonl"), lambda: False)
+    target = build.run()
+    build.slot.release()
+    out = subprocess.run([str(target / "bin" / "python"), "-c", "import gpufleet_testdep as d; print(d.ANSWER)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "42"  # 1.0, as locked, though 2.0 is offered
