@@ -107,7 +107,8 @@ def recommend(
     local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
                                                         "asking a server")] = False,
 ) -> None:
-    """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
+    """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
+    code's memory per rank (--memory)."""
     from gpufleet.scheduling.types import fmt_bytes
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file

@@ -101,7 +101,9 @@ def run(
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024, help="how many GPUs (one rank each)")] = None,
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="these GPUs of --host, e.g. 0,1")] = None,
     host: Annotated[str | None, typer.Option("--host", help="the host whose GPUs --gpu-ids names")] = None,
-    memory: Annotated[str | None, typer.Option("--memory", help="memory one rank needs, e.g. 20GiB")] = None,
+    memory: Annotated[str | None, typer.Option(
+        "--memory", help="memory one rank needs, e.g. 20GiB (default: the peak earlier runs of the same code "
+                         "measured, else whole GPUs)")] = None,
     name: Annotated[str | None, typer.Option("--name", help="the training's name")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE, repeatable (allowed names only)")] = None,
     python: Annotated[str | None, typer.Option("--python", help="an interpreter the server lists by name")] = None,
