@@ -20,6 +20,7 @@ from gpufleet.commands import (
     devices,
     recommend,
     run,
+    secret,
     sharing,
     top,
     train,
@@ -46,7 +47,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, worker, recommend, top, users, sharing)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -125,14 +126,6 @@ def serve(
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
             embedded.stop(timeout=settings.stop_grace_s + 15)
-
-
-@app.command()
-def secret() -> None:
-    """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
-    import secrets as _secrets
-
-    print(_secrets.token_urlsafe(48))
 
 
 def _version() -> str:

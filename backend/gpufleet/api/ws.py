@@ -140,18 +140,23 @@ async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
             _error(client, str(exc), channel=name)
 
 
-# How often an open stream re-checks its user and token: revoking a token or
-# disabling a user closes its streams within this (plus one query).
+# How often an open stream re-checks its user and token or session: revoking a
+# token, disabling a user or ending a session closes its streams within this
+# (plus one query).
 RECHECK_S = 2.0
 
 
 def _still_valid(settings: Settings, user: Any) -> str | None:
-    """Why ``user``'s credentials no longer hold, or None."""
-    from gpufleet.users.tokens import check_session_owner
+    """Why ``user``'s credentials (its browser session, or its token) no longer hold, or None."""
     from gpufleet.db.session import session_scope
+    from gpufleet.users.sessions import check_session
+    from gpufleet.users.tokens import check_session_owner
 
     with session_scope(settings) as sess:
-        owner = check_session_owner(sess, user.id, user.token_id)
+        if getattr(user, "session_id", None) is not None:
+            owner = check_session(sess, user.session_id, None)
+        else:
+            owner = check_session_owner(sess, user.id, user.token_id)
     return owner if isinstance(owner, str) else None
 
 

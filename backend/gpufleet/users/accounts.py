@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import User
+from gpufleet.users.sessions import end_sessions
 
 ROLES = ("admin", "member", "viewer")
 # Roles that may change things (create trainings, cancel their own); viewers only read.
@@ -79,6 +80,9 @@ def set_disabled(session: Session, name: str, disabled: bool = True) -> User:
     """Disable (or enable) a user: a disabled user's tokens and sessions stop working at once."""
     user = get_user(session, name)
     user.disabled = disabled
+    if disabled:
+        # Ended, not only refused: enabling the user again must not bring old cookies back.
+        end_sessions(session, user_id=user.id)
     return user
 
 
