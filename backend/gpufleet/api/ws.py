@@ -11,7 +11,9 @@ Protocol (JSON text frames):
   (what to fix), ``pong``; several messages may come as one ``batch``.
 
 Channels: ``gpu:<host>:<index>``, ``host:<name>``, ``aggregate``,
-``training:<id>``. See :mod:`gpufleet.telemetry.stream` for sequence numbers,
+``training:<id>``. A training channel is refused (an ``error`` with ``status``
+403, no snapshot) to whoever REST refuses its events and logs
+(:func:`gpufleet.api.auth.training_read_refusal`). See :mod:`gpufleet.telemetry.stream` for sequence numbers,
 resume and slow clients.
 
 Authentication runs before ``accept()`` through a hook,
@@ -101,7 +103,16 @@ def _error(client: Client, message: str, **extra: Any) -> None:
     client.enqueue("", json.dumps({"type": "error", "message": message, **extra}))
 
 
-async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
+def _read_refusal(stream: LiveStream, settings: Settings, user: Any, name: str) -> str | None:
+    """Why ``user`` may not watch ``name``: a training channel carries what REST's events and logs do."""
+    if not name.startswith("training:"):
+        return None
+    from gpufleet.api.auth import training_read_refusal
+
+    return training_read_refusal(settings, user, stream.feed.owner(name))
+
+
+async def _handle(stream: LiveStream, client: Client, raw: str, settings: Settings, user: Any) -> None:
     try:
         msg = json.loads(raw)
     except ValueError:
@@ -135,6 +146,10 @@ async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
             await stream.feed.prepare(name)
             if client.closed:
                 return
+            refused = _read_refusal(stream, settings, user, name)
+            if refused is not None:
+                _error(client, refused, channel=name, status=403)
+                continue
             stream.hub.subscribe(client, name, since=since, epoch=epoch if isinstance(epoch, str) else None)
         except ChannelError as exc:
             _error(client, str(exc), channel=name)
@@ -203,7 +218,7 @@ async def live_stream(websocket: WebSocket) -> None:
     client = Client(stream.hub, websocket.send_text, close)
     sender = client.start()
     watcher = asyncio.get_running_loop().create_task(_watch_credentials(websocket, settings, user, client))
-    reader = asyncio.get_running_loop().create_task(_read(websocket, stream, client))
+    reader = asyncio.get_running_loop().create_task(_read(websocket, stream, client, settings, user))
     client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
                                    "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))
     try:
@@ -219,9 +234,9 @@ async def live_stream(websocket: WebSocket) -> None:
             task.cancel()
 
 
-async def _read(websocket: WebSocket, stream: LiveStream, client: Client) -> None:
+async def _read(websocket: WebSocket, stream: LiveStream, client: Client, settings: Settings, user: Any) -> None:
     try:
         while not client.closed:
-            await _handle(stream, client, await websocket.receive_text())
+            await _handle(stream, client, await websocket.receive_text(), settings, user)
     except (WebSocketDisconnect, RuntimeError):
         pass
