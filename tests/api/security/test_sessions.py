@@ -142,3 +142,25 @@ def test_a_ticket_from_a_session_dies_with_it(client: TestClient, people: People
     ticket = client.post("/api/v1/auth/ws-ticket").json()["ticket"]
     assert client.post("/api/v1/auth/sign-out").status_code == 200
     assert ws_refused(client, f"/api/v1/ws?ticket={ticket}") == 1008
+
+
+def test_a_cookie_costs_one_query_as_a_token_does(client: TestClient, people: People, on_settings: Settings) -> None:
+    from sqlalchemy import event
+
+    from gpufleet.db.session import engine_for
+
+    _signed_in(client, people.alice)
+    seen: list[str] = []
+
+    def statement(_conn, _cursor, sql, *_args) -> None:  # noqa: ANN001, ANN002
+        seen.append(" ".join(sql.split()))
+
+    engine = engine_for(on_settings)
+    event.listen(engine, "before_cursor_execute", statement)
+    try:
+        assert client.get("/api/v1/auth/whoami").status_code == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", statement)
+    # SQLite's session opens with an explicit BEGIN; the check itself is one SELECT by primary key.
+    queries = [q for q in seen if q != "BEGIN"]
+    assert len(queries) == 1 and "FROM browser_sessions" in queries[0], seen
