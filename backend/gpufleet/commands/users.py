@@ -88,20 +88,21 @@ def users_add(
 
 @users_app.command("list")
 def users_list() -> None:
-    """List users, their roles and live tokens."""
-    from gpufleet.users.accounts import list_users
+    """List users, their roles, live tokens and granted permissions."""
+    from gpufleet.users.accounts import PERMISSIONS, list_users
     from gpufleet.users.tokens import live_token_counts
 
     def work(sess):  # noqa: ANN001, ANN202
         live = live_token_counts(sess)
-        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
+        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
+                 ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
 
     rows = _run(work)
     _emit(
-        ("name", "role", "state", "live tokens", "created"),
+        ("name", "role", "state", "live tokens", "created", "permissions"),
         [
-            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
-            for name, role, disabled, count, created in rows
+            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}", granted)
+            for name, role, disabled, count, created, granted in rows
         ],
     )
     if not rows:

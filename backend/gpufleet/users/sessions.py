@@ -20,11 +20,15 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import APIToken, BrowserSession, User
 from gpufleet.db.types import utcnow
+
+
+# How long an expired session's row stays (so `why was I signed out` can still be read).
+_KEEP_ENDED = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,9 @@ def open_session(sess: Session, user_id: uuid.UUID, token_id: uuid.UUID | None, 
         token_expires = sess.scalar(select(APIToken.expires_at).where(APIToken.id == token_id))
         if token_expires is not None:
             expires = min(expires, token_expires)
+    # Rows of this user's sessions long over are of no use: signing in sweeps them.
+    sess.execute(delete(BrowserSession).where(BrowserSession.user_id == user_id,
+                                              BrowserSession.expires_at < now - _KEEP_ENDED))
     key = secrets.token_urlsafe(32)
     row = BrowserSession(user_id=user_id, token_id=token_id, key_hash=_hash(key), created_at=now, expires_at=expires)
     sess.add(row)

@@ -125,6 +125,13 @@ def test_the_lifetime_is_capped_by_the_setting_and_the_token(on_settings: Settin
                          .values(expires_at=utcnow() - timedelta(seconds=1)))
         r = _whoami(client, cookie)
         assert r.status_code == 401 and "expired" in r.json()["detail"]
+        # Rows of sessions long over go when the user signs in again.
+        with session_scope(settings) as sess:
+            sess.execute(update(BrowserSession).where(BrowserSession.id == row.id)
+                         .values(expires_at=utcnow() - timedelta(days=2)))
+        _signed_in(client, people.alice)
+        with session_scope(settings) as sess:
+            assert sess.get(BrowserSession, row.id) is None
 
     # A session never outlives the token it was opened with.
     with session_scope(on_settings) as sess:
