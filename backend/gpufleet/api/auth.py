@@ -3,10 +3,9 @@
 A request is authenticated, in this order, by ``Authorization: Bearer <token>``,
 by the dashboard's signed HTTP-only session cookie (which counts only while
 its row in ``browser_sessions`` is live: :mod:`gpufleet.users.sessions`), or —
-only when sign-in is
-not required (see :func:`~gpufleet.api.security.policy.auth_required`) — as the
-implicit local admin ``local``. Every refusal carries a reason a person can act
-on.
+only when sign-in is not required (see
+:func:`~gpufleet.api.security.policy.auth_required`) — as the implicit local
+admin ``local``. Every refusal carries a reason a person can act on.
 
 A browser attaches a cookie (and reaches the implicit local admin) on its own,
 so those credentials count only from an allowed origin

@@ -13,8 +13,8 @@ Protocol (JSON text frames):
 Channels: ``gpu:<host>:<index>``, ``host:<name>``, ``aggregate``,
 ``training:<id>``. A training channel is refused (an ``error`` with ``status``
 403, no snapshot) to whoever REST refuses its events and logs
-(:func:`gpufleet.api.auth.training_read_refusal`). See :mod:`gpufleet.telemetry.stream` for sequence numbers,
-resume and slow clients.
+(:func:`gpufleet.api.auth.training_read_refusal`). See
+:mod:`gpufleet.telemetry.stream` for sequence numbers, resume and slow clients.
 
 Authentication runs before ``accept()`` through a hook,
 ``app.state.ws_authenticate(websocket, settings) -> user | None`` (sync or
