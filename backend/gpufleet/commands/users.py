@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.table import Table
 
 from gpufleet.commands.tables import make_console
-from rich.table import Table
 
 users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
@@ -27,10 +27,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _session():  # noqa: ANN202
-    """A committing session on a reachable, up-to-date database (or exit with why not)."""
+def _session(write: bool = True):  # noqa: ANN202
+    """A committing session on a reachable, up-to-date database (or exit with why not).
+
+    A write holds SQLite's write lock from its first statement, waiting for it
+    at most ``GPUFLEET_CLI_BUSY_TIMEOUT_S``: reading first and writing after
+    fails at once when a worker wrote in between, which a busy timeout cannot help.
+    """
     from gpufleet.config import ConfigError, get_settings
-    from gpufleet.db.session import check_database, session_scope, upgrade_database
+    from gpufleet.db.session import check_database, session_scope, upgrade_database, write_session
 
     try:
         settings = get_settings()
@@ -40,7 +45,7 @@ def _session():  # noqa: ANN202
             upgrade_database(settings)
     except ConfigError as exc:
         _fail(str(exc))
-    return session_scope(settings)
+    return write_session(settings, settings.cli_busy_timeout_s) if write else session_scope(settings)
 
 
 def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -55,14 +60,23 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn):  # noqa: ANN001, ANN202
+def _run(fn, write: bool = True):  # noqa: ANN001, ANN202
+    from gpufleet.db.session import is_locked
     from gpufleet.users.accounts import UserError
 
     try:
-        with _session() as sess:
+        with _session(write) as sess:
             return fn(sess)
     except UserError as exc:
         _fail(str(exc))
+    except Exception as exc:
+        if not is_locked(exc):
+            raise
+        from gpufleet.config import get_settings
+
+        _fail(f"the database is busy: another process held its write lock for more than "
+              f"{get_settings().cli_busy_timeout_s:g} s (GPUFLEET_CLI_BUSY_TIMEOUT_S); nothing was changed, "
+              "try again")
 
 
 @users_app.command("add")
@@ -89,20 +103,21 @@ def users_add(
 
 @users_app.command("list")
 def users_list() -> None:
-    """List users, their roles and live tokens."""
-    from gpufleet.users.accounts import list_users
+    """List users, their roles, live tokens and granted permissions."""
+    from gpufleet.users.accounts import PERMISSIONS, list_users
     from gpufleet.users.tokens import live_token_counts
 
     def work(sess):  # noqa: ANN001, ANN202
         live = live_token_counts(sess)
-        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
+        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
+                 ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
 
-    rows = _run(work)
+    rows = _run(work, write=False)
     _emit(
-        ("name", "role", "state", "live tokens", "created"),
+        ("name", "role", "state", "live tokens", "created", "permissions"),
         [
-            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
-            for name, role, disabled, count, created in rows
+            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}", granted)
+            for name, role, disabled, count, created, granted in rows
         ],
     )
     if not rows:
@@ -138,30 +153,22 @@ def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | 
     err.print(f"user {name} is now {role}", highlight=False)
 
 
-PERMISSIONS = ("run_code",)
-
-
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
-    from gpufleet.users.accounts import get_user
+    from gpufleet.users.accounts import PERMISSIONS, set_permission
 
-    def work(sess) -> None:  # noqa: ANN001
-        get_user(sess, name).run_code = allowed
-
-    if permission not in PERMISSIONS:
-        _fail(f"unknown permission {permission!r}; known: {', '.join(PERMISSIONS)}")
-    _run(work)
-    err.print(f"user {name} {'may now' if allowed else 'may no longer'} {permission.replace('_', ' ')}",
-              highlight=False)
+    _run(lambda sess: set_permission(sess, name, permission, allowed))
+    err.print(f"user {name} {'may now' if allowed else 'may no longer'} {PERMISSIONS[permission]}", highlight=False)
 
 
 @users_app.command("grant")
-def users_grant(name: str, permission: Annotated[str, typer.Argument(help="run_code: submit their own code")]) -> None:
+def users_grant(name: str, permission: Annotated[str, typer.Argument(
+        help="run_code: submit their own code; non_preemptible: ask for trainings that cannot be preempted")]) -> None:
     """Grant a permission (admins have every one)."""
     _set_permission(name, permission, True)
 
 
 @users_app.command("revoke")
-def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code")]) -> None:
+def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code | non_preemptible")]) -> None:
     """Take a permission back."""
     _set_permission(name, permission, False)
 
@@ -206,7 +213,7 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
         ("id", "prefix", "user", "name", "created", "expires", "state", "last used"),
         [
             (tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
-            for tid, prefix, owner, label, created, expires, revoked, used in _run(work)
+            for tid, prefix, owner, label, created, expires, revoked, used in _run(work, write=False)
         ],
     )
 
