@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.config import ConfigError, Settings
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-ALEMBIC_DIR = REPO_ROOT / "alembic"
-ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+# The migrations ship inside the package, so an installed wheel finds them as a
+# checkout does; alembic.ini at a checkout's root points here too.
+ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
@@ -156,7 +156,7 @@ def check_database(settings: Settings) -> None:
 def alembic_config(url: str):  # noqa: ANN201
     from alembic.config import Config
 
-    cfg = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     cfg.attributes["gpufleet_url"] = url
