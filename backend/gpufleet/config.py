@@ -165,6 +165,8 @@ class Settings(BaseSettings):
     # GPUs.
     simulate: str | None = None
     simulate_topology: Literal["nvlink-all", "nvlink-pairs", "pcie"] = "nvlink-all"
+    # The CUDA context a simulated GPU's process holds (as measured on an H100, driver 580, torch 2.11).
+    sim_context_mb: int = Field(default=963, ge=0, le=65536)
     gpu: GPUConfig = Field(default_factory=GPUConfig)
 
     # Trainings.

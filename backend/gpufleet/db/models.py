@@ -81,6 +81,8 @@ class GPU(Base):
     drained: Mapped[bool] = mapped_column(Boolean, default=False)
     drain_reason: Mapped[str | None] = mapped_column(Text)
     last_seen: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The CUDA context a process holds on this GPU, measured by the host's agent (devices/context_probe.py).
+    context_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     host: Mapped[Host] = relationship(back_populates="gpus")
 

@@ -250,6 +250,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     backend.training_started(t.gpu_ids or [], proc.pid, str(t.id), t.memory_estimate)
+    sink.memory.watch_processes(backend.nvml, t.gpu_ids or [], proc.pid)
     with write_session(settings) as sess:
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))
