@@ -18,6 +18,7 @@ from rich.console import Console
 
 from gpufleet.commands import (
     devices,
+    doctor,
     recommend,
     run,
     sharing,
@@ -46,7 +47,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing, doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -44,6 +44,12 @@ def test_second_run_is_estimated_at_what_the_first_measured(tmp_path, client_for
     assert memory and memory[-1]["data"]["nvml_per_rank"] == per_rank
     assert memory[-1]["data"]["reported_per_rank"] is not None  # the ranks' own figures, as breakdown
 
+    # The start-up breakdown of each rank (training/startup.py), for the dashboard's table.
+    (startup,) = [e["data"]["startup"] for e in get_events(c, first["id"]) if (e["data"] or {}).get("startup")]
+    assert startup["phases"] == ["launcher", "imports", "device", "process_group", "model", "first_step"]
+    assert len(startup["per_rank"]) == 2 and all(len(r) == 6 and sum(r) > 0 for r in startup["per_rank"])
+    assert all(r[3] > 0 for r in startup["per_rank"])  # two ranks join a process group
+
     second = _run(c, settings)
     est = second["estimate"]
     assert est["calibrated_from"] == 1

@@ -194,6 +194,11 @@ class MetricsSink:
                         {k: v for k, v in line.items() if k != "type"})
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
+        elif kind == "startup":  # where each rank's start-up went (training/startup.py)
+            per_rank = line.get("per_rank") or []
+            slowest = max((sum(r) for r in per_rank), default=0.0)
+            self._event("info", f"start-up: {slowest:.1f} s to the first step (slowest rank)",
+                        {"startup": {"phases": line.get("phases"), "per_rank": per_rank}})
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
             self._event("info", f"ranks of parallel_mode {line.get('parallel_mode')}",
                         {k: v for k, v in line.items() if k != "type"})

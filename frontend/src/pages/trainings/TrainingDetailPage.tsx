@@ -10,6 +10,7 @@ import { TrainingHosts } from './TrainingHosts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
 import { SharingBadges } from './SharingBadges';
+import { StartupTable } from './StartupTable';
 import { FINAL, useTraining } from './useTraining';
 
 function CancelButton({ t, onDone }: { t: Training; onDone: () => void }) {
@@ -140,6 +141,7 @@ export function TrainingDetailPage() {
         </dl>
       </div>
       {t.hosts?.length ? <TrainingHosts t={t} metrics={metrics} /> : null}
+      <StartupTable events={events} />
       <div className="charts-grid">
         <div className="panel">
           <h3>Loss</h3>
