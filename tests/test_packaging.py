@@ -41,6 +41,10 @@ def test_backend_only_wheel_has_the_migrations_and_no_dashboard(source: Path, tm
     versions = {p.name for p in (ROOT / "backend/gpufleet/db/migrations/versions").glob("*.py")}
     assert {f"gpufleet/db/migrations/versions/{v}" for v in versions} <= names
     assert {"gpufleet/db/migrations/env.py", "gpufleet/db/migrations/script.py.mako"} <= names
+    # Folders that are not packages, read at run time: every .py file of the source is in the wheel.
+    sources = {f"gpufleet/{p.relative_to(ROOT / 'backend/gpufleet')}" for p in (ROOT / "backend/gpufleet").rglob("*.py")
+               if "__pycache__" not in p.parts}
+    assert sources <= names, sorted(sources - names)
     assert not [n for n in names if n.startswith("gpufleet/static/")]
     assert not [n for n in names if "__pycache__" in n]
 
