@@ -18,12 +18,16 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="skip the tests and the 
 
 def doctor(quick: QuickOpt = False) -> None:
     """Check this host: GPUs, CUDA context, NVML cost, estimate vs measured, DDP overhead."""
-    from gpufleet.cli import settings_or_exit
     from gpufleet.commands import doctor_checks as checks
+    from gpufleet.config import ConfigError, get_settings
     from gpufleet.devices.backend import device_backend
 
     console = Console()
-    settings = settings_or_exit()
+    try:
+        settings = get_settings()
+    except ConfigError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     backend = device_backend(settings)
     gpus = [g for g in backend.detect_gpus() if g.healthy]
     real_cuda = not backend.simulated and any(g.backend == "cuda" for g in gpus)
@@ -48,7 +52,8 @@ def doctor(quick: QuickOpt = False) -> None:
             rows.append(checks.Row("gpu-marked tests", "skipped", "no CUDA GPU: the estimate is checked on one"))
         rows.append(checks.bench_row(root, "cuda" if real_cuda else "cpu"))
     marks = {True: Text("ok", style="green"), False: Text("FAIL", style="bold red"), None: Text("-")}
-    columns = [Column("check"), Column("result", justify="right"), Column("", drop=0), Column("detail", drop=1, shorten=True, min_width=20)]
+    columns = [Column("check"), Column("result", justify="right"), Column(""),
+               Column("detail", drop=1, shorten=True, min_width=20)]
     print_table(console, columns, [[r.check, r.result, marks[r.ok], r.detail] for r in rows],
                 title="gpufleet doctor")
     if any(r.ok is False for r in rows):
