@@ -155,6 +155,8 @@ class Settings(BaseSettings):
     # Addresses or networks of reverse proxies whose X-Forwarded-For/-Proto
     # headers count. Empty: no proxy header is trusted from anyone.
     trusted_proxies: list[str] = Field(default_factory=list)
+    # One line per HTTP request on serve's output (uvicorn's access log: client, request line, status).
+    access_log: bool = False
     # Who may read a training's config, events and logs: the whole team
     # (``team``), or only its owner and admins (``owner``).
     training_visibility: Literal["team", "owner"] = "team"
@@ -178,6 +180,9 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     preemptible_default: bool = True
     admin_trainings_preemptible: bool = False
+    # The highest priority a member may give a training unless an admin set a cap for them or
+    # their group (gpufleet.users.groups.priority_cap); above 0 they could preempt each other's.
+    member_max_priority: int = Field(default=0, ge=0, le=1000)
     idle_action: Literal["off", "warn", "stop"] = "warn"
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
