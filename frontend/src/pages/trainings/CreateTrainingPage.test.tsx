@@ -1,4 +1,4 @@
-import { render, screen, waitFor, within } from '@testing-library/react';
+import { act, render, screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
@@ -127,5 +127,39 @@ describe('CreateTrainingPage', () => {
     setup({ recipesError: new ApiError(0, 'the server cannot be reached') });
     expect(await screen.findByRole('alert')).toHaveTextContent('Could not load the recipes: the server cannot be reached');
     expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+  });
+
+  it('shows a refused config as refused, not "estimating", and blocks Start', async () => {
+    const { recommend } = setup();
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('10.0 GiB'));
+    recommend.mockRejectedValue(new ApiError(422, 'this request can never be placed: needs 900.0 GiB per GPU'));
+    const latents = screen.getByLabelText('Latents');
+    await userEvent.clear(latents);
+    await userEvent.type(latents, '99999999');
+    await waitFor(() => expect(screen.getByTestId('refused')).toHaveTextContent('needs 900.0 GiB per GPU'));
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('the server refuses this config');
+    expect(screen.getByTestId('estimate-need')).not.toHaveTextContent('estimating');
+    expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+  });
+
+  it('drops the estimate of a config that changed, and a superseded late answer', async () => {
+    const { recommend } = setup();
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('10.0 GiB'));
+    let lateAnswer: (v: ReturnType<typeof recommendation>) => void = () => undefined;
+    recommend.mockImplementation(({ config }) =>
+      (config as { n_latents?: number }).n_latents === 4096
+        ? Promise.resolve(recommendation(20 * GiB, [candidate('sim-host', [1])]))
+        : new Promise((ok) => (lateAnswer = ok)),
+    );
+    const latents = screen.getByLabelText('Latents');
+    await userEvent.clear(latents);
+    // The form no longer says what the old figure was asked for: it is gone at once.
+    expect(screen.getByTestId('estimate-need')).not.toHaveTextContent('10.0 GiB');
+    await userEvent.type(latents, '4096');
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('20.0 GiB'));
+    // An answer to a request made for an earlier state of the form changes nothing.
+    await act(async () => lateAnswer(recommendation(30 * GiB, [])));
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('20.0 GiB');
+    expect(screen.getByTestId('estimate')).not.toHaveTextContent('30.0 GiB');
   });
 });
