@@ -35,6 +35,20 @@ def test_queued_trainings_carry_their_position_by_priority_then_age(sim_host) ->
         assert c.get(f"/api/v1/trainings/{second}").json()["queue_position"] == 2
 
 
+@BOTH
+def test_an_owner_under_their_fair_share_is_placed_ahead_as_the_scheduler_would(sim_host) -> None:  # noqa: ANN001
+    s = sim_host("nvlink-pairs", "2xH100-80GB")
+    submit(s, "alice-holds-the-host", gpus=2, owner="alice")
+    schedule_pending(s)
+    older = submit(s, "alice-waits", gpus=2, owner="alice")
+    newer = submit(s, "bob-waits", gpus=2, owner="bob")
+    with TestClient(create_app(s.model_copy(update={"auth": "off"}))) as c:
+        rows = c.get("/api/v1/trainings", params={"status": "queued"}).json()["data"]
+    # Alice holds the GPUs (recent usage), Bob has used nothing: his newer training goes first.
+    assert {r["name"]: r["queue_position"] for r in rows} == {"bob-waits": 1, "alice-waits": 2}
+    assert {r["id"] for r in rows} == {str(older), str(newer)}
+
+
 @pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
 def test_the_owner_filter_lists_only_that_owners_trainings(sim_host) -> None:  # noqa: ANN001
     s = sim_host("nvlink-pairs", "2xH100-80GB")

@@ -65,10 +65,11 @@ def _load(session: Session, training_id: uuid.UUID) -> Training:
         raise _http(exc) from None
 
 
-def _publics(views: list[service.TrainingView], sess: Session | None = None) -> list[TrainingPublic]:
-    """The public form of each view; with ``sess``, queued ones also get their queue position."""
+def _publics(views: list[service.TrainingView], sess: Session | None = None,
+             settings: Settings | None = None) -> list[TrainingPublic]:
+    """The public form of each view; with ``sess`` and ``settings``, queued ones get their queue position."""
     queued = [v.training.id for v in views if v.training.status == "queued"]
-    positions = queue_positions(sess, queued) if sess is not None and queued else {}
+    positions = queue_positions(sess, settings, queued) if sess is not None and settings is not None else {}
     out = []
     for v in views:
         pub = TrainingPublic.model_validate(v.training)
@@ -131,7 +132,7 @@ def list_trainings(
         views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
-    return TrainingsPublic(data=_readable(settings, _user, _publics(views, session)), count=count)
+    return TrainingsPublic(data=_readable(settings, _user, _publics(views, session, settings)), count=count)
 
 
 def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
@@ -146,7 +147,8 @@ def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) ->
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
-    return _readable(settings, _user, _publics(service.views(session, [_load(session, training_id)]), session))[0]
+    views = service.views(session, [_load(session, training_id)])
+    return _readable(settings, _user, _publics(views, session, settings))[0]
 
 
 @router.post(

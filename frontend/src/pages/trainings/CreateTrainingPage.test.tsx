@@ -137,7 +137,7 @@ describe('CreateTrainingPage', () => {
     await userEvent.clear(latents);
     await userEvent.type(latents, '99999999');
     await waitFor(() => expect(screen.getByTestId('refused')).toHaveTextContent('needs 900.0 GiB per GPU'));
-    expect(screen.getByTestId('estimate-need')).toHaveTextContent('the server refuses this config');
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('the server refuses this request');
     expect(screen.getByTestId('estimate-need')).not.toHaveTextContent('estimating');
     expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
   });

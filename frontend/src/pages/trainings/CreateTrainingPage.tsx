@@ -49,7 +49,7 @@ function estimateText(advice: Advice, ok: boolean): string {
   if (!ok) return 'fix the config first';
   if (advice.estimateNote) return advice.estimateNote;
   if (advice.needBytes != null) return fmtBytes(advice.needBytes);
-  if (advice.refused) return 'none: the server refuses this config (see below)';
+  if (advice.refused) return 'none: the server refuses this request (see below)';
   if (advice.adviceError) return 'not available';
   return 'estimating…';
 }
@@ -247,7 +247,7 @@ export function CreateTrainingPage() {
             {submitting ? 'Starting…' : 'Start training'}
           </button>
           {!ok && <span className="field-error">Fix the highlighted fields.</span>}
-          {ok && advice.refused && <span className="field-error">Change the config: the server can never place it.</span>}
+          {ok && advice.refused && <span className="field-error">Change the request: the server can never place it.</span>}
         </div>
       </form>
     </div>
