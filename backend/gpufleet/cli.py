@@ -19,6 +19,7 @@ from gpufleet.commands import (
     devices,
     recommend,
     run,
+    secret,
     sharing,
     top,
     train,
@@ -51,7 +52,7 @@ err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, worker, recommend, top, users, sharing)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -149,14 +150,6 @@ def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
             stop_worker(settings, embedded, console)
-
-
-@app.command()
-def secret() -> None:
-    """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
-    import secrets as _secrets
-
-    print(_secrets.token_urlsafe(48))
 
 
 def _version() -> str:

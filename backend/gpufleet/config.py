@@ -178,6 +178,9 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     preemptible_default: bool = True
     admin_trainings_preemptible: bool = False
+    # The highest priority a member may give a training unless an admin set a cap for them or
+    # their group (gpufleet.users.groups.priority_cap); above 0 they could preempt each other's.
+    member_max_priority: int = Field(default=0, ge=0, le=1000)
     idle_action: Literal["off", "warn", "stop"] = "warn"
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
