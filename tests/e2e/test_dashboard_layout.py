@@ -33,7 +33,7 @@ def test_a_config_that_can_never_be_placed_is_refused_and_start_is_disabled(page
     # The simulated fleet has four GPUs: 64 can never be placed.
     page.get_by_label("GPUs wanted").fill("64")
     refused = page.get_by_test_id("refused")
-    refused.wait_for(timeout=20_000)
+    refused.wait_for(timeout=60_000)
     assert "never" in refused.inner_text()
     need = page.get_by_test_id("estimate-need").inner_text()
     assert "refuses" in need and "estimating" not in need
@@ -41,10 +41,10 @@ def test_a_config_that_can_never_be_placed_is_refused_and_start_is_disabled(page
     page.screenshot(path=str(screenshots / "training-new-refused.png"), full_page=True)
     # Back to a possible request: the refusal goes and Start comes back.
     page.get_by_label("GPUs wanted").fill("1")
-    page.wait_for_function("() => !document.querySelector(\"[data-testid='refused']\")", timeout=20_000)
+    page.wait_for_function("() => !document.querySelector(\"[data-testid='refused']\")", timeout=60_000)
     page.wait_for_function(
         "() => !document.querySelector(\"[data-testid='estimate-need']\").innerText.includes('estimating')",
-        timeout=20_000,
+        timeout=60_000,
     )
     assert page.get_by_role("button", name="Start training").is_enabled()
 
