@@ -1671,6 +1671,11 @@ export interface components {
             preemptible: boolean;
             /** Priority */
             priority: number;
+            /**
+             * Queue Position
+             * @description queued: its place in the queue (1 is served next), in the scheduler's order (priority, then age)
+             */
+            queue_position?: number | null;
             /** Recipe */
             recipe: string;
             /** Requested Host */
