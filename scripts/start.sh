@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-exec .venv/bin/gpufleet serve "$@"
+# --link: print a sign-in link for the account that started it (the dashboard needs one).
+exec .venv/bin/gpufleet serve --link "$@"

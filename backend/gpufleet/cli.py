@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from gpufleet.commands import (
+    browser,
     devices,
     recommend,
     run,
@@ -46,7 +47,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing, browser)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -69,30 +70,16 @@ def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
+    link: Annotated[bool, typer.Option(help="print a sign-in link for this account (as `gpufleet open` does)")] = False,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
-    from gpufleet.config import ConfigError, load_settings
+    from gpufleet.commands.serving import listen_or_fail, prepare, sign_in_hint
 
-    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
-    try:
-        settings = load_settings(**overrides)
-        from gpufleet.api.security.policy import check_serve_safety
-
-        check_serve_safety(settings)
-        from gpufleet.datadir import secure_data_dir
-
-        from gpufleet.db.session import prepare_database
-
-        secure_data_dir(settings)
-        prepare_database(settings)
-        inventory = _register_this_host(settings)
-    except ConfigError as exc:
-        fail(str(exc))
-
-    import uvicorn
-
+    settings, inventory = prepare(host, port)
+    from gpufleet.api import server
     from gpufleet.api.app import create_app
 
+    listeners = listen_or_fail(create_app(settings, background=True), settings)
     embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
         from gpufleet.jobs.embedded import EmbeddedWorker
@@ -104,22 +91,9 @@ def serve(
     console.print(inventory)
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
+    console.print(sign_in_hint(settings, link), soft_wrap=True)
     try:
-        uvicorn.run(
-            create_app(settings, background=True),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            ws_max_size=1 << 20,
-            # X-Forwarded-For/-Proto count only from the configured proxies;
-            # from anyone else they would let a client pick its own address
-            # (and so escape the per-address sign-in limit).
-            proxy_headers=bool(settings.trusted_proxies),
-            forwarded_allow_ips=list(settings.trusted_proxies) or None,
-            # Live frames are small and frequent; deflating each one cost more
-            # CPU than it saved (measured by bench/ws_fanout.py).
-            ws_per_message_deflate=False,
-        )
+        server.run(listeners)
     finally:
         if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
@@ -150,31 +124,6 @@ def _safe_url(url: str) -> str:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://…@{rest.split('@', 1)[1]}"
     return url
-
-
-def _register_this_host(settings: Settings) -> str:
-    """Write this host's GPUs to the database; return the lines that say what was found."""
-    from gpufleet.devices import detect_gpus, detect_topology, log_gpu_topology
-    from gpufleet.telemetry.inventory import register_host
-
-    gpus = detect_gpus(settings)
-    if not gpus and settings.redis_url:
-        # The API machine of a fleet: its workers register the GPU hosts; an
-        # empty host here would only show as a GPU host with no GPUs.
-        return f"host {settings.host_name}: no GPUs, so not registered as a GPU host (each GPU host runs `gpufleet worker`)"
-    inv = register_host(settings)
-    log_gpu_topology(detect_topology(settings, gpus))
-    if not gpus:
-        return (f"host {inv.host_name}: no GPUs found (trainings sent here wait for a GPU host; "
-                "`gpufleet train --local --devices cpu` trains on this CPU; "
-                "GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)")
-    sim = " (simulated)" if settings.simulate else ""
-    lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
-    for g in gpus:
-        mem = f"{g.memory_total / 2**30:.0f} GiB" if g.memory_total else "? GiB"
-        state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
-        lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
-    return "\n".join(lines)
 
 
 @db_app.command("upgrade")
@@ -219,8 +168,13 @@ for group in COMMAND_GROUPS:
 
 
 def main() -> None:
+    import os
+
     from gpufleet.logsetup import configure_logging
 
+    # What a command writes is private from the first command on: the data dir it may create (0700), the
+    # database with the users' token hashes, logs (0600). Only this process and its children are affected.
+    os.umask(os.umask(0o077) | 0o077)
     configure_logging()
     try:
         app()

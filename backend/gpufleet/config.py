@@ -147,7 +147,14 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     cors_origins: list[str] = Field(default_factory=list)
     secret_key: str = DEFAULT_SECRET
-    auth: Literal["auto", "on", "off"] = "auto"
+    # Sign-in over TCP: ``on`` (``auto`` is its older name), or ``off``: single-user mode, where
+    # every loopback caller is the admin ``local`` (a personal workstation; see docs/operations.md).
+    auth: Literal["on", "off", "auto"] = "on"
+    # The Unix socket local callers use, known by their account: empty for the default place
+    # (see default_socket_path), ``off`` for none, or a path.
+    unix_socket: str = ""
+    # How long a sign-in link from `gpufleet open` stays valid (it works once).
+    sign_in_link_ttl_s: int = Field(default=120, ge=10, le=3600)
     # Host names (``gpus.example.org``, ``*.example.org``) the API answers to.
     # Without sign-in only loopback names are served whatever this says
     # (plus the names listed here); with sign-in, empty means any name.
@@ -325,6 +332,44 @@ class Settings(BaseSettings):
     @property
     def is_loopback(self) -> bool:
         return is_loopback_address(self.host)
+
+    @property
+    def api_socket(self) -> Path | None:
+        """The Unix socket this server listens on for local callers, or None (``GPUFLEET_UNIX_SOCKET=off``)."""
+        value = self.unix_socket.strip()
+        if value.lower() == "off":
+            return None
+        return Path(value).expanduser() if value else default_socket_path()
+
+
+SOCKET_NAME = "gpufleet.sock"
+# Where a server shared by the machine's accounts listens: root's, or a service account's
+# given /run/gpufleet by systemd (RuntimeDirectory=gpufleet).
+SHARED_SOCKET_DIR = Path("/run/gpufleet")
+
+
+def _personal_socket_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "gpufleet" if runtime else Path(f"/tmp/gpufleet-{os.geteuid()}")
+
+
+def default_socket_path() -> Path:
+    """The machine's shared place when this account may use it, else one of this account's own."""
+    shared = SHARED_SOCKET_DIR
+    if os.geteuid() == 0 or (shared.is_dir() and os.access(shared, os.W_OK | os.X_OK)):
+        return shared / SOCKET_NAME
+    return _personal_socket_dir() / SOCKET_NAME
+
+
+def socket_candidates() -> list[Path]:
+    """Where a command-line client looks for a server's socket: ``GPUFLEET_UNIX_SOCKET``, else
+    this account's own server first, then the machine's shared one."""
+    value = os.environ.get("GPUFLEET_UNIX_SOCKET", "").strip()
+    if value.lower() == "off":
+        return []
+    if value:
+        return [Path(value).expanduser()]
+    return [_personal_socket_dir() / SOCKET_NAME, SHARED_SOCKET_DIR / SOCKET_NAME]
 
 
 @lru_cache(maxsize=64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 
 from gpufleet.config import Settings
 
@@ -30,3 +31,22 @@ def secure_data_dir(settings: Settings) -> None:
     except OSError:
         # Not ours (a shared volume owned by another user): leave it as the operator set it.
         pass
+
+
+SECRET_FILE = "secret_key"
+
+
+def local_secret(settings: Settings) -> str:
+    """The secret a server on loopback signs sessions with when ``GPUFLEET_SECRET_KEY`` is not set.
+
+    Made once, random, in the data dir (0600), so a personal install signs
+    sessions that survive a restart without anyone choosing a secret.
+    """
+    path = settings.data_dir / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(48) + "\n")
+    return path.read_text().strip()
