@@ -17,11 +17,11 @@ import typer
 from rich.console import Console
 
 from gpufleet.commands import (
-    browser,
     devices,
     recommend,
     run,
     sharing,
+    signin,
     top,
     train,
     trainings,
@@ -47,7 +47,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing, browser)
+COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing, signin)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -333,45 +333,6 @@ class Settings(BaseSettings):
     def is_loopback(self) -> bool:
         return is_loopback_address(self.host)
 
-    @property
-    def api_socket(self) -> Path | None:
-        """The Unix socket this server listens on for local callers, or None (``GPUFLEET_UNIX_SOCKET=off``)."""
-        value = self.unix_socket.strip()
-        if value.lower() == "off":
-            return None
-        return Path(value).expanduser() if value else default_socket_path()
-
-
-SOCKET_NAME = "gpufleet.sock"
-# Where a server shared by the machine's accounts listens: root's, or a service account's
-# given /run/gpufleet by systemd (RuntimeDirectory=gpufleet).
-SHARED_SOCKET_DIR = Path("/run/gpufleet")
-
-
-def _personal_socket_dir() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "gpufleet" if runtime else Path(f"/tmp/gpufleet-{os.geteuid()}")
-
-
-def default_socket_path() -> Path:
-    """The machine's shared place when this account may use it, else one of this account's own."""
-    shared = SHARED_SOCKET_DIR
-    if os.geteuid() == 0 or (shared.is_dir() and os.access(shared, os.W_OK | os.X_OK)):
-        return shared / SOCKET_NAME
-    return _personal_socket_dir() / SOCKET_NAME
-
-
-def socket_candidates() -> list[Path]:
-    """Where a command-line client looks for a server's socket: ``GPUFLEET_UNIX_SOCKET``, else
-    this account's own server first, then the machine's shared one."""
-    value = os.environ.get("GPUFLEET_UNIX_SOCKET", "").strip()
-    if value.lower() == "off":
-        return []
-    if value:
-        return [Path(value).expanduser()]
-    return [_personal_socket_dir() / SOCKET_NAME, SHARED_SOCKET_DIR / SOCKET_NAME]
-
-
 @lru_cache(maxsize=64)
 def is_loopback_address(host: str) -> bool:
     """Whether ``host`` is a loopback address, or a name whose every address is loopback.

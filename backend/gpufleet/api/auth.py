@@ -180,8 +180,8 @@ def resolve_user(
         if "forwarded" in headers or "x-forwarded-for" in headers:
             raise AuthError(
                 401,
-                "this server runs without sign-in for loopback use only, and this request came through a proxy;"
-                " set GPUFLEET_AUTH=on and sign in with a token",
+                "this server runs in single-user mode (no sign-in) for loopback use only, and this request came"
+                " through a proxy; set GPUFLEET_AUTH=on (the default) and sign in with a token",
             )
         if is_cross_site(method, headers, settings):
             raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")

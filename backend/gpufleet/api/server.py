@@ -9,6 +9,7 @@ from typing import Any
 
 from gpufleet.api.unixsocket import bind_unix_socket, peer_protocols
 from gpufleet.config import Settings
+from gpufleet.datadir import api_socket
 
 
 @dataclass
@@ -55,7 +56,7 @@ def listen(app: Any, settings: Settings) -> Listeners:  # noqa: ANN401
         **peer_protocols(),
     )
     listeners = Listeners(config)
-    path = settings.api_socket
+    path = api_socket(settings)
     if path is not None:
         listeners.sockets.append(bind_unix_socket(path))
         listeners.unix_path = path

@@ -27,7 +27,7 @@ import httpx
 from pydantic import BaseModel
 
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
-from gpufleet.config import socket_candidates
+from gpufleet.datadir import socket_candidates
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
     TrainingBatchPublic,

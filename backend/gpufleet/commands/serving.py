@@ -79,7 +79,9 @@ def sign_in_hint(settings: Settings, link: bool) -> str:
     """How to reach the dashboard: a sign-in link for this account when asked, else how to get one."""
     if settings.auth == "off":
         return "single-user mode: no sign-in on this machine (GPUFLEET_AUTH=off)"
-    sock = settings.api_socket
+    from gpufleet.datadir import api_socket
+
+    sock = api_socket(settings)
     local = f"local accounts use the CLI as themselves through {sock}; " if sock else ""
     if not link:
         return f"{local}a browser signs in with the link `gpufleet open` prints, or with an API token"

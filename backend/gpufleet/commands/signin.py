@@ -1,4 +1,4 @@
-"""`gpufleet open`: sign a browser on this machine in as the account that runs the command.
+"""`gpufleet open`: sign a browser on this machine in as the account that runs the command; `gpufleet whoami`.
 
 The command asks the server, through its Unix socket (where the server knows
 the account), for a single-use sign-in link, prints it, and opens it in a
@@ -44,5 +44,17 @@ def open_dashboard(
             out.print("(no browser could be started; copy the link)")
 
 
+def whoami(
+    server: Annotated[str | None, typer.Option(help="server URL (default: this machine's server, through its socket)")] = None,
+) -> None:
+    """Who the server takes you for: your user, its role, and how you were recognised."""
+    from gpufleet.commands.remote import Client
+
+    with Client(server) as c:
+        me = c.call("GET", "/api/v1/auth/whoami")
+    out.print(f"{me['name']}\t{me['role']}\t{me['via']}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("open")(open_dashboard)
+    app.command("whoami")(whoami)
