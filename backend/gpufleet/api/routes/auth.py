@@ -26,6 +26,7 @@ from gpufleet.api.auth import (
 from gpufleet.api.deps import CurrentUser, SettingsDep
 from gpufleet.api.schemas.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
 from gpufleet.api.security.asgi import LINK_PATH
+from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings
 from gpufleet.api.security.origins import origin_allowed
 from gpufleet.api.security.policy import auth_required
@@ -73,7 +74,8 @@ def local_base(settings: Settings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
 
 
-@router.post("/sign-in-link", response_model=SignInLink, operation_id="auth-sign-in-link")
+@router.post("/sign-in-link", response_model=SignInLink, operation_id="auth-sign-in-link",
+             responses={400: error_response("Single-user mode: a browser on this machine needs no sign-in")})
 def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
     """A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`)."""
     if user.id is None:
@@ -83,7 +85,7 @@ def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
 
 
 @router.get("/link", operation_id="auth-link", response_class=RedirectResponse, status_code=303,
-            responses={401: {"description": "the link was used already, has expired or is not valid"}})
+            responses={401: error_response("The link was used already, has expired or is not valid")})
 def follow_sign_in_link(request: Request, settings: SettingsDep,
                         code: str = Query(min_length=1, max_length=2048)) -> RedirectResponse:
     """Sign this browser in with a link from `gpufleet open`, then go to the dashboard."""
