@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from accounts import unix_accounts
-from servers import serve_process
+from servers import serve_process, socket_path
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +40,10 @@ def test_the_first_commands_link_signs_its_account_in(tmp_path: Path) -> None:
             assert browser.post("/api/v1/auth/sign-out").status_code == 200
         # The secret that signs sessions was made for this install, private to it.
         assert (tmp_path / "data" / "secret_key").stat().st_mode & 0o077 == 0
+        assert socket_path(tmp_path / "data").is_socket()
+        srv.stop()
+        # A stopped server leaves no socket behind.
+        assert not socket_path(tmp_path / "data").exists()
 
 
 def test_single_user_mode_is_asked_for_and_warns_on_a_shared_machine(tmp_path: Path) -> None:

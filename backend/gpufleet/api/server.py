@@ -19,6 +19,7 @@ class Listeners:
     config: Any  # uvicorn.Config
     sockets: list[socket.socket] = field(default_factory=list)
     unix_path: Path | None = None
+    unix_inode: int = 0
 
     def close(self) -> None:
         for sock in self.sockets:
@@ -26,12 +27,10 @@ class Listeners:
         if self.unix_path is not None:
             # Only the socket this server made: a newer server may have replaced it already.
             try:
-                if self.unix_path.stat().st_ino == self._unix_inode:
+                if self.unix_path.stat().st_ino == self.unix_inode:
                     self.unix_path.unlink()
             except OSError:
                 pass
-
-    _unix_inode: int = 0
 
 
 def listen(app: Any, settings: Settings) -> Listeners:  # noqa: ANN401
@@ -60,7 +59,7 @@ def listen(app: Any, settings: Settings) -> Listeners:  # noqa: ANN401
     if path is not None:
         listeners.sockets.append(bind_unix_socket(path))
         listeners.unix_path = path
-        listeners._unix_inode = path.stat().st_ino
+        listeners.unix_inode = path.stat().st_ino
     try:
         listeners.sockets.insert(0, config.bind_socket())
     except SystemExit:
@@ -73,7 +72,13 @@ def run(listeners: Listeners) -> None:
     """Serve until stopped (SIGINT/SIGTERM), then give the addresses back."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Here, not after run(): uvicorn ends by raising the signal it caught, and SIGTERM ends the process.
+            await super().shutdown(sockets)
+            listeners.close()
+
     try:
-        uvicorn.Server(listeners.config).run(sockets=listeners.sockets)
+        Server(listeners.config).run(sockets=listeners.sockets)
     finally:
         listeners.close()
