@@ -92,19 +92,15 @@ def sign_in_hint(settings: Settings, link: bool) -> str:
 
 def own_sign_in_link(settings: Settings) -> tuple[str, int]:
     """A sign-in link for the account running the server, made as `gpufleet open` would get it."""
-    from urllib.parse import quote
-
-    from gpufleet.api.auth import AuthUser, make_sign_in_link
-    from gpufleet.api.routes.auth import local_base
-    from gpufleet.api.security.asgi import LINK_PATH
+    from gpufleet.api.auth import AuthUser
+    from gpufleet.api.routes.auth import new_sign_in_link
     from gpufleet.db.session import write_session
     from gpufleet.users.local import local_account_user
 
     with write_session(settings) as sess:
         owner = local_account_user(sess, os.geteuid())
-    user = AuthUser(owner.name, owner.role, owner.user_id, via="session")
-    code = make_sign_in_link(settings, user)
-    return f"{local_base(settings)}{LINK_PATH}?code={quote(code)}", settings.sign_in_link_ttl_s
+    link = new_sign_in_link(settings, AuthUser(owner.name, owner.role, owner.user_id, via="session"))
+    return link.url, link.expires_in_s
 
 
 def _me() -> str:

@@ -74,14 +74,19 @@ def local_base(settings: Settings) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
 
 
+def new_sign_in_link(settings: Settings, user: AuthUser) -> SignInLink:
+    """A single-use link that signs a browser on this machine in as ``user`` (`gpufleet open`, `serve --link`)."""
+    path = f"{LINK_PATH}?code={quote(make_sign_in_link(settings, user))}"
+    return SignInLink(url=local_base(settings) + path, path=path, expires_in_s=settings.sign_in_link_ttl_s)
+
+
 @router.post("/sign-in-link", response_model=SignInLink, operation_id="auth-sign-in-link",
              responses={400: error_response("Single-user mode: a browser on this machine needs no sign-in")})
 def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
     """A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`)."""
     if user.id is None:
         raise HTTPException(400, "single-user mode: a browser on this machine needs no sign-in")
-    path = f"{LINK_PATH}?code={quote(make_sign_in_link(settings, user))}"
-    return SignInLink(url=local_base(settings) + path, path=path, expires_in_s=settings.sign_in_link_ttl_s)
+    return new_sign_in_link(settings, user)
 
 
 @router.get("/link", operation_id="auth-link", response_class=RedirectResponse, status_code=303,
