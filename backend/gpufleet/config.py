@@ -205,6 +205,13 @@ class Settings(BaseSettings):
     ])
     # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
     pythons: dict[str, str] = Field(default_factory=dict)
+    # A training's own packages (gpufleet.trainings.venv): the cache of environments on each host (default
+    # <data_dir>/envs) and its size budget, and where uv finds packages (an index, wheel folders, or no index).
+    env_cache_dir: Path | None = None
+    env_cache_max_bytes: int = Field(default=50 * 1024**3, ge=0)
+    env_index_url: str | None = None
+    env_find_links: list[str] = Field(default_factory=list)
+    env_no_index: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
@@ -286,6 +293,8 @@ class Settings(BaseSettings):
             self.data_root = self.data_dir / "data"
         if self.checkpoint_root is None:
             self.checkpoint_root = self.data_dir / "checkpoints"
+        if self.env_cache_dir is None:
+            self.env_cache_dir = self.data_dir / "envs"
         return self
 
     @classmethod

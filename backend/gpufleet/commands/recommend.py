@@ -26,11 +26,14 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: Any) -> RecommendationPublic:  # noqa: ANN401
+def _from_server(server: str | None, recipe: str | None, values: dict[str, Any], memory: int | None,
+                 **kw: Any) -> RecommendationPublic:  # noqa: ANN401
     from gpufleet.client import Client, GpufleetError, ServerUnreachable
 
     try:
         with Client(server) as c:
+            if memory is not None:  # one's own code: the memory one rank needs, as given
+                return c.recommend(memory_mb=-(-memory // 2**20), **kw)
             return c.recommend(recipe=recipe, config=values, **kw)
     except ServerUnreachable as exc:
         _fail(f"{exc}; start it with `gpufleet serve`, pass --server, or use --local to read the database here")
@@ -38,7 +41,7 @@ def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: 
         _fail(str(exc))
 
 
-def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str | None, exclusive: bool,
+def _from_database(recipe: str | None, values: dict[str, Any], memory: int | None, *, count: int, host: str | None, exclusive: bool,
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
     from gpufleet.api.schemas.selection import CandidatePublic, RecommendationPublic, estimate_public
@@ -54,11 +57,19 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
         if missing is not None:
             _fail(f"no database at {missing}: run `gpufleet serve` (or `gpufleet db upgrade`) first, "
                   "set GPUFLEET_DATABASE_URL to the server's database, or drop --local to ask a server")
-        from gpufleet.scheduling.plan import plan_selection
+        from gpufleet.scheduling.plan import SelectionPlan, plan_selection
 
         with session_scope(settings) as sess:
-            plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
-                                  policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
+            if memory is not None:
+                from gpufleet.scheduling.inputs import fleet_state
+                from gpufleet.scheduling.recommend import SelectionRequest, recommend
+
+                req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
+                                       policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
+                plan = SelectionPlan(estimate=None, recommendation=recommend(req, fleet_state(sess, settings, host=host)))
+            else:
+                plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
+                                      policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
     except (ConfigError, EstimateError, ValueError) as exc:
         _fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
@@ -75,12 +86,14 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
                                     connection=c.connection, reasons=list(c.reasons),
                                     free_memory=list(c.free_memory), weights=list(c.weights))
                     for c in rec.candidates],
-        wait_reason=rec.wait_reason, estimate=estimate_public(plan.estimate),
+        wait_reason=rec.wait_reason, estimate=estimate_public(plan.estimate) if plan.estimate else None,
     )
 
 
 def recommend(
-    recipe: Annotated[str, typer.Option("--recipe", help="recipe name, e.g. sae or mlp")],
+    recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name, e.g. sae or mlp")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="instead of --recipe, for your own code: the "
+                                                                "memory one rank needs, e.g. 40GiB")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of recipe fields")] = None,
     count: Annotated[int, typer.Option("--count", min=1, max=64, help="GPUs (one DDP rank each)")] = 1,
     host: Annotated[str | None, typer.Option("--host", help="only this host")] = None,
@@ -94,11 +107,20 @@ def recommend(
     local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
                                                         "asking a server")] = False,
 ) -> None:
-    """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
+    """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
+    code's memory per rank (--memory)."""
     from gpufleet.scheduling.types import fmt_bytes
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file
 
+    from gpufleet.trainings.script import ScriptError, parse_memory
+
+    if (recipe is None) == (memory is None):
+        _fail("give --recipe (a built-in recipe's config is estimated) or --memory (your own code), not both")
+    try:
+        mem_bytes = parse_memory(memory)
+    except ScriptError as exc:
+        _fail(f"--{exc}")
     if policy not in ("pack", "spread"):
         _fail(f"--policy must be pack or spread, not {policy!r}")
     try:
@@ -107,14 +129,17 @@ def recommend(
     except (TrainingConfigError, ValueError) as exc:
         _fail(str(exc))
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
-    rec = _from_database(recipe, values, **kw) if local else _from_server(server, recipe, values, **kw)
-    est = rec.estimate
-    assert est is not None  # a recipe's recommendation always carries its estimate
+    rec = (_from_database(recipe, values, mem_bytes, **kw) if local
+           else _from_server(server, recipe, values, mem_bytes, **kw))
     if as_json:
         typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
         raise typer.Exit(0)
-
     console = Console()
+    if rec.estimate is None:
+        console.print(f"your own code on {count} GPU(s), {fmt_bytes(mem_bytes or 0)} per rank", highlight=False)
+        _candidates(console, rec)
+        return
+    est = rec.estimate
     console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
                   f"micro-batch {est.micro_batch_size} per rank: {est.summary}", highlight=False)
     breakdown = Table(show_header=True, header_style="bold")
@@ -125,6 +150,10 @@ def recommend(
     breakdown.add_row("[bold]total[/]", f"[bold]{fmt_bytes(est.total)}[/]")
     console.print(breakdown)
     console.print(f"method: {est.method}", highlight=False, soft_wrap=True)
+    _candidates(console, rec)
+
+
+def _candidates(console: Console, rec: RecommendationPublic) -> None:
     if not rec.candidates:
         console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False, soft_wrap=True)
         return

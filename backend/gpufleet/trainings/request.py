@@ -116,6 +116,10 @@ class TrainingCreate(BaseModel):
         default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
     python: str | None = Field(default=None, max_length=64,
                                description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
+    requirements: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="kind script: the file in the code the training's environment is built from (a requirements "
+                    ".txt, or pyproject.toml with uv.lock beside it); omit for none")
     gpu_ids: list[GPUIndex] | None = Field(
         default=None, max_length=MAX_GPUS, description="GPU indexes on the host; omit to let the server choose"
     )

@@ -1436,6 +1436,11 @@ export interface components {
              */
             recipe?: string | null;
             /**
+             * Requirements
+             * @description kind script: the file in the code the training's environment is built from (a requirements .txt, or pyproject.toml with uv.lock beside it); omit for none
+             */
+            requirements?: string | null;
+            /**
              * Spread
              * @description auto: one host when one fits, else the fewest hosts that hold world_size
              */
