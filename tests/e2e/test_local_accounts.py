@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from accounts import Account, run_as, unix_accounts
-from servers import ServedProcess, serve_process, socket_path
+from servers import ServedProcess, cli, serve_process, socket_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -91,3 +91,12 @@ def test_gpufleet_open_signs_the_right_account_in(browser, shared_box) -> None: 
     # Once: a second browser following the same link is not signed in.
     again = httpx.get(link, follow_redirects=False, timeout=10)
     assert again.status_code == 401 and "used already" in again.json()["detail"]
+
+
+def test_an_admin_disables_an_account_and_its_next_call_is_refused(shared_box) -> None:  # noqa: ANN001
+    srv, (_, bob), env = shared_box
+    cli(srv.data_dir, "users", "disable", bob.name)
+    refused = run_as(bob, "whoami", env=env)
+    assert refused.returncode != 0 and "disabled" in refused.stderr, refused.stdout + refused.stderr
+    cli(srv.data_dir, "users", "enable", bob.name)
+    assert _ok(run_as(bob, "whoami", env=env)).split() == [bob.name, "member", "socket"]
