@@ -14,7 +14,6 @@ import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.commands import (
     devices,
@@ -28,8 +27,12 @@ from gpufleet.commands import (
     users,
     worker,
 )
+from gpufleet.commands.tables import make_console
 
 if TYPE_CHECKING:
+    import socket
+
+    from gpufleet.api.unixsocket import UnixListener
     from gpufleet.config import Settings
 
 app = typer.Typer(
@@ -38,12 +41,15 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Click's plain help: rich's boxed panels gave a command's help text a third
+    # of an 80-column terminal (`run --help` folded each line into four).
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-console = Console()
-err = Console(stderr=True)
+console = make_console()
+err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
@@ -70,16 +76,53 @@ def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
+    check: Annotated[bool, typer.Option("--check", help="only check the settings and that the port is free")] = False,
     link: Annotated[bool, typer.Option(help="print a sign-in link for this account (as `gpufleet open` does)")] = False,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
-    from gpufleet.commands.serving import listen_or_fail, prepare, sign_in_hint
+    from gpufleet.commands.local_access import as_checked, listen_unix, use_local_secret, warn_single_user
+    from gpufleet.commands.serving import AddressInUse, listen, register_this_host
+    from gpufleet.config import ConfigError, load_settings
 
-    settings, inventory = prepare(host, port)
-    from gpufleet.api import server
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    try:
+        settings = load_settings(**overrides)
+        from gpufleet.api.security.policy import check_serve_safety
+
+        check_serve_safety(as_checked(settings))
+        # The address first: a second serve on a port in use stops here, before it writes anything.
+        sock = listen(settings.host, settings.port)
+        if check:
+            sock.close()
+            console.print(f"ok: settings valid and {_url_host(settings.host)}:{settings.port} is free", highlight=False)
+            return
+        unix = listen_unix(settings)
+        use_local_secret(settings)
+        from gpufleet.datadir import secure_data_dir
+
+        from gpufleet.db.session import prepare_database
+
+        secure_data_dir(settings)
+        prepare_database(settings)
+        inventory = register_this_host(settings)
+    except (ConfigError, AddressInUse) as exc:
+        fail(str(exc))
+    if settings.auth == "off":
+        warn_single_user(err)
+    _serve(settings, sock, unix, inventory, worker, link)
+
+
+def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, inventory: str, worker: bool,
+           link: bool) -> None:
+    import logging
+
+    import uvicorn
+
     from gpufleet.api.app import create_app
+    from gpufleet.api.unixsocket import peer_protocols
+    from gpufleet.commands.local_access import sign_in_hint, sockets
+    from gpufleet.commands.serving import server, stop_worker
 
-    listeners = listen_or_fail(create_app(settings, background=True), settings)
     embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
         from gpufleet.jobs.embedded import EmbeddedWorker
@@ -89,16 +132,39 @@ def serve(
     console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
     console.print(f"database: {_safe_url(settings.effective_database_url)}")
     console.print(inventory)
+    config = uvicorn.Config(
+        create_app(settings, background=True),
+        log_level="warning",
+        ws_max_size=1 << 20,
+        # X-Forwarded-For/-Proto count only from the configured proxies;
+        # from anyone else they would let a client pick its own address
+        # (and so escape the per-address sign-in limit).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies) or None,
+        # Live frames are small and frequent; deflating each one cost more
+        # CPU than it saved (measured by bench/ws_fanout.py).
+        ws_per_message_deflate=False,
+        access_log=settings.access_log,
+        # Each connection on the Unix socket carries the account that made it.
+        **peer_protocols(),
+    )
+    if settings.access_log:
+        # uvicorn writes request lines at INFO; the rest of its log stays at warnings.
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    # Said at once on Ctrl-C: closing connections and stopping the worker can take a while.
+    srv = server(config, on_stop=lambda: console.print("stopping: closing connections…", highlight=False))
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
     console.print(sign_in_hint(settings, link), soft_wrap=True)
     try:
-        server.run(listeners)
+        srv.run(sockets=sockets(sock, unix))
     finally:
+        if unix is not None:
+            unix.close()
         if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
-            embedded.stop(timeout=settings.stop_grace_s + 15)
+            stop_worker(settings, embedded, console)
 
 
 @app.command()

@@ -162,6 +162,8 @@ class Settings(BaseSettings):
     # Addresses or networks of reverse proxies whose X-Forwarded-For/-Proto
     # headers count. Empty: no proxy header is trusted from anyone.
     trusted_proxies: list[str] = Field(default_factory=list)
+    # One line per HTTP request on serve's output (uvicorn's access log: client, request line, status).
+    access_log: bool = False
     # Who may read a training's config, events and logs: the whole team
     # (``team``), or only its owner and admins (``owner``).
     training_visibility: Literal["team", "owner"] = "team"

@@ -85,34 +85,49 @@ def peer_protocols() -> dict[str, type[asyncio.Protocol]]:
             "ws": with_peers(import_from_string(WS_PROTOCOLS["auto"]))}
 
 
-def bind_unix_socket(path: Path) -> socket.socket:
-    """A listening socket at ``path`` that every local account may connect to.
+@dataclass
+class UnixListener:
+    """The server's listening Unix socket, which every local account may connect to."""
 
-    Its directory is made (0755) when missing; a socket left by a server that
-    is gone is replaced; one a live server answers on is refused.
-    """
-    if len(os.fsencode(path)) >= 107:
-        raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} is too long for a Unix socket (107 bytes at most)")
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True)
-        path.parent.chmod(0o755)
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} exists and is not a socket; remove it or set another path")
-        if _answers(path):
-            raise ConfigError(f"another server already listens on {path}; stop it, or set GPUFLEET_UNIX_SOCKET "
-                              "to another path (or off)")
-        path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(path))
-        # Who may connect is not the question (the server asks each caller who it is): any account may.
-        path.chmod(0o666)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {path}: {exc.strerror}") from None
-    return sock
+    sock: socket.socket
+    path: Path
+    inode: int
+
+    @classmethod
+    def bind(cls, path: Path) -> UnixListener:
+        """Listen at ``path``: its folder is made (0755) when missing; a socket left by a server that is gone
+        is replaced; one a live server answers on is refused (:class:`ConfigError`)."""
+        if len(os.fsencode(path)) >= 107:
+            raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} is too long for a Unix socket (107 bytes at most)")
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True)
+            path.parent.chmod(0o755)
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} exists and is not a socket; remove it or set another")
+            if _answers(path):
+                raise ConfigError(f"another server already listens on {path}; stop it, or set GPUFLEET_UNIX_SOCKET "
+                                  "to another path (or off)")
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            # Who may connect is not the question (the server asks each caller who it is): any account may.
+            path.chmod(0o666)
+            sock.listen(2048)
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"cannot listen on {path}: {exc.strerror}") from None
+        return cls(sock, path, path.stat().st_ino)
+
+    def close(self) -> None:
+        """Stop listening and remove the socket, unless a newer server has replaced it already."""
+        self.sock.close()
+        try:
+            if self.path.stat().st_ino == self.inode:
+                self.path.unlink()
+        except OSError:
+            pass
 
 
 def _answers(path: Path) -> bool:

@@ -10,19 +10,23 @@ SQLite database is reported rather than created.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpufleet.commands.tables import fmt_size, make_console
+
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from gpufleet.api.schemas.selection import RecommendationPublic
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -109,7 +113,6 @@ def recommend(
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
     code's memory per rank (--memory)."""
-    from gpufleet.scheduling.types import fmt_bytes
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file
 
@@ -134,9 +137,9 @@ def recommend(
     if as_json:
         typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
         raise typer.Exit(0)
-    console = Console()
+    console = make_console()
     if rec.estimate is None:
-        console.print(f"your own code on {count} GPU(s), {fmt_bytes(mem_bytes or 0)} per rank", highlight=False)
+        console.print(f"your own code on {count} GPU(s), {fmt_size(mem_bytes or 0)} per rank", highlight=False)
         _candidates(console, rec)
         return
     est = rec.estimate
@@ -145,25 +148,71 @@ def recommend(
     breakdown = Table(show_header=True, header_style="bold")
     breakdown.add_column("per rank")
     breakdown.add_column("bytes", justify="right")
-    for name, value in est.breakdown.items():
-        breakdown.add_row(name.replace("_", " "), fmt_bytes(value))
-    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_bytes(est.total)}[/]")
+    for name, value in breakdown_rows(est.breakdown):
+        breakdown.add_row(name, fmt_size(value))
+    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_size(est.total)}[/]")
     console.print(breakdown)
-    console.print(f"method: {est.method}", highlight=False, soft_wrap=True)
+    # Folded at the terminal's width (whole in a pipe): the method says how the figures were found.
+    console.print(f"method: {est.method}", highlight=False)
     _candidates(console, rec)
 
 
 def _candidates(console: Console, rec: RecommendationPublic) -> None:
     if not rec.candidates:
-        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False)
         return
     table = Table(show_header=True, header_style="bold")
     for col in ("#", "host", "GPUs", "link", "score", "why"):
         table.add_column(col)
-    for i, c in enumerate(rec.candidates, 1):
-        table.add_row(str(i), c.host, ",".join(map(str, c.gpu_indexes)), c.connection,
-                      f"{c.score:.0f}", "; ".join(c.reasons))
+    for i, (c, gpus, why) in enumerate(collapse_equal(rec.candidates), 1):
+        table.add_row(str(i), c.host, gpus, c.connection, f"{c.score:.0f}", why)
     console.print(table)
+
+
+def breakdown_rows(breakdown: dict[str, int]) -> list[tuple[str, int]]:
+    """The estimate's parts as the table shows them.
+
+    Under DDP the gradients are views into its buckets (gradient_as_bucket_view),
+    so the estimate counts them once, as the buckets, and its gradients are 0:
+    shown as one row rather than "gradients 0" beside the buckets.
+    """
+    parts = dict(breakdown)
+    rows = []
+    for name, value in parts.items():
+        if name == "gradients" and not value and parts.get("ddp_buckets"):
+            rows.append(("gradients (DDP buckets)", parts["ddp_buckets"]))
+        elif name == "ddp_buckets" and not parts.get("gradients") and value:
+            continue
+        else:
+            rows.append((name.replace("_", " "), value))
+    return rows
+
+
+_GPU_NAMES = re.compile(r"^GPUs? [\d, ]+ ")
+
+
+def collapse_equal(candidates: list[Any]) -> list[tuple[Any, str, str]]:
+    """(first candidate, GPUs cell, why cell) per group of equal candidates.
+
+    On a host of identical free GPUs every single GPU (or every set alike) scores
+    the same for the same reason; one row says so ("0 | 1 | 2 | 3: equal")
+    instead of repeating it once per GPU.
+    """
+    groups: dict[tuple, list[Any]] = {}
+    for c in candidates:
+        same = (c.host, c.connection, round(c.score), _GPU_NAMES.sub("", c.reasons[0]) if c.reasons else "",
+                tuple(c.reasons[1:]))
+        groups.setdefault(same, []).append(c)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        gpus = " | ".join(",".join(map(str, m.gpu_indexes)) for m in members)
+        why = "; ".join(first.reasons)
+        if len(members) > 1 and first.reasons:
+            rest = "; ".join([_GPU_NAMES.sub("", first.reasons[0]), *first.reasons[1:]])
+            why = f"{len(members)} equal choices; each {rest}"
+        out.append((first, gpus, why))
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -10,12 +10,12 @@ import re
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.client import Client as _LibraryClient
 from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.commands.tables import make_console
 
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 
 def _fail(message: str) -> NoReturn:

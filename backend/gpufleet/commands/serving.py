@@ -1,110 +1,102 @@
-"""What `gpufleet serve` does before it serves: settings, safety, the data dir, sign-in, this host's GPUs.
+"""How `gpufleet serve` takes its address and lets go of it.
 
-Imported when `serve` runs, not when the CLI starts.
+The address is bound before anything is announced or built: a second
+``serve`` (or ``scripts/start.sh``) on a port in use says so in one line and
+touches nothing. On Ctrl-C the console says what the stop is waiting for:
+the trainings on this host are asked to checkpoint, which takes up to
+``stop_grace_s``.
 """
 
 from __future__ import annotations
 
-import os
-import pwd
-from typing import TYPE_CHECKING, Any, NoReturn
-
-from rich.console import Console
+import socket
+import time
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpufleet.api.server import Listeners
+    import uuid
+
+    from rich.console import Console
+
     from gpufleet.config import Settings
-
-err = Console(stderr=True)
-
-
-def _fail(message: str) -> NoReturn:
-    import typer
-
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    from gpufleet.jobs.embedded import EmbeddedWorker
 
 
-def prepare(host: str | None, port: int | None) -> tuple[Settings, str]:
-    """The server's settings, checked, on a private data dir and a current database; and its GPUs, in words."""
-    from gpufleet.api.security.policy import check_serve_safety
-    from gpufleet.config import DEFAULT_SECRET, ConfigError, load_settings
-    from gpufleet.datadir import local_secret, secure_data_dir
-    from gpufleet.db.session import prepare_database
+class AddressInUse(Exception):
+    """The address ``serve`` would listen on is taken; the message says what to do."""
 
-    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or :class:`AddressInUse` naming the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # Restarting right after a stop must not wait for the old connections' TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        settings = load_settings(**overrides)
-        if settings.secret_key == DEFAULT_SECRET and settings.is_loopback:
-            # A personal install signs its sessions with a secret of its own, made once.
-            secure_data_dir(settings)
-            settings.secret_key = local_secret(settings)
-        check_serve_safety(settings)
-        secure_data_dir(settings)
-        prepare_database(settings)
-        inventory = register_this_host(settings)
-    except ConfigError as exc:
-        _fail(str(exc))
-    if settings.auth == "off":
-        warn_single_user()
-    return settings, inventory
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise AddressInUse(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (is gpufleet already running there? "
+            "stop it, or pick another port with --port or GPUFLEET_PORT)") from None
+    return sock
 
 
-def listen_or_fail(app: Any, settings: Settings) -> Listeners:  # noqa: ANN401
-    from gpufleet.api.server import listen
-    from gpufleet.config import ConfigError
+def server(config: Any, on_stop: Any) -> Any:
+    """A uvicorn server that calls ``on_stop()`` when the first Ctrl-C (or SIGTERM) arrives."""
+    import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                on_stop()
+            super().handle_exit(sig, frame)
+            # uvicorn would raise the signal again once it has shut down, which ends in a
+            # KeyboardInterrupt traceback from inside the event loop; serve stops the worker
+            # and exits on its own instead.
+            self._captured_signals.clear()
+
+    return Server(config)
+
+
+def _trainings_here(settings: Settings, ids: list[uuid.UUID] | None = None) -> list[tuple[uuid.UUID, str, str]]:
+    """(id, name, status) of the trainings placed on this host (or of ``ids``); [] if the database is away."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gpufleet.db.models import Host, Training
+    from gpufleet.db.session import session_scope
+
+    stmt = select(Training.id, Training.name, Training.status)
+    if ids is None:
+        stmt = stmt.join(Host, Host.id == Training.host_id).where(
+            Host.name == settings.host_name, Training.status.in_(("scheduled", "running")))
+    else:
+        stmt = stmt.where(Training.id.in_(ids))
     try:
-        return listen(app, settings)
-    except ConfigError as exc:
-        _fail(str(exc))
+        with session_scope(settings) as sess:
+            return [tuple(row) for row in sess.execute(stmt.order_by(Training.created_at))]
+    except SQLAlchemyError:
+        return []
 
 
-def warn_single_user() -> None:
-    """Single-user mode makes every account on this machine the admin: say so where that means others."""
-    from gpufleet.users.local import human_accounts
-
-    people = human_accounts()
-    if len(people) > 1:
-        err.print(
-            f"[bold yellow]warning:[/] single-user mode (GPUFLEET_AUTH=off): every account on this machine that "
-            f"reaches 127.0.0.1 is the admin, and {len(people)} people have accounts here "
-            f"({', '.join(people[:8])}{', …' if len(people) > 8 else ''}); unset GPUFLEET_AUTH so each signs in "
-            "as themselves (docs/operations.md, \"Security model\")",
-            highlight=False, soft_wrap=True,
-        )
-
-
-def sign_in_hint(settings: Settings, link: bool) -> str:
-    """How to reach the dashboard: a sign-in link for this account when asked, else how to get one."""
-    if settings.auth == "off":
-        return "single-user mode: no sign-in on this machine (GPUFLEET_AUTH=off)"
-    from gpufleet.datadir import api_socket
-
-    sock = api_socket(settings)
-    local = f"local accounts use the CLI as themselves through {sock}; " if sock else ""
-    if not link:
-        return f"{local}a browser signs in with the link `gpufleet open` prints, or with an API token"
-    url, ttl = own_sign_in_link(settings)
-    return (f"{local}sign in as {_me()} (once, within {ttl // 60 or 1} min; `gpufleet open` prints another):\n"
-            f"  [bold]{url}[/]")
-
-
-def own_sign_in_link(settings: Settings) -> tuple[str, int]:
-    """A sign-in link for the account running the server, made as `gpufleet open` would get it."""
-    from gpufleet.api.auth import AuthUser
-    from gpufleet.api.routes.auth import new_sign_in_link
-    from gpufleet.db.session import write_session
-    from gpufleet.users.local import local_account_user
-
-    with write_session(settings) as sess:
-        owner = local_account_user(sess, os.geteuid())
-    link = new_sign_in_link(settings, AuthUser(owner.name, owner.role, owner.user_id, via="session"))
-    return link.url, link.expires_in_s
-
-
-def _me() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name
+def stop_worker(settings: Settings, worker: EmbeddedWorker, console: Console) -> None:
+    """Stop the embedded worker, saying which trainings it waits for and how each ended."""
+    here = _trainings_here(settings)
+    grace = settings.stop_grace_s
+    if here:
+        names = ", ".join(f"{name} ({str(tid)[:8]})" for tid, name, _ in here)
+        console.print(f"stopping: asking {len(here)} training(s) to checkpoint: {names}; "
+                      f"waiting up to {grace:.0f} s for them (GPUFLEET_STOP_GRACE_S) before they are killed",
+                      highlight=False)
+    else:
+        console.print("stopping the worker (no training is running here)", highlight=False)
+    started = time.monotonic()
+    worker.stop(timeout=grace + 15)
+    after = ", ".join(f"{name} {status}" for _, name, status in _trainings_here(settings, [t for t, _, _ in here]))
+    console.print(f"stopped in {time.monotonic() - started:.1f} s" + (f": {after}" if after else ""),
+                  highlight=False)
 
 
 def register_this_host(settings: Settings) -> str:
@@ -130,5 +122,3 @@ def register_this_host(settings: Settings) -> str:
         state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
         lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
     return "\n".join(lines)
-
-

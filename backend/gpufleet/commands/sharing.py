@@ -13,12 +13,12 @@ import json
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.commands import users
+from gpufleet.commands.tables import make_console
 
 groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 MaxGpusOpt = Annotated[str | None, typer.Option("--max-gpus", help="GPUs held at once, or 'none' for no limit")]
 HoursOpt = Annotated[str | None, typer.Option("--gpu-hours-week",

@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from gpufleet.commands.tables import make_console
 
 users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
 
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 RoleOpt = Annotated[str, typer.Option("--role", help="admin | member | viewer")]
 
