@@ -19,6 +19,7 @@ from gpufleet.commands import (
     devices,
     recommend,
     run,
+    secret,
     sharing,
     signin,
     top,
@@ -53,7 +54,7 @@ err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing, signin)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, worker, recommend, top, users, sharing, signin)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -165,14 +166,6 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
             stop_worker(settings, embedded, console)
-
-
-@app.command()
-def secret() -> None:
-    """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
-    import secrets as _secrets
-
-    print(_secrets.token_urlsafe(48))
 
 
 def _version() -> str:

@@ -147,13 +147,11 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     cors_origins: list[str] = Field(default_factory=list)
     secret_key: str = DEFAULT_SECRET
-    # Sign-in over TCP: ``on`` (``auto`` is its older name), or ``off``: single-user mode, where
-    # every loopback caller is the admin ``local`` (a personal workstation; see docs/operations.md).
+    # Sign-in over TCP: ``on`` (``auto``: its older name); ``off``: single-user mode, loopback callers are admin.
     auth: Literal["on", "off", "auto"] = "on"
-    # The Unix socket local callers use, known by their account: empty for the default place
-    # (see default_socket_path), ``off`` for none, or a path.
+    # The Unix socket for local accounts: empty for the default (datadir.default_socket_path), ``off``, or a path;
+    # and how long a `gpufleet open` sign-in link stays valid (it works once).
     unix_socket: str = ""
-    # How long a sign-in link from `gpufleet open` stays valid (it works once).
     sign_in_link_ttl_s: int = Field(default=120, ge=10, le=3600)
     # Host names (``gpus.example.org``, ``*.example.org``) the API answers to.
     # Without sign-in only loopback names are served whatever this says
@@ -185,6 +183,9 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     preemptible_default: bool = True
     admin_trainings_preemptible: bool = False
+    # The highest priority a member may give a training unless an admin set a cap for them or
+    # their group (gpufleet.users.groups.priority_cap); above 0 they could preempt each other's.
+    member_max_priority: int = Field(default=0, ge=0, le=1000)
     idle_action: Literal["off", "warn", "stop"] = "warn"
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)

@@ -3,7 +3,8 @@
 The dashboard signs in once with an API token, or with a single-use link that
 `gpufleet open` asks for over the server's socket; either answer sets the same
 HTTP-only, SameSite=Strict session cookie that later requests (and WebSockets)
-carry. Scripts skip all this and send ``Authorization: Bearer <token>``.
+carry. The cookie names a row in ``browser_sessions``; signing out ends that
+row. Scripts skip all this and send ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gpufleet.api.auth import (
     make_ws_ticket,
     redeem_sign_in_link,
     resolve_user,
+    session_of_cookie,
 )
 from gpufleet.api.deps import CurrentUser, SettingsDep
 from gpufleet.api.schemas.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
@@ -31,6 +33,8 @@ from gpufleet.config import Settings
 from gpufleet.api.security.origins import origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import check_sign_in_rate
+from gpufleet.db.session import write_session
+from gpufleet.users.sessions import end_session
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 
@@ -103,8 +107,13 @@ def follow_sign_in_link(request: Request, settings: SettingsDep,
 
 
 @router.post("/sign-out", response_model=SignedOut, operation_id="auth-sign-out")
-def sign_out(request: Request, response: Response) -> SignedOut:
-    """Drop the session cookie (revoke the token to end every session opened with it)."""
+def sign_out(request: Request, response: Response, settings: SettingsDep) -> SignedOut:
+    """End this browser's session and drop its cookie (revoke the token to end every session opened with it)."""
+    session_id = session_of_cookie(settings, request.cookies.get(SESSION_COOKIE))
+    if session_id is not None:
+        # Ended on the server: a copy of the cookie kept elsewhere stops working too.
+        with write_session(settings) as sess:
+            end_session(sess, session_id)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
     return SignedOut(signed_out=True)
