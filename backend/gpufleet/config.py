@@ -147,7 +147,12 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     cors_origins: list[str] = Field(default_factory=list)
     secret_key: str = DEFAULT_SECRET
-    auth: Literal["auto", "on", "off"] = "auto"
+    # Sign-in over TCP: ``on`` (``auto``: its older name); ``off``: single-user mode, loopback callers are admin.
+    auth: Literal["on", "off", "auto"] = "on"
+    # The Unix socket for local accounts: empty for the default (datadir.default_socket_path), ``off``, or a path;
+    # and how long a `gpufleet open` sign-in link stays valid (it works once).
+    unix_socket: str = ""
+    sign_in_link_ttl_s: int = Field(default=120, ge=10, le=3600)
     # Host names (``gpus.example.org``, ``*.example.org``) the API answers to.
     # Without sign-in only loopback names are served whatever this says
     # (plus the names listed here); with sign-in, empty means any name.
@@ -341,7 +346,6 @@ class Settings(BaseSettings):
     @property
     def is_loopback(self) -> bool:
         return is_loopback_address(self.host)
-
 
 @lru_cache(maxsize=64)
 def is_loopback_address(host: str) -> bool:

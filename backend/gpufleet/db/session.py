@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -27,11 +28,25 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
     cur.close()
 
 
+def _private_file(path: Path) -> None:
+    """Make the SQLite file (and its folder, when missing) private before SQLite opens it.
+
+    It holds the users and their token hashes. SQLite gives its ``-wal`` and
+    ``-shm`` files the database file's own mode, so they are private too.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+
+
 def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(path))
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
