@@ -80,10 +80,12 @@ def serve(
 
         check_serve_safety(settings)
         from gpufleet.datadir import secure_data_dir
-
         from gpufleet.db.session import prepare_database
 
         secure_data_dir(settings)
+        from gpufleet.secretfiles import scrub_environment
+
+        scrub_environment()  # read into the settings; no child inherits them
         prepare_database(settings)
         inventory = _register_this_host(settings)
     except ConfigError as exc:

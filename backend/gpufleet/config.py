@@ -17,8 +17,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from gpufleet.secretfiles import SecretFileError, SecretFilesSource
 
 DEFAULT_SECRET = "change-me"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -198,6 +211,10 @@ class Settings(BaseSettings):
     ])
     # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
     pythons: dict[str, str] = Field(default_factory=dict)
+    # Who a member's training runs as, and where (gpufleet.users.runas, gpufleet.jobs.isolation).
+    run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
+    sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shared_account_runs: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
@@ -273,7 +290,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _fill_paths(self) -> "Settings":
+    def _fill_paths(self) -> Settings:
         self.data_dir = self.data_dir.expanduser()
         if self.data_root is None:
             self.data_root = self.data_dir / "data"
@@ -290,7 +307,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSource(settings_cls))
+        return (init_settings, env_settings, SecretFilesSource(settings_cls), _YamlSource(settings_cls))
 
     # Derived values ------------------------------------------------------
 
@@ -371,6 +388,8 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc)) from None
+    except SecretFileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @lru_cache(maxsize=1)

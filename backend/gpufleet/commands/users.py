@@ -1,4 +1,4 @@
-"""`gpufleet users add|list|disable|enable|set-role|grant|revoke` and `gpufleet tokens create|list|revoke`.
+"""`gpufleet users add|list|disable|enable|set-role|grant|revoke|map` and `gpufleet tokens create|list|revoke`.
 
 These talk to the database directly: whoever can run them on the server can
 already read its configuration, which is the trust boundary for making admins.
@@ -26,7 +26,7 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _session():  # noqa: ANN202
+def _session():
     """A committing session on a reachable, up-to-date database (or exit with why not)."""
     from gpufleet.config import ConfigError, get_settings
     from gpufleet.db.session import check_database, session_scope, upgrade_database
@@ -54,7 +54,7 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn):  # noqa: ANN001, ANN202
+def _run(fn):
     from gpufleet.users.accounts import UserError
 
     try:
@@ -74,7 +74,7 @@ def users_add(
     from gpufleet.users.accounts import add_user
     from gpufleet.users.tokens import create_token
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         add_user(sess, name, role)
         return create_token(sess, name) if token else None
 
@@ -92,7 +92,7 @@ def users_list() -> None:
     from gpufleet.users.accounts import list_users
     from gpufleet.users.tokens import live_token_counts
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         live = live_token_counts(sess)
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
 
@@ -143,7 +143,7 @@ PERMISSIONS = ("run_code",)
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
     from gpufleet.users.accounts import get_user
 
-    def work(sess) -> None:  # noqa: ANN001
+    def work(sess) -> None:
         get_user(sess, name).run_code = allowed
 
     if permission not in PERMISSIONS:
@@ -165,7 +165,29 @@ def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_
     _set_permission(name, permission, False)
 
 
-def _print_token(created) -> None:  # noqa: ANN001
+@users_app.command("map")
+def users_map(
+    name: str,
+    unix: Annotated[str | None, typer.Option("--unix", help="the Unix account NAME's trainings run as")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="back to the same-name account or the run account")] = False,
+) -> None:
+    """Map a user to the Unix account their trainings run as (see docs/operations.md, security model)."""
+    from gpufleet.users.runas import exists_here, set_mapping
+
+    if (unix is None) == (not clear):
+        _fail("give --unix ACCOUNT, or --clear")
+    _run(lambda sess: set_mapping(sess, name, unix))
+    if unix is None:
+        err.print(f"user {name}'s trainings run as the Unix account {name} if it exists, else the run account",
+                  highlight=False)
+        return
+    err.print(f"user {name}'s trainings run as Unix account {unix}", highlight=False)
+    if not exists_here(unix):
+        err.print(f"note: there is no Unix account {unix!r} on this machine; each worker host needs one",
+                  highlight=False)
+
+
+def _print_token(created) -> None:
     expiry = f", expires {created.expires_at:%Y-%m-%d}" if created.expires_at else ""
     err.print(
         f"token {created.prefix}… for {created.user} ({created.name}{expiry}); it is shown once, store it now:",
@@ -192,13 +214,13 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
     """List tokens by prefix (the secrets are not stored)."""
     from gpufleet.users.tokens import list_tokens
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         return [
             (str(t.id), t.prefix, owner, t.name, t.created_at, t.expires_at, t.revoked_at, t.last_used_at)
             for t, owner in list_tokens(sess, user)
         ]
 
-    def fmt(d) -> str:  # noqa: ANN001
+    def fmt(d) -> str:
         return f"{d:%Y-%m-%d %H:%M}" if d else "-"
 
     _emit(

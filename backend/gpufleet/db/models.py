@@ -109,6 +109,8 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # May submit its own code (script trainings); admins always may.
     run_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # The Unix account this user's trainings run as (gpufleet.users.runas); None: the rule's fallbacks.
+    unix_account: Mapped[str | None] = mapped_column(String(32))
 
 
 class APIToken(Base):
