@@ -45,6 +45,28 @@ def open_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _environ(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _descendants(root: int) -> list[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    out, todo = [], [root]
+    while todo:
+        kids = [p for p, pp in parents.items() if pp == todo.pop()]
+        out += kids
+        todo += kids
+    return out
+
+
 def _api(srv, token: str, method: str, path: str, **kw) -> httpx.Response:
     return httpx.request(method, f"{srv.url}/api/v1{path}", headers={"Authorization": f"Bearer {token}"},
                          timeout=60, **kw)
@@ -120,6 +142,11 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
             assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "jobs", "work", tid}, found[key]
         assert not found["write data dir"]["ok"] and not found["write checkpoints"]["ok"]
         assert not (data / "owned").exists() and not (data / "checkpoints" / "owned").exists()
+
+        # Of the server's processes, only serve itself was started with them; its children got none.
+        for pid in _descendants(srv.pid):
+            held = _environ(pid)
+            assert STRONG_SECRET not in held and password not in held, pid
 
         # And it trained: both attempts, the metrics, checkpoints of its own, a resume.
         assert body["restarts"] == 1 and "resumed from" in log and "failing once on purpose" in log
