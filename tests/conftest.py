@@ -42,6 +42,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for key in list(os.environ):
         if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)  # systemd's: secrets as files
     monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "gpufleet-data"))
     # Starlette's TestClient sends `Host: testserver`; a server without sign-in
     # answers only to loopback names and the ones listed here. Tests of a real
@@ -50,6 +51,21 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     reset_settings_cache()
     yield
     reset_settings_cache()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_account() -> None:
+    """The account members' trainings fall back to (GPUFLEET_RUN_ACCOUNT), as `.ci/run` makes it: tests
+    that run a member's training (the dashboard's, as a member) need it on a machine that runs them as root."""
+    import pwd
+    import subprocess
+
+    try:
+        pwd.getpwnam("gpufleet-run")
+    except KeyError:
+        if os.geteuid() == 0:
+            subprocess.run(["useradd", "--system", "--user-group", "--home-dir", "/nonexistent", "--shell",
+                            "/usr/sbin/nologin", "gpufleet-run"], check=False, capture_output=True)
 
 
 @pytest.fixture(scope="session")

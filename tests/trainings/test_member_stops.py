@@ -1,4 +1,5 @@
-"""A member's sandboxed training stops as any other: cancel and a worker's SIGKILL leave no rank behind.
+"""A member's sandboxed training runs and stops as any other: a recipe on two ranks, and
+cancel and a worker's SIGKILL leave no rank behind.
 
 Real worker, scheduler, API with sign-in on; the member has a Unix account
 of its own name, so its ranks run as that account inside bwrap (a PID
@@ -86,3 +87,26 @@ def test_cancel_and_a_killed_worker_leave_no_sandboxed_rank(tmp_path, workers, s
         members = _running_group(base, token, tid, account.pw_uid)
         worker.kill9()
         wait_for(lambda: not any(_uid(p) is not None for p in members), 10, "every sandboxed process to end", 0.05)
+
+
+def test_a_members_recipe_training_runs_its_ranks_as_the_member(tmp_path, workers, scheduler, live_server):  # noqa: ANN001
+    need_root()
+    with unix_account(short_name("mem")) as account:
+        settings = make_settings(tmp_path, "sqlite", auth="on", secret_key=SECRET)
+        with session_scope(settings) as sess:
+            add_user(sess, account.pw_name, "member")
+            token = create_token(sess, account.pw_name).secret
+        register(settings)
+        workers(settings)
+        scheduler(settings)
+        base = live_server(settings)
+        h = {"Authorization": f"Bearer {token}"}
+        r = httpx.post(f"{base}/api/v1/trainings", headers=h, timeout=60, json={
+            "name": "mine", "recipe": "mlp", "world_size": 2, "config": {"max_steps": 6, "checkpoint_every": 3}})
+        assert r.status_code == 201, r.text
+        tid = r.json()["id"]
+        body = wait_for(lambda: (b := httpx.get(f"{base}/api/v1/trainings/{tid}", headers=h, timeout=30).json())
+                        ["status"] in ("succeeded", "failed") and b, 240, "the training to end", 0.3)
+        assert body["status"] == "succeeded", body["status_reason"]
+        steps = sorted(settings.checkpoint_root.joinpath(tid).glob("step-*"))
+        assert steps and all(p.stat().st_uid == account.pw_uid for p in steps)

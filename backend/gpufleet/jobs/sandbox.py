@@ -99,8 +99,8 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
         closed = closed_ancestor(p, uid, gids)
         if closed is not None and closed != Path("/"):
             masks.add(closed)
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--tmpfs", "/dev/shm", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+            "--perms", "1777", "--tmpfs", "/dev/shm", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
     for m in sorted(masks, key=lambda p: len(p.parts)):
