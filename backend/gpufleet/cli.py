@@ -80,6 +80,7 @@ def serve(
 
         check_serve_safety(settings)
         from gpufleet.datadir import secure_data_dir
+
         from gpufleet.db.session import prepare_database
 
         secure_data_dir(settings)

@@ -17,19 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpufleet.secretfiles import SecretFileError, SecretFilesSource
 
@@ -290,7 +279,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _fill_paths(self) -> Settings:
+    def _fill_paths(self) -> "Settings":
         self.data_dir = self.data_dir.expanduser()
         if self.data_root is None:
             self.data_root = self.data_dir / "data"

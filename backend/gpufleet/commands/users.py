@@ -26,7 +26,7 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _session():
+def _session():  # noqa: ANN202
     """A committing session on a reachable, up-to-date database (or exit with why not)."""
     from gpufleet.config import ConfigError, get_settings
     from gpufleet.db.session import check_database, session_scope, upgrade_database
@@ -54,7 +54,7 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn):
+def _run(fn):  # noqa: ANN001, ANN202
     from gpufleet.users.accounts import UserError
 
     try:
@@ -74,7 +74,7 @@ def users_add(
     from gpufleet.users.accounts import add_user
     from gpufleet.users.tokens import create_token
 
-    def work(sess):
+    def work(sess):  # noqa: ANN001, ANN202
         add_user(sess, name, role)
         return create_token(sess, name) if token else None
 
@@ -92,7 +92,7 @@ def users_list() -> None:
     from gpufleet.users.accounts import list_users
     from gpufleet.users.tokens import live_token_counts
 
-    def work(sess):
+    def work(sess):  # noqa: ANN001, ANN202
         live = live_token_counts(sess)
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
 
@@ -143,7 +143,7 @@ PERMISSIONS = ("run_code",)
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
     from gpufleet.users.accounts import get_user
 
-    def work(sess) -> None:
+    def work(sess) -> None:  # noqa: ANN001
         get_user(sess, name).run_code = allowed
 
     if permission not in PERMISSIONS:
@@ -187,7 +187,7 @@ def users_map(
                   highlight=False)
 
 
-def _print_token(created) -> None:
+def _print_token(created) -> None:  # noqa: ANN001
     expiry = f", expires {created.expires_at:%Y-%m-%d}" if created.expires_at else ""
     err.print(
         f"token {created.prefix}… for {created.user} ({created.name}{expiry}); it is shown once, store it now:",
@@ -214,13 +214,13 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
     """List tokens by prefix (the secrets are not stored)."""
     from gpufleet.users.tokens import list_tokens
 
-    def work(sess):
+    def work(sess):  # noqa: ANN001, ANN202
         return [
             (str(t.id), t.prefix, owner, t.name, t.created_at, t.expires_at, t.revoked_at, t.last_used_at)
             for t, owner in list_tokens(sess, user)
         ]
 
-    def fmt(d) -> str:
+    def fmt(d) -> str:  # noqa: ANN001
         return f"{d:%Y-%m-%d %H:%M}" if d else "-"
 
     _emit(

@@ -67,7 +67,9 @@ class Isolation:
         if not self.switches:
             return env
         assert self.account is not None
-        out = dict(env, USER=self.account.name, LOGNAME=self.account.name)
+        # The worker's temporary folder is its own: the account uses the system's (private in the sandbox).
+        out = {k: v for k, v in env.items() if k not in ("TMPDIR", "TEMP", "TMP")}
+        out.update(USER=self.account.name, LOGNAME=self.account.name)
         if self.home is not None:
             out["HOME"] = str(self.home)
         return out
@@ -154,6 +156,9 @@ def startup_warnings(settings: Settings) -> list[str]:
     if settings.shared_account_runs:
         out.append("GPUFLEET_SHARED_ACCOUNT_RUNS is on: where this worker cannot switch accounts, members' code "
                    "runs as the server's own account and can read its data dir and secrets")
+    elif os.geteuid() != 0:
+        out.append(f"this worker runs as uid {os.geteuid()}, not root: members' own code (script trainings) is "
+                   "refused here; run the worker as root to run it as each owner's Unix account")
     if os.geteuid() == 0 and not sandbox_available(settings):
         out.append("members' trainings run as their own Unix accounts but without a sandbox "
                    f"(GPUFLEET_SANDBOX={settings.sandbox}; bwrap found: {sandbox.bwrap_path() is not None}): "

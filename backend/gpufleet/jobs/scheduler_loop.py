@@ -19,12 +19,7 @@ from sqlalchemy import Connection, text
 from gpufleet.config import Settings
 from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
-from gpufleet.jobs.recovery import (
-    note_unsent,
-    recover_expired,
-    resend_stale,
-    resend_unsent,
-)
+from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling import idle
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 
