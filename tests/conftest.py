@@ -53,21 +53,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     reset_settings_cache()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _run_account() -> None:
-    """The account members' trainings fall back to (GPUFLEET_RUN_ACCOUNT), as `.ci/run` makes it: tests
-    that run a member's training (the dashboard's, as a member) need it on a machine that runs them as root."""
-    import pwd
-    import subprocess
-
-    try:
-        pwd.getpwnam("gpufleet-run")
-    except KeyError:
-        if os.geteuid() == 0:
-            subprocess.run(["useradd", "--system", "--user-group", "--home-dir", "/nonexistent", "--shell",
-                            "/usr/sbin/nologin", "gpufleet-run"], check=False, capture_output=True)
-
-
 @pytest.fixture(scope="session")
 def pg_server_url() -> str:
     return _need("GPUFLEET_TEST_DATABASE_URL")
