@@ -30,7 +30,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/dri", "/dev/kfd")
+# NVIDIA's nodes (nvidia0.., nvidiactl, nvidia-uvm, nvidia-caps/), and AMD's and Intel's.
+GPU_NODES = ("nvidia*", "dri", "kfd")
 
 
 def bwrap_path() -> str | None:
@@ -42,11 +43,7 @@ def setpriv_path() -> str | None:
 
 
 def _gpu_nodes() -> list[str]:
-    out: list[str] = []
-    for pattern in GPU_NODES:
-        parent, name = os.path.split(pattern)
-        out += sorted(str(p) for p in Path(parent).glob(name)) if "*" in name else ([pattern] if os.path.exists(pattern) else [])
-    return out
+    return sorted({str(p) for pattern in GPU_NODES for p in Path("/dev").glob(pattern)})
 
 
 def _enters(st: os.stat_result, uid: int, gids: set[int]) -> bool:
@@ -86,7 +83,7 @@ def read_paths() -> list[Path]:
 
 
 def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Path], read: Iterable[Path],
-               write: Iterable[Path], env_dir: Path | None = None) -> list[str]:
+               write: Iterable[Path]) -> list[str]:
     """bwrap and setpriv arguments that run a command as ``uid`` in the sandbox (append the command)."""
     bwrap, setpriv = bwrap_path(), setpriv_path()
     if bwrap is None or setpriv is None:
@@ -99,8 +96,9 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
         closed = closed_ancestor(p, uid, gids)
         if closed is not None and closed != Path("/"):
             masks.add(closed)
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
-            "--perms", "1777", "--tmpfs", "/dev/shm", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
     for m in sorted(masks, key=lambda p: len(p.parts)):
@@ -122,8 +120,6 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
             args += [*way_to(p), "--ro-bind", str(p), str(p)]
     for p in write:
         args += [*way_to(p), "--bind", str(p), str(p)]
-    if env_dir is not None:
-        args += ["--chdir", str(env_dir)]
     groups_arg = ["--groups", ",".join(str(g) for g in sorted(set(groups)))] if groups else ["--clear-groups"]
     args += ["--", setpriv, f"--reuid={uid}", f"--regid={gid}", *groups_arg,
              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
