@@ -61,7 +61,8 @@ def _descendants(root: int) -> list[int]:
             continue
     out, todo = [], [root]
     while todo:
-        kids = [p for p, pp in parents.items() if pp == todo.pop()]
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
         out += kids
         todo += kids
     return out
