@@ -1,7 +1,7 @@
 """users.unix_account: the Unix account an admin mapped a user's trainings to
 
 Revision ID: 0007_runas
-Revises: 0005_gang
+Revises: 0006_sessions_priority
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0007_runas'
-down_revision = '0005_gang'
+down_revision = '0006_sessions_priority'
 branch_labels = None
 depends_on = None
 

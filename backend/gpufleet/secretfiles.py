@@ -26,8 +26,8 @@ from pydantic_settings import PydanticBaseSettingsSource
 SECRET_SETTINGS = ("secret_key", "database_url", "redis_url")
 
 
-class SecretFileError(Exception):
-    """A secret file is named but cannot be used; the message says which and why."""
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message names it and says what to fix (``gpufleet.config``'s error)."""
 
 
 def file_for(name: str, environ: Mapping[str, str] | None = None) -> tuple[str, Path] | None:
@@ -52,14 +52,14 @@ def read_secret_files(environ: Mapping[str, str] | None = None) -> dict[str, str
             continue
         where, path = found
         if env.get(f"GPUFLEET_{name.upper()}"):
-            raise SecretFileError(f"GPUFLEET_{name.upper()} is set and also given as a file by {where}; "
+            raise ConfigError(f"GPUFLEET_{name.upper()} is set and also given as a file by {where}; "
                                   "keep only the file")
         try:
             out[name] = path.read_text().strip()
         except OSError as exc:
-            raise SecretFileError(f"{where}: cannot read {path}: {exc.strerror}") from None
+            raise ConfigError(f"{where}: cannot read {path}: {exc.strerror}") from None
         if not out[name]:
-            raise SecretFileError(f"{where}: {path} is empty")
+            raise ConfigError(f"{where}: {path} is empty")
     return out
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
-from gpufleet.trainings import code, script
+from gpufleet.trainings import code, script, venv
 from gpufleet.trainings.script_launch import ScriptSpec
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     env = dict(t.env or {})
     python = script.interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
+    requirements = env.pop(script.REQUIREMENTS_KEY, None)
     spec = ScriptSpec(
         training_id=str(t.id),
         argv=script.resolve_argv(list(t.argv), python),
@@ -57,6 +58,8 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
         world_size=len(devices),
         simulated=ranks_on_cpu,
         stop_grace_s=stop_grace_s,
+        # Built by the launcher, in the training's own process context, before its ranks start.
+        environment=venv.request_for(settings, requirements, python, t.owner or "local"),
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
