@@ -42,6 +42,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for key in list(os.environ):
         if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)  # systemd's: secrets as files
     monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "gpufleet-data"))
     # Apps built in the tests run in single-user mode (loopback callers are the admin `local`) unless a
     # test asks for sign-in (auth="on", the product's default); tests of sign-in and of local accounts do.

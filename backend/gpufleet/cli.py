@@ -105,6 +105,9 @@ def serve(
         from gpufleet.db.session import prepare_database
 
         secure_data_dir(settings)
+        from gpufleet.secretfiles import scrub_environment
+
+        scrub_environment()  # read into the settings; no child inherits them
         prepare_database(settings)
         inventory = register_this_host(settings)
     except (ConfigError, AddressInUse) as exc:

@@ -20,12 +20,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+# ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
+from gpufleet.secretfiles import ConfigError, SecretFilesSource
+
 DEFAULT_SECRET = "change-me"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-
-
-class ConfigError(Exception):
-    """A setting is missing or invalid; the message names it and says what to fix."""
 
 
 class NVLinkConfig(BaseModel):
@@ -217,6 +216,10 @@ class Settings(BaseSettings):
     env_index_url: str | None = None
     env_find_links: list[str] = Field(default_factory=list)
     env_no_index: bool = False
+    # Who a member's training runs as, and where (gpufleet.users.runas, gpufleet.jobs.isolation).
+    run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
+    sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shared_account_runs: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
@@ -311,7 +314,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSource(settings_cls))
+        return (init_settings, env_settings, SecretFilesSource(settings_cls), _YamlSource(settings_cls))
 
     # Derived values ------------------------------------------------------
 

@@ -113,6 +113,8 @@ class User(Base):
     run_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     # May ask for trainings no higher-priority one can preempt; admins always may.
     non_preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # The Unix account this user's trainings run as (gpufleet.users.runas); None: the rule's fallbacks.
+    unix_account: Mapped[str | None] = mapped_column(String(32))
 
 
 class APIToken(Base):

@@ -1,7 +1,7 @@
 """the CUDA context measured per GPU by its host's agent
 
 Revision ID: 0010_context
-Revises: 0006_sessions_priority
+Revises: 0007_runas
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0010_context'
-down_revision = '0006_sessions_priority'
+down_revision = '0007_runas'
 branch_labels = None
 depends_on = None
 
