@@ -16,12 +16,23 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.yamlsource import YamlSource
 
 DEFAULT_SECRET = "change-me"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -90,32 +101,6 @@ def parse_simulate_spec(spec: str) -> list[tuple[int, str, int | None]]:
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "gpufleet"
-
-
-class _YamlSource(PydanticBaseSettingsSource):
-    """Reads the YAML file named by GPUFLEET_CONFIG (if any)."""
-
-    def __init__(self, settings_cls: type[BaseSettings]):
-        super().__init__(settings_cls)
-        path = os.environ.get("GPUFLEET_CONFIG")
-        self._data: dict[str, Any] = {}
-        if path:
-            p = Path(path)
-            if not p.is_file():
-                raise ConfigError(f"GPUFLEET_CONFIG: file {p} does not exist")
-            try:
-                data = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"GPUFLEET_CONFIG: {p} is not valid YAML: {exc}") from exc
-            if not isinstance(data, dict):
-                raise ConfigError(f"GPUFLEET_CONFIG: {p} must hold a mapping at the top level")
-            self._data = data
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
 
 
 class Settings(BaseSettings):
@@ -295,7 +280,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _fill_paths(self) -> "Settings":
+    def _fill_paths(self) -> Settings:
         self.data_dir = self.data_dir.expanduser()
         if self.data_root is None:
             self.data_root = self.data_dir / "data"
@@ -314,7 +299,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, SecretFilesSource(settings_cls), _YamlSource(settings_cls))
+        return (init_settings, env_settings, SecretFilesSource(settings_cls), YamlSource(settings_cls))
 
     # Derived values ------------------------------------------------------
 
