@@ -71,6 +71,10 @@ def _decode_trace(data: dict[str, Any]) -> Any:
     fields = dict(data)
     for phase in ("forward_backward", "optimizer_step"):
         fields[phase] = SimpleNamespace(**fields[phase])
+    # The trace's properties (memtrace.StepTrace), which asdict leaves out.
+    fb, st = fields["forward_backward"], fields["optimizer_step"]
+    fields["peak"] = max(fb.peak, st.peak)
+    fields["peak_phase"] = "forward/backward" if fb.peak >= st.peak else "optimizer step"
     return SimpleNamespace(**fields)
 
 
