@@ -61,6 +61,8 @@ def _decode_trace(data: dict[str, Any]) -> Any:
     fields = dict(data)
     for phase in ("forward_backward", "optimizer_step"):
         fields[phase] = SimpleNamespace(**fields[phase])
+    # StepTrace.peak is a property, so asdict() leaves it out; the estimate reads it.
+    fields["peak"] = max(fields["forward_backward"].peak, fields["optimizer_step"].peak)
     return SimpleNamespace(**fields)
 
 
