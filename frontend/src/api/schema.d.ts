@@ -1676,6 +1676,11 @@ export interface components {
             exclusive: boolean;
             /** Exit Code */
             exit_code: number | null;
+            /**
+             * Expected Start
+             * @description queued and served next: when the GPUs kept for it free up, from the max_runtime_s or measured progress of the trainings holding them; null when nobody can tell
+             */
+            expected_start?: string | null;
             /** Finished At */
             finished_at: string | null;
             /**

@@ -39,7 +39,7 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
-from gpufleet.scheduling.queue_position import queue_positions
+from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.trainings import service
@@ -76,6 +76,8 @@ def _publics(views: list[service.TrainingView], sess: Session | None = None,
     for v in views:
         pub = TrainingPublic.model_validate(v.training)
         pub.queue_position = positions.get(v.training.id)
+        if pub.queue_position == 1 and sess is not None and settings is not None:
+            pub.expected_start = expected_start(sess, settings, v.training.id)
         pub.host_name = v.host_name
         pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
                                 released_at=a.released_at) for a in v.gpus]

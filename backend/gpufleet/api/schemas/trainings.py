@@ -68,6 +68,9 @@ class TrainingPublic(BaseModel):
     queue_position: int | None = Field(
         default=None, description="queued: its place in the queue (1 is served next), in the scheduler's order "
                                   "(priority, then age)")
+    expected_start: datetime | None = Field(
+        default=None, description="queued and served next: when the GPUs kept for it free up, from the max_runtime_s "
+                                  "or measured progress of the trainings holding them; null when nobody can tell")
     measured_peak_memory: int | None
     peak_memory_per_rank: list[int] | None
     restarts: int
