@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
-
-from people import People, bearer, build_app
-from gpufleet.api.security import ratelimits
 from gpufleet.api.security.ratelimits import MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
+from people import People, bearer, build_app
 
 
 def test_creation_rate_is_per_user(on_settings: Settings, people: People) -> None:
@@ -61,11 +58,10 @@ def test_redis_limiter_is_shared_between_processes(redis_url: str) -> None:
     assert b.claim_once(key, 10) is False
 
 
-def test_memory_limiter_window_slides(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_limiter_window_slides() -> None:
     # The limiter's own clock, moved by hand: a real sleep would make this depend on the machine's speed.
     now = [1000.0]
-    monkeypatch.setattr(ratelimits, "time", SimpleNamespace(monotonic=lambda: now[0]))
-    lim = MemoryLimiter()
+    lim = MemoryLimiter(clock=lambda: now[0])
     assert lim.hit("k", 1, 60) is None
     now[0] += 59.9
     assert lim.hit("k", 1, 60) == pytest.approx(0.1)
@@ -79,7 +75,7 @@ def test_request_body_over_the_limit_is_refused(client: TestClient, people: Peop
     assert r.status_code == 413 and "GPUFLEET_MAX_REQUEST_BYTES" in r.json()["detail"]
 
     # Without a Content-Length (chunked), the body is counted as it arrives.
-    def chunks():  # noqa: ANN202
+    def chunks():
         yield b'{"a": "'
         for _ in range(on_settings.max_request_bytes // 65536 + 1):
             yield b"x" * 65536
