@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 
 import pytest
 import torch
-
 from gpufleet.training import compat
 
 
-def _params(fn) -> set[str]:  # noqa: ANN001
+def _params(fn) -> set[str]:
     return set(inspect.signature(fn).parameters)
 
 
@@ -31,7 +32,7 @@ def test_fully_shard_keywords_exist_in_the_installed_torch() -> None:
 class _DDPOfTorch24:
     """DistributedDataParallel.__init__ as torch 2.4 declares it (no forward_sync_buffers)."""
 
-    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,  # noqa: ANN001
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
                  process_group=None, bucket_cap_mb=None, find_unused_parameters=False, check_reduction=False,
                  gradient_as_bucket_view=False, static_graph=False, delay_all_reduce_named_params=None,
                  param_to_hook_all_reduce=None, mixed_precision=None, device_mesh=None) -> None:
@@ -54,14 +55,20 @@ def test_the_installed_torch_is_in_the_declared_range() -> None:
     assert installed >= tuple(int(x) for x in compat.OLDEST_TORCH.split("."))
 
 
-def test_real_ddp_accepts_them_in_a_gloo_world(tmp_path) -> None:  # noqa: ANN001
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
-    try:
-        model = torch.nn.Linear(4, 2)
-        wrapped = compat.ddp_class()(model, **compat.ddp_kwargs(False, None, 1.0))
-        wrapped(torch.ones(3, 4)).sum().backward()
-        assert model.weight.grad is not None
-    finally:
-        dist.destroy_process_group()
+def test_real_ddp_accepts_them_in_a_gloo_world(tmp_path) -> None:
+    # In a process of its own: a DDP reducer outliving its gloo group can hang the process
+    # that made them when it is collected, and that process must not be pytest's.
+    script = f"""
+import torch, torch.distributed as dist
+from gpufleet.training import compat
+dist.init_process_group("gloo", init_method="file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+model = torch.nn.Linear(4, 2)
+wrapped = compat.ddp_class()(model, **compat.ddp_kwargs(False, None, 1.0))
+wrapped(torch.ones(3, 4)).sum().backward()
+assert model.weight.grad is not None
+del wrapped
+dist.destroy_process_group()
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
