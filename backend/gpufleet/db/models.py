@@ -208,6 +208,8 @@ class Training(Base):
     # A training across hosts (gpufleet.scheduling.gang): what was asked, e.g.
     # {"hosts": 2, "gpus_per_host": 4, "host_names": null, "spread": "auto"}; null for one host.
     gang: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    # Started from another training's newest checkpoint (`--from`, `from_training`), copied at its first attempt.
+    resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)
 
     host: Mapped[Host | None] = relationship()
 

@@ -40,7 +40,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs, rendezvous, script_attempt, stops
-from gpufleet.jobs.launch_config import launch_config
+from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.logs import BoundedLog, log_path, pump
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training import exitcodes
@@ -217,9 +217,11 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         devices = _devices(settings, t)
         # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
         on_cpu = backend.ranks_run_on_cpu(devices)
+        seed_clone(settings, t, checkpoint_dir(settings, tid), logf)
         if t.kind == "script":
             spec_path, progress_path = script_attempt.write_spec(
-                settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
+                settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
+                settings.stop_grace_s)
         else:
             gang = rendezvous.leader_prepare(settings, t, worker_id)
             spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
@@ -263,7 +265,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                                 max_runtime_s=t.max_runtime_s, running_s=time.monotonic() - claimed_at,
                                 grace_s=settings.stop_grace_s)
         if asked is not None:
+            asked.checkpoints_before = sink.checkpoints
             logf.line(f"[gpufleet] {asked.note}")
+            if t.kind == "script":
+                script_attempt.mark_stop(progress_path)  # the marker first, then the signal the ranks get
             procs.signal_group(pgid, signal.SIGTERM)
         return asked
 
@@ -349,7 +354,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         decision = rendezvous.gang_decision(verdict, t)
     if stop is not None:
         decision = stops.decide(stop, decision, stopping=_STOPPING.is_set(), step=sink.last_checkpoint_step(),
-                                host_name=host_name, max_runtime_s=t.max_runtime_s)
+                                host_name=host_name, max_runtime_s=t.max_runtime_s,
+                                checkpointed=sink.checkpoints > stop.checkpoints_before)
     _finish(settings, t, worker_id, decision, code, stop.preempted_by if stop else None)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)

@@ -7,6 +7,8 @@ model (every wrong field at once) before anything is written.
 
 from __future__ import annotations
 
+import uuid
+
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -143,6 +145,19 @@ class TrainingCreate(BaseModel):
         default=None, description="a higher-priority training may checkpoint and stop it to take its GPUs (it "
                                   "resumes later, no restart counted); omit for the server's default: yes for "
                                   "members, no for admins")
+    from_training: uuid.UUID | None = Field(
+        default=None, description="start from this training's newest checkpoint (yours, or any as an admin), "
+                                  "with this request's config and arguments: a clone with changes")
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class TrainingResume(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="recipe trainings: fields to change before it continues (e.g. a larger "
+                                          "max_steps for one that succeeded)")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
