@@ -1,4 +1,4 @@
-"""`gpufleet trainings ls | show | logs [--follow] | cancel`, and submitting from `gpufleet train`.
+"""`gpufleet trainings ls | show | logs [--follow] | cancel` (resume, files, download: training_files), and submitting.
 
 These talk to a server over its REST API (``--server``, default
 ``$GPUFLEET_SERVER`` or http://127.0.0.1:8000), sending
@@ -29,6 +29,8 @@ ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (def
 
 
 def register(app: typer.Typer) -> None:
+    from gpufleet.commands import training_files  # noqa: F401 - resume, files, download join trainings_app
+
     app.add_typer(trainings_app, name="trainings")
 
 
