@@ -288,14 +288,14 @@ def run(spec: ScriptSpec) -> int:
     code = ec.SUCCEEDED
     while True:
         reports.poll()
-        checkpoints.poll(reports.written)
+        checkpoints.poll(reports.rank0_step)
         ranks.flush_redraws()
         codes = [p.poll() for p in ranks.procs]
         if stop["requested"]:
             ranks.stop(spec.stop_grace_s)
             reports.poll(final=True)
-            checkpoints.poll(reports.written)
-            progress.write("stopped", message="stopped by SIGTERM", step=reports.written)
+            checkpoints.poll(reports.rank0_step)
+            progress.write("stopped", message="stopped by SIGTERM", step=reports.rank0_step)
             code = ec.INTERRUPTED
             break
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
@@ -318,7 +318,7 @@ def run(spec: ScriptSpec) -> int:
             _write_peaks(progress, spec, ranks)
         time.sleep(POLL_S)
     reports.poll(final=True)
-    checkpoints.poll(reports.written)
+    checkpoints.poll(reports.rank0_step)
     _write_peaks(progress, spec, ranks)
     status = {ec.SUCCEEDED: "succeeded", ec.INTERRUPTED: "interrupted"}.get(code, "failed")
     progress.write("end", status=status, exit_code=code)

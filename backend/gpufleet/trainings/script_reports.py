@@ -41,7 +41,6 @@ class ReportMerger:
         self.newest = [-1] * world_size
         self.times: list[dict[int, float]] = [{} for _ in range(world_size)]
         self.pending: list[tuple[float, dict[str, Any]]] = []
-        self.written: int | None = None  # the newest step written
 
     def _read(self, r: int) -> list[dict[str, Any]]:
         try:
@@ -60,6 +59,11 @@ class ReportMerger:
             except ValueError:
                 continue
         return out
+
+    @property
+    def rank0_step(self) -> int | None:
+        """The newest step rank 0 reported (read, merged or not): a checkpoint seen after it is of that step."""
+        return self.newest[0] if self.newest[0] >= 0 else None
 
     def poll(self, final: bool = False) -> None:
         now = time.monotonic()
@@ -86,7 +90,6 @@ class ReportMerger:
             if all(t is not None for t in times):
                 record["rank_step_times"] = times
             self.progress.write("step", **record)
-            self.written = step
 
 
 class CheckpointWatch:
