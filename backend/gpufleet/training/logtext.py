@@ -5,8 +5,9 @@ and writes ``\\n`` only when it ends. Copied line by line, a whole run of
 redraws reached the log as one huge line at exit. The launcher's copier cuts
 a rank's output at ``\\r`` too (:class:`LineSplitter`) and writes each
 redraw, at most one a second, as a line ending in ``\\r\\n``; the log's
-readers keep only the newest redraw of each rank (:func:`collapse_cr`), so
-the log shows the bar's latest state, live.
+readers keep only the newest redraw of each rank (:func:`collapse_cr`; the
+dashboard does the same over what it has received), so the log shows the
+bar's latest state, live.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class LineSplitter:
         self.buf = b""
         self.pending: bytes | None = None  # the newest redraw not written yet
         self.redraw_every_s = redraw_every_s
-        self.last_redraw = 0.0
+        self.last_redraw = float("-inf")  # the first redraw is due at once
 
     def feed(self, data: bytes) -> list[bytes]:
         """Lines to write (each ends in ``\\n``; a redraw in ``\\r\\n``)."""
@@ -62,7 +63,11 @@ class LineSplitter:
 
 
 def collapse_cr(text: str) -> str:
-    """Drop each redraw that a later line of the same source follows; keep the newest one."""
+    """Drop each redraw that a later line of the same source follows.
+
+    The newest keeps its ``\r``, so a reader that gets the text in pieces (a
+    followed log) can drop it in turn when the next piece supersedes it.
+    """
     lines = text.split("\n")
     keep: list[str] = []
     later: set[str] = set()
@@ -72,10 +77,8 @@ def collapse_cr(text: str) -> str:
             continue
         m = _SOURCE.match(line)
         source = m.group(1) if m else ""
-        if line.endswith(REDRAW):
-            if source in later:
-                continue
-            line = line[:-1]
+        if line.endswith(REDRAW) and source in later:
+            continue
         later.add(source)
         keep.append(line)
     return "\n".join(reversed(keep))
