@@ -23,6 +23,7 @@ from gpufleet.commands import (
     sharing,
     top,
     train,
+    training_files,
     trainings,
     users,
     worker,
@@ -46,7 +47,7 @@ err = Console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (devices, train, run, trainings, training_files, worker, recommend, top, users, sharing)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

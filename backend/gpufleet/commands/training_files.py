@@ -12,6 +12,10 @@ from gpufleet.commands.tables import fmt_size
 from gpufleet.commands.trainings import ServerOpt, _dump, _fail, connect, follow_training, out, trainings_app
 
 
+def register(app: typer.Typer) -> None:
+    """Nothing to add: these commands joined ``gpufleet trainings`` (trainings_app) when this module loaded."""
+
+
 def _parse_sets(items: list[str]) -> dict[str, object]:
     from gpufleet.training.config import TrainingConfigError, parse_overrides
 

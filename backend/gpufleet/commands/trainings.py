@@ -29,8 +29,6 @@ ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (def
 
 
 def register(app: typer.Typer) -> None:
-    from gpufleet.commands import training_files  # noqa: F401 - resume, files, download join trainings_app
-
     app.add_typer(trainings_app, name="trainings")
 
 

@@ -4,13 +4,15 @@
 them into ``step`` progress lines (rank 0's values, every rank's time per
 step). A script's checkpoints are its own files in ``GPUFLEET_CHECKPOINT_DIR``;
 :class:`CheckpointWatch` notices each new resume point and writes a
-``checkpoint`` line with the step rank 0 last reported, so the events say
+``checkpoint`` line with the step rank 0 last reported (else the number in
+the checkpoint's name), so the events say
 where a stopped training will resume, and whether it checkpointed in its grace.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -110,7 +112,10 @@ class CheckpointWatch:
             return None
 
     def poll(self, step: int | None) -> None:
+        """``step``: the last step rank 0 reported; without reports, the number in the checkpoint's name."""
         newest = self._newest()
         if newest is not None and newest != self.seen:
             self.seen = newest
+            if step is None and (m := re.search(r"(\d+)", Path(newest[0]).name)):
+                step = int(m.group(1))
             self.progress.write("checkpoint", step=step, path=newest[0], source="script")
