@@ -5,20 +5,65 @@
 # GPUFLEET_TEST_DATABASE_URL / GPUFLEET_TEST_REDIS_URL are not set, this starts
 # throwaway ones with .ci/services.sh (needs Debian's postgresql and
 # redis-server; .ci/run installs them).
+#
+# With no arguments the suite runs in GPUFLEET_TEST_SHARDS shards at once
+# (default: 2 where the machine has 2 cores or more). Most of the suite waits
+# on processes it started (workers, launchers, browsers), so two shards use two
+# cores where one leaves one idle. Each shard gets its own PostgreSQL and Redis,
+# so shards share nothing but the machine; tests/.test_durations balances them.
+# With arguments (a file, -k …) it is one ordinary pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPUFLEET_EXTRAS=test bash scripts/install.sh
 
-if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
-  services_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-services.XXXXXX")
-  eval "$(bash .ci/services.sh start "$services_dir")"
-  # Stop the servers and remove their data (tens of MB per run).
-  trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT
-fi
+cores=$(nproc 2>/dev/null || echo 1)
+shards=${GPUFLEET_TEST_SHARDS:-$([ "$cores" -ge 2 ] && echo 2 || echo 1)}
+[ $# -gt 0 ] && shards=1
 
 status=0
 if [ -f frontend/package.json ]; then
   (cd frontend && npm test) || status=$?
 fi
-.venv/bin/python -m pytest "$@" || status=$?
+
+if [ "$shards" -le 1 ]; then
+  if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
+    services_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-services.XXXXXX")
+    eval "$(bash .ci/services.sh start "$services_dir")"
+    # Stop the servers and remove their data (tens of MB per run).
+    trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT
+  fi
+  .venv/bin/python -m pytest --durations=25 "$@" || status=$?
+  exit $status
+fi
+
+# Sharded run: shard i has services on ports base+i, its own log, and its own
+# exit status; the closing line adds the shards' counts up.
+runs=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-shards.XXXXXX")
+chmod 755 "$runs"  # PostgreSQL runs as the postgres account when we are root
+pg_base=${GPUFLEET_PG_PORT:-55432}
+redis_base=${GPUFLEET_REDIS_PORT:-56379}
+stop_all() {
+  for dir in "$runs"/services-*; do
+    [ -d "$dir" ] && bash .ci/services.sh stop "$dir"
+  done
+  rm -rf "$runs"
+}
+trap stop_all EXIT
+pids=()
+for i in $(seq 1 "$shards"); do
+  dir="$runs/services-$i"
+  (
+    eval "$(GPUFLEET_PG_PORT=$((pg_base + 10 * i)) GPUFLEET_REDIS_PORT=$((redis_base + 10 * i)) \
+      bash .ci/services.sh start "$dir")"
+    exec .venv/bin/python -m pytest -p no:cacheprovider --durations=15 \
+      --splits "$shards" --group "$i" --durations-path tests/.test_durations
+  ) >"$runs/shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+for i in $(seq 1 "$shards"); do
+  wait "${pids[$((i - 1))]}" || status=$?
+  echo "===== shard $i of $shards ====="
+  cat "$runs/shard-$i.log"
+done
+.venv/bin/python scripts/shard_summary.py "$runs"/shard-*.log || status=$?
 exit $status

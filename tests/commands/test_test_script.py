@@ -1,4 +1,4 @@
-"""scripts/test.sh cleans up the throwaway PostgreSQL and Redis it starts."""
+"""scripts/test.sh cleans up the throwaway PostgreSQL and Redis it starts, and its shards add up."""
 
 from __future__ import annotations
 
@@ -18,32 +18,86 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_test_script_removes_its_services_directory_on_exit():
+def _need_services() -> None:
     if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or shutil.which("redis-server") is None:
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail("PostgreSQL and Redis are needed (.ci/run installs them)")
         pytest.skip("PostgreSQL or Redis is not installed")
-    # A copy of the script beside the real services helper. Installing is not
-    # what is tested: install.sh here does nothing, and pytest only prints its version.
+
+
+def _script_copy() -> Path:
+    """A copy of the script beside the real services helper. Installing is not
+    what is tested: install.sh here does nothing."""
     root = Path(tempfile.mkdtemp(prefix="gpufleet-testsh-", dir="/tmp"))
+    os.chmod(root, 0o755)  # PostgreSQL runs as the postgres account when we are root
+    (root / "scripts").mkdir()
+    (root / ".ci").mkdir()
+    for part in ("scripts/test.sh", "scripts/shard_summary.py", ".ci/services.sh"):
+        shutil.copy(REPO / part, root / part)
+    (root / "scripts" / "install.sh").write_text("exit 0\n")
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    tmp = root / "tmp"
+    tmp.mkdir(mode=0o755)
+    os.chmod(tmp, 0o755)
+    return root
+
+
+def _run(root: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env.update(TMPDIR=str(root / "tmp"), GPUFLEET_PG_PORT=str(free_port()),
+               GPUFLEET_REDIS_PORT=str(free_port()), **extra)
+    return subprocess.run(["bash", str(root / "scripts" / "test.sh"), *args], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_test_script_removes_its_services_directory_on_exit():
+    _need_services()
+    root = _script_copy()
     try:
-        os.chmod(root, 0o755)  # PostgreSQL runs as the postgres account when we are root
-        (root / "scripts").mkdir()
-        (root / ".ci").mkdir()
-        shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
-        shutil.copy(REPO / ".ci" / "services.sh", root / ".ci" / "services.sh")
-        (root / "scripts" / "install.sh").write_text("exit 0\n")
-        (root / ".venv" / "bin").mkdir(parents=True)
-        (root / ".venv" / "bin" / "python").symlink_to(sys.executable)
-        tmp = root / "tmp"
-        tmp.mkdir(mode=0o755)
-        os.chmod(tmp, 0o755)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-        env.update(TMPDIR=str(tmp), GPUFLEET_PG_PORT=str(free_port()), GPUFLEET_REDIS_PORT=str(free_port()))
-        out = subprocess.run(["bash", str(root / "scripts" / "test.sh"), "--version"], env=env,
-                             capture_output=True, text=True, timeout=300)
+        out = _run(root, "--version")
         assert out.returncode == 0, out.stdout + out.stderr
         assert "pytest" in out.stdout + out.stderr
-        assert not list(tmp.glob("gpufleet-services.*")), "the services directory was left behind"
+        assert not list((root / "tmp").glob("gpufleet-services.*")), "the services directory was left behind"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_shards_each_get_their_own_services_and_their_counts_add_up():
+    _need_services()
+    root = _script_copy()
+    try:
+        # Five tests, one failing; each reads the services URL its shard was given.
+        (root / "tests").mkdir()
+        (root / "tests" / "test_tiny.py").write_text(
+            "import os\n"
+            "import pytest\n"
+            "@pytest.mark.parametrize('n', range(4))\n"
+            "def test_ok(n):\n"
+            "    with open(os.path.join(os.path.dirname(__file__), 'urls.txt'), 'a') as f:\n"
+            "        f.write(os.environ['GPUFLEET_TEST_DATABASE_URL'] + '\\n')\n"
+            "def test_broken():\n"
+            "    assert False\n"
+        )
+        out = _run(root, GPUFLEET_TEST_SHARDS="2")
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, text
+        assert text.strip().splitlines()[-1] == "tests: 4 passed, 1 failed", text
+        assert "===== shard 2 of 2 =====" in text
+        urls = set((root / "tests" / "urls.txt").read_text().split())
+        assert len(urls) == 2, f"two shards, two PostgreSQL servers: {urls}"
+        assert not list((root / "tmp").glob("gpufleet-shards.*")), "the shards' services were left behind"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_shard_without_a_summary_fails_the_run(tmp_path: Path):
+    done = tmp_path / "shard-1.log"
+    done.write_text("...\n========== 3 passed, 1 skipped in 2.00s ==========\n")
+    killed = tmp_path / "shard-2.log"
+    killed.write_text("tests/test_a.py ..\nKilled\n")
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "shard_summary.py"), str(done), str(killed)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stdout.strip() == "tests: 3 passed, 0 failed, 1 skipped"
+    assert "did not finish" in out.stderr
