@@ -54,6 +54,7 @@ from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, ste
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.05
 PEAK_EVERY_S = 5.0
+FAILED_PEER_GRACE_S = 2.0  # after a rank failed, the others get this long to exit on SIGTERM
 _OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory", "XPU out of memory")
 
 
@@ -306,7 +307,8 @@ def run(spec: ScriptSpec) -> int:
             message = f"rank {rank} {_how(rc)}" + (f": {tail}" if tail else "")
             progress.write("error", rank=rank, kind="oom" if oom else "error", message=message)
             print(f"[gpufleet] {message}; stopping the other ranks", flush=True)
-            ranks.stop(spec.stop_grace_s)
+            # No checkpoint to wait for: the survivors would only hang on their lost peer.
+            ranks.stop(min(spec.stop_grace_s, FAILED_PEER_GRACE_S))
             code = ec.OUT_OF_MEMORY if oom else ec.RANK_FAILED
             break
         if all(c == 0 for c in codes):
