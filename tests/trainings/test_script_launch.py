@@ -230,3 +230,22 @@ def test_a_missing_program_fails_the_launch_with_a_reason(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == ec.BAD_DATA
     assert b"cannot start 'no-such-program-here'" in out
+
+
+def test_tensorboard_scalars_in_the_output_dir_become_the_training_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    script = (
+        "import os\n"
+        "from torch.utils.tensorboard import SummaryWriter\n"
+        "w = SummaryWriter(os.path.join(os.environ['GPUFLEET_OUTPUT_DIR'], 'tb'))\n"
+        "for step in range(1, 6):\n"
+        "    w.add_scalar('train/loss', 1.0 / step, step)\n"
+        "    w.add_scalar('lr', 0.01 * step, step)\n"
+        "w.close()\n"
+    )
+    proc = _launch(_spec(tmp_path, ["train.py"], n=1, script=script, output_dir=str(tmp_path / "out")))
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out.decode()
+    steps = [line for line in _lines(tmp_path) if line["type"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    assert steps[1]["loss"] == 0.5 and abs(steps[1]["parts"]["lr"] - 0.02) < 1e-6

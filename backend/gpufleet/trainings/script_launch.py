@@ -49,6 +49,7 @@ from gpufleet.training.lifeline import die_with_parent
 from gpufleet.training.logtext import LineSplitter
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.stopfile import STOP_FILE_ENV, mark
+from gpufleet.trainings.script_tensorboard import TensorBoardWatch
 from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
@@ -285,11 +286,14 @@ def run(spec: ScriptSpec) -> int:
     progress.write("ranks", pids=[p.pid for p in ranks.procs])
     reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
     checkpoints = CheckpointWatch(spec.checkpoint_dir, progress)
+    board = TensorBoardWatch(spec.output_dir, progress)
     last_peak = 0.0
     code = ec.SUCCEEDED
     while True:
         reports.poll()
         checkpoints.poll(reports.rank0_step)
+        if reports.rank0_step is None:  # gpufleet.report wins over event files
+            board.poll()
         ranks.flush_redraws()
         codes = [p.poll() for p in ranks.procs]
         if stop["requested"]:
@@ -321,6 +325,8 @@ def run(spec: ScriptSpec) -> int:
         time.sleep(POLL_S)
     reports.poll(final=True)
     checkpoints.poll(reports.rank0_step)
+    if reports.rank0_step is None:
+        board.poll(final=True)
     _write_peaks(progress, spec, ranks)
     status = {ec.SUCCEEDED: "succeeded", ec.INTERRUPTED: "interrupted"}.get(code, "failed")
     progress.write("end", status=status, exit_code=code)
