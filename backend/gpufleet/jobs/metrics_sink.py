@@ -93,6 +93,7 @@ class MetricsSink:
         """
         newest = newest_checkpoint_step(ckpt_dir)
         step = newest[0] if newest else 0
+        self._checkpoint_step = newest[0] if newest else None  # where a stop before a new one resumes
         with write_session(self.settings) as sess:
             sess.execute(delete(TrainingMetric).where(TrainingMetric.training_id == self.tid,
                                                       TrainingMetric.step > step))
@@ -127,6 +128,9 @@ class MetricsSink:
                     if line.get("type") == "step" and int(line["step"]) not in have:
                         self._handle(line)
                         have.add(int(line["step"]))
+                    elif line.get("type") == "checkpoint" and line.get("step") is not None:
+                        # Where a stop before a new checkpoint resumes (steps only grow over attempts).
+                        self._checkpoint_step = max(self._checkpoint_step or 0, int(line["step"]))
             self._events, self._row = [], {}
             sess.add_all(self._metrics.values())
             self._metrics = {}
