@@ -117,6 +117,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
         ("sharing", sharing_line(t)),
         ("checkpoint", t["last_checkpoint"] or "-"),
+        *([("started from", f"training {t['resumed_from']}'s checkpoint")] if t.get("resumed_from") else []),
         ("selection", str(t["selection"] or "-")),
         ("memory", f"estimate {fmt_size(t['memory_estimate'])}, measured peak {fmt_size(measured)}"),
     ]
