@@ -1,6 +1,7 @@
 """Live-stream fan-out: 1,000 WebSocket clients on loopback, each on `aggregate` and 8 GPU channels at 1 Hz.
 
     .venv/bin/python bench/ws_fanout.py [--clients 1000] [--seconds 15] [--client raw|websockets] [--procs 1]
+                                        [--stuck 0]
 
 The server is the product's WebSocket route under uvicorn in its own process,
 with an agent-like publisher putting one 8-GPU batch per second on the
@@ -12,6 +13,9 @@ uses the websockets library instead). Latency is from the hub stamping an
 update (``sent``) to its frame arriving. The baseline is the same measurement
 with a single client in the same run. The server's CPU time while streaming
 is printed too: on a shared machine it moves far less than latency does.
+``--stuck N`` adds N clients that subscribe and then never read (their
+socket fills): the readers' latency beside them is what
+tests/telemetry/test_ws.py checks only for order and loss.
 Goal: p99 under 250 ms with 1,000 clients on this 2-core machine.
 """
 
@@ -149,6 +153,16 @@ class RawClient(asyncio.Protocol):
             self.buf = self.buf[off + n:]
 
 
+class StuckClient(RawClient):
+    """Subscribes, then never reads again: the server's sends to it back up."""
+
+    def data_received(self, data: bytes) -> None:
+        was_open = self.open
+        super().data_received(data)
+        if self.open and not was_open:
+            self.transport.pause_reading()
+
+
 def server_cpu_s(pid: int | None) -> float:
     """CPU seconds (user + system) the server process has used so far; 0 when unknown."""
     if pid is None:
@@ -161,7 +175,8 @@ def server_cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure_raw(url: str, n: int, seconds: float, cpu: list[float]) -> tuple[list[float], float]:
+async def measure_raw(url: str, n: int, seconds: float, cpu: list[float],
+                      stuck: int = 0) -> tuple[list[float], float]:
     hostport = url.split("/")[2]
     host, port = hostport.split(":")
     loop = asyncio.get_running_loop()
@@ -175,6 +190,10 @@ async def measure_raw(url: str, n: int, seconds: float, cpu: list[float]) -> tup
         conns.append((tr, fut))
         if i % 50 == 49:
             await asyncio.sleep(0.05)
+    for _ in range(stuck):
+        fut = loop.create_future()
+        tr, _ = await loop.create_connection(lambda fut=fut: StuckClient(hostport, record, [], fut), host, int(port))
+        conns.append((tr, fut))
     await asyncio.wait_for(asyncio.gather(*(f for _, f in conns)), 120)
     connect_s = time.perf_counter() - t0
     await asyncio.sleep(2)  # let snapshots drain
@@ -194,10 +213,10 @@ async def measure_raw(url: str, n: int, seconds: float, cpu: list[float]) -> tup
 
 
 async def measure(url: str, n: int, seconds: float, raw: bool = True,
-                  cpu: list[float] | None = None) -> tuple[list[float], float]:
+                  cpu: list[float] | None = None, stuck: int = 0) -> tuple[list[float], float]:
     cpu = [] if cpu is None else cpu
     if raw:
-        return await measure_raw(url, n, seconds, cpu)
+        return await measure_raw(url, n, seconds, cpu, stuck)
     lat: list[float] = []
     ready, stop, record = asyncio.Event(), asyncio.Event(), asyncio.Event()
     counter = [0, n]
@@ -242,6 +261,7 @@ def main() -> None:
     ap.add_argument("--ws", default="websockets-sansio", help="uvicorn's WebSocket implementation")
     ap.add_argument("--deflate", choices=["on", "off"], default="off",
                     help="permessage-deflate (uvicorn's default is on; it costs ~0.3 ms of CPU per frame)")
+    ap.add_argument("--stuck", type=int, default=0, help="clients that subscribe and never read (raw clients only)")
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * args.clients + 256)), hard))
@@ -268,7 +288,7 @@ def main() -> None:
         raw = args.client == "raw"
         base, _ = asyncio.run(measure(url, 1, min(args.seconds, 8), raw, base_cpu))
         if args.procs == 1:
-            lat, connect_s = asyncio.run(measure(url, args.clients, args.seconds, raw, cpu))
+            lat, connect_s = asyncio.run(measure(url, args.clients, args.seconds, raw, cpu, args.stuck))
         else:
             from concurrent.futures import ProcessPoolExecutor
 
@@ -284,6 +304,8 @@ def main() -> None:
     expected = args.clients * len(CHANNELS) * args.seconds
     print(f"load average:  {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; uvicorn ws={args.ws}, "
           f"permessage-deflate {args.deflate}; {args.client} clients in {args.procs} process(es)")
+    if args.stuck:
+        print(f"with {args.stuck} client(s) that never read beside the readers")
     print(f"baseline, 1 client:    p50 {pct(base, .5) * 1000:6.1f} ms   p99 {pct(base, .99) * 1000:6.1f} ms"
           f"   ({len(base)} updates)")
     print(f"{args.clients} clients:          p50 {pct(lat, .5) * 1000:6.1f} ms   p99 {pct(lat, .99) * 1000:6.1f} ms"

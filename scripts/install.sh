@@ -10,11 +10,25 @@ fi
 # torch first, pinned: on a CPU machine this takes the CPU build of 2.13.0; a
 # GPU host installs its CUDA build of 2.13.0 beforehand (README, "GPU hosts"),
 # which this pin then leaves alone.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install --quiet "torch==2.13.0"
+# (find_spec, not import: importing torch alone takes seconds on every start.)
+.venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" \
+  || .venv/bin/pip install --quiet "torch==2.13.0"
 extras=${GPUFLEET_EXTRAS:-}
 target="."
 [ -n "$extras" ] && target=".[$extras]"
-.venv/bin/pip install --quiet -e "$target"
+# A second run skips pip when nothing it reads changed: the stamp holds the hash
+# of pyproject.toml, the extras and the interpreter, and gpufleet must be this
+# checkout's (an editable install picks up code changes without pip).
+stamp=.venv/.gpufleet-install
+key="$(cat pyproject.toml | sha256sum | cut -c1-64) extras=$extras $(.venv/bin/python -V 2>&1)"
+here="$PWD/backend/gpufleet/__init__.py"
+if [ "$(cat "$stamp" 2>/dev/null)" = "$key" ] && \
+   [ "$(.venv/bin/python -c 'import gpufleet; print(gpufleet.__file__)' 2>/dev/null)" = "$here" ]; then
+  echo "install: gpufleet in .venv is up to date (pyproject.toml unchanged; pip skipped)"
+else
+  .venv/bin/pip install --quiet -e "$target"
+  echo "$key" > "$stamp"
+fi
 if command -v npm >/dev/null 2>&1; then
   bash scripts/build-frontend.sh
 else

@@ -4,5 +4,10 @@
 # service). Arguments go to `gpufleet serve` (e.g. --port 8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A server already on the port: say so before building into the folder it serves.
+if [ -x .venv/bin/gpufleet ]; then
+  check=0; said=$(.venv/bin/gpufleet serve --check "$@" 2>&1) || check=$?
+  [ "$check" -eq 2 ] && { echo "$said" >&2; exit 2; }
+fi
 bash scripts/install.sh
 exec .venv/bin/gpufleet serve "$@"

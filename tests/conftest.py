@@ -57,6 +57,12 @@ def pg_server_url() -> str:
     return _need("GPUFLEET_TEST_DATABASE_URL")
 
 
+@pytest.fixture(scope="session")
+def pg_control() -> tuple[str, str]:
+    """pg_ctl and the data directory of the test server (to stop and start it), as .ci/services.sh exports."""
+    return _need("GPUFLEET_TEST_PG_CTL"), _need("GPUFLEET_TEST_PG_DATA")
+
+
 @contextmanager
 def _pg_database(server_url: str) -> Iterator[str]:
     url = make_url(server_url)

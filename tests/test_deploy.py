@@ -163,3 +163,51 @@ def test_compose_trusts_forwarded_headers_only_from_its_proxy(compose: dict) -> 
     gateway = compose["networks"]["default"]["ipam"]["config"][0]["gateway"]
     # Only the gateway: the address the host's proxy reaches the published port from.
     assert trusted == [gateway]
+
+
+def test_the_docker_context_leaves_out_environments_and_builds() -> None:
+    import fnmatch
+
+    patterns = [p for p in (ROOT / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
+
+    def ignored(path: str) -> bool:
+        # As Docker reads it: a pattern that matches a folder leaves out all inside; **/ matches at any depth.
+        parts = path.split("/")
+        return any(fnmatch.fnmatch("/".join(parts[:i]), pat)
+                   or (pat.startswith("**/") and fnmatch.fnmatch(parts[i - 1], pat[3:]))
+                   for pat in patterns for i in range(1, len(parts) + 1))
+
+    for path in (".venv/bin/python", "frontend/node_modules/vite/package.json", "backend/gpufleet/static/index.html",
+                 "test-artifacts/shot.png", ".env", "backend/gpufleet/__pycache__/cli.cpython-311.pyc", ".git/HEAD"):
+        assert ignored(path), path
+    # What the Dockerfile copies stays in.
+    for path in ("pyproject.toml", "backend/gpufleet/cli.py", "alembic/env.py", "frontend/src/main.tsx",
+                 "frontend/package-lock.json", "deploy/healthcheck.py"):
+        assert not ignored(path), path
+
+
+def test_the_dockerfile_installs_frontend_packages_before_copying_its_sources() -> None:
+    lines = [l.strip() for l in (ROOT / "deploy" / "Dockerfile").read_text().splitlines()]
+    npm_ci = lines.index("RUN npm ci")
+    frontend_copies = [i for i, l in enumerate(lines) if l.startswith("COPY frontend/")]
+    assert lines[frontend_copies[0]] == "COPY frontend/package.json frontend/package-lock.json ./"
+    # Sources come after the install layer, and never the whole folder (it may hold node_modules).
+    assert all(i > npm_ci for i in frontend_copies[1:]) and len(frontend_copies) > 1
+    assert not any(lines[i].startswith("COPY frontend/ ") for i in frontend_copies)
+
+
+def test_the_worker_with_the_hosts_pids_still_has_a_reaper(compose: dict) -> None:
+    worker = compose["services"]["worker"]
+    assert worker["pid"] == "host" and worker["init"] is True
+    # tini is not PID 1 in the host's namespace; as a subreaper it still reaps orphans.
+    assert _env(worker)["TINI_SUBREAPER"] == "1"
+
+
+def test_every_file_gives_the_secret_length_the_server_enforces() -> None:
+    from gpufleet.api.security.policy import MIN_SECRET_LEN
+
+    files = [ROOT / n for n in ("README.md", "docs/operations.md", ".env.example", "deploy/gpufleet.env.example",
+                                "docker-compose.yml")]
+    stated = re.compile(r"(\d+)\+ (?:random )?characters|at least (\d+) characters")
+    said = {f.name: {int(a or b) for a, b in stated.findall(f.read_text())} for f in files}
+    assert all(lengths == {MIN_SECRET_LEN} for lengths in said.values()), said

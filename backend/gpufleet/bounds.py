@@ -25,6 +25,8 @@ MAX_GPUS = 1024
 MAX_PATH_CHARS = 1024
 MAX_PATH_PART_CHARS = 255
 MAX_HOST_CHARS = 255
+# A training's priority runs from -MAX_PRIORITY to MAX_PRIORITY; higher goes first and may preempt lower.
+MAX_PRIORITY = 1000
 # Byte offsets in a training's log.
 MAX_OFFSET = JSON_INT_MAX
 

@@ -14,12 +14,12 @@ import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.commands import (
     devices,
     recommend,
     run,
+    secret,
     sharing,
     top,
     train,
@@ -28,8 +28,11 @@ from gpufleet.commands import (
     users,
     worker,
 )
+from gpufleet.commands.tables import make_console
 
 if TYPE_CHECKING:
+    import socket
+
     from gpufleet.config import Settings
 
 app = typer.Typer(
@@ -38,16 +41,19 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    # Click's plain help: rich's boxed panels gave a command's help text a third
+    # of an 80-column terminal (`run --help` folded each line into four).
+    rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-console = Console()
-err = Console(stderr=True)
+console = make_console()
+err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (devices, train, run, trainings, training_files, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, worker, recommend, top, users, sharing)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -70,8 +76,10 @@ def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
+    check: Annotated[bool, typer.Option("--check", help="only check the settings and that the port is free")] = False,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
+    from gpufleet.commands.serving import AddressInUse, listen
     from gpufleet.config import ConfigError, load_settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -80,6 +88,12 @@ def serve(
         from gpufleet.api.security.policy import check_serve_safety
 
         check_serve_safety(settings)
+        # The address first: a second serve on a port in use stops here, before it writes anything.
+        sock = listen(settings.host, settings.port)
+        if check:
+            sock.close()
+            console.print(f"ok: settings valid and {_url_host(settings.host)}:{settings.port} is free", highlight=False)
+            return
         from gpufleet.datadir import secure_data_dir
 
         from gpufleet.db.session import prepare_database
@@ -87,12 +101,18 @@ def serve(
         secure_data_dir(settings)
         prepare_database(settings)
         inventory = _register_this_host(settings)
-    except ConfigError as exc:
+    except (ConfigError, AddressInUse) as exc:
         fail(str(exc))
+    _serve(settings, sock, inventory, worker)
+
+
+def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool) -> None:
+    import logging
 
     import uvicorn
 
     from gpufleet.api.app import create_app
+    from gpufleet.commands.serving import server, stop_worker
 
     embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
@@ -103,37 +123,34 @@ def serve(
     console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
     console.print(f"database: {_safe_url(settings.effective_database_url)}")
     console.print(inventory)
+    config = uvicorn.Config(
+        create_app(settings, background=True),
+        log_level="warning",
+        ws_max_size=1 << 20,
+        # X-Forwarded-For/-Proto count only from the configured proxies;
+        # from anyone else they would let a client pick its own address
+        # (and so escape the per-address sign-in limit).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=list(settings.trusted_proxies) or None,
+        # Live frames are small and frequent; deflating each one cost more
+        # CPU than it saved (measured by bench/ws_fanout.py).
+        ws_per_message_deflate=False,
+        access_log=settings.access_log,
+    )
+    if settings.access_log:
+        # uvicorn writes request lines at INFO; the rest of its log stays at warnings.
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    # Said at once on Ctrl-C: closing connections and stopping the worker can take a while.
+    srv = server(config, on_stop=lambda: console.print("stopping: closing connections…", highlight=False))
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
     try:
-        uvicorn.run(
-            create_app(settings, background=True),
-            host=settings.host,
-            port=settings.port,
-            log_level="warning",
-            ws_max_size=1 << 20,
-            # X-Forwarded-For/-Proto count only from the configured proxies;
-            # from anyone else they would let a client pick its own address
-            # (and so escape the per-address sign-in limit).
-            proxy_headers=bool(settings.trusted_proxies),
-            forwarded_allow_ips=list(settings.trusted_proxies) or None,
-            # Live frames are small and frequent; deflating each one cost more
-            # CPU than it saved (measured by bench/ws_fanout.py).
-            ws_per_message_deflate=False,
-        )
+        srv.run(sockets=[sock])
     finally:
         if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
-            embedded.stop(timeout=settings.stop_grace_s + 15)
-
-
-@app.command()
-def secret() -> None:
-    """Print a new random value for GPUFLEET_SECRET_KEY (384 bits)."""
-    import secrets as _secrets
-
-    print(_secrets.token_urlsafe(48))
+            stop_worker(settings, embedded, console)
 
 
 def _version() -> str:

@@ -155,6 +155,8 @@ class Settings(BaseSettings):
     # Addresses or networks of reverse proxies whose X-Forwarded-For/-Proto
     # headers count. Empty: no proxy header is trusted from anyone.
     trusted_proxies: list[str] = Field(default_factory=list)
+    # One line per HTTP request on serve's output (uvicorn's access log: client, request line, status).
+    access_log: bool = False
     # Who may read a training's config, events and logs: the whole team
     # (``team``), or only its owner and admins (``owner``).
     training_visibility: Literal["team", "owner"] = "team"
@@ -176,6 +178,9 @@ class Settings(BaseSettings):
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     preemptible_default: bool = True
     admin_trainings_preemptible: bool = False
+    # The highest priority a member may give a training unless an admin set a cap for them or
+    # their group (gpufleet.users.groups.priority_cap); above 0 they could preempt each other's.
+    member_max_priority: int = Field(default=0, ge=0, le=1000)
     idle_action: Literal["off", "warn", "stop"] = "warn"
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
@@ -198,6 +203,13 @@ class Settings(BaseSettings):
     ])
     # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
     pythons: dict[str, str] = Field(default_factory=dict)
+    # A training's own packages (gpufleet.trainings.venv): the cache of environments on each host (default
+    # <data_dir>/envs) and its size budget, and where uv finds packages (an index, wheel folders, or no index).
+    env_cache_dir: Path | None = None
+    env_cache_max_bytes: int = Field(default=50 * 1024**3, ge=0)
+    env_index_url: str | None = None
+    env_find_links: list[str] = Field(default_factory=list)
+    env_no_index: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
@@ -279,6 +291,8 @@ class Settings(BaseSettings):
             self.data_root = self.data_dir / "data"
         if self.checkpoint_root is None:
             self.checkpoint_root = self.data_dir / "checkpoints"
+        if self.env_cache_dir is None:
+            self.env_cache_dir = self.data_dir / "envs"
         return self
 
     @classmethod

@@ -51,10 +51,11 @@ def test_admin_manages_groups_and_quotas(api: TestClient, team: People) -> None:
     r = api.post(f"/api/v1/groups/{name}/members/{bob}", headers=admin)
     assert sorted(r.json()["members"]) == sorted([alice, bob])
     r = api.put(f"/api/v1/groups/{name}/quota", headers=admin, json={"max_gpus": 8, "gpu_hours_per_week": 500})
-    assert r.status_code == 200 and r.json()["quota"] == {"max_gpus": 8, "gpu_hours_per_week": 500.0}
+    assert r.status_code == 200 and r.json()["quota"] == {"max_gpus": 8, "gpu_hours_per_week": 500.0,
+                                                          "max_priority": None, "max_priority_set_by": None}
     r = api.put(f"/api/v1/users/{alice}/quota", headers=admin, json={"max_gpus": 4, "share": 2})
     assert r.status_code == 200 and r.json() == {"user": alice, "max_gpus": 4, "gpu_hours_per_week": None,
-                                                 "share": 2.0}
+                                                 "share": 2.0, "max_priority": None, "max_priority_set_by": None}
     listed = {q["user"]: q for q in api.get("/api/v1/quotas", headers=admin).json()["data"]}
     assert listed[alice]["max_gpus"] == 4
     groups = {g["name"]: g for g in api.get("/api/v1/groups", headers=admin).json()["data"]}

@@ -87,8 +87,11 @@ def test_serve_without_gpus_says_where_trainings_run(tmp_path: Path) -> None:
             pytest.skip("this machine has GPUs")
         r = httpx.post(f"{srv.url}/api/v1/trainings", json={"name": "cpu-box", "recipe": "mlp"}, timeout=120)
         assert r.status_code == 201, r.text
-        # The banner is wrapped to the terminal's width.
-        out = " ".join(srv.log_tail(1 << 20).split())
+        log = srv.log_tail(1 << 20)
+        out = " ".join(log.split())
+    # In a log file a banner line stays whole (it is folded only on a terminal).
+    assert any("no GPUs found (trainings sent here wait for a GPU host;" in line
+               and "GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)" in line for line in log.splitlines()), log
     # It waits for a GPU host, as the banner says; the CPU path is the local one.
     assert r.json()["status"] == "queued"
     assert "no GPUs found (trainings sent here wait for a GPU host;" in out, out
@@ -111,3 +114,33 @@ def test_serve_and_worker_on_a_database_without_the_schema_say_to_upgrade_it(
     assert proc.returncode == 2, said
     assert "the database schema is at nothing" in said and "run `gpufleet db upgrade` first" in said, said
     assert "Traceback" not in said
+
+
+def test_a_second_serve_on_a_port_in_use_says_so_before_touching_anything(tmp_path: Path) -> None:
+    with serve_process(tmp_path / "first", GPUFLEET_EMBEDDED_WORKER="false") as srv:
+        second = tmp_path / "second"
+        for extra in ([], ["--check"]):
+            proc = subprocess.run([*GPUFLEET, "serve", "--port", str(srv.port), *extra],
+                                  env=serve_env(second), capture_output=True, text=True, timeout=60)
+            said = proc.stdout + proc.stderr
+            assert proc.returncode == 2, said
+            assert f"cannot listen on 127.0.0.1:{srv.port}" in said and "already running" in said, said
+            assert "listening on" not in said and "Traceback" not in said, said
+            # Nothing was prepared for a server that cannot start: no data dir, no database.
+            assert not second.exists()
+        assert httpx.get(f"{srv.url}/healthz", timeout=10).status_code == 200
+        # No access log unless asked for.
+        assert '"GET /healthz' not in srv.log_tail(1 << 20)
+    # Once the port is free, --check says so and starts nothing.
+    proc = subprocess.run([*GPUFLEET, "serve", "--port", str(srv.port), "--check"],
+                          env=serve_env(second), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and f"127.0.0.1:{srv.port} is free" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_access_log_writes_a_line_per_request(tmp_path: Path) -> None:
+    with serve_process(tmp_path / "data", GPUFLEET_EMBEDDED_WORKER="false", GPUFLEET_ACCESS_LOG="true") as srv:
+        assert httpx.get(f"{srv.url}/api/v1/system/gpus?wanted=1", timeout=10).status_code == 200
+        deadline = time.monotonic() + 30
+        while '"GET /api/v1/system/gpus?wanted=1 HTTP/1.1" 200' not in srv.log_tail(1 << 20):
+            assert time.monotonic() < deadline, srv.log_tail()
+            time.sleep(0.2)

@@ -39,7 +39,7 @@ def test_groups_and_quotas_from_the_command_line(cli_db: str) -> None:
     r = run("groups", "set-quota", group, "--max-gpus", "8", "--gpu-hours-week", "500")
     assert r.exit_code == 0 and "at most 8 GPUs at once, 500 GPU-hours a week" in r.output
     rows = [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
-    assert [group, f"{alice},{bob}", "8", "500"] in rows
+    assert [group, f"{alice},{bob}", "8", "500", "-"] in rows
     assert run("users", "set-quota", alice, "--max-gpus", "4", "--share", "2").exit_code == 0
     assert run("users", "set-quota", alice, "--gpu-hours-week", "10").exit_code == 0  # keeps the rest
     with session_scope(get_settings()) as sess:
@@ -67,10 +67,39 @@ def test_bad_input_is_an_error_and_nothing_is_written(cli_db: str) -> None:
         (("users", "set-quota", alice, "--gpu-hours-week", "-2"), "GPU-hours per week must be"),
         (("users", "set-quota", alice, "--max-gpus", "four"), "is not a whole number"),
         (("groups", "set-quota", "nosuch" + group, "--max-gpus", "2"), "no group named"),
+        (("users", "set-quota", alice, "--max-priority", "1001"), "max priority must be between 0 and 1000"),
+        (("groups", "set-quota", group, "--max-priority", "-1"), "max priority must be between 0 and 1000"),
+        (("users", "set-quota", alice, "--max-priority", "high"), "is not a whole number"),
     ]:
         r = run(*args)
         assert r.exit_code == 2 and why in r.output, (args, r.output)
     assert _rows() == before
+
+
+def test_priority_caps_from_the_command_line_record_who_set_them(cli_db: str) -> None:
+    import getpass
+
+    from gpufleet.users.groups import priority_cap
+
+    alice, group = cli_db + "a", cli_db + "g"
+    assert run("users", "add", alice).exit_code == 0
+    assert run("groups", "create", group).exit_code == 0
+    assert run("groups", "add", group, alice).exit_code == 0
+    r = run("groups", "set-quota", group, "--max-priority", "20")
+    assert r.exit_code == 0 and "priority at most 20" in r.output
+    assert [group, alice, "-", "-", "20"] in [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
+    with session_scope(get_settings()) as sess:
+        cap = priority_cap(sess, alice, 0)
+        assert (cap.value, cap.set_by) == (20, f"{getpass.getuser()} (command line)")
+    assert run("users", "set-quota", alice, "--max-priority", "5").exit_code == 0
+    assert run("users", "set-quota", alice, "--max-gpus", "2").exit_code == 0  # keeps the cap
+    with session_scope(get_settings()) as sess:
+        assert priority_cap(sess, alice, 0).value == 5  # a user's own cap wins over the group's
+    assert run("users", "set-quota", alice, "--max-priority", "none").exit_code == 0
+    with session_scope(get_settings()) as sess:
+        assert priority_cap(sess, alice, 0).value == 20
+    r = run("users", "grant", alice, "non_preemptible")
+    assert r.exit_code == 0 and "may now ask for trainings" in r.output
 
 
 def _seed(owner: str) -> None:

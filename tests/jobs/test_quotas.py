@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 from gpufleet.db.session import session_scope
-from gpufleet.users.accounts import add_user
+from gpufleet.users.accounts import add_user, set_permission
 from gpufleet.users.tokens import create_token
 from people import SECRET, bearer
 
@@ -31,6 +31,8 @@ def test_user_at_gpu_quota_waits_with_the_reason_and_another_user_starts_first(
         add_user(sess, alice)
         add_user(sess, bob)
         add_user(sess, root, "admin")
+        for member in (alice, bob):  # their trainings below ask not to be preempted
+            set_permission(sess, member, "non_preemptible", True)
         tok = {n: create_token(sess, n).secret for n in (alice, bob, root)}
     w = workers(settings)
     c = TestClient(create_app_for(settings))

@@ -253,6 +253,12 @@ def test_ctrl_c_on_serve_checkpoints_and_requeues_and_leaves_nothing_running(tmp
         os.killpg(srv.pid, signal.SIGINT)  # Ctrl-C
         srv.proc.wait(120)
         wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    # The console said what the stop waited for, and how the training ended up.
+    said = srv.log_tail(20000)
+    assert "stopping: closing connections" in said, said
+    assert f"stopping: asking 1 training(s) to checkpoint: serve-stop ({tid[:8]}); waiting up to" in said, said
+    assert "stopped in" in said and "serve-stop queued" in said, said
+    assert "Traceback" not in said, said
     # The next start finds it queued as interrupted, with no restart used.
     with serve_process(tmp_path / "data", port=port, **SERVE_ENV):
         retry = _retries(base, tid)

@@ -65,10 +65,22 @@ def test_recommend_prints_the_breakdown_and_ranked_sets(recommend_in, tmp_path) 
     assert body["estimate"]["micro_batch_size"] == 512
 
 
+def test_recommend_for_ones_own_code_takes_the_memory(recommend_in) -> None:  # noqa: ANN001
+    _s, recommend = recommend_in
+    r = recommend("--memory", "40GiB", "--count", "2")
+    assert r.exit_code == 0, r.output
+    assert "your own code on 2 GPU(s), 40.0 GiB per rank" in r.output and "nvlink" in r.output
+    body = json.loads(recommend("--memory", "40GiB", "--count", "2", "--json").output)
+    assert body["candidates"][0]["gpu_indexes"] in ([0, 1], [2, 3]) and body["estimate"] is None
+
+
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (("--recipe", "sae", "--count", "8"), "can never be placed: needs 8 GPUs on one host"),
+        (("--count", "2"), "give --recipe"),
+        (("--recipe", "sae", "--memory", "1GiB"), "not both"),
+        (("--memory", "lots"), "--memory 'lots' is not a size"),
         (("--recipe", "nope"), "unknown recipe 'nope'"),
         (("--recipe", "sae", "--set", "n_latents=0"), "n_latents"),
         (("--recipe", "sae", "--config", "/does/not/exist.yaml"), "does not exist"),

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -29,17 +30,17 @@ from gpufleet.telemetry.agent import Agent
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _pg_ctl(*args: str) -> None:
-    ctl, data = os.environ["GPUFLEET_TEST_PG_CTL"], os.environ["GPUFLEET_TEST_PG_DATA"]
+def _pg_ctl(control: tuple[str, str], *args: str) -> None:
+    ctl, data = control
     cmd = [ctl, "-D", data, *args]
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root
         cmd = ["runuser", "-u", "postgres", "--", *cmd]
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
 
 
-def _start_server() -> None:
+def _start_server(control: tuple[str, str]) -> None:
     # services.sh starts the server with the options the whole suite expects.
-    services_dir = str(Path(os.environ["GPUFLEET_TEST_PG_DATA"]).parent)
+    services_dir = str(Path(control[1]).parent)
     subprocess.run(["bash", str(REPO / ".ci/services.sh"), "start", services_dir], check=True,
                    capture_output=True, timeout=120)
     # Every engine of this test process (the session fixtures' too) holds
@@ -59,9 +60,7 @@ def _start_server() -> None:
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
-    if not os.environ.get("GPUFLEET_TEST_PG_CTL") or not os.environ.get("GPUFLEET_TEST_PG_DATA"):
-        pytest.skip("GPUFLEET_TEST_PG_CTL/GPUFLEET_TEST_PG_DATA not set (.ci/services.sh exports them)")
+def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, pg_control, tmp_path):
     outage_s = float(os.environ.get("GPUFLEET_TEST_PG_OUTAGE_S", "12"))
     s = load_settings(database_url=pg_migrated_url, data_dir=tmp_path / "d", simulate="2xH100-80GB",
                       host_name=f"outage-{uuid.uuid4().hex[:6]}", sample_interval_s=0.25)
@@ -74,7 +73,8 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
             time.sleep(0.1)
         assert agent.writer is not None and agent.writer.stats.written_total > 0
         failed_before = agent.writer.stats.failed_flushes
-        _pg_ctl("stop", "-m", "fast", "-w")
+        _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+        down_at = datetime.now(timezone.utc)
         most_waiting = 0
         try:
             end = time.monotonic() + outage_s
@@ -84,7 +84,8 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
         finally:
             # Every row taken so far: written before the outage, or waiting now.
             taken_by_restart = agent.writer.stats.written_total + agent.writer.stats.buffered
-            _start_server()
+            up_at = datetime.now(timezone.utc)
+            _start_server(pg_control)
         # The outage was felt: flushes failed and rows waited. (On a shared
         # developer machine another suite's services.sh may restart the server
         # early; the no-loss check below holds either way.)
@@ -106,6 +107,5 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, tmp_path):
     assert set(per_ts.values()) == {2}
     # Every round, including those during the outage, is in the table.
     assert len(per_ts) == agent.rounds
-    ordered = sorted(per_ts)
-    gaps = [(b - a).total_seconds() for a, b in zip(ordered, ordered[1:], strict=False)]
-    assert max(gaps) < 1.0 and (ordered[-1] - ordered[0]).total_seconds() > outage_s
+    # Sampling went on while the database was down: those rounds waited and were written.
+    assert sum(down_at < ts < up_at for ts in per_ts) >= 4

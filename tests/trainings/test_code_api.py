@@ -114,7 +114,10 @@ def test_run_code_permission(app_client, people, on_settings):
         ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env", "may not be set by a request"),
         ({"memory": "lots"}, "memory", "is not a size"),
         ({"python": "py99"}, "python", "not configured"),
-        ({}, "memory", "cannot choose GPUs for this script"),
+        ({"requirements": "../reqs.txt"}, "requirements", "must be a path inside the uploaded code"),
+        ({"requirements": "requirements.txt"}, "requirements", "is not in the uploaded code"),
+        ({"requirements": "setup.cfg"}, "requirements", "must be a requirements .txt file"),
+        ({"requirements": "pyproject.toml"}, "requirements", "is not in the uploaded code"),
     ],
 )
 def test_bad_script_requests_say_what_to_fix_and_write_nothing(app_client, people, on_settings, extra, field, words):
@@ -144,6 +147,26 @@ def test_memory_comes_from_earlier_runs_of_the_same_code(app_client, people, on_
     assert r.status_code == 201, r.text
     assert r.json()["memory_estimate"] == 300 * 2**20 and r.json()["estimate"]["source"] == "measured"
     assert r.json()["memory_declared"] is None
+
+
+def test_no_memory_and_no_measured_peak_means_whole_gpus(app_client, people, on_settings):
+    code = _upload(app_client, people.admin, _project()).json()["hash"]
+    r = _script(app_client, people.admin, code, world_size=2)
+    assert r.status_code == 201, r.text
+    t = r.json()
+    assert t["memory_estimate"] is None and t["estimate"]["source"] == "whole-gpu" and t["exclusive"] is True
+
+
+def test_requirements_travel_with_the_training(app_client, people, on_settings):
+    data = tar_of([("file", "train.py", f"print('hi')  # {uuid.uuid4().hex}\n"),
+                   ("file", "requirements.txt", "tqdm\n")])
+    code = _upload(app_client, people.admin, data).json()["hash"]
+    r = _script(app_client, people.admin, code, requirements="./requirements.txt")
+    assert r.status_code == 201, r.text
+    assert r.json()["env"] == {"GPUFLEET_REQUIREMENTS": "requirements.txt"}
+    r = app_client.post("/api/v1/trainings", json={"name": "r", "recipe": "mlp", "requirements": "requirements.txt"},
+                        headers=bearer(people.admin))
+    assert r.status_code == 422 and "belong to kind 'script'" in r.json()["detail"]
 
 
 def test_recipe_trainings_still_need_a_recipe(app_client, people):

@@ -24,6 +24,10 @@ def test_grant_and_revoke_run_code(cli_db: str) -> None:
     r = runner.invoke(app, ["users", "grant", cli_db, "run_code"])
     assert r.exit_code == 0, r.output
     assert _granted(cli_db)
+    assert runner.invoke(app, ["users", "grant", cli_db, "non_preemptible"]).exit_code == 0
+    listed = [line.split("\t") for line in runner.invoke(app, ["users", "list"]).stdout.splitlines()]
+    assert listed[0][-1] == "permissions"
+    assert next(row for row in listed if row[0] == cli_db)[-1] == "run_code,non_preemptible"
     r = runner.invoke(app, ["users", "revoke", cli_db, "run_code"])
     assert r.exit_code == 0 and not _granted(cli_db)
     bad = runner.invoke(app, ["users", "grant", cli_db, "fly"])

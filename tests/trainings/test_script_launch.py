@@ -228,7 +228,7 @@ def test_a_missing_program_fails_the_launch_with_a_reason(tmp_path):
     spec.write_text(json.dumps(data))
     proc = _launch(spec)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == ec.BAD_DATA
+    assert proc.returncode == ec.CANNOT_RUN
     assert b"cannot start 'no-such-program-here'" in out
 
 

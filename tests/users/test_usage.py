@@ -115,3 +115,23 @@ def test_days_must_be_iso_dates() -> None:
     assert parse_day("from", None, DAY) == DAY
     with pytest.raises(UsageError, match="use YYYY-MM-DD"):
         parse_day("from", "10/03/2026", DAY)
+
+
+def test_used_counts_the_part_of_each_minute_the_allocation_held(db_settings: Settings) -> None:
+    owner = "u" + uuid.uuid4().hex[:8]
+    host = make_host(db_settings, 2)
+    sec = timedelta(seconds=1)
+    # 17.4 s across a minute boundary at 40 %: the whole next minute used to count (24 s used, 17.4 held).
+    across = at(DAY, 7, 0) + 50 * sec
+    held_training(db_settings, host, owner, [(0, across, across + timedelta(seconds=17.4))])
+    rollup_minutes(db_settings, host, 0, [at(DAY, 7, 0), at(DAY, 7, 1)], 40.0)
+    # 32 s inside one minute at 90 %: no minute started inside it, so it used to count nothing.
+    inside = at(DAY, 7, 10) + 10 * sec
+    held_training(db_settings, host, owner, [(1, inside, inside + 32 * sec)])
+    rollup_minutes(db_settings, host, 1, [at(DAY, 7, 9), at(DAY, 7, 10), at(DAY, 7, 11)], 90.0)
+    with session_scope(db_settings) as sess:
+        rows = {r.name: r for r in usage_report(sess, "training", DAY, DAY)}
+    mine = sorted((r.gpu_seconds_held, r.gpu_seconds_used) for r in rows.values()
+                  if r.gpu_seconds_held in (17.4, 32.0))
+    assert mine == [(17.4, pytest.approx(17.4 * 0.4)), (32.0, pytest.approx(32 * 0.9))]
+    assert all(r.gpu_seconds_used <= r.gpu_seconds_held for r in rows.values())

@@ -1,10 +1,11 @@
 """Who is asking: tokens, session cookies and WebSocket tickets.
 
 A request is authenticated, in this order, by ``Authorization: Bearer <token>``,
-by the dashboard's signed HTTP-only session cookie, or — only when sign-in is
-not required (see :func:`~gpufleet.api.security.policy.auth_required`) — as the
-implicit local admin ``local``. Every refusal carries a reason a person can act
-on.
+by the dashboard's signed HTTP-only session cookie (which counts only while
+its row in ``browser_sessions`` is live: :mod:`gpufleet.users.sessions`), or —
+only when sign-in is not required (see
+:func:`~gpufleet.api.security.policy.auth_required`) — as the implicit local
+admin ``local``. Every refusal carries a reason a person can act on.
 
 A browser attaches a cookie (and reaches the implicit local admin) on its own,
 so those credentials count only from an allowed origin
@@ -31,6 +32,7 @@ from gpufleet.api.security.signing import sign, unsign
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.users.accounts import LOCAL_USER_NAME, may_write
+from gpufleet.users.sessions import SessionOwner, check_session, open_session
 from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_owner, mark_token_used
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class AuthUser:
     # How the request proved it: token | session | ticket | local
     via: str = "token"
     token_id: uuid.UUID | None = None
+    # The browser session (gpufleet.users.sessions) it came through, if any.
+    session_id: uuid.UUID | None = None
 
     @property
     def can_write(self) -> bool:
@@ -75,22 +79,37 @@ class AuthError(Exception):
 # Request authentication --------------------------------------------------
 
 
-def _owner_to_user(owner: TokenOwner, via: str) -> AuthUser:
+def _owner_to_user(owner: TokenOwner | SessionOwner, via: str) -> AuthUser:
     tid = owner.token_id if owner.token_id.int else None
-    return AuthUser(name=owner.name, role=owner.role, id=owner.user_id, via=via, token_id=tid)
+    return AuthUser(name=owner.name, role=owner.role, id=owner.user_id, via=via, token_id=tid,
+                    session_id=getattr(owner, "session_id", None))
 
 
 def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> AuthUser | str:
+    """The user of a session cookie or a WebSocket ticket, re-checked against the database."""
     payload = unsign(settings.secret_key, purpose, value)
     if payload is None:
         return "the session has expired or is not valid; sign in again"
+    session_id = user_id = token_id = key = None
     try:
-        user_id = uuid.UUID(str(payload["u"]))
-        token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
+        if payload.get("s"):
+            session_id, key = uuid.UUID(str(payload["s"])), payload.get("k")
+            if purpose == SESSION_PURPOSE and not isinstance(key, str):
+                raise ValueError("a cookie carries its session's key")
+        elif purpose == TICKET_PURPOSE:
+            # A ticket a bearer token asked for: its user and token.
+            user_id = uuid.UUID(str(payload["u"]))
+            token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
+        else:
+            # Every cookie names its session row: a validly signed one without it was never made here.
+            raise ValueError("no session")
     except (KeyError, ValueError):
         return "the session is not valid; sign in again"
     with session_scope(settings) as sess:
-        owner = check_session_owner(sess, user_id, token_id)
+        if session_id is not None:
+            owner = check_session(sess, session_id, key)
+        else:
+            owner = check_session_owner(sess, user_id, token_id)
     return owner if isinstance(owner, str) else _owner_to_user(owner, via)
 
 
@@ -175,33 +194,51 @@ def resolve_user(
 # Reading trainings --------------------------------------------------------
 
 
-def may_read_training(settings: Settings, user: AuthUser, owner: str) -> bool:
+def may_read_training(settings: Settings, user: AuthUser, owner: str | None) -> bool:
     """Whether ``user`` may read a training's config, events and logs.
 
     ``GPUFLEET_TRAINING_VISIBILITY=team`` (the default, for a small team):
     every signed-in user. ``owner``: its owner and admins only; others still
-    see that it exists, who owns it and which GPUs it holds.
+    see that it exists, who owns it and which GPUs it holds. REST and the live
+    stream's ``training:<id>`` channel both ask here.
     """
-    return settings.training_visibility == "team" or user.is_admin or user.name == owner
+    return settings.training_visibility == "team" or user.is_admin or (owner is not None and user.name == owner)
+
+
+def training_read_refusal(settings: Settings, user: AuthUser, owner: str | None) -> str | None:
+    """Why ``user`` may not read the training of ``owner`` (REST answers it with a 403), or None."""
+    if may_read_training(settings, user, owner):
+        return None
+    return (f"the training belongs to {owner!r}; this server shows a training's config, events and logs only to"
+            " its owner and admins (GPUFLEET_TRAINING_VISIBILITY=owner)")
 
 
 def ensure_may_read_training(settings: Settings, user: AuthUser, owner: str) -> None:
-    if not may_read_training(settings, user, owner):
-        raise HTTPException(
-            403,
-            f"the training belongs to {owner!r}; this server shows a training's config, events and logs only to"
-            " its owner and admins (GPUFLEET_TRAINING_VISIBILITY=owner)",
-        )
+    reason = training_read_refusal(settings, user, owner)
+    if reason is not None:
+        raise HTTPException(403, reason)
 
 
 # Sessions and tickets -----------------------------------------------------
 
 
 def make_session_cookie(settings: Settings, user: AuthUser) -> str:
+    """Open a browser session for ``user`` (a row, ``GPUFLEET_SESSION_TTL_S`` at most) and sign its cookie."""
     if user.id is None:
         raise ValueError("the implicit local admin has no session")
-    payload = {"u": str(user.id), "t": str(user.token_id) if user.token_id else None}
+    with write_session(settings) as sess:
+        opened = open_session(sess, user.id, user.token_id, settings.session_ttl_s)
+    payload = {"s": str(opened.id), "k": opened.key}
     return sign(settings.secret_key, SESSION_PURPOSE, payload, settings.session_ttl_s)
+
+
+def session_of_cookie(settings: Settings, value: str | None) -> uuid.UUID | None:
+    """The session row a validly signed cookie names (for signing out), or None."""
+    payload = unsign(settings.secret_key, SESSION_PURPOSE, value or "")
+    try:
+        return uuid.UUID(str(payload["s"])) if payload else None
+    except (KeyError, ValueError):
+        return None
 
 
 def make_ws_ticket(settings: Settings, user: AuthUser) -> str:
@@ -209,6 +246,8 @@ def make_ws_ticket(settings: Settings, user: AuthUser) -> str:
     payload = {
         "u": str(user.id) if user.id else None,
         "t": str(user.token_id) if user.token_id else None,
+        # A ticket a browser session asked for lives and dies with that session.
+        "s": str(user.session_id) if user.session_id else None,
         "n": uuid.uuid4().hex,
     }
     return sign(settings.secret_key, TICKET_PURPOSE, payload, settings.ws_ticket_ttl_s)

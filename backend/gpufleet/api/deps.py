@@ -8,12 +8,14 @@ Who may do what:
 - ``AdminUser``: admin (cancel any training, drain GPUs).
 - ``can_cancel(user, owner)`` / ``ensure_can_cancel(user, owner)`` for ownership.
 - ``ensure_can_run_code(session, user)``: may submit its own code (script trainings).
+- ``ensure_may_rank(session, settings, user, reqs)``: a priority within the user's cap, and
+  ``preemptible: false`` only with the ``non_preemptible`` permission.
 - ``PageDep``: bounded ``limit`` / ``offset`` query parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -26,6 +28,7 @@ from gpufleet.api.security.gate import STATE_KEY
 from gpufleet.api.security.ratelimits import check_create_allowed, requested_count
 from gpufleet.config import Settings
 from gpufleet.db.session import session_factory
+from gpufleet.trainings.request import TrainingCreate
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -117,6 +120,15 @@ def ensure_can_run_code(session: Session, user: AuthUser) -> None:
 
     ok, reason = may_run_code(session, user.name, user.role)
     if not ok:
+        raise HTTPException(403, reason)
+
+
+def ensure_may_rank(session: Session, settings: Settings, user: AuthUser, reqs: Sequence[TrainingCreate]) -> None:
+    """403, naming the cap and who set it or the permission, unless ``user`` may rank ``reqs`` so."""
+    from gpufleet.trainings.permissions import rank_refusal
+
+    reason = rank_refusal(session, settings, reqs, user.name, user.role)
+    if reason is not None:
         raise HTTPException(403, reason)
 
 

@@ -11,8 +11,10 @@ Protocol (JSON text frames):
   (what to fix), ``pong``; several messages may come as one ``batch``.
 
 Channels: ``gpu:<host>:<index>``, ``host:<name>``, ``aggregate``,
-``training:<id>``. See :mod:`gpufleet.telemetry.stream` for sequence numbers,
-resume and slow clients.
+``training:<id>``. A training channel is refused (an ``error`` with ``status``
+403, no snapshot) to whoever REST refuses its events and logs
+(:func:`gpufleet.api.auth.training_read_refusal`). See
+:mod:`gpufleet.telemetry.stream` for sequence numbers, resume and slow clients.
 
 Authentication runs before ``accept()`` through a hook,
 ``app.state.ws_authenticate(websocket, settings) -> user | None`` (sync or
@@ -101,7 +103,16 @@ def _error(client: Client, message: str, **extra: Any) -> None:
     client.enqueue("", json.dumps({"type": "error", "message": message, **extra}))
 
 
-async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
+def _read_refusal(stream: LiveStream, settings: Settings, user: Any, name: str) -> str | None:
+    """Why ``user`` may not watch ``name``: a training channel carries what REST's events and logs do."""
+    if not name.startswith("training:"):
+        return None
+    from gpufleet.api.auth import training_read_refusal
+
+    return training_read_refusal(settings, user, stream.feed.owner(name))
+
+
+async def _handle(stream: LiveStream, client: Client, raw: str, settings: Settings, user: Any) -> None:
     try:
         msg = json.loads(raw)
     except ValueError:
@@ -135,23 +146,32 @@ async def _handle(stream: LiveStream, client: Client, raw: str) -> None:
             await stream.feed.prepare(name)
             if client.closed:
                 return
+            refused = _read_refusal(stream, settings, user, name)
+            if refused is not None:
+                _error(client, refused, channel=name, status=403)
+                continue
             stream.hub.subscribe(client, name, since=since, epoch=epoch if isinstance(epoch, str) else None)
         except ChannelError as exc:
             _error(client, str(exc), channel=name)
 
 
-# How often an open stream re-checks its user and token: revoking a token or
-# disabling a user closes its streams within this (plus one query).
+# How often an open stream re-checks its user and token or session: revoking a
+# token, disabling a user or ending a session closes its streams within this
+# (plus one query).
 RECHECK_S = 2.0
 
 
 def _still_valid(settings: Settings, user: Any) -> str | None:
-    """Why ``user``'s credentials no longer hold, or None."""
-    from gpufleet.users.tokens import check_session_owner
+    """Why ``user``'s credentials (its browser session, or its token) no longer hold, or None."""
     from gpufleet.db.session import session_scope
+    from gpufleet.users.sessions import check_session
+    from gpufleet.users.tokens import check_session_owner
 
     with session_scope(settings) as sess:
-        owner = check_session_owner(sess, user.id, user.token_id)
+        if getattr(user, "session_id", None) is not None:
+            owner = check_session(sess, user.session_id, None)
+        else:
+            owner = check_session_owner(sess, user.id, user.token_id)
     return owner if isinstance(owner, str) else None
 
 
@@ -198,7 +218,7 @@ async def live_stream(websocket: WebSocket) -> None:
     client = Client(stream.hub, websocket.send_text, close)
     sender = client.start()
     watcher = asyncio.get_running_loop().create_task(_watch_credentials(websocket, settings, user, client))
-    reader = asyncio.get_running_loop().create_task(_read(websocket, stream, client))
+    reader = asyncio.get_running_loop().create_task(_read(websocket, stream, client, settings, user))
     client.enqueue("", json.dumps({"type": "hello", "epoch": stream.hub.epoch,
                                    "channels": "gpu:<host>:<index>, host:<name>, aggregate, training:<id>"}))
     try:
@@ -214,9 +234,9 @@ async def live_stream(websocket: WebSocket) -> None:
             task.cancel()
 
 
-async def _read(websocket: WebSocket, stream: LiveStream, client: Client) -> None:
+async def _read(websocket: WebSocket, stream: LiveStream, client: Client, settings: Settings, user: Any) -> None:
     try:
         while not client.closed:
-            await _handle(stream, client, await websocket.receive_text())
+            await _handle(stream, client, await websocket.receive_text(), settings, user)
     except (WebSocketDisconnect, RuntimeError):
         pass

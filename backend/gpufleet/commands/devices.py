@@ -12,11 +12,10 @@ import json
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from gpufleet.commands import drain
-from gpufleet.commands.tables import Column, WideOpt, fmt_size, print_table
+from gpufleet.commands.tables import Column, WideOpt, fmt_size, make_console, print_table
 
 if TYPE_CHECKING:
     from gpufleet.config import Settings
@@ -34,7 +33,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts in
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -72,7 +71,7 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) ->
         }
         typer.echo(json.dumps(payload, indent=2))
         return
-    console = Console()
+    console = make_console()
     if not found:
         console.print(_no_gpus_line(settings), highlight=False)
         return

@@ -12,14 +12,15 @@ from __future__ import annotations
 from typing import Annotated, NoReturn
 
 import typer
-from rich.console import Console
+
+from gpufleet.commands.tables import make_console
 
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="host name (default: this machine)")]
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -10,27 +10,34 @@ SQLite database is reported rather than created.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from gpufleet.commands.tables import fmt_size, make_console
+
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from gpufleet.api.schemas.selection import RecommendationPublic
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
-def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: Any) -> RecommendationPublic:  # noqa: ANN401
+def _from_server(server: str | None, recipe: str | None, values: dict[str, Any], memory: int | None,
+                 **kw: Any) -> RecommendationPublic:  # noqa: ANN401
     from gpufleet.client import Client, GpufleetError, ServerUnreachable
 
     try:
         with Client(server) as c:
+            if memory is not None:  # one's own code: the memory one rank needs, as given
+                return c.recommend(memory_mb=-(-memory // 2**20), **kw)
             return c.recommend(recipe=recipe, config=values, **kw)
     except ServerUnreachable as exc:
         _fail(f"{exc}; start it with `gpufleet serve`, pass --server, or use --local to read the database here")
@@ -38,7 +45,7 @@ def _from_server(server: str | None, recipe: str, values: dict[str, Any], **kw: 
         _fail(str(exc))
 
 
-def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str | None, exclusive: bool,
+def _from_database(recipe: str | None, values: dict[str, Any], memory: int | None, *, count: int, host: str | None, exclusive: bool,
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
     from gpufleet.api.schemas.selection import CandidatePublic, RecommendationPublic, estimate_public
@@ -54,11 +61,19 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
         if missing is not None:
             _fail(f"no database at {missing}: run `gpufleet serve` (or `gpufleet db upgrade`) first, "
                   "set GPUFLEET_DATABASE_URL to the server's database, or drop --local to ask a server")
-        from gpufleet.scheduling.plan import plan_selection
+        from gpufleet.scheduling.plan import SelectionPlan, plan_selection
 
         with session_scope(settings) as sess:
-            plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
-                                  policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
+            if memory is not None:
+                from gpufleet.scheduling.inputs import fleet_state
+                from gpufleet.scheduling.recommend import SelectionRequest, recommend
+
+                req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
+                                       policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
+                plan = SelectionPlan(estimate=None, recommendation=recommend(req, fleet_state(sess, settings, host=host)))
+            else:
+                plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
+                                      policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
     except (ConfigError, EstimateError, ValueError) as exc:
         _fail(str(exc))
     except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
@@ -75,12 +90,14 @@ def _from_database(recipe: str, values: dict[str, Any], *, count: int, host: str
                                     connection=c.connection, reasons=list(c.reasons),
                                     free_memory=list(c.free_memory), weights=list(c.weights))
                     for c in rec.candidates],
-        wait_reason=rec.wait_reason, estimate=estimate_public(plan.estimate),
+        wait_reason=rec.wait_reason, estimate=estimate_public(plan.estimate) if plan.estimate else None,
     )
 
 
 def recommend(
-    recipe: Annotated[str, typer.Option("--recipe", help="recipe name, e.g. sae or mlp")],
+    recipe: Annotated[str | None, typer.Option("--recipe", help="recipe name, e.g. sae or mlp")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="instead of --recipe, for your own code: the "
+                                                                "memory one rank needs, e.g. 40GiB")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of recipe fields")] = None,
     count: Annotated[int, typer.Option("--count", min=1, max=64, help="GPUs (one DDP rank each)")] = 1,
     host: Annotated[str | None, typer.Option("--host", help="only this host")] = None,
@@ -94,11 +111,19 @@ def recommend(
     local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
                                                         "asking a server")] = False,
 ) -> None:
-    """Print the memory breakdown per rank and the ranked GPU sets for a training config."""
-    from gpufleet.scheduling.types import fmt_bytes
+    """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
+    code's memory per rank (--memory)."""
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file
 
+    from gpufleet.trainings.script import ScriptError, parse_memory
+
+    if (recipe is None) == (memory is None):
+        _fail("give --recipe (a built-in recipe's config is estimated) or --memory (your own code), not both")
+    try:
+        mem_bytes = parse_memory(memory)
+    except ScriptError as exc:
+        _fail(f"--{exc}")
     if policy not in ("pack", "spread"):
         _fail(f"--policy must be pack or spread, not {policy!r}")
     try:
@@ -107,34 +132,87 @@ def recommend(
     except (TrainingConfigError, ValueError) as exc:
         _fail(str(exc))
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
-    rec = _from_database(recipe, values, **kw) if local else _from_server(server, recipe, values, **kw)
-    est = rec.estimate
-    assert est is not None  # a recipe's recommendation always carries its estimate
+    rec = (_from_database(recipe, values, mem_bytes, **kw) if local
+           else _from_server(server, recipe, values, mem_bytes, **kw))
     if as_json:
         typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
         raise typer.Exit(0)
-
-    console = Console()
+    console = make_console()
+    if rec.estimate is None:
+        console.print(f"your own code on {count} GPU(s), {fmt_size(mem_bytes or 0)} per rank", highlight=False)
+        _candidates(console, rec)
+        return
+    est = rec.estimate
     console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
                   f"micro-batch {est.micro_batch_size} per rank: {est.summary}", highlight=False)
     breakdown = Table(show_header=True, header_style="bold")
     breakdown.add_column("per rank")
     breakdown.add_column("bytes", justify="right")
-    for name, value in est.breakdown.items():
-        breakdown.add_row(name.replace("_", " "), fmt_bytes(value))
-    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_bytes(est.total)}[/]")
+    for name, value in breakdown_rows(est.breakdown):
+        breakdown.add_row(name, fmt_size(value))
+    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_size(est.total)}[/]")
     console.print(breakdown)
-    console.print(f"method: {est.method}", highlight=False, soft_wrap=True)
+    # Folded at the terminal's width (whole in a pipe): the method says how the figures were found.
+    console.print(f"method: {est.method}", highlight=False)
+    _candidates(console, rec)
+
+
+def _candidates(console: Console, rec: RecommendationPublic) -> None:
     if not rec.candidates:
-        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False)
         return
     table = Table(show_header=True, header_style="bold")
     for col in ("#", "host", "GPUs", "link", "score", "why"):
         table.add_column(col)
-    for i, c in enumerate(rec.candidates, 1):
-        table.add_row(str(i), c.host, ",".join(map(str, c.gpu_indexes)), c.connection,
-                      f"{c.score:.0f}", "; ".join(c.reasons))
+    for i, (c, gpus, why) in enumerate(collapse_equal(rec.candidates), 1):
+        table.add_row(str(i), c.host, gpus, c.connection, f"{c.score:.0f}", why)
     console.print(table)
+
+
+def breakdown_rows(breakdown: dict[str, int]) -> list[tuple[str, int]]:
+    """The estimate's parts as the table shows them.
+
+    Under DDP the gradients are views into its buckets (gradient_as_bucket_view),
+    so the estimate counts them once, as the buckets, and its gradients are 0:
+    shown as one row rather than "gradients 0" beside the buckets.
+    """
+    parts = dict(breakdown)
+    rows = []
+    for name, value in parts.items():
+        if name == "gradients" and not value and parts.get("ddp_buckets"):
+            rows.append(("gradients (DDP buckets)", parts["ddp_buckets"]))
+        elif name == "ddp_buckets" and not parts.get("gradients") and value:
+            continue
+        else:
+            rows.append((name.replace("_", " "), value))
+    return rows
+
+
+_GPU_NAMES = re.compile(r"^GPUs? [\d, ]+ ")
+
+
+def collapse_equal(candidates: list[Any]) -> list[tuple[Any, str, str]]:
+    """(first candidate, GPUs cell, why cell) per group of equal candidates.
+
+    On a host of identical free GPUs every single GPU (or every set alike) scores
+    the same for the same reason; one row says so ("0 | 1 | 2 | 3: equal")
+    instead of repeating it once per GPU.
+    """
+    groups: dict[tuple, list[Any]] = {}
+    for c in candidates:
+        same = (c.host, c.connection, round(c.score), _GPU_NAMES.sub("", c.reasons[0]) if c.reasons else "",
+                tuple(c.reasons[1:]))
+        groups.setdefault(same, []).append(c)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        gpus = " | ".join(",".join(map(str, m.gpu_indexes)) for m in members)
+        why = "; ".join(first.reasons)
+        if len(members) > 1 and first.reasons:
+            rest = "; ".join([_GPU_NAMES.sub("", first.reasons[0]), *first.reasons[1:]])
+            why = f"{len(members)} equal choices; each {rest}"
+        out.append((first, gpus, why))
+    return out
 
 
 def register(app: typer.Typer) -> None:

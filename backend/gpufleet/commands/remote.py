@@ -6,15 +6,16 @@ CLI starts: it loads httpx and the API's schemas.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.client import Client as _LibraryClient
 from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.commands.tables import make_console
 
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 
 def _fail(message: str) -> NoReturn:
@@ -24,6 +25,10 @@ def _fail(message: str) -> NoReturn:
 
 class Client(_LibraryClient):
     """The library's client (one HTTP path for the CLI and Python users); a refusal ends the command with one line."""
+
+    # The API's field names a command's own options stand for: a refusal then names the options,
+    # never fields the person did not type (e.g. {"gpu_ids": "--gpu-ids"}). Set by the command.
+    options: dict[str, str] = {}
 
     def __init__(self, server: str | None):
         try:
@@ -38,7 +43,13 @@ class Client(_LibraryClient):
         except ServerUnreachable as exc:
             _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
         except GpufleetError as exc:
-            _fail(str(exc))
+            _fail(self.in_options(str(exc)))
+
+    def in_options(self, message: str) -> str:
+        if not self.options:
+            return message
+        return re.sub(r"\b(?:body\.)?(" + "|".join(map(re.escape, self.options)) + r")\b",
+                      lambda m: self.options[m.group(1)], message)
 
     def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""

@@ -5,6 +5,11 @@ Packs the current directory (``--dir``), honouring ``.gitignore`` and
 over), uploads it unless the server already holds the same code (content
 hash), submits a training of kind ``script`` with the command as argv, and
 follows it like ``gpufleet trainings logs --follow``.
+
+The training's packages: ``requirements.txt``, or ``pyproject.toml`` with
+``uv.lock``, found in the uploaded folder (or ``--requirements FILE``;
+``--no-env`` for none) is built into a cached virtual environment on the
+host that runs it, on top of that host's interpreter and torch.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ def register(app: typer.Typer) -> None:
                 context_settings={"allow_interspersed_args": False})(run)
 
 
+# The request's fields, as this command's options (what a refusal names).
+CLI_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "memory_mb": "--memory", "max_restarts": "--max-restarts",
+               "max_runtime_s": "--max-runtime"}
+
+
 def _parse_env(items: list[str]) -> dict[str, str]:
     env = {}
     for item in items:
@@ -34,6 +44,38 @@ def _parse_env(items: list[str]) -> dict[str, str]:
             _fail(f"--env {item!r}: write NAME=VALUE")
         env[name] = value
     return env
+
+
+def find_requirements(root: Path, given: Path | None, no_env: bool) -> str | None:
+    """The requirement file to build the environment from, relative to ``root``, or None."""
+    if no_env:
+        if given is not None:
+            _fail("--requirements and --no-env contradict each other; give one")
+        return None
+    if given is not None:
+        path = given.resolve()
+        if not path.is_file():
+            _fail(f"--requirements {given}: no such file")
+        if not path.is_relative_to(root):
+            _fail(f"--requirements {given} is outside --dir {root}; only the uploaded folder reaches the server")
+        if path.name == "pyproject.toml" and not (path.parent / "uv.lock").is_file():
+            _fail(f"--requirements {given}: pyproject.toml needs a uv.lock beside it (run `uv lock`)")
+        return path.relative_to(root).as_posix()
+    if (root / "requirements.txt").is_file():
+        return "requirements.txt"
+    if (root / "pyproject.toml").is_file() and (root / "uv.lock").is_file():
+        return "pyproject.toml"
+    return None
+
+
+def _packed(data: bytes, rel: str) -> bool:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        names = set(tar.getnames())
+    return rel in names and (not rel.endswith("pyproject.toml") or str(Path(rel).parent / "uv.lock")
+                             .removeprefix("./") in names)
 
 
 def upload(c: Client, data: bytes) -> str:
@@ -59,10 +101,17 @@ def run(
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024, help="how many GPUs (one rank each)")] = None,
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="these GPUs of --host, e.g. 0,1")] = None,
     host: Annotated[str | None, typer.Option("--host", help="the host whose GPUs --gpu-ids names")] = None,
-    memory: Annotated[str | None, typer.Option("--memory", help="memory one rank needs, e.g. 20GiB")] = None,
+    memory: Annotated[str | None, typer.Option(
+        "--memory", help="memory one rank needs, e.g. 20GiB (default: the peak earlier runs of the same code "
+                         "measured, else whole GPUs)")] = None,
     name: Annotated[str | None, typer.Option("--name", help="the training's name")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="NAME=VALUE, repeatable (allowed names only)")] = None,
     python: Annotated[str | None, typer.Option("--python", help="an interpreter the server lists by name")] = None,
+    requirements: Annotated[Path | None, typer.Option(
+        "--requirements", help="build the training's environment from this file in --dir (default: "
+                               "requirements.txt, or pyproject.toml with uv.lock, when present)")] = None,
+    no_env: Annotated[bool, typer.Option("--no-env", help="run on the host's interpreter as is, no environment")
+                      ] = False,
     max_restarts: Annotated[int, typer.Option("--max-restarts", min=0, max=100)] = 2,
     priority: Annotated[int, typer.Option("--priority", min=-1000, max=1000,
                                           help="higher runs first, and may preempt lower")] = 0,
@@ -89,6 +138,10 @@ def run(
         data = pack(root, max_bytes=max_mb * 2**20)
     except PackTooLarge as exc:
         _fail(str(exc))
+    req_file = find_requirements(root, requirements, no_env)
+    if req_file and not _packed(data, req_file):
+        _fail(f"{req_file} is ignored by .gitignore or .gpufleetignore, so it would not be uploaded; "
+              "stop ignoring it, or pass --no-env")
     body: dict[str, Any] = {
         "name": name or f"{Path(command[1] if len(command) > 1 else command[0]).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
         "kind": "script", "argv": list(command), "max_restarts": max_restarts,
@@ -110,6 +163,9 @@ def run(
         body["env"] = _parse_env(env)
     if python:
         body["python"] = python
+    if req_file:
+        body["requirements"] = req_file
+        err.print(f"the training's environment is built from {req_file} (--no-env to skip)", highlight=False)
     if priority:
         body["priority"] = priority
     if preemptible is not None:
@@ -119,6 +175,7 @@ def run(
     if from_training:
         body["from_training"] = from_training
     c = connect(server)
+    c.options = CLI_OPTIONS
     body["code"] = upload(c, data)
     t = c.call("POST", "/api/v1/trainings", json=body)
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)

@@ -1,4 +1,4 @@
-"""`gpufleet groups …`, `gpufleet users set-quota` and `gpufleet usage`.
+"""`gpufleet groups …`, `gpufleet users set-quota` (limits, share, priority cap) and `gpufleet usage`.
 
 Groups and quotas work on the server's database directly, like `gpufleet
 users`: whoever can run them there can read its configuration already. Over
@@ -13,16 +13,25 @@ import json
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from gpufleet.commands import users
+from gpufleet.commands.tables import make_console
 
 groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
-err = Console(stderr=True)
+err = make_console(stderr=True)
 
 MaxGpusOpt = Annotated[str | None, typer.Option("--max-gpus", help="GPUs held at once, or 'none' for no limit")]
 HoursOpt = Annotated[str | None, typer.Option("--gpu-hours-week",
                                               help="GPU-hours held over a rolling 7 days, or 'none'")]
+PriorityOpt = Annotated[str | None, typer.Option(
+    "--max-priority", help="the highest priority a member may give a training (0-1000), or 'none' for the default")]
+
+
+def _admin_here() -> str:
+    """Who sets a cap from this command line, as a refused member is told."""
+    import getpass
+
+    return f"{getpass.getuser()} (command line)"
 
 
 def _fail(message: str) -> NoReturn:
@@ -61,9 +70,9 @@ def groups_list() -> None:
     def fmt(v: Any) -> str:  # noqa: ANN401
         return "-" if v is None else f"{v:g}"
 
-    users._emit(("name", "members", "max GPUs", "GPU-hours/week"),
-                [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week))
-                 for v in views])
+    users._emit(("name", "members", "max GPUs", "GPU-hours/week", "max priority"),
+                [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week),
+                  fmt(v.limits.max_priority)) for v in views])
     if not views:
         err.print("no groups yet; create one with `gpufleet groups create NAME`")
 
@@ -103,15 +112,17 @@ def groups_remove(name: str, member: str) -> None:
 
 
 @groups_app.command("set-quota")
-def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None) -> None:
-    """Set a group's quota (options not given keep their value)."""
+def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None,
+                     max_priority: PriorityOpt = None) -> None:
+    """Set a group's quota and priority cap (options not given keep their value)."""
     from gpufleet.users.groups import Limits, list_groups, set_group_quota
 
     def work(sess) -> Limits:  # noqa: ANN001
         have = next((v.limits for v in list_groups(sess) if v.name == name), Limits())
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
-                        _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week))
-        return set_group_quota(sess, name, limits)
+                        _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
+                        max_priority=_number("--max-priority", max_priority, int, have.max_priority))
+        return set_group_quota(sess, name, limits, set_by=_admin_here())
 
     done = users._run(work)
     err.print(f"group {name}: {_describe(done)}", highlight=False)
@@ -120,16 +131,18 @@ def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = N
 def users_set_quota(
     name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None,
     share: Annotated[float | None, typer.Option("--share", help="fair-share weight (default 1)")] = None,
+    max_priority: PriorityOpt = None,
 ) -> None:
-    """Set a user's quota and fair share (options not given keep their value)."""
+    """Set a user's quota, fair share and priority cap (options not given keep their value)."""
     from gpufleet.users.groups import Limits, set_user_quota, user_limits
 
     def work(sess) -> Limits:  # noqa: ANN001
         have = user_limits(sess, name)
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
                         _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
-                        have.share if share is None else share)
-        return set_user_quota(sess, name, limits)
+                        have.share if share is None else share,
+                        _number("--max-priority", max_priority, int, have.max_priority))
+        return set_user_quota(sess, name, limits, set_by=_admin_here())
 
     done = users._run(work)
     err.print(f"user {name}: {_describe(done)}, share {done.share:g}", highlight=False)
@@ -138,7 +151,8 @@ def users_set_quota(
 def _describe(limits: Any) -> str:  # noqa: ANN401
     gpus = "no GPU limit" if limits.max_gpus is None else f"at most {limits.max_gpus} GPUs at once"
     hours = "" if limits.gpu_hours_per_week is None else f", {limits.gpu_hours_per_week:g} GPU-hours a week"
-    return gpus + hours
+    prio = "" if limits.max_priority is None else f", priority at most {limits.max_priority}"
+    return gpus + hours + prio
 
 
 def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[str, Any]:

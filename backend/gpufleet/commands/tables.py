@@ -121,6 +121,54 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
                       highlight=False)
 
 
+def print_lines(console: Console, rows: Sequence[Sequence[str]], *, label: bool = False,
+                whole: Sequence[str] = ()) -> None:
+    """Rows of cells whose last cell may be long: on a terminal the last cell folds
+    under itself (a hanging indent), never back to column 0; elsewhere each row is
+    one line. ``label``: the first cell is a bold, right-aligned label. A row whose
+    first cell is in ``whole`` (a path) is never folded, so it can be copied."""
+    widths = [max(Text(r[i]).cell_len for r in rows) for i in range(len(rows[0]) - 1)] if rows else []
+
+    def line(row: Sequence[str]) -> Text:
+        cells = [(f"{c:>{w}}" if label and i == 0 else f"{c:<{w}}", "bold" if label and i == 0 else "")
+                 for i, (c, w) in enumerate(zip(row, widths, strict=False))]
+        return Text.assemble(*[part for cell in cells for part in (cell, " ")], row[-1])
+
+    if not console.is_terminal:
+        for row in rows:
+            console.print(line(row), highlight=False, soft_wrap=True)
+        return
+    grid = None
+    for row in rows:
+        if row[0] in whole:
+            if grid is not None:
+                console.print(grid)
+                grid = None
+            console.print(line(row), highlight=False, soft_wrap=True)
+            continue
+        if grid is None:
+            grid = Table.grid(padding=(0, 1))
+            for i, w in enumerate(widths):
+                grid.add_column(justify="right" if label and i == 0 else "left", min_width=w, no_wrap=True,
+                                style="bold" if label and i == 0 else None)
+            grid.add_column(overflow="fold")
+        grid.add_row(*row)
+    if grid is not None:
+        console.print(grid)
+
+
+def make_console(stderr: bool = False) -> Console:
+    """The console a command prints on: lines wrap at the terminal's width, and only on a terminal.
+
+    Written to a file or a pipe, rich would fold every line at 80 columns (its
+    default width there), cutting a URL or an id in two for whoever reads the
+    log or greps it. Tables still fit the console's width (``--wide`` shows all).
+    """
+    console = Console(stderr=stderr)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
 def fmt_size(n: float | None) -> str:
     """Bytes in binary units, one decimal below 100: ``80.0 GiB``, ``572 MiB``, ``1.5 KiB``, ``0 B``."""
     if n is None:

@@ -18,14 +18,14 @@ from rich.live import Live
 from rich.measure import Measurement
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size
+from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size, make_console
 
 BAR_WIDTH = 20
 GIB = 1024**3
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -84,13 +84,16 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH, width:
     agg = body.get("aggregate", {})
     used, total = agg.get("total_memory_used") or 0, agg.get("total_memory_total") or 0
     util = agg.get("average_utilization")
-    head = Text.assemble(
-        (f"gpufleet top — {server}", "bold"),
-        f"   {agg.get('gpu_count', 0)} GPUs",
+    title = Text(f"gpufleet top — {server}", style="bold")
+    figures = Text.assemble(
+        f"{agg.get('gpu_count', 0)} GPUs",
         f"   util {util:.0f}%" if util is not None else "   util –",
         f"   memory {fmt_size(used)} of {fmt_size(total)}",
         (f"   {agg['lost_count']} lost", "bold red") if agg.get("lost_count") else "",
     )
+    # One line where it fits; on a narrow terminal the figures go on a line of their own.
+    sep = "   " if title.cell_len + 3 + figures.cell_len <= width else "\n"
+    head = Text.assemble(title, sep, figures)
     hosts: dict[str, list[dict[str, Any]]] = {}
     for g in gpus:
         hosts.setdefault(g["host"], []).append(g)
@@ -164,7 +167,7 @@ def top(
         server = f"http://{'[' + host + ']' if ':' in host else host}:{s.port}"
     if not server.startswith(("http://", "https://")):
         _fail(f"--server must start with http:// or https://, got {server!r}")
-    console = Console()
+    console = make_console()
 
     def frame() -> Group:
         return render(fetch(server, token), server, bar_width_for(console.width), console.width, wide)

@@ -21,12 +21,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from gpufleet.commands.tables import fmt_loss, fmt_size
+from gpufleet.commands.tables import fmt_loss, fmt_size, make_console
 
 if TYPE_CHECKING:
     from gpufleet.training.spec import LaunchSpec
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -263,7 +263,7 @@ def summary_lines(records: list[dict[str, Any]], code: int, spec: LaunchSpec) ->
 
 
 def _summary(records: list[dict[str, Any]], code: int, spec: LaunchSpec, out: Console | None = None) -> None:
-    out = out or Console()
+    out = out or make_console()
     out.print(Text(f"training {spec.recipe} on {', '.join(spec.devices)}", style="bold"))
     lines = summary_lines(records, code, spec)
     pad = max(len(k) for k, _ in lines)

@@ -12,18 +12,16 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
 
-from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, print_table
+from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, make_console, print_lines, print_table
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
 
 trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_help=True)
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or http://127.0.0.1:8000)")]
 
@@ -112,15 +110,30 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("id", t["id"]), ("name", t["name"]), ("owner", t["owner"]), ("recipe", t["recipe"]),
         ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
         ("waiting", t["wait_reason"] or "-"), ("host", _host(t)), ("gpus", _gpus(t)),
-        ("distributed", f"{t['distributed']} (world size {t['world_size']})"),
+        ("ranks", f"{t['world_size']}, DDP" if t["distributed"] else f"{t['world_size']}, not distributed"),
         ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
         ("sharing", sharing_line(t)),
         ("checkpoint", t["last_checkpoint"] or "-"),
         *([("started from", f"training {t['resumed_from']}'s checkpoint")] if t.get("resumed_from") else []),
-        ("selection", str(t["selection"] or "-")),
+        ("selection", selection_line(t.get("selection"))),
         ("memory", f"estimate {fmt_size(t['memory_estimate'])}, measured peak {fmt_size(measured)}"),
     ]
+
+
+def selection_line(selection: dict[str, Any] | None) -> str:
+    """Which GPUs were chosen, by whom, and why, in words (the API gives it as an object)."""
+    if not selection:
+        return "-"
+    chosen = selection.get("chosen")
+    parts = [f"GPUs {', '.join(map(str, chosen))}" if chosen else "no GPUs yet"]
+    if selection.get("by"):
+        parts.append(f"by {selection['by']}")
+    text = " ".join(parts)
+    if selection.get("reason"):
+        text += f": {selection['reason']}"
+    rest = {k: v for k, v in selection.items() if k not in ("chosen", "by", "reason") and v not in (None, [], {})}
+    return text + "".join(f"; {k.replace('_', ' ')} {v}" for k, v in rest.items())
 
 
 def sharing_line(t: dict[str, Any]) -> str:
@@ -156,12 +169,10 @@ def show(training_id: str, server: ServerOpt = None) -> None:
     if t.get("hosts"):
         steps = [m for m in _dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
         extra = host_lines(t, steps[-1]["rank_step_times"] if steps else None)
-    for k, v in show_fields(t) + extra:
-        # soft_wrap: long values (a checkpoint path) wrap whole, never cut.
-        out.print(Text.assemble((f"{k:>11}", "bold"), " ", v), highlight=False, soft_wrap=True)
+    # Long values fold under themselves; a checkpoint path stays whole so it can be copied.
+    print_lines(out, show_fields(t) + extra, label=True, whole=("checkpoint",))
     events = [_dump(e) for e in c.events(training_id)][-10:]
-    for e in events:
-        out.print(f"  #{e['seq']:<4} {e['time'][:19]} {e['kind']:<10} {e['reason'] or ''}", highlight=False)
+    print_lines(out, [(f"  #{e['seq']}", e["time"][:19], e["kind"], e["reason"] or "") for e in events])
 
 
 @trainings_app.command("cancel")

@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from gpufleet.commands.tables import make_console
 
 users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
 
-out = Console()
-err = Console(stderr=True)
+out = make_console()
+err = make_console(stderr=True)
 
 RoleOpt = Annotated[str, typer.Option("--role", help="admin | member | viewer")]
 
@@ -88,20 +89,21 @@ def users_add(
 
 @users_app.command("list")
 def users_list() -> None:
-    """List users, their roles and live tokens."""
-    from gpufleet.users.accounts import list_users
+    """List users, their roles, live tokens and granted permissions."""
+    from gpufleet.users.accounts import PERMISSIONS, list_users
     from gpufleet.users.tokens import live_token_counts
 
     def work(sess):  # noqa: ANN001, ANN202
         live = live_token_counts(sess)
-        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at) for u in list_users(sess)]
+        return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
+                 ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
 
     rows = _run(work)
     _emit(
-        ("name", "role", "state", "live tokens", "created"),
+        ("name", "role", "state", "live tokens", "created", "permissions"),
         [
-            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}")
-            for name, role, disabled, count, created in rows
+            (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}", granted)
+            for name, role, disabled, count, created, granted in rows
         ],
     )
     if not rows:
@@ -137,30 +139,22 @@ def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | 
     err.print(f"user {name} is now {role}", highlight=False)
 
 
-PERMISSIONS = ("run_code",)
-
-
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
-    from gpufleet.users.accounts import get_user
+    from gpufleet.users.accounts import PERMISSIONS, set_permission
 
-    def work(sess) -> None:  # noqa: ANN001
-        get_user(sess, name).run_code = allowed
-
-    if permission not in PERMISSIONS:
-        _fail(f"unknown permission {permission!r}; known: {', '.join(PERMISSIONS)}")
-    _run(work)
-    err.print(f"user {name} {'may now' if allowed else 'may no longer'} {permission.replace('_', ' ')}",
-              highlight=False)
+    _run(lambda sess: set_permission(sess, name, permission, allowed))
+    err.print(f"user {name} {'may now' if allowed else 'may no longer'} {PERMISSIONS[permission]}", highlight=False)
 
 
 @users_app.command("grant")
-def users_grant(name: str, permission: Annotated[str, typer.Argument(help="run_code: submit their own code")]) -> None:
+def users_grant(name: str, permission: Annotated[str, typer.Argument(
+        help="run_code: submit their own code; non_preemptible: ask for trainings that cannot be preempted")]) -> None:
     """Grant a permission (admins have every one)."""
     _set_permission(name, permission, True)
 
 
 @users_app.command("revoke")
-def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code")]) -> None:
+def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code | non_preemptible")]) -> None:
     """Take a permission back."""
     _set_permission(name, permission, False)
 

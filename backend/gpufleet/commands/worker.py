@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-err = Console(stderr=True)
+from gpufleet.commands.tables import make_console
+
+err = make_console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:

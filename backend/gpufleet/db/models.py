@@ -109,6 +109,8 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # May submit its own code (script trainings); admins always may.
     run_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # May ask for trainings no higher-priority one can preempt; admins always may.
+    non_preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class APIToken(Base):
@@ -390,7 +392,7 @@ class TrainingEvent(Base):
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
 
 
-# The sharing tables live beside these (gpufleet.db.sharing) on the same
-# base; importing them here keeps "every table" one import away for Alembic
-# and for code that imports them from this module.
+# The sharing and sign-in tables live beside these (gpufleet.db.sharing, .signin) on the same base;
+# importing them here keeps "every table" one import away for Alembic and for this module's importers.
 from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401
+from gpufleet.db.signin import BrowserSession  # noqa: E402,F401

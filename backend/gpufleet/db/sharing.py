@@ -47,6 +47,9 @@ class Quota(Base):
     max_gpus: Mapped[int | None] = mapped_column(Integer)  # GPUs held at once
     gpu_hours_per_week: Mapped[float | None] = mapped_column(Float)  # held, over a rolling 7 days
     share: Mapped[float] = mapped_column(Float, default=1.0)  # fair-share weight (users)
+    # The highest priority its trainings may ask for (None: the default for members), and who set it.
+    max_priority: Mapped[int | None] = mapped_column(Integer)
+    max_priority_set_by: Mapped[str | None] = mapped_column(String(128))
 
 
 class UsageDaily(Base):

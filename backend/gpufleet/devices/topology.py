@@ -33,17 +33,18 @@ PCIE_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 # refuses; the C enum value is 0.
 P2P_CAPS_INDEX_READ = 0
 
+# Each line fits an 80-column terminal.
 LEGEND = """\
 Legend:
   X    = the GPU itself
-  SYS  = through PCIe and the interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)
-  NODE = through PCIe and between PCIe host bridges within one NUMA node
-  PHB  = through PCIe and a PCIe host bridge (usually the CPU)
-  PXB  = through several PCIe bridges, without a host bridge
-  PIX  = through at most one PCIe bridge (one PCIe switch)
-  NV#  = through a bonded set of # NVLinks
+  SYS  = PCIe and the link between NUMA nodes (QPI/UPI, Infinity Fabric)
+  NODE = PCIe and between PCIe host bridges within one NUMA node
+  PHB  = PCIe and a PCIe host bridge (usually the CPU)
+  PXB  = several PCIe bridges, without a host bridge
+  PIX  = at most one PCIe bridge (one PCIe switch)
+  NV#  = a bonded set of # NVLinks
   ?    = unknown (not an NVIDIA pair, or the GPU does not answer)
-Peer access: GPUs that can read each other's memory directly (NVLink or one PCIe switch)."""
+Peer access: GPUs that read each other's memory directly (NVLink, one switch)."""
 
 
 @dataclass(frozen=True)

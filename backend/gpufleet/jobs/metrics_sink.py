@@ -204,6 +204,12 @@ class MetricsSink:
         elif kind == "start":
             self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",
                         {k: v for k, v in line.items() if k != "type"})
+        elif kind == "environment":  # the training's own packages: building, waiting for a build, ready
+            message = str(line.get("message"))
+            self._event("environment", message, {k: v for k, v in line.items() if k != "type"})
+            # The phase shows in the status too, while it lasts and once it is done.
+            self._row["status_reason"] = (message if line.get("phase") != "ready" else
+                                          f"running on host {self.host_name} (attempt {self.attempt}); {message}")
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group

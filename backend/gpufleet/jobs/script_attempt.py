@@ -17,7 +17,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
 from gpufleet.training import stopfile
-from gpufleet.trainings import code, files, script
+from gpufleet.trainings import code, files, script, venv
 from gpufleet.trainings.script_launch import ScriptSpec
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     env = dict(t.env or {})
     python = script.interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
+    requirements = env.pop(script.REQUIREMENTS_KEY, None)
     spec = ScriptSpec(
         training_id=str(t.id),
         argv=script.resolve_argv(list(t.argv), python),
@@ -60,6 +61,8 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
         simulated=ranks_on_cpu,
         stop_grace_s=stop_grace_s,
         output_dir=str(files.output_dir(settings, t.id)),
+        # Built by the launcher, in the training's own process context, before its ranks start.
+        environment=venv.request_for(settings, requirements, python, t.owner or "local"),
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)

@@ -103,6 +103,12 @@ class TrainingFeed:
             self._pos[name] = (max([e["seq"] for e in snap["events"]], default=0),
                                max([m["step"] for m in snap["metrics"]], default=-1))
 
+    def owner(self, name: str) -> str | None:
+        """The owner of a prepared ``training:<id>`` channel's training (None if unknown)."""
+        ch = self.hub.channels.get(name)
+        training = (ch.state or {}).get("training") if ch is not None else None
+        return training.get("owner") if training else None
+
     def start(self, name: str) -> None:
         """Hub hook: the first subscriber of ``name`` arrived."""
         if name.startswith("training:") and name not in self._tasks:

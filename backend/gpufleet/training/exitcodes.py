@@ -13,6 +13,9 @@ BAD_DATA = 11
 RANK_FAILED = 12
 COLLECTIVE_TIMEOUT = 13
 INTERRUPTED = 14
+# A user's code that can never run as given: its environment cannot be built, an import or
+# syntax error, a file named on the command line that does not exist. Retrying cannot help.
+CANNOT_RUN = 15
 
 DESCRIPTIONS: dict[int, str] = {
     SUCCEEDED: "succeeded",
@@ -22,6 +25,7 @@ DESCRIPTIONS: dict[int, str] = {
     RANK_FAILED: "a rank failed",
     COLLECTIVE_TIMEOUT: "collective timeout",
     INTERRUPTED: "interrupted (checkpointed on SIGTERM)",
+    CANNOT_RUN: "the code cannot run",
 }
 
 # Error kinds that ranks report, and the exit code each one leads to.
@@ -33,6 +37,10 @@ KIND_TO_CODE: dict[str, int] = {
     "error": RANK_FAILED,
     "peer_lost": RANK_FAILED,
     "interrupted": INTERRUPTED,
+    "environment": CANNOT_RUN,
+    "import": CANNOT_RUN,
+    "syntax": CANNOT_RUN,
+    "missing_file": CANNOT_RUN,
 }
 
 

@@ -38,8 +38,9 @@ def check_request(req: TrainingCreate) -> int:
         raise TrainingRequestError("recipe", "recipe: a training of kind 'recipe' needs the recipe's name")
     if not req.name.strip():
         raise TrainingRequestError("name", "name must not be empty")
-    if req.kind == "recipe" and any(v is not None for v in (req.code, req.argv, req.env, req.memory)):
-        raise TrainingRequestError("kind", "code, argv, env and memory belong to kind 'script'")
+    if req.kind == "recipe" and any(v is not None for v in (req.code, req.argv, req.env, req.memory,
+                                                            req.requirements)):
+        raise TrainingRequestError("kind", "code, argv, env, memory and requirements belong to kind 'script'")
     ids = req.gpu_ids
     if ids is not None:
         if not ids:

@@ -5,6 +5,7 @@
 | 0 | succeeded |
 | out of memory | resumed once with half the per-rank micro-batch and twice the gradient accumulation (same global batch, same results) when the training allows it; otherwise failed, no retry |
 | bad data / config | failed, no retry (a retry would fail the same way) |
+| the code cannot run (environment, import, syntax, missing file) | failed, no retry, that error as the reason |
 | collective timeout | retried with twice the timeout, up to max restarts |
 | interrupted (SIGTERM, not a cancel) | requeued to resume; not counted as a restart |
 | anything else | retried from the newest checkpoint with backoff up to max restarts, then failed |
@@ -54,7 +55,8 @@ def describe_error(code: int, error: dict[str, Any] | None) -> str:
         base = ec.describe(code)
     if error:
         rank = error.get("rank")
-        who = f"rank {rank}" if rank is not None else "launcher"
+        who = f"rank {rank}" if rank is not None else ("environment" if error.get("kind") == "environment"
+                                                       else "launcher")
         msg = str(error.get("message") or error.get("kind") or "").strip()
         if msg.startswith(f"{who}:"):  # the launcher already named the rank
             msg = msg[len(who) + 1:].strip()
@@ -102,6 +104,9 @@ def decide(a: Attempt) -> Decision:
         )
     if code == ec.BAD_DATA:
         return Decision("failed", f"{detail}; not retried (fix the data or config)")
+    if code == ec.CANNOT_RUN:
+        return Decision("failed", f"{detail}; not retried (it fails the same way every time: fix the code or its "
+                                  "requirements)")
     if code == ec.INTERRUPTED:
         return Decision("queued", f"{detail}; requeued to resume", retry_kind="interrupted")
     if a.restarts >= a.max_restarts:

@@ -20,6 +20,7 @@ from gpufleet.bounds import (
     MAX_MEMORY_MB,
     MAX_PATH_CHARS,
     MAX_PATH_PART_CHARS,
+    MAX_PRIORITY,
     GPUIndex,
 )
 from gpufleet.training.config import TrainConfig
@@ -118,6 +119,10 @@ class TrainingCreate(BaseModel):
         default=None, description="kind script: memory one rank needs on its GPU ('20GiB' or bytes)")
     python: str | None = Field(default=None, max_length=64,
                                description="kind script: an interpreter the server lists (GPUFLEET_PYTHONS)")
+    requirements: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="kind script: the file in the code the training's environment is built from (a requirements "
+                    ".txt, or pyproject.toml with uv.lock beside it); omit for none")
     gpu_ids: list[GPUIndex] | None = Field(
         default=None, max_length=MAX_GPUS, description="GPU indexes on the host; omit to let the server choose"
     )
@@ -129,7 +134,10 @@ class TrainingCreate(BaseModel):
     gpus_per_host: int | None = Field(default=None, ge=1, le=64, description="across hosts: GPUs (ranks) on each")
     spread: Literal["auto"] | None = Field(
         default=None, description="auto: one host when one fits, else the fewest hosts that hold world_size")
-    priority: int = Field(default=0, ge=-1000, le=1000)
+    priority: int = Field(
+        default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY,
+        description="higher goes first and may preempt lower; a member may go above 0 only up to the cap an admin"
+                    " set for them or their group (else GPUFLEET_MEMBER_MAX_PRIORITY): beyond it a 403")
     max_restarts: int = Field(default=2, ge=0, le=100)
     checkpoint_every: int | None = Field(default=None, ge=1, le=INT32_MAX)
     allow_rebalance: bool = Field(
@@ -144,7 +152,8 @@ class TrainingCreate(BaseModel):
     preemptible: bool | None = Field(
         default=None, description="a higher-priority training may checkpoint and stop it to take its GPUs (it "
                                   "resumes later, no restart counted); omit for the server's default: yes for "
-                                  "members, no for admins")
+                                  "members, no for admins. false needs the non_preemptible permission for "
+                                  "members (else a 403)")
     from_training: uuid.UUID | None = Field(
         default=None, description="start from this training's newest checkpoint (yours, or any as an admin), "
                                   "with this request's config and arguments: a clone with changes")
@@ -179,7 +188,8 @@ class TrainingBatchCreate(BaseModel):
     items: list[BatchItem] = Field(min_length=1, max_length=2000)
     strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
     host: str | None = Field(default=None, max_length=255)
-    priority: int = Field(default=0, ge=-1000, le=1000)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY,
+                          description="every item's priority, within the member's cap as for one training")
     max_restarts: int = Field(default=2, ge=0, le=100)
 
     def requests(self) -> list[TrainingCreate]:

@@ -12,6 +12,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -36,6 +37,9 @@ RESERVED_ENV = frozenset({
     "CUDA_DEVICE_ORDER", "TORCHELASTIC_RUN_ID", "PYTHONPATH", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH",
 })
 SCRIPT_RECIPE = "script"
+# The requirement file a training's environment is built from travels in the row's env under this
+# reserved name (as the interpreter's name does under GPUFLEET_PYTHON); the launcher never passes it on.
+REQUIREMENTS_KEY = "GPUFLEET_REQUIREMENTS"
 PYTHON_NAMES = ("python", "python3")
 
 
@@ -109,6 +113,31 @@ def check_python(settings: Settings, name: str | None) -> str | None:
     return name
 
 
+def check_requirements(settings: Settings, sess: Session, code_hash: str, rel: str | None) -> str | None:
+    """The requirement file, relative to the code's root, if the uploaded code holds it."""
+    import io
+    import tarfile
+
+    from gpufleet.trainings.code import fetch
+
+    if not rel:
+        return None
+    rel = rel.strip().removeprefix("./")
+    if rel.startswith("/") or ".." in Path(rel).parts or "\x00" in rel:
+        raise ScriptError("requirements", f"requirements {rel!r} must be a path inside the uploaded code")
+    if not (rel.endswith(".txt") or Path(rel).name == "pyproject.toml"):
+        raise ScriptError("requirements", f"requirements {rel!r} must be a requirements .txt file, or "
+                                          "pyproject.toml with a uv.lock beside it")
+    with tarfile.open(fileobj=io.BytesIO(fetch(settings, sess, code_hash)), mode="r:gz") as tar:
+        names = {n.removeprefix("./") for n in tar.getnames()}
+    lock = str(Path(rel).parent / "uv.lock") if Path(rel).parent != Path(".") else "uv.lock"
+    if rel not in names:
+        raise ScriptError("requirements", f"requirements {rel!r} is not in the uploaded code")
+    if Path(rel).name == "pyproject.toml" and lock not in names:
+        raise ScriptError("requirements", f"{rel} has no uv.lock beside it in the uploaded code; run `uv lock`")
+    return rel
+
+
 def measured_peak(sess: Session, code_hash: str) -> int | None:
     """The largest per-rank peak measured by earlier runs of the same code."""
     return sess.scalar(select(func.max(Training.measured_peak_memory)).where(
@@ -127,7 +156,7 @@ class ScriptFields:
 
 def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[str] | None,
             env: Mapping[str, str] | None, memory: str | int | None, python: str | None,
-            auto_select: bool) -> ScriptFields:
+            requirements: str | None = None) -> ScriptFields:
     """Validate a script request; nothing is written."""
     from gpufleet.trainings.archive import ArchiveError
     from gpufleet.trainings.code import check_hash
@@ -146,6 +175,9 @@ def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[s
     if py is not None:
         env = {**env}  # the interpreter's name travels in the row's env under a reserved key
         env["GPUFLEET_PYTHON"] = py
+    req_file = check_requirements(settings, sess, code_hash, requirements)
+    if req_file:
+        env = {**env, REQUIREMENTS_KEY: req_file}
     declared = parse_memory(memory)
     estimate: dict[str, Any] | None = None
     mem = declared
@@ -157,11 +189,11 @@ def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[s
             mem = peak
             estimate = {"source": "measured", "total": peak,
                         "note": "the largest per-rank peak measured by earlier runs of the same code"}
-        elif auto_select:
-            raise ScriptError(
-                "memory",
-                "cannot choose GPUs for this script: it declares no memory and no earlier run of the same code "
-                "was measured; give memory (e.g. --memory 20GiB) or name the GPUs (gpu_ids)")
+        else:
+            # As Slurm does: whole GPUs, held exclusively; this run's measured peak sizes the next one.
+            estimate = {"source": "whole-gpu",
+                        "note": "no memory declared and no earlier run of the same code measured: whole GPUs, "
+                                "exclusively; the peak this run measures is used next time"}
     return ScriptFields(code_hash=code_hash, argv=argv, env=env, memory_declared=declared,
                         memory_estimate=mem, estimate=estimate)
 

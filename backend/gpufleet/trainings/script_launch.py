@@ -40,6 +40,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -49,8 +50,10 @@ from gpufleet.training.lifeline import die_with_parent
 from gpufleet.training.logtext import LineSplitter
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.stopfile import STOP_FILE_ENV, mark
-from gpufleet.trainings.script_tensorboard import TensorBoardWatch
+from gpufleet.trainings import venv
+from gpufleet.trainings.script_errors import ErrorWatch
 from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's
+from gpufleet.trainings.script_tensorboard import TensorBoardWatch
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.05
@@ -76,6 +79,7 @@ class ScriptSpec:
     report_file: str = ""  # the ranks' gpufleet.report files are this + ".rank<N>"
     stop_file: str = ""  # created when the training is asked to stop (GPUFLEET_STOP_FILE)
     output_dir: str = ""  # GPUFLEET_OUTPUT_DIR: files to keep besides checkpoints (listed and downloadable)
+    environment: dict[str, Any] | None = None  # a venv.EnvRequest to build (or reuse) before the ranks start
 
     def write(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -133,6 +137,7 @@ class Ranks:
         self.oom: set[int] = set()
         self.peaks: list[int] = []
         self.splitters: list[tuple[int, LineSplitter]] = []
+        self.errors: defaultdict[int, ErrorWatch] = defaultdict(ErrorWatch)  # what each rank's stderr says
 
     def start(self, port: int) -> None:
         base = dict(os.environ)
@@ -173,6 +178,8 @@ class Ranks:
         prefix = f"[rank {rank}] ".encode()
         for line in lines:
             text = line.decode(errors="replace").rstrip()
+            if is_err:
+                self.errors[rank].feed(text)
             if text:
                 (self.err_tails if is_err else self.tails)[rank] = text
             if any(m in text for m in _OOM_MARKERS):
@@ -269,6 +276,10 @@ def run(spec: ScriptSpec) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    code = venv.prepare_launch(spec, progress, lambda: stop["requested"])  # the training's own packages
+    if code != ec.SUCCEEDED:
+        progress.write("end", status="interrupted" if code == ec.INTERRUPTED else "failed", exit_code=code)
+        return code
     port = free_port()
     progress.write("start", world_size=spec.world_size, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
                    visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated,
@@ -279,10 +290,10 @@ def run(spec: ScriptSpec) -> int:
         ranks.start(port)
     except OSError as exc:
         ranks.stop(0.0)  # ranks started before the one that could not be
-        progress.write("error", rank=None, kind="launcher", message=f"cannot start {spec.argv[0]!r}: {exc}")
-        progress.write("end", status="failed", exit_code=ec.BAD_DATA)
+        progress.write("error", rank=None, kind="missing_file", message=f"cannot start {spec.argv[0]!r}: {exc}")
+        progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)
         print(f"[gpufleet] cannot start {spec.argv[0]!r}: {exc}", flush=True)
-        return ec.BAD_DATA
+        return ec.CANNOT_RUN
     progress.write("ranks", pids=[p.pid for p in ranks.procs])
     reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
     checkpoints = CheckpointWatch(spec.checkpoint_dir, progress)
@@ -308,12 +319,14 @@ def run(spec: ScriptSpec) -> int:
             rank, rc = failed[0]
             tail = ranks.last_words(rank)
             oom = rank in ranks.oom
-            message = f"rank {rank} {_how(rc)}" + (f": {tail}" if tail else "")
-            progress.write("error", rank=rank, kind="oom" if oom else "error", message=message)
+            fatal = None if oom else ranks.errors[rank].verdict(rc, spec.argv)  # a failure no retry can fix
+            kind = "oom" if oom else fatal[0] if fatal else "error"
+            message = f"rank {rank} {_how(rc)}" + (f": {fatal[1]}" if fatal else f": {tail}" if tail else "")
+            progress.write("error", rank=rank, kind=kind, message=message)
             print(f"[gpufleet] {message}; stopping the other ranks", flush=True)
             # No checkpoint to wait for: the survivors would only hang on their lost peer.
             ranks.stop(min(spec.stop_grace_s, FAILED_PEER_GRACE_S))
-            code = ec.OUT_OF_MEMORY if oom else ec.RANK_FAILED
+            code = ec.OUT_OF_MEMORY if oom else ec.KIND_TO_CODE.get(kind, ec.RANK_FAILED)
             break
         if all(c == 0 for c in codes):
             break

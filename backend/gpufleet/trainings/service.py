@@ -174,7 +174,7 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
         f = script.resolve(sess, settings, code=req.code, argv=req.argv, env=req.env,
                            memory=req.memory if req.memory is not None else
                            (req.memory_mb * 2**20 if req.memory_mb else None),
-                           python=req.python, auto_select=not req.gpu_ids)
+                           python=req.python, requirements=req.requirements)
     except script.ScriptError as exc:
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
     if f.memory_estimate:

@@ -13,10 +13,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import User
+from gpufleet.users.sessions import end_sessions
 
 ROLES = ("admin", "member", "viewer")
 # Roles that may change things (create trainings, cancel their own); viewers only read.
 WRITING_ROLES = frozenset({"admin", "member"})
+# Permissions an admin grants a user (admins have every one): the User column and what it allows.
+PERMISSIONS = {
+    "run_code": "run their own code (script trainings)",
+    "non_preemptible": "ask for trainings that no higher-priority one may preempt",
+}
 # The implicit user of a loopback server without sign-in; never a database row.
 LOCAL_USER_NAME = "local"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -79,6 +85,9 @@ def set_disabled(session: Session, name: str, disabled: bool = True) -> User:
     """Disable (or enable) a user: a disabled user's tokens and sessions stop working at once."""
     user = get_user(session, name)
     user.disabled = disabled
+    if disabled:
+        # Ended, not only refused: enabling the user again must not bring old cookies back.
+        end_sessions(session, user_id=user.id)
     return user
 
 
@@ -86,4 +95,13 @@ def set_role(session: Session, name: str, role: str) -> User:
     check_role(role)
     user = get_user(session, name)
     user.role = role
+    return user
+
+
+def set_permission(session: Session, name: str, permission: str, allowed: bool) -> User:
+    """Grant (or take back) one of :data:`PERMISSIONS`."""
+    if permission not in PERMISSIONS:
+        raise UserError(f"unknown permission {permission!r}; known: {', '.join(PERMISSIONS)}")
+    user = get_user(session, name)
+    setattr(user, permission, allowed)
     return user

@@ -1,9 +1,10 @@
 """Groups of users and the quotas of users and groups.
 
 A group is a name and a set of users; admins manage them like users. A quota
-limits one user or one group: the GPUs it may hold at once and, optionally,
-the GPU-hours it may hold over a rolling week. A user's quota also carries
-its fair-share weight (``share``, default 1). The scheduler reads these in
+limits one user or one group: the GPUs it may hold at once, optionally the
+GPU-hours it may hold over a rolling week, and the highest priority its
+trainings may ask for (:func:`priority_cap`; the quota records which admin set
+it). A user's quota also carries its fair-share weight (``share``, default 1). The scheduler reads these in
 :mod:`gpufleet.scheduling.quotas` and :mod:`gpufleet.scheduling.fairshare`.
 
 Every function takes an open session and leaves committing to the caller; a
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from gpufleet.bounds import MAX_PRIORITY
 from gpufleet.db.models import Group, GroupMember, Quota, User
 from gpufleet.users.accounts import UserError, check_name, get_user
 
@@ -35,6 +37,10 @@ class Limits:
     max_gpus: int | None = None
     gpu_hours_per_week: float | None = None
     share: float = DEFAULT_SHARE
+    # The highest priority its trainings may ask for; None: a member's default (GPUFLEET_MEMBER_MAX_PRIORITY).
+    max_priority: int | None = None
+    # Who set max_priority (read back; what a change records is the caller's name).
+    max_priority_set_by: str | None = None
 
 
 @dataclass
@@ -57,6 +63,9 @@ def check_limits(limits: Limits) -> Limits:
         raise UserError(f"GPU-hours per week must be between 0 and {MAX_GPU_HOURS_LIMIT:.0f} (or no limit), not {hours}")
     if not (math.isfinite(limits.share) and 0 < limits.share <= MAX_SHARE):
         raise UserError(f"share must be above 0 and at most {MAX_SHARE:.0f}, not {limits.share}")
+    if limits.max_priority is not None and not 0 <= limits.max_priority <= MAX_PRIORITY:
+        raise UserError(f"max priority must be between 0 and {MAX_PRIORITY} (or none: the default for members),"
+                        f" not {limits.max_priority}")
     return limits
 
 
@@ -109,28 +118,66 @@ def remove_member(session: Session, group_name: str, user_name: str) -> None:
 def _limits(q: Quota | None) -> Limits:
     if q is None:
         return Limits()
-    return Limits(q.max_gpus, q.gpu_hours_per_week, q.share if q.share is not None else DEFAULT_SHARE)
+    return Limits(q.max_gpus, q.gpu_hours_per_week, q.share if q.share is not None else DEFAULT_SHARE,
+                  q.max_priority, q.max_priority_set_by)
 
 
-def _set(session: Session, where: dict, limits: Limits) -> Limits:
+def _set(session: Session, where: dict, limits: Limits, set_by: str | None) -> Limits:
     check_limits(limits)
     q = session.scalars(select(Quota).filter_by(**where)).one_or_none()
     if q is None:
         q = Quota(**where)
         session.add(q)
     q.max_gpus, q.gpu_hours_per_week, q.share = limits.max_gpus, limits.gpu_hours_per_week, limits.share
+    if q.max_priority != limits.max_priority:
+        # Who raised (or lowered) a cap is what a refused member is told.
+        q.max_priority, q.max_priority_set_by = limits.max_priority, set_by if limits.max_priority is not None else None
     session.flush()
-    return limits
+    return _limits(q)
 
 
-def set_user_quota(session: Session, user_name: str, limits: Limits) -> Limits:
-    return _set(session, {"user_id": get_user(session, user_name).id}, limits)
+def set_user_quota(session: Session, user_name: str, limits: Limits, set_by: str | None = None) -> Limits:
+    """Replace a user's quota; ``set_by`` (an admin's name) is recorded when the priority cap changes."""
+    return _set(session, {"user_id": get_user(session, user_name).id}, limits, set_by)
 
 
-def set_group_quota(session: Session, group_name: str, limits: Limits) -> Limits:
+def set_group_quota(session: Session, group_name: str, limits: Limits, set_by: str | None = None) -> Limits:
     if limits.share != DEFAULT_SHARE:
         raise UserError("a share is set per user (fair-share weighs users); leave it out of a group's quota")
-    return _set(session, {"group_id": get_group(session, group_name).id}, limits)
+    return _set(session, {"group_id": get_group(session, group_name).id}, limits, set_by)
+
+
+@dataclass(frozen=True)
+class PriorityCap:
+    """The highest priority a member's trainings may ask for, where it comes from, and who set it."""
+
+    value: int
+    source: str
+    set_by: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.source}, set by {self.set_by}" if self.set_by else self.source
+
+
+def priority_cap(session: Session, user_name: str, default: int) -> PriorityCap:
+    """A member's cap: their own quota's, else the highest of their groups', else ``default``.
+
+    A cap is never below 0 (the default priority), so only a request above 0 needs to ask.
+    """
+    own = session.execute(select(Quota.max_priority, Quota.max_priority_set_by).join(User, User.id == Quota.user_id)
+                          .where(User.name == user_name, Quota.max_priority.is_not(None))).first()
+    if own is not None:
+        return PriorityCap(own[0], f"the cap of user {user_name!r}", own[1])
+    best = session.execute(
+        select(Quota.max_priority, Quota.max_priority_set_by, Group.name)
+        .join(Group, Group.id == Quota.group_id).join(GroupMember, GroupMember.group_id == Group.id)
+        .join(User, User.id == GroupMember.user_id)
+        .where(User.name == user_name, Quota.max_priority.is_not(None))
+        .order_by(Quota.max_priority.desc(), Group.name).limit(1)
+    ).first()
+    if best is not None:
+        return PriorityCap(best[0], f"the cap of group {best[2]!r}", best[1])
+    return PriorityCap(default, "the default for members (GPUFLEET_MEMBER_MAX_PRIORITY)")
 
 
 def user_limits(session: Session, user_name: str) -> Limits:

@@ -149,7 +149,10 @@ def authenticate_token(session: Session, secret: str) -> TokenOwner | str:
 
 
 def mark_token_used(session: Session, token_id: uuid.UUID) -> None:
-    tok = session.get(APIToken, token_id)
+    # A transaction that holds the token's row (a revoke, an edit) must not hold
+    # up the request: the time is bookkeeping, so it is skipped this once.
+    # (SQLite has no row locks; its single writer is waited for as usual.)
+    tok = session.scalars(select(APIToken).where(APIToken.id == token_id).with_for_update(skip_locked=True)).first()
     if tok is not None:
         tok.last_used_at = utcnow()
 

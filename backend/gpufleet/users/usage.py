@@ -6,8 +6,8 @@ Two measures:
   (``gpu_allocations.allocated_at`` to ``released_at``, or now while held).
   One GPU for one hour is 3600 GPU-seconds, whatever the training did with it.
 - **used**: held time weighted by the GPU's utilisation, from the one-minute
-  rollups of the metrics history (``utilization_avg`` / 100 × 60 s for each
-  rolled-up minute of the allocation). It lags by the maintenance interval
+  rollups of the metrics history (``utilization_avg`` / 100 × the seconds of
+  each rolled-up minute that the allocation held). It lags by the maintenance interval
   that writes the rollups.
 
 The allocations are the source of truth and are never deleted; rollups expire
@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Interval, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPUAllocation, GPUMetricsRollup, Training, UsageDaily
@@ -36,6 +36,8 @@ NO_GROUP = "(no group)"
 # A report spans at most this many days, so one request stays one bounded query.
 MAX_DAYS = 366
 Key = tuple[date, uuid.UUID]
+# The length of one rollup (gpu_metrics_rollup.bucket is its start).
+BUCKET = timedelta(minutes=1)
 
 
 class UsageError(ValueError):
@@ -95,22 +97,35 @@ def held_seconds(session: Session, lo: datetime, hi: datetime, now: datetime | N
     return out
 
 
+def _minute_before(col, dialect: str):  # noqa: ANN001, ANN202
+    """``col`` less one minute, in SQL (SQLite keeps timestamps as text)."""
+    return func.datetime(col, "-60 seconds") if dialect == "sqlite" else col - literal(BUCKET, Interval())
+
+
 def add_used_seconds(session: Session, usage: dict[Key, TrainingUsage], lo: datetime, hi: datetime,
                      now: datetime | None = None) -> None:
-    """Add utilisation-weighted GPU-seconds from the rollups of each allocation's GPU and time."""
+    """Add utilisation-weighted GPU-seconds from the rollups of each allocation's GPU and time.
+
+    A rollup minute counts for the part of it the allocation held (and that lies
+    in [lo, hi)): an allocation of 17 s inside one minute uses at most 17 s, and
+    one that starts mid-minute still counts that minute.
+    """
     now = now or utcnow()
-    r = GPUMetricsRollup
+    r, a = GPUMetricsRollup, GPUAllocation
     rows = session.execute(
-        select(GPUAllocation.training_id, Training.owner, r.bucket, r.utilization_avg)
-        .join(Training, Training.id == GPUAllocation.training_id)
-        .join(r, and_(r.host_id == GPUAllocation.host_id, r.gpu_index == GPUAllocation.gpu_index,
-                      r.bucket >= GPUAllocation.allocated_at,
-                      or_(GPUAllocation.released_at.is_(None), r.bucket < GPUAllocation.released_at)))
-        .where(_overlapping(lo, hi), r.bucket >= lo, r.bucket < min(hi, now))
+        select(a.training_id, Training.owner, a.allocated_at, a.released_at, r.bucket, r.utilization_avg)
+        .join(Training, Training.id == a.training_id)
+        .join(r, and_(r.host_id == a.host_id, r.gpu_index == a.gpu_index,
+                      r.bucket > _minute_before(a.allocated_at, session.get_bind().dialect.name),
+                      or_(a.released_at.is_(None), r.bucket < a.released_at)))
+        .where(_overlapping(lo, hi), r.bucket > lo - BUCKET, r.bucket < min(hi, now))
     )
-    for tid, owner, bucket, util in rows:
+    for tid, owner, start, end, bucket, util in rows:
+        held = (min(bucket + BUCKET, end or now, hi) - max(bucket, start, lo)).total_seconds()
+        if held <= 0:
+            continue
         share = max(0.0, min(100.0, util or 0.0)) / 100.0
-        usage.setdefault((bucket.date(), tid), TrainingUsage(owner)).used += 60.0 * share
+        usage.setdefault((bucket.date(), tid), TrainingUsage(owner)).used += held * share
 
 
 def live_usage(session: Session, lo: datetime, hi: datetime, now: datetime | None = None) -> dict[Key, TrainingUsage]:

@@ -35,7 +35,7 @@ export interface paths {
         put?: never;
         /**
          * Sign Out
-         * @description Drop the session cookie (revoke the token to end every session opened with it).
+         * @description End this browser's session and drop its cookie (revoke the token to end every session opened with it).
          */
         post: operations["auth-sign-out"];
         delete?: never;
@@ -202,7 +202,7 @@ export interface paths {
         get?: never;
         /**
          * Set Group Quota
-         * @description Replace a group's quota; a null field is no limit (admins only).
+         * @description Replace a group's quota; a null field is no limit, a null max_priority the default (admins only).
          */
         put: operations["groups-set-quota"];
         post?: never;
@@ -656,7 +656,7 @@ export interface paths {
         get?: never;
         /**
          * Set User Quota
-         * @description Replace a user's quota and share; a null limit is no limit (admins only).
+         * @description Replace a user's quota and share; a null limit is no limit, a null max_priority the default (admins only).
          */
         put: operations["users-set-quota"];
         post?: never;
@@ -966,7 +966,7 @@ export interface components {
             members: string[];
             /** Name */
             name: string;
-            quota: components["schemas"]["GroupQuota"];
+            quota: components["schemas"]["GroupQuotaPublic"];
         };
         /**
          * GroupQuota
@@ -983,6 +983,34 @@ export interface components {
              * @description GPUs held at once
              */
             max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description the highest priority a member may give a training (a user's own cap wins over their groups', else the highest of their groups'); null: the server's default for members
+             */
+            max_priority?: number | null;
+        };
+        /** GroupQuotaPublic */
+        GroupQuotaPublic: {
+            /**
+             * Gpu Hours Per Week
+             * @description GPU-hours held over a rolling 7 days
+             */
+            gpu_hours_per_week?: number | null;
+            /**
+             * Max Gpus
+             * @description GPUs held at once
+             */
+            max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description the highest priority a member may give a training (a user's own cap wins over their groups', else the highest of their groups'); null: the server's default for members
+             */
+            max_priority?: number | null;
+            /**
+             * Max Priority Set By
+             * @description the admin who set max_priority
+             */
+            max_priority_set_by?: string | null;
         };
         /** GroupsPublic */
         GroupsPublic: {
@@ -1312,6 +1340,7 @@ export interface components {
             max_restarts: number;
             /**
              * Priority
+             * @description every item's priority, within the member's cap as for one training
              * @default 0
              */
             priority: number;
@@ -1436,11 +1465,12 @@ export interface components {
             name: string;
             /**
              * Preemptible
-             * @description a higher-priority training may checkpoint and stop it to take its GPUs (it resumes later, no restart counted); omit for the server's default: yes for members, no for admins
+             * @description a higher-priority training may checkpoint and stop it to take its GPUs (it resumes later, no restart counted); omit for the server's default: yes for members, no for admins. false needs the non_preemptible permission for members (else a 403)
              */
             preemptible?: boolean | null;
             /**
              * Priority
+             * @description higher goes first and may preempt lower; a member may go above 0 only up to the cap an admin set for them or their group (else GPUFLEET_MEMBER_MAX_PRIORITY): beyond it a 403
              * @default 0
              */
             priority: number;
@@ -1454,6 +1484,11 @@ export interface components {
              * @description kind recipe: its name
              */
             recipe?: string | null;
+            /**
+             * Requirements
+             * @description kind script: the file in the code the training's environment is built from (a requirements .txt, or pyproject.toml with uv.lock beside it); omit for none
+             */
+            requirements?: string | null;
             /**
              * Spread
              * @description auto: one host when one fits, else the fewest hosts that hold world_size
@@ -1848,6 +1883,11 @@ export interface components {
              */
             max_gpus?: number | null;
             /**
+             * Max Priority
+             * @description the highest priority a member may give a training (a user's own cap wins over their groups', else the highest of their groups'); null: the server's default for members
+             */
+            max_priority?: number | null;
+            /**
              * Share
              * @description fair-share weight against other users (default 1)
              * @default 1
@@ -1866,6 +1906,16 @@ export interface components {
              * @description GPUs held at once
              */
             max_gpus?: number | null;
+            /**
+             * Max Priority
+             * @description the highest priority a member may give a training (a user's own cap wins over their groups', else the highest of their groups'); null: the server's default for members
+             */
+            max_priority?: number | null;
+            /**
+             * Max Priority Set By
+             * @description the admin who set max_priority
+             */
+            max_priority_set_by?: string | null;
             /**
              * Share
              * @description fair-share weight against other users (default 1)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
 
 from people import People, bearer, build_app
+from gpufleet.api.security import ratelimits
 from gpufleet.api.security.ratelimits import MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
@@ -59,14 +61,16 @@ def test_redis_limiter_is_shared_between_processes(redis_url: str) -> None:
     assert b.claim_once(key, 10) is False
 
 
-def test_memory_limiter_window_slides() -> None:
+def test_memory_limiter_window_slides(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The limiter's own clock, moved by hand: a real sleep would make this depend on the machine's speed.
+    now = [1000.0]
+    monkeypatch.setattr(ratelimits, "time", SimpleNamespace(monotonic=lambda: now[0]))
     lim = MemoryLimiter()
-    assert lim.hit("k", 1, 0.05) is None
-    assert lim.hit("k", 1, 0.05) is not None
-    import time
-
-    time.sleep(0.06)
-    assert lim.hit("k", 1, 0.05) is None
+    assert lim.hit("k", 1, 60) is None
+    now[0] += 59.9
+    assert lim.hit("k", 1, 60) == pytest.approx(0.1)
+    now[0] += 0.1
+    assert lim.hit("k", 1, 60) is None
 
 
 def test_request_body_over_the_limit_is_refused(client: TestClient, people: People, on_settings: Settings) -> None:

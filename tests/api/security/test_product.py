@@ -188,9 +188,14 @@ def test_only_admins_drain_gpus(api: TestClient, product: Settings, team: People
     assert r.status_code == 200 and r.json()["reason"] == f"fan swap (by {team.names['admin']})"
 
 
-def test_members_trainings_are_preemptible_by_default_and_admins_are_not(api: TestClient, team: People) -> None:
+def test_members_trainings_are_preemptible_by_default_and_admins_are_not(api: TestClient, product: Settings,
+                                                                         team: People) -> None:
+    from gpufleet.users.accounts import set_permission
+
     assert _create(api, team.alice)["preemptible"] is True
     assert _create(api, team.admin)["preemptible"] is False
-    # Either may say otherwise.
+    # Either may say otherwise (a member once granted non_preemptible: tests/api/test_priority_caps.py).
+    with session_scope(product) as sess:
+        set_permission(sess, team.names["alice"], "non_preemptible", True)
     assert _create(api, team.alice, preemptible=False)["preemptible"] is False
     assert _create(api, team.admin, preemptible=True)["preemptible"] is True

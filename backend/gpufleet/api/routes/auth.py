@@ -1,7 +1,8 @@
 """Signing in and out, who am I, and WebSocket tickets.
 
 The dashboard signs in once with an API token; the answer sets an HTTP-only,
-SameSite=Strict session cookie that later requests (and WebSockets) carry.
+SameSite=Strict session cookie that later requests (and WebSockets) carry. The
+cookie names a row in ``browser_sessions``; signing out ends that row.
 Scripts skip all this and send ``Authorization: Bearer <token>``.
 """
 
@@ -9,12 +10,22 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, Response
 
-from gpufleet.api.auth import SESSION_COOKIE, AuthError, AuthUser, make_session_cookie, make_ws_ticket, resolve_user
+from gpufleet.api.auth import (
+    SESSION_COOKIE,
+    AuthError,
+    AuthUser,
+    make_session_cookie,
+    make_ws_ticket,
+    resolve_user,
+    session_of_cookie,
+)
 from gpufleet.api.deps import CurrentUser, SettingsDep
 from gpufleet.api.schemas.auth import SignedOut, SignIn, WhoAmI, WSTicket
 from gpufleet.api.security.origins import origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import check_sign_in_rate
+from gpufleet.db.session import write_session
+from gpufleet.users.sessions import end_session
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 
@@ -48,8 +59,13 @@ def sign_in(body: SignIn, request: Request, response: Response, settings: Settin
 
 
 @router.post("/sign-out", response_model=SignedOut, operation_id="auth-sign-out")
-def sign_out(request: Request, response: Response) -> SignedOut:
-    """Drop the session cookie (revoke the token to end every session opened with it)."""
+def sign_out(request: Request, response: Response, settings: SettingsDep) -> SignedOut:
+    """End this browser's session and drop its cookie (revoke the token to end every session opened with it)."""
+    session_id = session_of_cookie(settings, request.cookies.get(SESSION_COOKIE))
+    if session_id is not None:
+        # Ended on the server: a copy of the cookie kept elsewhere stops working too.
+        with write_session(settings) as sess:
+            end_session(sess, session_id)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
                            secure=request.url.scheme == "https")
     return SignedOut(signed_out=True)

@@ -17,6 +17,7 @@ from gpufleet.api.schemas.sharing import (
     GroupCreate,
     GroupPublic,
     GroupQuota,
+    GroupQuotaPublic,
     GroupsPublic,
     UsagePublic,
     UsageRowPublic,
@@ -55,8 +56,14 @@ def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
 
 
 def _group_public(v: g.GroupView) -> GroupPublic:
-    q = GroupQuota(max_gpus=v.limits.max_gpus, gpu_hours_per_week=v.limits.gpu_hours_per_week)
+    q = GroupQuotaPublic(max_gpus=v.limits.max_gpus, gpu_hours_per_week=v.limits.gpu_hours_per_week,
+                         max_priority=v.limits.max_priority, max_priority_set_by=v.limits.max_priority_set_by)
     return GroupPublic(name=v.name, members=v.members, quota=q)
+
+
+def _user_public(name: str, q: g.Limits) -> UserQuotaPublic:
+    return UserQuotaPublic(user=name, max_gpus=q.max_gpus, gpu_hours_per_week=q.gpu_hours_per_week, share=q.share,
+                           max_priority=q.max_priority, max_priority_set_by=q.max_priority_set_by)
 
 
 @router.get("/groups", response_model=GroupsPublic, operation_id="groups-list")
@@ -71,7 +78,7 @@ def list_groups(sess: SessionDep, user: ViewerUser) -> GroupsPublic:
 def create_group(body: GroupCreate, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Create an empty group (admins only)."""
     _write(settings, lambda s: g.create_group(s, body.name))
-    return GroupPublic(name=body.name, members=[], quota=GroupQuota())
+    return GroupPublic(name=body.name, members=[], quota=GroupQuotaPublic())
 
 
 @router.delete("/groups/{name}", status_code=204, operation_id="groups-delete", responses=REFUSALS)
@@ -105,26 +112,25 @@ def remove_member(name: NamePath, member: NamePath, settings: SettingsDep, user:
 @router.put("/groups/{name}/quota", response_model=GroupPublic, operation_id="groups-set-quota",
             responses=REFUSALS)
 def set_group_quota(name: NamePath, body: GroupQuota, settings: SettingsDep, user: AdminUser) -> GroupPublic:
-    """Replace a group's quota; a null field is no limit (admins only)."""
-    _write(settings, lambda s: g.set_group_quota(s, name, g.Limits(body.max_gpus, body.gpu_hours_per_week)))
+    """Replace a group's quota; a null field is no limit, a null max_priority the default (admins only)."""
+    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, max_priority=body.max_priority)
+    _write(settings, lambda s: g.set_group_quota(s, name, limits, set_by=user.name))
     return _one(settings, name)
 
 
 @router.get("/quotas", response_model=UserQuotasPublic, operation_id="quotas-list")
 def list_user_quotas(sess: SessionDep, user: ViewerUser) -> UserQuotasPublic:
     """Every user's quota and share set by an admin (anyone signed in may read them)."""
-    data = [UserQuotaPublic(user=name, max_gpus=q.max_gpus, gpu_hours_per_week=q.gpu_hours_per_week, share=q.share)
-            for name, q in sorted(g.user_quotas(sess).items())]
+    data = [_user_public(name, q) for name, q in sorted(g.user_quotas(sess).items())]
     return UserQuotasPublic(data=data, count=len(data))
 
 
 @router.put("/users/{name}/quota", response_model=UserQuotaPublic, operation_id="users-set-quota",
             responses=REFUSALS)
 def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user: AdminUser) -> UserQuotaPublic:
-    """Replace a user's quota and share; a null limit is no limit (admins only)."""
-    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share)
-    _write(settings, lambda s: g.set_user_quota(s, name, limits))
-    return UserQuotaPublic(user=name, **body.model_dump())
+    """Replace a user's quota and share; a null limit is no limit, a null max_priority the default (admins only)."""
+    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share, body.max_priority)
+    return _user_public(name, _write(settings, lambda s: g.set_user_quota(s, name, limits, set_by=user.name)))
 
 
 @router.get("/usage", response_model=UsagePublic, operation_id="usage-get",

@@ -18,6 +18,7 @@ from gpufleet.api.deps import (
     ViewerUser,
     ensure_can_cancel,
     ensure_can_run_code,
+    ensure_may_rank,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.params import SeqQuery, StepQuery
@@ -83,6 +84,7 @@ def create_training(
 ) -> TrainingPublic:
     if body.kind == "script":
         ensure_can_run_code(session, user)
+    ensure_may_rank(session, settings, user, [body])
     try:
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
@@ -103,6 +105,7 @@ def create_batch(
 
     What does not fit now waits in the queue; nothing is dropped.
     """
+    ensure_may_rank(session, settings, user, body.requests())
     try:
         with write_in(session, settings) as sess:
             batch_id, views = service.create_batch(sess, settings, body, user.name)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.bounds import MAX_PRIORITY
 from gpufleet.users.groups import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_SHARE
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -26,6 +27,14 @@ class GroupQuota(BaseModel):
     max_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_LIMIT, description="GPUs held at once")
     gpu_hours_per_week: float | None = Field(default=None, ge=0, le=MAX_GPU_HOURS_LIMIT, allow_inf_nan=False,
                                              description="GPU-hours held over a rolling 7 days")
+    max_priority: int | None = Field(
+        default=None, ge=0, le=MAX_PRIORITY,
+        description="the highest priority a member may give a training (a user's own cap wins over their groups',"
+                    " else the highest of their groups'); null: the server's default for members")
+
+
+class GroupQuotaPublic(GroupQuota):
+    max_priority_set_by: str | None = Field(default=None, description="the admin who set max_priority")
 
 
 class UserQuota(GroupQuota):
@@ -38,7 +47,7 @@ class UserQuota(GroupQuota):
 class GroupPublic(BaseModel):
     name: str
     members: list[str]
-    quota: GroupQuota
+    quota: GroupQuotaPublic
 
 
 class GroupsPublic(BaseModel):
@@ -48,6 +57,7 @@ class GroupsPublic(BaseModel):
 
 class UserQuotaPublic(UserQuota):
     user: str
+    max_priority_set_by: str | None = Field(default=None, description="the admin who set max_priority")
 
 
 class UserQuotasPublic(BaseModel):

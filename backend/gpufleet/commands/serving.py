@@ -1,0 +1,99 @@
+"""How `gpufleet serve` takes its address and lets go of it.
+
+The address is bound before anything is announced or built: a second
+``serve`` (or ``scripts/start.sh``) on a port in use says so in one line and
+touches nothing. On Ctrl-C the console says what the stop is waiting for:
+the trainings on this host are asked to checkpoint, which takes up to
+``stop_grace_s``.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import uuid
+
+    from rich.console import Console
+
+    from gpufleet.config import Settings
+    from gpufleet.jobs.embedded import EmbeddedWorker
+
+
+class AddressInUse(Exception):
+    """The address ``serve`` would listen on is taken; the message says what to do."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or :class:`AddressInUse` naming the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    # Restarting right after a stop must not wait for the old connections' TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise AddressInUse(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (is gpufleet already running there? "
+            "stop it, or pick another port with --port or GPUFLEET_PORT)") from None
+    return sock
+
+
+def server(config: Any, on_stop: Any) -> Any:
+    """A uvicorn server that calls ``on_stop()`` when the first Ctrl-C (or SIGTERM) arrives."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                on_stop()
+            super().handle_exit(sig, frame)
+            # uvicorn would raise the signal again once it has shut down, which ends in a
+            # KeyboardInterrupt traceback from inside the event loop; serve stops the worker
+            # and exits on its own instead.
+            self._captured_signals.clear()
+
+    return Server(config)
+
+
+def _trainings_here(settings: Settings, ids: list[uuid.UUID] | None = None) -> list[tuple[uuid.UUID, str, str]]:
+    """(id, name, status) of the trainings placed on this host (or of ``ids``); [] if the database is away."""
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from gpufleet.db.models import Host, Training
+    from gpufleet.db.session import session_scope
+
+    stmt = select(Training.id, Training.name, Training.status)
+    if ids is None:
+        stmt = stmt.join(Host, Host.id == Training.host_id).where(
+            Host.name == settings.host_name, Training.status.in_(("scheduled", "running")))
+    else:
+        stmt = stmt.where(Training.id.in_(ids))
+    try:
+        with session_scope(settings) as sess:
+            return [tuple(row) for row in sess.execute(stmt.order_by(Training.created_at))]
+    except SQLAlchemyError:
+        return []
+
+
+def stop_worker(settings: Settings, worker: EmbeddedWorker, console: Console) -> None:
+    """Stop the embedded worker, saying which trainings it waits for and how each ended."""
+    here = _trainings_here(settings)
+    grace = settings.stop_grace_s
+    if here:
+        names = ", ".join(f"{name} ({str(tid)[:8]})" for tid, name, _ in here)
+        console.print(f"stopping: asking {len(here)} training(s) to checkpoint: {names}; "
+                      f"waiting up to {grace:.0f} s for them (GPUFLEET_STOP_GRACE_S) before they are killed",
+                      highlight=False)
+    else:
+        console.print("stopping the worker (no training is running here)", highlight=False)
+    started = time.monotonic()
+    worker.stop(timeout=grace + 15)
+    after = ", ".join(f"{name} {status}" for _, name, status in _trainings_here(settings, [t for t, _, _ in here]))
+    console.print(f"stopped in {time.monotonic() - started:.1f} s" + (f": {after}" if after else ""),
+                  highlight=False)

@@ -1,0 +1,108 @@
+"""scripts/start.sh in a copy of this checkout: the second start skips what is up to date,
+and a start while one runs stops before it builds into the running server's folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servers import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _copy_checkout(dest: Path) -> None:
+    """The tracked files as they are in this working tree (changes not yet committed included)."""
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+class Start:
+    """`bash scripts/start.sh --port PORT` in ``root``, its output in a file."""
+
+    def __init__(self, root: Path, port: int, env: dict[str, str], n: int) -> None:
+        self.log = root.parent / f"start-{n}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(["bash", "scripts/start.sh", "--port", str(port)], cwd=root, env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}"
+
+    def said(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            assert self.proc.poll() is None, self.said()
+            assert time.monotonic() < deadline, self.said()
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            self.proc.wait(120)
+
+
+def test_a_second_start_skips_what_is_up_to_date_and_a_start_beside_a_running_one_builds_nothing(tmp_path):
+    if shutil.which("npm") is None:
+        pytest.skip("npm is needed to build the dashboard")
+    root = tmp_path / "checkout"
+    _copy_checkout(root)
+    # torch comes from the system's packages, as in the development environment (installing it is not tested).
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
+    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    port = free_port()
+    first = Start(root, port, env, 1)
+    try:
+        first.wait_healthy(600)
+    finally:
+        first.stop()
+    assert "dashboard built into" in first.said(), first.said()
+    static = root / "backend" / "gpufleet" / "static"
+    built_at = (static / "index.html").stat().st_mtime_ns
+
+    second = Start(root, port, env, 2)
+    try:
+        second.wait_healthy(120)
+        said = second.said()
+        assert "pip skipped" in said and "npm ci skipped" in said and "build skipped" in said, said
+        assert "added" not in said and "vite" not in said and "dashboard built" not in said, said
+        # A third start while the second runs: one line, and nothing built into the folder it serves.
+        third = subprocess.run(["bash", "scripts/start.sh", "--port", str(port)], cwd=root, env=env,
+                               capture_output=True, text=True, timeout=120)
+        assert third.returncode == 2, third.stdout + third.stderr
+        assert f"cannot listen on 127.0.0.1:{port}" in third.stderr, third.stderr
+        assert "listening on" not in third.stdout + third.stderr and third.stdout == "", third.stdout
+        assert (static / "index.html").stat().st_mtime_ns == built_at
+        assert httpx.get(f"{second.url}/healthz", timeout=10).status_code == 200
+    finally:
+        second.stop()
+    assert (static / "index.html").stat().st_mtime_ns == built_at
+
+    # A changed source is built again (the stamps do not skip everything).
+    app = next((root / "frontend" / "src").glob("main.tsx"))
+    app.write_text(app.read_text() + "\n// changed\n")
+    again = subprocess.run(["bash", "scripts/build-frontend.sh"], cwd=root, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "npm ci skipped" in again.stdout and "dashboard built into" in again.stdout, again.stdout
