@@ -34,18 +34,25 @@ class TensorBoardWatch:
     def __init__(self, output_dir: str, progress: ProgressWriter):
         self.dir = Path(output_dir) if output_dir else None
         self.progress = progress
-        self.lib = _loader() if self.dir else None
+        self.lib: Any = None  # the reader, imported once an event file exists (it takes seconds to load)
         self.loaders: dict[Path, Any] = {}
         self.steps: dict[int, dict[str, float]] = {}
         self.last_poll = 0.0
 
     def poll(self, final: bool = False) -> None:
         now = time.monotonic()
-        if self.lib is None or (not final and now - self.last_poll < POLL_EVERY_S):
+        if self.dir is None or self.lib is False or (not final and now - self.last_poll < POLL_EVERY_S):
             return
         self.last_poll = now
+        paths = sorted(self.dir.rglob("*tfevents*"))
+        if not paths:
+            return
+        if self.lib is None:
+            self.lib = _loader() or False  # False: not installed, never look again
+            if self.lib is False:
+                return
         loader_cls, tensor_util = self.lib
-        for path in sorted(self.dir.rglob("*tfevents*")):  # type: ignore[union-attr]
+        for path in paths:
             loader = self.loaders.setdefault(path, loader_cls(str(path)))
             try:
                 for event in loader.Load():
