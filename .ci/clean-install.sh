@@ -1,20 +1,39 @@
 #!/usr/bin/env bash
-# A clean install runs a fleet worker: install gpufleet alone (no test extras)
-# into a fresh venv, start `gpufleet worker` on the CI Redis and PostgreSQL,
-# and wait until it answers `celery inspect ping` (and lists its task).
-# A dependency that only the test extras happened to bring fails here.
+# A clean install is a real package: build a wheel from a clean clone of HEAD
+# (its build step builds the dashboard into it), install that wheel alone (no
+# test extras, no source tree) into a fresh venv, then
+#   - `gpufleet serve` (embedded) answers /healthz and serves the dashboard at /,
+#   - `gpufleet db upgrade` finds the migrations inside the package, and
+#   - `gpufleet worker` on the CI Redis and PostgreSQL answers `celery inspect
+#     ping` and lists its task.
+# A dependency that only the test extras happened to bring fails here, and so
+# does anything the package finds only beside a checkout.
 #   bash .ci/clean-install.sh WORKDIR   (needs GPUFLEET_TEST_DATABASE_URL, GPUFLEET_TEST_REDIS_URL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 work=${1:?usage: .ci/clean-install.sh WORKDIR}
 : "${GPUFLEET_TEST_DATABASE_URL:?start the services first (.ci/services.sh)}"
 : "${GPUFLEET_TEST_REDIS_URL:?start the services first (.ci/services.sh)}"
 venv="$work/clean-venv"
-rm -rf "$venv"
+rm -rf "$venv" "$work/clean-src" "$work/clean-wheel"
+started=$(date +%s)
+git clone --quiet --no-hardlinks "$repo" "$work/clean-src"
+pip wheel --quiet --no-deps -w "$work/clean-wheel" "$work/clean-src"
+wheel=$(ls "$work"/clean-wheel/gpufleet-*.whl)
 python3 -m venv "$venv"
-# As scripts/install.sh does: torch first, pinned, then the package itself.
+# As scripts/install.sh does: torch first, pinned to the build this machine
+# has, then the package, whose torch range that build satisfies.
 "$venv/bin/pip" install --quiet "torch==2.13.0"
-"$venv/bin/pip" install --quiet -e .
+"$venv/bin/pip" install --quiet "$wheel"
+rm -rf "$work/clean-src"
+echo "clean install: wheel built from a clean clone and installed in $(( $(date +%s) - started )) s"
+cd "$work"
+if "$venv/bin/python" -c "import gpufleet, sys; sys.exit(0 if '/clean-venv/' in gpufleet.__file__ else 1)"; then :; else
+  echo "clean install: gpufleet is not imported from the venv's site-packages" >&2
+  exit 1
+fi
+bash "$repo/.ci/serve-check.sh" "$venv" "$work"
 
 db="gpufleet_clean_$$"
 base=${GPUFLEET_TEST_DATABASE_URL%/*}

@@ -106,7 +106,9 @@ def _pair(rank: int, world: int, kind: str, steps: int, rounds: int, port: int, 
     import signal
 
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where a rank is
-    t = _ours_trainer(rank, world, kind, port)
+    # Both loops under DDP in one process group, a world of one included (the
+    # bare loop's DDP needs the group; ours would otherwise skip it).
+    t = _ours_trainer(rank, world, kind, port, use_pg=True)
     bare = _Bare(rank, world, t.device)
     ours_sps, bare_sps = [], []
     for rnd in range(rounds):
@@ -138,7 +140,7 @@ def _ours(rank: int, world: int, kind: str, steps: int, port: int, out) -> None:
 
 def _sync(ops, world: int) -> None:
     ops.synchronize()
-    if world > 1:
+    if dist.is_initialized() and world > 1:
         dist.barrier()
 
 

@@ -7,9 +7,9 @@ py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-# torch first, pinned: on a CPU machine this takes the CPU build of 2.13.0; a
-# GPU host installs its CUDA build of 2.13.0 beforehand (README, "GPU hosts"),
-# which this pin then leaves alone.
+# torch first, pinned to the build this install takes when none is there; a
+# torch already installed (a GPU host's CUDA build, README "GPU hosts") is kept,
+# since pyproject.toml asks only for a range (torch>=2.4).
 # (find_spec, not import: importing torch alone takes seconds on every start.)
 .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" \
   || .venv/bin/pip install --quiet "torch==2.13.0"

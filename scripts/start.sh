@@ -10,4 +10,5 @@ if [ -x .venv/bin/gpufleet ]; then
   [ "$check" -eq 2 ] && { echo "$said" >&2; exit 2; }
 fi
 bash scripts/install.sh
-exec .venv/bin/gpufleet serve "$@"
+# --link: print a sign-in link for the account that started it (the dashboard needs one).
+exec .venv/bin/gpufleet serve --link "$@"

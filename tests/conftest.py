@@ -42,7 +42,13 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     for key in list(os.environ):
         if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)  # systemd's: secrets as files
     monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "gpufleet-data"))
+    # Apps built in the tests run in single-user mode (loopback callers are the admin `local`) unless a
+    # test asks for sign-in (auth="on", the product's default); tests of sign-in and of local accounts do.
+    monkeypatch.setenv("GPUFLEET_AUTH", "off")
+    # No client in a test finds a server of this machine's through its socket by chance.
+    monkeypatch.setenv("GPUFLEET_UNIX_SOCKET", str(tmp_path / "no-server.sock"))
     # Starlette's TestClient sends `Host: testserver`; a server without sign-in
     # answers only to loopback names and the ones listed here. Tests of a real
     # `serve` start it without this variable.

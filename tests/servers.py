@@ -15,11 +15,14 @@ Fixtures in the conftests build on these; no test starts a server by hand.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -46,24 +49,41 @@ def gpufleet() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 
 
-def serve_env(data_dir: Path, **extra: str) -> dict[str, str]:
+def socket_path(data_dir: Path) -> Path:
+    """The Unix socket of a server on ``data_dir``: short (a socket path has at most 107 bytes), under
+    /tmp where every account can reach it, and its own, so that servers of parallel tests never meet."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"gpufleet-test-{digest}" / "gpufleet.sock"
+
+
+def serve_env(data_dir: Path, **extra: str | None) -> dict[str, str]:
     """This process's environment without the GPUFLEET_ settings a developer may have exported
-    (the tests' own GPUFLEET_TEST_ ones stay), on ``data_dir`` with two simulated H100s, plus ``extra``."""
+    (the tests' own GPUFLEET_TEST_ ones stay), on ``data_dir`` with two simulated H100s, plus ``extra``.
+
+    Servers run in single-user mode (``GPUFLEET_AUTH=off``: loopback callers are the admin ``local``)
+    unless ``extra`` says otherwise; ``GPUFLEET_AUTH=None`` removes it (the product's default: sign-in),
+    as ``None`` removes any variable. The CLI of the same environment reaches the server through its
+    socket (``socket_path``) as the account that runs it.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     env.update(GPUFLEET_DATA_DIR=str(data_dir), GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_HOST_NAME="sim-host",
-               PYTHONUNBUFFERED="1")
-    env.update(extra)
+               GPUFLEET_AUTH="off", GPUFLEET_UNIX_SOCKET=str(socket_path(data_dir)), PYTHONUNBUFFERED="1")
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     return env
 
 
-def cli(data_dir: Path, *args: str, **env: str) -> str:
+def cli(data_dir: Path, *args: str, **env: str | None) -> str:
     """Run a `gpufleet` command against ``data_dir`` with ``serve_env(data_dir, **env)``; its stdout."""
     out = subprocess.run([*gpufleet(), *args], env=serve_env(data_dir, **env), check=True, capture_output=True,
                          text=True, timeout=120)
     return out.stdout
 
 
-def make_token(data_dir: Path, user: str, role: str, **env: str) -> str:
+def make_token(data_dir: Path, user: str, role: str, **env: str | None) -> str:
     """A user made with the CLI, and a token for it."""
     cli(data_dir, "db", "upgrade", **env)
     cli(data_dir, "users", "add", user, "--role", role, **env)
@@ -109,7 +129,7 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def serve_process(data_dir: Path, *args: str, port: int | None = None, host: str = "127.0.0.1",
-                  ready_timeout: float = 120, **env: str) -> Iterator[ServedProcess]:
+                  ready_timeout: float = 120, **env: str | None) -> Iterator[ServedProcess]:
     """`gpufleet serve --host HOST --port PORT ARGS` on ``data_dir`` with ``serve_env(data_dir, **env)``.
 
     Its output goes to ``serve-<port>.log`` beside the data dir (appended: a
@@ -135,6 +155,7 @@ def serve_process(data_dir: Path, *args: str, port: int | None = None, host: str
         yield served
     finally:
         served.stop()
+        shutil.rmtree(socket_path(data_dir).parent, ignore_errors=True)
 
 
 @dataclass

@@ -68,9 +68,13 @@ def test_api_is_safe_on_the_network(compose: dict) -> None:
     assert cmd[:2] == ["gpufleet", "serve"] and cmd[cmd.index("--host") + 1] == "0.0.0.0"
     env = _env(api)
     assert env["GPUFLEET_AUTH"] == "on"
-    # The secret must come from .env, and compose must refuse to start without it.
-    assert re.fullmatch(r"\$\{GPUFLEET_SECRET_KEY:\?.+\}", env["GPUFLEET_SECRET_KEY"])
-    assert env["GPUFLEET_DATABASE_URL"].startswith("postgresql+psycopg://")
+    # The secret and the database URL (with its password) are files, never environment variables.
+    assert "GPUFLEET_SECRET_KEY" not in env and "GPUFLEET_DATABASE_URL" not in env
+    assert env["GPUFLEET_SECRET_KEY_FILE"] == "/run/secrets/gpufleet_secret_key"
+    assert env["GPUFLEET_DATABASE_URL_FILE"] == "/run/secrets/gpufleet_database_url"
+    assert {"gpufleet_secret_key", "gpufleet_database_url"} <= set(api["secrets"])
+    assert set(compose["secrets"]) == {"postgres_password", "gpufleet_database_url", "gpufleet_secret_key"}
+    assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
     assert env["GPUFLEET_REDIS_URL"].startswith("redis://redis:")
     # Published on the host's loopback only: the TLS proxy is the way in.
     assert all(p.startswith("127.0.0.1:") for p in api["ports"])
@@ -93,7 +97,9 @@ def test_env_example_names_every_variable_compose_needs(compose: dict) -> None:
         if line and not line.startswith("#")
     }
     assert needed <= example, needed - example
-    assert "GPUFLEET_SECRET_KEY" in example and "POSTGRES_PASSWORD" in example
+    # No secret in .env: deploy/make-secrets.sh writes them as files.
+    assert not {"GPUFLEET_SECRET_KEY", "POSTGRES_PASSWORD"} & example
+    assert "deploy/make-secrets.sh" in (ROOT / ".env.example").read_text()
 
 
 def test_systemd_units_and_proxy_config() -> None:
@@ -102,6 +108,9 @@ def test_systemd_units_and_proxy_config() -> None:
     assert "--host 127.0.0.1" in api and "EnvironmentFile=" in api
     worker = (ROOT / "deploy/systemd/gpufleet-worker.service").read_text()
     assert "gpufleet worker --host-name" in worker and "PrivateDevices=yes" not in worker
+    # Secrets as systemd credentials; the worker is root so that it can run trainings as their owners.
+    assert "LoadCredential=secret_key:" in api and "LoadCredential=database_url:" in worker
+    assert "User=root" in worker and "GPUFLEET_SECRET_KEY=" not in (ROOT / "deploy/gpufleet.env.example").read_text()
     nginx = (ROOT / "deploy/nginx/gpufleet.conf").read_text()
     assert "ssl_certificate" in nginx and "proxy_set_header Upgrade $http_upgrade" in nginx
     assert "location /api/v1/ws" in nginx and "X-Forwarded-Proto" in nginx

@@ -17,10 +17,12 @@ import typer
 
 from gpufleet.commands import (
     devices,
+    doctor,
     recommend,
     run,
     secret,
     sharing,
+    signin,
     top,
     train,
     training_files,
@@ -33,6 +35,7 @@ from gpufleet.commands.tables import make_console
 if TYPE_CHECKING:
     import socket
 
+    from gpufleet.api.unixsocket import UnixListener
     from gpufleet.config import Settings
 
 app = typer.Typer(
@@ -53,7 +56,8 @@ err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, worker, recommend, top, users, sharing)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, worker, recommend, top, users, sharing, signin,
+                  doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -77,9 +81,11 @@ def serve(
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
     check: Annotated[bool, typer.Option("--check", help="only check the settings and that the port is free")] = False,
+    link: Annotated[bool, typer.Option(help="print a sign-in link for this account (as `gpufleet open` does)")] = False,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
-    from gpufleet.commands.serving import AddressInUse, listen
+    from gpufleet.commands.local_access import as_checked, listen_unix, use_local_secret, warn_single_user
+    from gpufleet.commands.serving import AddressInUse, listen, register_this_host
     from gpufleet.config import ConfigError, load_settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -87,31 +93,41 @@ def serve(
         settings = load_settings(**overrides)
         from gpufleet.api.security.policy import check_serve_safety
 
-        check_serve_safety(settings)
+        check_serve_safety(as_checked(settings))
         # The address first: a second serve on a port in use stops here, before it writes anything.
         sock = listen(settings.host, settings.port)
         if check:
             sock.close()
             console.print(f"ok: settings valid and {_url_host(settings.host)}:{settings.port} is free", highlight=False)
             return
+        unix = listen_unix(settings)
+        use_local_secret(settings)
         from gpufleet.datadir import secure_data_dir
 
         from gpufleet.db.session import prepare_database
 
         secure_data_dir(settings)
+        from gpufleet.secretfiles import scrub_environment
+
+        scrub_environment()  # read into the settings; no child inherits them
         prepare_database(settings)
-        inventory = _register_this_host(settings)
+        inventory = register_this_host(settings)
     except (ConfigError, AddressInUse) as exc:
         fail(str(exc))
-    _serve(settings, sock, inventory, worker)
+    if settings.auth == "off":
+        warn_single_user(err)
+    _serve(settings, sock, unix, inventory, worker, link)
 
 
-def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool) -> None:
+def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, inventory: str, worker: bool,
+           link: bool) -> None:
     import logging
 
     import uvicorn
 
     from gpufleet.api.app import create_app
+    from gpufleet.api.unixsocket import peer_protocols
+    from gpufleet.commands.local_access import sign_in_hint, sockets
     from gpufleet.commands.serving import server, stop_worker
 
     embedded = None
@@ -136,6 +152,8 @@ def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool
         # CPU than it saved (measured by bench/ws_fanout.py).
         ws_per_message_deflate=False,
         access_log=settings.access_log,
+        # Each connection on the Unix socket carries the account that made it.
+        **peer_protocols(),
     )
     if settings.access_log:
         # uvicorn writes request lines at INFO; the rest of its log stays at warnings.
@@ -144,9 +162,12 @@ def _serve(settings: Settings, sock: socket.socket, inventory: str, worker: bool
     srv = server(config, on_stop=lambda: console.print("stopping: closing connections…", highlight=False))
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
+    console.print(sign_in_hint(settings, link), soft_wrap=True)
     try:
-        srv.run(sockets=[sock])
+        srv.run(sockets=sockets(sock, unix))
     finally:
+        if unix is not None:
+            unix.close()
         if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
@@ -168,31 +189,6 @@ def _safe_url(url: str) -> str:
         scheme, rest = url.split("://", 1)
         return f"{scheme}://…@{rest.split('@', 1)[1]}"
     return url
-
-
-def _register_this_host(settings: Settings) -> str:
-    """Write this host's GPUs to the database; return the lines that say what was found."""
-    from gpufleet.devices import detect_gpus, detect_topology, log_gpu_topology
-    from gpufleet.telemetry.inventory import register_host
-
-    gpus = detect_gpus(settings)
-    if not gpus and settings.redis_url:
-        # The API machine of a fleet: its workers register the GPU hosts; an
-        # empty host here would only show as a GPU host with no GPUs.
-        return f"host {settings.host_name}: no GPUs, so not registered as a GPU host (each GPU host runs `gpufleet worker`)"
-    inv = register_host(settings)
-    log_gpu_topology(detect_topology(settings, gpus))
-    if not gpus:
-        return (f"host {inv.host_name}: no GPUs found (trainings sent here wait for a GPU host; "
-                "`gpufleet train --local --devices cpu` trains on this CPU; "
-                "GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)")
-    sim = " (simulated)" if settings.simulate else ""
-    lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
-    for g in gpus:
-        mem = f"{g.memory_total / 2**30:.0f} GiB" if g.memory_total else "? GiB"
-        state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
-        lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
-    return "\n".join(lines)
 
 
 @db_app.command("upgrade")
@@ -237,8 +233,13 @@ for group in COMMAND_GROUPS:
 
 
 def main() -> None:
+    import os
+
     from gpufleet.logsetup import configure_logging
 
+    # What a command writes is private from the first command on: the data dir it may create (0700), the
+    # database with the users' token hashes, logs (0600). Only this process and its children are affected.
+    os.umask(os.umask(0o077) | 0o077)
     configure_logging()
     try:
         app()

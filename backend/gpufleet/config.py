@@ -16,16 +16,26 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+# ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
+from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.yamlsource import YamlSource
 
 DEFAULT_SECRET = "change-me"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-
-
-class ConfigError(Exception):
-    """A setting is missing or invalid; the message names it and says what to fix."""
 
 
 class NVLinkConfig(BaseModel):
@@ -93,32 +103,6 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class _YamlSource(PydanticBaseSettingsSource):
-    """Reads the YAML file named by GPUFLEET_CONFIG (if any)."""
-
-    def __init__(self, settings_cls: type[BaseSettings]):
-        super().__init__(settings_cls)
-        path = os.environ.get("GPUFLEET_CONFIG")
-        self._data: dict[str, Any] = {}
-        if path:
-            p = Path(path)
-            if not p.is_file():
-                raise ConfigError(f"GPUFLEET_CONFIG: file {p} does not exist")
-            try:
-                data = yaml.safe_load(p.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"GPUFLEET_CONFIG: {p} is not valid YAML: {exc}") from exc
-            if not isinstance(data, dict):
-                raise ConfigError(f"GPUFLEET_CONFIG: {p} must hold a mapping at the top level")
-            self._data = data
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._data)
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
@@ -147,7 +131,12 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     cors_origins: list[str] = Field(default_factory=list)
     secret_key: str = DEFAULT_SECRET
-    auth: Literal["auto", "on", "off"] = "auto"
+    # Sign-in over TCP: ``on`` (``auto``: its older name); ``off``: single-user mode, loopback callers are admin.
+    auth: Literal["on", "off", "auto"] = "on"
+    # The Unix socket for local accounts: empty for the default (datadir.default_socket_path), ``off``, or a path;
+    # and how long a `gpufleet open` sign-in link stays valid (it works once).
+    unix_socket: str = ""
+    sign_in_link_ttl_s: int = Field(default=120, ge=10, le=3600)
     # Host names (``gpus.example.org``, ``*.example.org``) the API answers to.
     # Without sign-in only loopback names are served whatever this says
     # (plus the names listed here); with sign-in, empty means any name.
@@ -167,6 +156,8 @@ class Settings(BaseSettings):
     # GPUs.
     simulate: str | None = None
     simulate_topology: Literal["nvlink-all", "nvlink-pairs", "pcie"] = "nvlink-all"
+    # The CUDA context a simulated GPU's process holds (as measured on an H100, driver 580, torch 2.11).
+    sim_context_mb: int = Field(default=963, ge=0, le=65536)
     gpu: GPUConfig = Field(default_factory=GPUConfig)
 
     # Trainings.
@@ -210,6 +201,10 @@ class Settings(BaseSettings):
     env_index_url: str | None = None
     env_find_links: list[str] = Field(default_factory=list)
     env_no_index: bool = False
+    # Who a member's training runs as, and where (gpufleet.users.runas, gpufleet.jobs.isolation).
+    run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
+    sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shared_account_runs: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
@@ -285,7 +280,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _fill_paths(self) -> "Settings":
+    def _fill_paths(self) -> Settings:
         self.data_dir = self.data_dir.expanduser()
         if self.data_root is None:
             self.data_root = self.data_dir / "data"
@@ -304,7 +299,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSource(settings_cls))
+        return (init_settings, env_settings, SecretFilesSource(settings_cls), YamlSource(settings_cls))
 
     # Derived values ------------------------------------------------------
 
@@ -339,7 +334,6 @@ class Settings(BaseSettings):
     @property
     def is_loopback(self) -> bool:
         return is_loopback_address(self.host)
-
 
 @lru_cache(maxsize=64)
 def is_loopback_address(host: str) -> bool:

@@ -1,8 +1,11 @@
-"""The data dir is private to the user gpufleet runs as."""
+"""Where gpufleet keeps things on this machine: the data dir, private to the account gpufleet runs as, and the
+Unix socket local callers reach the server on."""
 
 from __future__ import annotations
 
 import os
+import secrets
+from pathlib import Path
 
 from gpufleet.config import Settings
 
@@ -30,3 +33,60 @@ def secure_data_dir(settings: Settings) -> None:
     except OSError:
         # Not ours (a shared volume owned by another user): leave it as the operator set it.
         pass
+
+
+SECRET_FILE = "secret_key"
+
+
+def local_secret(settings: Settings) -> str:
+    """The secret a server on loopback signs sessions with when ``GPUFLEET_SECRET_KEY`` is not set.
+
+    Made once, random, in the data dir (0600), so a personal install signs
+    sessions that survive a restart without anyone choosing a secret.
+    """
+    path = settings.data_dir / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(48) + "\n")
+    return path.read_text().strip()
+
+
+def api_socket(settings: Settings) -> Path | None:
+    """The Unix socket a server listens on for local callers, or None (``GPUFLEET_UNIX_SOCKET=off``)."""
+    value = settings.unix_socket.strip()
+    if value.lower() == "off":
+        return None
+    return Path(value).expanduser() if value else default_socket_path()
+
+
+SOCKET_NAME = "gpufleet.sock"
+# Where a server shared by the machine's accounts listens: root's, or a service account's
+# given /run/gpufleet by systemd (RuntimeDirectory=gpufleet).
+SHARED_SOCKET_DIR = Path("/run/gpufleet")
+
+
+def _personal_socket_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "gpufleet" if runtime else Path(f"/tmp/gpufleet-{os.geteuid()}")
+
+
+def default_socket_path() -> Path:
+    """The machine's shared place when this account may use it, else one of this account's own."""
+    shared = SHARED_SOCKET_DIR
+    if os.geteuid() == 0 or (shared.is_dir() and os.access(shared, os.W_OK | os.X_OK)):
+        return shared / SOCKET_NAME
+    return _personal_socket_dir() / SOCKET_NAME
+
+
+def socket_candidates() -> list[Path]:
+    """Where a command-line client looks for a server's socket: ``GPUFLEET_UNIX_SOCKET``, else
+    this account's own server first, then the machine's shared one."""
+    value = os.environ.get("GPUFLEET_UNIX_SOCKET", "").strip()
+    if value.lower() == "off":
+        return []
+    if value:
+        return [Path(value).expanduser()]
+    return [_personal_socket_dir() / SOCKET_NAME, SHARED_SOCKET_DIR / SOCKET_NAME]

@@ -26,7 +26,8 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.inventory import register_host
 
 SECRET = "contract-secret-" + "z" * 40
-OPEN = {("post", "/api/v1/auth/sign-in"), ("post", "/api/v1/auth/sign-out"), ("get", "/healthz")}
+OPEN = {("post", "/api/v1/auth/sign-in"), ("get", "/api/v1/auth/link"), ("post", "/api/v1/auth/sign-out"),
+        ("get", "/healthz")}
 
 
 @pytest.fixture

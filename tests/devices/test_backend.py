@@ -12,7 +12,8 @@ import pynvml
 import pytest
 from gpufleet.devices.backend import device_backend
 from gpufleet.devices.native import NativeBackend
-from gpufleet.devices.simulated import RANK_MEMORY, SimulatedBackend
+from gpufleet.devices import simmemory
+from gpufleet.devices.simulated import SimulatedBackend
 
 PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "gpufleet"
 
@@ -55,7 +56,8 @@ def test_a_started_training_shows_on_its_simulated_gpus_until_it_ends(make_sim, 
     n.nvmlInit()
     try:
         (p,) = n.nvmlDeviceGetComputeRunningProcesses(n.nvmlDeviceGetHandleByIndex(0))
-        assert (p.pid, p.usedGpuMemory) == (child.pid, RANK_MEMORY)
+        # Modeled as a rank's process: the context plus what the process holds (devices/simmemory.py).
+        assert (p.pid, p.usedGpuMemory) == (child.pid, s.sim_context_mb * 2**20 + simmemory.reserved(child.pid, 0))
         assert n.nvmlDeviceGetComputeRunningProcesses(n.nvmlDeviceGetHandleByIndex(1)) == []
         note = backend.process_note(0, child.pid)
         assert note is not None and note.training_id == tid and note.command == "gpufleet-train"

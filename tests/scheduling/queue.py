@@ -28,7 +28,9 @@ def submit(s, name, *, priority=0, gpus=1, preemptible=True, admin=False, owner=
     req = TrainingCreate(name=name, recipe="mlp", config=config, priority=priority,
                          world_size=None if gpu_ids else gpus, gpu_ids=gpu_ids, host=s.host_name,
                          preemptible=preemptible, max_runtime_s=max_runtime_s)
-    with session_scope(s) as sess:
+    # BEGIN IMMEDIATE on SQLite: the create reads then writes, and the host's
+    # heartbeat thread writes meanwhile ("database is locked" otherwise).
+    with write_session(s) as sess:
         (row,) = create_trainings(sess, s, [req], owner, admin=admin)
         return row.id
 

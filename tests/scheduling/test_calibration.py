@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from gpufleet.db.models import GPU, Host, Training, TrainingMetric
 from gpufleet.db.session import session_scope
-from gpufleet.scheduling.calibration import calibration_for, calibration_ratios, record_peak_memory
+from gpufleet.scheduling.calibration import calibration_for, calibration_ratio, record_peak_memory
 from gpufleet.scheduling.inputs import measured_speed
 from gpufleet.scheduling.plan import estimate_for, estimate_training
 from gpufleet.scheduling.types import GiB, GPUAvailability
@@ -32,9 +32,11 @@ def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -
     with session_scope(db_settings) as sess:
         first = estimate_for(sess, "sae", cfg)
         assert first.calibrated_from == 0 and "calibrated" not in first.summary()
-        base = first.allocator_bytes
+        base, context = first.allocator_bytes, first.context_bytes
+        assert context > 0 and first.total == base + context
+        # What NVML measured for the ranks' processes: the context plus the allocator's part.
         for ratio in (1.10, 1.20, 1.15):
-            t = _run(sess, first, int(base * ratio))
+            t = _run(sess, first, context + int(base * ratio))
             t.config = dict(cfg)
         _run(sess, first, 0)  # a CPU run measured nothing: not used
     with session_scope(db_settings) as sess:
@@ -44,7 +46,21 @@ def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -
     assert again.key == first.key
     assert again.summary().endswith("calibrated from 3 runs")
     # The ratio comes back from integer byte counts: equal to within a byte or two.
-    assert abs(again.total - (int(base * 1.15) + (first.total - base))) <= 2
+    assert abs(again.total - (int(base * 1.15) + context)) <= 2
+
+
+def test_calibration_converges_on_what_nvml_measured(db_settings) -> None:  # noqa: ANN001
+    """Measured 1.6x the estimate (context + reserved, as NVML sees a rank): the
+    next estimate of the shape is that figure, not further away from it."""
+    cfg = {**CFG, "n_latents": 4096 + (uuid.uuid4().int % 64) * 8}
+    with session_scope(db_settings) as sess:
+        first = estimate_for(sess, "sae", cfg)
+        measured = int(first.total * 1.6)
+        _run(sess, first, measured).config = dict(cfg)
+    with session_scope(db_settings) as sess:
+        second = estimate_for(sess, "sae", cfg)
+    assert abs(second.total - measured) / measured < 0.01
+    assert second.context_bytes == first.context_bytes
 
 
 def test_a_new_training_row_gets_its_estimate(db_settings) -> None:  # noqa: ANN001
@@ -56,8 +72,14 @@ def test_a_new_training_row_gets_its_estimate(db_settings) -> None:  # noqa: ANN
         assert t.estimate["ddp_buckets"] > 0 and t.estimate["summary"].startswith("estimated")
 
 
-def test_odd_ratios_are_ignored() -> None:
-    assert calibration_ratios([(100, 100), (1, 100), (900, 100), (0, 100), (100, 0)]) == [1.0]
+def test_odd_runs_are_ignored() -> None:
+    est = {"total": 100, "context_bytes": 40, "allocator_bytes": 60}
+    assert calibration_ratio(100, est) == 1.0
+    assert calibration_ratio(130, est) == 1.5
+    for measured in (0, None, 1, 30, 900):  # nothing, a crash at start, less than the context, someone else's
+        assert calibration_ratio(measured, est) is None
+    # Estimates stored before the context was counted measured another quantity.
+    assert calibration_ratio(100, {"total": 100, "allocator_bytes": 60}) is None
 
 
 def test_measured_step_times_set_the_speed_weights(db_settings) -> None:  # noqa: ANN001

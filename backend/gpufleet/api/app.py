@@ -17,7 +17,18 @@ from gpufleet.api import ws
 from gpufleet.api.admission import Admission, DatabaseOutage, pool_timeout, request_capacity
 from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
-from gpufleet.api.routes import auth, code, metrics, recipes, selection, sharing, system, training_files, trainings
+from gpufleet.api.routes import (
+    auth,
+    code,
+    metrics,
+    recipes,
+    runas,
+    selection,
+    sharing,
+    system,
+    training_files,
+    trainings,
+)
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
 from gpufleet.api.security.hosts import HostGuard
@@ -41,6 +52,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     recipes.router,
     metrics.router,
     sharing.router,
+    runas.router,
     ws.router,
 )
 

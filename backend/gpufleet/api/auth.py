@@ -1,9 +1,11 @@
 """Who is asking: tokens, session cookies and WebSocket tickets.
 
 A request is authenticated, in this order, by ``Authorization: Bearer <token>``,
-by the dashboard's signed HTTP-only session cookie (which counts only while
-its row in ``browser_sessions`` is live: :mod:`gpufleet.users.sessions`), or —
-only when sign-in is not required (see
+by the Unix account that connected to the server's socket (its peer
+credentials, :mod:`gpufleet.api.unixsocket`), by the dashboard's signed
+HTTP-only session cookie (which counts only while its row in
+``browser_sessions`` is live: :mod:`gpufleet.users.sessions`), or — only in
+single-user mode (see
 :func:`~gpufleet.api.security.policy.auth_required`) — as the implicit local
 admin ``local``. Every refusal carries a reason a person can act on.
 
@@ -29,9 +31,11 @@ from gpufleet.api.security.origins import is_cross_site, origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.security.signing import sign, unsign
+from gpufleet.api.unixsocket import Peer, scope_peer
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
-from gpufleet.users.accounts import LOCAL_USER_NAME, may_write
+from gpufleet.users.accounts import LOCAL_USER_NAME, UserError, may_write
+from gpufleet.users.local import local_account_user
 from gpufleet.users.sessions import SessionOwner, check_session, open_session
 from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_owner, mark_token_used
 
@@ -40,6 +44,7 @@ log = logging.getLogger(__name__)
 SESSION_COOKIE = "gpufleet_session"
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
+LINK_PURPOSE = "sign-in-link"
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class AuthUser:
     name: str
     role: str  # admin | member | viewer
     id: uuid.UUID | None = None  # None for the implicit local admin
-    # How the request proved it: token | session | ticket | local
+    # How the request proved it: token | session | ticket | socket | local
     via: str = "token"
     token_id: uuid.UUID | None = None
     # The browser session (gpufleet.users.sessions) it came through, if any.
@@ -96,8 +101,8 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
             session_id, key = uuid.UUID(str(payload["s"])), payload.get("k")
             if purpose == SESSION_PURPOSE and not isinstance(key, str):
                 raise ValueError("a cookie carries its session's key")
-        elif purpose == TICKET_PURPOSE:
-            # A ticket a bearer token asked for: its user and token.
+        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE):
+            # A ticket a bearer token asked for, or a sign-in link: its user and token.
             user_id = uuid.UUID(str(payload["u"]))
             token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
         else:
@@ -141,12 +146,28 @@ def _record_token_use(settings: Settings, token_id: uuid.UUID) -> None:
         log.debug("token %s: last-used time not recorded (%s)", token_id, exc)
 
 
+def peer_user(settings: Settings, peer: Peer) -> AuthUser:
+    """The user of the account that connected to the socket; :class:`AuthError` (403) when it may not be one."""
+    try:
+        with session_scope(settings) as sess:
+            owner = local_account_user(sess, peer.uid, create=False)
+        if owner is None:
+            with write_session(settings) as sess:
+                owner = local_account_user(sess, peer.uid)
+    except UserError as exc:
+        raise AuthError(403, str(exc)) from None
+    return _owner_to_user(owner, "socket")
+
+
 def resolve_user(
-    settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str]
+    settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str],
+    peer: Peer | None = None,
 ) -> AuthUser:
     """Authenticate one HTTP request; raise :class:`AuthError` with the reason when refused.
 
     ``headers`` must be case-insensitive (Starlette's ``Headers``) or lowercase.
+    ``peer``: the account that connected, for a request on the server's Unix
+    socket (a token it sends still wins: it names who the caller means to be).
     """
     authz = headers.get("authorization")
     if authz:
@@ -160,6 +181,8 @@ def resolve_user(
         if owner.stale_use:
             _record_token_use(settings, owner.token_id)
         return _owner_to_user(owner, "token")
+    if peer is not None:
+        return peer_user(settings, peer)
 
     required = auth_required(settings)
     cookie = cookies.get(SESSION_COOKIE)
@@ -177,8 +200,8 @@ def resolve_user(
         if "forwarded" in headers or "x-forwarded-for" in headers:
             raise AuthError(
                 401,
-                "this server runs without sign-in for loopback use only, and this request came through a proxy;"
-                " set GPUFLEET_AUTH=on and sign in with a token",
+                "this server runs in single-user mode (no sign-in) for loopback use only, and this request came"
+                " through a proxy; set GPUFLEET_AUTH=on (the default) and sign in with a token",
             )
         if is_cross_site(method, headers, settings):
             raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
@@ -253,6 +276,27 @@ def make_ws_ticket(settings: Settings, user: AuthUser) -> str:
     return sign(settings.secret_key, TICKET_PURPOSE, payload, settings.ws_ticket_ttl_s)
 
 
+def make_sign_in_link(settings: Settings, user: AuthUser) -> str:
+    """The code of a single-use link, valid ``sign_in_link_ttl_s``, that signs a browser in as ``user``."""
+    if user.id is None:
+        raise ValueError("single-user mode's implicit admin needs no sign-in")
+    payload = {"u": str(user.id), "t": str(user.token_id) if user.token_id else None, "n": uuid.uuid4().hex}
+    return sign(settings.secret_key, LINK_PURPOSE, payload, settings.sign_in_link_ttl_s)
+
+
+def redeem_sign_in_link(app: object, settings: Settings, code: str) -> AuthUser | str:
+    """The user a sign-in link names, the first time it is used; else why it cannot sign anyone in."""
+    expired = "this sign-in link has expired or is not valid; run `gpufleet open` for a new one"
+    payload = unsign(settings.secret_key, LINK_PURPOSE, code)
+    if payload is None or not isinstance(payload.get("n"), str):
+        return expired
+    # A link can be seen (a terminal's scrollback, a browser's history): it works once.
+    if not get_limiter(app, settings).claim_once(f"sign-in-link:{payload['n']}", settings.sign_in_link_ttl_s + 5):
+        return "this sign-in link was used already; run `gpufleet open` for a new one"
+    user = _from_signed(settings, LINK_PURPOSE, code, "session")
+    return user if isinstance(user, AuthUser) else user
+
+
 def _ticket_user(websocket: WebSocket, settings: Settings, ticket: str) -> AuthUser | None:
     payload = unsign(settings.secret_key, TICKET_PURPOSE, ticket)
     if payload is None or not isinstance(payload.get("n"), str):
@@ -277,6 +321,12 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     headers = websocket.headers
     if not origin_allowed(headers.get("origin"), headers.get("host"), settings):
         return None
+    peer = scope_peer(websocket.scope)
+    if peer is not None:
+        try:
+            return peer_user(settings, peer)
+        except AuthError:
+            return None
     ticket = websocket.query_params.get("ticket")
     if ticket:
         return _ticket_user(websocket, settings, ticket)

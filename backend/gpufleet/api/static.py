@@ -34,9 +34,12 @@ NOT_BUILT_PAGE = """<!doctype html>
 max-width:44rem;margin:4rem auto;padding:0 1rem}code,pre{background:#1b2129;
 padding:.1rem .3rem;border-radius:4px}a{color:#7cc4ff}</style></head>
 <body><h1>gpufleet is running</h1>
-<p>The API is up, but the dashboard has not been built on this machine.</p>
-<p>Build it once (needs Node.js 20+ and npm), then reload this page:</p>
+<p>The API is up, but this install has no dashboard: a checkout where it is not
+built yet, or a package built with <code>GPUFLEET_BUILD_DASHBOARD=0</code>.</p>
+<p>In a checkout, build it once (needs Node.js 20+ and npm), then reload this page:</p>
 <pre>scripts/build-frontend.sh</pre>
+<p>Or install a gpufleet package built with the dashboard (<code>pip install .</code>
+builds it when Node.js is there).</p>
 <p>Meanwhile the API is documented at <a href="/docs">/docs</a>.</p>
 </body></html>
 """

@@ -16,6 +16,7 @@ this client for every server command.
 from __future__ import annotations
 
 import os
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ import httpx
 from pydantic import BaseModel
 
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
+from gpufleet.datadir import socket_candidates
 from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.api.schemas.trainings import (
     TrainingBatchPublic,
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
 
 SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+# The address requests on the Unix socket carry (the server answers to loopback names).
+SOCKET_BASE = "http://localhost"
 FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "reclaimed"})
 API = "/api/v1"
 
@@ -62,6 +66,20 @@ def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
         return r.json().get("detail", r.text)
     except (ValueError, AttributeError):
         return r.text or r.reason_phrase
+
+
+def local_socket(server: str | None = None) -> Path | None:
+    """The socket of a server on this machine, unless a server address was given (argument or
+    ``$GPUFLEET_SERVER``): ``$GPUFLEET_UNIX_SOCKET``, else this account's own server's, else the machine's."""
+    if server or os.environ.get(SERVER_ENV):
+        return None
+    for path in socket_candidates():
+        try:
+            if stat.S_ISSOCK(path.stat().st_mode):
+                return path
+        except OSError:
+            continue
+    return None
 
 
 def _tid(ref: TrainingRef) -> str:
@@ -91,14 +109,21 @@ class Client:
         max_retry_wait_s: float = 120.0,
         transport: httpx.BaseTransport | None = None,
     ):
-        base = (server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER).strip().rstrip("/")
-        if not base.startswith(("http://", "https://")):
-            raise ValueError(f"the server must be an http:// or https:// URL, got {base!r}")
-        self.server = base
         headers = client_headers(token)
+        sock = None if transport is not None or headers else local_socket(server)
+        if sock is not None:
+            # This machine's server, through its socket: the server knows this account without a token.
+            transport = httpx.HTTPTransport(uds=str(sock))
+        base = (server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER).strip().rstrip("/")
+        if sock is not None:
+            base = SOCKET_BASE
+        elif not base.startswith(("http://", "https://")):
+            raise ValueError(f"the server must be an http:// or https:// URL, got {base!r}")
+        self.server = base if sock is None else f"{sock} (this machine's socket)"
         self.rate_limit_retries = rate_limit_retries
         self.max_retry_wait_s = max_retry_wait_s
         self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout, transport=transport)
+        self.via_socket = sock
 
     # -- plumbing ---------------------------------------------------------
 

@@ -97,3 +97,28 @@ def stop_worker(settings: Settings, worker: EmbeddedWorker, console: Console) ->
     after = ", ".join(f"{name} {status}" for _, name, status in _trainings_here(settings, [t for t, _, _ in here]))
     console.print(f"stopped in {time.monotonic() - started:.1f} s" + (f": {after}" if after else ""),
                   highlight=False)
+
+
+def register_this_host(settings: Settings) -> str:
+    """Write this host's GPUs to the database; return the lines that say what was found."""
+    from gpufleet.devices import detect_gpus, detect_topology, log_gpu_topology
+    from gpufleet.telemetry.inventory import register_host
+
+    gpus = detect_gpus(settings)
+    if not gpus and settings.redis_url:
+        # The API machine of a fleet: its workers register the GPU hosts; an
+        # empty host here would only show as a GPU host with no GPUs.
+        return f"host {settings.host_name}: no GPUs, so not registered as a GPU host (each GPU host runs `gpufleet worker`)"
+    inv = register_host(settings)
+    log_gpu_topology(detect_topology(settings, gpus))
+    if not gpus:
+        return (f"host {inv.host_name}: no GPUs found (trainings sent here wait for a GPU host; "
+                "`gpufleet train --local --devices cpu` trains on this CPU; "
+                "GPUFLEET_SIMULATE=4xH100-80GB simulates a fleet)")
+    sim = " (simulated)" if settings.simulate else ""
+    lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
+    for g in gpus:
+        mem = f"{g.memory_total / 2**30:.0f} GiB" if g.memory_total else "? GiB"
+        state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
+        lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""`gpufleet users add|list|disable|enable|set-role|grant|revoke` and `gpufleet tokens create|list|revoke`.
+"""`gpufleet users add|list|disable|enable|set-role|grant|revoke|map` and `gpufleet tokens create|list|revoke`.
 
 These talk to the database directly: whoever can run them on the server can
 already read its configuration, which is the trust boundary for making admins.
@@ -157,6 +157,28 @@ def users_grant(name: str, permission: Annotated[str, typer.Argument(
 def users_revoke(name: str, permission: Annotated[str, typer.Argument(help="run_code | non_preemptible")]) -> None:
     """Take a permission back."""
     _set_permission(name, permission, False)
+
+
+@users_app.command("map")
+def users_map(
+    name: str,
+    unix: Annotated[str | None, typer.Option("--unix", help="the Unix account NAME's trainings run as")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="back to the same-name account or the run account")] = False,
+) -> None:
+    """Map a user to the Unix account their trainings run as (see docs/operations.md, security model)."""
+    from gpufleet.users.runas import exists_here, set_mapping
+
+    if (unix is None) == (not clear):
+        _fail("give --unix ACCOUNT, or --clear")
+    _run(lambda sess: set_mapping(sess, name, unix))
+    if unix is None:
+        err.print(f"user {name}'s trainings run as the Unix account {name} if it exists, else the run account",
+                  highlight=False)
+        return
+    err.print(f"user {name}'s trainings run as Unix account {unix}", highlight=False)
+    if not exists_here(unix):
+        err.print(f"note: there is no Unix account {unix!r} on this machine; each worker host needs one",
+                  highlight=False)
 
 
 def _print_token(created) -> None:  # noqa: ANN001

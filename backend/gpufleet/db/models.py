@@ -81,6 +81,8 @@ class GPU(Base):
     drained: Mapped[bool] = mapped_column(Boolean, default=False)
     drain_reason: Mapped[str | None] = mapped_column(Text)
     last_seen: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The CUDA context a process holds on this GPU, measured by the host's agent (devices/context_probe.py).
+    context_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     host: Mapped[Host] = relationship(back_populates="gpus")
 
@@ -111,6 +113,8 @@ class User(Base):
     run_code: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     # May ask for trainings no higher-priority one can preempt; admins always may.
     non_preemptible: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # The Unix account this user's trainings run as (gpufleet.users.runas); None: the rule's fallbacks.
+    unix_account: Mapped[str | None] = mapped_column(String(32))
 
 
 class APIToken(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -12,9 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.config import ConfigError, Settings
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-ALEMBIC_DIR = REPO_ROOT / "alembic"
-ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+# The migrations ship inside the package, so an installed wheel finds them as a
+# checkout does; alembic.ini at a checkout's root points here too.
+ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
@@ -27,11 +28,25 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
     cur.close()
 
 
+def _private_file(path: Path) -> None:
+    """Make the SQLite file (and its folder, when missing) private before SQLite opens it.
+
+    It holds the users and their token hashes. SQLite gives its ``-wal`` and
+    ``-shm`` files the database file's own mode, so they are private too.
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+
+
 def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(path))
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
@@ -156,7 +171,7 @@ def check_database(settings: Settings) -> None:
 def alembic_config(url: str):  # noqa: ANN201
     from alembic.config import Config
 
-    cfg = Config(str(ALEMBIC_INI)) if ALEMBIC_INI.exists() else Config()
+    cfg = Config()
     cfg.set_main_option("script_location", str(ALEMBIC_DIR))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     cfg.attributes["gpufleet_url"] = url

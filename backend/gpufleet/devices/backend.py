@@ -71,6 +71,10 @@ class DeviceBackend(Protocol):
     def training_ended(self, pid: int) -> None:
         """The launcher ``pid`` has exited. Never raises."""
 
+    def context_bytes(self, gpus: Sequence[GPUInfo]) -> dict[int, int]:
+        """The device memory a process holds on each of ``gpus`` before its first tensor (the
+        CUDA context), measured on this host by a short probe; GPUs it cannot measure are left out."""
+
 
 _lock = threading.Lock()
 _backends: dict[tuple[str, ...], DeviceBackend] = {}
@@ -101,7 +105,7 @@ def _build(settings: Settings) -> DeviceBackend:
     from gpufleet.devices.simulated import SimulatedBackend
 
     return SimulatedBackend(settings.simulate, settings.simulate_topology, settings.sim_state_dir,
-                            settings.host_name)
+                            settings.host_name, context_bytes=settings.sim_context_mb * 2**20)
 
 
 def detect_gpus(settings: Settings) -> list[GPUInfo]:

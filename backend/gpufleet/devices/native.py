@@ -17,6 +17,7 @@ class NativeBackend:
 
     simulated = False
     description = None
+    _contexts: dict[int, int] | None = None  # measured once per process (context_probe)
 
     @property
     def nvml(self) -> Any:
@@ -58,6 +59,15 @@ class NativeBackend:
     def training_started(self, gpu_indexes: Sequence[int], pid: int, training_id: str,
                          memory_estimate: int | None) -> None:
         pass
+
+    def context_bytes(self, gpus: Sequence[GPUInfo]) -> dict[int, int]:
+        from gpufleet.devices.context_probe import probe_contexts
+
+        if self.nvml is None:
+            return {}
+        if self._contexts is None:
+            self._contexts = probe_contexts(self.nvml, gpus)
+        return self._contexts
 
     def training_ended(self, pid: int) -> None:
         pass

@@ -6,8 +6,7 @@ all see the same simulated GPUs. Writers take an ``flock`` on ``state.lock``
 and replace the file atomically (write a temporary file, then ``os.replace``),
 so readers never lock and never see half a file.
 
-GPU numbers here are fleet indexes (``GPUInfo.index``); for NVIDIA GPUs that
-is also the NVML index (see :mod:`gpufleet.devices.simspecs`).
+GPU numbers are fleet indexes (``GPUInfo.index``), for NVIDIA GPUs the NVML index.
 
 Public API (every function takes ``Settings`` or the state directory):
 
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.config import Settings
+from gpufleet.devices.simmemory import modeled
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,8 @@ class SimProcess:
     kind: str = "compute"
     foreign: bool = True
     training_id: str | None = None
+    context: int | None = None  # set: memory modeled as context + the rank's reserved (simmemory)
+    rank: int = 0
 
 
 @dataclass
@@ -273,20 +275,20 @@ def register_process(
     used_memory: int,
     name: str = "gpufleet-train",
     *,
-    training_id: str | None = None,
+    training_id: str | None = None, context: int | None = None, rank: int = 0,
 ) -> None:
-    """Record that gpufleet process ``pid`` uses ``used_memory`` bytes on a GPU.
+    """Record that gpufleet process ``pid`` uses ``used_memory`` bytes on a GPU
+    (with ``context``: the context plus rank ``rank``'s reserved memory, as simmemory models it).
 
-    Registering the same ``(gpu_index, pid)`` again updates its memory. The
-    entry is ignored by readers once ``pid`` has exited, so a killed rank never
-    leaves phantom memory behind.
+    Registering the same ``(gpu_index, pid)`` again updates it. Readers ignore the entry once
+    ``pid`` has exited, so a killed rank never leaves phantom memory behind.
     """
     _check_gpu(gpu_index)
     used_memory = _check_memory(used_memory)
     with _mutate(target) as state:
         state.gpufleet = [p for p in state.gpufleet if not (p.pid == pid and p.gpu_index == gpu_index)]
         state.gpufleet.append(
-            SimProcess(pid, gpu_index, used_memory, name, None, "compute", False, training_id)
+            SimProcess(pid, gpu_index, used_memory, name, None, "compute", False, training_id, context, rank)
         )
 
 
@@ -306,7 +308,7 @@ def live_processes(target: StateTarget | SimState, gpu_index: int) -> list[SimPr
     """Processes on a GPU now: foreign ones, and gpufleet ones still running."""
     state = target if isinstance(target, SimState) else read_state(target)
     procs = [p for p in state.foreign if p.gpu_index == gpu_index]
-    procs += [p for p in state.gpufleet if p.gpu_index == gpu_index and pid_alive(p.pid)]
+    procs += [modeled(p) for p in state.gpufleet if p.gpu_index == gpu_index and pid_alive(p.pid)]
     return procs
 
 

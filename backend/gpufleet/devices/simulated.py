@@ -35,8 +35,11 @@ class SimulatedBackend:
 
     simulated = True
 
-    def __init__(self, spec: str, topology: str, state_dir: Path, host_name: str = "localhost") -> None:
+    def __init__(self, spec: str, topology: str, state_dir: Path, host_name: str = "localhost",
+                 context_bytes: int = 963 * 2**20) -> None:
         self.spec, self.topology = spec, topology
+        # The context each rank's process holds (GPUFLEET_SIM_CONTEXT_MB); see devices/simmemory.py.
+        self.context = context_bytes
         self.state_dir = Path(state_dir)
         self.nvml = SimNVML(spec, topology, state_dir, host_name)
         self.amdsmi = SimAmdSmi(spec, state_dir, host_name)
@@ -71,11 +74,15 @@ class SimulatedBackend:
     def training_started(self, gpu_indexes: Sequence[int], pid: int, training_id: str,
                          memory_estimate: int | None) -> None:
         try:
-            for index in gpu_indexes:
+            # Rank r runs on gpu_indexes[r]; what it holds is modeled (context + its reserved memory).
+            for rank, index in enumerate(gpu_indexes):
                 simstate.register_process(self.state_dir, index, pid, memory_estimate or RANK_MEMORY,
-                                          training_id=training_id)
+                                          training_id=training_id, context=self.context, rank=rank)
         except Exception:  # noqa: BLE001 - telemetry of a simulated GPU must not stop a training
             log.exception("could not register training %s in the simulated fleet", training_id)
+
+    def context_bytes(self, gpus: Sequence[GPUInfo]) -> dict[int, int]:
+        return {g.index: self.context for g in gpus}
 
     def training_ended(self, pid: int) -> None:
         try:

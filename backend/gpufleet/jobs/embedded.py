@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from gpufleet.config import Settings
 
@@ -23,9 +24,17 @@ log = logging.getLogger(__name__)
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """``GPUFLEET_*`` variables that rebuild ``settings`` in a child process."""
+    from gpufleet.secretfiles import SECRET_SETTINGS
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     for name, value in settings.model_dump(mode="json").items():
         key = "GPUFLEET_" + name.upper()
+        if name in SECRET_SETTINGS:
+            # Secrets go as files, never in an environment a child could read or inherit.
+            path = _secret_file(settings, name, value) if value and name != "secret_key" else None
+            if path is not None:
+                env[key + "_FILE"] = str(path)
+            continue
         if value is None:
             env[key] = ""
         elif isinstance(value, (dict, list)):
@@ -33,6 +42,23 @@ def settings_env(settings: Settings) -> dict[str, str]:
         else:
             env[key] = str(value)
     return env
+
+
+def _secret_file(settings: Settings, name: str, value: str) -> Path:
+    """The file that holds secret setting ``name``: the one it was given in, else one written now (0600)."""
+    from gpufleet.secretfiles import file_for
+
+    given = file_for(name)
+    if given is not None and given[1].is_file() and given[1].read_text().strip() == value:
+        return given[1]
+    d = settings.data_dir / "secrets"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    d.chmod(0o700)
+    path = d / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value)
+    return path
 
 
 def worker_command(host_name: str | None = None, *, agent: bool = False, parent_fd: int | None = None) -> list[str]:

@@ -24,6 +24,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
+from gpufleet.jobs.peak_memory import PeakMemory
 from gpufleet.trainings.lifecycle import record_event
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 
@@ -79,6 +80,8 @@ class MetricsSink:
         self.checkpoints = 0  # checkpoint lines of this attempt: did a stop's grace see a new one?
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
+        # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
+        self.memory = PeakMemory()
 
     # -- setup -------------------------------------------------------------
 
@@ -192,8 +195,7 @@ class MetricsSink:
         elif kind == "peak_memory":
             per_rank = [int(x) for x in (line.get("per_rank") or []) if x is not None]
             if per_rank:
-                self._row["peak_memory_per_rank"] = per_rank
-                self._row["measured_peak_memory"] = max(per_rank)
+                self._row.update(self.memory.ranks_reported(per_rank, line.get("device_kind")))
         elif kind == "error":
             self.last_error = line
             rank = line.get("rank")
@@ -212,6 +214,11 @@ class MetricsSink:
                                           f"running on host {self.host_name} (attempt {self.attempt}); {message}")
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
+        elif kind == "startup":  # where each rank's start-up went (training/startup.py)
+            per_rank = line.get("per_rank") or []
+            slowest = max((sum(r) for r in per_rank), default=0.0)
+            self._event("info", f"start-up: {slowest:.1f} s to the first step (slowest rank)",
+                        {"startup": {"phases": line.get("phases"), "per_rank": per_rank}})
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
             self._event("info", f"ranks of parallel_mode {line.get('parallel_mode')}",
                         {k: v for k, v in line.items() if k != "type"})
@@ -220,6 +227,7 @@ class MetricsSink:
 
     def pump(self, final: bool = False) -> str:
         """Read new lines; write when due. Returns ``ok``, ``cancel``, ``preempt``, ``reclaim`` or ``lost``."""
+        self._row.update(self.memory.sample())
         lines = self.reader.read()
         if lines:
             self._last_line = time.monotonic()
@@ -237,6 +245,8 @@ class MetricsSink:
         return self._flush(final)
 
     def _flush(self, final: bool) -> str:
+        if final and (memory := self.memory.summary()) is not None:
+            self._event("info", "peak memory per rank: " + _peaks_line(memory), memory)
         metrics, events, row = list(self._metrics.values()), self._events, self._row
         began = time.monotonic()
         with write_session(self.settings) as sess:
@@ -298,6 +308,18 @@ class MetricsSink:
             })
         except Exception:  # noqa: BLE001 - live events are best effort; the tables are the truth
             log.debug("could not publish progress for %s", self.tid, exc_info=True)
+
+
+def _peaks_line(memory: dict[str, Any]) -> str:
+    def gib(xs: list[int]) -> str:
+        return ", ".join(f"{x / 2**30:.2f} GiB" for x in xs)
+
+    parts = []
+    if memory["nvml_per_rank"]:
+        parts.append(f"{gib(memory['nvml_per_rank'])} as NVML sees the processes")
+    if memory["reported_per_rank"]:
+        parts.append(f"{gib(memory['reported_per_rank'])} reported by the ranks ({memory['reported_kind']})")
+    return "; ".join(parts)
 
 
 def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:

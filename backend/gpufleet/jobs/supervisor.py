@@ -22,12 +22,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,10 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs, rendezvous, script_attempt, stops
+from gpufleet.jobs import isolation, procs, rendezvous, script_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
-from gpufleet.jobs.logs import BoundedLog, log_path, pump
+from gpufleet.jobs.launcher import launch
+from gpufleet.jobs.logs import BoundedLog, log_path
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
@@ -155,38 +155,6 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: boo
     return path, progress
 
 
-def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
-           module: str = "gpufleet.training.launch", env: dict[str, str] | None = None,
-           ) -> tuple[subprocess.Popen, int]:
-    """Start a launcher; returns it and the write end of its lifeline (close it once it exited)."""
-    # The telemetry agent recognises a training's processes by this variable
-    # (the ranks inherit it), so they never count as foreign load.
-    if env is None:
-        from gpufleet.trainings.environment import training_environment  # an allow-list: no server secrets
-
-        env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
-    # Only this process holds the write end (close_fds keeps it from every
-    # other child), so the launcher reads EOF exactly when this worker is gone.
-    lifeline_r, lifeline_w = os.pipe()
-    try:
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", module, str(spec_path), "--parent-fd", str(lifeline_r)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # own process group: one killpg reaches every rank
-            pass_fds=(lifeline_r,),
-            env=env,
-        )
-    except BaseException:
-        os.close(lifeline_w)
-        raise
-    finally:
-        os.close(lifeline_r)
-    pump(proc.stdout, log_file)  # type: ignore[arg-type]
-    return proc, lifeline_w
-
-
 def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, fenced: threading.Event) -> None:
     """Kill the attempt's process group before its lease can run out unrenewed.
 
@@ -203,7 +171,8 @@ def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, 
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
     if rendezvous.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
-        return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, launch,
+        iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid))
+        return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, partial(launch, isolation=iso),
                                        run_dir(settings, tid), checkpoint_dir(settings, tid), _STOPPING.is_set)
     claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
@@ -218,6 +187,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
         on_cpu = backend.ranks_run_on_cpu(devices)
         seed_clone(settings, t, checkpoint_dir(settings, tid), logf)
+        iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid),
+                                     script_attempt.work_dir(settings, tid) if t.kind == "script" else None)
         if t.kind == "script":
             spec_path, progress_path = script_attempt.write_spec(
                 settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
@@ -240,10 +211,11 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         write_fence(checkpoint_dir(settings, tid), t.attempt)
         if t.kind == "script":
             sink.fill_from_earlier(earlier)
-            proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid))
+            proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid), iso)
         else:
             sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
-            proc, lifeline = launch(spec_path, logf, tid, env=rendezvous.launch_env(settings, tid) if gang else None)
+            proc, lifeline = launch(spec_path, logf, tid, env=rendezvous.launch_env(settings, tid) if gang else None,
+                                    isolation=iso)
     except OSError as exc:
         logf.line(f"[gpufleet] cannot start the launcher: {exc}")
         logf.close()
@@ -252,6 +224,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     pgid = proc.pid  # start_new_session: the launcher leads its own group
     procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
     backend.training_started(t.gpu_ids or [], proc.pid, str(t.id), t.memory_estimate)
+    sink.memory.watch_processes(backend.nvml, t.gpu_ids or [], proc.pid)
     with write_session(settings) as sess:
         sess.execute(update(Training).where(*attempt_fence(t, worker_id)).values(launcher_pid=proc.pid)
                      .execution_options(synchronize_session=False))

@@ -109,6 +109,12 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     quiet()
     note_root(log)
     secure_data_dir(settings)
+    from gpufleet.jobs.isolation import startup_warnings
+    from gpufleet.secretfiles import scrub_environment
+
+    scrub_environment()  # the settings hold them; no launcher or Celery child inherits them
+    for warning in startup_warnings(settings):
+        log.warning("%s", warning)
     # The embedded database is created on first use, as `serve` does; a
     # shared one must be at this version's schema (`gpufleet db upgrade`).
     prepare_database(settings)

@@ -1,14 +1,19 @@
 """Correct estimates by what trainings of the same recipe and shape measured.
 
-Every training stores its estimate (``trainings.estimate``, with
-``allocator_bytes``: what ``torch.cuda.max_memory_allocated`` should reach) and
-its ``estimate_key``; when it runs, each rank reports its measured peak
-(``peak_memory_per_rank``, ``measured_peak_memory`` = the largest). The ratio
-measured / estimated of the latest runs with the same key corrects the next
-estimate: "estimated 11.2 GiB, calibrated from 3 runs".
+Every training stores its estimate (``trainings.estimate``: ``total``, the
+``context_bytes`` it counted and ``allocator_bytes``, the rest) and its
+``estimate_key``. When it runs, the host's agent reads NVML's used memory for
+each rank's process (``telemetry/procmem.py``): ``peak_memory_per_rank``, and
+``measured_peak_memory`` = the largest. That is the same quantity the estimate's
+total stands for, so the ratio (measured - context) / allocator part of the
+latest runs with the same key corrects the next estimate's allocator part, and
+a second run of a shape is estimated at what the first one measured:
+"estimated 11.2 GiB, calibrated from 3 runs".
 
 The median of the ratios, so one odd run (a rank that died early) does not
-swing the figure; runs that measured nothing (CPU ranks report 0) are skipped.
+swing the figure; runs that measured nothing (CPU ranks report 0) are skipped,
+and so are estimates stored before the context was part of them (their runs
+measured the allocator's peak alone, another quantity).
 """
 
 from __future__ import annotations
@@ -21,20 +26,23 @@ from sqlalchemy.orm import Session
 from gpufleet.db.models import Training
 from gpufleet.scheduling.estimate import Calibration
 
-# Ratios outside this band mean the run measured something else (a crash at
-# start, another process on the GPU); they are not used.
+# A measured / estimated total outside this band means the run measured
+# something else (a crash at start, another process's memory); it is not used.
 _SANE = (0.2, 5.0)
 
 
-def calibration_ratios(pairs: list[tuple[int, int]]) -> list[float]:
-    """measured / estimated for (measured, estimated) pairs that are both positive and sane."""
-    out = []
-    for measured, estimated in pairs:
-        if measured and estimated and measured > 0 and estimated > 0:
-            r = measured / estimated
-            if _SANE[0] <= r <= _SANE[1]:
-                out.append(r)
-    return out
+def calibration_ratio(measured: int | None, estimate: dict | None) -> float | None:
+    """(measured - context) / allocator part for one run, or None when it cannot be used."""
+    est = estimate or {}
+    if not measured or measured <= 0 or "context_bytes" not in est:
+        return None
+    total, context = int(est.get("total") or 0), int(est.get("context_bytes") or 0)
+    allocator = int(est.get("allocator_bytes") or 0)
+    if total <= 0 or allocator <= 0 or measured <= context:
+        return None
+    if not _SANE[0] <= measured / total <= _SANE[1]:
+        return None
+    return (measured - context) / allocator
 
 
 def calibration_for(sess: Session, key: str | None, *, limit: int = 20) -> Calibration | None:
@@ -47,11 +55,7 @@ def calibration_for(sess: Session, key: str | None, *, limit: int = 20) -> Calib
         .order_by(Training.created_at.desc())
         .limit(limit)
     ).all()
-    pairs = [
-        (measured, int((est or {}).get("allocator_bytes") or 0))
-        for measured, est in rows
-    ]
-    ratios = calibration_ratios(pairs)
+    ratios = [r for measured, est in rows if (r := calibration_ratio(measured, est)) is not None]
     if not ratios:
         return None
     return Calibration(runs=len(ratios), ratio=median(ratios))

@@ -10,11 +10,15 @@ device costs:
 - DDP keeps a flat copy of every gradient in its communication buckets;
 - FSDP keeps 1/world of parameters, gradients and optimizer states, and
   all-gathers the full parameters of the unit it runs;
-- the framework: the CUDA/ROCm context (outside ``max_memory_allocated``) and
-  the BLAS workspace.
+- the caching allocator: what it reserves beyond the allocated peak (blocks
+  cached in their pools, rounded to segments: ``memtrace.ReservedModel``);
+- the framework: the CUDA/ROCm context (outside the allocator), as measured on
+  the fleet's hosts (``gpus.context_bytes``, ``context_bytes=``) or a default,
+  and the BLAS workspace.
 
-Later runs of the same recipe and shape correct the figure by what they
-measured (``calibration``).
+``total`` is thus what NVML will show for the rank's process, the figure a
+run measures (``telemetry/procmem.py``). Later runs of the same recipe and
+shape correct the allocator part by what they measured (``calibration``).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from typing import Any
 from gpufleet.scheduling.memory import plan_trace, trace_for
 from gpufleet.scheduling.types import MiB, fmt_bytes
 
-# Device memory that a process takes before the first tensor: the CUDA
-# context with lazy module loading (CUDA 12) and the cuBLAS/cuBLASLt workspaces
-# that PyTorch allocates on the first matmul. Calibration corrects both.
+# Device memory that a process takes before the first tensor, where no host
+# of the fleet has measured it (devices/context_probe.py): the CUDA context
+# with lazy module loading (CUDA 12); and the cuBLAS/cuBLASLt workspaces that
+# PyTorch allocates on the first matmul.
 CONTEXT_BYTES = {"cuda": 500 * MiB, "hip": 600 * MiB, "xpu": 600 * MiB, "cpu": 0}
 WORKSPACE_BYTES = {"cuda": 33 * MiB, "hip": 33 * MiB, "xpu": 16 * MiB, "cpu": 0}
 
@@ -38,7 +43,7 @@ class Calibration:
     """What earlier runs of the same key measured, relative to their estimates."""
 
     runs: int
-    # Median of measured allocator peak / estimated allocator peak.
+    # Median of (measured process memory - context) / estimated allocator part.
     ratio: float
 
 
@@ -69,11 +74,15 @@ class MemoryEstimate:
     uncalibrated_total: int
     calibrated_from: int = 0
     calibration_ratio: float = 1.0
+    # The context counted in ``framework_overhead`` (measured on the fleet, or the default).
+    context_bytes: int = 0
+    # What the caching allocator reserves beyond the allocated peak.
+    allocator_cache: int = 0
 
     @property
     def allocator_bytes(self) -> int:
-        """What ``torch.cuda.max_memory_allocated`` should show: all but the context."""
-        return self.uncalibrated_total - CONTEXT_BYTES.get(self.backend, 0)
+        """The allocator's part (reserved, uncalibrated): all but the context."""
+        return self.uncalibrated_total - self.context_bytes
 
     def summary(self) -> str:
         text = f"estimated {fmt_bytes(self.total)} per rank"
@@ -90,6 +99,7 @@ class MemoryEstimate:
             "activations": self.activations,
             "temporaries": self.temporaries,
             "ddp_buckets": self.ddp_buckets,
+            "allocator_cache": self.allocator_cache,
             "framework_overhead": self.framework_overhead,
         }
 
@@ -123,6 +133,7 @@ def estimate_memory_requirement(
     backend: str = "cuda",
     calibration: Calibration | None = None,
     data_root: Any = None,
+    context_bytes: int | None = None,
 ) -> MemoryEstimate:
     """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
 
@@ -130,6 +141,7 @@ def estimate_memory_requirement(
     recipe's ``TrainingConfigError`` naming the field) or an already resolved config.
     ``data_root`` is where a config's ``data_path`` lives (the settings'
     ``data_root``); only the shape of one micro-batch is read from it.
+    ``context_bytes``: the context measured on the hosts that will run it.
     """
     plan = plan_trace(recipe, config, world_size, data_root)
     cfg, micro, strategy, key = plan.config, plan.micro, plan.strategy, plan.key
@@ -165,12 +177,13 @@ def estimate_memory_requirement(
         gradients = -(-gradients // world_size)
         states = -(-states // world_size)
         notes.append("FSDP: 1/world of parameters, gradients and optimizer states, plus one full all-gather")
-    context = CONTEXT_BYTES.get(backend, 0)
+    context = context_bytes if context_bytes is not None and backend != "cpu" else CONTEXT_BYTES.get(backend, 0)
     overhead = context + WORKSPACE_BYTES.get(backend, 0)
+    cache = max(0, trace.reserved - trace.peak) if backend != "cpu" else 0
 
-    # What the caching allocator will count (max_memory_allocated); the
-    # context comes on top and is not what runs are calibrated on.
-    allocator = parameters + gradients + states + activations + temporaries + ddp_buckets + overhead - context
+    # What the caching allocator will reserve; the context comes on top.
+    allocator = (parameters + gradients + states + activations + temporaries + ddp_buckets + cache
+                 + overhead - context)
     uncalibrated = allocator + context
     total = uncalibrated
     runs, ratio = 0, 1.0
@@ -207,4 +220,6 @@ def estimate_memory_requirement(
         uncalibrated_total=uncalibrated,
         calibrated_from=runs,
         calibration_ratio=ratio,
+        context_bytes=context,
+        allocator_cache=cache,
     )

@@ -29,8 +29,45 @@ from torch.utils._pytree import tree_flatten
 BLOCK = 512
 
 
+# Its segments: requests up to 1 MiB share 2 MiB segments, those under 10 MiB
+# share 20 MiB segments, larger ones get their own, rounded up to 2 MiB.
+SMALL, MID, SEGMENT_SMALL, SEGMENT_MID = 1 << 20, 10 << 20, 2 << 20, 20 << 20
+
+
 def _round(n: int) -> int:
     return int(math.ceil(n / BLOCK) * BLOCK) if n > 0 else 0
+
+
+def _up(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def _pool(size: int) -> str:
+    return "small" if size <= SMALL else "mid" if size < MID else "large"
+
+
+class ReservedModel:
+    """What the caching allocator reserves: freed blocks stay cached for reuse
+    within their pool, so each pool holds its own peak of live bytes, rounded
+    up to whole segments (fragmentation beyond that is not modeled)."""
+
+    def __init__(self) -> None:
+        self.live = {"small": 0, "mid": 0, "large": 0}
+        self.peak = dict(self.live)
+
+    def add(self, size: int) -> None:
+        pool = _pool(size)
+        self.live[pool] += _up(size, SEGMENT_SMALL) if pool == "large" else size
+        self.peak[pool] = max(self.peak[pool], self.live[pool])
+
+    def free(self, size: int) -> None:
+        pool = _pool(size)
+        self.live[pool] -= _up(size, SEGMENT_SMALL) if pool == "large" else size
+
+    @property
+    def reserved(self) -> int:
+        return (_up(self.peak["small"], SEGMENT_SMALL) + _up(self.peak["mid"], SEGMENT_MID)
+                + self.peak["large"])
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -54,10 +91,21 @@ class MemoryTracker(TorchDispatchMode):
         self.peak_by_category: dict[str, int] = {}
         self._refs: dict[int, weakref.ref] = {}
         self._scalars = scalars
+        # Device storages from start_reserved() on, through the caching allocator's pools.
+        self.pools: ReservedModel | None = None
+
+    def start_reserved(self) -> None:
+        """Model the allocator's reserve from now on, starting from what lives on the device."""
+        self.pools = ReservedModel()
+        for size, cat in self.live.values():
+            if cat != "host":
+                self.pools.add(size)
 
     def _free(self, key: int) -> None:
         size, cat = self.live.pop(key, (0, "other"))
         self._refs.pop(key, None)
+        if self.pools is not None and cat != "host" and size:
+            self.pools.free(size)
         self.current -= size
         self.by_category[cat] = self.by_category.get(cat, 0) - size
 
@@ -77,6 +125,8 @@ class MemoryTracker(TorchDispatchMode):
             self.live[key] = (max(size, old), cat)
         elif size > 0:
             self.live[key] = (size, category)
+            if self.pools is not None and category != "host":
+                self.pools.add(size)
             self.current += size
             self.by_category[category] = self.by_category.get(category, 0) + size
             self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
@@ -152,6 +202,8 @@ class StepTrace:
     forward_saved: int = 0
     # Samples in the recipe's dataset (None when the trace was given a batch).
     dataset_size: int | None = None
+    # What the caching allocator reserves over the steps (ReservedModel): >= the allocated peak.
+    reserved: int = 0
 
     @property
     def peak(self) -> int:
@@ -227,6 +279,7 @@ def trace_step(
             # What else exists now is the dataset and leftovers of building:
             # host memory in a real run (only the batch goes to the device).
             tracker.retag("other", "host")
+            tracker.start_reserved()
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
             amp = autocast_dtype(precision)
             post_step = getattr(model, "post_step", None)
@@ -269,6 +322,7 @@ def trace_step(
                 fake=fake,
                 forward_saved=forward_saved,
                 dataset_size=dataset_size,
+                reserved=tracker.pools.reserved if tracker.pools is not None else 0,
             )
     finally:
         if fake_mode is not None:

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
+from gpufleet.db.models import GPU
 from gpufleet.scheduling.calibration import calibration_for
 from gpufleet.scheduling.inputs import fleet_state
 from gpufleet.scheduling.estimate import MemoryEstimate, estimate_memory_requirement
@@ -42,8 +44,13 @@ def estimate_for(
                        strategy=resolve_strategy(cfg.strategy, world_size), world_size=world_size)
     return estimate_memory_requirement(
         recipe, cfg, world_size=world_size, backend=backend, calibration=calibration_for(sess, key),
-        data_root=data_root,
+        data_root=data_root, context_bytes=measured_context(sess, backend),
     )
+
+
+def measured_context(sess: Session, backend: str = "cuda") -> int | None:
+    """The largest context the fleet's agents measured on GPUs of ``backend``, or None."""
+    return sess.scalar(select(func.max(GPU.context_bytes)).where(GPU.backend == backend))
 
 
 def plan_selection(

@@ -53,6 +53,7 @@ def register_host(settings: Settings) -> Inventory:
     backend = device_backend(settings)
     gpus = backend.detect_gpus()
     topology = backend.detect_topology(gpus)
+    contexts = backend.context_bytes(gpus)  # a short probe per GPU model, before the write lock
     now = utcnow()
     with write_session(settings) as sess:
         host = sess.scalar(select(Host).where(Host.name == settings.host_name))
@@ -84,6 +85,7 @@ def register_host(settings: Settings) -> Inventory:
                 row.memory_total = info.memory_total
             row.compute_capability = info.compute_capability
             row.simulated = info.simulated
+            row.context_bytes = contexts.get(info.index, row.context_bytes)
             row.status = "ok" if info.healthy else "unhealthy"
             row.status_reason = None if info.healthy else (info.error or "the driver reports an error")
             row.last_seen = now

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gpufleet.devices.ops import backend_ops, move_to_device
-from gpufleet.training import stopfile
+from gpufleet.training import compat, stopfile
 
 STRATEGIES = ("single", "ddp", "fsdp")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -236,20 +236,12 @@ class DDPBackend(_Backend):
     strategy = "ddp"
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         init_distributed(self.device)
-        kw: dict[str, Any] = {} if self.ddp_bucket_mb is None else {"bucket_cap_mb": self.ddp_bucket_mb}
-        return DDP(
-            model,
-            device_ids=[self.device.index] if self.ops.is_accelerator else None,
-            # Gradients live in the all-reduce buckets: no copy, less memory.
-            gradient_as_bucket_view=True,
-            # A model whose buffers are kept equal by its own logic says so
-            # and saves one broadcast per forward.
-            forward_sync_buffers=getattr(model, "ddp_sync_buffers", True),
-            **kw,
-        )
+        device_ids = [self.device.index] if self.ops.is_accelerator else None
+        # A model whose buffers are kept equal by its own logic says so
+        # and saves one broadcast per forward.
+        sync_buffers = getattr(model, "ddp_sync_buffers", True)
+        return compat.ddp_class()(model, **compat.ddp_kwargs(sync_buffers, device_ids, self.ddp_bucket_mb))
 
     def _no_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext() if last_micro else self.model.no_sync()
@@ -263,16 +255,15 @@ class FSDPBackend(_Backend):
     strategy = "fsdp"
 
     def _wrap(self, model: nn.Module) -> nn.Module:
-        from torch.distributed.fsdp import fully_shard
-
+        fully_shard = compat.fully_shard_fn()
         init_distributed(self.device)
         # full_shard frees gathered parameters after forward (least memory);
         # shard_grad_op keeps them until backward (ZeRO-2-like, less traffic).
         reshard = self.fsdp_sharding == "full_shard"
         for child in model.children():
             if any(p.requires_grad for p in child.parameters()):
-                fully_shard(child, reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+                fully_shard(child, **compat.fully_shard_kwargs(reshard))
+        fully_shard(model, **compat.fully_shard_kwargs(reshard))
         return model
 
     def _no_sync(self, last_micro: bool) -> contextlib.AbstractContextManager:

@@ -107,13 +107,18 @@ class DistributedTrainer:
     def distributed(self) -> bool:
         return self.use_process_group
 
-    def setup(self, rank: int) -> torch.device:
+    def setup(self, rank: int, clock: Any = None) -> torch.device:
         """Join the process group (when there is more than one rank) and pick
-        this rank's device. One device runs without any process group."""
+        this rank's device. One device runs without any process group.
+        ``clock`` (training/startup.py) is told when each part ends."""
         self.rank = rank
         self.device = torch.device(self.devices[rank])
         ops = backend_ops(self.device)
         ops.set_device()
+        if clock is not None:
+            if ops.is_accelerator:
+                torch.zeros(1, device=self.device)  # the context is made on first use: make it now
+            clock.mark("device")
         if self.distributed and not dist.is_initialized():
             os.environ["MASTER_ADDR"] = self.master_addr
             os.environ["MASTER_PORT"] = str(self.master_port)
@@ -131,6 +136,8 @@ class DistributedTrainer:
                 backend=backend, rank=rank, world_size=self.world_size,
                 timeout=timedelta(seconds=self.collective_timeout_s), **kwargs,
             )
+        if clock is not None:
+            clock.mark("process_group")
         return self.device
 
     def resolved_strategy(self) -> str:

@@ -108,6 +108,7 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
     # Across vendors each rank sees only its own GPU, through its backend's variable,
     # set before this process touches a device (a runtime reads it when it initialises).
     os.environ.update(spec.rank_visible_env(rank))
+    os.environ["GPUFLEET_RANK_SPAWNED"] = "1"  # its parent is the launcher (training/startup.py)
     trainer = None
     try:
         grank, devices, rendezvous = rank_view(spec, payload["run_devices"], rank)  # global rank across hosts

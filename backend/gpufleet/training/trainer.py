@@ -37,6 +37,7 @@ from gpufleet.training.hetero import slow_rank_hook
 from gpufleet.training.parallel import rank_layout, rank_precision, rank_sync
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
+from gpufleet.training.startup import PHASES, StartupClock
 from gpufleet.training.drills import fault_at, hold_at, raise_fault
 
 
@@ -94,11 +95,13 @@ class Trainer:
         self._boundary_step = -1
         self.last_metrics: dict[str, Any] = {}
         self._setup_done = False
+        self.clock: StartupClock | None = None
 
     # -- set-up -------------------------------------------------------------
 
     def setup(self) -> None:
-        self.device = self.dt.setup(self.rank)
+        self.clock = StartupClock()
+        self.device = self.dt.setup(self.rank, clock=self.clock)
         self.ops = backend_ops(self.device)
         if self.ops.kind == "cpu" and self.dt.world_size > 1:
             # CPU ranks share the cores: more threads than cores only thrash.
@@ -132,6 +135,7 @@ class Trainer:
             if found is not None:
                 self._load(found)
         self._make_loader()
+        self.clock.mark("model")
         self._setup_done = True
         if mixed:
             # Each rank says what it runs on (device, visibility variable, precision, process group).
@@ -238,6 +242,9 @@ class Trainer:
                     time.sleep(0.05)
             t0 = time.perf_counter()
             parts = self.train_step()
+            if first_report and self.clock is not None and "first_step" not in self.clock.marks:
+                self.ops.synchronize()  # once: the first step as the device finished it
+                self.clock.mark("first_step")
             step_times.append(time.perf_counter() - t0)
             if window is None:
                 names = ["loss"] + sorted(k for k in parts if k != "loss")
@@ -268,7 +275,11 @@ class Trainer:
         extra[0] = 1.0 if self.should_stop() else 0.0
         extra[1 + self.rank] = sum(step_times) / n
         extra[1 + world + self.rank] = float(self.ops.max_memory_allocated() or 0)
-        vec = torch.cat([window.double() / n, extra.to(self.device)])
+        # The first report also carries every rank's start-up phases (no collective of their own).
+        startup = torch.zeros(len(PHASES) * world if first and self.clock else 0, dtype=torch.float64)
+        if len(startup):
+            startup[self.rank * len(PHASES):(self.rank + 1) * len(PHASES)] = torch.tensor(self.clock.seconds())
+        vec = torch.cat([window.double() / n, extra.to(self.device), startup.to(self.device)])
         if self.dt.distributed:
             dist.all_reduce(vec)
         vec = vec.cpu()
@@ -276,7 +287,10 @@ class Trainer:
         means = (vec[:k] / world).tolist()
         stop = bool(vec[k] > 0)
         rank_times = vec[k + 1:k + 1 + world].tolist()
-        peaks = [int(x) for x in vec[k + 1 + world:].tolist()]
+        peaks = [int(x) for x in vec[k + 1 + world:k + 1 + 2 * world].tolist()]
+        if len(startup) and self.progress:
+            per_rank = vec[k + 1 + 2 * world:].view(world, len(PHASES)).tolist()
+            self.progress.write("startup", phases=list(PHASES), per_rank=per_rank)
         elapsed = time.perf_counter() - t_window
         metrics = {
             "step": self.step,

@@ -4,6 +4,26 @@
  */
 
 export interface paths {
+    "/api/v1/auth/link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Follow Sign In Link
+         * @description Sign this browser in with a link from `gpufleet open`, then go to the dashboard.
+         */
+        get: operations["auth-link"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/sign-in": {
         parameters: {
             query?: never;
@@ -18,6 +38,26 @@ export interface paths {
          * @description Exchange an API token for an HTTP-only session cookie.
          */
         post: operations["auth-sign-in"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/sign-in-link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign In Link
+         * @description A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`).
+         */
+        post: operations["auth-sign-in-link"];
         delete?: never;
         options?: never;
         head?: never;
@@ -659,6 +699,26 @@ export interface paths {
          * @description Replace a user's quota and share; a null limit is no limit, a null max_priority the default (admins only).
          */
         put: operations["users-set-quota"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/users/{name}/unix-account": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Unix Account
+         * @description Map a user to the Unix account their trainings run as on the worker hosts (admins only).
+         */
+        put: operations["users-set-unix-account"];
         post?: never;
         delete?: never;
         options?: never;
@@ -1317,6 +1377,15 @@ export interface components {
              */
             token: string;
         };
+        /** SignInLink */
+        SignInLink: {
+            /** Expires In S */
+            expires_in_s: number;
+            /** Path */
+            path: string;
+            /** Url */
+            url: string;
+        };
         /** SignedOut */
         SignedOut: {
             /** Signed Out */
@@ -1761,6 +1830,11 @@ export interface components {
             preemptible: boolean;
             /** Priority */
             priority: number;
+            /**
+             * Queue Position
+             * @description queued: its place in the queue (1 is served next), in the scheduler's order (priority, then age)
+             */
+            queue_position?: number | null;
             /** Recipe */
             recipe: string;
             /** Requested Host */
@@ -1812,6 +1886,24 @@ export interface components {
             count: number;
             /** Data */
             data: components["schemas"]["TrainingPublic"][];
+        };
+        /** UnixAccount */
+        UnixAccount: {
+            /**
+             * Unix Account
+             * @description the Unix account this user's trainings run as; null: the user's own account of the same name if there is one, else the run account
+             */
+            unix_account?: string | null;
+        };
+        /** UnixAccountPublic */
+        UnixAccountPublic: {
+            /**
+             * Unix Account
+             * @description the Unix account this user's trainings run as; null: the user's own account of the same name if there is one, else the run account
+             */
+            unix_account?: string | null;
+            /** User */
+            user: string;
         };
         /** UsagePublic */
         UsagePublic: {
@@ -2046,6 +2138,71 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    "auth-link": {
+        parameters: {
+            query: {
+                code: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            303: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The link was used already, has expired or is not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "auth-sign-in": {
         parameters: {
             query?: never;
@@ -2114,6 +2271,89 @@ export interface operations {
                 };
             };
             /** @description Over a rate limit or the queued-trainings cap */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "auth-sign-in-link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignInLink"];
+                };
+            };
+            /** @description Single-user mode: a browser on this machine needs no sign-in */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
                     [name: string]: unknown;
@@ -5367,6 +5607,105 @@ export interface operations {
             };
             /** @description Already so, or not so */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "users-set-unix-account": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a user name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UnixAccount"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UnixAccountPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such user */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

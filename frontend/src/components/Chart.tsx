@@ -1,6 +1,7 @@
-import { useEffect, useRef } from 'react';
+import { useEffect, useMemo, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
+import { withGaps } from './chartGaps';
 
 export interface SeriesSpec {
   label: string;
@@ -70,7 +71,9 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * points each in well under a frame (bench/dashboard_charts.py), which is why
  * the dashboard uses it instead of an SVG chart library.
  */
-export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFormat, yUnit, title, testId, windowSec, xRange, yCap }: ChartProps) {
+export function Chart({ series, data: given, height, mini, time = true, yMin, yMax, yFormat, yUnit, title, testId, windowSec, xRange, yCap }: ChartProps) {
+  // Over time, a stretch without samples (a server down) is drawn as a hole.
+  const data = useMemo(() => (time ? withGaps(given) : given), [given, time]);
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -148,6 +151,7 @@ export function Chart({ series, data, height, mini, time = true, yMin, yMax, yFo
     plot.current?.setData(data as uPlot.AlignedData);
   }, [data]);
 
-  const points = data[0]?.length ?? 0;
-  return <div ref={box} className={mini ? 'chart chart-mini' : 'chart'} data-testid={testId} data-points={points} />;
+  const points = given[0]?.length ?? 0;
+  const gaps = (data[0]?.length ?? 0) - points;
+  return <div ref={box} className={mini ? 'chart chart-mini' : 'chart'} data-testid={testId} data-points={points} data-gaps={gaps} data-series={series.map((s) => s.label).join('|')} />;
 }

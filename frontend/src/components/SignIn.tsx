@@ -23,8 +23,8 @@ export function SignIn({ onSignedIn = () => window.location.reload() }: { onSign
     <div className="panel signin" role="dialog" aria-labelledby="signin-title">
       <h2 id="signin-title">Sign in</h2>
       <p className="muted">
-        This server needs a sign-in. Paste an API token (an admin creates one with <code>gpufleet tokens create</code>); the browser keeps an
-        HTTP-only session cookie, not the token.
+        This server needs a sign-in. On the server&apos;s machine, run <code>gpufleet open</code> and follow the link it prints; or paste an
+        API token (an admin creates one with <code>gpufleet tokens create</code>). The browser keeps an HTTP-only session cookie, not the token.
       </p>
       <form onSubmit={submit}>
         <label htmlFor="signin-token" className="muted" style={{ alignSelf: 'center' }}>

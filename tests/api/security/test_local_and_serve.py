@@ -1,4 +1,4 @@
-"""Safe defaults: the loopback server without sign-in, and what `serve` refuses."""
+"""Safe defaults: sign-in unless single-user mode is asked for, single-user mode on loopback, and what `serve` refuses."""
 
 from __future__ import annotations
 
@@ -18,11 +18,24 @@ from gpufleet.db.session import upgrade_database
 
 @pytest.fixture
 def local_client(settings: Settings) -> TestClient:
+    single_user = settings.model_copy(update={"auth": "off"})
+    upgrade_database(single_user)
+    return TestClient(build_app(single_user))
+
+
+def test_by_default_a_loopback_caller_must_sign_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFLEET_AUTH")
+    settings = load_settings(data_dir=tmp_path / "d", secret_key=SECRET)
     upgrade_database(settings)
-    return TestClient(build_app(settings))
+    client = TestClient(build_app(settings))
+    r = client.get("/api/v1/auth/whoami")
+    assert r.status_code == 401 and "sign-in required" in r.json()["detail"]
+    assert client.post("/api/v1/things").status_code == 401
+    assert client.post("/api/v1/gpus/drain").status_code == 401
+    assert client.app.state.created == []
 
 
-def test_loopback_embedded_default_acts_as_local_admin(local_client: TestClient) -> None:
+def test_single_user_mode_acts_as_local_admin(local_client: TestClient) -> None:
     who = local_client.get("/api/v1/auth/whoami").json()
     assert who == {"name": "local", "role": "admin", "via": "local", "auth_required": False}
     assert local_client.post("/api/v1/things").json() == {"owner": "local"}
@@ -41,15 +54,19 @@ def test_local_admin_refuses_proxied_and_cross_site_requests(local_client: TestC
     assert local_client.app.state.created == []
 
 
-def test_when_sign_in_is_required(tmp_path: Path) -> None:
+def test_when_sign_in_is_required(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFLEET_AUTH")
     d = tmp_path / "d"
-    assert not auth_required(load_settings(data_dir=d))
+    # Loopback proves nothing about who is calling on a shared machine: sign-in is the default everywhere.
+    assert auth_required(load_settings(data_dir=d))
     assert auth_required(load_settings(data_dir=d, host="0.0.0.0"))
-    # A fleet database usually sits behind a proxy on the same host: loopback proves nothing.
     assert auth_required(load_settings(data_dir=d, database_url="postgresql://u@db/x"))
-    assert auth_required(load_settings(data_dir=d, redis_url="redis://r:6379/0"))
-    assert not auth_required(load_settings(data_dir=d, database_url="postgresql://u@db/x", auth="off"))
+    # `auto`, the older default's name, means sign-in too.
+    assert auth_required(load_settings(data_dir=d, auth="auto"))
     assert auth_required(load_settings(data_dir=d, auth="on"))
+    # Single-user mode is asked for by name.
+    assert not auth_required(load_settings(data_dir=d, auth="off"))
+    assert not auth_required(load_settings(data_dir=d, database_url="postgresql://u@db/x", auth="off"))
 
 
 @pytest.mark.parametrize(
@@ -73,8 +90,8 @@ def test_serve_safety_refuses_with_what_to_set(tmp_path: Path, overrides: dict, 
 def test_serve_safety_accepts_safe_configurations(tmp_path: Path) -> None:
     check_serve_safety(load_settings(data_dir=tmp_path))
     check_serve_safety(load_settings(data_dir=tmp_path, host="0.0.0.0", auth="on", secret_key=SECRET))
-    # The default GPUFLEET_AUTH=auto signs people in beyond loopback: a secret is all it needs.
-    auto = load_settings(data_dir=tmp_path, host="0.0.0.0", secret_key=SECRET)
+    # The default signs people in: a secret is all it needs beyond loopback.
+    auto = load_settings(data_dir=tmp_path, host="0.0.0.0", secret_key=SECRET, auth="auto")
     check_serve_safety(auto)
     assert auth_required(auto)
     check_serve_safety(

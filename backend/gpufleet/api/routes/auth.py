@@ -1,26 +1,35 @@
 """Signing in and out, who am I, and WebSocket tickets.
 
-The dashboard signs in once with an API token; the answer sets an HTTP-only,
-SameSite=Strict session cookie that later requests (and WebSockets) carry. The
-cookie names a row in ``browser_sessions``; signing out ends that row.
-Scripts skip all this and send ``Authorization: Bearer <token>``.
+The dashboard signs in once with an API token, or with a single-use link that
+`gpufleet open` asks for over the server's socket; either answer sets the same
+HTTP-only, SameSite=Strict session cookie that later requests (and WebSockets)
+carry. The cookie names a row in ``browser_sessions``; signing out ends that
+row. Scripts skip all this and send ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from urllib.parse import quote
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.responses import RedirectResponse
 
 from gpufleet.api.auth import (
     SESSION_COOKIE,
     AuthError,
     AuthUser,
     make_session_cookie,
+    make_sign_in_link,
     make_ws_ticket,
+    redeem_sign_in_link,
     resolve_user,
     session_of_cookie,
 )
 from gpufleet.api.deps import CurrentUser, SettingsDep
-from gpufleet.api.schemas.auth import SignedOut, SignIn, WhoAmI, WSTicket
+from gpufleet.api.schemas.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
+from gpufleet.api.security.asgi import LINK_PATH
+from gpufleet.api.security.openapi import error_response
+from gpufleet.config import Settings
 from gpufleet.api.security.origins import origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import check_sign_in_rate
@@ -45,6 +54,12 @@ def sign_in(body: SignIn, request: Request, response: Response, settings: Settin
         user = resolve_user(settings, "GET", {"authorization": f"Bearer {body.token.strip()}"}, {})
     except AuthError as exc:
         raise HTTPException(401, exc.reason) from None
+    set_session_cookie(response, request, settings, user)
+    return WhoAmI(name=user.name, role=user.role, via="session", auth_required=auth_required(settings))
+
+
+def set_session_cookie(response: Response, request: Request, settings: Settings, user: AuthUser) -> None:
+    """Open a browser session for ``user``: the one way every sign-in sets the session cookie."""
     response.set_cookie(
         SESSION_COOKIE,
         make_session_cookie(settings, user),
@@ -55,7 +70,40 @@ def sign_in(body: SignIn, request: Request, response: Response, settings: Settin
         secure=request.url.scheme == "https",
         path="/",
     )
-    return WhoAmI(name=user.name, role=user.role, via="session", auth_required=auth_required(settings))
+
+
+def local_base(settings: Settings) -> str:
+    """This server's address for a browser on the same machine."""
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(settings.host, settings.host)
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+
+
+def new_sign_in_link(settings: Settings, user: AuthUser) -> SignInLink:
+    """A single-use link that signs a browser on this machine in as ``user`` (`gpufleet open`, `serve --link`)."""
+    path = f"{LINK_PATH}?code={quote(make_sign_in_link(settings, user))}"
+    return SignInLink(url=local_base(settings) + path, path=path, expires_in_s=settings.sign_in_link_ttl_s)
+
+
+@router.post("/sign-in-link", response_model=SignInLink, operation_id="auth-sign-in-link",
+             responses={400: error_response("Single-user mode: a browser on this machine needs no sign-in")})
+def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
+    """A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`)."""
+    if user.id is None:
+        raise HTTPException(400, "single-user mode: a browser on this machine needs no sign-in")
+    return new_sign_in_link(settings, user)
+
+
+@router.get("/link", operation_id="auth-link", response_class=RedirectResponse, status_code=303,
+            responses={401: error_response("The link was used already, has expired or is not valid")})
+def follow_sign_in_link(request: Request, settings: SettingsDep,
+                        code: str = Query(min_length=1, max_length=2048)) -> RedirectResponse:
+    """Sign this browser in with a link from `gpufleet open`, then go to the dashboard."""
+    user = redeem_sign_in_link(request.app, settings, code)
+    if isinstance(user, str):
+        raise HTTPException(401, user)
+    response = RedirectResponse("/", status_code=303)
+    set_session_cookie(response, request, settings, user)
+    return response
 
 
 @router.post("/sign-out", response_model=SignedOut, operation_id="auth-sign-out")

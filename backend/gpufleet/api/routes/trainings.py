@@ -38,6 +38,7 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
+from gpufleet.scheduling.queue_position import queue_positions
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.trainings import service
@@ -65,10 +66,15 @@ def _load(session: Session, training_id: uuid.UUID) -> Training:
         raise _http(exc) from None
 
 
-def _publics(views: list[service.TrainingView]) -> list[TrainingPublic]:
+def _publics(views: list[service.TrainingView], sess: Session | None = None,
+             settings: Settings | None = None) -> list[TrainingPublic]:
+    """The public form of each view; with ``sess`` and ``settings``, queued ones get their queue position."""
+    queued = [v.training.id for v in views if v.training.status == "queued"]
+    positions = queue_positions(sess, settings, queued) if sess is not None and settings is not None else {}
     out = []
     for v in views:
         pub = TrainingPublic.model_validate(v.training)
+        pub.queue_position = positions.get(v.training.id)
         pub.host_name = v.host_name
         pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
                                 released_at=a.released_at) for a in v.gpus]
@@ -129,7 +135,7 @@ def list_trainings(
         views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
-    return TrainingsPublic(data=_readable(settings, _user, _publics(views)), count=count)
+    return TrainingsPublic(data=_readable(settings, _user, _publics(views, session, settings)), count=count)
 
 
 def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
@@ -144,7 +150,8 @@ def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) ->
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
-    return _readable(settings, _user, _publics(service.views(session, [_load(session, training_id)])))[0]
+    views = service.views(session, [_load(session, training_id)])
+    return _readable(settings, _user, _publics(views, session, settings))[0]
 
 
 @router.post(

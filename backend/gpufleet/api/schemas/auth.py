@@ -14,7 +14,7 @@ class SignIn(BaseModel):
 class WhoAmI(BaseModel):
     name: str
     role: Literal["admin", "member", "viewer"]
-    # How this request was authenticated: token | session | local.
+    # How this request was authenticated: token | session | socket | local.
     via: str
     auth_required: bool
 
@@ -28,3 +28,11 @@ class WSTicket(BaseModel):
     expires_in_s: int
     # Where to use it: append ?ticket=… to this path.
     url: str
+
+
+class SignInLink(BaseModel):
+    # Open it in a browser on this machine: it signs the browser in once, then is spent.
+    url: str
+    # The same link from the server's root, for another way in (a tunnel, a proxy).
+    path: str
+    expires_in_s: int

@@ -60,6 +60,9 @@ class TrainingPublic(BaseModel):
     estimate: dict[str, Any] | None
     selection: dict[str, Any] | None
     wait_reason: str | None
+    queue_position: int | None = Field(
+        default=None, description="queued: its place in the queue (1 is served next), in the scheduler's order "
+                                  "(priority, then age)")
     measured_peak_memory: int | None
     peak_memory_per_rank: list[int] | None
     restarts: int

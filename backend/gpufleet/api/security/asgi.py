@@ -7,8 +7,10 @@ import json
 from starlette.types import Send
 
 SIGN_IN_PATH = "/api/v1/auth/sign-in"
+# Where a browser follows a sign-in link from `gpufleet open` (the link is its credential).
+LINK_PATH = "/api/v1/auth/link"
 # Reachable without credentials: signing in needs none, signing out must always work.
-OPEN_PATHS = frozenset({SIGN_IN_PATH, "/api/v1/auth/sign-out"})
+OPEN_PATHS = frozenset({SIGN_IN_PATH, LINK_PATH, "/api/v1/auth/sign-out"})
 
 
 def is_gated(path: str) -> bool:

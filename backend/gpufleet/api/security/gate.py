@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufleet.api.auth import AuthError, resolve_user
 from gpufleet.api.security.asgi import is_gated, send_error
+from gpufleet.api.unixsocket import scope_peer
 from gpufleet.config import Settings
 
 STATE_KEY = "gpufleet_user"
@@ -35,7 +36,8 @@ class AuthGate:
         cookies = cookie_parser(headers.get("cookie", ""))
         try:
             # The lookup touches the database; keep it off the event loop.
-            user = await to_thread.run_sync(resolve_user, self.settings, scope["method"], headers, cookies)
+            user = await to_thread.run_sync(resolve_user, self.settings, scope["method"], headers, cookies,
+                                            scope_peer(scope))
         except AuthError as exc:
             extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
             await send_error(send, exc.status, exc.reason, extra)

@@ -20,19 +20,15 @@ MIN_SECRET_DISTINCT = 8
 
 
 def auth_required(settings: Settings) -> bool:
-    """Whether every request must prove who it is.
+    """Whether every TCP request must prove who it is.
 
-    ``auto`` allows the implicit local admin only for the one-machine default:
-    bound to loopback with no external database or broker. A fleet deployment
-    usually sits behind a proxy on the same host, so loopback alone proves
-    nothing there. ``off`` is accepted only on loopback (see
-    :func:`check_serve_safety`).
+    Yes unless ``GPUFLEET_AUTH=off``, the explicit single-user mode of a
+    personal workstation, where a loopback caller is the implicit admin
+    ``local``; ``off`` is accepted only on loopback (see
+    :func:`check_serve_safety`). Callers on the Unix socket are known by their
+    account either way.
     """
-    if settings.auth == "on":
-        return True
-    if settings.auth == "off":
-        return False
-    return not (settings.is_loopback and settings.is_embedded)
+    return settings.auth != "off"
 
 
 def secret_strength(secret: str) -> float:
@@ -75,12 +71,11 @@ def check_serve_safety(settings: Settings) -> None:
     if problem is not None and settings.secret_key != DEFAULT_SECRET:
         secret_hint += f"; the one set {problem}"
     if not settings.is_loopback:
-        # Beyond loopback ``auto`` already means sign-in (see auth_required); only ``off`` is refused.
         if settings.auth == "off" or not secret_ok:
             raise ConfigError(
                 f"binding to {settings.host} exposes gpufleet to the network: it needs sign-in "
-                f"(GPUFLEET_AUTH=auto, the default, or GPUFLEET_AUTH=on; not off) and "
-                f"{secret_hint}; or bind to 127.0.0.1 (GPUFLEET_HOST) for a local server without sign-in"
+                f"(GPUFLEET_AUTH=on, the default; not off) and "
+                f"{secret_hint}; or bind to 127.0.0.1 (GPUFLEET_HOST) for a server only this machine reaches"
             )
     elif auth_required(settings) and not secret_ok:
         # Session cookies are signed with the secret: a known secret lets anyone forge one.

@@ -98,9 +98,11 @@ export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: Hist
     <article ref={ref} className={`gpu-card${lost ? ' gpu-lost' : ''}`} data-testid={`gpu-card-${gpu.host}-${gpu.index}`} aria-label={`GPU ${gpu.index} on ${gpu.host}`}>
       <header className="gpu-card-head">
         <div>
-          <span className="gpu-index">GPU {gpu.index}</span>
-          <span className="gpu-name" title={gpu.name}>
-            {gpu.name}
+          <span className="gpu-title" data-testid="gpu-title">
+            <span className="gpu-index">GPU {gpu.index}</span>
+            <span className="gpu-name" title={gpu.name}>
+              {gpu.name}
+            </span>
           </span>
           <span className="gpu-vendor muted" data-testid="gpu-vendor" title="vendor · backend">
             {VENDOR_NAMES[gpu.vendor] ?? gpu.vendor} · {gpu.backend}

@@ -1,4 +1,4 @@
-import { render, screen, waitFor, within } from '@testing-library/react';
+import { act, render, screen, waitFor, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
@@ -40,6 +40,9 @@ function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError } = {}) 
   return { recommend, validate, create, listRecipes };
 }
 
+/** The recommended GPU is checked once the (debounced) recommendation answered; slow machines take a while. */
+const preselected = () => waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked(), { timeout: 5000 });
+
 describe('CreateTrainingPage', () => {
   beforeEach(() => vi.mocked(useFleet).mockReset());
 
@@ -49,7 +52,7 @@ describe('CreateTrainingPage', () => {
     // The server's own figure and words, not a second rounding of its bytes.
     expect(screen.getByTestId('estimate-need')).toHaveTextContent('estimated 10.0 GiB per rank');
     expect(recommend.mock.calls[0][0]).toMatchObject({ recipe: 'sae', count: 1, config: expect.objectContaining({ d_in: 64 }) });
-    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await preselected();
     expect(screen.getByLabelText(/sim-host · GPU 0/)).not.toBeChecked();
     // GPU 2 has 6 GiB free: the indicator says it falls short.
     expect(screen.getByTestId('sel-sim-host-2')).toHaveTextContent('short by 4.0 GiB');
@@ -57,7 +60,7 @@ describe('CreateTrainingPage', () => {
 
   it('shows validation problems inline before submit', async () => {
     const { validate } = setup();
-    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await preselected();
     await userEvent.click(screen.getByLabelText(/sim-host · GPU 2/));
     await waitFor(() => expect(screen.getByTestId('sel-sim-host-2')).toHaveTextContent('GPU 2 is short of memory by 4.0 GiB'));
     expect(validate).toHaveBeenLastCalledWith(expect.objectContaining({ host: 'sim-host', gpu_ids: [1, 2] }));
@@ -76,7 +79,7 @@ describe('CreateTrainingPage', () => {
   it('submits the config and the chosen GPUs, then opens the training', async () => {
     const { create } = setup();
     create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
-    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await preselected();
     await userEvent.click(screen.getByLabelText(/sim-host · GPU 0/));
     await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
     await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
@@ -86,7 +89,7 @@ describe('CreateTrainingPage', () => {
   it('puts a refused field next to its input', async () => {
     const { create } = setup();
     create.mockRejectedValue(new ApiError(422, 'config.n_latents: must be >= d_in', { 'config.n_latents': 'must be >= d_in' }));
-    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await preselected();
     await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
     await waitFor(() => expect(screen.getByRole('alert')).toHaveTextContent('config.n_latents: must be >= d_in'));
     expect(screen.getByLabelText('Latents')).toHaveAttribute('aria-invalid', 'true');
@@ -104,7 +107,7 @@ describe('CreateTrainingPage', () => {
     // The built-in recipe's field the overlay does not know is there, under "More fields".
     expect(await screen.findByLabelText('dead_steps')).toHaveValue('100');
     expect(screen.getByText('More fields (3)')).toBeInTheDocument();
-    await waitFor(() => expect(screen.getByLabelText(/sim-host · GPU 1/)).toBeChecked());
+    await preselected();
 
     await userEvent.selectOptions(screen.getByLabelText('Recipe'), 'toy');
     expect(screen.getByText('a recipe from a plugin')).toBeInTheDocument();
@@ -127,5 +130,39 @@ describe('CreateTrainingPage', () => {
     setup({ recipesError: new ApiError(0, 'the server cannot be reached') });
     expect(await screen.findByRole('alert')).toHaveTextContent('Could not load the recipes: the server cannot be reached');
     expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+  });
+
+  it('shows a refused config as refused, not "estimating", and blocks Start', async () => {
+    const { recommend } = setup();
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('10.0 GiB'));
+    recommend.mockRejectedValue(new ApiError(422, 'this request can never be placed: needs 900.0 GiB per GPU'));
+    const latents = screen.getByLabelText('Latents');
+    await userEvent.clear(latents);
+    await userEvent.type(latents, '99999999');
+    await waitFor(() => expect(screen.getByTestId('refused')).toHaveTextContent('needs 900.0 GiB per GPU'));
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('the server refuses this request');
+    expect(screen.getByTestId('estimate-need')).not.toHaveTextContent('estimating');
+    expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+  });
+
+  it('drops the estimate of a config that changed, and a superseded late answer', async () => {
+    const { recommend } = setup();
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('10.0 GiB'));
+    let lateAnswer: (v: ReturnType<typeof recommendation>) => void = () => undefined;
+    recommend.mockImplementation(({ config }) =>
+      (config as { n_latents?: number }).n_latents === 4096
+        ? Promise.resolve(recommendation(20 * GiB, [candidate('sim-host', [1])]))
+        : new Promise((ok) => (lateAnswer = ok)),
+    );
+    const latents = screen.getByLabelText('Latents');
+    await userEvent.clear(latents);
+    // The form no longer says what the old figure was asked for: it is gone at once.
+    expect(screen.getByTestId('estimate-need')).not.toHaveTextContent('10.0 GiB');
+    await userEvent.type(latents, '4096');
+    await waitFor(() => expect(screen.getByTestId('estimate-need')).toHaveTextContent('20.0 GiB'));
+    // An answer to a request made for an earlier state of the form changes nothing.
+    await act(async () => lateAnswer(recommendation(30 * GiB, [])));
+    expect(screen.getByTestId('estimate-need')).toHaveTextContent('20.0 GiB');
+    expect(screen.getByTestId('estimate')).not.toHaveTextContent('30.0 GiB');
   });
 });

@@ -7,7 +7,7 @@ import { useFleet } from '../fleet/useFleet';
 import { GpuSelector, type Selection } from './GpuSelector';
 import { defaults, toConfig, type FieldSpec } from './recipes';
 import { useRecipes } from './useRecipes';
-import { useSelectionAdvice } from './useSelectionAdvice';
+import { useSelectionAdvice, type Advice } from './useSelectionAdvice';
 
 function ConfigField({ f, value, error, onChange }: { f: FieldSpec; value: string; error?: string; onChange: (v: string) => void }) {
   const id = `cfg-${f.name}`;
@@ -42,6 +42,16 @@ function ConfigField({ f, value, error, onChange }: { f: FieldSpec; value: strin
       )}
     </div>
   );
+}
+
+/** The memory line: the server's estimate, or why there is none (yet). */
+function estimateText(advice: Advice, ok: boolean): string {
+  if (!ok) return 'fix the config first';
+  if (advice.estimateNote) return advice.estimateNote;
+  if (advice.needBytes != null) return fmtBytes(advice.needBytes);
+  if (advice.refused) return 'none: the server refuses this request (see below)';
+  if (advice.adviceError) return 'not available';
+  return 'estimating…';
 }
 
 const stamp = () => new Date().toISOString().slice(5, 16).replace('T', '-').replace(':', '');
@@ -92,7 +102,7 @@ export function CreateTrainingPage() {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    if (!ok || submitting || recipe === null) return;
+    if (!ok || advice.refused || submitting || recipe === null) return;
     setSubmitting(true);
     setSubmitError(null);
     try {
@@ -177,7 +187,7 @@ export function CreateTrainingPage() {
               {/* The server's own words and number, so the page and the API never disagree by a rounding. */}
               Memory per GPU:{' '}
               <b data-testid="estimate-need">
-                {advice.estimateNote ?? (advice.needBytes != null ? fmtBytes(advice.needBytes) : ok ? 'estimating…' : 'fix the config first')}
+                {estimateText(advice, ok)}
               </b>
             </span>
             {advice.needBytes != null && (
@@ -200,7 +210,11 @@ export function CreateTrainingPage() {
               Recommended: {top.host} GPU {top.gpu_indexes.join(', ')} ({top.connection}) — {top.reasons.join('; ')}
             </div>
           )}
-          {advice.refused && <div className="banner-error">{advice.refused}</div>}
+          {advice.refused && (
+            <div className="banner-error" data-testid="refused">
+              {advice.refused}
+            </div>
+          )}
           {!advice.refused && advice.waitReason && <div className="candidates">Nothing fits now: {advice.waitReason}</div>}
           {advice.adviceError && <div className="field-help">Could not get a recommendation: {advice.adviceError}</div>}
           <GpuSelector
@@ -229,10 +243,11 @@ export function CreateTrainingPage() {
           </div>
         )}
         <div className="actions">
-          <button type="submit" className="primary" disabled={!ok || submitting || !name.trim()}>
+          <button type="submit" className="primary" disabled={!ok || !!advice.refused || submitting || !name.trim()}>
             {submitting ? 'Starting…' : 'Start training'}
           </button>
           {!ok && <span className="field-error">Fix the highlighted fields.</span>}
+          {ok && advice.refused && <span className="field-error">Change the request: the server can never place it.</span>}
         </div>
       </form>
     </div>

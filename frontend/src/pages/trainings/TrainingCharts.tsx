@@ -10,10 +10,28 @@ const PALETTE = ['#4fb3ff', '#f5b945', '#62d48f', '#b48cff', '#ff6b6b', '#5ce1e6
 /** Metric keys that are not parts of the loss. */
 const NOT_PARTS = new Set(['samples_per_s', 'lr', 'tokens_per_s', 'grad_norm', 'step_time', 'epoch']);
 
-export function lossParts(metrics: TrainingMetric[]): string[] {
+/** Scores (higher is better, often 0..1): drawn on a chart of their own, never on the loss's axis. */
+const SCORE = /acc|f1|precision|recall|auc|score|perplexity|ppl/i;
+
+export function isScore(key: string): boolean {
+  return SCORE.test(key);
+}
+
+/** The metric keys of recent rows, outside NOT_PARTS and the total. */
+function reportedKeys(metrics: TrainingMetric[]): string[] {
   const keys = new Set<string>();
   for (const m of metrics.slice(-50)) for (const k of Object.keys(m.metrics ?? {})) if (!NOT_PARTS.has(k) && k !== 'loss') keys.add(k);
   return [...keys].sort();
+}
+
+/** The loss's parts (drawn with the total, on its axis). */
+export function lossParts(metrics: TrainingMetric[]): string[] {
+  return reportedKeys(metrics).filter((k) => !isScore(k));
+}
+
+/** Scores the training reports beside its loss, such as accuracy. */
+export function scoreKeys(metrics: TrainingMetric[]): string[] {
+  return reportedKeys(metrics).filter(isScore);
 }
 
 export function LossChart({ metrics }: { metrics: TrainingMetric[] }) {
@@ -35,6 +53,15 @@ export function throughputKey(metrics: TrainingMetric[]): 'samples_per_s' | 'tok
   const recent = metrics.slice(-50);
   for (const key of ['samples_per_s', 'tokens_per_s'] as const) if (recent.some((m) => num(m.metrics?.[key]) != null)) return key;
   return null;
+}
+
+/** Accuracy and other scores on their own axis; nothing when the training reports none. */
+export function ScoreChart({ metrics }: { metrics: TrainingMetric[] }) {
+  const keys = useMemo(() => scoreKeys(metrics), [metrics]);
+  const series = useMemo(() => keys.map((k, i) => ({ label: k, color: PALETTE[(i + 3) % PALETTE.length] })), [keys]);
+  const data = useMemo(() => [metrics.map((m) => m.step), ...keys.map((k) => metrics.map((m) => num(m.metrics?.[k])))], [metrics, keys]);
+  if (keys.length === 0) return null;
+  return <Chart series={series} data={data} height={160} time={false} yFormat={(v) => v.toPrecision(3)} testId="score-chart" />;
 }
 
 export function ThroughputChart({ metrics }: { metrics: TrainingMetric[] }) {

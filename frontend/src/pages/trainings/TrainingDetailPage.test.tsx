@@ -120,3 +120,19 @@ describe('TrainingDetailPage', () => {
     expect(screen.getByText('Tokens/s')).toBeInTheDocument();
   });
 });
+
+describe('TrainingDetailPage charts and queue', () => {
+  beforeEach(() => vi.mocked(useTraining).mockReset());
+
+  it('draws accuracy on a chart of its own, not on the loss axis', () => {
+    const m = Array.from({ length: 10 }, (_, i) => metric(i + 1, 2 / (i + 1), { metrics: { cross_entropy: 2 / (i + 1), accuracy: 0.1 * i } }));
+    show({}, m);
+    expect(screen.getByTestId('loss-chart').getAttribute('data-series')).toBe('cross_entropy|loss (total)');
+    expect(screen.getByTestId('score-chart').getAttribute('data-series')).toBe('accuracy');
+  });
+
+  it('shows a queued training its place in the queue', () => {
+    show({ status: 'queued', queue_position: 3, wait_reason: 'behind urgent (priority 5)' }, []);
+    expect(screen.getByTestId('training-status')).toHaveTextContent('#3 in queue');
+  });
+});

@@ -5,14 +5,16 @@ import { endpoints } from '../../api/endpoints';
 import type { Training } from '../../api/types';
 import { ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtBytes, fmtLoss, num } from '../../lib/format';
-import { LossChart, RankTimes, RunGpuUtilization, SeriesChart, ThroughputChart, throughputKey } from './TrainingCharts';
+import { LossChart, RankTimes, RunGpuUtilization, ScoreChart, scoreKeys, SeriesChart, ThroughputChart, throughputKey } from './TrainingCharts';
 import { ResumeButton } from './ResumeButton';
 import { TrainingFiles } from './TrainingFiles';
 import { TrainingHosts } from './TrainingHosts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
 import { SharingBadges } from './SharingBadges';
+import { StartupTable } from './StartupTable';
 import { FINAL, useTraining } from './useTraining';
+import { QueuePlace } from './QueueView';
 
 function CancelButton({ t, onDone }: { t: Training; onDone: () => void }) {
   const [confirming, setConfirming] = useState(false);
@@ -69,6 +71,7 @@ export function TrainingDetailPage() {
         <span data-testid="training-status">
           <Pill value={t.status} />
           <SharingBadges t={t} />
+          <QueuePlace t={t} />
         </span>
         <CancelButton t={t} onDone={refresh} />
         <ResumeButton t={t} onDone={refresh} />
@@ -144,11 +147,18 @@ export function TrainingDetailPage() {
         </dl>
       </div>
       {t.hosts?.length ? <TrainingHosts t={t} metrics={metrics} /> : null}
+      <StartupTable events={events} />
       <div className="charts-grid">
         <div className="panel">
           <h3>Loss</h3>
           {metrics.length ? <LossChart metrics={metrics} /> : <p className="muted">No steps reported yet.</p>}
         </div>
+        {scoreKeys(metrics).length > 0 && (
+          <div className="panel">
+            <h3>Scores</h3>
+            <ScoreChart metrics={metrics} />
+          </div>
+        )}
         <div className="panel">
           <h3>Throughput</h3>
           {metrics.length ? <ThroughputChart metrics={metrics} /> : <p className="muted">No steps reported yet.</p>}

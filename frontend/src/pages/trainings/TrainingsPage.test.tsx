@@ -35,4 +35,23 @@ describe('TrainingsPage', () => {
     );
     expect(await screen.findByText('No training matches these filters.')).toBeInTheDocument();
   });
+
+  it('shows a queued training its place in the queue and filters to my own trainings', async () => {
+    vi.spyOn(endpoints, 'whoami').mockResolvedValue({ name: 'carol', role: 'user', via: 'token', auth_required: true } as never);
+    const list = vi.spyOn(endpoints, 'trainings').mockResolvedValue({ data: [training({ status: 'queued', queue_position: 2, gpu_ids: null, host_name: null })], count: 1 });
+    render(
+      <MemoryRouter>
+        <TrainingsPage />
+      </MemoryRouter>,
+    );
+    const row = await screen.findByTestId(`training-row-${training().id}`);
+    expect(row).toHaveTextContent('#2 in queue');
+    const mine = screen.getByLabelText('Only mine');
+    await waitFor(() => expect(mine).toBeEnabled());
+    await userEvent.click(mine);
+    await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ owner: 'carol' }), expect.anything()));
+    expect(screen.getByLabelText('Owner')).toHaveValue('carol');
+    await userEvent.click(mine);
+    await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ owner: undefined }), expect.anything()));
+  });
 });

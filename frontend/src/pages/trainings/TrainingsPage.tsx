@@ -5,6 +5,7 @@ import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtLoss } from '../../lib/format';
 import { SharingBadges } from './SharingBadges';
+import { MineFilter, QueuePlace } from './QueueView';
 
 const STATUSES = ['queued', 'scheduled', 'running', 'preempted', 'succeeded', 'failed', 'cancelled', 'reclaimed'];
 const PAGE = 50;
@@ -59,6 +60,7 @@ export function TrainingsTable({ rows }: { rows: Training[] }) {
             <td>
               <Pill value={t.status} title={t.status_reason ?? t.wait_reason ?? undefined} />
               <SharingBadges t={t} />
+              <QueuePlace t={t} />
             </td>
             <td>
               <Progress t={t} />
@@ -115,6 +117,7 @@ export function TrainingsPage() {
           <label htmlFor="f-owner">Owner</label>
           <input id="f-owner" value={owner} placeholder="anyone" onChange={(e) => set('owner', e.target.value)} />
         </div>
+        <MineFilter owner={owner} onOwner={(v) => set('owner', v)} />
       </div>
       {q.error && !q.data ? (
         <ErrorState error={q.error} onRetry={q.reload} />

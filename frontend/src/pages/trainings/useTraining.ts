@@ -11,12 +11,23 @@ export const FINAL = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
 export const MAX_METRICS = 4000;
 export const MAX_EVENTS = 500;
 
+/**
+ * The union by step of what is shown and what arrived, ordered by step. The
+ * REST history and the live channel's snapshot can come in either order and
+ * overlap; a step seen on both sides is kept once (the newer copy).
+ */
 export function mergeMetrics(old: TrainingMetric[], add: TrainingMetric[]): TrainingMetric[] {
   if (add.length === 0) return old;
   const last = old.length ? old[old.length - 1].step : -Infinity;
-  // The stream and the REST answer can overlap: keep steps strictly increasing.
-  const fresh = add.filter((m) => m.step > last);
-  let out = fresh.length ? old.concat(fresh) : old;
+  let out: TrainingMetric[];
+  if (add.every((m, i) => m.step > (i === 0 ? last : add[i - 1].step))) {
+    out = old.concat(add); // the usual live update: newer steps only
+  } else {
+    const byStep = new Map<number, TrainingMetric>();
+    for (const m of old) byStep.set(m.step, m);
+    for (const m of add) byStep.set(m.step, m);
+    out = [...byStep.values()].sort((a, b) => a.step - b.step);
+  }
   if (out.length > MAX_METRICS) {
     // Thin the older half so the curve keeps its shape and the newest steps stay dense.
     const half = Math.floor(out.length / 2);
@@ -49,6 +60,9 @@ export function useTraining(id: string) {
   const [metrics, setMetrics] = useState<TrainingMetric[]>([]);
   const [error, setError] = useState<ApiError | null>(null);
   const done = useRef(false);
+  // Until the REST history has arrived, ask for all of it: rows from the live
+  // snapshot must not make the first call ask only for steps after theirs.
+  const haveHistory = useRef(false);
 
   const lastStep = useRef(-1);
   const lastSeq = useRef(0);
@@ -62,14 +76,17 @@ export function useTraining(id: string) {
     const [t, ev, m] = await Promise.allSettled([
       endpoints.training(id),
       endpoints.events(id, lastSeq.current),
-      endpoints.metrics(id, lastStep.current, lastStep.current < 0 ? 2000 : 10000),
+      haveHistory.current ? endpoints.metrics(id, lastStep.current, 10000) : endpoints.metrics(id, -1, 2000),
     ]);
     if (t.status === 'fulfilled') {
       setTraining((old) => ({ ...(old ?? {}), ...t.value }));
       done.current = FINAL.has(t.value.status);
     }
     if (ev.status === 'fulfilled') setEvents((old) => mergeEvents(old, listOf(ev.value)));
-    if (m.status === 'fulfilled') setMetrics((old) => mergeMetrics(old, listOf(m.value)));
+    if (m.status === 'fulfilled') {
+      haveHistory.current = true;
+      setMetrics((old) => mergeMetrics(old, listOf(m.value)));
+    }
     const failed = [t, ev, m].find((r): r is PromiseRejectedResult => r.status === 'rejected');
     setError(failed ? (failed.reason as ApiError) : null);
   }, [id]);
@@ -79,6 +96,7 @@ export function useTraining(id: string) {
     setEvents([]);
     setMetrics([]);
     done.current = false;
+    haveHistory.current = false;
     void refresh();
     // While the live channel is up it carries every change; the poll is then
     // only a slow safety net (every 4th tick), and the only source when it is down.

@@ -1,7 +1,7 @@
 """a training started from another's checkpoint: trainings.resumed_from
 
 Revision ID: 0009_resume
-Revises: 0006_sessions_priority
+Revises: 0010_context
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0009_resume'
-down_revision = '0006_sessions_priority'
+down_revision = '0010_context'
 branch_labels = None
 depends_on = None
 

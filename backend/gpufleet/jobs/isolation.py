@@ -1,0 +1,166 @@
+"""How a training's launcher is started: as which account, in which sandbox, with which directories.
+
+:func:`plan` applies the rule of ``gpufleet.users.runas`` and the host's
+means (is the worker root, is ``bwrap`` there, ``GPUFLEET_SANDBOX``), and
+refuses what may not run: a non-admin's own code (a script) that would run
+with the server's privileges, unless an admin opted into shared-account runs
+(``GPUFLEET_SHARED_ACCOUNT_RUNS``). :class:`Isolation` then prepares the
+training's directories for that account and wraps the launcher's command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.config import Settings
+from gpufleet.jobs import sandbox
+from gpufleet.users.runas import RunAccount, RunAsError
+
+log = logging.getLogger(__name__)
+
+
+class IsolationRefused(RunAsError):
+    """This training may not run on this worker as configured; the message says what to set up."""
+
+
+@dataclass
+class Isolation:
+    account: RunAccount | None = None  # None: the worker's own account, as before
+    sandboxed: bool = False
+    write: list[Path] = field(default_factory=list)  # the training's own directories
+    read: list[Path] = field(default_factory=list)
+    hidden: list[Path] = field(default_factory=list)
+    home: Path | None = None
+
+    @property
+    def switches(self) -> bool:
+        return self.account is not None and not self.account.is_server
+
+    def prepare(self) -> None:
+        """Create the training's directories and give them, and what is in them, to its account."""
+        for d in self.write:
+            d.mkdir(parents=True, exist_ok=True)
+        if not self.switches:
+            return
+        assert self.account is not None
+        for d in self.write:
+            _chown_tree(d, self.account.uid, self.account.gid)
+            d.chmod(0o700)
+        for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
+            _add_search(d)
+
+    def command(self, argv: list[str]) -> list[str]:
+        if not self.sandboxed:
+            return argv
+        assert self.account is not None
+        home = [self.home] if self.home is not None and self.account.source != "run-account" else []
+        return sandbox.bwrap_args(uid=self.account.uid, gid=self.account.gid, groups=self.account.groups,
+                                  hidden=self.hidden, read=self.read, write=[*self.write, *home]) + argv
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        if not self.switches:
+            return env
+        assert self.account is not None
+        # The worker's temporary folder is its own: the account uses the system's (private in the sandbox).
+        out = {k: v for k, v in env.items() if k not in ("TMPDIR", "TEMP", "TMP")}
+        out.update(USER=self.account.name, LOGNAME=self.account.name)
+        if self.home is not None:
+            out["HOME"] = str(self.home)
+        return out
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        if self.sandboxed:
+            return {"preexec_fn": sandbox.ignore_sigterm}
+        if self.switches:
+            assert self.account is not None
+            return {"user": self.account.uid, "group": self.account.gid, "extra_groups": list(self.account.groups)}
+        return {}
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.lchown(root, uid, gid)
+    for base, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(base, name), uid, gid)
+
+
+def _add_search(d: Path) -> None:
+    try:
+        mode = d.stat().st_mode
+        d.chmod(stat.S_IMODE(mode) | stat.S_IXOTH | stat.S_IXGRP)
+    except OSError:
+        pass
+
+
+def sandbox_available(settings: Settings) -> bool:
+    return settings.sandbox != "off" and sandbox.bwrap_path() is not None and sandbox.setpriv_path() is not None
+
+
+def plan(settings: Settings, account: RunAccount, kind: str, run_dir: Path, checkpoint_dir: Path,
+         work_dir: Path | None = None) -> Isolation:
+    """How to run a training whose owner's account is ``account`` (``gpufleet.users.runas``)."""
+    write = [run_dir, checkpoint_dir] + ([work_dir] if work_dir is not None else [])
+    if account.is_server:
+        return Isolation(account=None, write=write)
+    if settings.sandbox == "bwrap" and not sandbox_available(settings):
+        raise IsolationRefused("GPUFLEET_SANDBOX=bwrap, but bwrap or setpriv is not installed on this host "
+                               "(Debian: apt-get install bubblewrap util-linux)")
+    if os.geteuid() != 0:
+        if kind == "script" and not settings.shared_account_runs:
+            raise IsolationRefused(
+                f"this worker runs as uid {os.geteuid()}, not root, so it cannot run this member's code as "
+                f"Unix account {account.name!r}; run the worker as root (it switches to each owner's account "
+                "and sandboxes the ranks), or let an admin set GPUFLEET_SHARED_ACCOUNT_RUNS=true to accept "
+                "that members' code runs as the server's account")
+        return Isolation(account=None, write=write)
+    hidden = [settings.data_dir, Path(settings.checkpoint_root)]  # type: ignore[arg-type]
+    read = sandbox.read_paths() + [Path(settings.data_root)]  # type: ignore[arg-type]
+    read = [p for p in read if p.exists()]
+    home = Path(account.home) if account.home and os.path.isdir(account.home) else None
+    if account.source == "run-account" or home is None:
+        home = run_dir / "home"
+        write.append(home)
+    return Isolation(account=account, sandboxed=sandbox_available(settings), write=write, read=read,
+                     hidden=hidden, home=home)
+
+
+def for_training(settings: Settings, training_id: uuid.UUID, run_dir: Path, checkpoint_dir: Path,
+                 work_dir: Path | None = None) -> Isolation:
+    """:func:`plan` for a training's owner, read from its row."""
+    from gpufleet.db.session import session_scope
+    from gpufleet.trainings.lifecycle import get_training
+    from gpufleet.users.runas import for_owner
+
+    with session_scope(settings) as sess:
+        t = get_training(sess, training_id)
+        if t is None:
+            raise IsolationRefused(f"training {training_id} does not exist")
+        owner, kind = t.owner, t.kind
+        account = for_owner(sess, settings.run_account, owner)
+    iso = plan(settings, account, kind, run_dir, checkpoint_dir, work_dir)
+    if iso.switches:
+        log.info("training %s of %s runs as Unix account %s (%s)%s", training_id, owner, account.name,
+                 account.source, " in a bwrap sandbox" if iso.sandboxed else "")
+    return iso
+
+
+def startup_warnings(settings: Settings) -> list[str]:
+    """What a worker says at start when members' code is less separated than it could be."""
+    out = []
+    if settings.shared_account_runs:
+        out.append("GPUFLEET_SHARED_ACCOUNT_RUNS is on: where this worker cannot switch accounts, members' code "
+                   "runs as the server's own account and can read its data dir and secrets")
+    elif os.geteuid() != 0:
+        out.append(f"this worker runs as uid {os.geteuid()}, not root: members' own code (script trainings) is "
+                   "refused here; run the worker as root to run it as each owner's Unix account")
+    if os.geteuid() == 0 and not sandbox_available(settings):
+        out.append("members' trainings run as their own Unix accounts but without a sandbox "
+                   f"(GPUFLEET_SANDBOX={settings.sandbox}; bwrap found: {sandbox.bwrap_path() is not None}): "
+                   "their code sees the host's processes; install bubblewrap")
+    return out

@@ -1,0 +1,39 @@
+"""A rank's start-up, phase by phase, in the progress file (training/startup.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.training.progress import ProgressWriter, read_progress
+from gpufleet.training.recipes import get_recipe
+from gpufleet.training.startup import PHASES, StartupClock, process_start
+from gpufleet.training.trainer import Trainer
+
+from .conftest import tiny_mlp
+
+
+def test_the_first_report_carries_each_phase(tmp_path: Path) -> None:
+    recipe = get_recipe("mlp")
+    cfg = recipe.resolve_config(tiny_mlp(max_steps=6, log_every=3, checkpoint_every=100))
+    trainer = Trainer(recipe, cfg, devices=["cpu"], progress=ProgressWriter(tmp_path / "p.jsonl"))
+    trainer.train()
+    trainer.close()
+    (line,) = [x for x in read_progress(tmp_path / "p.jsonl") if x["type"] == "startup"]
+    assert line["phases"] == list(PHASES)
+    (rank0,) = line["per_rank"]
+    seconds = dict(zip(PHASES, rank0))
+    assert all(v >= 0 for v in rank0)
+    assert seconds["imports"] > 0  # this process started before the trainer
+    assert seconds["launcher"] == 0 and seconds["process_group"] == 0  # in-process, one rank
+    assert seconds["model"] > 0 and seconds["first_step"] > 0
+
+
+def test_process_start_is_in_the_past() -> None:
+    import os
+    import time
+
+    began = process_start(os.getpid())
+    assert began is not None and began <= time.time()
+    clock = StartupClock()
+    clock.mark("device")
+    assert len(clock.seconds()) == len(PHASES)

@@ -1,0 +1,48 @@
+"""Local accounts as gpufleet users: made on first use, then an admin's to change or disable."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from accounts import unix_accounts
+from gpufleet.config import Settings
+from gpufleet.db.session import session_scope
+from gpufleet.users.accounts import UserError, get_user, set_disabled, set_role
+from gpufleet.users.local import local_account_user
+
+
+def test_an_account_is_a_member_of_its_name_until_an_admin_changes_it(db_settings: Settings) -> None:
+    with unix_accounts(1) as (ann,):
+        with session_scope(db_settings) as sess:
+            first = local_account_user(sess, ann.uid, server_uid=os.geteuid())
+            assert (first.name, first.role) == (ann.name, "member")
+            assert get_user(sess, ann.name).id == first.user_id
+        with session_scope(db_settings) as sess:
+            # The same row on later calls, whatever role an admin gives it.
+            set_role(sess, ann.name, "viewer")
+        with session_scope(db_settings) as sess:
+            again = local_account_user(sess, ann.uid, server_uid=os.geteuid())
+            assert (again.user_id, again.role) == (first.user_id, "viewer")
+            set_disabled(sess, ann.name)
+        with session_scope(db_settings) as sess, pytest.raises(UserError, match="disabled"):
+            local_account_user(sess, ann.uid, server_uid=os.geteuid())
+
+
+def test_root_and_the_servers_account_are_admins_whatever_their_row_says(db_settings: Settings) -> None:
+    with unix_accounts(1) as (svc,):
+        with session_scope(db_settings) as sess:
+            assert local_account_user(sess, svc.uid, server_uid=svc.uid).role == "admin"
+            set_role(sess, svc.name, "viewer")
+            set_disabled(sess, svc.name)
+        with session_scope(db_settings) as sess:
+            assert local_account_user(sess, svc.uid, server_uid=svc.uid).role == "admin"
+            # To any other server it is an ordinary, disabled account.
+            with pytest.raises(UserError, match="disabled"):
+                local_account_user(sess, svc.uid, server_uid=os.geteuid())
+
+
+def test_an_account_without_a_usable_name_is_refused_with_why(db_settings: Settings) -> None:
+    with session_scope(db_settings) as sess, pytest.raises(UserError, match="no account name"):
+        local_account_user(sess, 4_000_000, server_uid=os.geteuid())
