@@ -21,7 +21,10 @@ from sqlalchemy import select
 from gpufleet.db.models import TrainingMetric
 from gpufleet.db.session import session_scope
 from jobs.conftest import make_settings, pids_in_group, register, wait_for
-from people import SECRET, make_people
+from gpufleet.users.accounts import add_user, get_user
+from gpufleet.users.tokens import create_token
+from people import SECRET
+from unix import short_name, unix_account
 
 from trainings.scripts import STOP_AWARE_SCRIPT, write_project
 
@@ -114,22 +117,30 @@ def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_
 
 def test_resume_after_cancel_continues_past_the_checkpoint_and_only_the_owner_downloads_it(
         tmp_path, request, workers, scheduler, live_server):
+    # The member's trainings run as their Unix account of the same name; the other member runs nothing.
+    with unix_account(short_name("own")) as account:
+        _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, account.pw_name)
+
+
+def _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, alice: str) -> None:
     settings = make_settings(tmp_path, "postgresql", request, lease_s=3.0, stop_grace_s=60.0, auth="on",
                              secret_key=SECRET)
     register(settings)
-    people = make_people(settings, suffix="-" + uuid.uuid4().hex[:6])
-    alice = people.names["alice"]
-    from gpufleet.users.accounts import get_user
-
+    bob_name = short_name("bob")
     with session_scope(settings) as sess:
+        add_user(sess, alice, "member")
         get_user(sess, alice).run_code = True
+        add_user(sess, bob_name, "member")
+        alice_token, bob_token = create_token(sess, alice).secret, create_token(sess, bob_name).secret
     workers(settings)
     scheduler(settings)
     base = live_server(settings)
-    api, bob = Api(base, people.alice), Api(base, people.bob)
+    api, bob = Api(base, alice_token), Api(base, bob_token)
     project = write_project(tmp_path / "proj", STOP_AWARE_SCRIPT)
-    tid = _submit(base, project, token=people.alice)
-    wait_for(lambda: api.body(tid)["step"] >= 5, 180, "a few reported steps", 0.2)
+    tid = _submit(base, project, token=alice_token)
+    body = wait_for(lambda: ((b := api.body(tid))["step"] >= 5 or b["status"] in FINAL) and b, 180,
+                    "a few reported steps", 0.2)
+    assert body["step"] >= 5, (body["status"], body["status_reason"], api.log(tid)[-3000:])
     assert httpx.post(f"{api.base}/{tid}/cancel", headers=api.headers, timeout=30).status_code == 200
     body = wait_for(lambda: (b := api.body(tid))["status"] in FINAL and b, 60, "the cancel", 0.2)
     assert body["status"] == "cancelled"
@@ -146,12 +157,12 @@ def test_resume_after_cancel_continues_past_the_checkpoint_and_only_the_owner_do
     assert part.status_code == 206 and part.content == on_disk[10:100]
     assert bob.get(tid, "/files").status_code == 403 and bob.get(tid, f"/files/{path}").status_code == 403
     got = _cli(base, tmp_path, "trainings", "download", tid, path, "-o", str(tmp_path / "mine.pt"),
-               token=people.alice)
+               token=alice_token)
     assert got.returncode == 0 and (tmp_path / "mine.pt").read_bytes() == on_disk, got.stderr
-    refused = _cli(base, tmp_path, "trainings", "download", tid, path, token=people.bob)
+    refused = _cli(base, tmp_path, "trainings", "download", tid, path, token=bob_token)
     assert refused.returncode == 2 and "only its owner and admins" in refused.stderr, refused.stderr
 
-    res = _cli(base, tmp_path, "trainings", "resume", tid, token=people.alice)
+    res = _cli(base, tmp_path, "trainings", "resume", tid, token=alice_token)
     assert res.returncode == 0 and "queued" in res.stdout, res.stdout + res.stderr
     wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
              "the resumed attempt", 0.2)

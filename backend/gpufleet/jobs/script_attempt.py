@@ -69,6 +69,10 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     return path, progress
 
 
+def output_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+    return files.output_dir(settings, training_id)
+
+
 def mark_stop(progress: Path) -> None:
     """Create the attempt's stop file (``GPUFLEET_STOP_FILE``: the launcher names it so too)."""
     stopfile.mark(f"{progress}.stop")

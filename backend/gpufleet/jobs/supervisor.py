@@ -189,6 +189,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         seed_clone(settings, t, checkpoint_dir(settings, tid), logf)
         iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid),
                                      script_attempt.work_dir(settings, tid) if t.kind == "script" else None)
+        if t.kind == "script":  # GPUFLEET_OUTPUT_DIR is the training's too, made and given to its account
+            iso.write.append(script_attempt.output_dir(settings, tid))
         if t.kind == "script":
             spec_path, progress_path = script_attempt.write_spec(
                 settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
