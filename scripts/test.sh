@@ -49,14 +49,20 @@ stop_all() {
   rm -rf "$runs"
 }
 trap stop_all EXIT
+# GPUFLEET_TEST_STORE_DURATIONS=1 records this run's durations into tests/.test_durations
+# (each shard writes only its own tests' durations; the files are merged at the end).
+store=()
+[ -n "${GPUFLEET_TEST_STORE_DURATIONS:-}" ] && store=(--store-durations --clean-durations)
 pids=()
 for i in $(seq 1 "$shards"); do
   dir="$runs/services-$i"
+  durations="$runs/durations-$i.json"
+  if [ -f tests/.test_durations ]; then cp tests/.test_durations "$durations"; fi
   (
     eval "$(GPUFLEET_PG_PORT=$((pg_base + 10 * i)) GPUFLEET_REDIS_PORT=$((redis_base + 10 * i)) \
       bash .ci/services.sh start "$dir")"
     exec .venv/bin/python -m pytest -p no:cacheprovider --durations=15 \
-      --splits "$shards" --group "$i" --durations-path tests/.test_durations
+      --splits "$shards" --group "$i" --durations-path "$durations" "${store[@]}"
   ) >"$runs/shard-$i.log" 2>&1 &
   pids+=($!)
 done
@@ -66,4 +72,11 @@ for i in $(seq 1 "$shards"); do
   cat "$runs/shard-$i.log"
 done
 .venv/bin/python scripts/shard_summary.py "$runs"/shard-*.log || status=$?
+if [ ${#store[@]} -gt 0 ]; then
+  .venv/bin/python -c 'import json, sys
+merged = {}
+for path in sys.argv[1:]:
+    merged.update(json.load(open(path)))
+json.dump(merged, open("tests/.test_durations", "w"), sort_keys=True, indent=1)' "$runs"/durations-*.json
+fi
 exit $status

@@ -9,9 +9,9 @@ where clients and fuzzers see them.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # PostgreSQL INTEGER: steps, sequence numbers, GPU indexes, checkpoint intervals.
 INT32_MAX = 2**31 - 1
@@ -29,5 +29,35 @@ MAX_HOST_CHARS = 255
 MAX_PRIORITY = 1000
 # Byte offsets in a training's log.
 MAX_OFFSET = JSON_INT_MAX
+# A learning rate, a loss weight, a clipping norm: far past any useful value, still a
+# number that stays finite through every product and sum a step makes of it.
+MAX_COEFF = 1e6
+
+
+
+def _whole_numbers(value: Any) -> Any:  # noqa: ANN401
+    """``120.0`` read as ``120``: JSON Schema counts it an integer, and a float field takes an int."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= JSON_INT_MAX:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    return value
+
+
+class RequestBody(BaseModel):
+    """A request body: unknown fields refused, every value of the type its schema says.
+
+    Strict, so ``false`` is no number of hours and ``"3"`` no count: what the
+    schema declares is what is checked, no more and no less.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers_as_json_schema_reads_them(cls, data: Any) -> Any:  # noqa: ANN401
+        return _whole_numbers(data)
 
 GPUIndex = Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]

@@ -120,6 +120,8 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, ge=1, le=1000)
     db_max_overflow: int = Field(default=20, ge=0, le=1000)
     db_pool_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # How long a CLI write waits for SQLite's write lock before it says the database is busy.
+    cli_busy_timeout_s: float = Field(default=10.0, gt=0, le=600)
     # API requests served at once per process; beyond it a request gets 429
     # with Retry-After at once instead of waiting for a connection. 0: the
     # pool size plus overflow, less a few for the scheduler and the streams,
@@ -216,6 +218,8 @@ class Settings(BaseSettings):
     # processes that trace, the most seconds one trace may take, and requests per user a minute.
     estimate_workers: int = Field(default=2, ge=1, le=64)
     estimate_budget_s: float = Field(default=20.0, gt=0, le=600)
+    # `serve` traces every recipe's default config at start, so the first estimate asked for is ready.
+    estimate_warm: bool = True
     estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
 
     # Telemetry.

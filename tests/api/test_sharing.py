@@ -124,9 +124,11 @@ def test_usage_of_a_day_is_the_held_time_of_its_allocations(api: TestClient, tea
 
 @pytest.mark.parametrize(("query", "status", "why"), [
     ("by=team", 422, "'user', 'group' or 'training'"),
-    ("from=yesterday", 400, "from='yesterday' is not a day; use YYYY-MM-DD"),
-    ("from=2026-04-03&to=2026-04-01", 400, "before from"),
-    ("from=2020-01-01&to=2026-01-01", 400, "at most 366"),
+    # A bad query value is a 422, as everywhere else.
+    ("from=yesterday", 422, "from='yesterday' is not a day; use YYYY-MM-DD"),
+    ("from=2026-13-01", 422, "from='2026-13-01' is not a day"),
+    ("from=2026-04-03&to=2026-04-01", 422, "before from"),
+    ("from=2020-01-01&to=2026-01-01", 422, "at most 366"),
 ])
 def test_bad_usage_questions_say_what_to_fix(api: TestClient, team: People, query: str, status: int,
                                              why: str) -> None:

@@ -32,5 +32,8 @@ def fuzz_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         # The fuzzer creates trainings as fast as it can; limits are tested elsewhere.
         create_rate_per_minute=10000,
         estimate_rate_per_minute=10000,
+        # A generated config may describe a model that takes long to trace: refused (422) well within the
+        # client's read timeout, as any server may choose.
+        estimate_budget_s=5,
         **db,
     )

@@ -11,18 +11,28 @@ see real rows, not only unknown ids. The run fails on any 5xx, a status code
 the schema does not declare, a wrong content type, or a body that does not
 match its declared schema. Every operation is run even after one fails, so a
 failure lists all that were found.
+
+Schemathesis never generates NaN or Infinity (JSON has neither, but Python's
+JSON reader, and so the server's, takes them), so a third pass sends each
+operation's body with every number in it, and every number its schema
+declares, replaced by NaN, Infinity or -Infinity.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import math
 import os
 import uuid
+from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.core import NOT_SET
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -91,6 +101,7 @@ def _seed_code(settings: Settings, owner: str) -> str:
 @pytest.fixture
 def live_app(fuzz_settings: Settings):  # noqa: ANN201
     from gpufleet.api.app import create_app
+    from gpufleet.api.routes.selection import warm_estimates
     from gpufleet.telemetry.inventory import register_host
 
     upgrade_database(fuzz_settings)
@@ -107,7 +118,10 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
            "code_hash": [_seed_code(fuzz_settings, name)],
            # `name` is a group's or a user's (quota routes); `member` joins the group, then leaves it.
            "name": [group, member], "member": [member]}
-    return create_app(fuzz_settings), token, ids
+    app = create_app(fuzz_settings)
+    # As `serve` does: the estimate process is started, and the defaults traced, before the first request.
+    asyncio.run(warm_estimates(app, fuzz_settings))
+    return app, token, ids
 
 
 def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN001
@@ -139,13 +153,83 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN
     return sent
 
 
+NON_FINITE = (math.nan, math.inf, -math.inf)
+
+
+def _described(exc: BaseException) -> str:
+    """The failure and, for a group (Hypothesis's flaky or multiple failures), each one inside it."""
+    text = f"{type(exc).__name__}\n{str(exc)[:3000]}"
+    for inner in getattr(exc, "exceptions", ()):
+        text += f"\n  - {type(inner).__name__}: {str(inner)[:1500]}"
+    return text
+
+
+def _resolve(root: dict[str, Any], node: Any) -> Any:  # noqa: ANN401
+    while isinstance(node, dict) and "$ref" in node:
+        node = root["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def _numeric_properties(root: dict[str, Any], node: Any) -> list[str]:  # noqa: ANN401
+    """The properties of a body schema that are numbers (directly or as one choice of anyOf)."""
+    node = _resolve(root, node)
+    found = []
+    for name, prop in (node.get("properties") or {}).items() if isinstance(node, dict) else ():
+        prop = _resolve(root, prop)
+        kinds = [prop.get("type")] + [_resolve(root, c).get("type") for c in prop.get("anyOf", [])]
+        if any(k in ("number", "integer") for k in kinds):
+            found.append(name)
+    return found
+
+
+def _non_finite(value: Any, pick: int) -> Any:  # noqa: ANN401
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return NON_FINITE[pick % 3]
+    if isinstance(value, dict):
+        return {k: _non_finite(v, pick + i) for i, (k, v) in enumerate(value.items())}
+    if isinstance(value, list):
+        return [_non_finite(v, pick + i) for i, v in enumerate(value)]
+    return value
+
+
+def _fuzz_non_finite(operation, client, headers: dict[str, str], root: dict[str, Any]) -> int:  # noqa: ANN001
+    """Send the operation's generated bodies with NaN and Infinity in every number; 0 without a JSON body."""
+    content = ((root["paths"][operation.path][operation.method.lower()].get("requestBody") or {})
+               .get("content") or {})
+    if "application/json" not in content:
+        return 0
+    numeric = _numeric_properties(root, content["application/json"].get("schema"))
+    sent = 0
+
+    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def run(case) -> None:  # noqa: ANN001
+        nonlocal sent
+        sent += 1
+        # An optional body that was left out: an empty object, to carry the declared numbers.
+        body = _non_finite({} if case.body is NOT_SET else case.body, sent)
+        if isinstance(body, dict):
+            body.update({name: NON_FINITE[(sent + i) % 3] for i, name in enumerate(numeric)})
+        response = client.request(case.method, case.formatted_path, params=case.query,
+                                  headers={**headers, "content-type": "application/json"},
+                                  content=json.dumps(body).encode())
+        assert response.status_code < 500, response.text[:500]
+        case.validate_response(response, checks=CHECKS)
+
+    run()
+    return sent
+
+
 @pytest.mark.slow
 def test_every_operation_answers_within_its_schema(live_app) -> None:  # noqa: ANN001
     app, token, ids = live_app
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     headers = {"Authorization": f"Bearer {token}"}
     failures: list[str] = []
-    cases = 0
+    cases = non_finite = 0
     pinned_ops = 0
     reached: set[str] = set()
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -165,11 +249,19 @@ def test_every_operation_answers_within_its_schema(live_app) -> None:  # noqa: A
                         raise
                 except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect every operation's failure
                     where = " with real ids" if pinned else ""
-                    failures.append(f"{op.method.upper()} {op.path}{where} ({mode.value}): {type(exc).__name__}\n"
-                                    f"{str(exc)[:3000]}")
+                    failures.append(f"{op.method.upper()} {op.path}{where} ({mode.value}): {_described(exc)}")
+    from fastapi.testclient import TestClient
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for op in operations:
+            try:
+                non_finite += _fuzz_non_finite(op, client, headers, schema.raw_schema)
+            except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - collect every operation's failure
+                failures.append(f"{op.method.upper()} {op.path} (NaN/Infinity): {type(exc).__name__}\n"
+                                f"{str(exc)[:3000]}")
     print(f"schemathesis: {len(operations)} operations ({pinned_ops} also with real ids), {cases} cases,"
-          f" {len(failures)} failing")
-    assert len(operations) >= 4 and cases >= 100 and pinned_ops >= 7
+          f" {non_finite} with NaN/Infinity, {len(failures)} failing")
+    assert len(operations) >= 4 and cases >= 100 and pinned_ops >= 7 and non_finite >= 50
     # Each of them answered 2xx at least once with real ids: the deep routes were reached.
     assert len(reached) == pinned_ops, sorted(reached)
     assert not failures, "\n\n".join(failures)

@@ -19,7 +19,7 @@ def test_unreachable_server_and_unknown_training_are_one_line_errors(monkeypatch
     r = runner.invoke(app, ["trainings", "show", "00000000-0000-0000-0000-000000000000"])
     assert r.exit_code == 2 and "does not exist (HTTP 404)" in r.output
     r = runner.invoke(app, ["trainings", "ls", "--status", "sleeping"])
-    assert r.exit_code == 2 and "unknown status 'sleeping'" in r.output
+    assert r.exit_code == 2 and "status.0: Input should be 'queued'" in r.output
 
 
 def test_sharing_options_are_checked_before_anything_is_sent(monkeypatch):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.scheduling.scheduler import schedule_pending
 
-from scheduling.queue import BOTH, submit
+from scheduling.queue import BOTH, row, start, submit
 
 
 @BOTH
@@ -57,3 +59,47 @@ def test_the_owner_filter_lists_only_that_owners_trainings(sim_host) -> None:  #
     with TestClient(create_app(s.model_copy(update={"auth": "off"}))) as c:
         rows = c.get("/api/v1/trainings", params={"owner": "bob"}).json()["data"]
     assert [r["name"] for r in rows] == ["bobs"]
+
+
+@BOTH
+def test_the_training_served_next_says_when_the_gpus_it_waits_for_free_up(sim_host) -> None:  # noqa: ANN001
+    s = sim_host("nvlink-pairs", "2xH100-80GB").model_copy(update={"stop_grace_s": 5.0})
+    start(s, "bounded", gpus=2, max_runtime_s=600, preemptible=False)
+    head = submit(s, "head", gpus=2)
+    behind = submit(s, "behind", gpus=2)
+    schedule_pending(s)
+    started = row(s, head)
+    holder = next(t for t in _all(s) if t.name == "bounded")
+    with TestClient(create_app(s.model_copy(update={"auth": "off"}))) as c:
+        one = c.get(f"/api/v1/trainings/{head}").json()
+        other = c.get(f"/api/v1/trainings/{behind}").json()
+    assert started.status == "queued" and one["queue_position"] == 1
+    # max_runtime_s from the start of the holder's attempt, plus the grace to checkpoint past it.
+    expected = holder.started_at + timedelta(seconds=600 + 5)
+    got = datetime.fromisoformat(one["expected_start"].replace("Z", "+00:00"))
+    assert abs((got.replace(tzinfo=None) - expected.replace(tzinfo=None)).total_seconds()) < 1, (got, expected)
+    # Behind the head nothing can be foretold without replaying the queue: no time is made up.
+    assert other["queue_position"] == 2 and other["expected_start"] is None
+
+
+@pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
+def test_no_expected_start_when_the_holder_has_no_end_in_sight(sim_host) -> None:  # noqa: ANN001
+    s = sim_host("nvlink-pairs", "2xH100-80GB")
+    start(s, "unbounded", gpus=2, preemptible=False)
+    head = submit(s, "head", gpus=2)
+    schedule_pending(s)
+    with TestClient(create_app(s.model_copy(update={"auth": "off"}))) as c:
+        one = c.get(f"/api/v1/trainings/{head}").json()
+    assert one["queue_position"] == 1 and one["expected_start"] is None
+
+
+def _all(s):  # noqa: ANN001, ANN202
+    from gpufleet.db.models import Training
+    from gpufleet.db.session import session_scope
+    from sqlalchemy import select
+
+    with session_scope(s) as sess:
+        rows = list(sess.execute(select(Training)).scalars())
+        for t in rows:
+            sess.expunge(t)
+        return rows

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.middleware import Middleware
@@ -37,6 +40,7 @@ from gpufleet.api.security.openapi import document_refusals
 from gpufleet.api.security.origins import cors_origins
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.static import install_static
+from gpufleet.api.validation import validation_failed
 from gpufleet.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -93,11 +97,18 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        warming = None
         if background:
             threads.extend(start_background(settings, stop))
+            if settings.estimate_warm:
+                warming = asyncio.create_task(selection.warm_estimates(app, settings))
         try:
             yield
         finally:
+            if warming is not None:
+                warming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await warming
             stop.set()
             for t in threads:
                 t.join(timeout=10)
@@ -139,6 +150,8 @@ def guarded_app(settings: Settings, *routers: APIRouter) -> FastAPI:
 
 def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> None:
     app.state.settings = settings
+    # A refusal never echoes what JSON cannot hold (NaN, Infinity): a 422, not a 500.
+    app.add_exception_handler(RequestValidationError, validation_failed)
     get_limiter(app, settings)
     for router in (*routers, auth.router):
         app.include_router(router)

@@ -2,11 +2,13 @@
 
 from gpufleet.client.client import DEFAULT_SERVER, FINAL_STATUSES, Client
 from gpufleet.client.errors import (
+    AmbiguousTraining,
     APIError,
     BadRequest,
     Conflict,
     Forbidden,
     GpufleetError,
+    InvalidRequest,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
@@ -14,10 +16,12 @@ from gpufleet.client.errors import (
     ServerError,
     ServerUnreachable,
     Unauthorized,
+    UnknownTraining,
     ValidationFailed,
 )
 
 __all__ = [
+    "AmbiguousTraining", "InvalidRequest", "UnknownTraining",
     "APIError", "BadRequest", "Client", "Conflict", "DEFAULT_SERVER", "FINAL_STATUSES", "Forbidden",
     "GpufleetError", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "RateLimited", "ServerError",
     "ServerUnreachable", "Unauthorized", "ValidationFailed",

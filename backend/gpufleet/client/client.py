@@ -42,7 +42,8 @@ from gpufleet.api.schemas.trainings import (
     TrainingsPublic,
 )
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
-from gpufleet.client.errors import ServerUnreachable, error_for, parse_retry_after
+from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
+from gpufleet.client.sharing import SharingCalls, checked
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas.auth import WhoAmI
@@ -59,6 +60,8 @@ API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
 TrainingRef = uuid.UUID | str | TrainingPublic
+# How many matches an ambiguous reference lists.
+SHOWN_MATCHES = 10
 
 
 def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
@@ -82,11 +85,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-def _tid(ref: TrainingRef) -> str:
-    return str(ref.id if isinstance(ref, TrainingPublic) else ref)
-
-
-class Client:
+class Client(SharingCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
@@ -97,6 +96,9 @@ class Client:
     retried up to ``rate_limit_retries`` times (each wait at most
     ``max_retry_wait_s``) before :class:`RateLimited` or :class:`ServerError`
     is raised; the server did nothing for either, so the retry is safe.
+
+    A training is named by its ID, a unique start of it (the 8 characters
+    ``gpufleet trainings ls`` shows) or its name, wherever one is taken.
     """
 
     def __init__(
@@ -187,26 +189,48 @@ class Client:
         """
         if body is None:
             fields.setdefault("name", f"{fields.get('recipe', 'training')}-{time.strftime('%Y%m%d-%H%M%S')}")
-            body = TrainingCreate(**fields)
+            body = checked(TrainingCreate, "create_training", **fields)
         return self._post(TrainingPublic, f"{API}/trainings", body)
 
     def create_batch(self, body: TrainingBatchCreate | dict[str, Any]) -> TrainingBatchPublic:
         if isinstance(body, dict):
-            body = TrainingBatchCreate.model_validate(body)
+            body = checked(TrainingBatchCreate, "create_batch", **body)
         return self._post(TrainingBatchPublic, f"{API}/trainings/batch", body)
 
     def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
-                       limit: int = 50, offset: int = 0) -> TrainingsPublic:
-        """Newest first; ``data`` holds one page, ``count`` how many match."""
+                       limit: int = 50, offset: int = 0, ref: str | None = None) -> TrainingsPublic:
+        """Newest first; ``data`` holds one page, ``count`` how many match (only those ``ref`` names, if given)."""
         return self._get(TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
-                         owner=owner, limit=limit, offset=offset)
+                         owner=owner, limit=limit, offset=offset, ref=ref)
+
+    def training_id(self, training: TrainingRef) -> str:
+        """The full ID of a training given as a ``TrainingPublic``, an ID, a unique start of one, or a name.
+
+        Anything but a full ID is looked up with one ``GET /trainings?ref=``;
+        :class:`UnknownTraining` when nothing matches, :class:`AmbiguousTraining`
+        (listing the matches) when several do.
+        """
+        if isinstance(training, TrainingPublic):
+            return str(training.id)
+        if isinstance(training, uuid.UUID):
+            return str(training)
+        try:
+            return str(uuid.UUID(training))
+        except ValueError:
+            pass
+        page = self.list_trainings(ref=training, limit=SHOWN_MATCHES)
+        if page.count == 0:
+            raise UnknownTraining(training)
+        if page.count > 1:
+            raise AmbiguousTraining(training, [(str(t.id)[:8], t.name, t.status) for t in page.data], page.count)
+        return str(page.data[0].id)
 
     def get_training(self, training: TrainingRef) -> TrainingPublic:
-        return self._get(TrainingPublic, f"{API}/trainings/{_tid(training)}")
+        return self._get(TrainingPublic, f"{API}/trainings/{self.training_id(training)}")
 
     def cancel(self, training: TrainingRef) -> TrainingPublic:
         """Ask to stop it (idempotent): a queued one leaves the queue, a running one is stopped with every rank."""
-        return self._post(TrainingPublic, f"{API}/trainings/{_tid(training)}/cancel")
+        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
 
     def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
         """Continue an ended training from its newest checkpoint (the same training, queued again);
@@ -244,6 +268,7 @@ class Client:
         ``timeout`` (seconds) raises ``TimeoutError`` with the last status seen.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        training = self.training_id(training)
         while True:
             t = self.get_training(training)
             if t.status in FINAL_STATUSES:
@@ -255,12 +280,13 @@ class Client:
     def log_chunk(self, training: TrainingRef, *, offset: int | None = None,
                   tail: int | None = None) -> TrainingLogPublic:
         """One read of the log: from byte ``offset``, or the last ``tail`` lines."""
-        return self._get(TrainingLogPublic, f"{API}/trainings/{_tid(training)}/logs", offset=offset, tail=tail)
+        return self._get(TrainingLogPublic, f"{API}/trainings/{self.training_id(training)}/logs",
+                         offset=offset, tail=tail)
 
     def logs(self, training: TrainingRef, *, follow: bool = False, tail: int | None = None,
              poll_s: float = 1.0) -> Iterator[str]:
         """The log's text in chunks; with ``follow``, until the training ends and its log is read to the end."""
-        tid = _tid(training)
+        tid = self.training_id(training)
         chunk = self.log_chunk(tid, tail=tail) if tail is not None else self.log_chunk(tid, offset=0)
         if chunk.text:
             yield chunk.text
@@ -280,12 +306,12 @@ class Client:
 
     def metrics(self, training: TrainingRef, *, max_points: int = 500, after_step: int = -1) -> TrainingMetricsPublic:
         """Recorded steps (downsampled to ``max_points``) after ``after_step``."""
-        return self._get(TrainingMetricsPublic, f"{API}/trainings/{_tid(training)}/metrics",
+        return self._get(TrainingMetricsPublic, f"{API}/trainings/{self.training_id(training)}/metrics",
                          max_points=max_points, after_step=after_step)
 
     def follow_metrics(self, training: TrainingRef, *, poll_s: float = 1.0) -> Iterator[TrainingMetricPublic]:
         """Every metrics row as it is recorded, until the training ends."""
-        tid, after = _tid(training), -1
+        tid, after = self.training_id(training), -1
         while True:
             done = self.get_training(tid).status in FINAL_STATUSES
             page = self.metrics(tid, max_points=10000, after_step=after)
@@ -300,7 +326,7 @@ class Client:
     def events(self, training: TrainingRef, *, after_seq: int = 0, follow: bool = False,
                poll_s: float = 1.0) -> Iterator[TrainingEventPublic]:
         """Status changes, reasons, errors and restarts in order; with ``follow``, until the training ends."""
-        tid = _tid(training)
+        tid = self.training_id(training)
         while True:
             done = follow and self.get_training(tid).status in FINAL_STATUSES
             page = self._get(TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
@@ -348,8 +374,8 @@ class Client:
         if (recipe is None) == (memory_mb is None):
             raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
         if recipe is not None:
-            body = RecommendBody(recipe=recipe, config=config or {}, count=count, host=host, policy=policy,
-                                 exclusive=exclusive, max_candidates=max_candidates)
+            body = checked(RecommendBody, "recommend", recipe=recipe, config=config or {}, count=count, host=host,
+                           policy=policy, exclusive=exclusive, max_candidates=max_candidates)
             return self._post(RecommendationPublic, f"{API}/system/gpus/recommend", body)
         return self._get(RecommendationPublic, f"{API}/system/gpus/recommend", memory_mb=memory_mb, count=count,
                          host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates)
@@ -360,8 +386,8 @@ class Client:
         """Is this selection usable for this training? Every problem at once (``ok`` false), and warnings."""
         from gpufleet.api.schemas.selection import ValidateBody, ValidationPublic
 
-        body = ValidateBody(gpu_ids=gpu_ids, host=host, recipe=recipe, config=config, memory_mb=memory_mb,
-                            exclusive=exclusive)
+        body = checked(ValidateBody, "validate", gpu_ids=gpu_ids, host=host, recipe=recipe, config=config,
+                       memory_mb=memory_mb, exclusive=exclusive)
         return self._post(ValidationPublic, f"{API}/system/gpus/validate", body)
 
     def drain(self, host: str, index: int, reason: str | None = None) -> DrainPublic:

@@ -23,6 +23,45 @@ class ServerUnreachable(GpufleetError):
         super().__init__(f"cannot reach the server at {server}: {reason}")
 
 
+class InvalidRequest(GpufleetError, ValueError):
+    """A request the client refused before sending it: a wrong field name or value.
+
+    ``problems`` lists ``(field, message)``; the message names each field.
+    """
+
+    def __init__(self, what: str, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__(f"{what}: " + "; ".join(f"{f}: {m}" if f else m for f, m in problems))
+
+    @classmethod
+    def from_pydantic(cls, what: str, errors: list[Any]) -> InvalidRequest:
+        problems = []
+        for e in errors:
+            field = ".".join(str(x) for x in e.get("loc", ()))
+            msg = "unknown field" if e.get("type") == "extra_forbidden" else str(e.get("msg"))
+            problems.append((field, msg))
+        return cls(what, problems)
+
+
+class UnknownTraining(GpufleetError, LookupError):
+    """No training has this ID, ID prefix or name (among those the caller may see)."""
+
+    def __init__(self, ref: str):
+        self.ref = ref
+        super().__init__(f"no training has the ID, ID prefix or name {ref!r}; `gpufleet trainings ls` lists them")
+
+
+class AmbiguousTraining(GpufleetError, LookupError):
+    """Several trainings match this ID prefix or name; ``matches`` lists them (ID, name, status)."""
+
+    def __init__(self, ref: str, matches: list[tuple[str, str, str]], count: int):
+        self.ref = ref
+        self.matches = matches
+        shown = ", ".join(f"{tid} ({name}, {status})" for tid, name, status in matches)
+        more = f" and {count - len(matches)} more" if count > len(matches) else ""
+        super().__init__(f"{ref!r} names {count} trainings: {shown}{more}; give more of the ID")
+
+
 class APIError(GpufleetError):
     """The server answered with a 4xx or 5xx status."""
 

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import typer
 
 from gpufleet.client import Client as _LibraryClient
-from gpufleet.client import GpufleetError, ServerUnreachable
+from gpufleet.client import AmbiguousTraining, GpufleetError, ServerUnreachable, UnknownTraining
 from gpufleet.commands.tables import make_console
 
 err = make_console(stderr=True)
@@ -50,6 +50,12 @@ class Client(_LibraryClient):
             return message
         return re.sub(r"\b(?:body\.)?(" + "|".join(map(re.escape, self.options)) + r")\b",
                       lambda m: self.options[m.group(1)], message)
+
+    def training_id(self, training: Any) -> str:  # noqa: ANN401
+        try:
+            return super().training_id(training)
+        except (UnknownTraining, AmbiguousTraining) as exc:
+            _fail(str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""

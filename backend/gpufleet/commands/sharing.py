@@ -65,7 +65,7 @@ def groups_list() -> None:
     """List groups, their members and quotas."""
     from gpufleet.users.groups import list_groups
 
-    views = users._run(list_groups)
+    views = users._run(list_groups, write=False)
 
     def fmt(v: Any) -> str:  # noqa: ANN401
         return "-" if v is None else f"{v:g}"
@@ -161,6 +161,7 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
     from gpufleet.config import ConfigError, get_settings
     from gpufleet.db.session import missing_sqlite_file, session_scope
     from gpufleet.db.types import utcnow
+    from gpufleet.trainings.service import training_names
     from gpufleet.users.usage import UsageError, parse_day, usage_report
 
     try:
@@ -176,12 +177,14 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
         from_day = parse_day("--from", first, to_day - timedelta(days=6))
         with session_scope(settings) as sess:
             rows = usage_report(sess, by, from_day, to_day)
+            names = training_names(sess, [r.name for r in rows]) if by == "training" else {}
     except UsageError as exc:
         _fail(str(exc))
     return {"by": by, "from": str(from_day), "to": str(to_day), "data": [
         {"day": str(r.day), "name": r.name, "gpu_seconds_held": r.gpu_seconds_held,
          "gpu_seconds_used": r.gpu_seconds_used, "gpu_hours_held": round(r.gpu_seconds_held / 3600, 4),
-         "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings} for r in rows]}
+         "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings,
+         "training_name": names.get(r.name)} for r in rows]}
 
 
 def _usage_from_server(server: str | None, by: str, first: str | None, last: str | None) -> dict[str, Any]:
@@ -209,10 +212,17 @@ def usage(
         typer.echo(json.dumps(report, indent=2))
         return
     users._emit(("day", by, "GPU-hours held", "GPU-hours used", "trainings"),
-                [(r["day"], r["name"], f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
+                [(r["day"], _row_name(r), f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
                   str(r["trainings"])) for r in report["data"]])
     if not report["data"]:
         err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)
+
+
+def _row_name(row: dict[str, Any]) -> str:
+    """A user or a group as is; a training by its name and the start of its ID (what `trainings` commands take)."""
+    if row.get("training_name"):
+        return f"{row['training_name']} ({row['name'][:8]})"
+    return row["name"]
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,16 @@ from typing import Annotated
 import typer
 
 from gpufleet.commands.tables import fmt_size
-from gpufleet.commands.trainings import ServerOpt, _dump, _fail, connect, follow_training, out, trainings_app
+from gpufleet.commands.trainings import (
+    ServerOpt,
+    TrainingArg,
+    _dump,
+    _fail,
+    connect,
+    follow_training,
+    out,
+    trainings_app,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +37,7 @@ def _parse_sets(items: list[str]) -> dict[str, object]:
 
 @trainings_app.command("resume")
 def resume(
-    training_id: str,
+    training_id: TrainingArg,
     set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE of a recipe's config to change "
                                                                "first (e.g. max_steps=2000), repeatable")] = None,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = False,
@@ -36,16 +45,17 @@ def resume(
 ) -> None:
     """Continue a cancelled, failed, reclaimed or finished training from its newest checkpoint (same training)."""
     c = connect(server)
-    t = _dump(c.resume(training_id, _parse_sets(set_) if set_ else None))
+    t = _dump(c.resume(c.training_id(training_id), _parse_sets(set_) if set_ else None))
     out.print(f"{t['id']}: {t['status']} — {t['status_reason']}", highlight=False, soft_wrap=True)
     if follow:
         raise typer.Exit(follow_training(c, t["id"], offset=_dump(c.log_chunk(t["id"], tail=0))["next_offset"]))
 
 
 @trainings_app.command("files")
-def files(training_id: str, server: ServerOpt = None) -> None:
+def files(training_id: TrainingArg, server: ServerOpt = None) -> None:
     """List a training's checkpoints and outputs (its owner and admins)."""
-    page = _dump(connect(server).files(training_id))
+    c = connect(server)
+    page = _dump(c.files(c.training_id(training_id)))
     for f in page["data"]:
         print(f"{fmt_size(f['size']):>10}  {f['modified'][:19]}  {f['path']}")
     if not page["data"]:
@@ -54,7 +64,7 @@ def files(training_id: str, server: ServerOpt = None) -> None:
 
 @trainings_app.command("download")
 def download(
-    training_id: str,
+    training_id: TrainingArg,
     path: Annotated[str | None, typer.Argument(help="a path `trainings files` lists; default: the newest "
                                                     "checkpoint's files")] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="a file (one path) or a folder")] = Path("."),
@@ -64,6 +74,7 @@ def download(
     from gpufleet.client import GpufleetError
 
     c = connect(server)
+    training_id = c.training_id(training_id)
     wanted = [path] if path else _newest_checkpoint(_dump(c.files(training_id))["data"])
     if not wanted:
         _fail(f"training {training_id} has no checkpoint yet (`gpufleet trainings files {training_id}` lists "

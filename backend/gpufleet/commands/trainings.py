@@ -24,6 +24,9 @@ out = make_console()
 err = make_console(stderr=True)
 
 ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or http://127.0.0.1:8000)")]
+TrainingArg = Annotated[str, typer.Argument(
+    metavar="TRAINING", help="the training's ID, the start of it that `trainings ls` shows (any unique prefix), "
+                             "or its name")]
 
 
 def register(app: typer.Typer) -> None:
@@ -161,9 +164,10 @@ def host_lines(t: dict[str, Any], rank_times: list[float] | None) -> list[tuple[
 
 
 @trainings_app.command("show")
-def show(training_id: str, server: ServerOpt = None) -> None:
+def show(training_id: TrainingArg, server: ServerOpt = None) -> None:
     """One training: GPUs, host(s), estimate and reasons, restarts, newest checkpoint, recent events."""
     c = connect(server)
+    training_id = c.training_id(training_id)
     t = _dump(c.get_training(training_id))
     extra: list[tuple[str, str]] = []
     if t.get("hosts"):
@@ -176,22 +180,23 @@ def show(training_id: str, server: ServerOpt = None) -> None:
 
 
 @trainings_app.command("cancel")
-def cancel(training_id: str, server: ServerOpt = None) -> None:
+def cancel(training_id: TrainingArg, server: ServerOpt = None) -> None:
     """Cancel a training (idempotent): a queued one leaves the queue, a running one is stopped."""
     t = _dump(connect(server).cancel(training_id))
-    state = "cancel requested; stopping every rank" if t["status"] == "running" else t["status"]
+    state = "cancel requested; stopping every rank" if t.get("stopping") else t["status"]
     out.print(f"{t['id']}: {state}")
 
 
 @trainings_app.command("logs")
 def logs(
-    training_id: str,
+    training_id: TrainingArg,
     server: ServerOpt = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the training ends")] = False,
     tail: Annotated[int, typer.Option("--tail", min=0, help="start with the last N lines")] = 100,
 ) -> None:
     """Print the training's log (launcher and every rank); --follow shows a progress bar too."""
     c = connect(server)
+    training_id = c.training_id(training_id)
     chunk = _dump(c.log_chunk(training_id, tail=tail))
     sys.stdout.write(chunk["text"])
     sys.stdout.flush()

@@ -27,10 +27,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _session():  # noqa: ANN202
-    """A committing session on a reachable, up-to-date database (or exit with why not)."""
+def _session(write: bool = True):  # noqa: ANN202
+    """A committing session on a reachable, up-to-date database (or exit with why not).
+
+    A write holds SQLite's write lock from its first statement, waiting for it
+    at most ``GPUFLEET_CLI_BUSY_TIMEOUT_S``: reading first and writing after
+    fails at once when a worker wrote in between, which a busy timeout cannot help.
+    """
     from gpufleet.config import ConfigError, get_settings
-    from gpufleet.db.session import check_database, session_scope, upgrade_database
+    from gpufleet.db.session import check_database, session_scope, upgrade_database, write_session
 
     try:
         settings = get_settings()
@@ -40,7 +45,7 @@ def _session():  # noqa: ANN202
             upgrade_database(settings)
     except ConfigError as exc:
         _fail(str(exc))
-    return session_scope(settings)
+    return write_session(settings, settings.cli_busy_timeout_s) if write else session_scope(settings)
 
 
 def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -55,14 +60,23 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn):  # noqa: ANN001, ANN202
+def _run(fn, write: bool = True):  # noqa: ANN001, ANN202
+    from gpufleet.db.session import is_locked
     from gpufleet.users.accounts import UserError
 
     try:
-        with _session() as sess:
+        with _session(write) as sess:
             return fn(sess)
     except UserError as exc:
         _fail(str(exc))
+    except Exception as exc:
+        if not is_locked(exc):
+            raise
+        from gpufleet.config import get_settings
+
+        _fail(f"the database is busy: another process held its write lock for more than "
+              f"{get_settings().cli_busy_timeout_s:g} s (GPUFLEET_CLI_BUSY_TIMEOUT_S); nothing was changed, "
+              "try again")
 
 
 @users_app.command("add")
@@ -98,7 +112,7 @@ def users_list() -> None:
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
                  ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
 
-    rows = _run(work)
+    rows = _run(work, write=False)
     _emit(
         ("name", "role", "state", "live tokens", "created", "permissions"),
         [
@@ -221,7 +235,7 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
         ("id", "prefix", "user", "name", "created", "expires", "state", "last used"),
         [
             (tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
-            for tid, prefix, owner, label, created, expires, revoked, used in _run(work)
+            for tid, prefix, owner, label, created, expires, revoked, used in _run(work, write=False)
         ],
     )
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.config import ConfigError, Settings
@@ -121,8 +122,13 @@ def session_scope(settings: Settings) -> Iterator[Session]:
         yield sess
 
 
+def is_locked(exc: BaseException) -> bool:
+    """True for SQLite's "database is locked" (another writer held the lock past the busy timeout)."""
+    return isinstance(exc, OperationalError) and "database is locked" in str(exc)
+
+
 @contextmanager
-def write_session(settings: Settings) -> Iterator[Session]:
+def write_session(settings: Settings, busy_timeout_s: float | None = None) -> Iterator[Session]:
     """A session whose transaction holds the write lock from its first statement.
 
     On SQLite a transaction that reads and then writes can fail at once with
@@ -130,14 +136,24 @@ def write_session(settings: Settings) -> Iterator[Session]:
     cannot help: waiting would deadlock). ``BEGIN IMMEDIATE`` takes the lock
     up front, so writers queue instead. On PostgreSQL this is a plain
     session; row locks do the work there. Commits on success.
+
+    ``busy_timeout_s``: on SQLite, how long to wait for the write lock (the
+    engine's 30 s otherwise); past it :func:`is_locked` errors are raised.
     """
     engine = engine_for(settings)
     with engine.connect() as conn:
         if settings.is_sqlite:
+            if busy_timeout_s is not None:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+                conn.commit()  # the statement began a transaction; the session's must be its own
             # Read by the engine's "begin" hook (make_engine).
             conn.info["sqlite_begin"] = "BEGIN IMMEDIATE"
-        with _committing(Session(bind=conn, expire_on_commit=False)) as sess:
-            yield sess
+        try:
+            with _committing(Session(bind=conn, expire_on_commit=False)) as sess:
+                yield sess
+        finally:
+            if settings.is_sqlite and busy_timeout_s is not None and not conn.invalidated:
+                conn.exec_driver_sql("PRAGMA busy_timeout=30000")
 
 
 @contextmanager

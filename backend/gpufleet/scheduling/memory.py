@@ -118,6 +118,12 @@ def cached_trace(key: str) -> Any:
     return None
 
 
+def forget_traces() -> None:
+    """Empty this process's cache of traces (as a restart does)."""
+    with _cache_lock:
+        _trace_cache.clear()
+
+
 def keep_trace(key: str, trace: Any) -> None:
     """Keep a trace made elsewhere (the estimate pool's process) for ``key``."""
     with _cache_lock:

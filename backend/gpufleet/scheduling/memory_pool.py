@@ -7,7 +7,11 @@ gpufleet.scheduling.memory_pool``); a request waits for a free one without
 holding a thread, a trace that runs past ``budget_s`` is killed with its
 process (and refused with the budget named), and too many waiting requests are
 turned away at once. A finished trace is kept in ``memory``'s cache, so the
-same config is traced once.
+same config is traced once, and, given a ``cache_dir``, on disk: a restarted
+server, or another API process, reads it instead of tracing again (the key
+holds the config's shape and the gpufleet and torch versions). ``warm``
+traces the built-in recipes' defaults before anyone asks, so the first
+``recommend?recipe=sae`` neither starts a process nor traces.
 
 Frames on the child's stdin/stdout: one JSON object per line. A trace is
 plain numbers, so it crosses as JSON and comes back as attributes (no pickle:
@@ -18,15 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, BinaryIO
 
 from gpufleet.scheduling.memory import EstimateError, TracePlan, cached_trace, keep_trace, plan_trace
+
+log = logging.getLogger(__name__)
 
 # How long a new estimate process may take to import torch (a loaded machine is slow).
 STARTUP_S = 180.0
@@ -61,6 +71,8 @@ def _decode_trace(data: dict[str, Any]) -> Any:
     fields = dict(data)
     for phase in ("forward_backward", "optimizer_step"):
         fields[phase] = SimpleNamespace(**fields[phase])
+    # StepTrace.peak is a property, so asdict() leaves it out; the estimate reads it.
+    fields["peak"] = max(fields["forward_backward"].peak, fields["optimizer_step"].peak)
     return SimpleNamespace(**fields)
 
 
@@ -88,18 +100,81 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-class EstimatePool:
-    """At most ``workers`` traces at a time, each within ``budget_s``; at most ``max_waiting`` queued."""
+def _versions() -> str:
+    found = []
+    for package in ("gpufleet", "torch"):
+        try:
+            found.append(f"{package}={version(package)}")
+        except PackageNotFoundError:
+            found.append(f"{package}=?")
+    return ",".join(found)
 
-    def __init__(self, workers: int = 2, budget_s: float = 20.0, max_waiting: int = 16):
+
+class TraceFiles:
+    """Traces on disk, one JSON file per trace key and versions of gpufleet and torch."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._versions = _versions()
+
+    def _path(self, trace_key: str) -> Path:
+        digest = hashlib.sha256(f"{trace_key}|{self._versions}".encode()).hexdigest()
+        return self.folder / f"{digest}.json"
+
+    def load(self, trace_key: str) -> Any:  # noqa: ANN401
+        try:
+            return _decode_trace(json.loads(self._path(trace_key).read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # none yet, or unreadable: trace again
+
+    def save(self, trace_key: str, data: dict[str, Any]) -> None:
+        path = self._path(trace_key)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot keep a memory trace in %s: %s", self.folder, exc)
+
+
+class EstimatePool:
+    """At most ``workers`` traces at a time, each within ``budget_s``; at most ``max_waiting`` queued.
+
+    ``started`` and ``traced`` count the processes started and the traces run
+    (what a cache saves is visible without timing anything).
+    """
+
+    def __init__(self, workers: int = 2, budget_s: float = 20.0, max_waiting: int = 16,
+                 cache_dir: Path | None = None):
         self.workers = workers
         self.budget_s = budget_s
         self.max_waiting = max_waiting
+        self.files = TraceFiles(cache_dir) if cache_dir is not None else None
+        self.started = 0
+        self.traced = 0
         self._idle: list[_Worker] = []
         self._slots: asyncio.Semaphore | None = None
         self._waiting = 0
 
+    def _cached(self, trace_key: str) -> bool:
+        if cached_trace(trace_key) is not None:
+            return True
+        found = self.files.load(trace_key) if self.files is not None else None
+        if found is not None:
+            keep_trace(trace_key, found)
+        return found is not None
+
+    async def warm(self, recipes: list[str], data_root: Any) -> None:  # noqa: ANN401
+        """Trace each recipe's default config on one GPU now, so that the first request finds it ready."""
+        for name in recipes:
+            try:
+                await self.trace(name, {}, 1, data_root)
+            except Exception as exc:  # noqa: BLE001 - warming is a courtesy; a request reports its own failure
+                log.info("memory estimate of recipe %s not warmed: %s", name, exc)
+
     def _start(self) -> _Worker:
+        self.started += 1
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "gpufleet.scheduling.memory_pool"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -114,7 +189,7 @@ class EstimatePool:
         fix), EstimateError when the budget ran out, EstimateBusy when too many wait.
         """
         plan = plan_trace(recipe, config, world_size, data_root)
-        if cached_trace(plan.trace_key) is not None:
+        if self._cached(plan.trace_key):
             return plan
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.workers)
@@ -126,7 +201,7 @@ class EstimatePool:
         finally:
             self._waiting -= 1
         try:
-            if cached_trace(plan.trace_key) is None:  # another request may have traced it meanwhile
+            if not self._cached(plan.trace_key):  # another request may have traced it meanwhile
                 await self._run(plan, recipe, config, world_size, data_root)
         finally:
             self._slots.release()
@@ -165,9 +240,12 @@ class EstimatePool:
             worker.kill()  # the request was cancelled: its trace is of no use
             raise
         self._idle.append(worker)
+        self.traced += 1
         status, payload = answer
         if status == "ok":
             keep_trace(plan.trace_key, _decode_trace(payload))
+            if self.files is not None:
+                self.files.save(plan.trace_key, payload)
             return
         if status == "config":
             from gpufleet.training.config import TrainingConfigError

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
-from gpufleet.scheduling import fairshare
+from gpufleet.db.types import utcnow
+from gpufleet.scheduling import backfill, fairshare
+from gpufleet.scheduling.scheduler import candidate_hosts
 
 
 def queue_positions(sess: Session, settings: Settings, ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, int]:
@@ -31,3 +34,18 @@ def queue_positions(sess: Session, settings: Settings, ids: Iterable[uuid.UUID])
     if settings.fair_share and len(owners) > 1:
         rows = fairshare.order(rows, fairshare.owner_factors(sess, settings, owners))
     return {t.id: n for n, t in enumerate(rows, start=1) if t.id in wanted}
+
+
+def expected_start(sess: Session, settings: Settings, training_id: uuid.UUID) -> datetime | None:
+    """When the training served next can start: when the GPUs backfill keeps for it free up.
+
+    Only the head of the queue has such a time: it is what backfill reserves for it,
+    from the ``max_runtime_s`` or measured progress of the trainings holding those
+    GPUs. None when a holder's end cannot be foreseen, or the training needs no
+    reservation (it is about to be placed, or it shares GPUs).
+    """
+    t = sess.get(Training, training_id)
+    if t is None or t.status != "queued":
+        return None
+    r = backfill.reservation(sess, settings, t, candidate_hosts(sess, settings, t), utcnow())
+    return r.free_at if r is not None else None

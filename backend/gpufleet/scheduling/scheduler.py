@@ -137,7 +137,7 @@ def schedule_pending(
     rows = fairshare.in_order(settings, _queue_pages(settings, limit, max_rows))
     quota_memo = PassMemo()
     # Higher-priority trainings that wait keep the GPUs they will need from lower ones.
-    bf = backfill.Pass(settings, lambda sess, t: _candidate_hosts(sess, settings, t))
+    bf = backfill.Pass(settings, lambda sess, t: candidate_hosts(sess, settings, t))
     for row in rows:
         if quota_memo.skip(row):
             continue  # waits for its owner's quota: it keeps no GPUs from anyone
@@ -189,7 +189,7 @@ def _schedule_one(
         return None, over, None, []
     if t.gang is not None:  # across hosts: gpufleet.scheduling.gang (no preemption or backfill for gangs yet)
         return gang.schedule_gang(sess, settings, t)
-    hosts = _candidate_hosts(sess, settings, t)
+    hosts = candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (
             f"host {t.requested_host} is not known to the fleet" if t.requested_host
@@ -217,7 +217,8 @@ def _schedule_one(
     return None, reason, None, []
 
 
-def _candidate_hosts(sess: Session, settings: Settings, t: Training) -> list[Host]:
+def candidate_hosts(sess: Session, settings: Settings, t: Training) -> list[Host]:
+    """The hosts ``t`` may be placed on: its own, the one it names, or every online one."""
     if t.host_id is not None:
         stmt = select(Host).where(Host.id == t.host_id)
     elif t.requested_host:

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gpufleet.bounds import INT32_MAX, JSON_INT_MAX, MAX_PATH_CHARS, MAX_PATH_PART_CHARS
+from gpufleet.bounds import INT32_MAX, JSON_INT_MAX, MAX_COEFF, MAX_MEMORY_MB, MAX_PATH_CHARS, MAX_PATH_PART_CHARS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("auto", "ddp", "fsdp")
@@ -89,7 +89,8 @@ PositiveInt = Annotated[int, Field(ge=1, le=INT32_MAX)]
 class TrainConfig(BaseModel):
     """Fields shared by every recipe; the defaults give a sensible short run."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=False)
+    # NaN and infinity are no number a step can use (JSON has neither); every float field has finite bounds.
+    model_config = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
 
     max_steps: int = option(200, "optimizer steps to run", ge=1, le=INT32_MAX)
     global_batch_size: int = option(
@@ -98,8 +99,8 @@ class TrainConfig(BaseModel):
         None, "samples per rank per forward pass; empty = global batch / (ranks x accumulation steps)",
         ge=1, le=INT32_MAX)
     grad_accum_steps: int = option(1, "forward/backward passes per optimizer step", ge=1, le=INT32_MAX)
-    lr: float = option(1e-3, "peak learning rate (AdamW)", gt=0)
-    weight_decay: float = option(0.0, "AdamW weight decay", ge=0)
+    lr: float = option(1e-3, "peak learning rate (AdamW)", gt=0, le=MAX_COEFF)
+    weight_decay: float = option(0.0, "AdamW weight decay", ge=0, le=MAX_COEFF)
     precision: Literal["fp32", "bf16", "fp16"] = option(
         "fp32", "number format of the forward and backward passes (bf16/fp16 use autocast)")
     seed: int = option(0, "random seed for weights and data order; the same seed repeats a run",
@@ -111,8 +112,10 @@ class TrainConfig(BaseModel):
         "auto", "how ranks share the model: ddp replicates it, fsdp shards it; auto picks ddp")
     fsdp_sharding: Literal["full_shard", "shard_grad_op"] = option(
         "full_shard", "FSDP only: shard parameters too (full_shard) or only gradients and optimizer state")
-    ddp_bucket_mb: float = option(25.0, "DDP only: MiB of gradients sent per all-reduce bucket", gt=0)
-    grad_clip: float | None = option(1.0, "clip the gradient norm to this; empty = no clipping", gt=0)
+    ddp_bucket_mb: float = option(25.0, "DDP only: MiB of gradients sent per all-reduce bucket", gt=0,
+                                  le=MAX_MEMORY_MB)
+    grad_clip: float | None = option(1.0, "clip the gradient norm to this; empty = no clipping", gt=0,
+                                     le=MAX_COEFF)
     warmup_steps: int = option(0, "steps of linear learning-rate warm-up from 0", ge=0, le=INT32_MAX)
     lr_schedule: Literal["constant", "cosine", "linear"] = option(
         "constant", "learning rate after warm-up: constant, or decaying to 0 by max_steps")

@@ -7,11 +7,11 @@ model (every wrong field at once) before anything is written.
 
 from __future__ import annotations
 
+import math
 import uuid
-
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gpufleet.bounds import (
     INT32_MAX,
@@ -22,8 +22,10 @@ from gpufleet.bounds import (
     MAX_PATH_PART_CHARS,
     MAX_PRIORITY,
     GPUIndex,
+    RequestBody,
 )
 from gpufleet.training.config import TrainConfig
+from gpufleet.training.recipes import recipe_names
 
 
 def _int_bounds(name: str) -> tuple[int, int]:
@@ -34,11 +36,21 @@ def _int_bounds(name: str) -> tuple[int, int]:
     return lo, hi
 
 
+def _float_bounds(name: str) -> dict[str, float]:
+    """The JSON-schema bounds :class:`TrainConfig` declares for one of its float fields."""
+    words = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+    info = TrainConfig.model_fields[name]
+    return {words[k]: getattr(m, k) for m in info.metadata for k in words if getattr(m, k, None) is not None}
+
+
 # Config fields the server stores in INTEGER columns (or hands to a seed), with
 # the bounds the shared training config declares; the recipe checks the rest.
 _CONFIG_INTS = {name: _int_bounds(name) for name in (
     "max_steps", "checkpoint_every", "log_every", "global_batch_size", "micro_batch_size",
     "grad_accum_steps", "keep_checkpoints", "warmup_steps", "seed")}
+
+# The shared float fields, with their finite bounds; a recipe's own floats are bounded by its config.
+_CONFIG_FLOATS = ("lr", "weight_decay", "ddp_bucket_mb", "grad_clip")
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -46,10 +58,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "properties": {
         **{name: {"type": ["integer", "null"] if name == "micro_batch_size" else "integer", "minimum": lo,
                   "maximum": hi} for name, (lo, hi) in _CONFIG_INTS.items()},
+        **{name: {"type": ["number", "null"] if name == "grad_clip" else "number", **_float_bounds(name)}
+           for name in _CONFIG_FLOATS},
         "data_path": {"type": ["string", "null"], "maxLength": MAX_PATH_CHARS},
     },
     "description": (
-        "the recipe's config fields; integers anywhere in it lie within"
+        "the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within"
         f" ±{JSON_INT_MAX}, and data_path has at most {MAX_PATH_CHARS} characters,"
         f" {MAX_PATH_PART_CHARS} per part"
     ),
@@ -59,6 +73,8 @@ CONFIG_SCHEMA: dict[str, Any] = {
 def _check_numbers(where: str, value: Any) -> None:
     if isinstance(value, bool):
         return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}; give a finite number (JSON has no NaN or Infinity)")
     if isinstance(value, int) and not -JSON_INT_MAX <= value <= JSON_INT_MAX:
         raise ValueError(f"{where} is {value}, beyond ±{JSON_INT_MAX} (the largest exact JSON integer)")
     if isinstance(value, dict):
@@ -91,6 +107,15 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def installed_recipes(schema: dict[str, Any]) -> None:
+    """The installed recipes as the field's enum: an unknown name is refused, so the schema says so.
+
+    Read when the schema is built, so a plugin recipe is in the live schema.
+    """
+    target = next((s for s in schema.get("anyOf", []) if s.get("type") == "string"), schema)
+    target["enum"] = recipe_names()
+
+
 # The recipe's config: free-form, with bounds on what the server stores or opens.
 RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
 
@@ -100,12 +125,11 @@ HostCount = Annotated[int, Field(ge=1, le=256)]
 HostNames = Annotated[list[Annotated[str, Field(min_length=1, max_length=255)]], Field(min_length=1, max_length=256)]
 
 
-class TrainingCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingCreate(RequestBody):
     name: str = Field(min_length=1, max_length=255)
     kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
-    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name")
+    recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name",
+                               json_schema_extra=installed_recipes)
     config: dict[str, Any] = RecipeConfig
     code: str | None = Field(default=None, min_length=64, max_length=64, pattern="^[0-9a-f]{64}$",
                              description="kind script: the hash POST /api/v1/code returned")
@@ -171,20 +195,16 @@ class TrainingResume(BaseModel):
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
-class BatchItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class BatchItem(RequestBody):
     name: str = Field(min_length=1, max_length=255)
-    recipe: str = Field(min_length=1, max_length=128)
+    recipe: str = Field(min_length=1, max_length=128, json_schema_extra=installed_recipes)
     config: dict[str, Any] = RecipeConfig
     memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB)
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
-class TrainingBatchCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingBatchCreate(RequestBody):
     items: list[BatchItem] = Field(min_length=1, max_length=2000)
     strategy: Literal["round_robin", "load_balance", "affinity"] = "load_balance"
     host: str | None = Field(default=None, max_length=255)

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import String, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
@@ -302,10 +302,38 @@ def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
     return out
 
 
+def named_by(ref: str) -> Any:  # noqa: ANN401
+    """The trainings ``ref`` names: its name, or its ID or a prefix of it (with or without dashes, any case).
+
+    The short IDs ``trainings ls`` shows are such prefixes. Compared on the
+    ID's 32 hex digits, which both databases give as text.
+    """
+    digits = ref.strip().lower().replace("-", "")
+    by_name = Training.name == ref
+    if not digits or len(digits) > 32 or any(c not in "0123456789abcdef" for c in digits):
+        return by_name
+    hexed = func.replace(func.lower(cast(Training.id, String)), "-", "")
+    return or_(hexed.startswith(digits), by_name)
+
+
+def training_names(sess: Session, ids: list[str]) -> dict[str, str]:
+    """Each training's name, by its ID as text (IDs that name no training are left out)."""
+    wanted = set()
+    for i in ids:
+        try:
+            wanted.add(uuid.UUID(i))
+        except ValueError:
+            continue
+    if not wanted:
+        return {}
+    rows = sess.execute(select(Training.id, Training.name).where(Training.id.in_(wanted)))
+    return {str(tid): name for tid, name in rows}
+
+
 def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,
-         limit: int) -> tuple[list[TrainingView], int]:
-    """One page of trainings, newest first, and how many match in all."""
-    where = []
+         limit: int, ref: str | None = None) -> tuple[list[TrainingView], int]:
+    """One page of trainings, newest first, and how many match in all (only those ``ref`` names, when given)."""
+    where = [named_by(ref)] if ref else []
     if statuses:
         bad = [s for s in statuses if s not in TRAINING_STATUSES]
         if bad:

@@ -4,7 +4,7 @@
  * the body and the answer all come from the server's OpenAPI document.
  */
 import { call } from './client';
-import type { RecommendBody, TrainingCreate, ValidateBody } from './types';
+import type { RecommendBody, Training, TrainingCreate, ValidateBody } from './types';
 
 export type HistoryMetric = 'utilization' | 'memory_used' | 'temperature' | 'power_draw';
 
@@ -31,7 +31,10 @@ export const endpoints = {
   recipes: (signal?: AbortSignal) => call('get', '/api/v1/recipes', { signal }),
 
   trainings: (q: { status?: string; owner?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
-    call('get', '/api/v1/trainings', { query: { ...q, status: q.status ? [q.status] : undefined }, signal }),
+    call('get', '/api/v1/trainings', {
+      query: { ...q, status: q.status ? [q.status as Training['status']] : undefined },
+      signal,
+    }),
   training: (id: string, signal?: AbortSignal) => call('get', '/api/v1/trainings/{training_id}', { path: { training_id: id }, signal }),
   createTraining: (body: Partial<TrainingCreate> & Pick<TrainingCreate, 'name' | 'recipe'>) =>
     call('post', '/api/v1/trainings', { body: body as TrainingCreate }),

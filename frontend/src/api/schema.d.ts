@@ -763,19 +763,23 @@ export interface components {
         BatchItem: {
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -783,8 +787,11 @@ export interface components {
             memory_mb?: number | null;
             /** Name */
             name: string;
-            /** Recipe */
-            recipe: string;
+            /**
+             * Recipe
+             * @enum {string}
+             */
+            recipe: "mlp" | "sae";
         };
         /** CandidatePublic */
         CandidatePublic: {
@@ -1306,19 +1313,23 @@ export interface components {
             across_hosts: boolean;
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -1345,8 +1356,11 @@ export interface components {
              * @enum {string}
              */
             policy: "pack" | "spread";
-            /** Recipe */
-            recipe: string;
+            /**
+             * Recipe
+             * @enum {string}
+             */
+            recipe: "mlp" | "sae";
         };
         /** RecommendationPublic */
         RecommendationPublic: {
@@ -1453,19 +1467,23 @@ export interface components {
             code?: string | null;
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: {
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             };
@@ -1552,7 +1570,7 @@ export interface components {
              * Recipe
              * @description kind recipe: its name
              */
-            recipe?: string | null;
+            recipe?: ("mlp" | "sae") | null;
             /**
              * Requirements
              * @description kind script: the file in the code the training's environment is built from (a requirements .txt, or pyproject.toml with uv.lock beside it); omit for none
@@ -1748,6 +1766,11 @@ export interface components {
             exclusive: boolean;
             /** Exit Code */
             exit_code: number | null;
+            /**
+             * Expected Start
+             * @description queued and served next: when the GPUs kept for it free up, from the max_runtime_s or measured progress of the trainings holding them; null when nobody can tell
+             */
+            expected_start?: string | null;
             /** Finished At */
             finished_at: string | null;
             /**
@@ -1854,12 +1877,21 @@ export interface components {
             } | null;
             /** Started At */
             started_at: string | null;
-            /** Status */
-            status: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed";
             /** Status Reason */
             status_reason: string | null;
             /** Step */
             step: number;
+            /**
+             * Stopping
+             * @description running, and a cancel asked it to stop: its ranks are being stopped and it ends as cancelled within seconds
+             * @default false
+             */
+            stopping: boolean;
             /**
              * Updated At
              * Format: date-time
@@ -1954,6 +1986,11 @@ export interface components {
              */
             name: string;
             /**
+             * Training Name
+             * @description by training: the training's name
+             */
+            training_name?: string | null;
+            /**
              * Trainings
              * @description trainings that held a GPU that day
              */
@@ -2028,19 +2065,23 @@ export interface components {
         ValidateBody: {
             /**
              * Config
-             * @description the recipe's config fields; integers anywhere in it lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
              */
             config?: ({
                 checkpoint_every?: number;
                 data_path?: string | null;
+                ddp_bucket_mb?: number;
                 global_batch_size?: number;
                 grad_accum_steps?: number;
+                grad_clip?: number | null;
                 keep_checkpoints?: number;
                 log_every?: number;
+                lr?: number;
                 max_steps?: number;
                 micro_batch_size?: number | null;
                 seed?: number;
                 warmup_steps?: number;
+                weight_decay?: number;
             } & {
                 [key: string]: unknown;
             }) | {
@@ -2066,7 +2107,7 @@ export interface components {
              */
             parts?: components["schemas"]["ValidatePart"][] | null;
             /** Recipe */
-            recipe?: string | null;
+            recipe?: ("mlp" | "sae") | null;
         };
         /** ValidatePart */
         ValidatePart: {
@@ -2195,6 +2236,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2273,6 +2316,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2282,6 +2327,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2356,6 +2403,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2365,6 +2414,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2421,6 +2472,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2486,6 +2539,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2495,6 +2550,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2569,6 +2626,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2578,6 +2637,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2659,6 +2720,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2668,6 +2731,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2681,6 +2746,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description the archive's sha256, 64 hex digits */
                 code_hash: string;
             };
             cookie?: never;
@@ -2744,6 +2810,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2753,6 +2821,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2818,6 +2888,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2827,6 +2899,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2923,6 +2997,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2932,6 +3008,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3025,6 +3103,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3034,6 +3114,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3131,6 +3213,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3140,6 +3224,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3237,6 +3323,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3246,6 +3334,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3345,6 +3435,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3354,6 +3446,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3419,6 +3513,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3428,6 +3524,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3493,6 +3591,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3502,6 +3602,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3579,6 +3681,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3588,6 +3692,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3612,7 +3718,7 @@ export interface operations {
                 /** @description How many ranked sets to return. */
                 max_candidates?: number;
                 /** @description Estimate the memory from this recipe's config instead of `memory_mb`. Give exactly one of `recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` (`gpus-recommend-config`). */
-                recipe?: string | null;
+                recipe?: ("mlp" | "sae") | null;
                 /** @description The recipe's config fields as a JSON object; only with `recipe` (422 without it). Omitted fields take the recipe's defaults. */
                 config?: string | null;
                 /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
@@ -3681,6 +3787,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3690,6 +3798,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3777,6 +3887,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3786,6 +3898,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3873,6 +3987,8 @@ export interface operations {
             /** @description Over the memory-estimate rate, or too many estimates waiting */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3882,6 +3998,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3974,6 +4092,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3983,6 +4103,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4071,6 +4193,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4080,6 +4204,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4145,6 +4271,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4154,6 +4282,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4241,6 +4371,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4250,6 +4382,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4315,6 +4449,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4324,6 +4460,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4401,6 +4539,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4410,6 +4550,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4422,8 +4564,10 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description one or more statuses */
-                status?: string[] | null;
+                status?: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed")[] | null;
                 owner?: string | null;
+                /** @description only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings ls` shows it, 8 characters); clients resolve a short ID or a name with it */
+                ref?: string | null;
                 /** @description items per page */
                 limit?: number;
                 /** @description items to skip */
@@ -4483,6 +4627,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4492,6 +4638,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4579,6 +4727,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4588,6 +4738,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4675,6 +4827,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4684,6 +4838,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4760,6 +4916,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4769,6 +4927,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4863,6 +5023,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4872,6 +5034,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4952,6 +5116,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4961,6 +5127,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5249,6 +5417,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5258,6 +5428,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5339,6 +5511,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5348,6 +5522,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5488,7 +5664,7 @@ export interface operations {
                     "application/json": components["schemas"]["UsagePublic"];
                 };
             };
-            /** @description A day that is not YYYY-MM-DD, or from after to */
+            /** @description The Host header names a host this server does not answer to */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5527,6 +5703,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5536,6 +5714,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5635,6 +5815,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5644,6 +5826,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5734,6 +5918,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5743,6 +5929,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -9,9 +9,10 @@ row. Scripts skip all this and send ``Authorization: Bearer <token>``.
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from gpufleet.api.auth import (
@@ -43,10 +44,15 @@ def _whoami(user: AuthUser, required: bool) -> WhoAmI:
     return WhoAmI(name=user.name, role=user.role, via=user.via, auth_required=required)
 
 
-@router.post("/sign-in", response_model=WhoAmI, operation_id="auth-sign-in")
-def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep) -> WhoAmI:
-    """Exchange an API token for an HTTP-only session cookie."""
+def _count_attempt(request: Request, settings: SettingsDep) -> None:
+    """Count the attempt before the body is read: a body that does not parse is an attempt too."""
     check_sign_in_rate(request.app, settings, request.client.host if request.client else "unknown")
+
+
+@router.post("/sign-in", response_model=WhoAmI, operation_id="auth-sign-in")
+def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep,
+            _counted: Annotated[None, Depends(_count_attempt)]) -> WhoAmI:
+    """Exchange an API token for an HTTP-only session cookie."""
     # A page on another site must not sign the browser in as someone else.
     if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), settings):
         raise HTTPException(403, "sign-in from this Origin is not allowed (GPUFLEET_CORS_ORIGINS)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import MemberUser, SessionDep, SettingsDep, ViewerUser, ensure_can_run_code
@@ -51,7 +51,10 @@ async def upload_code(
 
 
 @router.get("/{code_hash}", response_model=CodePublic, operation_id="code-get")
-def get_code(code_hash: str, session: SessionDep, _user: ViewerUser) -> CodePublic:
+def get_code(
+    code_hash: Annotated[str, Path(pattern="^[0-9a-fA-F]{64}$", description="the archive's sha256, 64 hex digits")],
+    session: SessionDep, _user: ViewerUser,
+) -> CodePublic:
     """Whether the server holds this code (200) or not (404): a client uploads only what is missing."""
     try:
         h = codes.check_hash(code_hash)

@@ -32,7 +32,7 @@ from gpufleet.api.security.ratelimits import get_limiter, too_many
 from gpufleet.bounds import MAX_MEMORY_MB
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
-from gpufleet.trainings.request import check_config
+from gpufleet.trainings.request import check_config, installed_recipes
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
@@ -82,9 +82,21 @@ def get_estimate_pool(app: Any, settings: Any) -> Any:
 
     pool = getattr(app.state, "estimate_pool", None)
     if pool is None:
-        pool = EstimatePool(workers=settings.estimate_workers, budget_s=settings.estimate_budget_s)
+        pool = EstimatePool(workers=settings.estimate_workers, budget_s=settings.estimate_budget_s,
+                            cache_dir=settings.data_dir / "estimates")
         app.state.estimate_pool = pool
     return pool
+
+
+async def warm_estimates(app: Any, settings: Any) -> None:  # noqa: ANN401
+    """Trace every installed recipe's default config in the pool, before the first request asks for one.
+
+    Starting the pool's process (importing torch) and a first trace took seconds
+    on a busy machine: the first ``recommend?recipe=sae`` paid them all.
+    """
+    from gpufleet.training.recipes import recipe_names
+
+    await get_estimate_pool(app, settings).warm(recipe_names(), settings.data_root)
 
 
 def _check_estimate_rate(app: Any, settings: Any, user: Any) -> None:
@@ -166,6 +178,7 @@ async def recommend_gpus(
                     "`recipe` or `memory_mb`. A long config is easier to send to `POST /recommend` "
                     "(`gpus-recommend-config`).",
         examples=["sae"],
+        json_schema_extra=installed_recipes,
     ),
     config: str | None = Query(
         default=None, max_length=20000,

@@ -28,6 +28,7 @@ from gpufleet.api.schemas.sharing import (
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
+from gpufleet.trainings.service import training_names
 from gpufleet.users import groups as g
 from gpufleet.users.accounts import UserError
 from gpufleet.users.usage import UsageError, parse_day, usage_report
@@ -133,15 +134,16 @@ def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user:
     return _user_public(name, _write(settings, lambda s: g.set_user_quota(s, name, limits, set_by=user.name)))
 
 
-@router.get("/usage", response_model=UsagePublic, operation_id="usage-get",
-            responses={400: error_response("A day that is not YYYY-MM-DD, or from after to")})
+@router.get("/usage", response_model=UsagePublic, operation_id="usage-get")
 def get_usage(
     sess: SessionDep,
     user: ViewerUser,
     by: Annotated[Literal["user", "group", "training"],
                   Query(description="one row per day and user, per day and group, or per day and training")] = "user",
-    from_: Annotated[str | None, Query(alias="from", max_length=32, description="first UTC day, YYYY-MM-DD")] = None,
-    to: Annotated[str | None, Query(max_length=32, description="last UTC day, YYYY-MM-DD (default today)")] = None,
+    from_: Annotated[str | None, Query(alias="from", max_length=32, description="first UTC day, YYYY-MM-DD",
+                                       json_schema_extra={"format": "date"})] = None,
+    to: Annotated[str | None, Query(max_length=32, description="last UTC day, YYYY-MM-DD (default today)",
+                                    json_schema_extra={"format": "date"})] = None,
 ) -> UsagePublic:
     """GPU time per UTC day and user, group or training: held (reserved) and used (weighted by utilisation)."""
     from datetime import timedelta
@@ -151,9 +153,12 @@ def get_usage(
         first = parse_day("from", from_, last - timedelta(days=6))
         rows = usage_report(sess, by, first, last)
     except UsageError as exc:
-        raise HTTPException(400, str(exc)) from None
+        # A query value that is not what it should be, like any other: 422.
+        raise HTTPException(422, str(exc)) from None
+    names = training_names(sess, [r.name for r in rows]) if by == "training" else {}
     data = [UsageRowPublic(day=r.day, name=r.name, gpu_seconds_held=r.gpu_seconds_held,
                            gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
-                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings)
+                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings,
+                           training_name=names.get(r.name))
             for r in rows]
     return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data))

@@ -33,12 +33,13 @@ from gpufleet.api.schemas.trainings import (
     TrainingMetricsPublic,
     TrainingPublic,
     TrainingsPublic,
+    TrainingStatus,
 )
 from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
-from gpufleet.scheduling.queue_position import queue_positions
+from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.trainings import service
@@ -75,6 +76,8 @@ def _publics(views: list[service.TrainingView], sess: Session | None = None,
     for v in views:
         pub = TrainingPublic.model_validate(v.training)
         pub.queue_position = positions.get(v.training.id)
+        if pub.queue_position == 1 and sess is not None and settings is not None:
+            pub.expected_start = expected_start(sess, settings, v.training.id)
         pub.host_name = v.host_name
         pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
                                 released_at=a.released_at) for a in v.gpus]
@@ -128,11 +131,16 @@ def list_trainings(
     settings: SettingsDep,
     page: PageDep,
     _user: ViewerUser,
-    status: Annotated[list[str] | None, Query(description="one or more statuses")] = None,
+    status: Annotated[list[TrainingStatus] | None, Query(description="one or more statuses")] = None,
     owner: str | None = None,
+    ref: Annotated[str | None, Query(
+        min_length=1, max_length=255,
+        description="only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings "
+                    "ls` shows it, 8 characters); clients resolve a short ID or a name with it")] = None,
 ) -> TrainingsPublic:
     try:
-        views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit)
+        views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit,
+                                    ref=ref)
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
     return TrainingsPublic(data=_readable(settings, _user, _publics(views, session, settings)), count=count)
@@ -146,7 +154,7 @@ def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) ->
     return pubs
 
 
-@router.get("/{training_id}", response_model=TrainingPublic, operation_id="trainings-get")
+@router.get("/{training_id:uuid}", response_model=TrainingPublic, operation_id="trainings-get")
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
@@ -155,7 +163,7 @@ def get_training(
 
 
 @router.post(
-    "/{training_id}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
+    "/{training_id:uuid}/cancel", response_model=TrainingPublic, operation_id="trainings-cancel",
     responses={409: error_response("The training changed state during the cancel; send it again")},
 )
 def cancel_training(
@@ -172,7 +180,7 @@ def cancel_training(
     return out
 
 
-@router.get("/{training_id}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
+@router.get("/{training_id:uuid}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
 def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
@@ -187,7 +195,7 @@ def list_events(
     return TrainingEventsPublic(data=data, count=len(data))
 
 
-@router.get("/{training_id}/metrics", response_model=TrainingMetricsPublic, operation_id="trainings-metrics")
+@router.get("/{training_id:uuid}/metrics", response_model=TrainingMetricsPublic, operation_id="trainings-metrics")
 def list_metrics(
     training_id: uuid.UUID,
     session: SessionDep,
@@ -203,7 +211,7 @@ def list_metrics(
     return TrainingMetricsPublic(data=data, count=len(data), total=total)
 
 
-@router.get("/{training_id}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
+@router.get("/{training_id:uuid}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
 def get_logs(
     training_id: uuid.UUID,
     session: SessionDep,

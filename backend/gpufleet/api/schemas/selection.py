@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex
-from gpufleet.trainings.request import CONFIG_SCHEMA, check_config
+from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, RequestBody
+from gpufleet.trainings.request import CONFIG_SCHEMA, check_config, installed_recipes
 
 MAX_COUNT = 64
 
@@ -61,12 +61,10 @@ class RecommendationPublic(BaseModel):
         default_factory=list, description="with across_hosts: sets on the fewest hosts when no single host fits")
 
 
-class RecommendBody(BaseModel):
+class RecommendBody(RequestBody):
     """A full training config: the memory comes from its estimate."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    recipe: str = Field(min_length=1, max_length=128)
+    recipe: str = Field(min_length=1, max_length=128, json_schema_extra=installed_recipes)
     config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
     count: int = Field(default=1, ge=1, le=MAX_COUNT)
     host: str | None = Field(default=None, max_length=255)
@@ -78,23 +76,19 @@ class RecommendBody(BaseModel):
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
-class ValidatePart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ValidatePart(RequestBody):
     host: str = Field(min_length=1, max_length=MAX_HOST_CHARS)
     gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)
 
 
-class ValidateBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ValidateBody(RequestBody):
     gpu_ids: list[GPUIndex] | None = Field(default=None, min_length=1, max_length=MAX_COUNT,
                                            description="GPUs on one host; or give parts")
     parts: list[ValidatePart] | None = Field(default=None, min_length=1, max_length=256,
                                              description="a selection across hosts: each host's GPUs, rank 0 first")
     host: str | None = Field(default=None, max_length=MAX_HOST_CHARS)
     memory_mb: int | None = Field(default=None, ge=0, le=MAX_MEMORY_MB)
-    recipe: str | None = Field(default=None, max_length=128)
+    recipe: str | None = Field(default=None, max_length=128, json_schema_extra=installed_recipes)
     config: dict[str, Any] | None = Field(default=None, json_schema_extra=CONFIG_SCHEMA)
     exclusive: bool = True
 

@@ -7,22 +7,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.bounds import MAX_PRIORITY
+from gpufleet.bounds import MAX_PRIORITY, RequestBody
 from gpufleet.users.groups import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_SHARE
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
 
-class GroupCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GroupCreate(RequestBody):
     name: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN, description="lowercase group name")
 
 
-class GroupQuota(BaseModel):
+class GroupQuota(RequestBody):
     """A group's limits; a missing or null field is no limit."""
-
-    model_config = ConfigDict(extra="forbid")
 
     max_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS_LIMIT, description="GPUs held at once")
     gpu_hours_per_week: float | None = Field(default=None, ge=0, le=MAX_GPU_HOURS_LIMIT, allow_inf_nan=False,
@@ -73,6 +69,7 @@ class UsageRowPublic(BaseModel):
     gpu_hours_held: float
     gpu_hours_used: float
     trainings: int = Field(description="trainings that held a GPU that day")
+    training_name: str | None = Field(default=None, description="by training: the training's name")
 
 
 class UsagePublic(BaseModel):

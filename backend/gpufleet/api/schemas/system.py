@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.bounds import RequestBody
+
 
 class HostPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -120,9 +122,7 @@ class Health(BaseModel):
     embedded: bool
 
 
-class DrainRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class DrainRequest(RequestBody):
     reason: str | None = Field(default=None, max_length=500)
 
 

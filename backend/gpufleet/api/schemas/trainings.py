@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpufleet.db.models import TRAINING_STATUSES
+
+# A training's status, an enum in the schema so generated clients can switch on it.
+TrainingStatus = Literal[TRAINING_STATUSES]  # type: ignore[valid-type]
 
 
 class TrainingGPU(BaseModel):
@@ -46,7 +51,7 @@ class TrainingPublic(BaseModel):
     env: dict[str, str] | None = None
     memory_declared: int | None = None
     config: dict[str, Any]
-    status: str
+    status: TrainingStatus
     status_reason: str | None
     priority: int
     gpu_ids: list[int] | None
@@ -63,6 +68,9 @@ class TrainingPublic(BaseModel):
     queue_position: int | None = Field(
         default=None, description="queued: its place in the queue (1 is served next), in the scheduler's order "
                                   "(priority, then age)")
+    expected_start: datetime | None = Field(
+        default=None, description="queued and served next: when the GPUs kept for it free up, from the max_runtime_s "
+                                  "or measured progress of the trainings holding them; null when nobody can tell")
     measured_peak_memory: int | None
     peak_memory_per_rank: list[int] | None
     restarts: int
@@ -72,6 +80,8 @@ class TrainingPublic(BaseModel):
     launcher_pid: int | None
     exit_code: int | None
     cancel_requested: bool
+    stopping: bool = Field(default=False, description="running, and a cancel asked it to stop: its ranks are being "
+                                                      "stopped and it ends as cancelled within seconds")
     preemptible: bool = True
     preempted_by: uuid.UUID | None = Field(
         default=None, description="running: the training that asked it to checkpoint and stop; preempted: the "
@@ -96,6 +106,12 @@ class TrainingPublic(BaseModel):
     hosts: list[TrainingHostPublic] | None = Field(
         default=None,
         description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
+
+
+    @model_validator(mode="after")
+    def _stopping(self) -> TrainingPublic:
+        self.stopping = self.status == "running" and self.cancel_requested
+        return self
 
 
 class TrainingsPublic(BaseModel):

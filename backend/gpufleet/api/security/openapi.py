@@ -15,6 +15,7 @@ route walk (tests/api/test_openapi_contract.py).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI
@@ -47,6 +48,13 @@ SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
         "name": "gpufleet_session",
         "description": "The dashboard's session, set by `POST /api/v1/auth/sign-in`.",
     },
+}
+
+
+# Every 429 and 503 under /api/ carries it (the limits, admission, a database outage, a busy estimate pool).
+RETRY_AFTER = {
+    "description": "seconds to wait before sending the request again; nothing was done",
+    "schema": {"type": "integer", "minimum": 0},
 }
 
 
@@ -89,7 +97,9 @@ def api_routes(app: FastAPI) -> list[tuple[Any, str]]:
         pairs = [(c.original_route, c.path) for c in iter_route_contexts(app.routes)]
     except ImportError:  # older FastAPI copies routes into app.routes
         pairs = [(r, getattr(r, "path", None)) for r in app.routes]
-    return [(route, path) for route, path in pairs if isinstance(route, APIRoute) and path]
+    # As the schema writes it: "{training_id}", not the route's "{training_id:uuid}".
+    return [(route, re.sub(r"\{(\w+):\w+\}", r"{\1}", path)) for route, path in pairs
+            if isinstance(route, APIRoute) and path]
 
 
 def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:  # noqa: ANN401
@@ -182,6 +192,9 @@ def document_refusals(app: FastAPI) -> None:
                                                 "retry after Retry-After seconds"))
                 for code, spec in extra.items():
                     op["responses"].setdefault(code, spec)
+                for code in ("429", "503"):
+                    if code in op["responses"]:
+                        op["responses"][code].setdefault("headers", {})["Retry-After"] = RETRY_AFTER
         done[:] = [schema]
         return schema
 

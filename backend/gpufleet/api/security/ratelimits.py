@@ -11,7 +11,9 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from fastapi import HTTPException
@@ -36,15 +38,16 @@ class Limiter(Protocol):
 
 
 class MemoryLimiter:
-    """Sliding-window counters in this process."""
+    """Sliding-window counters in this process; ``clock`` (seconds) is injectable for tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._events: dict[str, deque[float]] = {}
         self._claims: dict[str, float] = {}
 
     def hit(self, key: str, limit: int, window_s: float) -> float | None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             q = self._events.setdefault(key, deque())
             while q and q[0] <= now - window_s:
@@ -55,7 +58,7 @@ class MemoryLimiter:
             return None
 
     def claim_once(self, key: str, ttl_s: float) -> bool:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             if len(self._claims) > 10_000:
                 self._claims = {k: t for k, t in self._claims.items() if t > now}
@@ -65,29 +68,42 @@ class MemoryLimiter:
             return True
 
 
-class RedisLimiter:
-    """Fixed-window counters in Redis, shared by every API process of a fleet."""
+# One sliding window in a sorted set (score: the event's time), checked and added to in one step.
+# A fixed per-minute window let twice the limit through across a minute's edge.
+_SLIDE = """
+local key, now, window, limit = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
+if redis.call('ZCARD', key) >= limit then
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return tostring(tonumber(oldest[2]) + window - now)
+end
+redis.call('ZADD', key, now, ARGV[4])
+redis.call('PEXPIRE', key, math.ceil(window * 1000))
+return false
+"""
 
-    def __init__(self, url: str) -> None:
+
+class RedisLimiter:
+    """Sliding-window counters in Redis, shared by every API process of a fleet.
+
+    ``clock`` (wall seconds, the same in every process) is injectable for tests.
+    """
+
+    def __init__(self, url: str, clock: Callable[[], float] = time.time) -> None:
         import redis
 
         self._redis = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._slide = self._redis.register_script(_SLIDE)
+        self._clock = clock
 
     def hit(self, key: str, limit: int, window_s: float) -> float | None:
-        now = time.time()
-        window = int(now // window_s)
-        rkey = f"gpufleet:rl:{key}:{window}"
         try:
-            pipe = self._redis.pipeline()
-            pipe.incr(rkey)
-            pipe.expire(rkey, int(window_s) + 1)
-            count = pipe.execute()[0]
+            wait = self._slide(keys=[f"gpufleet:rl:{key}"],
+                               args=[repr(self._clock()), repr(float(window_s)), limit, uuid.uuid4().hex])
         except Exception as exc:  # noqa: BLE001 - a limiter outage must not stop the API
             log.warning("rate limiter unavailable (%s); allowing the request", exc)
             return None
-        if count > limit:
-            return (window + 1) * window_s - now
-        return None
+        return None if wait is None else max(0.0, float(wait))
 
     def claim_once(self, key: str, ttl_s: float) -> bool:
         try:

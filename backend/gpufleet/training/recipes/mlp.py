@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from gpufleet.bounds import MAX_COEFF
 from gpufleet.training.config import PositiveInt, Problems, TrainConfig, option
 from gpufleet.training.recipes import Recipe
 
@@ -28,7 +29,7 @@ class MLPConfig(TrainConfig):
     x_key: str = option("x", "name of the inputs tensor in a .safetensors / .pt file")
     y_key: str = option("y", "name of the targets tensor in a .safetensors / .pt file")
     synthetic_samples: PositiveInt = option(8192, "samples in the synthetic task (used when data_path is empty)")
-    synthetic_noise: float = option(0.05, "noise added to the synthetic targets", ge=0)
+    synthetic_noise: float = option(0.05, "noise added to the synthetic targets", ge=0, le=MAX_COEFF)
 
     def check(self, p: Problems) -> None:
         super().check(p)

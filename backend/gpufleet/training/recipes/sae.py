@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from gpufleet.bounds import MAX_COEFF
 from gpufleet.training.config import PositiveInt, Problems, TrainConfig, option
 from gpufleet.training.recipes import Recipe
 
@@ -26,17 +27,20 @@ class SAEConfig(TrainConfig):
     # Its scale matches the per-sample summed squared error; on the synthetic
     # data (|x|^2 ~ 4) 0.3 gives ~15 active latents and recovers every
     # feature, 1e-3 stays dense.
-    l1_coeff: float = option(0.3, "relu: weight of the L1 sparsity penalty on the codes", ge=0)
+    l1_coeff: float = option(0.3, "relu: weight of the L1 sparsity penalty on the codes", ge=0,
+                              le=MAX_COEFF)
     aux_coeff: float = option(1 / 32, "topk: weight of the AuxK loss that revives dead latents; 0 turns it off",
-                              ge=0)
+                              ge=0, le=MAX_COEFF)
     aux_k: PositiveInt = option(32, "topk: dead latents the AuxK loss may use")
     dead_steps: PositiveInt = option(100, "optimizer steps without firing after which a latent counts as dead")
     data_key: str = option("activations", "name of the activations tensor in a .safetensors / .pt file")
     synthetic_features: PositiveInt = option(
         256, "true features behind the synthetic data (used when data_path is empty)")
     synthetic_samples: PositiveInt = option(32768, "samples of synthetic data")
-    synthetic_active: float = option(4.0, "average true features active per synthetic sample", gt=0)
-    synthetic_noise: float = option(0.0, "noise added to the synthetic activations", ge=0)
+    synthetic_active: float = option(4.0, "average true features active per synthetic sample", gt=0,
+                                      le=MAX_COEFF)
+    synthetic_noise: float = option(0.0, "noise added to the synthetic activations", ge=0,
+                                     le=MAX_COEFF)
 
     def check(self, p: Problems) -> None:
         super().check(p)

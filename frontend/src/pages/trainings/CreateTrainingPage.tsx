@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState, type FormEvent } from 'react';
 import { useNavigate } from 'react-router-dom';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
+import type { TrainingCreate } from '../../api/types';
 import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
 import { GpuSelector, type Selection } from './GpuSelector';
@@ -108,7 +109,8 @@ export function CreateTrainingPage() {
     try {
       const t = await endpoints.createTraining({
         name: name.trim(),
-        recipe,
+        // The schema lists the recipes installed when it was generated; the page offers what the server has now.
+        recipe: recipe as TrainingCreate['recipe'],
         config,
         gpu_ids: selection.indexes.length ? selection.indexes : null,
         host: selection.host,

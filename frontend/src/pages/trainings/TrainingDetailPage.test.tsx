@@ -134,5 +134,12 @@ describe('TrainingDetailPage charts and queue', () => {
   it('shows a queued training its place in the queue', () => {
     show({ status: 'queued', queue_position: 3, wait_reason: 'behind urgent (priority 5)' }, []);
     expect(screen.getByTestId('training-status')).toHaveTextContent('#3 in queue');
+    expect(screen.getByTestId('training-status')).not.toHaveTextContent('starts');
+  });
+
+  it('shows the training served next when it is expected to start', () => {
+    const soon = new Date(Date.now() + 12 * 60 * 1000 + 30 * 1000).toISOString();
+    show({ status: 'queued', queue_position: 1, expected_start: soon, wait_reason: 'waits for 2 GPUs' }, []);
+    expect(screen.getByTestId('training-status')).toHaveTextContent(/#1 in queue · starts in about 12m \d\ds/);
   });
 });

@@ -1,0 +1,53 @@
+"""A viewer's first `recommend?recipe=sae` finds its trace ready: warmed when the server starts, kept on disk.
+
+It took more than 10 s on a busy machine: the first estimate started the
+pool's process (importing torch) and paid the first trace's warm-up. The pool
+counts the processes it starts and the traces it runs, so these tests show
+what was saved without timing it.
+"""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from gpufleet.api.app import create_app
+from gpufleet.api.routes.selection import warm_estimates
+from gpufleet.config import Settings
+from gpufleet.scheduling.memory import forget_traces
+
+
+def test_warming_traces_the_recipes_defaults_so_the_first_request_traces_nothing(
+        sim_app_settings: Settings) -> None:
+    forget_traces()
+    app = create_app(sim_app_settings)
+    with TestClient(app) as client:
+        client.portal.call(warm_estimates, app, sim_app_settings)
+        pool = app.state.estimate_pool
+        assert pool.started == 1 and pool.traced >= 2  # one process, every installed recipe
+        started, traced = pool.started, pool.traced
+        r = client.get("/api/v1/system/gpus/recommend?recipe=sae")
+        assert r.status_code == 200, r.text
+        assert r.json()["estimate"]["total"] > 0
+        assert (pool.started, pool.traced) == (started, traced)
+        # A second warm-up (a restart on the same data dir) has nothing left to do.
+        client.portal.call(warm_estimates, app, sim_app_settings)
+        assert (pool.started, pool.traced) == (started, traced)
+
+
+def test_a_restarted_server_reads_the_trace_from_disk(sim_app_settings: Settings) -> None:
+    forget_traces()
+    url = "/api/v1/system/gpus/recommend?recipe=sae&config=%7B%22n_latents%22%3A%201024%7D"
+    first = create_app(sim_app_settings)
+    with TestClient(first) as client:
+        before = client.get(url)
+        assert before.status_code == 200, before.text
+        assert first.state.estimate_pool.traced == 1
+    forget_traces()  # what a restart forgets
+    second = create_app(sim_app_settings)
+    with TestClient(second) as client:
+        after = client.get(url)
+        assert after.status_code == 200, after.text
+        pool = second.state.estimate_pool
+        assert (pool.started, pool.traced) == (0, 0)
+    assert after.json()["estimate"] == before.json()["estimate"]
+    assert list((sim_app_settings.data_dir / "estimates").glob("*.json"))

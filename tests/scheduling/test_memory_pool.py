@@ -1,0 +1,18 @@
+"""A trace crosses the estimate pool's pipe with every figure the estimate reads."""
+
+from __future__ import annotations
+
+from gpufleet.scheduling.memory_pool import _decode_trace, _encode_trace
+from gpufleet.scheduling.memtrace import PhasePeak, StepTrace
+
+
+def test_a_decoded_trace_has_the_peak_and_reserved_of_the_original():
+    trace = StepTrace(
+        forward_backward=PhasePeak(peak=700, parameters=100, gradients=100, other=500),
+        optimizer_step=PhasePeak(peak=900, parameters=100, gradients=100, optimizer_states=200, other=500),
+        parameter_bytes=100, gradient_bytes=100, parameter_count=25, fake=True, reserved=2 * 1024**2,
+    )
+    decoded = _decode_trace(_encode_trace(trace))
+    assert decoded.peak == trace.peak == 900
+    assert decoded.reserved == trace.reserved
+    assert decoded.optimizer_step.optimizer_states == 200
