@@ -233,13 +233,12 @@ class Client(SharingCalls):
         return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
 
     def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
-        """Continue an ended training from its newest checkpoint (the same training, queued again);
-        ``config`` changes fields of a recipe's config first (a larger ``max_steps``)."""
-        return self._post(TrainingPublic, f"{API}/trainings/{_tid(training)}/resume", {"config": config or {}})
+        """Continue an ended training from its newest checkpoint; ``config``: a recipe's fields to change."""
+        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
 
     def files(self, training: TrainingRef) -> TrainingFilesPublic:
         """Its checkpoints (``checkpoints/…``) and outputs (``outputs/…``): path, size, modified."""
-        return self._get(TrainingFilesPublic, f"{API}/trainings/{_tid(training)}/files")
+        return self._get(TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
 
     def download(self, training: TrainingRef, path: str, dest: str | os.PathLike[str] | None = None, *,
                  start: int | None = None, end: int | None = None) -> Path:
@@ -247,7 +246,7 @@ class Client(SharingCalls):
         ask for those bytes only (an HTTP ``Range``). Returns where it was written."""
         target = Path(dest) if dest is not None else Path(path.rsplit("/", 1)[-1])
         headers = {"Range": f"bytes={start or 0}-{'' if end is None else end}"} if start or end is not None else {}
-        url = f"{API}/trainings/{_tid(training)}/files/{quote(path)}"
+        url = f"{API}/trainings/{self.training_id(training)}/files/{quote(path)}"
         try:
             with self._http.stream("GET", url, headers=headers) as r:
                 if r.status_code >= 400:

@@ -5214,6 +5214,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5223,6 +5225,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5327,6 +5331,8 @@ export interface operations {
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5336,6 +5342,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5622,6 +5630,8 @@ export interface operations {
             /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5631,6 +5641,8 @@ export interface operations {
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
