@@ -1,7 +1,9 @@
 """gpufleet: a team-shared GPU training server.
 
 For training code: ``gpufleet.report(step=..., loss=..., **scalars)`` (a no-op
-outside gpufleet) and ``gpufleet.TrainingBackend`` (imports torch on first use).
+outside gpufleet), ``gpufleet.watch_stop()`` / ``gpufleet.stop_requested()`` (the stop
+contract: checkpoint within the grace) and ``gpufleet.TrainingBackend`` (imports torch
+on first use).
 """
 
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 from gpufleet.reporting import report
 
 __version__ = "0.1.0"
-__all__ = ["TrainingBackend", "make_backend", "report"]
+__all__ = ["TrainingBackend", "make_backend", "report", "stop_requested", "watch_stop"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from gpufleet.training import backend
 
         return getattr(backend, name)
+    if name in ("stop_requested", "watch_stop"):
+        from gpufleet.training import stopfile
+
+        return stopfile.stop_requested if name == "stop_requested" else stopfile.watch
     raise AttributeError(f"module 'gpufleet' has no attribute {name!r}")

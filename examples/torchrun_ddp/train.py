@@ -8,14 +8,26 @@ Runs the same way under both:
 It trains a small regression model on synthetic data, checkpoints to
 ``$GPUFLEET_CHECKPOINT_DIR`` (or ./checkpoints) every 50 steps, and resumes
 from ``$GPUFLEET_RESUME_FROM`` when gpufleet restarts it after a lost worker.
+It keeps gpufleet's stop contract without importing gpufleet: on SIGTERM (or
+once ``$GPUFLEET_STOP_FILE`` exists) every rank agrees to stop, rank 0
+checkpoints, and the next attempt resumes from that step.
 """
 
 import argparse
 import os
+import signal
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+STOP = {"asked": False}
+
+
+def stop_requested() -> bool:
+    path = os.environ.get("GPUFLEET_STOP_FILE", "")
+    return STOP["asked"] or bool(path and os.path.exists(path))
 
 
 def main() -> None:
@@ -25,6 +37,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="per rank")
     args = ap.parse_args()
 
+    # Python's default SIGTERM ends the process at once; record it instead and checkpoint in the grace.
+    signal.signal(signal.SIGTERM, lambda *_: STOP.update(asked=True))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
@@ -62,10 +76,14 @@ def main() -> None:
         opt.step()
         if rank == 0 and step % 10 == 0:
             print(f"step {step} loss {loss.item():.5f}", flush=True)
-        if rank == 0 and step % 50 == 0:
+        asked = torch.tensor([1.0 if stop_requested() else 0.0], device=device)
+        dist.all_reduce(asked)  # every rank stops at the same step
+        if rank == 0 and (step % 50 == 0 or asked.item() > 0):
             tmp = os.path.join(ckpt_dir, f".step-{step}.tmp")
             torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
             os.replace(tmp, os.path.join(ckpt_dir, f"step-{step:07d}.pt"))
+        if asked.item() > 0:
+            break
     dist.barrier()  # leave together: gloo can abort a rank whose peers are gone
     dist.destroy_process_group()
 

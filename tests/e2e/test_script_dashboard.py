@@ -42,4 +42,14 @@ def test_script_training_detail_page_shows_its_loss_curve_and_ranks_log(page, se
         "(document.querySelector(\"[data-testid='log']\")?.innerText ?? '').includes('[rank 1]')", timeout=15_000
     )
     assert "2 ranks" in page.locator("main").inner_text()
+    # Every reported scalar can be charted: the script reports lr besides its loss.
+    page.get_by_test_id("series-picker").select_option("lr")
+    page.wait_for_function(
+        "Number(document.querySelector(\"[data-testid='series-chart']\")?.dataset.points) >= 15", timeout=30_000
+    )
+    # Its checkpoints are in the Files panel, each a download link; an ended training offers Resume.
+    link = page.get_by_test_id("training-files").get_by_role("link", name="checkpoints/step-000014.pt")
+    link.wait_for()
+    assert link.get_attribute("href") == f"/api/v1/trainings/{tid}/files/checkpoints/step-000014.pt"
+    assert page.get_by_role("button", name="Resume").is_visible()
     page.screenshot(path=str(screenshots / "training-script.png"), full_page=True)

@@ -84,7 +84,8 @@ def test_a_high_priority_training_preempts_a_full_fleet_and_the_victim_resumes_f
     asked = [e for e in events if e["kind"] == "preempt"]
     assert len(asked) == 1 and "urgent" in asked[0]["reason"] and asked[0]["data"]["preempted_by"] == urgent
     preempted = [e for e in events if e["status"] == "preempted"]
-    assert len(preempted) == 1 and f"checkpoint at step {HOLD_AT + 1}" in preempted[0]["reason"], preempted
+    assert len(preempted) == 1 and f"checkpointed at step {HOLD_AT + 1} within the grace" in preempted[0]["reason"] \
+        and f"resume from step {HOLD_AT + 1}" in preempted[0]["reason"], preempted
     retry = [e for e in events if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "preempted", retry
     assert retry[0]["data"]["checkpoint_step"] == HOLD_AT + 1
@@ -117,5 +118,7 @@ def test_a_training_past_its_max_runtime_is_checkpointed_and_stopped(tmp_path, r
     tid = r.json()["id"]
     body = wait_status(c, tid, FINAL, 180)
     assert body["status"] == "failed", body
-    assert body["status_reason"] == f"ran past its max_runtime of 45s; stopped at its checkpoint at step {HOLD_AT + 1}"
+    assert body["status_reason"] == (f"ran past its max_runtime of 45s; it checkpointed at step {HOLD_AT + 1} within "
+                                     f"the grace; `gpufleet trainings resume` continues it (will resume from step "
+                                     f"{HOLD_AT + 1})")
     assert body["last_checkpoint"] and body["restarts"] == 0

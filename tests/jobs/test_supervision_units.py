@@ -149,3 +149,27 @@ def test_a_resumed_script_keeps_steps_its_killed_launcher_had_not_merged(db_sett
         steps = sess.execute(select(TrainingMetric.step).where(TrainingMetric.training_id == tid)
                              .order_by(TrainingMetric.step)).scalars().all()
     assert steps == [1, 2, 3, 4, 5]
+
+
+def test_a_stop_says_whether_it_checkpointed_in_the_grace_and_where_it_resumes():
+    import uuid
+
+    from gpufleet.jobs import stops
+    from gpufleet.trainings import outcome
+
+    interrupted = outcome.Decision("queued", "interrupted; requeued to resume", retry_kind="interrupted")
+    worker = stops.Stop("worker", 0.0, "")
+    d = stops.decide(worker, interrupted, stopping=True, step=14, host_name="h", max_runtime_s=None,
+                     checkpointed=True)
+    assert d.status == "queued" and d.retry_kind == "interrupted" and "error" not in d.reason
+    assert "it checkpointed at step 14 within the grace" in d.reason and "it will resume from step 14" in d.reason
+    # No new checkpoint in the grace: it resumes from an older one, and says so.
+    preempt = stops.Stop("preempt", 0.0, "", preempted_by=uuid.UUID(int=7))
+    d = stops.decide(preempt, interrupted, stopping=False, step=10, host_name="h", max_runtime_s=None)
+    assert d.status == "preempted" and "it wrote no new checkpoint within the grace" in d.reason
+    assert "it will resume from step 10" in d.reason
+    d = stops.decide(stops.Stop("reclaim", 0.0, ""), interrupted, stopping=False, step=None, host_name="h",
+                     max_runtime_s=None)
+    assert d.status == "reclaimed" and "will start again from step 0" in d.reason and "trainings resume" in d.reason
+    done = outcome.Decision("succeeded", "done")
+    assert stops.decide(worker, done, stopping=True, step=3, host_name="h", max_runtime_s=None) is done

@@ -130,3 +130,73 @@ def tar_of(entries: list[tuple[str, str, bytes | str]]) -> bytes:
                 ti.type = tarfile.CHRTYPE
             tar.addfile(ti, io.BytesIO(data) if kind == "file" else None)
     return buf.getvalue()
+
+
+# Keeps the stop contract: records SIGTERM, checks the stop marker every step (all ranks agree), and
+# checkpoints on a stop; otherwise only every 50 steps. Rank 0 draws its progress with carriage returns
+# (as tqdm does) and reports its total steps and throughput.
+STOP_AWARE_SCRIPT = '''\
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import gpufleet
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=100000)
+parser.add_argument("--sleep", type=float, default=0.05)
+args = parser.parse_args()
+
+gpufleet.watch_stop()
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+start = 0
+resume = os.environ.get("GPUFLEET_RESUME_FROM", "")
+if resume:
+    state = torch.load(resume, weights_only=True)
+    model.module.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    start = state["step"]
+    if rank == 0:
+        print(f"resumed from {resume} at step {start}", flush=True)
+ckpt_dir = os.environ["GPUFLEET_CHECKPOINT_DIR"]
+
+
+def save(step):
+    tmp = os.path.join(ckpt_dir, f".step-{step}.tmp")
+    torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step}, tmp)
+    os.replace(tmp, os.path.join(ckpt_dir, f"step-{step:06d}.pt"))
+
+
+for step in range(start + 1, args.steps + 1):
+    t0 = time.monotonic()
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step * 10 + rank))
+    loss = model(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    gpufleet.report(step=step, loss=loss, lr=0.05, total_steps=args.steps,
+                    samples_per_s=16 / max(time.monotonic() - t0, 1e-6))
+    if rank == 0:
+        sys.stdout.write(f"\\rprogress {step}/{args.steps}")
+        sys.stdout.flush()
+    asked = torch.tensor([1.0 if gpufleet.stop_requested() else 0.0])
+    dist.all_reduce(asked)
+    if asked.item() > 0:
+        if rank == 0:
+            save(step)
+            print(f"\\ncheckpointed on stop at step {step}", flush=True)
+        break
+    if rank == 0 and step % 50 == 0:
+        save(step)
+    time.sleep(args.sleep)
+dist.barrier()
+dist.destroy_process_group()
+'''

@@ -172,6 +172,38 @@ def test_the_examples_run_under_the_launcher(tmp_path, example, args):
         assert "[rank 0] step 60 loss" in out.decode()
 
 
+@pytest.mark.parametrize(("example", "args"), [
+    ("torchrun_ddp", ["--steps", "100000"]),
+    ("backend_ddp", ["--steps", "100000", "--strategy", "ddp"]),
+])
+def test_the_examples_keep_the_stop_contract_checkpointing_where_they_stopped(tmp_path, example, args):
+    src = Path(__file__).resolve().parents[2] / "examples" / example / "train.py"
+    proc = _launch(_spec(tmp_path, ["train.py", *args], script=src.read_text(), stop_grace_s=60.0))
+    marker = tmp_path / "progress.jsonl.stop"
+    if example == "backend_ddp":
+        wait = lambda: any(line["type"] == "step" for line in _lines(tmp_path))  # noqa: E731
+    else:
+        wait = lambda: any(p.name.startswith("step-") for p in (tmp_path / "ckpt").glob("*.pt"))  # noqa: E731
+    deadline = time.monotonic() + 240
+    while not wait() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marker.exists()
+    os.killpg(proc.pid, signal.SIGTERM)  # as the worker stops a training: the launcher's whole group
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == ec.INTERRUPTED, out.decode()
+    assert marker.exists()  # GPUFLEET_STOP_FILE
+    lines = _lines(tmp_path)
+    stopped = next(line for line in lines if line["type"] == "stopped")
+    ckpts = [line for line in lines if line["type"] == "checkpoint"]
+    newest = max((tmp_path / "ckpt").glob("step-*.pt"), key=lambda p: p.stat().st_mtime)
+    # The checkpoint written in the grace is the newest, and of the last step rank 0 reported, where it resumes.
+    assert ckpts and ckpts[-1]["path"] == str(newest)
+    assert ckpts[-1]["step"] == int(newest.stem.split("-")[1])  # reported, or (no reports) read from the name
+    if example == "backend_ddp":
+        assert stopped["step"] == ckpts[-1]["step"]
+    assert not [line for line in lines if line["type"] == "error"]
+
+
 def test_out_of_memory_in_a_rank_is_reported_as_oom(tmp_path):
     script = (
         "import os, sys\n"
@@ -198,3 +230,22 @@ def test_a_missing_program_fails_the_launch_with_a_reason(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == ec.CANNOT_RUN
     assert b"cannot start 'no-such-program-here'" in out
+
+
+def test_tensorboard_scalars_in_the_output_dir_become_the_training_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    script = (
+        "import os\n"
+        "from torch.utils.tensorboard import SummaryWriter\n"
+        "w = SummaryWriter(os.path.join(os.environ['GPUFLEET_OUTPUT_DIR'], 'tb'))\n"
+        "for step in range(1, 6):\n"
+        "    w.add_scalar('train/loss', 1.0 / step, step)\n"
+        "    w.add_scalar('lr', 0.01 * step, step)\n"
+        "w.close()\n"
+    )
+    proc = _launch(_spec(tmp_path, ["train.py"], n=1, script=script, output_dir=str(tmp_path / "out")))
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out.decode()
+    steps = [line for line in _lines(tmp_path) if line["type"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
+    assert steps[1]["loss"] == 0.5 and abs(steps[1]["parts"]["lr"] - 0.02) < 1e-6

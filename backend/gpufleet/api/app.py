@@ -20,7 +20,18 @@ from gpufleet.api import ws
 from gpufleet.api.admission import Admission, DatabaseOutage, pool_timeout, request_capacity
 from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
-from gpufleet.api.routes import auth, code, metrics, recipes, runas, selection, sharing, system, trainings
+from gpufleet.api.routes import (
+    auth,
+    code,
+    metrics,
+    recipes,
+    runas,
+    selection,
+    sharing,
+    system,
+    training_files,
+    trainings,
+)
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
 from gpufleet.api.security.hosts import HostGuard
@@ -40,6 +51,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     system.router,
     selection.router,
     trainings.router,
+    training_files.router,
     code.router,
     recipes.router,
     metrics.router,

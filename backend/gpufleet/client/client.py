@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
@@ -33,6 +34,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingBatchPublic,
     TrainingEventPublic,
     TrainingEventsPublic,
+    TrainingFilesPublic,
     TrainingLogPublic,
     TrainingMetricPublic,
     TrainingMetricsPublic,
@@ -60,6 +62,13 @@ M = TypeVar("M", bound=BaseModel)
 TrainingRef = uuid.UUID | str | TrainingPublic
 # How many matches an ambiguous reference lists.
 SHOWN_MATCHES = 10
+
+
+def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
+    try:
+        return r.json().get("detail", r.text)
+    except (ValueError, AttributeError):
+        return r.text or r.reason_phrase
 
 
 def local_socket(server: str | None = None) -> Path | None:
@@ -147,11 +156,7 @@ class Client(SharingCalls):
                     self._sleep(wait)
                     continue
             if r.status_code >= 400:
-                try:
-                    detail = r.json().get("detail", r.text)
-                except (ValueError, AttributeError):
-                    detail = r.text or r.reason_phrase
-                raise error_for(r.status_code, detail, method=method, path=path, headers=dict(r.headers))
+                raise error_for(r.status_code, _detail(r), method=method, path=path, headers=dict(r.headers))
             return r
 
     def request(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
@@ -226,6 +231,35 @@ class Client(SharingCalls):
     def cancel(self, training: TrainingRef) -> TrainingPublic:
         """Ask to stop it (idempotent): a queued one leaves the queue, a running one is stopped with every rank."""
         return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
+
+    def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
+        """Continue an ended training from its newest checkpoint; ``config``: a recipe's fields to change."""
+        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
+
+    def files(self, training: TrainingRef) -> TrainingFilesPublic:
+        """Its checkpoints (``checkpoints/…``) and outputs (``outputs/…``): path, size, modified."""
+        return self._get(TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
+
+    def download(self, training: TrainingRef, path: str, dest: str | os.PathLike[str] | None = None, *,
+                 start: int | None = None, end: int | None = None) -> Path:
+        """Stream one of its files to ``dest`` (default: the file's name here); ``start``/``end`` (inclusive)
+        ask for those bytes only (an HTTP ``Range``). Returns where it was written."""
+        target = Path(dest) if dest is not None else Path(path.rsplit("/", 1)[-1])
+        headers = {"Range": f"bytes={start or 0}-{'' if end is None else end}"} if start or end is not None else {}
+        url = f"{API}/trainings/{self.training_id(training)}/files/{quote(path)}"
+        try:
+            with self._http.stream("GET", url, headers=headers) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise error_for(r.status_code, _detail(r), method="GET", path=url, headers=dict(r.headers))
+                tmp = target.with_name(f".{target.name}.part")
+                with open(tmp, "wb") as fh:
+                    for chunk in r.iter_bytes(1 << 20):
+                        fh.write(chunk)
+                os.replace(tmp, target)
+        except httpx.HTTPError as exc:
+            raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
+        return target
 
     def wait(self, training: TrainingRef, *, timeout: float | None = None, poll_s: float = 1.0) -> TrainingPublic:
         """Poll until the training is succeeded, failed or cancelled; its final state.

@@ -124,6 +124,9 @@ def run(
     directory: Annotated[Path, typer.Option("--dir", help="the code to upload")] = Path("."),
     max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="refuse to upload more than this")] = 100,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = True,
+    from_training: Annotated[str | None, typer.Option(
+        "--from", help="start from this training's newest checkpoint (GPUFLEET_RESUME_FROM) with this code "
+                       "and these arguments")] = None,
     server: ServerOpt = None,
 ) -> None:
     from gpufleet.trainings.archive import PackTooLarge, pack
@@ -169,6 +172,8 @@ def run(
         body["preemptible"] = preemptible
     if max_runtime is not None:
         body["max_runtime_s"] = max_runtime
+    if from_training:
+        body["from_training"] = from_training
     c = connect(server)
     c.options = CLI_OPTIONS
     body["code"] = upload(c, data)

@@ -65,6 +65,9 @@ def train(
                                                       help="On a server: GPUs (ranks) on each host.")] = None,
     spread: Annotated[bool, typer.Option("--spread", help="On a server: the fewest hosts that hold "
                                                           "--world-size GPUs.")] = False,
+    from_training: Annotated[str | None, typer.Option(
+        "--from", help="On a server: start from this training's newest checkpoint, with its config and your "
+                       "--config/--set changes.")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -92,12 +95,12 @@ def train(
     if gang and (local or gpu_ids or host):
         _fail("--hosts, --gpus-per-host and --spread place a training across a server's hosts; "
               "drop --local, --gpu-ids and --host")
-    if local and (host or name or priority or preemptible is not None or max_runtime is not None):
-        _fail("--host, --name, --priority, --preemptible and --max-runtime are for a training on a server; "
+    if local and (host or name or priority or preemptible is not None or max_runtime is not None or from_training):
+        _fail("--host, --name, --priority, --preemptible, --max-runtime and --from are for a training on a server; "
               "--local runs here")
     if not local:
         submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
-                         preemptible=preemptible, max_runtime=max_runtime)
+                         preemptible=preemptible, max_runtime=max_runtime, from_training=from_training)
         return
     if gpu_ids:
         device_list = _fleet_devices(gpu_ids)
@@ -122,7 +125,8 @@ def _fleet_devices(text: str) -> list[str]:
 
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], gang: dict[str, Any] | None = None,
                      *, host: str | None = None, name: str | None = None, priority: int = 0, follow: bool = True,
-                     preemptible: bool | None = None, max_runtime: int | None = None) -> None:
+                     preemptible: bool | None = None, max_runtime: int | None = None,
+                     from_training: str | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -146,6 +150,12 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], ga
         body["preemptible"] = preemptible
     if max_runtime is not None:
         body["max_runtime_s"] = max_runtime
+    if from_training:
+        from gpufleet.commands.trainings import connect
+
+        # The source's config, changed by --config/--set: a clone with changes.
+        body["config"] = {**connect(None).get_training(from_training).config, **config}
+        body["from_training"] = from_training
     raise typer.Exit(code=submit(body, follow=follow))
 
 

@@ -1,4 +1,4 @@
-"""`gpufleet trainings ls | show | logs [--follow] | cancel`, and submitting from `gpufleet train`.
+"""`gpufleet trainings ls | show | logs [--follow] | cancel` (resume, files, download: training_files), and submitting.
 
 These talk to a server over its REST API (``--server``, default
 ``$GPUFLEET_SERVER`` or http://127.0.0.1:8000), sending
@@ -118,6 +118,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
         ("sharing", sharing_line(t)),
         ("checkpoint", t["last_checkpoint"] or "-"),
+        *([("started from", f"training {t['resumed_from']}'s checkpoint")] if t.get("resumed_from") else []),
         ("selection", selection_line(t.get("selection"))),
         ("memory", f"estimate {fmt_size(t['memory_estimate'])}, measured peak {fmt_size(measured)}"),
     ]

@@ -7,14 +7,12 @@ only delivers work. Keys are UUIDs, times are timezone-aware.
 from __future__ import annotations
 
 import uuid
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    CheckConstraint,
-    Date,
     Float,
     ForeignKey,
     Index,
@@ -214,6 +212,7 @@ class Training(Base):
     # A training across hosts (gpufleet.scheduling.gang): what was asked, e.g.
     # {"hosts": 2, "gpus_per_host": 4, "host_names": null, "spread": "auto"}; null for one host.
     gang: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
+    resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)  # --from: its first attempt copies that checkpoint
 
     host: Mapped[Host | None] = relationship()
 

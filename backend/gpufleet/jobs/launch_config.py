@@ -9,6 +9,7 @@ A resumed attempt takes the shares its checkpoint saved.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -16,7 +17,9 @@ from sqlalchemy import select
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope
+from gpufleet.jobs.logs import BoundedLog
 from gpufleet.scheduling.weights import spec_tflops
+from gpufleet.training.resumepoint import seed_from
 from gpufleet.training.modes import proportional_shares
 
 # A GPU whose model and generation are unknown counts as this many TFLOPS.
@@ -37,3 +40,12 @@ def launch_config(settings: Settings, t: Training) -> dict[str, Any]:
     speeds = [spec_tflops(*gpus[i]) or _UNKNOWN_TFLOPS for i in order]
     config["rank_shares"] = proportional_shares(speeds, int(config["global_batch_size"]))
     return config
+
+
+def seed_clone(settings: Settings, t: Training, ckpt_dir: Path, log: BoundedLog) -> None:
+    """A training started from another's checkpoint (``resumed_from``): copy that checkpoint in first."""
+    if t.resumed_from is None:
+        return
+    copied = seed_from(Path(settings.checkpoint_root) / str(t.resumed_from), ckpt_dir)  # type: ignore[arg-type]
+    if copied:
+        log.line(f"[gpufleet] starting from checkpoint {copied} of training {t.resumed_from}")

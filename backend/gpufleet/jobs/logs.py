@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from gpufleet.config import Settings
+from gpufleet.training.logtext import collapse_cr
 
 
 def log_path(settings: Settings, training_id: uuid.UUID | str) -> Path:
@@ -83,7 +84,10 @@ class LogChunk:
 
 
 def read_log(path: Path, offset: int | None = None, tail: int | None = None, limit: int = 256 * 1024) -> LogChunk:
-    """Read from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes."""
+    """Read from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes.
+
+    Offsets count the file's bytes; the text has each progress bar's superseded redraws left out.
+    """
     if not path.exists():
         return LogChunk(0, 0, 0, "")
     size = path.stat().st_size
@@ -96,8 +100,9 @@ def read_log(path: Path, offset: int | None = None, tail: int | None = None, lim
             if start > 0 and lines:
                 lines = lines[1:]  # the first one is cut
             picked = b"".join(lines[-tail:]) if tail > 0 else b""
-            return LogChunk(size - len(picked), size, size, picked.decode(errors="replace"))
+            return LogChunk(size - len(picked), size, size, collapse_cr(picked.decode(errors="replace")))
         start = min(max(offset or 0, 0), size)
         fh.seek(start)
         data = fh.read(limit)
-    return LogChunk(start, start + len(data), size, data.decode(errors="replace"))
+    # A progress bar's redraws read as its newest state (training/logtext.py).
+    return LogChunk(start, start + len(data), size, collapse_cr(data.decode(errors="replace")))

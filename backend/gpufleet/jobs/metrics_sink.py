@@ -77,6 +77,7 @@ class MetricsSink:
         self._last_line = time.monotonic()
         self._bus = None
         self._checkpoint_step: int | None = None
+        self.checkpoints = 0  # checkpoint lines of this attempt: did a stop's grace see a new one?
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
@@ -95,6 +96,7 @@ class MetricsSink:
         """
         newest = newest_checkpoint_step(ckpt_dir)
         step = newest[0] if newest else 0
+        self._checkpoint_step = newest[0] if newest else None  # where a stop before a new one resumes
         with write_session(self.settings) as sess:
             sess.execute(delete(TrainingMetric).where(TrainingMetric.training_id == self.tid,
                                                       TrainingMetric.step > step))
@@ -129,6 +131,9 @@ class MetricsSink:
                     if line.get("type") == "step" and int(line["step"]) not in have:
                         self._handle(line)
                         have.add(int(line["step"]))
+                    elif line.get("type") == "checkpoint" and line.get("step") is not None:
+                        # Where a stop before a new checkpoint resumes (steps only grow over attempts).
+                        self._checkpoint_step = max(self._checkpoint_step or 0, int(line["step"]))
             self._events, self._row = [], {}
             sess.add_all(self._metrics.values())
             self._metrics = {}
@@ -156,6 +161,9 @@ class MetricsSink:
         if kind == "step":
             step = int(line["step"])
             metrics = {k: v for k, v in (line.get("parts") or {}).items()}
+            total = metrics.pop("total_steps", None)  # report(total_steps=...): progress and ETA
+            if isinstance(total, (int, float)) and 0 < total < 2**31:
+                self._row["max_steps"] = int(total)
             for k in ("samples_per_s", "lr", "grad_norm"):
                 if line.get(k) is not None:
                     metrics[k] = line[k]
@@ -177,8 +185,13 @@ class MetricsSink:
             self._row["last_checkpoint"] = str(line.get("path"))
             if line.get("step") is not None:
                 self._checkpoint_step = int(line["step"])
-            self._event("checkpoint", f"checkpoint at step {line.get('step')}",
+            self.checkpoints += 1
+            at = f"at step {line['step']}" if line.get("step") is not None else "(no step reported yet)"
+            self._event("checkpoint", f"checkpoint {at}: {Path(str(line.get('path'))).name}",
                         {"step": line.get("step"), "path": line.get("path")})
+        elif kind == "stopped":  # a script's ranks ended on a stop request: not an error
+            self._event("info", f"the ranks stopped on request (last reported step {line.get('step')})",
+                        {"step": line.get("step")})
         elif kind == "peak_memory":
             per_rank = [int(x) for x in (line.get("per_rank") or []) if x is not None]
             if per_rank:
@@ -187,7 +200,8 @@ class MetricsSink:
             self.last_error = line
             rank = line.get("rank")
             who = f"rank {rank}" if rank is not None else "launcher"
-            self._event("error", f"{who}: {line.get('kind')}: {line.get('message')}",
+            # A stop that ran out of grace is the stop's story, told by its end event; not an error of the code.
+            self._event("warning" if line.get("kind") == "interrupted" else "error", f"{who}: {line.get('kind')}: {line.get('message')}",
                         {k: line.get(k) for k in ("rank", "kind", "message")})
         elif kind == "start":
             self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",

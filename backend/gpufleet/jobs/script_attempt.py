@@ -16,7 +16,8 @@ from pathlib import Path
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
-from gpufleet.trainings import code, script, venv
+from gpufleet.training import stopfile
+from gpufleet.trainings import code, files, script, venv
 from gpufleet.trainings.script_launch import ScriptSpec
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     progress = rdir / f"progress-{t.attempt}.jsonl"
     progress.unlink(missing_ok=True)
+    Path(f"{progress}.stop").unlink(missing_ok=True)
     backend = devices[0].split(":", 1)[0] if devices else "cuda"
     env = dict(t.env or {})
     python = script.interpreter(settings, env)
@@ -58,12 +60,22 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
         world_size=len(devices),
         simulated=ranks_on_cpu,
         stop_grace_s=stop_grace_s,
+        output_dir=str(files.output_dir(settings, t.id)),
         # Built by the launcher, in the training's own process context, before its ranks start.
         environment=venv.request_for(settings, requirements, python, t.owner or "local"),
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
     return path, progress
+
+
+def output_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+    return files.output_dir(settings, training_id)
+
+
+def mark_stop(progress: Path) -> None:
+    """Create the attempt's stop file (``GPUFLEET_STOP_FILE``: the launcher names it so too)."""
+    stopfile.mark(f"{progress}.stop")
 
 
 def launch_env(training_id: uuid.UUID) -> dict[str, str]:

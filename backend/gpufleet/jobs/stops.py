@@ -1,7 +1,10 @@
 """Asking a running training to checkpoint and stop, and what its end then means.
 
-Every stop goes the same way: SIGTERM to the launcher's group (the ranks
-checkpoint and exit 14), up to ``stop_grace_s``, then the group is killed.
+Every stop goes the same way: SIGTERM to the launcher's group and the stop
+file (``GPUFLEET_STOP_FILE``, training/stopfile.py) for a script's ranks; the
+ranks checkpoint and exit 14 within ``stop_grace_s``, else the group is
+killed. The end's event says whether a checkpoint came within the grace and
+the step the training will resume from.
 What differs is why, and so where the training goes next:
 
 | why | asked by | ends as |
@@ -29,6 +32,7 @@ class Stop:
     deadline: float
     note: str  # the line for the training's log
     preempted_by: uuid.UUID | None = None
+    checkpoints_before: int = 0  # checkpoints the attempt had written when the stop was asked for
 
 
 def requested(*, stopping: bool, state: str, preempted_by: uuid.UUID | None, max_runtime_s: int | None,
@@ -50,19 +54,28 @@ def requested(*, stopping: bool, state: str, preempted_by: uuid.UUID | None, max
 
 
 def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None, host_name: str,
-           max_runtime_s: int | None) -> outcome.Decision:
-    """What the end of an attempt that was asked to stop means."""
+           max_runtime_s: int | None, checkpointed: bool = False) -> outcome.Decision:
+    """What the end of an attempt that was asked to stop means.
+
+    ``step`` is the newest checkpoint's step (where a resume starts), and
+    ``checkpointed`` whether that checkpoint was written after the stop was
+    asked for, within the grace.
+    """
     if d.status in ("succeeded", "cancelled"):
         return d
-    where = f"from its checkpoint at step {step}" if step is not None else "from the start"
+    saved = (f"it checkpointed at step {step} within the grace" if checkpointed and step is not None
+             else "it wrote no new checkpoint within the grace")
+    resume = f"it will resume from step {step}" if step is not None else "it will start again from step 0"
     if stop.kind == "worker" or stopping:
         # The worker goes away whatever else was asked: the training goes back to the queue.
-        return outcome.Decision("queued", f"the worker on host {host_name} was stopped; requeued to resume {where} "
-                                          "(not counted as a restart)", retry_kind="interrupted")
-    at = f"its checkpoint at step {step}" if step is not None else "step 0, with no checkpoint"
+        return outcome.Decision("queued", f"interrupted: the worker on host {host_name} was stopped; {saved}; "
+                                          f"requeued, {resume} (not counted as a restart)", retry_kind="interrupted")
     if stop.kind == "preempt":
-        return outcome.Decision("preempted", f"preempted by training {stop.preempted_by}: stopped at {at}; its "
-                                             "GPUs go to that training, then it is requeued (not counted as a restart)")
+        return outcome.Decision("preempted", f"preempted by training {stop.preempted_by}: {saved}; its GPUs go "
+                                             f"to that training, then it is requeued and {resume} (not counted "
+                                             "as a restart)")
     if stop.kind == "reclaim":
-        return outcome.Decision("reclaimed", f"reclaimed: its GPUs stayed idle; stopped at {at}")
-    return outcome.Decision("failed", f"ran past its max_runtime of {max_runtime_s}s; stopped at {at}")
+        return outcome.Decision("reclaimed", f"reclaimed: its GPUs stayed idle; {saved}; `gpufleet trainings "
+                                             f"resume` continues it ({resume.removeprefix('it ')})")
+    return outcome.Decision("failed", f"ran past its max_runtime of {max_runtime_s}s; {saved}; `gpufleet "
+                                      f"trainings resume` continues it ({resume.removeprefix('it ')})")

@@ -39,7 +39,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import isolation, procs, rendezvous, script_attempt, stops
-from gpufleet.jobs.launch_config import launch_config
+from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.logs import BoundedLog, log_path
 from gpufleet.jobs.metrics_sink import MetricsSink
@@ -186,11 +186,15 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         devices = _devices(settings, t)
         # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
         on_cpu = backend.ranks_run_on_cpu(devices)
+        seed_clone(settings, t, checkpoint_dir(settings, tid), logf)
         iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid),
                                      script_attempt.work_dir(settings, tid) if t.kind == "script" else None)
+        if t.kind == "script":  # GPUFLEET_OUTPUT_DIR is the training's too, made and given to its account
+            iso.write.append(script_attempt.output_dir(settings, tid))
         if t.kind == "script":
             spec_path, progress_path = script_attempt.write_spec(
-                settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid), CANCEL_GRACE_S)
+                settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
+                settings.stop_grace_s)
         else:
             gang = rendezvous.leader_prepare(settings, t, worker_id)
             spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
@@ -236,7 +240,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                                 max_runtime_s=t.max_runtime_s, running_s=time.monotonic() - claimed_at,
                                 grace_s=settings.stop_grace_s)
         if asked is not None:
+            asked.checkpoints_before = sink.checkpoints
             logf.line(f"[gpufleet] {asked.note}")
+            if t.kind == "script":
+                script_attempt.mark_stop(progress_path)  # the marker first, then the signal the ranks get
             procs.signal_group(pgid, signal.SIGTERM)
         return asked
 
@@ -322,7 +329,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         decision = rendezvous.gang_decision(verdict, t)
     if stop is not None:
         decision = stops.decide(stop, decision, stopping=_STOPPING.is_set(), step=sink.last_checkpoint_step(),
-                                host_name=host_name, max_runtime_s=t.max_runtime_s)
+                                host_name=host_name, max_runtime_s=t.max_runtime_s,
+                                checkpointed=sink.checkpoints > stop.checkpoints_before)
     _finish(settings, t, worker_id, decision, code, stop.preempted_by if stop else None)
     if t.kind == "script" and decision.status != "queued":
         script_attempt.cleanup(settings, tid)

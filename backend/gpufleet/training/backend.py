@@ -43,7 +43,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gpufleet.devices.ops import backend_ops, move_to_device
-from gpufleet.training import compat
+from gpufleet.training import compat, stopfile
 
 STRATEGIES = ("single", "ddp", "fsdp")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -69,6 +69,8 @@ class TrainingBackend(Protocol):
     def save_checkpoint(self, path: str | Path) -> None: ...
 
     def load_checkpoint(self, path: str | Path) -> None: ...
+
+    def stop_requested(self) -> bool: ...
 
 
 def default_device() -> torch.device:
@@ -210,6 +212,20 @@ class _Backend:
 
     def load_checkpoint(self, path: str | Path) -> None:
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+
+    def stop_requested(self) -> bool:
+        """Whether gpufleet asked the training to stop (training/stopfile.py), agreed by every rank.
+
+        Ranks can see the request at different steps; one all-reduce makes them
+        checkpoint at the same one. Call ``gpufleet.watch_stop()`` once at start so
+        SIGTERM leaves the grace to checkpoint in rather than ending the process.
+        """
+        asked = stopfile.stop_requested()
+        if not dist.is_initialized():
+            return asked
+        flag = torch.tensor([1.0 if asked else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
 
 
 class SingleDeviceBackend(_Backend):

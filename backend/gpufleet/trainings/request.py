@@ -8,6 +8,7 @@ model (every wrong field at once) before anything is written.
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
@@ -177,6 +178,17 @@ class TrainingCreate(RequestBody):
                                   "resumes later, no restart counted); omit for the server's default: yes for "
                                   "members, no for admins. false needs the non_preemptible permission for "
                                   "members (else a 403)")
+    from_training: Annotated[uuid.UUID, Field(strict=False)] | None = Field(  # strict bodies: a UUID comes as text
+        default=None, description="start from this training's newest checkpoint (yours, or any as an admin), "
+                                  "with this request's config and arguments: a clone with changes")
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class TrainingResume(RequestBody):
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="recipe trainings: fields to change before it continues (e.g. a larger "
+                                          "max_steps for one that succeeded)")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 

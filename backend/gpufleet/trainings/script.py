@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import CodeBlob, Training
+from gpufleet.training import resumepoint
 
 MAX_ARGV = 256
 MAX_ARG_LEN = 4096
 MAX_ENV = 64
 MAX_ENV_VALUE = 4096
-_STEP_DIR = re.compile(r"^step-\d+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
@@ -225,29 +225,4 @@ def resolve_argv(argv: list[str], python: str) -> list[str]:
     return [python, *argv[1:]] if argv and argv[0] in PYTHON_NAMES else list(argv)
 
 
-def newest_resume_point(ckpt_dir: Path) -> str:
-    """What ``GPUFLEET_RESUME_FROM`` says: the newest checkpoint, or empty.
-
-    gpufleet's own layout (``step-N/`` with ``meta.json``) wins; otherwise the
-    most recently modified entry directly in the checkpoint dir (names starting
-    with ``.`` or ending in ``.tmp`` are half-written files and ignored).
-    """
-    if not ckpt_dir.is_dir():
-        return ""
-    steps = [(int(p.name[5:]), p) for p in ckpt_dir.iterdir()
-             if _STEP_DIR.match(p.name) and (p / "meta.json").exists()]
-    if steps:
-        return str(max(steps)[1])
-    best: tuple[float, str] | None = None
-    for p in ckpt_dir.iterdir():
-        if p.name.startswith(".") or p.name.endswith(".tmp"):
-            continue
-        try:
-            m = p.stat().st_mtime
-        except OSError:
-            continue
-        if best is None or m > best[0]:
-            best = (m, str(p))
-    return best[1] if best else ""
-
-
+newest_resume_point = resumepoint.newest_resume_point

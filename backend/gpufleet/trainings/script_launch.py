@@ -5,19 +5,24 @@ gpufleet starts the ranks itself rather than through ``torch.distributed.run``
 the environment ``torchrun`` would give it (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ...),
 the GPUs made visible, and gpufleet's own variables
-(``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_RESUME_FROM``,
-``GPUFLEET_TRAINING_ID``, ``GPUFLEET_REPORT_FILE``).
+(``GPUFLEET_CHECKPOINT_DIR``, ``GPUFLEET_RESUME_FROM``, ``GPUFLEET_OUTPUT_DIR``,
+``GPUFLEET_TRAINING_ID``, ``GPUFLEET_REPORT_FILE``, ``GPUFLEET_STOP_FILE``).
 
 - The launcher leads its own process group (the worker starts it so) and its
   ranks stay in it, so one ``killpg`` reaches all; it dies with the process
   that started it, and every rank dies with the launcher (PR_SET_PDEATHSIG).
 - Each line a rank writes to stdout or stderr is copied to the launcher's
-  stdout (the training's log) prefixed ``[rank N]``.
+  stdout (the training's log) prefixed ``[rank N]``; a progress bar's
+  ``\r`` redraws go there as they come, at most one a second
+  (``training/logtext.py``).
 - A rank that exits with an error stops the others (SIGTERM, then SIGKILL
   after the grace) and the launcher exits with ``RANK_FAILED`` (or
   ``OUT_OF_MEMORY`` when the rank's output says so), naming the rank.
-- SIGTERM (cancel, lease lost) is passed to every rank; after the grace the
-  rest are killed and the launcher exits with ``INTERRUPTED``.
+- SIGTERM (a stop, preemption, reclaim, max_runtime, cancel, lease lost)
+  creates the stop file and is passed to every rank; after the grace the
+  rest are killed and the launcher exits with ``INTERRUPTED``
+  (``training/stopfile.py`` is the contract). A new checkpoint in the
+  checkpoint dir is written as a ``checkpoint`` line (``script_reports``).
 
 Progress lines (``start``, ``ranks``, ``peak_memory``, ``error``, ``end``)
 go to the spec's progress file, the same format the recipe launcher writes;
@@ -42,13 +47,18 @@ from typing import IO, Any
 
 from gpufleet.training import exitcodes as ec
 from gpufleet.training.lifeline import die_with_parent
+from gpufleet.training.logtext import LineSplitter
 from gpufleet.training.progress import ProgressWriter
+from gpufleet.training.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import venv
 from gpufleet.trainings.script_errors import ErrorWatch
+from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's
+from gpufleet.trainings.script_tensorboard import TensorBoardWatch
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.05
 PEAK_EVERY_S = 5.0
+FAILED_PEER_GRACE_S = 2.0  # after a rank failed, the others get this long to exit on SIGTERM
 _OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory", "XPU out of memory")
 
 
@@ -67,6 +77,8 @@ class ScriptSpec:
     simulated: bool = False
     stop_grace_s: float = 2.0
     report_file: str = ""  # the ranks' gpufleet.report files are this + ".rank<N>"
+    stop_file: str = ""  # created when the training is asked to stop (GPUFLEET_STOP_FILE)
+    output_dir: str = ""  # GPUFLEET_OUTPUT_DIR: files to keep besides checkpoints (listed and downloadable)
     environment: dict[str, Any] | None = None  # a venv.EnvRequest to build (or reuse) before the ranks start
 
     def write(self, path: Path) -> None:
@@ -85,6 +97,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_file(spec: ScriptSpec) -> str:
+    return spec.stop_file or spec.progress_file + ".stop"
+
+
 def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> dict[str, str]:
     n = spec.world_size
     env = dict(base)
@@ -100,6 +116,8 @@ def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> di
         "GPUFLEET_CHECKPOINT_DIR": spec.checkpoint_dir,
         "GPUFLEET_RESUME_FROM": spec.resume_from,
         "GPUFLEET_REPORT_FILE": spec.report_file or spec.progress_file + ".report",
+        STOP_FILE_ENV: stop_file(spec),
+        "GPUFLEET_OUTPUT_DIR": spec.output_dir,
         "PYTHONUNBUFFERED": "1",
     })
     if spec.simulated:
@@ -118,11 +136,14 @@ class Ranks:
         self.copiers: dict[int, list[threading.Thread]] = {}
         self.oom: set[int] = set()
         self.peaks: list[int] = []
+        self.splitters: list[tuple[int, LineSplitter]] = []
         self.errors: defaultdict[int, ErrorWatch] = defaultdict(ErrorWatch)  # what each rank's stderr says
 
     def start(self, port: int) -> None:
         base = dict(os.environ)
-        Path(self.spec.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        for d in (self.spec.checkpoint_dir, self.spec.output_dir):
+            if d:
+                Path(d).mkdir(parents=True, exist_ok=True)
         for rank in range(self.spec.world_size):
             self.procs.append(subprocess.Popen(  # noqa: S603 - argv list, never a shell
                 self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, rank, port),
@@ -144,8 +165,18 @@ class Ranks:
         return self.err_tails.get(rank) or self.tails.get(rank, "")
 
     def _copy(self, rank: int, stream: IO[bytes], is_err: bool) -> None:
+        split = LineSplitter()
+        self.splitters.append((rank, split))
+        for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]
+            self._emit(rank, is_err, split.feed(chunk))
+        with self.lock:
+            self.splitters.remove((rank, split))
+        self._emit(rank, is_err, split.close())
+        stream.close()
+
+    def _emit(self, rank: int, is_err: bool, lines: list[bytes]) -> None:
         prefix = f"[rank {rank}] ".encode()
-        for line in iter(lambda: stream.readline(65536), b""):
+        for line in lines:
             text = line.decode(errors="replace").rstrip()
             if is_err:
                 self.errors[rank].feed(text)
@@ -154,9 +185,15 @@ class Ranks:
             if any(m in text for m in _OOM_MARKERS):
                 self.oom.add(rank)
             with self.lock:
-                self.out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+                self.out.write(prefix + line)
                 self.out.flush()
-        stream.close()
+
+    def flush_redraws(self) -> None:
+        """A redraw held back by the once-a-second limit, once its second has passed."""
+        with self.lock:
+            due = [(rank, split.due()) for rank, split in self.splitters]
+        for rank, lines in due:
+            self._emit(rank, False, lines)
 
     def sample_peaks(self) -> list[int]:
         for rank, p in enumerate(self.procs):
@@ -208,75 +245,6 @@ class Ranks:
             p.wait()
 
 
-def step_fields(report_line: dict[str, Any]) -> dict[str, Any]:
-    """The fields of a ``step`` progress line that one ``gpufleet.report`` line gives."""
-    return {k: v for k, v in report_line.items() if k not in ("type", "step_time")}
-
-
-class ReportMerger:
-    """Turns the ranks' ``gpufleet.report`` files into ``step`` progress lines.
-
-    Rank 0's line gives the step's loss and scalars; every rank's time per
-    step goes into ``rank_step_times``. A step is written once every rank
-    that reports at all has reached it, or after ``MERGE_WAIT_S``.
-    """
-
-    MERGE_WAIT_S = 1.0
-
-    def __init__(self, report_file: str, world_size: int, progress: ProgressWriter):
-        self.paths = [Path(f"{report_file}.rank{r}") for r in range(world_size)]
-        self.offsets = [0] * world_size
-        self.partial = [b""] * world_size
-        self.progress = progress
-        self.newest = [-1] * world_size
-        self.times: list[dict[int, float]] = [{} for _ in range(world_size)]
-        self.pending: list[tuple[float, dict[str, Any]]] = []
-
-    def _read(self, r: int) -> list[dict[str, Any]]:
-        try:
-            with open(self.paths[r], "rb") as fh:
-                fh.seek(self.offsets[r])
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        self.offsets[r] += len(data)
-        chunks = (self.partial[r] + data).split(b"\n")
-        self.partial[r] = chunks.pop()
-        out = []
-        for c in chunks:
-            try:
-                out.append(json.loads(c))
-            except ValueError:
-                continue
-        return out
-
-    def poll(self, final: bool = False) -> None:
-        now = time.monotonic()
-        for r in range(len(self.paths)):
-            for line in self._read(r):
-                step = int(line.get("step", -1))
-                self.newest[r] = max(self.newest[r], step)
-                if line.get("step_time") is not None:
-                    self.times[r][step] = float(line["step_time"])
-                if r == 0:
-                    self.pending.append((now, line))
-        while self.pending:
-            since, line = self.pending[0]
-            step = int(line["step"])
-            waiting = [r for r in range(1, len(self.paths)) if -1 < self.newest[r] < step]
-            if waiting and not final and now - since < self.MERGE_WAIT_S:
-                break
-            self.pending.pop(0)
-            times = [self.times[r].pop(step, None) for r in range(len(self.paths))]
-            for t in self.times:  # older steps a rank reported that rank 0 did not
-                for old in [s for s in t if s < step]:
-                    del t[old]
-            record = step_fields(line)
-            if all(t is not None for t in times):
-                record["rank_step_times"] = times
-            self.progress.write("step", **record)
-
-
 def _how(code: int) -> str:
     if code < 0:
         try:
@@ -303,6 +271,7 @@ def run(spec: ScriptSpec) -> int:
     stop = {"requested": False}
 
     def on_term(signum: int, frame: Any) -> None:
+        mark(stop_file(spec))  # before the ranks look: they get SIGTERM from the same killpg
         stop["requested"] = True
 
     signal.signal(signal.SIGTERM, on_term)
@@ -327,14 +296,22 @@ def run(spec: ScriptSpec) -> int:
         return ec.CANNOT_RUN
     progress.write("ranks", pids=[p.pid for p in ranks.procs])
     reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
+    checkpoints = CheckpointWatch(spec.checkpoint_dir, progress)
+    board = TensorBoardWatch(spec.output_dir, progress)
     last_peak = 0.0
     code = ec.SUCCEEDED
     while True:
         reports.poll()
+        checkpoints.poll(reports.rank0_step)
+        if reports.rank0_step is None:  # gpufleet.report wins over event files
+            board.poll()
+        ranks.flush_redraws()
         codes = [p.poll() for p in ranks.procs]
         if stop["requested"]:
             ranks.stop(spec.stop_grace_s)
-            progress.write("error", rank=None, kind="interrupted", message="stopped by SIGTERM")
+            reports.poll(final=True)
+            checkpoints.poll(reports.rank0_step)
+            progress.write("stopped", message="stopped by SIGTERM", step=reports.rank0_step)
             code = ec.INTERRUPTED
             break
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
@@ -347,7 +324,8 @@ def run(spec: ScriptSpec) -> int:
             message = f"rank {rank} {_how(rc)}" + (f": {fatal[1]}" if fatal else f": {tail}" if tail else "")
             progress.write("error", rank=rank, kind=kind, message=message)
             print(f"[gpufleet] {message}; stopping the other ranks", flush=True)
-            ranks.stop(spec.stop_grace_s)
+            # No checkpoint to wait for: the survivors would only hang on their lost peer.
+            ranks.stop(min(spec.stop_grace_s, FAILED_PEER_GRACE_S))
             code = ec.OUT_OF_MEMORY if oom else ec.KIND_TO_CODE.get(kind, ec.RANK_FAILED)
             break
         if all(c == 0 for c in codes):
@@ -359,6 +337,9 @@ def run(spec: ScriptSpec) -> int:
             _write_peaks(progress, spec, ranks)
         time.sleep(POLL_S)
     reports.poll(final=True)
+    checkpoints.poll(reports.rank0_step)
+    if reports.rank0_step is None:
+        board.poll(final=True)
     _write_peaks(progress, spec, ranks)
     status = {ec.SUCCEEDED: "succeeded", ec.INTERRUPTED: "interrupted"}.get(code, "failed")
     progress.write("end", status=status, exit_code=code)

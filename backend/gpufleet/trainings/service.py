@@ -23,7 +23,7 @@ from gpufleet.scheduling.plan import estimate_training, never_fit_reason
 from gpufleet.training.config import TrainConfig, TrainingConfigError
 from gpufleet.training.paths import resolve_data_path
 from gpufleet.training.recipes import get_recipe
-from gpufleet.trainings import script
+from gpufleet.trainings import resume, script
 from gpufleet.trainings.checks import (
     TrainingRequestError,
     check_gpus,
@@ -130,7 +130,7 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         event_seq=1,  # its queued event, written with it (record_first_event)
         cancel_requested=False,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
-        max_runtime_s=req.max_runtime_s,
+        max_runtime_s=req.max_runtime_s, resumed_from=resume.source_of(sess, req, owner, admin),
     )
     if req.kind == "script":
         return _prepare_script(sess, settings, req, count, host, exclusive, common), None

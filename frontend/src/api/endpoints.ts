@@ -39,6 +39,12 @@ export const endpoints = {
   createTraining: (body: Partial<TrainingCreate> & Pick<TrainingCreate, 'name' | 'recipe'>) =>
     call('post', '/api/v1/trainings', { body: body as TrainingCreate }),
   cancelTraining: (id: string) => call('post', '/api/v1/trainings/{training_id}/cancel', { path: { training_id: id } }),
+  /** Continue an ended training from its newest checkpoint (the same training, queued again). */
+  resumeTraining: (id: string) =>
+    call('post', '/api/v1/trainings/{training_id}/resume', { path: { training_id: id }, body: { config: {} } }),
+  /** Its checkpoints and outputs (its owner and admins). */
+  trainingFiles: (id: string, signal?: AbortSignal) =>
+    call('get', '/api/v1/trainings/{training_id}/files', { path: { training_id: id }, signal }),
   events: (id: string, afterSeq = 0, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings/{training_id}/events', { path: { training_id: id }, query: { after_seq: afterSeq }, signal }),
   /** The whole curve downsampled to `maxPoints`, or every row after `afterStep`. */
@@ -52,6 +58,11 @@ export const endpoints = {
   logs: (id: string, offset: number | null, tail = 200, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings/{training_id}/logs', { path: { training_id: id }, query: offset == null ? { tail } : { offset }, signal }),
 };
+
+/** Where the browser downloads one of a training's files (the session cookie signs the request). */
+export function trainingFileUrl(id: string, path: string): string {
+  return `/api/v1/trainings/${encodeURIComponent(id)}/files/${path.split('/').map(encodeURIComponent).join('/')}`;
+}
 
 /** Lists come as {data: [...]} from the list routes. */
 export function listOf<T>(x: { data: T[] } | undefined): T[] {

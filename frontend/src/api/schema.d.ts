@@ -569,6 +569,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/trainings/{training_id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Files
+         * @description The training's checkpoints (``checkpoints/…``) and outputs (``outputs/…``): its owner and admins.
+         */
+        get: operations["trainings-files"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/trainings/{training_id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download File
+         * @description One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206).
+         */
+        get: operations["trainings-file"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/trainings/{training_id}/logs": {
         parameters: {
             query?: never;
@@ -597,6 +637,29 @@ export interface paths {
         get: operations["trainings-metrics"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/trainings/{training_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume Training
+         * @description Continue an ended training (succeeded, failed, cancelled, reclaimed) from its newest checkpoint.
+         *
+         *     The same training: status back to ``queued``, a fresh restart budget; ``config`` may change fields
+         *     of a recipe's config (a larger ``max_steps``) first.
+         */
+        post: operations["trainings-resume"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1437,6 +1500,11 @@ export interface components {
                 [key: string]: string;
             } | null;
             /**
+             * From Training
+             * @description start from this training's newest checkpoint (yours, or any as an admin), with this request's config and arguments: a clone with changes
+             */
+            from_training?: string | null;
+            /**
              * Gpu Ids
              * @description GPU indexes on the host; omit to let the server choose
              */
@@ -1547,6 +1615,28 @@ export interface components {
             count: number;
             /** Data */
             data: components["schemas"]["TrainingEventPublic"][];
+        };
+        /** TrainingFilePublic */
+        TrainingFilePublic: {
+            /**
+             * Modified
+             * Format: date-time
+             */
+            modified: string;
+            /**
+             * Path
+             * @description relative to the training's files: checkpoints/... or outputs/...
+             */
+            path: string;
+            /** Size */
+            size: number;
+        };
+        /** TrainingFilesPublic */
+        TrainingFilesPublic: {
+            /** Count */
+            count: number;
+            /** Data */
+            data: components["schemas"]["TrainingFilePublic"][];
         };
         /** TrainingGPU */
         TrainingGPU: {
@@ -1774,6 +1864,11 @@ export interface components {
             requested_host: string | null;
             /** Restarts */
             restarts: number;
+            /**
+             * Resumed From
+             * @description the training whose checkpoint it started from
+             */
+            resumed_from?: string | null;
             /** Scheduled At */
             scheduled_at: string | null;
             /** Selection */
@@ -1806,6 +1901,16 @@ export interface components {
             wait_reason: string | null;
             /** World Size */
             world_size: number;
+        };
+        /** TrainingResume */
+        TrainingResume: {
+            /**
+             * Config
+             * @description recipe trainings: fields to change before it continues (e.g. a larger max_steps for one that succeeded)
+             */
+            config?: {
+                [key: string]: unknown;
+            };
         };
         /** TrainingsPublic */
         TrainingsPublic: {
@@ -5032,6 +5137,221 @@ export interface operations {
             };
         };
     };
+    "trainings-files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                training_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TrainingFilesPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Another member's training: only its owner and admins read its files */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "trainings-file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                training_id: string;
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description the bytes of the asked Range */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Another member's training: only its owner and admins read its files */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The Range lies outside the file */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "trainings-logs": {
         parameters: {
             query?: {
@@ -5197,6 +5517,117 @@ export interface operations {
                 };
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "trainings-resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                training_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["TrainingResume"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TrainingPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The training has not ended (or changed state during the resume) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Over a rate limit or the queued-trainings cap */
             429: {
                 headers: {
                     /** @description seconds to wait before sending the request again; nothing was done */

@@ -27,6 +27,7 @@ export type TrainingCreate = S['TrainingCreate'];
 export type TrainingEvent = S['TrainingEventPublic'];
 export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
+export type TrainingFile = S['TrainingFilePublic'];
 
 export type Recipe = S['RecipePublic'];
 

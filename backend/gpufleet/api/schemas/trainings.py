@@ -102,6 +102,7 @@ class TrainingPublic(BaseModel):
     finished_at: datetime | None
     gpus: list[TrainingGPU] = Field(default_factory=list, description="current reservation")
     gang: dict[str, Any] | None = Field(default=None, description="what a training across hosts asked for")
+    resumed_from: uuid.UUID | None = Field(default=None, description="the training whose checkpoint it started from")
     hosts: list[TrainingHostPublic] | None = Field(
         default=None,
         description="a training across hosts: each host's ranks and GPUs (gpus lists every host's reservation)")
@@ -156,6 +157,17 @@ class TrainingMetricsPublic(BaseModel):
     data: list[TrainingMetricPublic]
     count: int = Field(description="rows returned")
     total: int = Field(description="rows stored; more than count when downsampled")
+
+
+class TrainingFilePublic(BaseModel):
+    path: str = Field(description="relative to the training's files: checkpoints/... or outputs/...")
+    size: int
+    modified: datetime
+
+
+class TrainingFilesPublic(BaseModel):
+    data: list[TrainingFilePublic]
+    count: int
 
 
 class TrainingLogPublic(BaseModel):

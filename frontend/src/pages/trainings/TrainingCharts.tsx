@@ -1,4 +1,4 @@
-import { useMemo } from 'react';
+import { useMemo, useState } from 'react';
 import { endpoints } from '../../api/endpoints';
 import type { Training, TrainingMetric } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
@@ -48,6 +48,13 @@ export function LossChart({ metrics }: { metrics: TrainingMetric[] }) {
   return <Chart series={series} data={data} height={240} time={false} yFormat={fmtLoss} testId="loss-chart" />;
 }
 
+/** What the run reports as its speed: samples per second, else tokens per second (a script's own figure). */
+export function throughputKey(metrics: TrainingMetric[]): 'samples_per_s' | 'tokens_per_s' | null {
+  const recent = metrics.slice(-50);
+  for (const key of ['samples_per_s', 'tokens_per_s'] as const) if (recent.some((m) => num(m.metrics?.[key]) != null)) return key;
+  return null;
+}
+
 /** Accuracy and other scores on their own axis; nothing when the training reports none. */
 export function ScoreChart({ metrics }: { metrics: TrainingMetric[] }) {
   const keys = useMemo(() => scoreKeys(metrics), [metrics]);
@@ -58,8 +65,42 @@ export function ScoreChart({ metrics }: { metrics: TrainingMetric[] }) {
 }
 
 export function ThroughputChart({ metrics }: { metrics: TrainingMetric[] }) {
-  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => num(m.metrics?.samples_per_s))], [metrics]);
-  return <Chart series={[{ label: 'samples/s', color: PALETTE[2], fill: true }]} data={data} height={160} time={false} yFormat={(v) => v.toFixed(0)} testId="throughput-chart" />;
+  const key = throughputKey(metrics);
+  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => (key ? num(m.metrics?.[key]) : null))], [metrics, key]);
+  if (!key) return <p className="muted">The run reports no samples/s or tokens/s (gpufleet.report(step, samples_per_s=…)).</p>;
+  const label = key === 'samples_per_s' ? 'samples/s' : 'tokens/s';
+  return <Chart series={[{ label, color: PALETTE[2], fill: true }]} data={data} height={160} time={false} yFormat={(v) => v.toFixed(0)} testId="throughput-chart" />;
+}
+
+/** Every scalar the run reported besides the loss, in the order first seen. */
+export function seriesKeys(metrics: TrainingMetric[]): string[] {
+  const keys = new Set<string>();
+  for (const m of metrics) for (const [k, v] of Object.entries(m.metrics ?? {})) if (num(v) != null) keys.add(k);
+  return [...keys];
+}
+
+/** Any reported series, picked by name (lr, grad_norm, accuracy, …). */
+export function SeriesChart({ metrics }: { metrics: TrainingMetric[] }) {
+  const keys = useMemo(() => seriesKeys(metrics), [metrics]);
+  const [picked, setPicked] = useState<string | null>(null);
+  const key = picked && keys.includes(picked) ? picked : (keys.find((k) => NOT_PARTS.has(k)) ?? keys[0]);
+  const data = useMemo(() => [metrics.map((m) => m.step), metrics.map((m) => num(m.metrics?.[key ?? '']))], [metrics, key]);
+  if (!key) return <p className="muted">No other series reported yet.</p>;
+  return (
+    <div>
+      <label className="field-help">
+        Series{' '}
+        <select aria-label="Series" value={key} onChange={(e) => setPicked(e.target.value)} data-testid="series-picker">
+          {keys.map((k) => (
+            <option key={k} value={k}>
+              {k}
+            </option>
+          ))}
+        </select>
+      </label>
+      <Chart series={[{ label: key, color: PALETTE[3], width: 1.5 }]} data={data} height={160} time={false} yFormat={fmtLoss} testId="series-chart" />
+    </div>
+  );
 }
 
 /**

@@ -1,4 +1,5 @@
 import { render, screen, waitFor } from '@testing-library/react';
+import { ApiError } from '../../api/client';
 import userEvent from '@testing-library/user-event';
 import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
@@ -16,7 +17,9 @@ function metrics(n: number): TrainingMetric[] {
   );
 }
 
-function show(over = {}, m = metrics(20)) {
+const FILES = { data: [{ path: 'checkpoints/step-000010.pt', size: 2048, modified: '2026-11-21T10:04:00Z' }], count: 1 };
+
+function show(over = {}, m = metrics(20), files: () => Promise<typeof FILES> = () => Promise.resolve(FILES)) {
   const refresh = vi.fn();
   vi.mocked(useTraining).mockReturnValue({
     training: training(over),
@@ -27,6 +30,7 @@ function show(over = {}, m = metrics(20)) {
   });
   vi.spyOn(endpoints, 'logs').mockResolvedValue({ offset: 0, next_offset: 12, size: 12, text: 'step 1 loss\n' });
   vi.spyOn(endpoints, 'history').mockResolvedValue(history());
+  vi.spyOn(endpoints, 'trainingFiles').mockImplementation(files);
   render(
     <MemoryRouter initialEntries={['/trainings/t1']}>
       <Routes>
@@ -76,6 +80,44 @@ describe('TrainingDetailPage', () => {
     expect(screen.getByTestId('script-command')).toHaveTextContent('code ab12ab12ab12');
     expect(screen.queryByText('Recipe')).toBeNull();
     expect(screen.getByTestId('loss-chart')).toHaveAttribute('data-points', '12');
+  });
+
+  it('resumes an ended training from its newest checkpoint, and offers no resume while it runs', async () => {
+    const { refresh } = show({ status: 'cancelled', finished_at: '2026-11-21T10:05:00Z' });
+    const resume = vi.spyOn(endpoints, 'resumeTraining').mockResolvedValue(training({ status: 'queued' }));
+    await userEvent.click(screen.getByRole('button', { name: 'Resume' }));
+    expect(resume).toHaveBeenCalledWith(training().id);
+    expect(refresh).toHaveBeenCalled();
+  });
+
+  it('has no resume button for a running training', () => {
+    show({ status: 'running' });
+    expect(screen.queryByRole('button', { name: 'Resume' })).toBeNull();
+  });
+
+  it('lists the files with a download link each', async () => {
+    show();
+    const link = await screen.findByRole('link', { name: 'checkpoints/step-000010.pt' });
+    expect(link).toHaveAttribute('href', `/api/v1/trainings/${training().id}/files/checkpoints/step-000010.pt`);
+    expect(screen.getByTestId('training-files')).toHaveTextContent('2 KiB');
+  });
+
+  it('says that only the owner and admins see the files when the server refuses them', async () => {
+    show({}, metrics(5), () => Promise.reject(new ApiError(403, 'only its owner and admins')));
+    expect(await screen.findByText('Only its owner and admins see its files.')).toBeInTheDocument();
+  });
+
+  it('charts any reported series the user picks, and throughput from tokens/s', async () => {
+    const m = Array.from({ length: 8 }, (_, i) => metric(i + 1, 1 / (i + 1), { metrics: { lr: 0.01 * (i + 1), acc: 0.5, tokens_per_s: 4000 } }));
+    show({}, m);
+    const picker = screen.getByTestId('series-picker') as HTMLSelectElement;
+    expect([...picker.options].map((o) => o.value)).toEqual(['lr', 'acc', 'tokens_per_s']);
+    expect(picker.value).toBe('lr');
+    await userEvent.selectOptions(picker, 'acc');
+    expect(picker.value).toBe('acc');
+    expect(screen.getByTestId('series-chart')).toHaveAttribute('data-points', '8');
+    expect(screen.getByTestId('throughput-chart')).toHaveAttribute('data-points', '8');
+    expect(screen.getByText('Tokens/s')).toBeInTheDocument();
   });
 });
 

@@ -5,7 +5,9 @@ import { endpoints } from '../../api/endpoints';
 import type { Training } from '../../api/types';
 import { ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtBytes, fmtLoss, num } from '../../lib/format';
-import { LossChart, RankTimes, RunGpuUtilization, ScoreChart, scoreKeys, ThroughputChart } from './TrainingCharts';
+import { LossChart, RankTimes, RunGpuUtilization, ScoreChart, scoreKeys, SeriesChart, ThroughputChart, throughputKey } from './TrainingCharts';
+import { ResumeButton } from './ResumeButton';
+import { TrainingFiles } from './TrainingFiles';
 import { TrainingHosts } from './TrainingHosts';
 import { EventList, LogTail } from './TrainingLog';
 import { gpuText, Progress } from './TrainingsPage';
@@ -59,6 +61,7 @@ export function TrainingDetailPage() {
   if (error && !t) return <div className="page">{error.status === 404 ? <ErrorState error={new ApiError(404, `No training with id ${id}.`)} /> : <ErrorState error={error} onRetry={refresh} />}</div>;
   if (!t) return <Loading what="training" />;
   const last = metrics[metrics.length - 1];
+  const speed = throughputKey(metrics);
   // A succeeded run needs no explanation; every other state may.
   const reason = t.status === 'succeeded' ? null : (t.status_reason ?? (t.status === 'queued' ? t.wait_reason : null));
   return (
@@ -71,6 +74,7 @@ export function TrainingDetailPage() {
           <QueuePlace t={t} />
         </span>
         <CancelButton t={t} onDone={refresh} />
+        <ResumeButton t={t} onDone={refresh} />
       </div>
       {reason && <div className={`banner ${t.status === 'failed' ? 'banner-error' : 'banner-info'}`}>{reason}</div>}
       {error && <div className="banner banner-error">Refresh failed: {error.message} Showing what was last received.</div>}
@@ -87,8 +91,8 @@ export function TrainingDetailPage() {
             <dd data-testid="last-loss">{fmtLoss(last?.loss ?? t.last_loss)}</dd>
           </div>
           <div>
-            <dt>Samples/s</dt>
-            <dd>{num(last?.metrics?.samples_per_s) != null ? Math.round(num(last?.metrics?.samples_per_s)!) : '—'}</dd>
+            <dt>{speed === 'tokens_per_s' ? 'Tokens/s' : 'Samples/s'}</dt>
+            <dd>{speed && num(last?.metrics?.[speed]) != null ? Math.round(num(last?.metrics?.[speed])!) : '—'}</dd>
           </div>
           <div>
             <dt>GPUs</dt>
@@ -160,6 +164,10 @@ export function TrainingDetailPage() {
           {metrics.length ? <ThroughputChart metrics={metrics} /> : <p className="muted">No steps reported yet.</p>}
         </div>
         <div className="panel">
+          <h3>Other series</h3>
+          <SeriesChart metrics={metrics} />
+        </div>
+        <div className="panel">
           <h3>Step time per rank</h3>
           <RankTimes metrics={metrics} />
         </div>
@@ -176,6 +184,10 @@ export function TrainingDetailPage() {
         <div className="panel">
           <h3>Log</h3>
           <LogTail id={t.id} active={!FINAL.has(t.status)} />
+        </div>
+        <div className="panel">
+          <h3>Files</h3>
+          <TrainingFiles t={t} active={!FINAL.has(t.status)} />
         </div>
       </div>
       <p>

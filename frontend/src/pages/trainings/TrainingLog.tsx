@@ -6,8 +6,31 @@ import { Pill } from '../../components/States';
 /** The most log text kept on screen; older text is cut at a line break. */
 export const MAX_LOG_CHARS = 200_000;
 
+const SOURCE = /^(\[rank \d+\] )/;
+
+/**
+ * A progress bar's redraws (lines ending in a carriage return) as its newest
+ * state: a redraw is dropped once a later line of the same rank follows, as
+ * the server does within one read (training/logtext.py).
+ */
+export function collapseRedraws(text: string): string {
+  const lines = text.split('\n');
+  const later = new Set<string>();
+  const keep: string[] = [];
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const line = lines[i];
+    if (line) {
+      const source = SOURCE.exec(line)?.[1] ?? '';
+      if (line.endsWith('\r') && later.has(source)) continue;
+      later.add(source);
+    }
+    keep.push(line);
+  }
+  return keep.reverse().join('\n');
+}
+
 export function appendLog(old: string, add: string): string {
-  const out = old + add;
+  const out = collapseRedraws(old + add);
   if (out.length <= MAX_LOG_CHARS) return out;
   const cut = out.indexOf('\n', out.length - MAX_LOG_CHARS);
   return out.slice(cut >= 0 ? cut + 1 : out.length - MAX_LOG_CHARS);
@@ -67,7 +90,7 @@ export function LogTail({ id, active }: { id: string; active: boolean }) {
         {error && <span className="field-error">{error}</span>}
       </div>
       <pre className="log" ref={box} tabIndex={0} aria-label="Training log" data-testid="log">
-        {text || 'No output yet.'}
+        {text.replace(/\r$/gm, '') || 'No output yet.'}
       </pre>
     </div>
   );

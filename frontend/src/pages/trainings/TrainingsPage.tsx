@@ -11,7 +11,8 @@ const STATUSES = ['queued', 'scheduled', 'running', 'preempted', 'succeeded', 'f
 const PAGE = 50;
 
 export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {
-  const max = t.max_steps ?? 0;
+  // A run that did not say its total (gpufleet.report(total_steps=…)) and ended well ran all its steps.
+  const max = t.max_steps ?? (t.status === 'succeeded' ? (t.step ?? 0) : 0);
   const frac = max ? Math.min(1, (t.step ?? 0) / max) : t.status === 'succeeded' ? 1 : 0;
   return (
     <div title={`step ${t.step ?? 0} of ${max || '?'}`} style={{ minWidth: 110 }}>

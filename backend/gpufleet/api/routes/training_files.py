@@ -1,0 +1,86 @@
+"""A training's continuation and its files: resume, list, download (streamed, with ``Range``)."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import FileResponse
+
+from gpufleet.api.deps import CreatorUser, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel, ensure_can_run_code
+from gpufleet.api.routes.trainings import _http, _load, _publics
+from gpufleet.api.schemas.trainings import TrainingFilePublic, TrainingFilesPublic, TrainingPublic
+from gpufleet.api.security.openapi import error_response
+from gpufleet.db.session import write_in
+from gpufleet.jobs.scheduler_loop import wake
+from gpufleet.trainings import files, resume, service
+from gpufleet.trainings.request import TrainingResume
+
+router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
+
+
+def _ensure_owner_or_admin(user: ViewerUser, owner: str) -> None:
+    if not (user.is_admin or user.name == owner):
+        raise HTTPException(403, f"the training belongs to {owner!r}; only its owner and admins may read its files")
+
+
+@router.post(
+    "/{training_id}/resume", response_model=TrainingPublic, operation_id="trainings-resume",
+    responses={409: error_response("The training has not ended (or changed state during the resume)")},
+)
+def resume_training(
+    training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: CreatorUser,
+    body: TrainingResume | None = None,
+) -> TrainingPublic:
+    """Continue an ended training (succeeded, failed, cancelled, reclaimed) from its newest checkpoint.
+
+    The same training: status back to ``queued``, a fresh restart budget; ``config`` may change fields
+    of a recipe's config (a larger ``max_steps``) first.
+    """
+    t = _load(session, training_id)
+    ensure_can_cancel(user, t.owner)  # the same rule: its owner or an admin
+    if t.kind == "script":
+        ensure_can_run_code(session, user)
+    try:
+        with write_in(session, settings) as sess:
+            row = resume.resume(sess, training_id, body or TrainingResume(), user.name)
+            [out] = _publics(service.views(sess, [row]))
+    except service.TrainingRequestError as exc:
+        raise _http(exc) from None
+    wake()
+    return out
+
+
+OWNER_ONLY = {403: error_response("Another member's training: only its owner and admins read its files")}
+
+
+@router.get("/{training_id}/files", response_model=TrainingFilesPublic, operation_id="trainings-files",
+            responses=OWNER_ONLY)
+def list_files(
+    training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: ViewerUser,
+) -> TrainingFilesPublic:
+    """The training's checkpoints (``checkpoints/…``) and outputs (``outputs/…``): its owner and admins."""
+    _ensure_owner_or_admin(user, _load(session, training_id).owner)
+    data = [TrainingFilePublic(path=f.path, size=f.size, modified=f.modified)
+            for f in files.list_files(settings, training_id)]
+    return TrainingFilesPublic(data=data, count=len(data))
+
+
+@router.get(
+    "/{training_id}/files/{path:path}", operation_id="trainings-file",
+    response_class=FileResponse,
+    responses={200: {"description": "the file's bytes", "content": {"application/octet-stream": {}}},
+               206: {"description": "the bytes of the asked Range",
+                     "content": {"application/octet-stream": {}}},
+               416: error_response("The Range lies outside the file"), **OWNER_ONLY},
+)
+def download_file(
+    training_id: uuid.UUID, path: str, session: SessionDep, settings: SettingsDep, user: ViewerUser,
+) -> FileResponse:
+    """One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206)."""
+    _ensure_owner_or_admin(user, _load(session, training_id).owner)
+    try:
+        real = files.resolve(settings, training_id, path)
+    except files.FileRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    return FileResponse(real, media_type="application/octet-stream", filename=real.name)

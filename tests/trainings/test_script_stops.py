@@ -1,0 +1,173 @@
+"""The stop contract, resume and files with a real worker: `gpufleet run`, a real server, scheduler, Celery
+worker and rank processes (simulated GPUs: the ranks run on CPU with gloo).
+
+The script keeps the contract as docs/README say (training/stopfile.py): it records SIGTERM, looks at the
+stop marker every step and checkpoints when asked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.models import TrainingMetric
+from gpufleet.db.session import session_scope
+from jobs.conftest import make_settings, pids_in_group, register, wait_for
+from gpufleet.users.accounts import add_user, get_user
+from gpufleet.users.tokens import create_token
+from people import SECRET
+from unix import short_name, unix_account
+
+from trainings.scripts import STOP_AWARE_SCRIPT, write_project
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+FINAL = ("succeeded", "failed", "cancelled", "reclaimed")
+
+
+def _cli(base: str, cwd: Path, *args: str, token: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env.update(GPUFLEET_SERVER=base, COLUMNS="200", **({"GPUFLEET_TOKEN": token} if token else {}))
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _submit(base: str, project: Path, token: str | None = None) -> str:
+    (project / "salt.txt").write_text(uuid.uuid4().hex)  # its own code hash in the shared database
+    res = _cli(base, project, "run", "--gpus", "2", "--memory", "1GiB", "--no-follow", "--",
+               "python", "train.py", "--steps", "100000", "--sleep", "0.05", token=token)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return next(line.split()[1] for line in res.stdout.splitlines() if line.startswith("submitted "))
+
+
+class Api:
+    def __init__(self, base: str, token: str | None = None):
+        self.base, self.headers = f"{base}/api/v1/trainings", {"Authorization": f"Bearer {token}"} if token else {}
+
+    def get(self, tid: str, sub: str = "", **kw) -> httpx.Response:
+        return httpx.get(f"{self.base}/{tid}{sub}", headers={**self.headers, **kw.pop("headers", {})}, timeout=30,
+                         **kw)
+
+    def body(self, tid: str) -> dict:
+        return self.get(tid).json()
+
+    def log(self, tid: str) -> str:
+        return self.get(tid, "/logs", params={"offset": 0}).json()["text"]
+
+    def events(self, tid: str) -> list[dict]:
+        return self.get(tid, "/events").json()["data"]
+
+
+def _steps(settings, tid: str) -> list[int]:
+    with session_scope(settings) as sess:
+        return sorted(sess.execute(select(TrainingMetric.step).where(
+            TrainingMetric.training_id == uuid.UUID(tid))).scalars())
+
+
+def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_resumes_from_that_step(
+        tmp_path, request, workers, scheduler, live_server):
+    settings = make_settings(tmp_path, "postgresql", request, lease_s=3.0, stop_grace_s=60.0)
+    register(settings)
+    w = workers(settings)
+    scheduler(settings)
+    base = live_server(settings)
+    api = Api(base)
+    tid = _submit(base, write_project(tmp_path / "proj", STOP_AWARE_SCRIPT))
+    body = wait_for(lambda: (b := api.body(tid))["step"] >= 5 and b, 180, "a few reported steps", 0.2)
+    # report(total_steps=...) gives progress a total; rank 0's carriage-return progress reads as its latest state.
+    assert body["max_steps"] == 100000
+    wait_for(lambda: api.log(tid).count("[rank 0] progress ") == 1, 30, "the progress line, live", 0.2)
+    group = body["launcher_pid"]
+
+    w.proc.send_signal(signal.SIGTERM)
+    w.proc.wait(settings.stop_grace_s + 30)
+    wait_for(lambda: not pids_in_group(group), 5, "the launcher group to be gone")
+    log = api.log(tid)
+    stopped_at = int(log.split("checkpointed on stop at step ", 1)[1].split()[0])
+    retry = [e for e in api.events(tid) if e["kind"] == "retry"]
+    assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "interrupted", retry
+    reason = retry[0]["reason"]
+    assert f"it checkpointed at step {stopped_at} within the grace" in reason, reason
+    assert f"it will resume from step {stopped_at}" in reason and "not counted as a restart" in reason, reason
+    assert not [e for e in api.events(tid) if e["kind"] == "error"]  # a graceful stop is no error
+    body = api.body(tid)
+    assert body["status"] in ("queued", "scheduled") and body["restarts"] == 0, body
+    assert body["last_checkpoint"].endswith(f"step-{stopped_at:06d}.pt")
+    # The progress bar's redraws never pile up into one line.
+    assert not [line for line in log.splitlines() if line.count("progress ") > 1]
+
+    workers(settings)  # a new worker resumes it from that checkpoint
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+             "the resumed attempt", 0.2)
+    body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past the stop", 0.2)
+    assert body["attempt"] == 2 and body["restarts"] == 0
+    resumed = api.log(tid).split("resumed from ", 1)[1].split()[0]
+    assert Path(resumed).name == f"step-{stopped_at:06d}.pt"  # a real checkpoint, never gpufleet's fence.json
+    assert _steps(settings, tid)[:stopped_at + 2] == list(range(1, stopped_at + 3))
+    assert httpx.post(f"{api.base}/{tid}/cancel", timeout=30).status_code == 200
+    wait_for(lambda: api.body(tid)["status"] in FINAL, 60, "the cancel")
+
+
+def test_resume_after_cancel_continues_past_the_checkpoint_and_only_the_owner_downloads_it(
+        tmp_path, request, workers, scheduler, live_server):
+    # The member's trainings run as their Unix account of the same name; the other member runs nothing.
+    with unix_account(short_name("own")) as account:
+        _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, account.pw_name)
+
+
+def _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, alice: str) -> None:
+    settings = make_settings(tmp_path, "postgresql", request, lease_s=3.0, stop_grace_s=60.0, auth="on",
+                             secret_key=SECRET)
+    register(settings)
+    bob_name = short_name("bob")
+    with session_scope(settings) as sess:
+        add_user(sess, alice, "member")
+        get_user(sess, alice).run_code = True
+        add_user(sess, bob_name, "member")
+        alice_token, bob_token = create_token(sess, alice).secret, create_token(sess, bob_name).secret
+    workers(settings)
+    scheduler(settings)
+    base = live_server(settings)
+    api, bob = Api(base, alice_token), Api(base, bob_token)
+    project = write_project(tmp_path / "proj", STOP_AWARE_SCRIPT)
+    tid = _submit(base, project, token=alice_token)
+    body = wait_for(lambda: ((b := api.body(tid))["step"] >= 5 or b["status"] in FINAL) and b, 180,
+                    "a few reported steps", 0.2)
+    assert body["step"] >= 5, (body["status"], body["status_reason"], api.log(tid)[-3000:])
+    assert httpx.post(f"{api.base}/{tid}/cancel", headers=api.headers, timeout=30).status_code == 200
+    body = wait_for(lambda: (b := api.body(tid))["status"] in FINAL and b, 60, "the cancel", 0.2)
+    assert body["status"] == "cancelled"
+    # Even a cancel's short grace is enough for this script to checkpoint.
+    stopped_at = int(api.log(tid).split("checkpointed on stop at step ", 1)[1].split()[0])
+
+    listed = api.get(tid, "/files").json()["data"]
+    path = f"checkpoints/step-{stopped_at:06d}.pt"
+    assert path in [f["path"] for f in listed] and "checkpoints/fence.json" not in [f["path"] for f in listed]
+    on_disk = (settings.checkpoint_root / tid / f"step-{stopped_at:06d}.pt").read_bytes()
+    whole = api.get(tid, f"/files/{path}")
+    assert whole.status_code == 200 and whole.content == on_disk
+    part = api.get(tid, f"/files/{path}", headers={"Range": "bytes=10-99"})
+    assert part.status_code == 206 and part.content == on_disk[10:100]
+    assert bob.get(tid, "/files").status_code == 403 and bob.get(tid, f"/files/{path}").status_code == 403
+    got = _cli(base, tmp_path, "trainings", "download", tid, path, "-o", str(tmp_path / "mine.pt"),
+               token=alice_token)
+    assert got.returncode == 0 and (tmp_path / "mine.pt").read_bytes() == on_disk, got.stderr
+    refused = _cli(base, tmp_path, "trainings", "download", tid, path, token=bob_token)
+    assert refused.returncode == 2 and "only its owner and admins" in refused.stderr, refused.stderr
+
+    res = _cli(base, tmp_path, "trainings", "resume", tid, token=alice_token)
+    assert res.returncode == 0 and "queued" in res.stdout, res.stdout + res.stderr
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+             "the resumed attempt", 0.2)
+    body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past it", 0.2)
+    assert body["status"] == "running" and body["attempt"] == 2 and body["restarts"] == 0
+    assert _steps(settings, tid)[:stopped_at + 2] == list(range(1, stopped_at + 3))
+    assert httpx.post(f"{api.base}/{tid}/cancel", headers=api.headers, timeout=30).status_code == 200
+    wait_for(lambda: api.body(tid)["status"] in FINAL, 60, "the cancel")
