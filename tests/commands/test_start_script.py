@@ -70,7 +70,10 @@ def test_a_second_start_skips_what_is_up_to_date_and_a_start_beside_a_running_on
     # torch comes from the system's packages, as in the development environment (installing it is not tested).
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
-    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    # A socket of its own: the default one (/run/gpufleet as root) is the machine's, and another
+    # test's or a real server's may be listening there.
+    env.update(GPUFLEET_DATA_DIR=str(tmp_path / "data"), GPUFLEET_UNIX_SOCKET=str(tmp_path / "gpufleet.sock"),
+               PYTHONUNBUFFERED="1")
     port = free_port()
     first = Start(root, port, env, 1)
     try:
