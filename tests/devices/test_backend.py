@@ -21,7 +21,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "backend" / "gpufleet"
 @pytest.fixture
 def child():
     # A real process to stand for a training's launcher (entries of dead pids are ignored).
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # It says when it is up, so its memory (which the simulator reads) no longer grows while a test reads it.
+    p = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "up"
     yield p
     p.kill()
     p.wait()
