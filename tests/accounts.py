@@ -79,14 +79,22 @@ def run_as(account: Account, *args: str, env: dict[str, str] | None = None,
     base = {"PATH": "/usr/bin:/bin", "HOME": str(account.home), "LANG": "C.UTF-8", "COLUMNS": "200"}
     command = ["runuser", "-u", account.name, "--", "env", *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()),
                *gpufleet(), *args]
-    closed = _closed_ancestor(Path(sys.base_prefix))
-    if closed is None:
+    # The interpreter and, where it is a venv elsewhere, the venv (a checkout under /root, say).
+    closed = {c for c in (_closed_ancestor(Path(sys.base_prefix)), _closed_ancestor(Path(sys.prefix))) if c}
+    if not closed:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    folder, child = closed
+    folders = {folder for folder, _ in closed}
+    if len(folders) > 1:
+        pytest.fail(f"the interpreter and its venv sit under two closed folders {sorted(folders)}: "
+                    "run the tests from a checkout other accounts may enter")
+    (folder,) = folders
     with tempfile.TemporaryDirectory() as shadow:
         os.chmod(shadow, 0o711)
-        inner = Path(shadow) / child.name
-        inner.mkdir()
-        script = (f'mount --bind "{child}" "{inner}" && mount --rbind "{shadow}" "{folder}" && exec "$@"')
+        binds = []
+        for _, child in sorted(closed):
+            inner = Path(shadow) / child.name
+            inner.mkdir(exist_ok=True)
+            binds.append(f'mount --bind "{child}" "{inner}"')
+        script = " && ".join([*binds, f'mount --rbind "{shadow}" "{folder}"', 'exec "$@"'])
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command],
                               capture_output=True, text=True, timeout=timeout, check=False)
