@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
-from gpufleet.db.models import GPU
+from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.calibration import calibration_for
-from gpufleet.scheduling.inputs import fleet_state
 from gpufleet.scheduling.estimate import MemoryEstimate, estimate_memory_requirement
+from gpufleet.scheduling.inputs import fleet_state
 from gpufleet.scheduling.memory import estimate_key, resolve_strategy
 from gpufleet.scheduling.recommend import recommend
 from gpufleet.scheduling.types import Policy, Recommendation, SelectionRequest
@@ -48,9 +48,24 @@ def estimate_for(
     )
 
 
+def _gpu_rows(sess: Session) -> list[Any]:
+    """Every GPU's host name, backend, memory and measured context, read once per session.
+
+    A create needs them twice (the context for its estimate, the memory for the
+    never-fit rule); one read keeps a create at the statements it had.
+    """
+    rows = sess.info.get("gpufleet.plan.gpu_rows")
+    if rows is None:
+        rows = sess.execute(select(Host.name, GPU.backend, GPU.memory_total, GPU.context_bytes)
+                            .join(Host, Host.id == GPU.host_id)).all()
+        sess.info["gpufleet.plan.gpu_rows"] = rows
+    return rows
+
+
 def measured_context(sess: Session, backend: str = "cuda") -> int | None:
     """The largest context the fleet's agents measured on GPUs of ``backend``, or None."""
-    return sess.scalar(select(func.max(GPU.context_bytes)).where(GPU.backend == backend))
+    measured = [r.context_bytes for r in _gpu_rows(sess) if r.backend == backend and r.context_bytes is not None]
+    return max(measured, default=None)
 
 
 def plan_selection(
@@ -86,13 +101,8 @@ def estimate_training(
 
 def never_fit_reason(sess: Session, memory_bytes: int | None, host: str | None = None) -> str | None:
     """The never-fit rule for memory against the registered GPUs (of ``host`` when given)."""
-    from sqlalchemy import select
-
-    from gpufleet.db.models import GPU, Host
     from gpufleet.scheduling.validate import memory_never_fits
 
-    stmt = select(GPU.memory_total)
-    if host is not None:
-        stmt = stmt.join(Host, Host.id == GPU.host_id).where(Host.name == host)
-    return memory_never_fits(memory_bytes, list(sess.scalars(stmt)), f"host {host}" if host else "the fleet")
+    totals = [r.memory_total for r in _gpu_rows(sess) if host is None or r.name == host]
+    return memory_never_fits(memory_bytes, totals, f"host {host}" if host else "the fleet")
 
