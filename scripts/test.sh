@@ -61,7 +61,9 @@ for i in $(seq 1 "$shards"); do
   (
     eval "$(GPUFLEET_PG_PORT=$((pg_base + 10 * i)) GPUFLEET_REDIS_PORT=$((redis_base + 10 * i)) \
       bash .ci/services.sh start "$dir")"
-    exec .venv/bin/python -m pytest -p no:cacheprovider --durations=15 \
+    # --rootdir: pytest would otherwise take the durations file's folder for the root and
+    # miss pyproject.toml's settings (testpaths, markers, the per-test timeout).
+    exec .venv/bin/python -m pytest -p no:cacheprovider --rootdir "$PWD" --durations=15 \
       --splits "$shards" --group "$i" --durations-path "$durations" "${store[@]}"
   ) >"$runs/shard-$i.log" 2>&1 &
   pids+=($!)

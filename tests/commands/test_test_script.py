@@ -84,6 +84,8 @@ def test_shards_each_get_their_own_services_and_their_counts_add_up():
         assert out.returncode != 0, text
         assert text.strip().splitlines()[-1] == "tests: 4 passed, 1 failed", text
         assert "===== shard 2 of 2 =====" in text
+        # Each shard reads the checkout's settings, not the folder of its durations file.
+        assert text.count(f"rootdir: {root}") == 2, text
         urls = set((root / "tests" / "urls.txt").read_text().split())
         assert len(urls) == 2, f"two shards, two PostgreSQL servers: {urls}"
         assert not list((root / "tmp").glob("gpufleet-shards.*")), "the shards' services were left behind"
