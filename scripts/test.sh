@@ -61,9 +61,10 @@ for i in $(seq 1 "$shards"); do
   (
     eval "$(GPUFLEET_PG_PORT=$((pg_base + 10 * i)) GPUFLEET_REDIS_PORT=$((redis_base + 10 * i)) \
       bash .ci/services.sh start "$dir")"
-    # --rootdir: pytest would otherwise take the durations file's folder for the root and
-    # miss pyproject.toml's settings (testpaths, markers, the per-test timeout).
-    exec .venv/bin/python -m pytest -p no:cacheprovider --rootdir "$PWD" --durations=15 \
+    # -c: pytest looks for its settings before plugins name their options, so it takes
+    # --durations-path's value for a test path, looks in /tmp and would run without
+    # pyproject.toml's settings (markers, the per-test timeout); --rootdir alone does not help.
+    exec .venv/bin/python -m pytest -c pyproject.toml -p no:cacheprovider --rootdir "$PWD" --durations=15 \
       --splits "$shards" --group "$i" --durations-path "$durations" "${store[@]}"
   ) >"$runs/shard-$i.log" 2>&1 &
   pids+=($!)

@@ -141,6 +141,9 @@ def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # 
 
 def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path | None = None) -> str:  # noqa: ANN001
     page.goto("/trainings/new")
+    # The form suggests a name once the server's recipes arrive; typing before that can
+    # race it (the suggestion lands between fill's select-all and its typing).
+    page.get_by_label("Steps", exact=True).wait_for(timeout=15_000)
     page.get_by_label("Name", exact=True).fill(name)
     page.get_by_label("GPUs wanted").fill(str(gpus))
     page.get_by_label("Steps", exact=True).fill(str(steps))
