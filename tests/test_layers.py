@@ -21,6 +21,7 @@ LAYERS = [
     {"trainings.models", "trainings.lifecycle", "trainings.outcome"},
     {"scheduling"},
     {"trainings"},
+    {"sweeps"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
 ]
