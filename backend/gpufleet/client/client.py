@@ -43,7 +43,7 @@ from gpufleet.api.schemas.trainings import (
 )
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
-from gpufleet.client.sharing import SharingCalls, checked
+from gpufleet.client.sweeps import SweepCalls, checked
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas.auth import WhoAmI
@@ -85,7 +85,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(SharingCalls):
+class Client(SweepCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
