@@ -33,6 +33,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
 from gpufleet.sweeps import rungs, study as studies
+from gpufleet.sweeps.service import stop_trials
 from gpufleet.sweeps.spec import SweepCreate
 from gpufleet.sweeps.trials import full_steps, metric_at, trial_request
 from gpufleet.training import exitcodes
@@ -57,6 +58,10 @@ def advance_all(settings: Settings, *, force: bool = False) -> int:
     _last = time.monotonic()
     with session_scope(settings) as sess:
         ids = list(sess.scalars(select(Sweep.id).where(Sweep.status == "running").order_by(Sweep.created_at)))
+        stopping = list(sess.scalars(select(Sweep.id).join(Training, Training.sweep_id == Sweep.id).where(
+            Sweep.status == "cancelled", Training.status.in_(ACTIVE), Training.cancel_requested.is_(False)).distinct()))
+    for sid in stopping:  # a cancel the server stopped in the middle of
+        stop_trials(settings, sid, "gpufleet")
     started = 0
     for sid in ids:
         try:

@@ -88,20 +88,36 @@ def get(sess: Session, sweep_id: uuid.UUID) -> Sweep:
 
 
 def cancel(sess: Session, sweep_id: uuid.UUID, user: str) -> Sweep:
-    """Stop the sweep and every trial (running ones checkpoint and stop within seconds). Idempotent."""
+    """Mark the sweep and its open trials cancelled (idempotent); :func:`stop_trials` then stops their trainings.
+
+    Two steps, so no transaction locks many training rows at once (the scheduler and the workers lock them
+    too, in their own order); the driver finishes the second step if the server stops between them.
+    """
     row = sess.execute(select(Sweep).where(Sweep.id == sweep_id).with_for_update()).scalar_one_or_none()
     if row is None:
         raise SweepRequestError("id", f"sweep {sweep_id} does not exist", status=404)
     if row.status != "running":
         return row
-    row.status, row.status_reason = "cancelled", f"cancelled by {user}"
-    row.finished_at = utcnow()
+    row.status, row.status_reason, row.finished_at = "cancelled", f"cancelled by {user}", utcnow()
     for trial in sess.scalars(select(SweepTrial).where(SweepTrial.sweep_id == sweep_id)):
         if trial.state in ("running", "rung"):
-            if trial.training_id is not None:
-                trainings.cancel(sess, trial.training_id, user)
             trial.state, trial.reason = "cancelled", f"the sweep was cancelled by {user}"
     return row
+
+
+def stop_trials(settings: Settings, sweep_id: uuid.UUID, user: str) -> int:
+    """Cancel every training of a cancelled sweep that has not ended, each in its own transaction."""
+    from gpufleet.db.session import session_scope, write_session
+    from gpufleet.trainings.models import FINAL_STATUSES
+
+    with session_scope(settings) as sess:
+        ids = list(sess.scalars(select(Training.id).where(
+            Training.sweep_id == sweep_id, Training.status.not_in(FINAL_STATUSES),
+            Training.cancel_requested.is_(False)).order_by(Training.id)))
+    for tid in ids:
+        with write_session(settings) as sess:
+            trainings.cancel(sess, tid, user)
+    return len(ids)
 
 
 @dataclass

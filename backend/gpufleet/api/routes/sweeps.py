@@ -113,7 +113,9 @@ def cancel_sweep(sweep_id: uuid.UUID, session: SessionDep, settings: SettingsDep
     try:
         ensure_can_cancel(user, service.get(session, sweep_id).owner)
         with write_in(session, settings) as sess:
-            out = _detail(service.view(sess, service.cancel(sess, sweep_id, user.name)))
+            service.cancel(sess, sweep_id, user.name)
+        service.stop_trials(settings, sweep_id, user.name)
+        out = _detail(service.view(session, service.get(session, sweep_id)))
     except service.SweepRequestError as exc:
         raise _http(exc) from None
     wake()
