@@ -71,8 +71,8 @@ def _gpu_seconds(rows: list[tuple]) -> float:
 def run_sweep(args: argparse.Namespace, label: str, *, max_models: int, asha: bool) -> dict:
     data = Path(tempfile.mkdtemp(prefix=f"bench-sweep-{label}-"))
     s = load_settings(data_dir=data, simulate=f"{args.gpus}xH100-80GB", host_name=f"bench-{uuid.uuid4().hex[:6]}",
-                      gpu={"max_models_per_gpu": max_models}, auth="off", create_rate_per_minute=100_000,
-                      max_queued_per_user=100_000)
+                      gpu={"max_models_per_gpu": max_models}, auth="off", create_rate_per_minute=10_000,
+                      max_queued_per_user=10_000)
     upgrade_database(s)
     ensure_host(s)
     log = open(data / "worker.log", "ab")  # noqa: SIM115
