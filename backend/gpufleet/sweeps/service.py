@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -55,13 +56,13 @@ def check(sess: Session, settings: Settings, spec: SweepCreate, owner: str, admi
             raise SweepRequestError("space", f"space names {', '.join(unknown)}, which recipe {spec.recipe} has no "
                                     f"config field for; its fields: {', '.join(sorted(fields))}")
     for i, params in enumerate(_extremes(spec)[:200]):
-        req = trial_request(spec, f"{spec.name}-check", params, max_steps=None)
         try:
+            req = trial_request(spec, f"{spec.name}-check", params, max_steps=None)
             if spec.recipe is not None:
                 get_recipe(spec.recipe).resolve_config(req.config)
             if i == 0:  # the fleet's side (host, code, memory) is the same for every trial
                 trainings.prepare(sess, settings, req, owner, exclusive=False, admin=admin)
-        except TrainingConfigError as exc:
+        except (TrainingConfigError, ValidationError) as exc:
             where = ", ".join(f"{n}={v!r}" for n, v in params.items())
             raise SweepRequestError("space", f"the trial with {where} is not a valid config: {exc}") from None
         except TrainingRequestError as exc:

@@ -42,6 +42,8 @@ class SpaceRange(RequestBody):
             raise ValueError("give step or count, not both")
         if self.step is not None and self.log:
             raise ValueError("a log range is gridded by count, not step")
+        if self.step is not None and (self.high - self.low) / self.step >= 1000:
+            raise ValueError(f"step {self.step} makes more than 1000 points from {self.low} to {self.high}")
         return self
 
     @property

@@ -6,6 +6,7 @@ import uuid
 from collections import Counter
 
 from fastapi import APIRouter, HTTPException
+from pydantic import ValidationError
 
 from gpufleet.api.deps import (
     CreatorUser,
@@ -68,7 +69,11 @@ def start_sweep(body: SweepCreate, session: SessionDep, settings: SettingsDep, u
     """Start a sweep: its trials are trainings of yours, queued ``parallel`` at a time as the search goes."""
     if body.script is not None:
         ensure_can_run_code(session, user)
-    ensure_may_rank(session, settings, user, [trial_request(body, body.name, {}, max_steps=None)])
+    try:
+        template = trial_request(body, body.name, {}, max_steps=None)
+    except ValidationError as exc:
+        raise HTTPException(422, f"the sweep's template is not a valid training: {exc.errors()[0]['msg']}") from None
+    ensure_may_rank(session, settings, user, [template])
     try:
         with write_in(session, settings) as sess:
             row = service.start(sess, settings, body, user.name, admin=user.is_admin)
