@@ -1,6 +1,7 @@
 import type { SweepCurves, SweepTrial } from '../../api/types';
 
-const PALETTE = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#ca8a04', '#db2777', '#4b5563', '#65a30d'];
+/** Every trial's line; green is kept for the best one. */
+const PALETTE = ['#2563eb', '#dc2626', '#0891b2', '#9333ea', '#ea580c', '#a16207', '#ca8a04', '#db2777', '#4b5563', '#65a30d'];
 
 export function colorOf(i: number): string {
   return PALETTE[i % PALETTE.length];
