@@ -30,6 +30,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gpufleet.config_services import ServiceSettings
+
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
 from gpufleet.yamlsource import YamlSource
@@ -103,7 +105,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(BaseSettings):
+class Settings(ServiceSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",
