@@ -40,7 +40,7 @@ from gpufleet.devices.backend import DeviceBackend, device_backend
 from gpufleet.jobs import isolation, rendezvous, script_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
-from gpufleet.jobs.logs import BoundedLog, log_path
+from gpufleet.jobs.log_shipper import ShippedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.watch import AttemptWatch, attempt_fence, begin_shutdown, stopping
 from gpufleet.training import exitcodes
@@ -157,7 +157,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     if t is None:
         return "skipped"
     backend = device_backend(settings)
-    logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
+    logf = ShippedLog(settings, tid)
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
     try:
         plan = _prepare(settings, t, worker_id, backend, logf)
