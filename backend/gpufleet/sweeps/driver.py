@@ -38,8 +38,8 @@ from gpufleet.sweeps.spec import SweepCreate
 from gpufleet.sweeps.trials import full_steps, metric_at, trial_request
 from gpufleet.training import exitcodes
 from gpufleet.trainings import resume, service as trainings
-from gpufleet.trainings.lifecycle import record_event, transition
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.transitions import record_event, transition
+from gpufleet.lifecycle.models import Training
 from gpufleet.trainings.request import TrainingResume
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from gpufleet.sweeps.trials import trial_request
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.recipes import get_recipe
 from gpufleet.trainings import service as trainings
-from gpufleet.trainings.checks import TrainingRequestError
-from gpufleet.trainings.models import Training
+from gpufleet.trainings.admission.checks import TrainingRequestError
+from gpufleet.lifecycle.models import Training
 
 
 class SweepRequestError(ValueError):
@@ -109,7 +109,7 @@ def cancel(sess: Session, sweep_id: uuid.UUID, user: str) -> Sweep:
 def stop_trials(settings: Settings, sweep_id: uuid.UUID, user: str) -> int:
     """Cancel every training of a cancelled sweep that has not ended, each in its own transaction."""
     from gpufleet.db.session import session_scope, write_session
-    from gpufleet.trainings.models import FINAL_STATUSES
+    from gpufleet.lifecycle.models import FINAL_STATUSES
 
     with session_scope(settings) as sess:
         ids = list(sess.scalars(select(Training.id).where(

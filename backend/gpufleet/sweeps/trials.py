@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.sweeps.spec import SweepCreate
-from gpufleet.trainings.models import TrainingMetric
+from gpufleet.lifecycle.models import TrainingMetric
 from gpufleet.trainings.request import TrainingCreate
 
 
