@@ -397,3 +397,4 @@ class TrainingEvent(Base):
 # importing them here keeps "every table" one import away for Alembic and for this module's importers.
 from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401
 from gpufleet.db.signin import BrowserSession  # noqa: E402,F401
+from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
