@@ -45,6 +45,8 @@ MAX_BACKOFF_S = 3600.0
 
 def fan_out(settings: Settings) -> int:
     """Record the deliveries owed for events past the cursor; how many were new."""
+    if not _has_news(settings):
+        return 0  # most passes: no write transaction (SQLite's one write lock stays free)
     with write_session(settings) as sess:
         first_hook = sess.execute(select(func.min(Webhook.created_at))).scalar()
         if first_hook is None:
@@ -79,6 +81,16 @@ def fan_out(settings: Settings) -> int:
         return made
 
 
+def _has_news(settings: Settings) -> bool:
+    """Whether a hook exists and an event came past the cursor (or there is no cursor yet)."""
+    with session_scope(settings) as sess:
+        if sess.execute(select(Webhook.id).limit(1)).first() is None:
+            return False
+        cursor = sess.get(NotifyCursor, CURSOR)
+        return cursor is None or sess.execute(
+            select(TrainingEvent.id).where(TrainingEvent.id > cursor.last_event_id).limit(1)).first() is not None
+
+
 def _record(sess: Session, rows: list) -> int:
     wanted = [(eid, name, when, owner) for eid, kind, status, when, owner, tkind in rows
               if (name := notification(kind, status, tkind)) is not None]
@@ -101,10 +113,13 @@ def _record(sess: Session, rows: list) -> int:
 def _claim(settings: Settings, limit: int) -> list[int]:
     now = utcnow()
     hold = now + timedelta(seconds=settings.webhook_timeout_s * 2 + 5)  # past this try, if this server dies in it
-    with write_session(settings) as sess:
+    with session_scope(settings) as sess:
         due = sess.execute(select(WebhookDelivery.id, WebhookDelivery.next_at).where(
             WebhookDelivery.delivered_at.is_(None), WebhookDelivery.gave_up_at.is_(None),
             WebhookDelivery.next_at <= now).order_by(WebhookDelivery.next_at).limit(limit)).all()
+    if not due:
+        return []
+    with write_session(settings) as sess:
         claimed = []
         for did, next_at in due:
             r = sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did, WebhookDelivery.next_at == next_at)
