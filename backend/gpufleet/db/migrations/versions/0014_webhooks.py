@@ -1,7 +1,7 @@
 """users' webhooks, the deliveries owed to them, and the outbox's cursor over training_events
 
 Revision ID: 0014_webhooks
-Revises: 0009_resume
+Revises: 0012_fleet
 Create Date: 2026-11-25
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from gpufleet.db.types import JSONDoc, UTCDateTime
 
 revision = '0014_webhooks'
-down_revision = '0009_resume'
+down_revision = '0012_fleet'
 branch_labels = None
 depends_on = None
 
