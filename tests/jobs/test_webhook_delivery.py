@@ -18,7 +18,7 @@ from gpufleet.api.routes import trainings, webhooks
 from gpufleet.db.notify import WebhookDelivery
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs import notify_loop
-from gpufleet.trainings.lifecycle import transition
+from gpufleet.lifecycle.transitions import transition
 from receiver import Receiver, signed
 from sqlalchemy import select
 
