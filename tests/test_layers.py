@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 LAYERS = [
     {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
     {"devices"},
-    {"telemetry", "training", "users"},
+    {"telemetry", "training", "users", "notify"},
     {"lifecycle"},
     {"scheduling"},
     {"trainings"},

@@ -1,7 +1,7 @@
 """sweeps: the sweeps and sweep_trials tables, and trainings.sweep_id
 
 Revision ID: 0013_sweeps
-Revises: 0012_fleet
+Revises: 0014_webhooks
 Create Date: 2026-11-25
 """
 
@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql
 from gpufleet.db.types import UTCDateTime
 
 revision = '0013_sweeps'
-down_revision = '0012_fleet'
+down_revision = '0014_webhooks'
 branch_labels = None
 depends_on = None
 
