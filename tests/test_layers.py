@@ -15,12 +15,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 
 # Lowest first. A module may import its own layer or lower ones.
 LAYERS = [
-    {"config", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
+    {"config", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
+     "sessionsettings"},
     {"devices"},
     {"telemetry", "training", "users"},
     {"trainings.models", "trainings.lifecycle", "trainings.outcome"},
     {"scheduling"},
-    {"trainings"},
+    {"trainings", "sessions"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
 ]

@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.sessionsettings import SessionSettings
 from gpufleet.yamlsource import YamlSource
 
 DEFAULT_SECRET = "change-me"
@@ -103,7 +104,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, SessionSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",

@@ -38,7 +38,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import isolation, procs, rendezvous, script_attempt, stops
+from gpufleet.jobs import isolation, procs, rendezvous, script_attempt, session_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.logs import BoundedLog, log_path
@@ -195,6 +195,9 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
             spec_path, progress_path = script_attempt.write_spec(
                 settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
                 settings.stop_grace_s)
+        elif t.kind == "session":
+            spec_path, progress_path = session_attempt.write_spec(settings, t, devices, on_cpu, run_dir(settings, tid),
+                                                                  iso)
         else:
             gang = rendezvous.leader_prepare(settings, t, worker_id)
             spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
@@ -214,6 +217,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         if t.kind == "script":
             sink.fill_from_earlier(earlier)
             proc, lifeline = launch(spec_path, logf, tid, script_attempt.MODULE, script_attempt.launch_env(tid), iso)
+        elif t.kind == "session":
+            proc, lifeline = launch(spec_path, logf, tid, session_attempt.MODULE, session_attempt.launch_env(tid), iso)
         else:
             sink.trim_after_resume(checkpoint_dir(settings, tid), earlier)
             proc, lifeline = launch(spec_path, logf, tid, env=rendezvous.launch_env(settings, tid) if gang else None,
