@@ -44,7 +44,7 @@ class SessionCalls:
         return self._post(SessionPublic, f"{API}/{session_id}/extend", checked(SessionExtend, "extend", hours=hours))
 
     def session_shell(self, session_id: str) -> ShellTarget:
-        return self._get(ShellTarget, f"{API}/{session_id}/shell")
+        return self._post(ShellTarget, f"{API}/{session_id}/shell")
 
     def session_limits(self) -> list[SessionLimitPublic]:
         return [SessionLimitPublic.model_validate(x) for x in self._send("GET", f"{API}/limits").json()]

@@ -88,7 +88,9 @@ def command(spec: SessionSpec) -> list[str]:
             f"--ServerApp.root_dir={spec.workdir}",
             # gpufleet's proxy checks who may come in (sign-in, Host, Origin) and adds the token;
             # the server itself listens on loopback only.
-            "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*"]
+            "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*",
+            # A single-user server runs sessions as its own account, which may be root.
+            *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
 
 
 def _end(proc: subprocess.Popen, grace_s: float) -> None:

@@ -141,11 +141,11 @@ def extend_session(session_id: uuid.UUID, body: SessionExtend, session: SessionD
     return _one(session, settings, session_id)
 
 
-@router.get("/{session_id:uuid}/shell", response_model=ShellTarget, operation_id="sessions-shell",
+@router.post("/{session_id:uuid}/shell", response_model=ShellTarget, operation_id="sessions-shell",
             responses=ENDED)
 def shell_target(session_id: uuid.UUID, session: SessionDep, settings: SettingsDep,
                  user: MemberUser) -> ShellTarget:
-    """Where the session runs and the environment a shell in it gets; for its owner (and admins) only."""
+    """Open a shell: where the session runs and the environment a shell in it gets; its owner (and admins) only."""
     _ensure_owner(user, _owner(session, session_id))
     try:
         return shell.target(session, settings, session_id)
