@@ -23,7 +23,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.trainings.lifecycle import transition
+from gpufleet.lifecycle.transitions import transition
 
 log = logging.getLogger(__name__)
 

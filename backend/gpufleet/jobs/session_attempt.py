@@ -21,7 +21,7 @@ from gpufleet.jobs.isolation import Isolation
 from gpufleet.sessions.launch import SessionSpec
 from gpufleet.sessions.view import base_url
 from gpufleet.trainings import script
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.models import Training
 
 MODULE = "gpufleet.sessions.launch"
 ACTIVITY_EVERY_S = 5.0

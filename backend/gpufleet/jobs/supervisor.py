@@ -43,10 +43,10 @@ from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.log_shipper import ShippedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.lifecycle import outcome
+from gpufleet.lifecycle.transitions import get_training, transition
 from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
-from gpufleet.trainings import outcome
-from gpufleet.trainings.lifecycle import get_training, transition
 
 log = logging.getLogger(__name__)
 

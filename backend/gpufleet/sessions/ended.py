@@ -17,8 +17,8 @@ from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPUAllocation
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.trainings.lifecycle import record_event
-from gpufleet.trainings.models import FINAL_STATUSES, Training
+from gpufleet.lifecycle.transitions import record_event
+from gpufleet.lifecycle.models import FINAL_STATUSES, Training
 
 WHY = {"user": "stopped by {by}", "idle": "stopped: it stayed idle", "time_limit": "stopped: its time limit was reached",
        "failed": "ended: its process failed ({detail})"}

@@ -11,7 +11,7 @@ from gpufleet.config import Settings
 from gpufleet.db.interactive import SessionLimit
 from gpufleet.db.models import User
 from gpufleet.db.sharing import Group, GroupMember
-from gpufleet.trainings.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import TrainingRequestError
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import Host
 from gpufleet.sessions.view import base_url
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.models import Training
 
 LOOPBACK = "127.0.0.1"
 

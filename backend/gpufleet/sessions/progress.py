@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.types import utcnow
 from gpufleet.sessions.view import base_url
-from gpufleet.trainings.lifecycle import record_event
+from gpufleet.lifecycle.transitions import record_event
 
 LINES = ("session_ready", "session_activity")
 

@@ -18,9 +18,9 @@ from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.trainings import service as trainings
-from gpufleet.trainings.checks import TrainingRequestError, refuse_never_fits
-from gpufleet.trainings.lifecycle import record_event, record_first_event
-from gpufleet.trainings.models import FINAL_STATUSES, Training
+from gpufleet.trainings.admission.checks import TrainingRequestError, refuse_never_fits
+from gpufleet.lifecycle.transitions import record_event, record_first_event
+from gpufleet.lifecycle.models import FINAL_STATUSES, Training
 from gpufleet.sessions.limits import max_hours_for
 from gpufleet.users.groups import priority_cap
 from gpufleet.sessions.wire import SessionCreate

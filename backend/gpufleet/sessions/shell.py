@@ -13,7 +13,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Host
 from gpufleet.sessions.launch import VISIBILITY
 from gpufleet.sessions.service import get
 from gpufleet.sessions.wire import ShellTarget
-from gpufleet.trainings.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.users.runas import RunAsError, for_owner
 
 

@@ -12,7 +12,7 @@ from gpufleet.config import Settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPUAllocation, Host
 from gpufleet.sessions.wire import SessionPublic
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.models import Training
 
 WAITING = ("queued", "scheduled", "preempted")
 # Session statuses -> the trainings statuses they cover (the list filter).

@@ -34,8 +34,8 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling.idle import _fresh_after
 from gpufleet.sessions.ended import record_ends
-from gpufleet.trainings.lifecycle import record_event
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.transitions import record_event
+from gpufleet.lifecycle.models import Training
 
 log = logging.getLogger(__name__)
 

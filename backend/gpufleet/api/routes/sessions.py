@@ -36,7 +36,7 @@ from gpufleet.sessions.wire import (
     SessionStatus,
     ShellTarget,
 )
-from gpufleet.trainings.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import TrainingRequestError
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 ENDED = {409: error_response("The session has ended")}
