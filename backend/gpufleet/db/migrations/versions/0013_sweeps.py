@@ -1,7 +1,7 @@
 """sweeps: the sweeps and sweep_trials tables, and trainings.sweep_id
 
 Revision ID: 0013_sweeps
-Revises: 0014_webhooks
+Revises: 0011_sessions
 Create Date: 2026-11-25
 """
 
@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql
 from gpufleet.db.types import UTCDateTime
 
 revision = '0013_sweeps'
-down_revision = '0014_webhooks'
+down_revision = '0011_sessions'
 branch_labels = None
 depends_on = None
 
