@@ -45,3 +45,17 @@ def test_the_session_process_sees_its_gpus_and_id_and_the_token_stays_off_the_co
     assert not any("secret-token" in a for a in argv)
     shell = SessionSpec(session_id="s2", progress_file="/x", workdir="/w", backend="hip", gpu_indexes=[0])
     assert command(shell) == ["sleep", "infinity"] and session_env(shell, {})["HIP_VISIBLE_DEVICES"] == "0"
+
+
+def test_the_cli_refuses_bad_options_before_asking_a_server() -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli import app
+
+    runner = CliRunner()
+    for args, says in ((["--memory", "lots"], "--memory"), (["--hours", "0"], "--hours 0 must be more than 0"),
+                       (["--gpus", "0"], "--gpus")):
+        r = runner.invoke(app, ["session", "start", *args, "--server", "http://127.0.0.1:9"])
+        assert r.exit_code == 2 and says in r.output, (args, r.output)
+    r = runner.invoke(app, ["session", "limit", "--max-hours", "3", "--server", "http://127.0.0.1:9"])
+    assert r.exit_code == 2 and "exactly one of --user NAME or --group NAME" in r.output, r.output
