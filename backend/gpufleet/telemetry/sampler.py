@@ -320,7 +320,7 @@ class NvmlSampler:
                     command = _text(n.nvmlSystemGetProcessName(pid))
                 except n.NVMLError:
                     pass
-            tid = self.owners.owner(pid, noted_tid) if self.owners else None
+            tid = self.owners.owner(pid, noted_tid, i, user) if self.owners else None
             out[pid] = GPUProcess(pid=pid, user=user, command=command, used_memory=used, training_id=tid,
                                   job_type="training" if tid else None, foreign=tid is None)
         return sorted(out.values(), key=lambda p: p.pid)
