@@ -568,6 +568,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/system/gpus/{host}/{index}/clear-health": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Clear Gpu Health
+         * @description Put a GPU its samples marked unhealthy (fatal XID, pending row remap, ECC) back in scheduling (admins only).
+         */
+        post: operations["gpus-clear-health"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/system/gpus/{host}/{index}/drain": {
         parameters: {
             query?: never;
@@ -1391,6 +1411,23 @@ export interface components {
             status: string;
             /** Version */
             version: string;
+        };
+        /** HealthClearedPublic */
+        HealthClearedPublic: {
+            /**
+             * Cleared
+             * @description the health fault the GPU was out for; null when it had no health mark
+             */
+            cleared: string | null;
+            /** Host */
+            host: string;
+            /** Index */
+            index: number;
+            /**
+             * Status
+             * @description the GPU's status now
+             */
+            status: string;
         };
         /** HistoryPoint */
         HistoryPoint: {
@@ -6064,6 +6101,107 @@ export interface operations {
                 };
             };
             /** @description Over the memory-estimate rate, or too many estimates waiting */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "gpus-clear-health": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the host's name */
+                host: string;
+                /** @description the GPU's index on its host */
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HealthClearedPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
             429: {
                 headers: {
                     /** @description seconds to wait before sending the request again; nothing was done */
