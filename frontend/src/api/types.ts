@@ -29,6 +29,10 @@ export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
 export type TrainingFile = S['TrainingFilePublic'];
 
+export type Session = S['SessionPublic'];
+export type SessionCreate = S['SessionCreate'];
+export type SessionList = S['SessionList'];
+
 export type Recipe = S['RecipePublic'];
 
 export type Usage = S['UsagePublic'];

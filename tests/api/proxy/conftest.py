@@ -28,6 +28,11 @@ from servers import free_port, serve_inprocess
 from .echo import echo_app
 
 
+# The echo server's and a queued session's ids.
+ECHO = "ec40ec40-0000-4000-8000-000000000001"
+QUEUED = "90e0ed00-0000-4000-8000-000000000002"
+
+
 class Jupyter:
     def __init__(self, session_id: str, port: int, token: str, proc: subprocess.Popen[bytes], log: Path):
         self.session_id, self.port, self.token, self.proc, self.log = session_id, port, token, proc, log
@@ -36,7 +41,7 @@ class Jupyter:
 @pytest.fixture(scope="module")
 def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jupyter]:
     root = tmp_path_factory.mktemp("notebook-root")
-    session_id, port, token = uuid.uuid4().hex[:12], free_port(), secrets.token_hex(24)
+    session_id, port, token = str(uuid.uuid4()), free_port(), secrets.token_hex(24)
     log = root.parent / "jupyter.log"
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
     cmd = [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--ServerApp.ip=127.0.0.1",
@@ -85,8 +90,8 @@ def notebooks(jupyter: Jupyter, people: People, echo: str) -> dict[str, Notebook
     alice = people.names["alice"]
     return {
         jupyter.session_id: Notebook(jupyter.session_id, alice, "running", "api-host", jupyter.port, jupyter.token),
-        "echo1": Notebook("echo1", alice, "running", "api-host", int(echo), "echo-token"),
-        "queued1": Notebook("queued1", alice, "queued"),
+        ECHO: Notebook(ECHO, alice, "running", "api-host", int(echo), "echo-token"),
+        QUEUED: Notebook(QUEUED, alice, "queued"),
     }
 
 

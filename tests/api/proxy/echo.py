@@ -22,7 +22,7 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
             break
     if scope["path"].endswith("/redirect"):
         await send({"type": "http.response.start", "status": 302,
-                    "headers": [(b"location", f"http://127.0.0.1:{scope['server'][1]}/sessions/echo1/tree".encode())]})
+                    "headers": [(b"location", f"http://127.0.0.1:{scope['server'][1]}{scope['path'].rsplit('/', 1)[0]}/tree".encode())]})
         await send({"type": "http.response.body", "body": b""})
         return
     answer = json.dumps({
@@ -33,7 +33,7 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
         "authorization_sha256": hashlib.sha256(dict(scope["headers"]).get(b"authorization", b"")).hexdigest(),
     }).encode()
     await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"set-cookie", b"nb=1; Path=/sessions/echo1/")]})
+                "headers": [(b"content-type", b"application/json"), (b"set-cookie", b"nb=1; Path=/")]})
     # In pieces, so the proxy has to stream them.
     for start in range(0, len(answer), 100):
         await send({"type": "http.response.body", "body": answer[start:start + 100], "more_body": True})

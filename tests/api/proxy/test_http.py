@@ -6,10 +6,12 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import uuid
+
 import httpx
 from people import People, bearer
 
-from .conftest import Jupyter
+from .conftest import ECHO, QUEUED, Jupyter
 
 
 @contextmanager
@@ -59,12 +61,12 @@ def test_files_go_up_and_down_through_the_proxy_with_the_browser_session(gpuflee
 def test_what_reaches_the_notebook_and_what_comes_back(gpufleet: str, people: People) -> None:
     with _signed_in(gpufleet, people.alice) as alice:
         alice.cookies.set("_xsrf", "notebook-own")
-        r = alice.post("/sessions/echo1/api/x?y=1", content=b"z" * 200_000,
+        r = alice.post(f"/sessions/{ECHO}/api/x?y=1", content=b"z" * 200_000,
                        headers={"Origin": gpufleet, "X-Forwarded-For": "10.9.9.9", "X-Custom": "kept"})
         assert r.status_code == 200
         seen = r.json()
         headers = dict(seen["headers"])
-        assert seen["method"] == "POST" and seen["path"] == "/sessions/echo1/api/x" and seen["query"] == "y=1"
+        assert seen["method"] == "POST" and seen["path"] == f"/sessions/{ECHO}/api/x" and seen["query"] == "y=1"
         assert seen["body_size"] == 200_000
         assert seen["authorization_sha256"] == hashlib.sha256(b"token echo-token").hexdigest()
         assert headers["authorization"] == "token 0000000000"  # and blanked out of the answer
@@ -73,13 +75,20 @@ def test_what_reaches_the_notebook_and_what_comes_back(gpufleet: str, people: Pe
         assert "x-forwarded-for" not in headers
         assert "nb=1" in r.headers["set-cookie"]
         # A redirect to the notebook's own address comes back as a path on gpufleet.
-        moved = alice.get("/sessions/echo1/redirect")
-        assert moved.status_code == 302 and moved.headers["location"] == "/sessions/echo1/tree"
+        moved = alice.get(f"/sessions/{ECHO}/redirect")
+        assert moved.status_code == 302 and moved.headers["location"] == f"/sessions/{ECHO}/tree"
 
 
 def test_a_session_without_a_running_notebook_or_no_session(gpufleet: str, people: People) -> None:
-    queued = httpx.get(f"{gpufleet}/sessions/queued1/", headers=bearer(people.alice), timeout=60)
+    queued = httpx.get(f"{gpufleet}/sessions/{QUEUED}/", headers=bearer(people.alice), timeout=60)
     assert queued.status_code == 409 and "queued" in queued.json()["detail"]
-    assert httpx.get(f"{gpufleet}/sessions/nope/", headers=bearer(people.alice), timeout=60).status_code == 404
-    assert httpx.get(f"{gpufleet}/sessions/queued1/", headers=bearer(people.bob), timeout=60).status_code == 403
-    assert httpx.get(f"{gpufleet}/sessions/queued1/", timeout=60).status_code == 403
+    assert httpx.get(f"{gpufleet}/sessions/{uuid.uuid4()}/", headers=bearer(people.alice), timeout=60).status_code == 404
+    assert httpx.get(f"{gpufleet}/sessions/{QUEUED}/", headers=bearer(people.bob), timeout=60).status_code == 403
+    assert httpx.get(f"{gpufleet}/sessions/{QUEUED}/", timeout=60).status_code == 403
+
+
+def test_the_dashboards_own_pages_under_sessions_are_not_notebooks(gpufleet: str) -> None:
+    # /sessions/new is the dashboard's form (its fallback page, or its 404 when the dashboard is not built).
+    for path in ("/sessions/new", "/sessions"):
+        r = httpx.get(gpufleet + path, timeout=60)
+        assert r.status_code != 403 and "notebook" not in r.text

@@ -10,7 +10,7 @@ from people import People, bearer
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from .conftest import Jupyter
+from .conftest import ECHO, Jupyter
 from .kernel import run_cell
 
 
@@ -45,7 +45,7 @@ def test_a_cell_runs_on_the_kernel_through_the_proxy(gpufleet: str, jupyter: Jup
 
 
 def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet: str, people: People) -> None:
-    with connect(f"{_ws(gpufleet)}/sessions/echo1/ws", origin=gpufleet, open_timeout=60,
+    with connect(f"{_ws(gpufleet)}/sessions/{ECHO}/ws", origin=gpufleet, open_timeout=60,
                  additional_headers={"Cookie": _cookie(gpufleet, people.alice) + "; _xsrf=mine"},
                  subprotocols=["first.example", "v1.kernel.websocket.jupyter.org"]) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "v1.kernel.websocket.jupyter.org"

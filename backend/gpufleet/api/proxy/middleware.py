@@ -57,13 +57,12 @@ class SessionProxy:
         if scope["type"] == "lifespan":
             await self.app(scope, receive, self._closing_on_shutdown(send))
             return
-        if scope["type"] not in ("http", "websocket") or not scope["path"].startswith(PREFIX):
+        parsed = split_path(scope["path"]) if scope["type"] in ("http", "websocket") else None
+        if parsed is None:
+            # Not a notebook: the API, or the dashboard's own pages (/sessions, /sessions/new).
             await self.app(scope, receive, send)
             return
-        parsed = split_path(scope["path"])
         try:
-            if parsed is None:
-                raise Refusal(404, "no such session")
             notebook, upstream = await self._admit(scope, parsed[0])
         except Refusal as exc:
             await self._refuse(scope, receive, send, exc)

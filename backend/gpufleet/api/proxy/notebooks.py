@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from gpufleet.api.auth import AuthUser
 
 PREFIX = "/sessions/"
-# A session id as the API gives it (a UUID, or a short slug): nothing that could climb out of the prefix.
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A session's id is a UUID; anything else under the prefix (the dashboard's /sessions/new) is not a notebook.
+_ID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Notebook:
 
 
 def split_path(path: str) -> tuple[str, str] | None:
-    """``/sessions/ID/rest`` → ``(ID, "/sessions/ID/rest")``; None when the id is not well formed."""
+    """``/sessions/ID/rest`` → ``(ID, "/sessions/ID/rest")``; None when ID is not a session's id."""
     if not path.startswith(PREFIX):
         return None
     session_id = path[len(PREFIX):].split("/", 1)[0]
