@@ -53,6 +53,8 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     # answers only to loopback names and the ones listed here. Tests of a real
     # `serve` start it without this variable.
     monkeypatch.setenv("GPUFLEET_ALLOWED_HOSTS", '["testserver"]')
+    # Workers keep no warm launchers (each costs a torch import on a loaded machine); the pool's tests ask.
+    monkeypatch.setenv("GPUFLEET_WARM_POOL_SIZE", "0")
     reset_settings_cache()
     yield
     reset_settings_cache()

@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 
 # Lowest first. A module may import its own layer or lower ones.
 LAYERS = [
-    {"config", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
+    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
     {"devices"},
     {"telemetry", "training", "users"},
     {"trainings.models", "trainings.lifecycle", "trainings.outcome"},

@@ -30,6 +30,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gpufleet.config_services import ServiceSettings
+
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
 from gpufleet.yamlsource import YamlSource
@@ -103,7 +105,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(BaseSettings):
+class Settings(ServiceSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",
@@ -178,6 +180,9 @@ class Settings(BaseSettings):
     idle_threshold_percent: float = Field(default=5.0, ge=0, le=100)
     idle_window_s: float = Field(default=1800.0, ge=5, le=30 * 86400)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)
+    # Each host ships its trainings' logs to the database: how often, in rows of at most this many bytes.
+    log_ship_interval_s: float = Field(default=1.0, gt=0, le=60)
+    log_chunk_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     # Trainings across hosts: address other hosts reach this one at, NIC for collectives, meeting wait.
     advertise_address: str | None = None
     network_interface: str | None = None

@@ -46,6 +46,8 @@ def make_settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest |
         create_rate_per_minute=10000,
         max_queued_per_user=100000,
         auth="off",
+        # Warm launchers cost CPU at every worker start; the tests of the pool ask for it.
+        warm_pool_size=0,
     )
     base.update(kw)
     if backend == "postgresql":

@@ -1,4 +1,5 @@
-"""Admission: a burst beyond what the process can serve gets a fast 429, never a 5xx.
+"""Admission: a burst beyond what the process can serve gets a fast 429, never a 5xx; one caller's flood
+slows only that caller.
 
 Every request under ``/api/`` uses one database connection (the auth gate's
 lookup, then the route's session, one after the other). Admitting more
@@ -8,7 +9,9 @@ core only makes every one of them slower. So at most
 ``max_concurrent_requests`` are served at once per process; the next one is
 answered at once with 429 and ``Retry-After``, before it touches the database,
 and nothing is written. Clients that honour ``Retry-After`` (the CLI, the
-dashboard) get their request through.
+dashboard) get their request through. The slots are shared fairly between
+callers (:mod:`gpufleet.api.fairslots`): a caller below its fair part waits a
+moment for the next free slot instead of being refused.
 
 A pool timeout that happens anyway (background threads share the pool) is
 answered the same way.
@@ -26,6 +29,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gpufleet.api.fairslots import FairSlots, caller_key
 from gpufleet.api.security.asgi import is_gated, send_error
 from gpufleet.config import Settings
 
@@ -46,6 +50,9 @@ REQUESTS_PER_CORE = 4
 # per user; scheduling/memory_pool.py). Counted here, a burst of estimates from
 # one viewer would take every slot and turn everyone else's reads into 429s.
 OWN_QUEUE = frozenset({"/api/v1/system/gpus/recommend", "/api/v1/system/gpus/validate"})
+# How long a caller below its fair part waits for a slot: a few requests' time
+# on a loaded server, short enough that a client's own timeout never comes first.
+FAIR_WAIT_S = 3.0
 
 
 def request_capacity(settings: Settings) -> int:
@@ -58,29 +65,34 @@ def request_capacity(settings: Settings) -> int:
 
 
 class Admission:
-    def __init__(self, app: ASGIApp, capacity: int):
+    def __init__(self, app: ASGIApp, capacity: int, wait_s: float = FAIR_WAIT_S):
         self.app = app
         self.capacity = capacity
-        self.in_flight = 0
+        self.slots = FairSlots(capacity, wait_s)
+
+    @property
+    def in_flight(self) -> int:
+        return self.slots.in_flight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not is_gated(scope["path"]) or scope["path"] in OWN_QUEUE:
             await self.app(scope, receive, send)
             return
-        # One event loop per process: the counter needs no lock.
-        if self.in_flight >= self.capacity:
-            await send_error(send, 429, _busy(self.capacity), [(b"retry-after", str(RETRY_AFTER_S).encode())])
+        key = caller_key(scope)
+        if not await self.slots.acquire(key):
+            await send_error(send, 429, _busy(self.capacity, self.slots.callers()),
+                             [(b"retry-after", str(RETRY_AFTER_S).encode())])
             return
-        self.in_flight += 1
         try:
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.slots.release(key)
 
 
-def _busy(capacity: int) -> str:
+def _busy(capacity: int, callers: int) -> str:
     return (f"the server is serving {capacity} requests at once, the most it takes "
-            f"(GPUFLEET_MAX_CONCURRENT_REQUESTS); nothing was done: retry after {RETRY_AFTER_S} s")
+            f"(GPUFLEET_MAX_CONCURRENT_REQUESTS), shared fairly between the {callers} callers sending them;"
+            f" nothing was done: retry after {RETRY_AFTER_S} s")
 
 
 async def pool_timeout(request: Request, exc: PoolTimeout) -> JSONResponse:

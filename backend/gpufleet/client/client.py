@@ -35,7 +35,6 @@ from gpufleet.api.schemas.trainings import (
     TrainingEventPublic,
     TrainingEventsPublic,
     TrainingFilesPublic,
-    TrainingLogPublic,
     TrainingMetricPublic,
     TrainingMetricsPublic,
     TrainingPublic,
@@ -43,6 +42,7 @@ from gpufleet.api.schemas.trainings import (
 )
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
+from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sharing import SharingCalls, checked
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 # The address requests on the Unix socket carry (the server answers to loopback names).
 SOCKET_BASE = "http://localhost"
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "reclaimed"})
 API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
@@ -85,7 +84,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(SharingCalls):
+class Client(LogCalls, SharingCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
@@ -275,33 +274,6 @@ class Client(SharingCalls):
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"training {t.id} is still {t.status} after {timeout} s")
             self._sleep(poll_s)
-
-    def log_chunk(self, training: TrainingRef, *, offset: int | None = None,
-                  tail: int | None = None) -> TrainingLogPublic:
-        """One read of the log: from byte ``offset``, or the last ``tail`` lines."""
-        return self._get(TrainingLogPublic, f"{API}/trainings/{self.training_id(training)}/logs",
-                         offset=offset, tail=tail)
-
-    def logs(self, training: TrainingRef, *, follow: bool = False, tail: int | None = None,
-             poll_s: float = 1.0) -> Iterator[str]:
-        """The log's text in chunks; with ``follow``, until the training ends and its log is read to the end."""
-        tid = self.training_id(training)
-        chunk = self.log_chunk(tid, tail=tail) if tail is not None else self.log_chunk(tid, offset=0)
-        if chunk.text:
-            yield chunk.text
-        offset = chunk.next_offset
-        while follow:
-            done = self.get_training(tid).status in FINAL_STATUSES
-            chunk = self.log_chunk(tid, offset=offset)
-            if chunk.next_offset < offset:  # the server shortened the log to keep it bounded
-                chunk = self.log_chunk(tid, offset=0)
-            if chunk.text:
-                yield chunk.text
-            offset = chunk.next_offset
-            if done and offset >= chunk.size:
-                return
-            if not chunk.text:
-                self._sleep(poll_s)
 
     def metrics(self, training: TrainingRef, *, max_points: int = 500, after_step: int = -1) -> TrainingMetricsPublic:
         """Recorded steps (downsampled to ``max_points``) after ``after_step``."""

@@ -1,8 +1,10 @@
-"""``gpufleet gpus`` and ``gpufleet topology``: what this machine's GPUs are and how they connect.
+"""``gpufleet gpus`` and ``gpufleet topology``: what the fleet's GPUs are and how they connect.
 
-Both read local detection (this machine, or the simulated fleet when
-``GPUFLEET_SIMULATE`` is set), not the database, so they work before
-``serve`` has ever run. ``gpus`` is a sub-app so that other commands can
+Both ask a server when one is named (``--server``, ``$GPUFLEET_SERVER``) or
+this machine runs one (its socket), every host grouped
+(:mod:`gpufleet.commands.fleet_devices`). With ``--local``, or with no server
+at all, they read local detection (this machine, or the simulated fleet when
+``GPUFLEET_SIMULATE`` is set), so they work before ``serve`` has ever run. ``gpus`` is a sub-app so that other commands can
 hang under it (``gpufleet gpus drain``); with no sub-command it lists.
 """
 
@@ -14,14 +16,14 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 from rich.text import Text
 
-from gpufleet.commands import drain
+from gpufleet.commands import drain, fleet_devices
 from gpufleet.commands.tables import Column, WideOpt, fmt_size, make_console, print_table
 
 if TYPE_CHECKING:
     from gpufleet.config import Settings
 
 gpus_app = typer.Typer(
-    help="List this machine's GPUs (and manage them with sub-commands).",
+    help="List the fleet's GPUs by host, or this machine's with --local (and manage them with sub-commands).",
     invoke_without_command=True,
 )
 
@@ -30,6 +32,9 @@ gpus_app.command("drain")(drain.drain)
 gpus_app.command("undrain")(drain.undrain)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
+LocalOpt = Annotated[bool, typer.Option("--local", help="this machine's devices, not the server's fleet")]
+ServerOpt = Annotated[str | None, typer.Option("--server", envvar="GPUFLEET_SERVER", show_envvar=False,
+                                               help="server URL (default $GPUFLEET_SERVER, else this machine's)")]
 
 
 def _fail(message: str) -> NoReturn:
@@ -54,9 +59,13 @@ def _no_gpus_line(settings: Settings) -> str:
 
 
 @gpus_app.callback()
-def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False) -> None:
-    """List this machine's GPUs: ID, vendor, model, memory, backend, UUID."""
+def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False, local: LocalOpt = False,
+         server: ServerOpt = None) -> None:
+    """List the fleet's GPUs by host (or this machine's): ID, vendor, model, memory, backend, UUID, status."""
     if ctx.invoked_subcommand is not None:
+        return
+    if fleet_devices.asks_server(server, local):
+        fleet_devices.show_gpus(server, as_json, wide)
         return
     from gpufleet.devices.backend import device_backend
 
@@ -110,8 +119,11 @@ GPU_COLUMNS = (
 )
 
 
-def topology(as_json: JsonOpt = False) -> None:
-    """Show how this machine's GPUs connect (NVLink, PCIe level, peer access), like `nvidia-smi topo -m`."""
+def topology(as_json: JsonOpt = False, local: LocalOpt = False, server: ServerOpt = None) -> None:
+    """Show how each host's GPUs connect (NVLink, PCIe level, peer access), like `nvidia-smi topo -m`."""
+    if fleet_devices.asks_server(server, local):
+        fleet_devices.show_topology(server, as_json)
+        return
     from gpufleet.devices.backend import device_backend
     from gpufleet.devices.topology import LEGEND, format_matrix, peer_pairs
 

@@ -5,6 +5,8 @@ The launcher runs as a subprocess in its own session (process group), so one
 (``--parent-fd``): if the worker dies, even by SIGKILL, the launcher and its
 ranks exit at once. A member's training runs as its owner's Unix account,
 in a sandbox where one is available (``gpufleet.jobs.isolation``).
+A recipe training that runs as the worker's own account starts from the
+worker's warm pool when a member is ready (``gpufleet.jobs.warmpool``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from gpufleet.jobs import warmpool
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.jobs.logs import BoundedLog, pump
 
@@ -33,6 +36,11 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
         env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     iso = isolation or Isolation()
     iso.prepare()
+    pool = warmpool.current()
+    if pool is not None and pool.serves(module, env, iso) and (warm := pool.take(env, str(spec_path))):
+        log_file.line(f"[gpufleet] the launcher is warm launcher {warm[0].pid} (torch already imported)")
+        pump(warm[0].stdout, log_file)  # type: ignore[arg-type]
+        return warm
     # Only this process holds the write end (close_fds keeps it from every
     # other child), so the launcher reads EOF exactly when this worker is gone.
     lifeline_r, lifeline_w = os.pipe()

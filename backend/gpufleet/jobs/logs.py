@@ -4,20 +4,39 @@ The supervisor copies the launcher's combined output into
 ``<data_dir>/logs/trainings/<id>.log``. When the file passes the size limit
 the oldest half is dropped (a marker line says how much), so a chatty
 training cannot fill the disk while the newest lines, the useful ones after
-a failure, are always there.
+a failure, are always there. That marker line also says where in the whole
+log the file now goes on from (its ``base``), so the host's shipper
+(:mod:`gpufleet.jobs.log_shipper`) knows what it may have missed.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from gpufleet.config import Settings
-from gpufleet.training.logtext import collapse_cr
+from gpufleet.trainings.log_store import READ_LIMIT, LogChunk, from_offset, last_lines
+
+_MARKER = re.compile(rb"^\[gpufleet: \d+ older bytes dropped to keep the log bounded; it goes on from byte (\d+)\]\n")
+_MARKER_MAX = 200
+
+
+def file_base(head: bytes) -> tuple[int, int]:
+    """(where in the whole log the file's text begins, the length of its marker line) from its first bytes."""
+    m = _MARKER.match(head[:_MARKER_MAX])
+    return (int(m.group(1)), m.end()) if m else (0, 0)
+
+
+def open_at_base(path: Path) -> tuple[IO[bytes], int, int]:
+    """The file open at its first byte of log text, that text's place in the whole log, the file's size."""
+    fh = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    base, header = file_base(fh.read(_MARKER_MAX))
+    fh.seek(header)
+    return fh, base, os.fstat(fh.fileno()).st_size - header
 
 
 def log_path(settings: Settings, training_id: uuid.UUID | str) -> Path:
@@ -33,6 +52,8 @@ class BoundedLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._fh = open(path, "ab")  # noqa: SIM115 - closed in close()
+        with open(path, "rb") as fh:
+            self._base, self._header = file_base(fh.read(_MARKER_MAX))
 
     def write(self, data: bytes) -> None:
         with self._lock:
@@ -52,8 +73,12 @@ class BoundedLog:
         if 0 <= cut < len(keep) - 1:
             keep = keep[cut + 1:]
         dropped = len(data) - len(keep)
+        self._base += len(data) - self._header - len(keep)
+        marker = f"[gpufleet: {dropped} older bytes dropped to keep the log bounded; it goes on from byte " \
+                 f"{self._base}]\n".encode()
+        self._header = len(marker)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(f"[gpufleet: {dropped} older bytes dropped to keep the log bounded]\n".encode() + keep)
+        tmp.write_bytes(marker + keep)
         os.replace(tmp, self.path)
         self._fh = open(self.path, "ab")  # noqa: SIM115
 
@@ -75,16 +100,8 @@ def pump(stream: IO[bytes], log: BoundedLog) -> threading.Thread:
     return t
 
 
-@dataclass
-class LogChunk:
-    offset: int
-    next_offset: int
-    size: int
-    text: str
-
-
-def read_log(path: Path, offset: int | None = None, tail: int | None = None, limit: int = 256 * 1024) -> LogChunk:
-    """Read from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes.
+def read_log(path: Path, offset: int | None = None, tail: int | None = None, limit: int = READ_LIMIT) -> LogChunk:
+    """This machine's file of a log: from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes.
 
     Offsets count the file's bytes; the text has each progress bar's superseded redraws left out.
     """
@@ -95,14 +112,7 @@ def read_log(path: Path, offset: int | None = None, tail: int | None = None, lim
         if tail is not None:
             start = max(0, size - limit)
             fh.seek(start)
-            data = fh.read()
-            lines = data.splitlines(keepends=True)
-            if start > 0 and lines:
-                lines = lines[1:]  # the first one is cut
-            picked = b"".join(lines[-tail:]) if tail > 0 else b""
-            return LogChunk(size - len(picked), size, size, collapse_cr(picked.decode(errors="replace")))
+            return last_lines(fh.read(), start, size, tail)
         start = min(max(offset or 0, 0), size)
         fh.seek(start)
-        data = fh.read(limit)
-    # A progress bar's redraws read as its newest state (training/logtext.py).
-    return LogChunk(start, start + len(data), size, collapse_cr(data.decode(errors="replace")))
+        return from_offset(fh.read(limit), start, size)

@@ -44,7 +44,8 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs
-from gpufleet.jobs.logs import BoundedLog, log_path
+from gpufleet.jobs.log_shipper import ShippedLog
+from gpufleet.jobs.logs import BoundedLog
 from gpufleet.trainings import outcome
 from gpufleet.trainings.environment import training_environment
 from gpufleet.trainings.gang_view import rank_hosts
@@ -314,7 +315,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
                       simulated=backend.ranks_run_on_cpu(devices), stop_grace_s=settings.stop_grace_s,
                       attempt=t.attempt, gang=spec_gang(settings, t, rdzv, m.first_rank, master=False))
     spec_path = spec.write(run_dir / f"spec-{t.attempt}-{host_name}.json")
-    logf = BoundedLog(log_path(settings, f"{tid}-{host_name}"), settings.log_max_bytes)
+    logf = ShippedLog(settings, f"{tid}-{host_name}")
     logf.line(f"[gpufleet] attempt {t.attempt}: ranks {m.first_rank}-{m.first_rank + len(devices) - 1} of "
               f"{t.world_size} on host {host_name}; rendezvous {rdzv.address}:{rdzv.port}")
     try:

@@ -41,7 +41,7 @@ from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import isolation, procs, rendezvous, script_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
-from gpufleet.jobs.logs import BoundedLog, log_path
+from gpufleet.jobs.log_shipper import ShippedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
@@ -179,7 +179,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     if t is None:
         return "skipped"
     backend = device_backend(settings)
-    logf = BoundedLog(log_path(settings, tid), settings.log_max_bytes)
+    logf = ShippedLog(settings, tid)
     logf.line(f"[gpufleet] attempt {t.attempt} on host {host_name} by {worker_id}")
     gang: dict | None = None
     try:

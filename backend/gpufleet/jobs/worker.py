@@ -126,6 +126,9 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     if killed:
         log.warning("killed leftover launchers of trainings %s", ", ".join(killed))
     stop = threading.Event()
+    from gpufleet.jobs.log_shipper import start_shipper
+
+    start_shipper(settings, stop)  # this host's training logs, to the database the API reads them from
     if agent:
         from gpufleet.telemetry.agent import start_agent
 
@@ -149,10 +152,14 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     ]
     if not settings.redis_url:
         argv.append("--without-heartbeat")  # heartbeats are events: Redis only
+    from gpufleet.jobs import warmpool
+
+    warmpool.start(settings.warm_pool_size)  # after scrub_environment: its members inherit no secret
     try:
         app.worker_main(argv)
     finally:
         stop.set()
+        warmpool.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ import re
 import time
 
 REDRAW = "\r"  # a log line ending so is a redraw, superseded by the next line of the same source
-_SOURCE = re.compile(r"^(\[rank \d+\] )")
+_SOURCE = re.compile(r"^((?:\[host [^\]]*\] )?\[rank \d+\] )")  # a gang's other hosts prefix their lines
 
 
 class LineSplitter:

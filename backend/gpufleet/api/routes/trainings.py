@@ -42,7 +42,7 @@ from gpufleet.db.session import write_in
 from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
-from gpufleet.trainings import service
+from gpufleet.trainings import log_store, service
 from gpufleet.trainings.models import Training
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
@@ -223,5 +223,7 @@ def get_logs(
     ensure_may_read_training(settings, _user, _load(session, training_id).owner)
     if offset is not None and tail is not None:
         raise HTTPException(422, "give offset or tail, not both")
-    chunk = read_log(log_path(settings, training_id), offset=offset, tail=tail)
+    # What the training's hosts shipped; a log no host shipped yet may be this machine's own file.
+    chunk = log_store.read(session, training_id, offset=offset, tail=tail) \
+        or read_log(log_path(settings, training_id), offset=offset, tail=tail)
     return TrainingLogPublic(offset=chunk.offset, next_offset=chunk.next_offset, size=chunk.size, text=chunk.text)

@@ -6,7 +6,7 @@ import { Pill } from '../../components/States';
 /** The most log text kept on screen; older text is cut at a line break. */
 export const MAX_LOG_CHARS = 200_000;
 
-const SOURCE = /^(\[rank \d+\] )/;
+const SOURCE = /^((?:\[host [^\]]*\] )?\[rank \d+\] )/;
 
 /**
  * A progress bar's redraws (lines ending in a carriage return) as its newest

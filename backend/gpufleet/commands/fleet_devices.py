@@ -1,0 +1,88 @@
+"""``gpufleet gpus`` and ``gpufleet topology`` read from a server: every host's GPUs, grouped by host.
+
+Used when a server is named (``--server``, ``$GPUFLEET_SERVER``) or this machine
+has one's socket; ``--local`` reads this machine's devices instead
+(:mod:`gpufleet.commands.devices`).
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import groupby
+
+import typer
+from rich.text import Text
+
+from gpufleet.commands.tables import Column, fmt_size, make_console, print_table
+
+COLUMNS = (
+    Column("ID", justify="right"),
+    Column("Vendor", drop=2),
+    Column("Model", drop=1, shorten=True, min_width=10),
+    Column("VRAM", justify="right"),
+    Column("Free", justify="right"),
+    Column("Backend", drop=3),
+    Column("UUID", drop=4, shorten=True, min_width=12),
+    Column("Status", shorten=True, min_width=8),
+)
+
+
+def asks_server(server: str | None, local: bool) -> bool:
+    """Whether to read a server: one was named, or this machine runs one (its socket is there)."""
+    if local:
+        return False
+    from gpufleet.client.client import local_socket
+
+    return bool(server) or local_socket(server) is not None
+
+
+def _status(g: dict) -> Text:
+    text = "ok" if g["status"] == "ok" else f"[red]{g['status']}[/]"
+    if g.get("status_reason"):
+        text += f"[red]: {g['status_reason']}[/]"
+    if g.get("drained"):
+        text += " [yellow]drained[/]"
+    return Text.from_markup(text + (" sim" if g["simulated"] else ""))
+
+
+def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
+    from gpufleet.commands.remote import Client
+
+    body = Client(server).gpus().model_dump(mode="json")
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    console = make_console()
+    if not body["data"]:
+        console.print("No GPUs in the fleet (no host has registered any).", highlight=False)
+        return
+    for host, gpus in groupby(sorted(body["data"], key=lambda g: (g["host"], g["index"])), key=lambda g: g["host"]):
+        rows = []
+        for g in gpus:
+            free = (g.get("live") or {}).get("memory_free")
+            rows.append([str(g["index"]), {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(g["vendor"], g["vendor"]),
+                         g["name"], fmt_size(g["memory_total"]) if g["memory_total"] is not None else "?",
+                         fmt_size(free) if free is not None else "?", g["backend"], g["uuid"] or "?", _status(g)])
+        print_table(console, COLUMNS, rows, wide=wide, title=f"GPUs on {host}")
+
+
+def show_topology(server: str | None, as_json: bool) -> None:
+    from gpufleet.commands.remote import Client
+    from gpufleet.devices.topology import LEGEND
+
+    body = Client(server).topology().model_dump(mode="json")
+    if as_json:
+        typer.echo(json.dumps(body, indent=2))
+        return
+    if not body["hosts"]:
+        typer.echo("No GPUs in the fleet (no host has registered any).")
+        return
+    for h in sorted(body["hosts"], key=lambda h: h["host"]):
+        typer.echo(f"{h['host']}:")
+        names = [f"GPU{i}" for i in h["gpus"]]
+        width = max([len(n) for n in names] + [len(c) for row in h["matrix"] for c in row]) + 2
+        typer.echo(" " * width + "".join(n.ljust(width) for n in names).rstrip())
+        for name, row in zip(names, h["matrix"], strict=False):
+            typer.echo(name.ljust(width) + "".join(c.ljust(width) for c in row).rstrip())
+        typer.echo("")
+    typer.echo(LEGEND)

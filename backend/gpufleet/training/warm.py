@@ -1,0 +1,96 @@
+"""``python -m gpufleet.training.warm --parent-fd N``: a launcher that has already imported torch.
+
+A worker keeps a few of these ready (``gpufleet.jobs.warmpool``). Each one
+imports torch, the trainer and every installed recipe, then says ``ready`` on
+its stdout and waits for one line on stdin: the JSON ``{"spec": PATH, "env":
+{...}}`` of the training it is to run. It then takes that environment as its
+own and runs ``gpufleet.training.launch`` in this same process, so the
+training's rank (or its launcher, for several ranks) skips the imports.
+
+CUDA is never initialised before the training's devices are known: nothing
+here calls into ``torch.cuda`` (importing torch does not initialise it; the
+CUDA runtime reads ``CUDA_VISIBLE_DEVICES`` only when it initialises), and
+this process checks ``torch.cuda.is_initialized()`` both after the imports
+and again after taking the training's environment: if it ever were, it
+refuses the training (exit code ``LAUNCHER_ERROR``) and the pool replaces it,
+rather than run ranks on GPUs chosen before the spec was read.
+
+The process is one use: it becomes the training's launcher and exits with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from gpufleet.training import exitcodes
+from gpufleet.training.lifeline import watch_parent
+
+READY = "gpufleet-warm ready"
+
+
+def preload() -> None:
+    """Import what a recipe training's first step needs, without touching a GPU."""
+    from importlib.metadata import entry_points
+
+    import torch  # noqa: F401
+
+    import gpufleet.training.launch
+    import gpufleet.training.trainer  # noqa: F401
+    from gpufleet.training.recipes import ENTRY_POINT_GROUP, get_recipe
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            get_recipe(ep.name)
+        except Exception:  # noqa: BLE001 - a broken recipe fails its own trainings, as it does cold
+            continue
+
+
+def cuda_initialised() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+def _take_job(line: str) -> dict[str, Any]:
+    job = json.loads(line)
+    if not isinstance(job, dict) or not isinstance(job.get("spec"), str) or not isinstance(job.get("env"), dict):
+        raise ValueError("a job is {\"spec\": PATH, \"env\": {...}}")
+    return job
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] != "--parent-fd" or not argv[1].isdigit():
+        print("usage: python -m gpufleet.training.warm --parent-fd N", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    watch_parent(int(argv[1]))
+    preload()
+    if cuda_initialised():
+        print("gpufleet warm: CUDA was initialised by the imports; this process cannot serve", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    print(READY, flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        return 0  # the pool closed: nothing to run
+    job = _take_job(line)
+    # As a cold launcher: no input, and exactly the environment the worker gave this training.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in job["env"].items()})
+    if cuda_initialised():
+        print("gpufleet warm: CUDA is initialised; refusing the training", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    from gpufleet.training.launch import main as launch_main
+
+    return launch_main([job["spec"]])
+
+
+if __name__ == "__main__":
+    from gpufleet.training.warm import main as _main
+
+    sys.exit(_main())
