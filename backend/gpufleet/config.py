@@ -187,8 +187,7 @@ class Settings(ServiceSettings):
     advertise_address: str | None = None
     network_interface: str | None = None
     rendezvous_timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    # Notebooks of sessions on other hosts: the port of each worker's relay (api/proxy/relay.py); 0: off.
-    session_relay_port: int = Field(default=0, ge=0, le=65535)
+    session_relay_port: int = Field(default=0, ge=0, le=65535)  # each worker's notebook relay (api/proxy); 0: off
     max_queued_per_user: int = Field(default=500, ge=1)
 
     # Users' own code (script trainings, gpufleet.trainings).
