@@ -50,6 +50,9 @@ async def _echo_websocket(scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         if message["type"] == "websocket.disconnect":
             return
+        if (message.get("text") or "").startswith("close:"):
+            await send({"type": "websocket.close", "code": int(message["text"][6:])})
+            return
         if message.get("text") is not None:
             await send({"type": "websocket.send", "text": "echo:" + message["text"]})
         else:

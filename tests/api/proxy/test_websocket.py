@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 from people import People, bearer
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from .conftest import ECHO, Jupyter
@@ -58,3 +58,8 @@ def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet:
         big = bytes(range(256)) * 2048  # 512 KiB, past the API's message limit
         ws.send(big)
         assert ws.recv(timeout=60) == b"echo:" + big
+        # The notebook closing with a code closes the browser's socket with it.
+        ws.send("close:4001")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=60)
+        assert ws.close_code == 4001

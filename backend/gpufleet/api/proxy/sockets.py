@@ -24,6 +24,13 @@ log = logging.getLogger(__name__)
 _HANDSHAKE = frozenset({"origin", "user-agent"})
 
 
+def _sendable(code: int | None) -> int:
+    """A close code one may send: 1005 (none given) and 1006 (connection lost) only describe a close."""
+    if code is None or code == 1005:
+        return 1000
+    return 1011 if code == 1006 else code
+
+
 def _offered_subprotocols(websocket: WebSocket) -> list[str]:
     return [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
 
@@ -32,7 +39,7 @@ async def _to_notebook(websocket: WebSocket, notebook: ClientConnection) -> None
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
-            await notebook.close(message.get("code", 1000))
+            await notebook.close(_sendable(message.get("code")))
             return
         data = message.get("bytes") if message.get("bytes") is not None else message.get("text")
         if data is not None:
@@ -48,9 +55,8 @@ async def _to_browser(websocket: WebSocket, notebook: ClientConnection) -> None:
                 await websocket.send_text(data)
     except ConnectionClosed:
         pass
-    code = notebook.close_code or 1000
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-        await websocket.close(code if code != 1006 else 1011)
+        await websocket.close(_sendable(notebook.close_code))
 
 
 async def forward_websocket(websocket: WebSocket, upstream: Upstream) -> None:
