@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from gpufleet.api.app import create_app
 from gpufleet.api.proxy.notebooks import Notebook
-from gpufleet.api.proxy.relay import NotebookRelay
+from gpufleet.api.proxy.relay import NotebookRelay, start_relay
 from gpufleet.api.proxy.upstream import RELAY_HEADER, upstream_for
 from gpufleet.config import Settings
 from people import People, bearer
-from servers import serve_inprocess
+from servers import free_port, serve_inprocess
 from websockets.sync.client import connect
 
 from .conftest import Jupyter
@@ -81,3 +84,27 @@ def test_without_a_relay_the_far_notebook_is_a_clear_502(proxy_settings: Setting
     with serve_inprocess(app) as served:
         r = httpx.get(f"{served.url}/sessions/{notebook.session_id}/", headers=bearer(people.alice), timeout=60)
     assert r.status_code == 502 and "GPUFLEET_SESSION_RELAY_PORT" in r.json()["detail"]
+
+
+def test_a_worker_serves_the_relay_only_with_a_port_and_a_strong_secret(proxy_settings: Settings) -> None:
+    port = free_port()
+    stop = threading.Event()
+    assert start_relay(proxy_settings, stop) is None  # no port set: off
+    weak = proxy_settings.model_copy(update={"session_relay_port": port, "secret_key": "change-me" * 4})
+    assert start_relay(weak, stop) is None
+    on = proxy_settings.model_copy(update={"session_relay_port": port, "advertise_address": "127.0.0.1"})
+    thread = start_relay(on, stop)
+    assert thread is not None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/sessions/{uuid.uuid4()}/api", timeout=5)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the relay did not start listening"
+                time.sleep(0.1)
+        assert r.status_code == 403
+    finally:
+        stop.set()
+        thread.join(30)
