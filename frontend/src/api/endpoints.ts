@@ -4,7 +4,7 @@
  * the body and the answer all come from the server's OpenAPI document.
  */
 import { call } from './client';
-import type { RecommendBody, SessionCreate, Training, TrainingCreate, ValidateBody } from './types';
+import type { RecommendBody, Session, SessionCreate, Training, TrainingCreate, ValidateBody } from './types';
 
 export type HistoryMetric = 'utilization' | 'memory_used' | 'temperature' | 'power_draw';
 
@@ -32,7 +32,7 @@ export const endpoints = {
 
   /** Interactive sessions (a shell or a notebook on reserved GPUs). */
   sessions: (q: { owner?: string; status?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
-    call('get', '/api/v1/sessions', { query: { ...q, status: q.status ? [q.status] : undefined }, signal }),
+    call('get', '/api/v1/sessions', { query: { ...q, status: q.status ? [q.status as Session['status']] : undefined }, signal }),
   createSession: (body: Partial<SessionCreate> & Pick<SessionCreate, 'gpus'>) => call('post', '/api/v1/sessions', { body: body as SessionCreate }),
   stopSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/stop', { path: { session_id: id } }),
   /** Move the time limit `hours` later (up to the owner's maximum). */
