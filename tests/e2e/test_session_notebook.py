@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from servers import ServedProcess, cli, make_token, serve_process
+from unix import short_name, unix_account
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -76,12 +79,24 @@ def _wait(what: str, probe: Callable[[], object], srv: ServedProcess, timeout: f
 
 
 @pytest.fixture
-def fleet(dashboard_built: Path, tmp_path: Path) -> Iterator[tuple[ServedProcess, dict[str, str], dict[str, str]]]:
-    data_dir = tmp_path / "notebook-data"
+def fleet(dashboard_built: Path) -> Iterator[tuple[ServedProcess, dict[str, str], dict[str, str]]]:
+    """The server, and tokens of two members who each have a Unix account of their name (the session runs as it)."""
+    # A data dir every account may enter: the session's process runs as its owner.
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-nb-", dir="/tmp"))
+    root.chmod(0o755)
     env = {**ONE_GPU, "GPUFLEET_SECRET_KEY": secrets.token_urlsafe(32)}
-    tokens = {name: make_token(data_dir, name, "member", **env) for name in ("nb-alice", "nb-bob")}
-    with serve_process(data_dir, **env) as srv:
-        yield srv, tokens, env
+    names = {"alice": short_name("nba"), "bob": short_name("nbb")}
+    try:
+        with unix_account(names["alice"]), unix_account(names["bob"]):
+            tokens = {}
+            for key, name in names.items():
+                tokens[key] = make_token(root / "data", name, "member", **env)
+                for permission in ("run_code", "non_preemptible"):
+                    cli(root / "data", "users", "grant", name, permission, **env)
+            with serve_process(root / "data", **env) as srv:
+                yield srv, tokens, env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _signed_in(browser, srv: ServedProcess, token: str):  # noqa: ANN001, ANN202
@@ -92,8 +107,8 @@ def _signed_in(browser, srv: ServedProcess, token: str):  # noqa: ANN001, ANN202
 
 def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browser, fleet, screenshots: Path) -> None:  # noqa: ANN001
     srv, tokens, env = fleet
-    alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['nb-alice']}"}, timeout=60)
-    as_alice = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["nb-alice"]}
+    alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
+    as_alice = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["alice"]}
     started = json.loads(cli(srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_alice))
     sid = started["id"]
     running = _wait("the session running", lambda: (s := alice.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
@@ -106,7 +121,7 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
                                                     "config": {"max_steps": 5}}).json()
     assert waiting["status"] == "queued", waiting
 
-    ctx = _signed_in(browser, srv, tokens["nb-alice"])
+    ctx = _signed_in(browser, srv, tokens["alice"])
     try:
         page = ctx.new_page()
         page.set_default_timeout(30_000)
@@ -127,7 +142,7 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     finally:
         ctx.close()
 
-    bob = _signed_in(browser, srv, tokens["nb-bob"])
+    bob = _signed_in(browser, srv, tokens["bob"])
     try:
         assert bob.new_page().goto(url).status == 403
     finally:
@@ -147,5 +162,5 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
                  in ("scheduled", "running", "succeeded") and t, srv)
     assert took["gpu_ids"] == gpu
     assert alice.get(f"/api/v1/sessions/{sid}").json()["status"] == "stopped"
-    assert httpx.get(f"{srv.url}{url}", headers={"Authorization": f"Bearer {tokens['nb-alice']}"},
+    assert httpx.get(f"{srv.url}{url}", headers={"Authorization": f"Bearer {tokens['alice']}"},
                      timeout=60).status_code == 409
