@@ -11,7 +11,10 @@ of every response, of each create until its 201 (retries included), how many cre
 after retrying, trainings created more than once, and GPUs held by two
 exclusive trainings (must be 0).
 
-Two runs, same N, same server code: the baseline with admission off
+Two runs, same N, same server code. By default (``--compare processes``) one
+API process (``gpufleet serve``), then four (``serve --workers 4``): printed is
+the time until every create was created and the ratio of the two. With
+``--compare admission``, the baseline has admission off
 (``GPUFLEET_MAX_CONCURRENT_REQUESTS`` as large as N, so every request waits for
 a database connection), then the default (a fast 429 beyond capacity).
 Needs GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (``.ci/services.sh``).
@@ -125,6 +128,14 @@ async def _read(conn: Connection, tally: Tally, deadline: float) -> None:
         await asyncio.sleep(wait + random.uniform(0, wait))
 
 
+async def _warm(base: str, token: str, n: int) -> None:
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=180,
+                                 limits=httpx.Limits(max_keepalive_connections=0)) as client:
+        for r in await asyncio.gather(*(client.post("/api/v1/trainings", json={
+                "name": f"warm-{i}", "recipe": "sae", "config": CONFIG}) for i in range(n))):
+            r.raise_for_status()
+
+
 async def _burst(port: int, token: str, n: int, reads: int, prefix: str,
                  limit_s: float) -> tuple[Tally, Tally, float]:
     creates, gets = Tally(), Tally()
@@ -149,9 +160,14 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds (user + system) a process and its descendants alive now have used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(_cpu_s(int(c)) for c in children)
 
 
 def _own_cpu_s() -> float:
@@ -159,7 +175,8 @@ def _own_cpu_s() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | None, limit_s: float) -> dict:
+def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | None, limit_s: float,
+        workers: int = 1) -> dict:
     with scratch_settings(server_url) as settings, tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
         env.update(
@@ -175,7 +192,8 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
         port = _free_port()
         log = open(Path(tmp) / "serve.log", "wb")  # noqa: SIM115
         # No worker: the trainings are scheduled onto the simulated GPUs and wait there.
-        proc = subprocess.Popen([*gpufleet, "serve", "--port", str(port), "--no-worker"], env=env,
+        proc = subprocess.Popen([*gpufleet, "serve", "--port", str(port), "--no-worker", "--workers", str(workers)],
+                                env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         base = f"http://127.0.0.1:{port}"
         try:
@@ -189,9 +207,8 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit((Path(tmp) / "serve.log").read_text())
                 time.sleep(0.3)
-            # One create first, so torch (the memory estimate) is loaded before the burst.
-            httpx.post(f"{base}/api/v1/trainings", json={"name": "warm", "recipe": "sae", "config": CONFIG},
-                       headers={"Authorization": f"Bearer {token}"}, timeout=120).raise_for_status()
+            # A few creates first, so torch (the memory estimate) is loaded in every process before the burst.
+            asyncio.run(_warm(base, token, 3 * workers))
             server_cpu0, client_cpu0 = _cpu_s(proc.pid), _own_cpu_s()
             creates, gets, wall = asyncio.run(_burst(port, token, n, reads, "burst", limit_s))
             server_cpu, client_cpu = _cpu_s(proc.pid) - server_cpu0, _own_cpu_s() - client_cpu0
@@ -245,13 +262,19 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=100, help="concurrent reads beside them")
     ap.add_argument("--limit-s", type=float, default=180,
                     help="give up on what is not answered this long after the burst began (counted as gave up)")
-    ap.add_argument("--no-baseline", action="store_true", help="skip the run with admission off")
+    ap.add_argument("--compare", choices=("processes", "admission"), default="processes",
+                    help="processes: 1 API process, then --workers; admission: admission off, then on")
+    ap.add_argument("--workers", type=int, default=4, help="API processes of the second run (--compare processes)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the first run")
     args = ap.parse_args()
     server = os.environ.get("GPUFLEET_TEST_DATABASE_URL")
     redis = os.environ.get("GPUFLEET_TEST_REDIS_URL")
     if not server or not redis:
         raise SystemExit("set GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (eval \"$(.ci/services.sh start)\")")
     print(f"{args.n} concurrent creates + {args.reads} concurrent reads, PostgreSQL, sign-in on")
+    if args.compare == "processes":
+        compare_processes(server, redis, args)
+        return
     base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads, limit_s=args.limit_s)
     new = run(server, redis, args.n, args.reads, capacity=None, limit_s=args.limit_s)
     if base:
@@ -261,6 +284,18 @@ def main() -> None:
         print(f"p99 baseline / admission: {base['p99'] / new['p99']:.1f}x; "
               f"5xx {base['creates'].codes.get('5xx', 0) + base['reads'].codes.get('5xx', 0)} -> "
               f"{new['creates'].codes.get('5xx', 0) + new['reads'].codes.get('5xx', 0)}")
+
+
+def compare_processes(server: str, redis: str, args: argparse.Namespace) -> None:
+    runs = {} if args.no_baseline else {1: run(server, redis, args.n, args.reads, None, args.limit_s, workers=1)}
+    runs[args.workers] = run(server, redis, args.n, args.reads, None, args.limit_s, workers=args.workers)
+    for workers, r in runs.items():
+        show(f"{workers} proc", r)
+    alls = {w: max(r["creates"].until_created, default=float("nan")) for w, r in runs.items()}
+    print(f"cores: {os.cpu_count()}; until all {args.n} created: "
+          + ", ".join(f"{w} process{'es' if w > 1 else ''} {t:.1f}s" for w, t in alls.items()))
+    if len(alls) == 2:
+        print(f"ratio (1 process / {args.workers} processes): {alls[1] / alls[args.workers]:.2f}x")
 
 
 if __name__ == "__main__":

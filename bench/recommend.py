@@ -1,4 +1,4 @@
-"""Recommendation latency on a simulated fleet of 128 hosts x 8 GPUs.
+"""Recommendation latency on a simulated fleet of 128 (``--hosts N``) hosts x 8 GPUs.
 
 The fleet mixes DGX-like hosts (all NVLink), NVLink-pair hosts and PCIe-only
 hosts, with a realistic load: about half the GPUs reserved exclusively by
@@ -13,7 +13,9 @@ which knows nothing of topology or sets. Also timed: the whole path from raw
 observations (``assess_gpu`` for 1024 GPUs, then ``recommend``). Goal: p99 of
 ``recommend`` under 20 ms.
 
-    .venv/bin/python bench/recommend.py [--iterations 200] [--seed 0]
+    .venv/bin/python bench/recommend.py [--hosts 128] [--iterations 200] [--seed 0]
+
+``--hosts 1280`` is 10,240 GPUs: the goal holds there too.
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ def links_for(kind: str) -> dict[tuple[int, int], LinkInfo]:
     return out
 
 
-def observations(rng: random.Random) -> tuple[list[GPUObservation], dict[str, dict]]:
+def observations(rng: random.Random, hosts: int = HOSTS) -> tuple[list[GPUObservation], dict[str, dict]]:
     obs, links = [], {}
     kinds = ["nvlink-all", "nvlink-pairs", "pcie"]
-    for h in range(HOSTS):
-        host = f"node-{h:03d}"
+    for h in range(hosts):
+        host = f"node-{h:04d}"
         kind = kinds[h % 3]
         links[host] = links_for(kind)
         total = (80 if kind != "pcie" else 48) * GiB
@@ -111,15 +113,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hosts", type=int, default=HOSTS, help="simulated hosts of 8 GPUs each")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    obs, links = observations(rng)
+    obs, links = observations(rng, args.hosts)
     fleet = build_fleet(obs, links)
     states: dict[str, int] = {}
     for h in fleet.hosts:
         for g in h.gpus:
             states[g.state] = states.get(g.state, 0) + 1
-    print(f"fleet: {HOSTS} hosts x {GPUS} GPUs; states: {dict(sorted(states.items()))}")
+    print(f"fleet: {args.hosts} hosts x {GPUS} GPUs ({args.hosts * GPUS} GPUs); states: {dict(sorted(states.items()))}")
     # Wall-clock percentiles include time the OS gave to other processes; the
     # CPU-time p99 of this thread shows the cost of the work itself.
     print(f"{'request':>12} {'recommend p50':>14} {'p99':>8} {'cpu p99':>8} {'seed p50':>9} {'p99':>8} "

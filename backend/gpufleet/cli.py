@@ -82,8 +82,12 @@ def serve(
     worker: Annotated[bool, typer.Option(help="run the embedded worker (no Redis configured)")] = True,
     check: Annotated[bool, typer.Option("--check", help="only check the settings and that the port is free")] = False,
     link: Annotated[bool, typer.Option(help="print a sign-in link for this account (as `gpufleet open` does)")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64,
+                                         help="API processes on this address (more than 1 needs PostgreSQL and "
+                                              "Redis; see docs/scaling.md)")] = 1,
 ) -> None:
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
+    from gpufleet.commands.api_processes import refusal
     from gpufleet.commands.local_access import as_checked, listen_unix, use_local_secret, warn_single_user
     from gpufleet.commands.serving import AddressInUse, listen, register_this_host
     from gpufleet.config import ConfigError, load_settings
@@ -91,6 +95,8 @@ def serve(
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     try:
         settings = load_settings(**overrides)
+        if (refused := refusal(settings, workers)) is not None:
+            fail(refused)
         from gpufleet.api.security.policy import check_serve_safety
 
         check_serve_safety(as_checked(settings))
@@ -116,19 +122,14 @@ def serve(
         fail(str(exc))
     if settings.auth == "off":
         warn_single_user(err)
-    _serve(settings, sock, unix, inventory, worker, link)
+    _serve(settings, sock, unix, inventory, worker, link, workers)
 
 
 def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, inventory: str, worker: bool,
-           link: bool) -> None:
-    import logging
-
-    import uvicorn
-
-    from gpufleet.api.app import create_app
-    from gpufleet.api.unixsocket import peer_protocols
+           link: bool, workers: int) -> None:
+    from gpufleet.commands.api_processes import run_processes
     from gpufleet.commands.local_access import sign_in_hint, sockets
-    from gpufleet.commands.serving import server, stop_worker
+    from gpufleet.commands.serving import stop_worker
 
     embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
@@ -139,6 +140,33 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
     console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
     console.print(f"database: {_safe_url(settings.effective_database_url)}")
     console.print(inventory)
+    console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
+                  f"(dashboard at /, API docs at /docs)")
+    console.print(sign_in_hint(settings, link), soft_wrap=True)
+    try:
+        if workers > 1:
+            run_processes(settings, workers, lambda _i: _uvicorn(settings, sockets(sock, unix), forked=True), console)
+        else:
+            _uvicorn(settings, sockets(sock, unix), forked=False)
+    finally:
+        if unix is not None:
+            unix.close()
+        if embedded is not None:
+            # The worker asks each training to checkpoint and requeues it as
+            # interrupted; give it the whole grace (Ctrl-C reached it already).
+            stop_worker(settings, embedded, console)
+
+
+def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool) -> None:
+    """One API process: the app with its background loops, under uvicorn, on the sockets bound already."""
+    import logging
+
+    import uvicorn
+
+    from gpufleet.api.app import create_app
+    from gpufleet.api.unixsocket import peer_protocols
+    from gpufleet.commands.serving import server
+
     config = uvicorn.Config(
         create_app(settings, background=True),
         log_level="warning",
@@ -158,20 +186,11 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
     if settings.access_log:
         # uvicorn writes request lines at INFO; the rest of its log stays at warnings.
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    # Said at once on Ctrl-C: closing connections and stopping the worker can take a while.
-    srv = server(config, on_stop=lambda: console.print("stopping: closing connections…", highlight=False))
-    console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
-                  f"(dashboard at /, API docs at /docs)")
-    console.print(sign_in_hint(settings, link), soft_wrap=True)
-    try:
-        srv.run(sockets=sockets(sock, unix))
-    finally:
-        if unix is not None:
-            unix.close()
-        if embedded is not None:
-            # The worker asks each training to checkpoint and requeues it as
-            # interrupted; give it the whole grace (Ctrl-C reached it already).
-            stop_worker(settings, embedded, console)
+    # Said at once on Ctrl-C: closing connections and stopping the worker can take a while. A forked
+    # process hears Ctrl-C twice (from the terminal and from its parent): once is a stop, not a forced one.
+    srv = server(config, on_stop=(lambda: None) if forked else
+                 (lambda: console.print("stopping: closing connections…", highlight=False)), repeat_forces=not forked)
+    srv.run(sockets=listening)
 
 
 def _version() -> str:

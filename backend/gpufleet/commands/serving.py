@@ -43,14 +43,17 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server(config: Any, on_stop: Any) -> Any:
-    """A uvicorn server that calls ``on_stop()`` when the first Ctrl-C (or SIGTERM) arrives."""
+def server(config: Any, on_stop: Any, repeat_forces: bool = True) -> Any:
+    """A uvicorn server that calls ``on_stop()`` when the first Ctrl-C (or SIGTERM) arrives; a second one
+    forces the stop unless ``repeat_forces`` is False."""
     import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             if not self.should_exit:
                 on_stop()
+            elif not repeat_forces:
+                return
             super().handle_exit(sig, frame)
             # uvicorn would raise the signal again once it has shut down, which ends in a
             # KeyboardInterrupt traceback from inside the event loop; serve stops the worker

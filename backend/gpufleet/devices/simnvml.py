@@ -34,6 +34,7 @@ import pynvml
 import gpufleet.devices.simspecs as simspecs
 import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
+from gpufleet.devices.simhealth import SimHealthMixin
 from gpufleet.devices.simmetrics import read_gpu
 
 DRIVER_VERSION = "560.35.03"
@@ -60,7 +61,7 @@ def _error_code(reason: str) -> int:
     return getattr(pynvml, "NVML_ERROR_" + reason.upper())
 
 
-class SimNVML(SimEventsMixin):
+class SimNVML(SimHealthMixin, SimEventsMixin):
     """The simulated ``pynvml`` for one fleet (spec, topology, state dir, host)."""
 
     def __init__(self, spec: str, topology: str, state_dir: Any, host_name: str = "localhost"):
@@ -332,7 +333,7 @@ class SimNVML(SimEventsMixin):
         """pynvml's array of ``c_nvmlFieldValue_t``, one per id (or ``(id, scopeId)``).
 
         Modelled: NVLink data throughput, cumulative KiB counters that grow
-        while the GPU is busy. Any other field, or NVLink on a GPU without it,
+        while the GPU is busy, and the memory temperature (°C). Any other field, or NVLink on a GPU without it,
         carries ``NVML_ERROR_NOT_SUPPORTED`` in its own ``nvmlReturn``, as NVML does.
         """
         gpu, state = self._dev(handle, "nvlink")
@@ -343,6 +344,10 @@ class SimNVML(SimEventsMixin):
             field_id, scope = field if isinstance(field, tuple) else (field, 0)
             v = values[i]
             v.fieldId, v.scopeId, v.timestamp, v.latencyUsec = field_id, scope, now_us, 0
+            if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
+                v.nvmlReturn, v.valueType = pynvml.NVML_SUCCESS, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                v.value.uiVal = self._memory_temp(handle)
+                continue
             counter = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: tx,
                        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: rx}.get(field_id)
             if counter is None or gpu.spec.nvlinks == 0:

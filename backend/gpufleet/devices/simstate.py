@@ -397,4 +397,4 @@ def set_ecc_errors(target: StateTarget, gpu_index: int, corrected: int = 0, unco
     if corrected < 0 or uncorrected < 0:
         raise ValueError("ECC error counts must be >= 0")
     with _mutate(target) as state:
-        state.ecc[gpu_index] = {"corrected": int(corrected), "uncorrected": int(uncorrected)}
+        state.ecc.setdefault(gpu_index, {}).update(corrected=int(corrected), uncorrected=int(uncorrected))

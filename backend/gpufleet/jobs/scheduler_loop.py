@@ -4,7 +4,8 @@ In a fleet several API processes may run; only the one holding a PostgreSQL
 advisory lock leads, so the queue is worked by one loop at a time (the
 reservation would stay correct without it; the lock only saves wasted work).
 A create request calls :func:`wake` so a new training does not wait for the
-next tick.
+next tick; with Redis, a wake in a process that does not lead reaches the
+leader through the event bus.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 from sqlalchemy import Connection, text
 
@@ -29,12 +31,46 @@ TICK_S = 0.5
 # "gpufleet" in ASCII: the key every gpufleet API process contends for.
 ADVISORY_KEY = 0x67707566_6C656574 & 0x7FFFFFFFFFFFFFFF
 
+WAKE_TOPIC = "scheduler.wake"
+
 _WAKE = threading.Event()
+# Set while this process's loop holds the lock; when it does not, a wake is relayed through Redis
+# by a thread of its own (_RELAY), so a request never waits on Redis.
+_LEADING = threading.Event()
+_RELAY = threading.Event()
+_RELAYING = threading.Event()
 
 
 def wake() -> None:
-    """Run a pass now instead of at the next tick (in this process's loop)."""
+    """Run a pass now instead of at the next tick: in this process's loop, or the leader's in another."""
     _WAKE.set()
+    if _RELAYING.is_set() and not _LEADING.is_set():
+        _RELAY.set()
+
+
+def _relay_wakes(settings: Settings, stop: threading.Event) -> Callable[[], None]:
+    """Hear wakes from other processes (when leading) and send this one's (when not), through Redis."""
+    if not settings.redis_url:
+        return lambda: None
+    from gpufleet.events import get_bus
+
+    bus = get_bus(settings)
+
+    def relay() -> None:
+        while not stop.is_set():
+            if _RELAY.wait(1.0):
+                _RELAY.clear()
+                bus.publish(WAKE_TOPIC, {})
+
+    threading.Thread(target=relay, name="gpufleet-wake-relay", daemon=True).start()
+    _RELAYING.set()
+    unsubscribe = bus.subscribe(WAKE_TOPIC, lambda _topic, _msg: _WAKE.set() if _LEADING.is_set() else None)
+
+    def stop_relaying() -> None:
+        _RELAYING.clear()
+        unsubscribe()
+
+    return stop_relaying
 
 
 def tick(settings: Settings) -> PassResult:
@@ -137,17 +173,23 @@ class Leader:
 def _run(settings: Settings, stop: threading.Event) -> None:
     leader = Leader(settings)
     ticks = Outage("scheduler ticks fail", trace=True)
+    unsubscribe = _relay_wakes(settings, stop)
     try:
         while not stop.is_set():
             if leader.acquire():
+                _LEADING.set()
                 try:
                     tick(settings)
                     ticks.ok("scheduler ticks work again")
                 except Exception as exc:  # noqa: BLE001 - one bad round must not end scheduling
                     ticks.failed(exc)
+            else:
+                _LEADING.clear()
             _WAKE.wait(TICK_S)
             _WAKE.clear()
     finally:
+        _LEADING.clear()
+        unsubscribe()
         leader.release()
 
 

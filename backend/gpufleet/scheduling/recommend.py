@@ -14,6 +14,7 @@ cross the inter-socket link and are taken to be on different NUMA nodes;
 from __future__ import annotations
 
 import heapq
+from functools import lru_cache
 from itertools import combinations
 from math import comb
 
@@ -61,11 +62,29 @@ def pair_class(link: LinkInfo | None) -> int:
 
 
 def _fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
-    if unsupported_backend_reason(gpu.backend, gpu.vendor) is not None:
-        return False
+    # The cheap tests first: most GPUs of a busy fleet fail on their state.
     if gpu.state == "free" or (gpu.state == "shared" and not request.exclusive):
-        return gpu.free_memory >= request.memory_bytes
+        return gpu.free_memory >= request.memory_bytes and _backend_ok(gpu.backend, gpu.vendor)
     return False
+
+
+@lru_cache(maxsize=64)
+def _backend_ok(backend: str | None, vendor: str | None) -> bool:
+    return unsupported_backend_reason(backend, vendor) is None
+
+
+def _quick_bound(group: list[GPUAvailability], request: SelectionRequest) -> float:
+    """A bound on any set's score from these GPUs that costs no link matrix: at least
+    :meth:`_HostView.bound` (the best connection's base and bonus, no penalty for broken pairs)."""
+    need, count = request.memory_bytes, request.count
+    lefts = sorted(max(g.free_memory - need, 0) / (g.memory_total or max(g.free_memory, 1)) for g in group)
+    if request.policy == "pack":
+        fit = 100.0 * (1.0 - sum(lefts[:count]) / count)
+    else:
+        fit = 100.0 * sum(lefts[-count:]) / count
+    if count == 1:
+        return _CLASS_BASE["single"] + fit
+    return max(_CLASS_BASE.values()) + 18.0 + fit
 
 
 class _HostView:
@@ -306,6 +325,7 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     # Each host's best possible score bounds what its sets can reach; hosts
     # are scored best bound first, and once the k-th best set beats a host's
     # bound, that host (and every later one) cannot change the answer.
+    # Cheap bounds first; a host's link matrices and exact bound only when it may still matter.
     views = []
     split_by_vendor = None
     for host in hosts:
@@ -315,8 +335,7 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
         for vendor in sorted({g.vendor for g in usable}):
             group = [g for g in usable if g.vendor == vendor]
             if len(group) >= request.count:
-                view = _HostView(host, group, request, measured)
-                views.append((view.bound(request.count), host.name, view))
+                views.append((_quick_bound(group, request), host.name, host, group))
             elif len(usable) >= request.count and split_by_vendor is None:
                 split_by_vendor = (host.name, [g.vendor for g in usable])
     if not views:
@@ -330,9 +349,12 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     k = request.max_candidates
     # A heap of the best k so far, worst on top: (score, reversed tie-break).
     best: list[tuple[float, _Rev, tuple[int, ...], _HostView]] = []
-    for bound, name, view in views:
-        if len(best) >= k and best[0][0] > bound:
-            break
+    for quick, name, host, group in views:
+        if len(best) >= k and best[0][0] > quick:
+            break  # sorted by this bound: no later host can place a set among the best k
+        view = _HostView(host, group, request, measured)
+        if len(best) >= k and best[0][0] > view.bound(request.count):
+            continue
         score = view.score
         for members in view.sets(request.count):
             entry = (score(members)[0], _Rev((name, members)), members, view)

@@ -14,6 +14,7 @@ dcgm-exporter's camelCase, for compatibility.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -57,6 +58,34 @@ DCGM_GAUGES: list[tuple[str, str, Callable[[GPUSample], float | None]]] = [
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "NVLink received bytes per second.", lambda s: s.nvlink_rx),
 ]
 
+DCGM_GAUGES += [
+    ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", lambda s: s.memory_temperature),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", lambda s: s.encoder_util),
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", lambda s: s.decoder_util),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", lambda s: s.last_xid),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed",
+     lambda s: None if s.row_remap_failure is None else float(s.row_remap_failure)),
+]
+# dcgm-exporter's counters keep its names (no _total suffix), so its dashboards' queries find them.
+DCGM_COUNTERS: list[tuple[str, str, Callable[[GPUSample], float | None]]] = [
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", lambda s: s.energy_mj),
+    ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "Total number of bytes transmitted through PCIe TX (in KB) via NVML.",
+     lambda s: None if s.pcie_tx is None else s.pcie_tx / 1024),
+    ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "Total number of bytes received through PCIe RX (in KB) via NVML.",
+     lambda s: None if s.pcie_rx is None else s.pcie_rx / 1024),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", lambda s: s.pcie_replays),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "Total number of NVLink bandwidth counters for all lanes",
+     lambda s: s.nvlink_total_kib),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors",
+     lambda s: s.rows_remapped_uncorrectable),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors",
+     lambda s: s.rows_remapped_correctable),
+]
+
+
+def _dcgm_counter(name: str, help_: str) -> Metric:
+    return Metric(name, help_, "counter")
+
 
 def _labels(s: GPUSample) -> list[str]:
     return [str(s.index), s.uuid or "", f"nvidia{s.index}" if (s.vendor or "nvidia") == "nvidia" else f"gpu{s.index}",
@@ -77,6 +106,13 @@ class FleetCollector:
                 v = None if s.lost else get(s)
                 if v is not None:
                     fam.add_metric(_labels(s), float(v))
+            yield fam
+        for name, help_, get in DCGM_COUNTERS:
+            fam = _dcgm_counter(name, help_)
+            for s in samples:
+                v = None if s.lost else get(s)
+                if v is not None:
+                    fam.add_sample(name, dict(zip(GPU_LABELS, _labels(s), strict=True)), float(v))
             yield fam
         yield from self._gpufleet_gpu(samples)
         yield from self._trainings()
@@ -173,4 +209,12 @@ class FleetCollector:
 def render(settings: Settings) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(settings))
-    return generate_latest(registry)
+    return _dcgm_counter_names(generate_latest(registry))
+
+
+_DCGM_COUNTER_META = re.compile(rb"^(# (?:HELP|TYPE) DCGM_FI_\w+?)_total ", re.MULTILINE)
+
+
+def _dcgm_counter_names(text: bytes) -> bytes:
+    """dcgm-exporter's counters' HELP and TYPE lines name them as it does, without prometheus_client's _total."""
+    return _DCGM_COUNTER_META.sub(rb"\1 ", text)

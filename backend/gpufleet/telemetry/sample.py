@@ -75,6 +75,18 @@ class GPUSample:
     nvlink_rx: int | None = None
     ecc_errors: int | None = None
     xid_errors: int | None = None
+    # dcgm-exporter's default counters, in its units (slow cadence but the XID).
+    last_xid: int | None = None  # the value of the newest XID since the agent started
+    memory_temperature: float | None = None
+    energy_mj: int | None = None  # since the driver loaded
+    pcie_replays: int | None = None
+    encoder_util: float | None = None
+    decoder_util: float | None = None
+    nvlink_total_kib: int | None = None  # NVLink data sent and received, every link, since the driver loaded
+    rows_remapped_correctable: int | None = None
+    rows_remapped_uncorrectable: int | None = None
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
     # The GPU stopped answering (fell off the bus); every metric is None.
     lost: bool = False
     error: str | None = None

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from gpufleet.config import Settings
 from gpufleet.devices.backend import DeviceBackend
+from gpufleet.telemetry.nvml_health import read_health
 from gpufleet.telemetry.owners import TrainingOwners, process_command, process_user
 from gpufleet.telemetry.sample import GPUProcess, GPUSample
 
@@ -103,6 +104,7 @@ class _Slow:
     nvlink_rx: int | None = None
     ecc_errors: int | None = None
     nvlink_counters: tuple[float, int, int] | None = None  # (monotonic time, tx KiB, rx KiB)
+    health: dict[str, Any] = field(default_factory=dict)  # GPUSample's dcgm-exporter fields, by name
 
 
 class NvmlSampler:
@@ -121,6 +123,7 @@ class NvmlSampler:
         self.lost: dict[int, float] = {}  # index -> monotonic time it was lost
         self.slow: dict[int, _Slow] = {}
         self.xid_counts: dict[int, int] = {}
+        self.last_xid: dict[int, int] = {}
         self._last_slow = -1e9
         self._events: Any = None
         self._handle_index: dict[Any, int] = {}
@@ -188,6 +191,7 @@ class NvmlSampler:
                 except n.NVMLError:
                     continue
             self.xid_counts[i] = self.xid_counts.get(i, 0) + 1
+            self.last_xid[i] = int(ev.eventData)
             log.warning("GPU %d reported XID %s", i, ev.eventData)
 
     def close(self) -> None:
@@ -251,6 +255,9 @@ class NvmlSampler:
         s.nvlink_tx, s.nvlink_rx = slow.nvlink_tx, slow.nvlink_rx
         s.ecc_errors = slow.ecc_errors
         s.xid_errors = self.xid_counts.get(i) if self._events is not None else None
+        s.last_xid = (self.last_xid.get(i, 0)) if self._events is not None else None
+        for name, value in slow.health.items():
+            setattr(s, name, value)
         return s
 
     def _read_slow(self, i: int, h: Any) -> None:
@@ -263,6 +270,7 @@ class NvmlSampler:
         slow.pcie_rx = None if rx is None else int(rx) * 1024
         slow.ecc_errors = g.read(i, "ecc", lambda: n.nvmlDeviceGetTotalEccErrors(
             h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC))
+        slow.health = read_health(n, g, i, h)
         vals = g.read(i, "nvlink", lambda: n.nvmlDeviceGetFieldValues(
             h, [n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, n.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]))
         if vals is not None:
@@ -279,6 +287,7 @@ class NvmlSampler:
             now = time.monotonic()
             prev = slow.nvlink_counters
             slow.nvlink_counters = (now, txk, rxk)
+            slow.health["nvlink_total_kib"] = txk + rxk
             if prev is not None and now > prev[0]:
                 dt = now - prev[0]
                 slow.nvlink_tx = int(max(0, txk - prev[1]) * 1024 / dt)
