@@ -29,22 +29,21 @@ from typing import Any
 
 import pytest
 import schemathesis
+from gpufleet.config import Settings
+from gpufleet.db.session import session_scope, upgrade_database
+from gpufleet.users.accounts import add_user
+from gpufleet.users.groups import create_group
+from gpufleet.users.tokens import create_token
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.core import NOT_SET
 from schemathesis.checks import not_a_server_error
+from schemathesis.core import NOT_SET
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
-
-from gpufleet.users.accounts import add_user
-from gpufleet.users.groups import create_group
-from gpufleet.users.tokens import create_token
-from gpufleet.config import Settings
-from gpufleet.db.session import session_scope, upgrade_database
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
@@ -60,11 +59,11 @@ SEEDED_FILE = "checkpoints/step-3/model.pt"
 def _seed_trainings(settings: Settings, owner: str) -> list[str]:
     """Trainings in several states, one with events, metrics and a log, as a run leaves them."""
     from gpufleet.db.models import TrainingMetric
+    from gpufleet.db.session import write_session
+    from gpufleet.jobs.logs import log_path
+    from gpufleet.lifecycle.transitions import record_event
     from gpufleet.trainings import service
     from gpufleet.trainings.request import TrainingCreate
-    from gpufleet.trainings.lifecycle import record_event
-    from gpufleet.jobs.logs import log_path
-    from gpufleet.db.session import write_session
 
     with write_session(settings) as sess:
         rows = service.create_trainings(sess, settings, [

@@ -107,8 +107,8 @@ def test_server_choice_uses_the_selection_logic_and_says_why(tmp_path, client_fo
 
 
 def test_queue_order_is_priority_then_age(fleet_settings, client_for):
-    from gpufleet.trainings import outcome
     from gpufleet.jobs.supervisor import _claim, _finish
+    from gpufleet.lifecycle import outcome
 
     host_id = register(fleet_settings)
     c = client_for(fleet_settings)

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from gpufleet.db.models import FINAL_STATUSES, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope
-from gpufleet.trainings import outcome
 from gpufleet.jobs.supervisor import _claim, _finish
+from gpufleet.lifecycle import outcome
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import select
 

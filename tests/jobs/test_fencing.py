@@ -13,9 +13,9 @@ import uuid
 
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope
-from gpufleet.trainings import outcome
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.supervisor import _finish
+from gpufleet.lifecycle import outcome
 from gpufleet.training.fence import write_fence
 from sqlalchemy import select
 

@@ -20,8 +20,8 @@ import pytest
 from gpufleet.db.models import FINAL_STATUSES, GPUAllocation, Training
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.supervisor import _claim, _finish
+from gpufleet.lifecycle import outcome
 from gpufleet.scheduling.scheduler import schedule_pending
-from gpufleet.trainings import outcome
 from sqlalchemy import func, select, text
 
 from .conftest import make_settings, register, unique

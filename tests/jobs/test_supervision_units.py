@@ -10,11 +10,11 @@ import pytest
 from gpufleet.db.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.trainings import outcome
 from gpufleet.jobs.logs import BoundedLog, read_log
 from gpufleet.jobs.metrics_sink import MetricsSink
-from gpufleet.trainings.progress import ProgressReader, StragglerWatch
+from gpufleet.lifecycle import outcome
 from gpufleet.training import exitcodes as ec
+from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 from sqlalchemy import select
 
 CFG = {"global_batch_size": 16, "micro_batch_size": None, "grad_accum_steps": 1}
@@ -155,7 +155,7 @@ def test_a_stop_says_whether_it_checkpointed_in_the_grace_and_where_it_resumes()
     import uuid
 
     from gpufleet.jobs import stops
-    from gpufleet.trainings import outcome
+    from gpufleet.lifecycle import outcome
 
     interrupted = outcome.Decision("queued", "interrupted; requeued to resume", retry_kind="interrupted")
     worker = stops.Stop("worker", 0.0, "")

@@ -12,8 +12,8 @@ import pytest
 from gpufleet.db.models import GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
+from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.scheduling.scheduler import schedule_pending
-from gpufleet.trainings.lifecycle import record_event, transition
 from gpufleet.trainings.request import TrainingCreate
 from gpufleet.trainings.service import create_trainings
 from sqlalchemy import select, update

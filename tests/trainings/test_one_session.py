@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import event, func, select
-from sqlalchemy.orm import Session
-
 from gpufleet.api.app import create_app
 from gpufleet.db.session import engine_for, session_scope
-from gpufleet.trainings.models import Training
+from gpufleet.lifecycle.models import Training
 from jobs.conftest import make_settings, register
+from sqlalchemy import event, func, select
+from sqlalchemy.orm import Session
 
 
 @dataclass
@@ -126,11 +125,13 @@ def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:  # noqa:
     # The service is entered from nowhere else, and nothing lower calls back up.
     into_service = [c for c in calls if c[1] == "gpufleet.trainings.service" and c[0] != route]
     assert into_service == [], into_service
-    upward = [c for c in calls if c[0].startswith(("gpufleet.scheduling.", "gpufleet.training."))
-              and c[1].startswith(("gpufleet.api.", "gpufleet.jobs.", "gpufleet.trainings.service",
-                                   "gpufleet.trainings.checks"))]
+    upward = [c for c in calls if c[0].startswith(("gpufleet.lifecycle.", "gpufleet.scheduling.", "gpufleet.training."))
+              and c[1].startswith(("gpufleet.api.", "gpufleet.jobs.", "gpufleet.trainings."))]
     assert upward == [], upward
-    # It did reach scheduling (the fleet checks and the estimate), with the config the recipe validated once.
-    assert any(c[1].startswith("gpufleet.scheduling.") for c in calls), calls
+    # It did reach scheduling (the fleet checks and the estimate), only through admission,
+    # with the config the recipe validated once.
+    into_scheduling = {c[0] for c in calls if c[1].startswith("gpufleet.scheduling.")
+                       and not c[0].startswith("gpufleet.scheduling.")}
+    assert into_scheduling and all(m.startswith("gpufleet.trainings.admission.") for m in into_scheduling), calls
     validated = [c for c in calls if c[1] == "gpufleet.training.recipes" and c[2] == "resolve_config"]
     assert [c[0] for c in validated] == ["gpufleet.trainings.service"], validated

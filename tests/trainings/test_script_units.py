@@ -7,9 +7,8 @@ import sys
 import time
 
 import pytest
-
 from gpufleet.config import load_settings
-from gpufleet.trainings import outcome
+from gpufleet.lifecycle import outcome
 from gpufleet.training import exitcodes as ec
 from gpufleet.trainings import script
 from gpufleet.trainings.script import ScriptError

@@ -134,7 +134,7 @@ def for_training(settings: Settings, training_id: uuid.UUID, run_dir: Path, chec
                  work_dir: Path | None = None) -> Isolation:
     """:func:`plan` for a training's owner, read from its row."""
     from gpufleet.db.session import session_scope
-    from gpufleet.trainings.lifecycle import get_training
+    from gpufleet.lifecycle.transitions import get_training
     from gpufleet.users.runas import for_owner
 
     with session_scope(settings) as sess:

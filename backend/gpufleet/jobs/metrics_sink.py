@@ -25,7 +25,7 @@ from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs.peak_memory import PeakMemory
-from gpufleet.trainings.lifecycle import record_event
+from gpufleet.lifecycle.transitions import record_event
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 
 log = logging.getLogger(__name__)

@@ -46,10 +46,10 @@ from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs
 from gpufleet.jobs.log_shipper import ShippedLog
 from gpufleet.jobs.logs import BoundedLog
-from gpufleet.trainings import outcome
+from gpufleet.lifecycle import outcome
+from gpufleet.lifecycle.transitions import get_training
 from gpufleet.trainings.environment import training_environment
 from gpufleet.trainings.gang_view import rank_hosts
-from gpufleet.trainings.lifecycle import get_training
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from gpufleet.trainings import outcome
+from gpufleet.lifecycle import outcome
 
 
 @dataclass

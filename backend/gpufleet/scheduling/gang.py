@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.db.models import GangMember, GangRendezvous, GPUAllocation, Host, Training
 from gpufleet.db.types import utcnow
+from gpufleet.lifecycle.transitions import transition
 from gpufleet.scheduling.inputs import host_offline
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reserve
-from gpufleet.trainings.lifecycle import transition
 
 
 @dataclass

@@ -30,7 +30,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import GPUAllocation, GPUMetricsHistory, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.trainings.lifecycle import record_event
+from gpufleet.lifecycle.transitions import record_event
 
 log = logging.getLogger(__name__)
 

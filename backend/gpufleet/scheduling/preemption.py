@@ -42,9 +42,9 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
+from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.scheduling import fairshare, quotas
 from gpufleet.scheduling.reservation import GPUState
-from gpufleet.trainings.lifecycle import record_event, transition
 
 log = logging.getLogger(__name__)
 

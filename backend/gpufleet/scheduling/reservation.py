@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
-from gpufleet.trainings.lifecycle import transition
+from gpufleet.lifecycle.transitions import transition
 
 # The reservation's transaction takes the write lock first (SQLite).
 reservation_session = write_session

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.trainings.models import GangMember
+from gpufleet.lifecycle.models import GangMember
 
 
 def host_parts(members: list[GangMember]) -> list[dict[str, Any]]:

@@ -19,11 +19,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gpufleet.lifecycle.models import Training
+from gpufleet.lifecycle.transitions import get_training, transition
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.recipes import get_recipe
-from gpufleet.trainings.checks import TrainingRequestError
-from gpufleet.trainings.lifecycle import get_training, transition
-from gpufleet.trainings.models import Training
+from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.trainings.request import TrainingCreate, TrainingResume
 
 RESUMABLE = ("succeeded", "failed", "cancelled", "reclaimed")

@@ -8,7 +8,6 @@ leaves the commit to it, so one request is one session and one transaction.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,24 +17,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host
-from gpufleet.scheduling.memory import EstimateLimitError
-from gpufleet.scheduling.plan import estimate_training, never_fit_reason
-from gpufleet.training.config import TrainConfig, TrainingConfigError
-from gpufleet.training.paths import resolve_data_path
-from gpufleet.training.recipes import get_recipe
-from gpufleet.trainings import resume, script
-from gpufleet.trainings.checks import (
-    TrainingRequestError,
-    check_gpus,
-    check_request,
-    check_world_size,
-    refuse_never_fits,
-    resolve_host,
-)
-from gpufleet.trainings.gang_request import gang_request
-from gpufleet.trainings.gang_view import add_hosts
-from gpufleet.trainings.lifecycle import get_training, record_event, record_first_event, transition
-from gpufleet.trainings.models import (
+from gpufleet.lifecycle.models import (
     FINAL_STATUSES,
     TRAINING_STATUSES,
     GPUAllocation,
@@ -43,9 +25,28 @@ from gpufleet.trainings.models import (
     TrainingEvent,
     TrainingMetric,
 )
+from gpufleet.lifecycle.transitions import (
+    get_training,
+    record_event,
+    record_first_event,
+    transition,
+)
+from gpufleet.training.config import TrainConfig, TrainingConfigError
+from gpufleet.training.paths import resolve_data_path
+from gpufleet.training.recipes import get_recipe
+from gpufleet.trainings import resume, script
+from gpufleet.trainings.admission.checks import (
+    TrainingRequestError,
+    check_gpus,
+    check_request,
+    check_world_size,
+    refuse_never_fits,
+    resolve_host,
+)
+from gpufleet.trainings.admission.estimate import check_estimate
+from gpufleet.trainings.admission.gang import gang_request
+from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
-
-log = logging.getLogger(__name__)
 
 __all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_batch", "create_trainings",
            "events", "get", "metrics", "page", "views"]
@@ -100,7 +101,7 @@ def create_trainings(
         if selection is not None:
             row.selection = dict(selection)
         if config is not None:
-            _estimate(sess, settings, row, config)
+            check_estimate(sess, settings, row, config)
         sess.add(row)
     sess.flush()
     for row in rows:
@@ -185,24 +186,6 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
         estimate=f.estimate, estimate_key=f"script:{f.code_hash}", allow_rebalance=False,
         checkpoint_every=None, max_steps=None,
     )
-
-
-def _estimate(sess: Session, settings: Settings, row: Training, config: TrainConfig) -> None:
-    """Store the memory estimate (what the scheduler reserves and checks) on the new row.
-
-    A figure the person gave is kept as what to reserve. An estimator that
-    cannot run leaves the row without one; the training still runs.
-    """
-    try:
-        estimate_training(sess, row, data_root=settings.data_root, config=config)
-    except (TrainingConfigError, EstimateLimitError) as exc:  # the recipe's own checks, or a model past the size limits
-        raise TrainingRequestError(f"config.{getattr(exc, 'field', None) or 'recipe'}", str(exc)) from None
-    except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
-        log.warning("could not estimate the memory of training %s (%s)", row.name, row.recipe, exc_info=True)
-    refused = never_fit_reason(sess, row.memory_estimate, row.requested_host)
-    if refused is not None:
-        given = row.estimate is None or row.memory_estimate != row.estimate.get("total")
-        raise TrainingRequestError("memory_mb" if given else "config", f"{row.name}: {refused}")
 
 
 def preemptible_default(settings: Settings, admin: bool) -> bool:

@@ -39,11 +39,11 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
-from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
+from gpufleet.lifecycle.models import Training
+from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.trainings import log_store, service
-from gpufleet.trainings.models import Training
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])

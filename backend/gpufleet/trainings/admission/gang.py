@@ -3,7 +3,7 @@
 ``hosts`` (a count, or the hosts' names with rank 0 on the first) and
 ``gpus_per_host`` must multiply to ``world_size``; ``spread: auto`` lets the
 scheduler pick the fewest hosts instead. Each refusal names the field and
-what to fix (:class:`~gpufleet.trainings.checks.TrainingRequestError`).
+what to fix (:class:`~gpufleet.trainings.admission.checks.TrainingRequestError`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
-from gpufleet.trainings.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.trainings.request import TrainingCreate
 
 

@@ -13,7 +13,10 @@ from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.scheduling.types import fmt_bytes
 from gpufleet.scheduling.validate import world_size_never_fits
-from gpufleet.scheduling.vendormix import script_mixed_reason, unsupported_backend_reason
+from gpufleet.scheduling.vendormix import (
+    script_mixed_reason,
+    unsupported_backend_reason,
+)
 from gpufleet.trainings.request import TrainingCreate
 
 
