@@ -34,6 +34,7 @@ from gpufleet.config_services import ServiceSettings
 
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.sessionsettings import SessionSettings
 from gpufleet.yamlsource import YamlSource
 
 DEFAULT_SECRET = "change-me"
@@ -105,7 +106,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(ServiceSettings):
+class Settings(ServiceSettings, SessionSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",
@@ -187,7 +188,6 @@ class Settings(ServiceSettings):
     advertise_address: str | None = None
     network_interface: str | None = None
     rendezvous_timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    session_relay_port: int = Field(default=0, ge=0, le=65535)  # each worker's notebook relay (api/proxy); 0: off
     max_queued_per_user: int = Field(default=500, ge=1)
 
     # Users' own code (script trainings, gpufleet.trainings).
