@@ -20,7 +20,7 @@ LAYERS = [
     {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
      "sessionsettings"},
     {"devices"},
-    {"telemetry", "training", "users"},
+    {"telemetry", "training", "users", "notify"},
     {"lifecycle"},
     {"scheduling"},
     {"trainings", "sessions"},

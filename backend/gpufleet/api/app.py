@@ -32,6 +32,7 @@ from gpufleet.api.routes import (
     system,
     training_files,
     trainings,
+    webhooks,
 )
 from gpufleet.api.proxy import SessionProxy
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
@@ -60,6 +61,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     metrics.router,
     sharing.router,
     runas.router,
+    webhooks.router,
     ws.router,
 )
 
@@ -164,7 +166,7 @@ def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> No
 
 
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """The threads `serve` runs beside the API: the agent (embedded) and the scheduler."""
+    """The threads `serve` runs beside the API: the agent (embedded), the scheduler, the webhooks' sender."""
     from gpufleet.jobs.scheduler_loop import start as start_scheduler
 
     threads = []
@@ -175,6 +177,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
 
         threads.append(start_agent(settings, stop))
     threads.append(start_scheduler(settings, stop))
+    from gpufleet.jobs.notify_loop import start as start_webhooks
+
+    threads.append(start_webhooks(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.

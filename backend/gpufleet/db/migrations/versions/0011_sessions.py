@@ -1,7 +1,7 @@
 """interactive sessions: training_sessions (a session's side of its trainings row) and session_limits
 
 Revision ID: 0011_sessions
-Revises: 0012_fleet
+Revises: 0014_webhooks
 Create Date: 2026-11-25
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 import gpufleet.db.types
 
 revision = '0011_sessions'
-down_revision = '0012_fleet'
+down_revision = '0014_webhooks'
 branch_labels = None
 depends_on = None
 
