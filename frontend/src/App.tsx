@@ -9,6 +9,8 @@ import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
 import { TrainingsPage } from './pages/trainings/TrainingsPage';
 import { NewSessionPage } from './pages/sessions/NewSessionPage';
 import { SessionsPage } from './pages/sessions/SessionsPage';
+import { SweepDetailPage } from './pages/sweeps/SweepDetailPage';
+import { SweepsPage } from './pages/sweeps/SweepsPage';
 import { UsagePage } from './pages/usage/UsagePage';
 
 function LiveBadge() {
@@ -43,6 +45,8 @@ function AppRoutes() {
       <Route path="/trainings/:id" element={<TrainingDetailPage />} />
       <Route path="/sessions" element={<SessionsPage />} />
       <Route path="/sessions/new" element={<NewSessionPage />} />
+      <Route path="/sweeps" element={<SweepsPage />} />
+      <Route path="/sweeps/:id" element={<SweepDetailPage />} />
       <Route path="/usage" element={<UsagePage />} />
       <Route
         path="*"
@@ -80,6 +84,7 @@ export function App() {
             Sessions
           </NavLink>
           <NavLink to="/sessions/new">New session</NavLink>
+          <NavLink to="/sweeps">Sweeps</NavLink>
           <NavLink to="/usage">Usage</NavLink>
         </nav>
         <LiveBadge />

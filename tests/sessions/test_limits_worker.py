@@ -21,6 +21,9 @@ from gpufleet.api.app import create_app
 from gpufleet.db.session import session_scope
 from gpufleet.devices import simstate
 from gpufleet.sessions.notebook import may_open, notebook_target
+from gpufleet.telemetry.live import read_live_samples
+from gpufleet.telemetry.prometheus import render
+from gpufleet.users.runas import for_owner
 
 from .test_worker import events, session, wait_session
 
@@ -72,6 +75,23 @@ def test_an_idle_notebook_is_warned_then_released_and_a_shell_ends_at_its_time_l
     status = f"http://127.0.0.1:{target.port}{target.base_url}api/status"
     assert httpx.get(status, headers={"Authorization": f"token {target.token}"}).status_code == 200
     assert httpx.get(status).status_code == 403
+    # Processes of the owner's account on the session's GPU are the session's, not foreign; others' stay foreign.
+    gpu = body["gpu_ids"][0]
+    with session_scope(s) as sess:
+        account = for_owner(sess, s.run_account, body["owner"]).name
+    mine = simstate.add_foreign_process(s, gpu, 2**30, user=account, name="python")
+    theirs = simstate.add_foreign_process(s, gpu, 2**30, user="someone-else", name="python")
+    procs = wait_for(lambda: len(procs := {p.pid: p for g in read_live_samples(s) if g.index == gpu
+                                           for p in g.processes if p.pid in (mine, theirs)}) == 2 and procs,
+                     60, "both processes sampled")
+    assert (procs[mine].foreign, str(procs[mine].training_id)) == (False, nb)
+    assert procs[theirs].foreign and procs[theirs].training_id is None
+    simstate.remove_foreign_process(s, mine)
+    simstate.remove_foreign_process(s, theirs)
+    # The fleet's cards name the holder's kind; Prometheus counts running notebook sessions.
+    live = c.get("/api/v1/system/metrics/live").json()
+    assert live["trainings"][nb]["kind"] == "session" and live["trainings"][nb]["owner"] == body["owner"]
+    assert 'gpufleet_sessions{mode="jupyter",state="running"} 1.0' in render(s).decode()
     # A shell session whose time limit (about 3 s) runs out ends by it, whatever its GPU does.
     r = c.post("/api/v1/sessions", json={"gpus": 1, "hours": 3 / 3600})
     assert r.status_code == 201, r.text
@@ -96,3 +116,7 @@ def test_an_idle_notebook_is_warned_then_released_and_a_shell_ends_at_its_time_l
     # Its GPU is released: the reservation ended with the session.
     assert c.get(f"/api/v1/trainings/{nb}").json()["gpus"][0]["released_at"] is not None
 
+    # Its held GPU time is in usage, as any training's.
+    usage = c.get("/api/v1/usage", params={"by": "training"}).json()
+    held = [r for r in usage["data"] if r["name"] == nb]
+    assert held and held[0]["gpu_seconds_held"] > 0, usage

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -177,20 +178,28 @@ def extend(ref: SessionArg,
     _show(s.model_dump(mode="json"), as_json)
 
 
-@session_app.command("shell")
-def shell(ref: SessionArg, server: ServerOpt = None) -> None:
-    """Open a shell in a running session here (on its host), or print the ssh command that does."""
+@session_app.command("shell", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None:
+    """Open a shell in a running session here (on its host), or print the ssh command that does.
+
+    `gpufleet session shell ID -- CMD ARGS` runs one command in it instead.
+    """
     client = connect(server)
     target = client.session_shell(resolve(client, ref))
+    argv = [a for a in ctx.args if a != "--"]
     if target.host not in _here():
-        print(target.ssh)
+        print(target.ssh + ("" if not argv else " -- " + " ".join(shlex.quote(a) for a in argv)))
         return
     env = dict(os.environ, **target.env)
-    sh = os.environ.get("SHELL") or "/bin/bash"
-    err.print(f"shell in session {target.id} on GPUs {next(iter(target.env.values()), '')}; exit to leave "
-              "(the session keeps running)", highlight=False)
+    if not argv:
+        argv = [os.environ.get("SHELL") or "/bin/bash"]
+        err.print(f"shell in session {target.id} on GPUs {next(iter(target.env.values()), '')}; exit to leave "
+                  "(the session keeps running)", highlight=False)
     sys.stdout.flush()
-    os.execvpe(sh, [sh], env)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        _fail(f"cannot run {argv[0]!r}: {exc}")
 
 
 def _here() -> set[str]:

@@ -32,6 +32,10 @@ export type TrainingFile = S['TrainingFilePublic'];
 export type Session = S['SessionPublic'];
 export type SessionCreate = S['SessionCreate'];
 export type SessionList = S['SessionList'];
+export type Sweep = S['SweepPublic'];
+export type SweepDetail = S['SweepDetail'];
+export type SweepTrial = S['SweepTrialPublic'];
+export type SweepCurves = S['SweepCurvesPublic'];
 
 export type Recipe = S['RecipePublic'];
 
