@@ -10,7 +10,9 @@ same data.
     .venv/bin/python bench/dashboard_charts.py [--ticks 60] [--gpus 64]
 
 Needs /usr/bin/chromium, the playwright Python package and frontend/node_modules
-(npm ci in frontend/). Prints per-tick mean and p95 for each library and the ratio.
+(npm ci in frontend/), plus Chart.js, which the dashboard itself does not depend on:
+`npm install --no-save chart.js@4` in frontend/. Prints per-tick mean and p95 for each
+library and the ratio.
 """
 
 from __future__ import annotations
@@ -98,9 +100,11 @@ def main() -> None:
     args = ap.parse_args()
     uplot_js = MODULES / "uplot" / "dist" / "uPlot.iife.min.js"
     chart_js = MODULES / "chart.js" / "dist" / "chart.umd.min.js"
-    for f in (uplot_js, chart_js):
-        if not f.is_file():
-            raise SystemExit(f"{f} is missing: run `npm ci` in frontend/")
+    if not uplot_js.is_file():
+        raise SystemExit(f"{uplot_js} is missing: run `npm ci` in frontend/")
+    if not chart_js.is_file():
+        raise SystemExit(f"{chart_js} is missing: the baseline is not a dashboard dependency; "
+                         "run `npm install --no-save chart.js@4` in frontend/")
     results = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS)

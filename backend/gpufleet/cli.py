@@ -28,6 +28,7 @@ from gpufleet.commands import (
     training_files,
     trainings,
     users,
+    webhooks,
     worker,
 )
 from gpufleet.commands.tables import make_console
@@ -57,7 +58,7 @@ err = make_console(stderr=True)
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
 COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, worker, recommend, top, users, sharing, signin,
-                  doctor)
+                  webhooks, doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

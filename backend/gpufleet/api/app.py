@@ -31,6 +31,7 @@ from gpufleet.api.routes import (
     system,
     training_files,
     trainings,
+    webhooks,
 )
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
@@ -57,6 +58,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     metrics.router,
     sharing.router,
     runas.router,
+    webhooks.router,
     ws.router,
 )
 
@@ -159,7 +161,7 @@ def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> No
 
 
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """The threads `serve` runs beside the API: the agent (embedded) and the scheduler."""
+    """The threads `serve` runs beside the API: the agent (embedded), the scheduler, the webhooks' sender."""
     from gpufleet.jobs.scheduler_loop import start as start_scheduler
 
     threads = []
@@ -170,6 +172,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
 
         threads.append(start_agent(settings, stop))
     threads.append(start_scheduler(settings, stop))
+    from gpufleet.jobs.notify_loop import start as start_webhooks
+
+    threads.append(start_webhooks(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.

@@ -1,9 +1,8 @@
 """``gpufleet.client.Client``: submit and watch trainings, and read the fleet, from Python.
 
-One synchronous ``httpx.Client`` per ``Client``; requests and answers are the
-API's own pydantic schemas (``gpufleet.api.schemas`` and the routes' models),
-so a field the server adds is a field the client has. The command line uses
-this client for every server command.
+One synchronous ``httpx.Client`` per ``Client``; requests and answers are the API's own
+pydantic schemas (``gpufleet.api.schemas``, the routes' models), so a field the server
+adds is a field the client has. The command line uses it for every server command.
 
     from gpufleet.client import Client
 
@@ -44,6 +43,7 @@ from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sharing import SharingCalls, checked
+from gpufleet.client.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas.auth import WhoAmI
@@ -84,7 +84,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SharingCalls):
+class Client(LogCalls, SharingCalls, WebhookCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and

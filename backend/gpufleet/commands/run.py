@@ -129,36 +129,12 @@ def run(
                        "and these arguments")] = None,
     server: ServerOpt = None,
 ) -> None:
-    from gpufleet.trainings.archive import PackTooLarge, pack
-
-    root = directory.resolve()
-    if not root.is_dir():
-        _fail(f"--dir {directory} is not a directory")
-    try:
-        data = pack(root, max_bytes=max_mb * 2**20)
-    except PackTooLarge as exc:
-        _fail(str(exc))
-    req_file = find_requirements(root, requirements, no_env)
-    if req_file and not _packed(data, req_file):
-        _fail(f"{req_file} is ignored by .gitignore or .gpufleetignore, so it would not be uploaded; "
-              "stop ignoring it, or pass --no-env")
+    data, req_file = _pack_code(directory, max_mb, requirements, no_env)
     body: dict[str, Any] = {
         "name": name or f"{Path(command[1] if len(command) > 1 else command[0]).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
         "kind": "script", "argv": list(command), "max_restarts": max_restarts,
     }
-    if gpu_ids:
-        try:
-            body["gpu_ids"] = [int(x) for x in gpu_ids.split(",") if x.strip()]
-        except ValueError:
-            _fail(f"--gpu-ids {gpu_ids!r}: write GPU indexes like 0,1")
-        if gpus is not None and gpus != len(body["gpu_ids"]):
-            _fail(f"--gpus {gpus} does not match --gpu-ids {gpu_ids}")
-    else:
-        body["world_size"] = gpus or 1
-    if host:
-        body["host"] = host
-    if memory:
-        body["memory"] = memory
+    body.update(_placement(gpus, gpu_ids, host, memory))
     if env:
         body["env"] = _parse_env(env)
     if python:
@@ -181,3 +157,40 @@ def run(
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)
     if follow:
         raise typer.Exit(follow_training(c, t["id"]))
+
+
+def _pack_code(directory: Path, max_mb: int, requirements: Path | None, no_env: bool) -> tuple[bytes, str | None]:
+    """The archive to upload, and the requirements file in it the environment is built from."""
+    from gpufleet.trainings.archive import PackTooLarge, pack
+
+    root = directory.resolve()
+    if not root.is_dir():
+        _fail(f"--dir {directory} is not a directory")
+    try:
+        data = pack(root, max_bytes=max_mb * 2**20)
+    except PackTooLarge as exc:
+        _fail(str(exc))
+    req_file = find_requirements(root, requirements, no_env)
+    if req_file and not _packed(data, req_file):
+        _fail(f"{req_file} is ignored by .gitignore or .gpufleetignore, so it would not be uploaded; "
+              "stop ignoring it, or pass --no-env")
+    return data, req_file
+
+
+def _placement(gpus: int | None, gpu_ids: str | None, host: str | None, memory: str | None) -> dict[str, Any]:
+    """Where the ranks go: a count or named GPUs, a host, the memory one rank needs."""
+    body: dict[str, Any] = {}
+    if gpu_ids:
+        try:
+            body["gpu_ids"] = [int(x) for x in gpu_ids.split(",") if x.strip()]
+        except ValueError:
+            _fail(f"--gpu-ids {gpu_ids!r}: write GPU indexes like 0,1")
+        if gpus is not None and gpus != len(body["gpu_ids"]):
+            _fail(f"--gpus {gpus} does not match --gpu-ids {gpu_ids}")
+    else:
+        body["world_size"] = gpus or 1
+    if host:
+        body["host"] = host
+    if memory:
+        body["memory"] = memory
+    return body

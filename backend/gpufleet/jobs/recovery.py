@@ -28,7 +28,7 @@ from gpufleet.lifecycle.transitions import transition
 log = logging.getLogger(__name__)
 
 # Past the end of a lease before it counts as lost: its own worker has killed
-# the attempt a margin before the end (jobs/supervisor.py FENCE_MARGIN_S), and
+# the attempt a margin before the end (jobs/watch.py FENCE_MARGIN_S), and
 # this covers clocks of two hosts that differ a little.
 LEASE_GRACE_S = 1.0
 

@@ -144,10 +144,71 @@ def estimate_memory_requirement(
     ``context_bytes``: the context measured on the hosts that will run it.
     """
     plan = plan_trace(recipe, config, world_size, data_root)
-    cfg, micro, strategy, key = plan.config, plan.micro, plan.strategy, plan.key
     trace = trace_for(plan, data_root)
-    check_dataset_size(trace.dataset_size, micro, plan.accum, world_size)
+    check_dataset_size(trace.dataset_size, plan.micro, plan.accum, world_size)
+    parts = _rank_parts(trace, plan.strategy, world_size)
+    context = context_bytes if context_bytes is not None and backend != "cpu" else CONTEXT_BYTES.get(backend, 0)
+    overhead = context + WORKSPACE_BYTES.get(backend, 0)
+    cache = max(0, trace.reserved - trace.peak) if backend != "cpu" else 0
+    # What the caching allocator will reserve; the context comes on top.
+    allocator = parts.held + cache + overhead - context
+    runs, ratio = 0, 1.0
+    if calibration is not None and calibration.runs > 0 and calibration.ratio > 0:
+        runs, ratio = calibration.runs, calibration.ratio
+    method = (
+        "traced one AdamW step of the recipe's model under fake tensors "
+        f"(micro-batch {plan.micro}, {plan.config.precision}, peak in the {parts.peak_phase})"
+    )
+    method += "".join(f"; {note}" for note in parts.notes)
+    if runs:
+        method += f"; corrected by {ratio:.2f}x from {runs} measured run(s)"
+    return MemoryEstimate(
+        total=int(allocator * ratio) + context if runs else allocator + context,
+        parameters=parts.parameters,
+        gradients=parts.gradients,
+        optimizer_states=parts.states,
+        activations=parts.activations,
+        temporaries=parts.temporaries,
+        ddp_buckets=parts.ddp_buckets,
+        framework_overhead=overhead,
+        method=method,
+        key=plan.key,
+        recipe=recipe,
+        strategy=plan.strategy,
+        precision=plan.config.precision,
+        world_size=world_size,
+        backend=backend,
+        micro_batch_size=plan.micro,
+        parameter_count=trace.parameter_count,
+        peak_phase=parts.peak_phase,
+        uncalibrated_total=allocator + context,
+        calibrated_from=runs,
+        calibration_ratio=ratio,
+        context_bytes=context,
+        allocator_cache=cache,
+    )
 
+
+@dataclass
+class _RankParts:
+    """What one rank holds at its peak, by kind, once the strategy has shared it out."""
+
+    peak_phase: str
+    parameters: int
+    gradients: int
+    states: int
+    activations: int
+    temporaries: int
+    ddp_buckets: int
+    notes: list[str]
+
+    @property
+    def held(self) -> int:
+        return (self.parameters + self.gradients + self.states + self.activations + self.temporaries
+                + self.ddp_buckets)
+
+
+def _rank_parts(trace: Any, strategy: str, world_size: int) -> _RankParts:
     ddp = strategy == "ddp"
 
     def held(ph: Any) -> int:
@@ -157,69 +218,22 @@ def estimate_memory_requirement(
 
     fb, st = trace.forward_backward, trace.optimizer_step
     phase = fb if held(fb) >= held(st) else st
-    peak_phase = "forward/backward" if phase is fb else "optimizer step"
-    parameters = phase.parameters + phase.buffers
-    gradients = 0 if ddp else phase.gradients
-    states = phase.optimizer_states
-    if phase is fb:
-        activations, temporaries = phase.other + phase.batch, 0
-    else:
-        activations, temporaries = phase.batch, phase.other
-
-    ddp_buckets = trace.gradient_bytes if ddp else 0
-    notes = []
+    parts = _RankParts(
+        peak_phase="forward/backward" if phase is fb else "optimizer step",
+        parameters=phase.parameters + phase.buffers,
+        gradients=0 if ddp else phase.gradients,
+        states=phase.optimizer_states,
+        activations=phase.other + phase.batch if phase is fb else phase.batch,
+        temporaries=0 if phase is fb else phase.other,
+        ddp_buckets=trace.gradient_bytes if ddp else 0,
+        notes=[],
+    )
     if ddp:
-        notes.append("DDP buckets hold the gradients (gradient_as_bucket_view) for the whole run")
+        parts.notes.append("DDP buckets hold the gradients (gradient_as_bucket_view) for the whole run")
     elif strategy == "fsdp":
         # Sharded state, plus the full parameters of the unit being run.
-        full = parameters
-        parameters = -(-parameters // world_size) + full
-        gradients = -(-gradients // world_size)
-        states = -(-states // world_size)
-        notes.append("FSDP: 1/world of parameters, gradients and optimizer states, plus one full all-gather")
-    context = context_bytes if context_bytes is not None and backend != "cpu" else CONTEXT_BYTES.get(backend, 0)
-    overhead = context + WORKSPACE_BYTES.get(backend, 0)
-    cache = max(0, trace.reserved - trace.peak) if backend != "cpu" else 0
-
-    # What the caching allocator will reserve; the context comes on top.
-    allocator = (parameters + gradients + states + activations + temporaries + ddp_buckets + cache
-                 + overhead - context)
-    uncalibrated = allocator + context
-    total = uncalibrated
-    runs, ratio = 0, 1.0
-    if calibration is not None and calibration.runs > 0 and calibration.ratio > 0:
-        runs, ratio = calibration.runs, calibration.ratio
-        total = int(allocator * ratio) + context
-    method = (
-        "traced one AdamW step of the recipe's model under fake tensors "
-        f"(micro-batch {micro}, {cfg.precision}, peak in the {peak_phase})"
-    )
-    if notes:
-        method += "; " + "; ".join(notes)
-    if runs:
-        method += f"; corrected by {ratio:.2f}x from {runs} measured run(s)"
-    return MemoryEstimate(
-        total=total,
-        parameters=parameters,
-        gradients=gradients,
-        optimizer_states=states,
-        activations=activations,
-        temporaries=temporaries,
-        ddp_buckets=ddp_buckets,
-        framework_overhead=overhead,
-        method=method,
-        key=key,
-        recipe=recipe,
-        strategy=strategy,
-        precision=cfg.precision,
-        world_size=world_size,
-        backend=backend,
-        micro_batch_size=micro,
-        parameter_count=trace.parameter_count,
-        peak_phase=peak_phase,
-        uncalibrated_total=uncalibrated,
-        calibrated_from=runs,
-        calibration_ratio=ratio,
-        context_bytes=context,
-        allocator_cache=cache,
-    )
+        parts.parameters = -(-parts.parameters // world_size) + parts.parameters
+        parts.gradients = -(-parts.gradients // world_size)
+        parts.states = -(-parts.states // world_size)
+        parts.notes.append("FSDP: 1/world of parameters, gradients and optimizer states, plus one full all-gather")
+    return parts

@@ -31,6 +31,7 @@ from gpufleet.scheduling.types import (
     Reservation,
 )
 from gpufleet.telemetry.inventory import HEARTBEAT_S
+from gpufleet.telemetry.sample import GPUSample
 
 _OFFLINE = {"offline", "lost", "down"}
 
@@ -111,7 +112,23 @@ def gather_observations(
     if host is not None:
         q = q.where(Host.name == host)
     gpu_rows = sess.execute(q).all()
+    links = _links(sess, host)
+    reservations = _reservations(sess)
+    live = {s.key: s for s in read_live_samples(settings)}
+    recent = _recent_utilization(sess, settings, policy.sustained_samples)
+    now = utcnow()
+    stale = timedelta(seconds=_stale_after_s(settings))
+    out = [
+        _observation(gpu, hname, live.get((hname, gpu.index)), tuple(reservations.get(gpu.id, ())),
+                     tuple(recent.get((gpu.host_id, gpu.index), ())),
+                     # A host whose agent stopped beating has no worker either.
+                     offline=(hstatus or "").lower() in _OFFLINE or (beat is not None and now - beat > stale))
+        for gpu, hname, hstatus, beat in gpu_rows
+    ]
+    return out, links
 
+
+def _links(sess: Session, host: str | None) -> dict[str, dict[tuple[int, int], LinkInfo]]:
     lq = select(GPULink, Host.name).join(Host, GPULink.host_id == Host.id)
     if host is not None:
         lq = lq.where(Host.name == host)
@@ -119,7 +136,11 @@ def gather_observations(
     for link, hname in sess.execute(lq):
         a, b = sorted((link.gpu_a, link.gpu_b))
         links.setdefault(hname, {})[(a, b)] = LinkInfo(link.nvlink_count, link.pcie_level, link.peer_access)
+    return links
 
+
+def _reservations(sess: Session) -> dict[object, list[Reservation]]:
+    """Each GPU's held reservations, by its row id."""
     reservations: dict[object, list[Reservation]] = {}
     aq = (
         select(GPUAllocation, Training.name, Training.owner)
@@ -136,56 +157,49 @@ def gather_observations(
                 owner=owner,
             )
         )
+    return reservations
 
-    live = {s.key: s for s in read_live_samples(settings)}
-    recent = _recent_utilization(sess, settings, policy.sustained_samples)
 
-    now = utcnow()
-    stale = timedelta(seconds=_stale_after_s(settings))
-    out: list[GPUObservation] = []
-    for gpu, hname, hstatus, beat in gpu_rows:
-        s = live.get((hname, gpu.index))
-        processes: tuple[ProcessInfo, ...] = ()
-        ecc = xid = 0
-        if s is not None:
-            processes = tuple(
-                ProcessInfo(
-                    pid=p.pid,
-                    used_memory=p.used_memory,
-                    user=p.user,
-                    command=p.command,
-                    training_id=str(p.training_id) if p.training_id else None,
-                    foreign=p.foreign,
-                )
-                for p in s.processes
+def _observation(gpu: GPU, hname: str, s: GPUSample | None, reservations: tuple[Reservation, ...],
+                 recent: tuple[float, ...], *, offline: bool) -> GPUObservation:
+    """One GPU's row and its latest live sample (``s``, None when there is none)."""
+    processes: tuple[ProcessInfo, ...] = ()
+    ecc = xid = 0
+    if s is not None:
+        processes = tuple(
+            ProcessInfo(
+                pid=p.pid,
+                used_memory=p.used_memory,
+                user=p.user,
+                command=p.command,
+                training_id=str(p.training_id) if p.training_id else None,
+                foreign=p.foreign,
             )
-            ecc, xid = _new_errors(hname, gpu.uuid or str(gpu.index), s.ecc_errors, s.xid_errors)
-        out.append(
-            GPUObservation(
-                host=hname,
-                index=gpu.index,
-                vendor=gpu.vendor,
-                backend=gpu.backend or "",
-                name=gpu.name,
-                memory_total=gpu.memory_total if gpu.memory_total is not None else (s.memory_total if s else None),
-                memory_free=s.memory_free if s is not None else None,
-                utilization=s.utilization if s is not None else None,
-                recent_utilization=tuple(recent.get((gpu.host_id, gpu.index), ())),
-                processes=processes,
-                reservations=tuple(reservations.get(gpu.id, ())),
-                compute_capability=gpu.compute_capability,
-                drained=gpu.drained or not gpu.enabled,
-                drain_reason=gpu.drain_reason if gpu.drained else ("disabled" if not gpu.enabled else None),
-                status=gpu.status,
-                status_reason=gpu.status_reason,
-                lost=bool(s is not None and s.lost),
-                new_ecc_errors=ecc,
-                new_xid_errors=xid,
-                # A host whose agent stopped beating has no worker either.
-                host_offline=(hstatus or "").lower() in _OFFLINE or (beat is not None and now - beat > stale),
-            )
+            for p in s.processes
         )
-    return out, links
+        ecc, xid = _new_errors(hname, gpu.uuid or str(gpu.index), s.ecc_errors, s.xid_errors)
+    return GPUObservation(
+        host=hname,
+        index=gpu.index,
+        vendor=gpu.vendor,
+        backend=gpu.backend or "",
+        name=gpu.name,
+        memory_total=gpu.memory_total if gpu.memory_total is not None else (s.memory_total if s else None),
+        memory_free=s.memory_free if s is not None else None,
+        utilization=s.utilization if s is not None else None,
+        recent_utilization=recent,
+        processes=processes,
+        reservations=reservations,
+        compute_capability=gpu.compute_capability,
+        drained=gpu.drained or not gpu.enabled,
+        drain_reason=gpu.drain_reason if gpu.drained else ("disabled" if not gpu.enabled else None),
+        status=gpu.status,
+        status_reason=gpu.status_reason,
+        lost=bool(s is not None and s.lost),
+        new_ecc_errors=ecc,
+        new_xid_errors=xid,
+        host_offline=offline,
+    )
 
 
 def availability_by_gpu(

@@ -19,6 +19,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -267,55 +268,18 @@ def trace_step(
         with tracker:
             model, dataset, loss_fn = build()
             dataset_size = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
-            model.train()
-            params = [p for p in model.parameters() if p.requires_grad]
-            tracker.tag(model.parameters(), "parameters")
-            tracker.tag(model.buffers(), "buffers")
-            for p in params:
-                p.register_post_accumulate_grad_hook(lambda q: tracker.tag([q.grad], "gradients"))
-            if batch is None:
-                batch = _example_batch(dataset, micro_batch)
-            tracker.tag(tree_flatten(batch)[0], "batch")
-            # What else exists now is the dataset and leftovers of building:
-            # host memory in a real run (only the batch goes to the device).
-            tracker.retag("other", "host")
+            params, batch = _tag_model_and_batch(tracker, model, dataset, micro_batch, batch)
             tracker.start_reserved()
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
-            amp = autocast_dtype(precision)
-            post_step = getattr(model, "post_step", None)
-            peaks: dict[str, PhasePeak] = {}
-            forward_saved = 0
-            for step in range(2):
-                tracker.reset_peak()
-                for micro in range(max(1, min(accum_steps, 2))):
-                    if amp is not None:
-                        with torch.autocast("cpu", dtype=amp):
-                            out = loss_fn(model, batch)
-                    else:
-                        out = loss_fn(model, batch)
-                    if step == 1 and micro == 0:
-                        forward_saved = tracker.by_category.get("other", 0)
-                    out["loss"].backward()
-                    del out
-                if grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
-                fb = PhasePeak.of(tracker)
-                tracker.reset_peak()
-                opt.step()
-                st = PhasePeak.of(tracker)
-                states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-                # Without capturable/fused, AdamW keeps its step counters on the host.
-                tracker.tag([v for v in states if v.dim() == 0], "host")
-                tracker.tag([v for v in states if v.dim() > 0], "optimizer_states")
-                if callable(post_step):
-                    post_step()
-                opt.zero_grad(set_to_none=True)
-                if step == 1:
-                    peaks = {"fb": fb, "step": st}
+            step = partial(_traced_step, tracker, model, params, opt, loss_fn, batch,
+                           amp=autocast_dtype(precision), micro_batches=max(1, min(accum_steps, 2)),
+                           grad_clip=grad_clip)
+            step()  # creates the optimizer states
+            fb, st, forward_saved = step()  # the steady state, measured
             param_list = list(model.parameters())
             return StepTrace(
-                forward_backward=peaks["fb"],
-                optimizer_step=peaks["step"],
+                forward_backward=fb,
+                optimizer_step=st,
                 parameter_bytes=sum(_round(p.numel() * p.element_size()) for p in param_list),
                 gradient_bytes=sum(_round(p.numel() * p.element_size()) for p in params),
                 parameter_count=sum(p.numel() for p in param_list),
@@ -327,3 +291,56 @@ def trace_step(
     finally:
         if fake_mode is not None:
             fake_mode.__exit__(None, None, None)
+
+
+def _tag_model_and_batch(tracker: MemoryTracker, model: torch.nn.Module, dataset: Any, micro_batch: int,
+                         batch: Any) -> tuple[list[torch.nn.Parameter], Any]:
+    """Tag what the model and one micro-batch hold; the trained parameters and the batch."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    tracker.tag(model.parameters(), "parameters")
+    tracker.tag(model.buffers(), "buffers")
+    for p in params:
+        p.register_post_accumulate_grad_hook(lambda q: tracker.tag([q.grad], "gradients"))
+    if batch is None:
+        batch = _example_batch(dataset, micro_batch)
+    tracker.tag(tree_flatten(batch)[0], "batch")
+    # What else exists now is the dataset and leftovers of building:
+    # host memory in a real run (only the batch goes to the device).
+    tracker.retag("other", "host")
+    return params, batch
+
+
+def _traced_step(tracker: MemoryTracker, model: torch.nn.Module, params: list[torch.nn.Parameter],
+                 opt: torch.optim.Optimizer, loss_fn: Callable[..., dict[str, Any]], batch: Any, *,
+                 amp: torch.dtype | None, micro_batches: int,
+                 grad_clip: float | None) -> tuple[PhasePeak, PhasePeak, int]:
+    """One optimizer step: the forward/backward peak, the optimizer step's peak, and the
+    forward's saved activations (what ``other`` holds before the first backward)."""
+    tracker.reset_peak()
+    forward_saved = 0
+    for micro in range(micro_batches):
+        if amp is not None:
+            with torch.autocast("cpu", dtype=amp):
+                out = loss_fn(model, batch)
+        else:
+            out = loss_fn(model, batch)
+        if micro == 0:
+            forward_saved = tracker.by_category.get("other", 0)
+        out["loss"].backward()
+        del out
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
+    fb = PhasePeak.of(tracker)
+    tracker.reset_peak()
+    opt.step()
+    st = PhasePeak.of(tracker)
+    states = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    # Without capturable/fused, AdamW keeps its step counters on the host.
+    tracker.tag([v for v in states if v.dim() == 0], "host")
+    tracker.tag([v for v in states if v.dim() > 0], "optimizer_states")
+    post_step = getattr(model, "post_step", None)
+    if callable(post_step):
+        post_step()
+    opt.zero_grad(set_to_none=True)
+    return fb, st, forward_saved

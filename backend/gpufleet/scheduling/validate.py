@@ -15,6 +15,7 @@ from gpufleet.scheduling.recommend import pair_class
 from gpufleet.scheduling.types import (
     FleetState,
     GPUAvailability,
+    HostState,
     fmt_bytes,
 )
 from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
@@ -72,97 +73,20 @@ def validate_selection(
     one job are a problem (NCCL, RCCL and oneCCL do not talk to each other);
     pairs without peer access or without NVLink are warnings.
     """
-    problems: list[Problem] = []
-    warnings: list[Problem] = []
     indexes = tuple(gpu_indexes)
-
-    if host is None:
-        if len(fleet.hosts) == 1:
-            host = fleet.hosts[0].name
-        else:
-            names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
-            problems.append(Problem("unknown-host", f"name the host: the fleet has several ({names})"))
-            return Validation(False, None, indexes, tuple(problems))
-    hstate = fleet.host(host)
-    if hstate is None:
-        names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
-        problems.append(Problem("unknown-host", f"host {host!r} is not in the fleet; known hosts: {names}"))
-        return Validation(False, host, indexes, tuple(problems))
+    host, hstate, refusal = _find_host(fleet, host)
+    if refusal is not None:
+        return Validation(False, host, indexes, (refusal,))
     if not indexes:
-        problems.append(Problem("unknown-gpu", "no GPU given; name at least one GPU index"))
-        return Validation(False, host, indexes, tuple(problems))
-
-    by_index = {g.index: g for g in hstate.gpus}
-    for idx, n in sorted(Counter(indexes).items()):
-        if n > 1:
-            problems.append(Problem("duplicate", f"GPU {idx} is listed {n} times; a GPU runs one rank", idx))
-
-    chosen: list[GPUAvailability] = []
-    for idx in dict.fromkeys(indexes):
-        gpu = by_index.get(idx)
-        if gpu is None:
-            problems.append(
-                Problem(
-                    "unknown-gpu",
-                    f"GPU {idx} does not exist on host {host}; it has GPUs {_ranges(list(by_index))}",
-                    idx,
-                )
-            )
-            continue
-        chosen.append(gpu)
-        why = unsupported_backend_reason(gpu.backend, gpu.vendor)
-        if why is not None:
-            problems.append(Problem("unsupported-backend", f"GPU {idx} cannot hold a rank: {why}", idx))
-            continue
-        if gpu.state in ("busy", "foreign-busy", "drained", "unhealthy"):
-            problems.append(Problem(gpu.state, f"GPU {idx} is {gpu.state}: {gpu.reason}", idx))
-            continue
-        if gpu.state == "shared" and exclusive:
-            problems.append(
-                Problem("shared", f"GPU {idx} is shared ({gpu.reason}); an exclusive training needs it alone", idx)
-            )
-        if memory_bytes and gpu.free_memory < memory_bytes:
-            problems.append(
-                Problem(
-                    "short-of-memory",
-                    f"GPU {idx} has {fmt_bytes(gpu.free_memory)} free, "
-                    f"{fmt_bytes(memory_bytes - gpu.free_memory)} short of the {fmt_bytes(memory_bytes)} needed",
-                    idx,
-                )
-            )
-
-    mixed = mixed_vendor_message([g.vendor for g in chosen], [g.name for g in chosen])
-    if mixed is not None:
-        # Usable (training/parallel.py), at a cost the warning names with the mode gpufleet would use.
-        warnings.append(Problem("mixed-vendors", mixed))
-    for a, b in combinations(chosen, 2):
-        link = hstate.link(a.index, b.index)
-        if link is None or not link.peer_access:
-            warnings.append(
-                Problem(
-                    "no-peer-access",
-                    f"GPUs {a.index} and {b.index} have no peer access: gradients go through host memory",
-                )
-            )
-        elif pair_class(link) >= 2:
-            warnings.append(
-                Problem(
-                    "slow-link",
-                    f"GPUs {a.index} and {b.index} connect only through the "
-                    f"{'CPU host bridge' if pair_class(link) == 2 else 'inter-socket link'} ({link.pcie_level})",
-                )
-            )
+        return Validation(False, host, indexes,
+                          (Problem("unknown-gpu", "no GPU given; name at least one GPU index"),))
+    problems = _duplicates(indexes)
+    chosen = _chosen_gpus(hstate, host, indexes, memory_bytes, exclusive, problems)
+    warnings = _vendor_warnings(chosen) + _link_warnings(hstate, chosen)
     weights: tuple[float, ...] = ()
     if len({g.name for g in chosen}) > 1:
         weights = selection_weights(chosen, fleet.measured_speed)
-        warnings.append(
-            Problem(
-                "mixed-models",
-                "mixed GPU models; with equal micro-batches the slowest sets the pace, parallel_mode "
-                "proportional gives each GPU a share by its speed. Relative speed: "
-                + ", ".join(f"GPU {g.index} {w:.2f}" for g, w in zip(chosen, weights)),
-            )
-        )
+        warnings.append(_mixed_models(chosen, weights))
     return Validation(
         ok=not problems,
         host=host,
@@ -171,6 +95,94 @@ def validate_selection(
         warnings=tuple(warnings),
         weights=weights,
         gpus=tuple(chosen),
+    )
+
+
+def _find_host(fleet: FleetState, host: str | None) -> tuple[str | None, HostState | None, Problem | None]:
+    """The host a selection is on (the only one when none is named), or the problem naming it."""
+    names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
+    if host is None:
+        if len(fleet.hosts) != 1:
+            return None, None, Problem("unknown-host", f"name the host: the fleet has several ({names})")
+        host = fleet.hosts[0].name
+    hstate = fleet.host(host)
+    if hstate is None:
+        return host, None, Problem("unknown-host", f"host {host!r} is not in the fleet; known hosts: {names}")
+    return host, hstate, None
+
+
+def _duplicates(indexes: Sequence[int]) -> list[Problem]:
+    return [Problem("duplicate", f"GPU {idx} is listed {n} times; a GPU runs one rank", idx)
+            for idx, n in sorted(Counter(indexes).items()) if n > 1]
+
+
+def _chosen_gpus(hstate: HostState, host: str, indexes: Sequence[int], memory_bytes: int, exclusive: bool,
+                 problems: list[Problem]) -> list[GPUAvailability]:
+    """The named GPUs that exist, in the order named; what is wrong with each goes to ``problems``."""
+    by_index = {g.index: g for g in hstate.gpus}
+    chosen: list[GPUAvailability] = []
+    for idx in dict.fromkeys(indexes):
+        gpu = by_index.get(idx)
+        if gpu is None:
+            problems.append(Problem(
+                "unknown-gpu", f"GPU {idx} does not exist on host {host}; it has GPUs {_ranges(list(by_index))}", idx))
+            continue
+        chosen.append(gpu)
+        problems.extend(_gpu_problems(gpu, memory_bytes, exclusive))
+    return chosen
+
+
+def _gpu_problems(gpu: GPUAvailability, memory_bytes: int, exclusive: bool) -> list[Problem]:
+    """Why one GPU cannot hold a rank of this training (an unusable GPU: that alone)."""
+    idx = gpu.index
+    why = unsupported_backend_reason(gpu.backend, gpu.vendor)
+    if why is not None:
+        return [Problem("unsupported-backend", f"GPU {idx} cannot hold a rank: {why}", idx)]
+    if gpu.state in ("busy", "foreign-busy", "drained", "unhealthy"):
+        return [Problem(gpu.state, f"GPU {idx} is {gpu.state}: {gpu.reason}", idx)]
+    found = []
+    if gpu.state == "shared" and exclusive:
+        found.append(Problem("shared", f"GPU {idx} is shared ({gpu.reason}); an exclusive training needs it alone",
+                             idx))
+    if memory_bytes and gpu.free_memory < memory_bytes:
+        found.append(Problem(
+            "short-of-memory",
+            f"GPU {idx} has {fmt_bytes(gpu.free_memory)} free, "
+            f"{fmt_bytes(memory_bytes - gpu.free_memory)} short of the {fmt_bytes(memory_bytes)} needed",
+            idx,
+        ))
+    return found
+
+
+def _vendor_warnings(chosen: Sequence[GPUAvailability]) -> list[Problem]:
+    mixed = mixed_vendor_message([g.vendor for g in chosen], [g.name for g in chosen])
+    # Usable (training/parallel.py), at a cost the warning names with the mode gpufleet would use.
+    return [] if mixed is None else [Problem("mixed-vendors", mixed)]
+
+
+def _link_warnings(hstate: HostState, chosen: Sequence[GPUAvailability]) -> list[Problem]:
+    """Pairs whose gradients go through host memory or a slow bridge."""
+    warnings = []
+    for a, b in combinations(chosen, 2):
+        link = hstate.link(a.index, b.index)
+        if link is None or not link.peer_access:
+            warnings.append(Problem(
+                "no-peer-access", f"GPUs {a.index} and {b.index} have no peer access: gradients go through host memory"))
+        elif pair_class(link) >= 2:
+            warnings.append(Problem(
+                "slow-link",
+                f"GPUs {a.index} and {b.index} connect only through the "
+                f"{'CPU host bridge' if pair_class(link) == 2 else 'inter-socket link'} ({link.pcie_level})",
+            ))
+    return warnings
+
+
+def _mixed_models(chosen: Sequence[GPUAvailability], weights: Sequence[float]) -> Problem:
+    return Problem(
+        "mixed-models",
+        "mixed GPU models; with equal micro-batches the slowest sets the pace, parallel_mode "
+        "proportional gives each GPU a share by its speed. Relative speed: "
+        + ", ".join(f"GPU {g.index} {w:.2f}" for g, w in zip(chosen, weights)),
     )
 
 
@@ -195,6 +207,8 @@ def world_size_never_fits(world_size: int, gpus_per_host: Mapping[str, int], hos
         return None
     return (f"world_size {world_size} needs {world_size} GPUs on one host and can never run here: "
             f"{fleet} GPU(s); ask for at most {largest}")
+
+
 def memory_never_fits(memory_bytes: int | None, gpu_memory: Sequence[int | None], where: str = "the fleet") -> str | None:
     """Why one rank needing ``memory_bytes`` can never run on any of these GPUs (their total memory), or None.
 

@@ -118,13 +118,6 @@ def document_refusals(app: FastAPI) -> None:
     declare these themselves; the generated schema is completed instead.
     """
     generate = app.openapi
-
-    def ref(description: str) -> dict[str, Any]:
-        return {
-            "description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}},
-        }
-
     done: list[dict[str, Any]] = []
 
     def openapi() -> dict[str, Any]:
@@ -132,70 +125,96 @@ def document_refusals(app: FastAPI) -> None:
         # FastAPI caches the schema until routes change; complete each one once.
         if done and done[0] is schema:
             return schema
-        creators = _operations_using(app, require_creator)
-        # 403 is a role refusal (these dependencies) or a cross-site refusal of a state-changing request.
-        role_checked = _operations_using(app, require_member, require_admin)
-        settings = getattr(app.state, "settings", None)
-        anonymous_ok = settings is not None and not auth_required(settings)
-        schema.setdefault("components", {}).setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
-        components = schema["components"].setdefault("schemas", {})
-        components.setdefault("ErrorDetail", ErrorDetail.model_json_schema())
-        _widen_validation_error(components)
-        for path, ops in schema.get("paths", {}).items():
-            for method, op in ops.items():
-                if not isinstance(op, dict) or "responses" not in op:
-                    continue
-                # NulGuard refuses U+0000 in any path, query or body, /healthz included.
-                extra: dict[str, dict[str, Any]] = {"422": ref("The request contains a NUL character")}
-                # HostGuard answers before any route, /healthz included.
-                host_refused = ref("The Host header names a host this server does not answer to")
-                if not (path.startswith("/api/") or is_gated(path)):
-                    op["responses"].setdefault("422", extra["422"])
-                    op["responses"].setdefault("400", host_refused)
-                    # SizeLimits refuses a large body on any path, whether the operation reads one or not.
-                    op["responses"].setdefault("413", ref("Request body too large"))
-                    continue
-                if "requestBody" in op:
-                    # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
-                    # text that is not JSON is a 422 (json_invalid), declared below.
-                    extra["400"] = ref("The body could not be read: it is not UTF-8 text (or the Host header "
-                                       "names a host this server does not answer to)")
-                    extra["413"] = ref("Request body too large")
-                if any(p.get("in") == "path" for p in op.get("parameters", [])):
-                    extra["404"] = ref("What the path names does not exist")
-                # HostGuard refuses a Host name the server does not answer to.
-                extra.setdefault("400", host_refused)
-                # SizeLimits refuses a large body on any path, whether the operation reads one or not.
-                extra.setdefault("413", ref("Request body too large"))
-                if is_gated(path):
-                    extra["401"] = ref("Not signed in, or the credentials are not valid")
-                    if method not in ("get", "head", "options") or (path, method) in role_checked:
-                        extra["403"] = ref("Signed in, but not allowed to do this (role, owner, or a foreign Origin)")
-                    # Either credential will do; with sign-in off the implicit local admin needs none.
-                    op["security"] = [{BEARER: []}, {COOKIE: []}] + ([{}] if anonymous_ok else [])
-                else:
-                    op.pop("security", None)
-                if path == SIGN_IN_PATH:
-                    extra["401"] = ref("The token is not valid")
-                    extra["403"] = ref("Signing in from this Origin is not allowed")
-                if path == SIGN_IN_PATH or (path, method) in creators:
-                    extra["429"] = ref("Over a rate limit or the queued-trainings cap")
-                if op.get("operationId") in ESTIMATING_OPERATIONS:
-                    extra["429"] = ref("Over the memory-estimate rate, or too many estimates waiting")
-                if is_gated(path):
-                    # Admission (api/admission.py) answers any gated request past capacity at once.
-                    extra.setdefault("429", ref("The server is serving as many requests as it takes; "
-                                                "retry after Retry-After seconds"))
-                if path.startswith("/api/"):
-                    # DatabaseOutage (api/admission.py): the database is unreachable, nothing was done.
-                    extra.setdefault("503", ref("The database is unavailable now; nothing was done; "
-                                                "retry after Retry-After seconds"))
-                for code, spec in extra.items():
-                    op["responses"].setdefault(code, spec)
-                for code in ("429", "503"):
-                    if code in op["responses"]:
-                        op["responses"][code].setdefault("headers", {})["Retry-After"] = RETRY_AFTER
+        _complete(app, schema)
         done[:] = [schema]
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _ref(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorDetail"}}},
+    }
+
+
+# HostGuard answers before any route, /healthz included.
+_HOST_REFUSED = "The Host header names a host this server does not answer to"
+
+
+def _complete(app: FastAPI, schema: dict[str, Any]) -> None:
+    creators = _operations_using(app, require_creator)
+    # 403 is a role refusal (these dependencies) or a cross-site refusal of a state-changing request.
+    role_checked = _operations_using(app, require_member, require_admin)
+    settings = getattr(app.state, "settings", None)
+    anonymous_ok = settings is not None and not auth_required(settings)
+    schema.setdefault("components", {}).setdefault("securitySchemes", {}).update(SECURITY_SCHEMES)
+    components = schema["components"].setdefault("schemas", {})
+    components.setdefault("ErrorDetail", ErrorDetail.model_json_schema())
+    _widen_validation_error(components)
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            if not (path.startswith("/api/") or is_gated(path)):
+                _declare_outside_api(op)
+                continue
+            if is_gated(path):
+                # Either credential will do; with sign-in off the implicit local admin needs none.
+                op["security"] = [{BEARER: []}, {COOKIE: []}] + ([{}] if anonymous_ok else [])
+            else:
+                op.pop("security", None)
+            for code, spec in _refusals(path, method, op, creators, role_checked).items():
+                op["responses"].setdefault(code, spec)
+            for code in ("429", "503"):
+                if code in op["responses"]:
+                    op["responses"][code].setdefault("headers", {})["Retry-After"] = RETRY_AFTER
+
+
+def _declare_outside_api(op: dict[str, Any]) -> None:
+    """/healthz, the dashboard's files: only the guards that answer before everything."""
+    # NulGuard refuses U+0000 in any path, query or body, /healthz included.
+    op["responses"].setdefault("422", _ref("The request contains a NUL character"))
+    op["responses"].setdefault("400", _ref(_HOST_REFUSED))
+    # SizeLimits refuses a large body on any path, whether the operation reads one or not.
+    op["responses"].setdefault("413", _ref("Request body too large"))
+
+
+def _refusals(path: str, method: str, op: dict[str, Any], creators: set[tuple[str, str]],
+              role_checked: set[tuple[str, str]]) -> dict[str, dict[str, Any]]:
+    """What may answer an API operation before (or instead of) its route, by status code."""
+    # NulGuard refuses U+0000 in any path, query or body.
+    extra: dict[str, dict[str, Any]] = {"422": _ref("The request contains a NUL character")}
+    if "requestBody" in op:
+        # Bytes that are not UTF-8 cannot be parsed at all (FastAPI's 400); well-formed
+        # text that is not JSON is a 422 (json_invalid), declared below.
+        extra["400"] = _ref("The body could not be read: it is not UTF-8 text (or the Host header "
+                            "names a host this server does not answer to)")
+        extra["413"] = _ref("Request body too large")
+    if any(p.get("in") == "path" for p in op.get("parameters", [])):
+        extra["404"] = _ref("What the path names does not exist")
+    # HostGuard refuses a Host name the server does not answer to.
+    extra.setdefault("400", _ref(_HOST_REFUSED))
+    # SizeLimits refuses a large body on any path, whether the operation reads one or not.
+    extra.setdefault("413", _ref("Request body too large"))
+    if is_gated(path):
+        extra["401"] = _ref("Not signed in, or the credentials are not valid")
+        if method not in ("get", "head", "options") or (path, method) in role_checked:
+            extra["403"] = _ref("Signed in, but not allowed to do this (role, owner, or a foreign Origin)")
+    if path == SIGN_IN_PATH:
+        extra["401"] = _ref("The token is not valid")
+        extra["403"] = _ref("Signing in from this Origin is not allowed")
+    if path == SIGN_IN_PATH or (path, method) in creators:
+        extra["429"] = _ref("Over a rate limit or the queued-trainings cap")
+    if op.get("operationId") in ESTIMATING_OPERATIONS:
+        extra["429"] = _ref("Over the memory-estimate rate, or too many estimates waiting")
+    if is_gated(path):
+        # Admission (api/admission.py) answers any gated request past capacity at once.
+        extra.setdefault("429", _ref("The server is serving as many requests as it takes; "
+                                     "retry after Retry-After seconds"))
+    if path.startswith("/api/"):
+        # DatabaseOutage (api/admission.py): the database is unreachable, nothing was done.
+        extra.setdefault("503", _ref("The database is unavailable now; nothing was done; "
+                                     "retry after Retry-After seconds"))
+    return extra

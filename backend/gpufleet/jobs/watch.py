@@ -1,0 +1,207 @@
+"""Watching one launched attempt until its launcher exits: progress, stops, cancel, hang, lease.
+
+:mod:`gpufleet.jobs.supervisor` claims a training, writes its spec and starts
+its launcher; an :class:`AttemptWatch` then polls it. Each poll writes the
+progress the ranks reported (which renews the lease), asks the ranks to stop
+when the worker stops, a preemptor or the runtime limit asks, kills them on a
+cancel, a hang, a lost lease or a lost host of a training across hosts, and a
+thread of its own kills them before the lease can run out unrenewed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.exc import DBAPIError
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Training
+from gpufleet.db.session import write_session
+from gpufleet.devices.backend import DeviceBackend
+from gpufleet.jobs import procs, rendezvous, script_attempt, stops
+from gpufleet.jobs.logs import BoundedLog
+from gpufleet.jobs.metrics_sink import MetricsSink
+
+log = logging.getLogger(__name__)
+
+# Reading the progress file is cheap; the database is written about once a second.
+POLL_S = 0.1
+# SIGTERM first so rank 0 may checkpoint; the group is killed after this.
+CANCEL_GRACE_S = 2.0
+# An attempt kills its own processes this long before the lease it last
+# renewed runs out, and recovery elsewhere waits this long past the end
+# (jobs/recovery.py): two attempts of one training never run at once, even
+# while this worker cannot reach the database or is too loaded to renew.
+FENCE_MARGIN_S = 1.0
+
+# Set when this worker is stopping: every supervised training checkpoints and goes back to the queue.
+_STOPPING = threading.Event()
+
+
+def begin_shutdown() -> None:
+    """Ask every training this process supervises to checkpoint and stop (idempotent)."""
+    _STOPPING.set()
+
+
+def stopping() -> bool:
+    return _STOPPING.is_set()
+
+
+def attempt_fence(t: Training, worker_id: str) -> list[Any]:
+    """The WHERE that lets only this attempt, while it holds the lease, write the row."""
+    return [Training.id == t.id, Training.status == "running", Training.lease_owner == worker_id,
+            Training.attempt == t.attempt]
+
+
+def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, fenced: threading.Event) -> None:
+    """Kill the attempt's process group before its lease can run out unrenewed.
+
+    A thread of its own: the loop that renews may itself be stuck in a
+    database call. Renewals that land in time push the deadline on.
+    """
+    while not done.wait(POLL_S):
+        if time.monotonic() > sink.renewed_at + lease_s - FENCE_MARGIN_S:
+            fenced.set()
+            procs.signal_group(pgid, signal.SIGKILL)
+            return
+
+
+@dataclass
+class AttemptWatch:
+    """One launched attempt under watch; what it saw decides the outcome (:mod:`gpufleet.jobs.supervisor`)."""
+
+    settings: Settings
+    t: Training
+    host_name: str
+    worker_id: str
+    backend: DeviceBackend
+    logf: BoundedLog
+    sink: MetricsSink
+    proc: subprocess.Popen
+    lifeline: int
+    progress_path: Path
+    claimed_at: float
+    gang: dict | None
+    stop: stops.Stop | None = None
+    cancelled: bool = False
+    lost: bool = False
+    leader: rendezvous.LeaderWatch | None = None
+    verdict: rendezvous.Verdict | None = None
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid  # start_new_session: the launcher leads its own group
+
+    def run(self) -> int:
+        """Watch until the launcher exits and its processes are gone; its exit code (or the one forced)."""
+        self._register()
+        self.leader = rendezvous.LeaderWatch(self.settings, self.t) if self.gang else None
+        done, fenced = threading.Event(), threading.Event()
+        threading.Thread(target=_fence, args=(self.sink, self.pgid, self.settings.lease_s, done, fenced),
+                         name=f"gpufleet-fence-{self.t.id}", daemon=True).start()
+        try:
+            self._poll_until_exit(fenced)
+        finally:
+            done.set()
+            code = self._reap()
+        return self.sink.forced_exit_code if self.sink.forced_exit_code is not None else code
+
+    def _register(self) -> None:
+        """Name the launcher where recovery, the drivers' process list and the row can find it."""
+        procs.write_pidfile(self.settings, self.host_name, self.t.id, self.pgid, self.worker_id)
+        self.backend.training_started(self.t.gpu_ids or [], self.proc.pid, str(self.t.id), self.t.memory_estimate)
+        self.sink.memory.watch_processes(self.backend.nvml, self.t.gpu_ids or [], self.proc.pid)
+        with write_session(self.settings) as sess:
+            sess.execute(update(Training).where(*attempt_fence(self.t, self.worker_id))
+                         .values(launcher_pid=self.proc.pid).execution_options(synchronize_session=False))
+
+    def _poll_until_exit(self, fenced: threading.Event) -> None:
+        while self.proc.poll() is None:
+            time.sleep(POLL_S)
+            if fenced.is_set():
+                break
+            self._enforce_stop()  # before the database: a worker's stop works while it is away
+            try:
+                state = self._pump()
+            except DBAPIError as exc:
+                # A database blip must not kill a training; the lines wait in
+                # the sink. One that outlasts the lease ends in the fence thread.
+                log.warning("training %s: cannot reach the database (%s); retrying", self.t.id, exc.orig)
+                continue
+            if state == "lost":
+                self.lost = True
+                self.logf.line("[gpufleet] the lease on this training was lost; stopping it here")
+                procs.stop_group(self.pgid, CANCEL_GRACE_S)
+                break
+            self._react(state)
+        if fenced.is_set() and not self.lost:
+            self.lost = True
+            self.logf.line("[gpufleet] the lease ran out before this worker could renew it; the training was "
+                           "stopped here so that no other attempt runs beside it")
+
+    def _enforce_stop(self) -> None:
+        self.stop = self._ask_to_stop("ok")
+        if self.stop is not None and time.monotonic() > self.stop.deadline:
+            self.logf.line("[gpufleet] the training did not stop within the grace; killing it")
+            procs.stop_group(self.pgid, 0.0)
+
+    def _pump(self) -> str:
+        """Write the progress (renewing the lease) and hear from the other hosts of a training across hosts."""
+        state = self.sink.pump()
+        if self.leader is not None and self.verdict is None and (verdict := self.leader.check()) is not None:
+            self.verdict = verdict
+            self.logf.line(f"[gpufleet] {verdict.reason}; stopping the ranks on every host")
+            procs.stop_group(self.pgid, CANCEL_GRACE_S)
+        return state
+
+    def _react(self, state: str) -> None:
+        self.stop = self._ask_to_stop(state)
+        if state == "cancel" and not self.cancelled:
+            self.cancelled = True
+            self.logf.line("[gpufleet] cancel requested; stopping every rank")
+            procs.stop_group(self.pgid, CANCEL_GRACE_S)
+        if self.sink.hung():
+            after = self.sink.hang_after_s
+            self.logf.line(f"[gpufleet] no progress for {after:.0f}s; killing the training")
+            self.sink.note_error({"rank": None, "kind": "timeout",
+                                  "message": f"no progress for {after:.0f}s (hung collective?)"})
+            procs.stop_group(self.pgid, CANCEL_GRACE_S)
+            self.sink.force_exit_code(13)
+
+    def _ask_to_stop(self, state: str) -> stops.Stop | None:
+        """Ask the ranks once to checkpoint and stop, when anyone wants it stopped (:mod:`gpufleet.jobs.stops`)."""
+        if self.stop is not None or self.cancelled:
+            return self.stop
+        asked = stops.requested(stopping=stopping(), state=state, preempted_by=self.sink.preempted_by,
+                                max_runtime_s=self.t.max_runtime_s, running_s=time.monotonic() - self.claimed_at,
+                                grace_s=self.settings.stop_grace_s)
+        if asked is not None:
+            asked.checkpoints_before = self.sink.checkpoints
+            self.logf.line(f"[gpufleet] {asked.note}")
+            if self.t.kind == "script":
+                script_attempt.mark_stop(self.progress_path)  # the marker first, then the signal the ranks get
+            procs.signal_group(self.pgid, signal.SIGTERM)
+        return asked
+
+    def _reap(self) -> int:
+        procs.stop_group(self.pgid, 0.0)  # leftover ranks of a launcher that died first
+        code = self.proc.wait()
+        os.close(self.lifeline)
+        self.backend.training_ended(self.proc.pid)
+        procs.remove_pidfile(self.settings, self.host_name, self.t.id)
+        try:
+            self.sink.pump(final=True)
+        except DBAPIError:
+            log.warning("training %s: the last progress could not be written", self.t.id, exc_info=True)
+        self.logf.line(f"[gpufleet] launcher exited with {code}")
+        self.logf.close()
+        return code
