@@ -15,12 +15,13 @@ import pytest
 from fastapi.testclient import TestClient
 from gpufleet.api.app import guarded_app
 from gpufleet.api.routes import trainings, webhooks
+from gpufleet.db.models import Training
 from gpufleet.db.notify import WebhookDelivery
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs import notify_loop
 from gpufleet.lifecycle.transitions import transition
 from receiver import Receiver, signed
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from support.fleet import make_settings, register, wait_for
 
@@ -28,9 +29,9 @@ pytestmark = pytest.mark.slow
 MLP = {"max_steps": 4, "global_batch_size": 8}
 
 
-def _move(settings, tid: str, before: str, after: str) -> None:
+def _move(settings, tid: str, before: str, after: str, kind: str = "status") -> None:
     with write_session(settings) as sess:
-        assert transition(sess, uuid.UUID(tid), [before], after, reason=f"to {after} in the test")
+        assert transition(sess, uuid.UUID(tid), [before], after, reason=f"to {after} in the test", kind=kind)
 
 
 def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, backend, request) -> None:
@@ -53,7 +54,7 @@ def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, back
         _move(settings, made[1], "queued", "failed")
         loop = notify_loop.start(settings, stop, poll_s=0.1)
         wait_for(lambda: len(good.got) >= 3, 120, "three notifications at the JSON receiver")
-        assert sorted(good.events()) == ["training_failed", "training_started", "training_succeeded"]
+        assert good.events() == ["training_started", "training_succeeded", "training_failed"]  # in event order
         for headers, raw in good.got:
             assert signed(secret, headers, raw), headers
             body = json.loads(raw)
@@ -72,10 +73,19 @@ def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, back
         loop.join(30)
         third = c.post("/api/v1/trainings", json={"name": "after-restart", "recipe": "mlp", "config": MLP}).json()["id"]
         _move(settings, third, "queued", "preempted")
+        # A session (a trainings row of kind session) notifies through its own events, not its status ones.
+        session = c.post("/api/v1/trainings", json={"name": "a-session", "recipe": "mlp", "config": MLP}).json()["id"]
+        with write_session(settings) as sess:
+            sess.execute(update(Training).where(Training.id == uuid.UUID(session)).values(kind="session"))
+        _move(settings, session, "queued", "running")
+        _move(settings, session, "running", "running", kind="session_ready")
+        _move(settings, session, "running", "cancelled", kind="session_stopped")
         stop = threading.Event()
         notify_loop.start(settings, stop, poll_s=0.1)
-        wait_for(lambda: "training_preempted" in good.events(), 120, "the event written while no sender ran")
-        assert len(good.got) == 4  # nothing sent twice
+        wait_for(lambda: len(good.got) >= 6, 120, "the events written while no sender ran")
+        assert good.events()[3:] == ["training_preempted", "session_ready", "session_stopped"]
+        assert json.loads(good.got[-1][1])["training"]["kind"] == "session"
+        assert len(good.got) == 6  # nothing sent twice
     finally:
         stop.set()
         good.close()

@@ -42,6 +42,7 @@ from gpufleet.api.schemas.trainings import (
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
+from gpufleet.client.sessions import SessionCalls
 from gpufleet.client.sharing import SharingCalls, checked
 from gpufleet.client.webhooks import WebhookCalls
 
@@ -59,8 +60,7 @@ API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
 TrainingRef = uuid.UUID | str | TrainingPublic
-# How many matches an ambiguous reference lists.
-SHOWN_MATCHES = 10
+SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
 def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
@@ -84,7 +84,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SharingCalls, WebhookCalls):
+class Client(LogCalls, SharingCalls, WebhookCalls, SessionCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and

@@ -393,8 +393,8 @@ class TrainingEvent(Base):
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
 
 
-# Tables kept beside these on the same base (sharing, sign-in, logs, webhooks), imported so every table is one import away.
-from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401
+from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401 - every table, one import away
 from gpufleet.db.signin import BrowserSession  # noqa: E402,F401
 from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402,F401
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
+from gpufleet.db.interactive import SessionLimit, TrainingSession  # noqa: E402,F401

@@ -23,6 +23,7 @@ from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling import idle
+from gpufleet.sessions import watch as session_watch
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def tick(settings: Settings) -> PassResult:
     recover_expired(settings)
     resend_stale(settings, send)
     idle.watch_due(settings)
+    session_watch.watch_due(settings)
     return result
 
 

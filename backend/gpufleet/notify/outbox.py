@@ -110,24 +110,25 @@ def _record(sess: Session, rows: list) -> int:
     return made
 
 
-def _claim(settings: Settings, limit: int) -> list[int]:
+def _claim(settings: Settings, limit: int) -> dict[object, list[int]]:
+    """Due deliveries taken by this server, per webhook, oldest first."""
     now = utcnow()
     hold = now + timedelta(seconds=settings.webhook_timeout_s * 2 + 5)  # past this try, if this server dies in it
     with session_scope(settings) as sess:
-        due = sess.execute(select(WebhookDelivery.id, WebhookDelivery.next_at).where(
+        due = sess.execute(select(WebhookDelivery.id, WebhookDelivery.next_at, WebhookDelivery.webhook_id).where(
             WebhookDelivery.delivered_at.is_(None), WebhookDelivery.gave_up_at.is_(None),
-            WebhookDelivery.next_at <= now).order_by(WebhookDelivery.next_at).limit(limit)).all()
+            WebhookDelivery.next_at <= now).order_by(WebhookDelivery.id).limit(limit)).all()
     if not due:
-        return []
+        return {}
+    claimed: dict[object, list[int]] = {}
     with write_session(settings) as sess:
-        claimed = []
-        for did, next_at in due:
+        for did, next_at, hook_id in due:
             r = sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did, WebhookDelivery.next_at == next_at)
                              .values(next_at=hold, attempts=WebhookDelivery.attempts + 1)
                              .execution_options(synchronize_session=False))
             if r.rowcount:
-                claimed.append(did)
-        return claimed
+                claimed.setdefault(hook_id, []).append(did)
+    return claimed
 
 
 def notice_for(sess: Session, d: WebhookDelivery) -> messages.Notice:
@@ -187,7 +188,12 @@ def backoff_s(settings: Settings, attempts: int) -> float:
 
 
 def send_due(settings: Settings, http: httpx.Client, pool: ThreadPoolExecutor, limit: int = 16) -> int:
-    """Send what is due now, several at once; how many were delivered."""
+    """Send what is due now; how many were delivered.
+
+    Webhooks are served side by side, each one's deliveries one after another
+    in the order of their events, so a receiver sees a training start before it ends
+    (a retried delivery comes after the ones sent meanwhile).
+    """
     claimed = _claim(settings, limit)
-    return sum(pool.map(lambda did: _send_one(settings, http, did), claimed))
+    return sum(pool.map(lambda ids: sum(_send_one(settings, http, did) for did in ids), claimed.values()))
 
