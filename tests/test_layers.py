@@ -24,6 +24,7 @@ LAYERS = [
     {"lifecycle"},
     {"scheduling"},
     {"trainings", "sessions"},
+    {"sweeps"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
 ]

@@ -24,6 +24,7 @@ from gpufleet.commands import (
     sessions,
     sharing,
     signin,
+    sweeps,
     top,
     train,
     training_files,
@@ -58,8 +59,8 @@ err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, sessions, worker, recommend, top, users,
-                  sharing, signin, webhooks, doctor)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, sessions, sweeps, worker, recommend, top,
+                  users, sharing, signin, webhooks, doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

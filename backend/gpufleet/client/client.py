@@ -43,7 +43,7 @@ from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
-from gpufleet.client.sharing import SharingCalls, checked
+from gpufleet.client.sweeps import SweepCalls, checked
 from gpufleet.client.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SharingCalls, WebhookCalls, SessionCalls):
+class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and

@@ -26,10 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
-
 from gpufleet.db.base import NAMING, Base  # noqa: F401 - every model's base, and its naming
-
+from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
 
 # Training lifecycle states (the row is the truth).
 # ``preempted``: checkpointed and stopped for a higher-priority training; it
@@ -213,6 +211,7 @@ class Training(Base):
     # {"hosts": 2, "gpus_per_host": 4, "host_names": null, "spread": "auto"}; null for one host.
     gang: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)  # --from: its first attempt copies that checkpoint
+    sweep_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
 
     host: Mapped[Host | None] = relationship()
 
@@ -398,3 +397,4 @@ from gpufleet.db.signin import BrowserSession  # noqa: E402,F401
 from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402,F401
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
 from gpufleet.db.interactive import SessionLimit, TrainingSession  # noqa: E402,F401
+from gpufleet.db.sweeps import Sweep, SweepTrial  # noqa: E402,F401

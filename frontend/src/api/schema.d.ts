@@ -421,6 +421,84 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sweeps": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Sweeps */
+        get: operations["sweeps-list"];
+        put?: never;
+        /**
+         * Start Sweep
+         * @description Start a sweep: its trials are trainings of yours, queued ``parallel`` at a time as the search goes.
+         */
+        post: operations["sweeps-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Sweep */
+        get: operations["sweeps-get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel Sweep
+         * @description Cancel the sweep and every trial of it; idempotent.
+         */
+        post: operations["sweeps-cancel"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sweeps/{sweep_id}/curves": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sweep Curves
+         * @description Every trial's metric over its steps (thinned), for plotting them together.
+         */
+        get: operations["sweeps-curves"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/system/gpus": {
         parameters: {
             query?: never;
@@ -973,6 +1051,23 @@ export interface components {
             parts: components["schemas"]["CandidatePublic"][];
             /** Reasons */
             reasons: string[];
+        };
+        /**
+         * Asha
+         * @description Early stopping (Optuna's SuccessiveHalvingPruner): trials compared at min_steps, x factor, x factor^2, ...
+         */
+        Asha: {
+            /**
+             * Min Steps
+             * @description the first rung: every trial runs this many steps
+             */
+            min_steps: number;
+            /**
+             * Reduction Factor
+             * @description 1 in this many trials goes on at each rung
+             * @default 2
+             */
+            reduction_factor: number;
         };
         /** BatchItem */
         BatchItem: {
@@ -1616,6 +1711,26 @@ export interface components {
             wait_reason?: string | null;
         };
         /**
+         * ScriptTemplate
+         * @description A script trial: the uploaded code (its hash), and its command with ``{name}`` where a parameter goes.
+         */
+        ScriptTemplate: {
+            /** Argv */
+            argv: string[];
+            /** Code */
+            code: string;
+            /** Env */
+            env?: {
+                [key: string]: string;
+            } | null;
+            /** Memory */
+            memory?: string | number | null;
+            /** Python */
+            python?: string | null;
+            /** Requirements */
+            requirements?: string | null;
+        };
+        /**
          * SessionCreate
          * @description A request for GPUs to work on interactively.
          */
@@ -1800,6 +1915,265 @@ export interface components {
         SignedOut: {
             /** Signed Out */
             signed_out: boolean;
+        };
+        /**
+         * SpaceRange
+         * @description Numbers from ``low`` to ``high``: any of them (random, TPE), or ``count`` points / every ``step`` (grid).
+         */
+        SpaceRange: {
+            /**
+             * Count
+             * @description grid: this many points from low to high
+             */
+            count?: number | null;
+            /** High */
+            high: number;
+            /**
+             * Log
+             * @description spaced on a log scale (low must be above 0)
+             * @default false
+             */
+            log: boolean;
+            /** Low */
+            low: number;
+            /**
+             * Step
+             * @description grid points every step from low
+             */
+            step?: (number) | null;
+        };
+        /** SweepCreate */
+        SweepCreate: {
+            asha?: components["schemas"]["Asha"] | null;
+            /**
+             * Config
+             * @description the recipe config every trial starts from
+             */
+            config?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Direction
+             * @default minimize
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /** Host */
+            host?: string | null;
+            /**
+             * Max Restarts
+             * @default 2
+             */
+            max_restarts: number;
+            /**
+             * Memory Mb
+             * @description memory of one trial, if known
+             */
+            memory_mb?: number | null;
+            /**
+             * Method
+             * @default grid
+             * @enum {string}
+             */
+            method: "grid" | "random" | "tpe";
+            /**
+             * Metric
+             * @default loss
+             */
+            metric: string;
+            /** Name */
+            name: string;
+            /**
+             * Parallel
+             * @description trials queued or running at once
+             * @default 4
+             */
+            parallel: number;
+            /**
+             * Priority
+             * @default 0
+             */
+            priority: number;
+            /** Recipe */
+            recipe?: string | null;
+            script?: components["schemas"]["ScriptTemplate"] | null;
+            /** Seed */
+            seed?: number | null;
+            /** Space */
+            space: {
+                [key: string]: unknown[] | components["schemas"]["SpaceRange"];
+            };
+            /**
+             * Trials
+             * @description random/TPE: how many; grid: at most
+             */
+            trials?: number | null;
+        };
+        /** SweepCurve */
+        SweepCurve: {
+            /** Number */
+            number: number;
+            /** Points */
+            points: [
+                number,
+                number
+            ][];
+            /**
+             * Training Id
+             * Format: uuid
+             */
+            training_id: string;
+        };
+        /** SweepCurvesPublic */
+        SweepCurvesPublic: {
+            /** Data */
+            data: components["schemas"]["SweepCurve"][];
+            /** Metric */
+            metric: string;
+        };
+        /** SweepDetail */
+        SweepDetail: {
+            best: components["schemas"]["SweepTrialPublic"] | null;
+            /** Best Trial */
+            best_trial: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Direction
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /** Early Stopping */
+            early_stopping: boolean;
+            /** Finished At */
+            finished_at: string | null;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Owner */
+            owner: string;
+            /** Parallel */
+            parallel: number;
+            /** Spec */
+            spec: {
+                [key: string]: unknown;
+            };
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /** Status Reason */
+            status_reason: string | null;
+            /** Total Trials */
+            total_trials: number;
+            /** Trials */
+            trials: components["schemas"]["SweepTrialPublic"][];
+            /** Trials By State */
+            trials_by_state: {
+                [key: string]: number;
+            };
+        };
+        /** SweepPublic */
+        SweepPublic: {
+            /** Best Trial */
+            best_trial: number | null;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Direction
+             * @enum {string}
+             */
+            direction: "minimize" | "maximize";
+            /** Early Stopping */
+            early_stopping: boolean;
+            /** Finished At */
+            finished_at: string | null;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Method */
+            method: string;
+            /** Metric */
+            metric: string;
+            /** Name */
+            name: string;
+            /** Owner */
+            owner: string;
+            /** Parallel */
+            parallel: number;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "running" | "succeeded" | "failed" | "cancelled";
+            /** Status Reason */
+            status_reason: string | null;
+            /** Total Trials */
+            total_trials: number;
+            /** Trials By State */
+            trials_by_state: {
+                [key: string]: number;
+            };
+        };
+        /** SweepTrialPublic */
+        SweepTrialPublic: {
+            /** Gpu Ids */
+            gpu_ids: number[] | null;
+            /** Host */
+            host: string | null;
+            /** Max Steps */
+            max_steps: number | null;
+            /** Metric */
+            metric: number | null;
+            /** Metric Step */
+            metric_step: number | null;
+            /** Number */
+            number: number;
+            /** Oom Retried */
+            oom_retried: boolean;
+            /** Params */
+            params: {
+                [key: string]: unknown;
+            };
+            /** Reason */
+            reason: string | null;
+            /** Rung */
+            rung: number | null;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "running" | "rung" | "pruned" | "complete" | "failed" | "cancelled";
+            /** Step */
+            step: number | null;
+            /** Training Id */
+            training_id: string | null;
+            /** Training Status */
+            training_status: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed") | null;
+        };
+        /** SweepsPublic */
+        SweepsPublic: {
+            /** Count */
+            count: number;
+            /** Data */
+            data: components["schemas"]["SweepPublic"][];
         };
         /** TopologyPublic */
         TopologyPublic: {
@@ -4845,6 +5219,466 @@ export interface operations {
             };
             /** @description The session changed state during the stop; send it again */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sweeps-list": {
+        parameters: {
+            query?: {
+                owner?: string | null;
+                /** @description items per page */
+                limit?: number;
+                /** @description items to skip */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepsPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sweeps-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SweepCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description Over a rate limit or the queued-trainings cap */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sweeps-get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sweeps-cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepDetail"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sweeps-curves": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sweep_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SweepCurvesPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description What the path names does not exist */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
