@@ -29,8 +29,8 @@ from websockets.sync.client import connect
 from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
-from servers import ServedProcess, cli, make_token, serve_process
-from unix import short_name, unix_account
+from support.servers import ServedProcess, cli, make_token, serve_process
+from support.unix import short_name, unix_account
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

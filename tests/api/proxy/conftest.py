@@ -22,8 +22,8 @@ from gpufleet.api.app import create_app
 from gpufleet.api.proxy.notebooks import Notebook
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
-from people import SECRET, People, make_people
-from servers import free_port, serve_inprocess
+from support.people import SECRET, People, make_people
+from support.servers import free_port, serve_inprocess
 
 from .echo import echo_app
 

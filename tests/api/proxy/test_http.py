@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import uuid
 
 import httpx
-from people import People, bearer
+from support.people import People, bearer
 
 from .conftest import ECHO, QUEUED, Jupyter
 

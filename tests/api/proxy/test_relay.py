@@ -14,8 +14,8 @@ from gpufleet.api.proxy.notebooks import Notebook
 from gpufleet.api.proxy.relay import NotebookRelay, start_relay
 from gpufleet.api.proxy.upstream import RELAY_HEADER, upstream_for
 from gpufleet.config import Settings
-from people import People, bearer
-from servers import free_port, serve_inprocess
+from support.people import People, bearer
+from support.servers import free_port, serve_inprocess
 from websockets.sync.client import connect
 
 from .conftest import Jupyter

@@ -6,7 +6,7 @@ import json
 
 import httpx
 import pytest
-from people import People, bearer
+from support.people import People, bearer
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
