@@ -7,8 +7,8 @@ import json
 from typer.testing import CliRunner
 
 from gpufleet.api.app import create_app
-from jobs.conftest import make_settings, register
-from servers import serve_inprocess
+from support.fleet import make_settings, register
+from support.servers import serve_inprocess
 
 FILE = """\
 name: cli-sweep
