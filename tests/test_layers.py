@@ -23,6 +23,7 @@ LAYERS = [
     {"lifecycle"},
     {"scheduling"},
     {"trainings"},
+    {"wire"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
 ]
