@@ -17,13 +17,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 # Lowest first, each top-level package or module of gpufleet once. A module may import its own
 # layer or lower ones.
 LAYERS = [
-    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
+    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
+     "sessionsettings"},
     {"devices"},
-    {"telemetry", "training", "users"},
+    {"telemetry", "training", "users", "notify"},
     {"lifecycle"},
     {"scheduling"},
-    {"trainings"},
+    {"trainings", "sessions"},
     {"wire"},
+    {"sweeps"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
 ]
@@ -203,6 +205,7 @@ ENVIRONMENT_READERS = {
     "gpufleet.client.client": "the client's own setting, GPUFLEET_SERVER: it never loads the server's settings",
     "gpufleet.client.credentials": "the client's own setting, GPUFLEET_TOKEN",
     "gpufleet.commands.signin": "whether this desktop can open a browser (DISPLAY, BROWSER)",
+    "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
     "gpufleet.training.rankenv": "a rank process: what its launcher or torchrun set",
     "gpufleet.rankpath.gpufleet_report": "a user's interpreter, with the standard library only",
     "gpufleet.trainings.venv": "a launcher puts its training's environment first on PATH and PYTHONPATH",

@@ -21,13 +21,16 @@ from gpufleet.commands import (
     recommend,
     run,
     secret,
+    sessions,
     sharing,
     signin,
+    sweeps,
     top,
     train,
     training_files,
     trainings,
     users,
+    webhooks,
     worker,
 )
 from gpufleet.commands.tables import make_console
@@ -56,8 +59,8 @@ err = make_console(stderr=True)
 
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, worker, recommend, top, users, sharing, signin,
-                  doctor)
+COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, sessions, sweeps, worker, recommend, top,
+                  users, sharing, signin, webhooks, doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -7,6 +7,8 @@ import { HistoryPage } from './pages/history/HistoryPage';
 import { CreateTrainingPage } from './pages/trainings/CreateTrainingPage';
 import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
 import { TrainingsPage } from './pages/trainings/TrainingsPage';
+import { SweepDetailPage } from './pages/sweeps/SweepDetailPage';
+import { SweepsPage } from './pages/sweeps/SweepsPage';
 import { UsagePage } from './pages/usage/UsagePage';
 
 function LiveBadge() {
@@ -39,6 +41,8 @@ function AppRoutes() {
       <Route path="/trainings" element={<TrainingsPage />} />
       <Route path="/trainings/new" element={<CreateTrainingPage />} />
       <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+      <Route path="/sweeps" element={<SweepsPage />} />
+      <Route path="/sweeps/:id" element={<SweepDetailPage />} />
       <Route path="/usage" element={<UsagePage />} />
       <Route
         path="*"
@@ -72,6 +76,7 @@ export function App() {
             Trainings
           </NavLink>
           <NavLink to="/trainings/new">New training</NavLink>
+          <NavLink to="/sweeps">Sweeps</NavLink>
           <NavLink to="/usage">Usage</NavLink>
         </nav>
         <LiveBadge />

@@ -28,10 +28,13 @@ from gpufleet.api.routes import (
     recipes,
     runas,
     selection,
+    sessions,
     sharing,
+    sweeps,
     system,
     training_files,
     trainings,
+    webhooks,
 )
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
@@ -53,12 +56,15 @@ ROUTERS: tuple[APIRouter, ...] = (
     system.router,
     selection.router,
     trainings.router,
+    sessions.router,
     training_files.router,
     code.router,
     recipes.router,
     metrics.router,
+    sweeps.router,
     sharing.router,
     runas.router,
+    webhooks.router,
     ws.router,
 )
 
@@ -176,7 +182,7 @@ def _document_wire_types(app: FastAPI) -> None:
 
 
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """The threads `serve` runs beside the API: the agent (embedded) and the scheduler."""
+    """The threads `serve` runs beside the API: the agent (embedded), the scheduler, the webhooks' sender."""
     from gpufleet.jobs.scheduler_loop import start as start_scheduler
 
     threads = []
@@ -187,6 +193,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
 
         threads.append(start_agent(settings, stop))
     threads.append(start_scheduler(settings, stop))
+    from gpufleet.jobs.notify_loop import start as start_webhooks
+
+    threads.append(start_webhooks(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.

@@ -43,7 +43,9 @@ from gpufleet.wire.trainings import (
 from gpufleet.wire.trainings import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
-from gpufleet.client.sharing import SharingCalls, checked
+from gpufleet.client.sessions import SessionCalls
+from gpufleet.client.sweeps import SweepCalls, checked
+from gpufleet.client.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
     from gpufleet.wire.auth import WhoAmI
@@ -59,8 +61,7 @@ API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
 TrainingRef = uuid.UUID | str | TrainingPublic
-# How many matches an ambiguous reference lists.
-SHOWN_MATCHES = 10
+SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
 def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
@@ -84,7 +85,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SharingCalls):
+class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and

@@ -30,6 +30,7 @@ gpus_app = typer.Typer(
 # Draining works on the database, not on local detection; it lives in its own module.
 gpus_app.command("drain")(drain.drain)
 gpus_app.command("undrain")(drain.undrain)
+gpus_app.command("clear-health")(fleet_devices.clear_health)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="this machine's devices, not the server's fleet")]

@@ -86,3 +86,23 @@ def show_topology(server: str | None, as_json: bool) -> None:
             typer.echo(name.ljust(width) + "".join(c.ljust(width) for c in row).rstrip())
         typer.echo("")
     typer.echo(LEGEND)
+
+
+def clear_health(
+    gpu: str = typer.Argument(..., metavar="HOST:INDEX", help="the GPU, e.g. node-a:3"),
+    server: str | None = typer.Option(None, "--server", envvar="GPUFLEET_SERVER", show_envvar=False,
+                                      help="server URL (default $GPUFLEET_SERVER, else this machine's)"),
+) -> None:
+    """Put a GPU marked unhealthy (fatal XID, pending row remap, ECC errors) back in scheduling (admins)."""
+    from urllib.parse import quote
+
+    from gpufleet.commands.remote import Client, _fail
+
+    host, _, index = gpu.rpartition(":")
+    if not host or not index.isdigit():
+        _fail(f"give the GPU as HOST:INDEX (e.g. node-a:3), not {gpu!r}")
+    body = Client(server).call("POST", f"/api/v1/system/gpus/{quote(host, safe='')}/{int(index)}/clear-health")
+    if body["cleared"] is None:
+        typer.echo(f"GPU {body['index']} on {body['host']} had no health mark to clear (status {body['status']})")
+        return
+    typer.echo(f"GPU {body['index']} on {body['host']} is back in scheduling (it was out for: {body['cleared']})")

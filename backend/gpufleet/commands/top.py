@@ -45,7 +45,8 @@ def _holder(gpu: dict[str, Any], trainings: dict[str, dict[str, Any]]) -> Text:
     job = gpu.get("job_id")
     if job:
         t = trainings.get(job, {})
-        parts.append(Text(f"{t.get('name', job[:8])} ({t.get('owner', '?')})", style="bold cyan"))
+        what = "session " if t.get("kind") == "session" else ""
+        parts.append(Text(f"{what}{t.get('name', job[:8])} ({t.get('owner', '?')})", style="bold cyan"))
         if t.get("max_steps"):
             parts[-1] += Text(f" step {t.get('step', 0)}/{t['max_steps']}", style="cyan")
     for p in procs:

@@ -26,9 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
-
 from gpufleet.db.base import NAMING, Base  # noqa: F401 - every model's base, and its naming
+from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
 # A training's statuses (the row is the truth), defined once; named here too for the tables' users.
 from gpufleet.db.statuses import ACTIVE_STATUSES, FINAL_STATUSES, TRAINING_STATUSES, TrainingStatus  # noqa: F401
 
@@ -206,6 +205,7 @@ class Training(Base):
     # {"hosts": 2, "gpus_per_host": 4, "host_names": null, "spread": "auto"}; null for one host.
     gang: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)  # --from: its first attempt copies that checkpoint
+    sweep_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
 
     host: Mapped[Host | None] = relationship()
 
@@ -386,8 +386,9 @@ class TrainingEvent(Base):
     data: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
 
 
-# The sharing, sign-in and log tables live beside these (gpufleet.db.sharing, .signin, .logchunks) on the same base;
-# importing them here keeps "every table" one import away for Alembic and for this module's importers.
-from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401
+from gpufleet.db.sharing import Group, GroupMember, Quota, UsageDaily  # noqa: E402,F401 - every table, one import away
 from gpufleet.db.signin import BrowserSession  # noqa: E402,F401
 from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402,F401
+from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
+from gpufleet.db.interactive import SessionLimit, TrainingSession  # noqa: E402,F401
+from gpufleet.db.sweeps import Sweep, SweepTrial  # noqa: E402,F401

@@ -112,7 +112,7 @@ def plan(settings: Settings, account: RunAccount, kind: str, run_dir: Path, chec
         raise IsolationRefused("GPUFLEET_SANDBOX=bwrap, but bwrap or setpriv is not installed on this host "
                                "(Debian: apt-get install bubblewrap util-linux)")
     if os.geteuid() != 0:
-        if kind == "script" and not settings.shared_account_runs:
+        if kind in ("script", "session") and not settings.shared_account_runs:
             raise IsolationRefused(
                 f"this worker runs as uid {os.geteuid()}, not root, so it cannot run this member's code as "
                 f"Unix account {account.name!r}; run the worker as root (it switches to each owner's account "

@@ -26,6 +26,7 @@ from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs.peak_memory import PeakMemory
 from gpufleet.lifecycle.transitions import record_event
+from gpufleet.sessions import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class MetricsSink:
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
         self.memory = PeakMemory()
+        self._session_lines: list[dict[str, Any]] = []
 
     # -- setup -------------------------------------------------------------
 
@@ -219,6 +221,8 @@ class MetricsSink:
             slowest = max((sum(r) for r in per_rank), default=0.0)
             self._event("info", f"start-up: {slowest:.1f} s to the first step (slowest rank)",
                         {"startup": {"phases": line.get("phases"), "per_rank": per_rank}})
+        elif kind in session_progress.LINES:  # a session's launcher: ready, notebook activity
+            self._session_lines.append(line)
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
             self._event("info", f"ranks of parallel_mode {line.get('parallel_mode')}",
                         {k: v for k, v in line.items() if k != "type"})
@@ -289,6 +293,9 @@ class MetricsSink:
             sess.add_all(metrics)
         for ev in events:
             record_event(sess, self.tid, ev["kind"], status=ev["status"], reason=ev["reason"], data=ev["data"])
+        if self._session_lines:
+            session_progress.apply(sess, self.tid, self._session_lines, self.host_name)
+            self._session_lines = []
 
     def _publish(self, metrics: list[TrainingMetric], events: list[dict[str, Any]]) -> None:
         if not metrics and not events:

@@ -23,7 +23,9 @@ from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling import idle
+from gpufleet.sessions import watch as session_watch
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
+from gpufleet.sweeps import driver as sweeps
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +90,14 @@ def tick(settings: Settings) -> PassResult:
 
     # What waited for the broker goes first: it was placed before anything new.
     resend_unsent(settings, send)
+    # Sweeps queue their next trials (and settle ended ones) before the pass places them.
+    sweeps.advance_all(settings)
     # The queue next: a woken pass is usually a new training someone waits for.
     result = schedule_pending(settings, send_or_remember)
     recover_expired(settings)
     resend_stale(settings, send)
     idle.watch_due(settings)
+    session_watch.watch_due(settings)
     return result
 
 

@@ -37,7 +37,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import isolation, rendezvous, script_attempt, stops
+from gpufleet.jobs import isolation, rendezvous, script_attempt, session_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.log_shipper import ShippedLog
@@ -203,6 +203,8 @@ def _prepare(settings: Settings, t: Training, worker_id: str, backend: DeviceBac
             settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
             settings.stop_grace_s)
         return _Plan(iso, spec_path, progress_path)
+    if t.kind == "session":
+        return _Plan(iso, *session_attempt.write_spec(settings, t, devices, on_cpu, run_dir(settings, tid), iso))
     gang = rendezvous.leader_prepare(settings, t, worker_id)
     spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
     return _Plan(iso, spec_path, progress_path, gang)
@@ -232,6 +234,9 @@ def _start(settings: Settings, t: Training, plan: _Plan, sink: MetricsSink, earl
     if t.kind == "script":
         sink.fill_from_earlier(earlier)
         return launch(plan.spec_path, logf, t.id, script_attempt.MODULE, script_attempt.launch_env(t.id),
+                      plan.sandbox)
+    if t.kind == "session":
+        return launch(plan.spec_path, logf, t.id, session_attempt.MODULE, session_attempt.launch_env(t.id),
                       plan.sandbox)
     sink.trim_after_resume(checkpoint_dir(settings, t.id), earlier)
     return launch(plan.spec_path, logf, t.id, env=rendezvous.launch_env(settings, t.id) if plan.gang else None,

@@ -28,6 +28,7 @@ from typing import Any
 from gpufleet.config import Settings
 from gpufleet.events import TELEMETRY_SAMPLES, get_bus
 from gpufleet.telemetry.inventory import HEARTBEAT_S, heartbeat, register_host
+from gpufleet.telemetry.gpu_health import HealthWatch
 from gpufleet.telemetry.live import LOCAL, write_live_redis
 from gpufleet.telemetry.owners import TrainingOwners
 from gpufleet.telemetry.storage import MetricsWriter
@@ -50,6 +51,7 @@ class Agent:
         self.last_duration_s = 0.0
         self.last_sample_unix: float | None = None
         self._threads: list[threading.Thread] = []
+        self.health_watch = HealthWatch(settings)
 
     def health(self) -> dict[str, Any]:
         w = self.writer.stats if self.writer else None
@@ -117,6 +119,10 @@ class Agent:
         })
         if self.writer is not None:
             self.writer.add(samples)
+            try:  # writes only when a GPU's health changes
+                self.health_watch.check(samples)
+            except Exception as exc:  # noqa: BLE001 - the database may be away; tried again next round
+                log.warning("cannot record a GPU's health: %s", exc)
         return samples
 
     def run(self) -> None:

@@ -26,6 +26,7 @@ from gpufleet.db.models import GPU, GPULink, Host
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
+from gpufleet.telemetry.gpu_health import held
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ def register_host(settings: Settings) -> Inventory:
             row.compute_capability = info.compute_capability
             row.simulated = info.simulated
             row.context_bytes = contexts.get(info.index, row.context_bytes)
-            row.status = "ok" if info.healthy else "unhealthy"
-            row.status_reason = None if info.healthy else (info.error or "the driver reports an error")
+            if not (info.healthy and held(row.status, row.status_reason)):  # a health mark outlives a restart
+                row.status = "ok" if info.healthy else "unhealthy"
+                row.status_reason = None if info.healthy else (info.error or "the driver reports an error")
             row.last_seen = now
         missing = sorted(set(rows) - seen)
         for idx in missing:

@@ -9,7 +9,9 @@ A process belongs to a training when (first rule that answers wins):
    inherited by the ranks; readable for our own user's processes, or as root);
 3. the device backend noted the training when the worker started it
    (``DeviceBackend.training_started``; the simulator keeps such a registry,
-   real drivers need none).
+   real drivers need none);
+4. it runs as the Unix account of a running session's owner on one of that
+   session's GPUs (a shell or notebook the owner opened beside the session).
 
 Everything else is foreign. Launcher pids are read from the database every few
 seconds (only trainings on this host that are scheduled or running).
@@ -24,10 +26,12 @@ import uuid
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
-from gpufleet.db.models import ACTIVE_STATUSES, Host, Training
+from gpufleet.db.models import ACTIVE_STATUSES, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
+from gpufleet.users.runas import RunAsError, for_owner
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ class TrainingOwners:
         self.settings = settings
         self.refresh_s = refresh_s
         self._launchers: dict[int, uuid.UUID] = {}
+        self._session_gpus: dict[int, tuple[uuid.UUID, str]] = {}  # GPU index -> (session, its Unix account)
         self._loaded_at = -1e9
         self._warned = False
 
@@ -108,6 +113,7 @@ class TrainingOwners:
                     .where(Host.name == self.settings.host_name, Training.status.in_(ACTIVE_STATUSES),
                            Training.launcher_pid.is_not(None))
                 ).all()
+                self._session_gpus = _session_gpus(sess, self.settings)
             self._launchers = {int(pid): tid for pid, tid in rows}
             self._warned = False
         except Exception as exc:  # noqa: BLE001 - keep the last known map while the database is away
@@ -120,8 +126,10 @@ class TrainingOwners:
         self._launchers = dict(launchers)
         self._loaded_at = time.monotonic()
 
-    def owner(self, pid: int, noted_training: str | None = None) -> uuid.UUID | None:
-        """The training ``pid`` belongs to; ``noted_training`` is what the device backend noted for it."""
+    def owner(self, pid: int, noted_training: str | None = None, gpu: int | None = None,
+              user: str | None = None) -> uuid.UUID | None:
+        """The training ``pid`` belongs to; ``noted_training`` is what the device backend noted for it;
+        ``gpu`` and ``user`` (the GPU it was seen on, its account) find a session's own processes."""
         self._refresh()
         p: int | None = pid
         for _ in range(64):  # an ancestor chain is short; never loop forever
@@ -138,4 +146,24 @@ class TrainingOwners:
                 return uuid.UUID(noted_training)
             except ValueError:
                 return None
+        held = self._session_gpus.get(gpu) if gpu is not None else None
+        if held is not None and user is not None and user == held[1]:
+            return held[0]
         return None
+
+
+def _session_gpus(sess: Session, settings: Settings) -> dict[int, tuple[uuid.UUID, str]]:
+    """The GPUs of this host's running sessions, with each session's Unix account (gpufleet.users.runas)."""
+    rows = sess.execute(
+        select(GPUAllocation.gpu_index, Training.id, Training.owner)
+        .join(Training, Training.id == GPUAllocation.training_id)
+        .join(Host, Host.id == GPUAllocation.host_id)
+        .where(Host.name == settings.host_name, Training.kind == "session", Training.status == "running",
+               GPUAllocation.released_at.is_(None))).all()
+    out: dict[int, tuple[uuid.UUID, str]] = {}
+    for index, tid, owner in rows:
+        try:
+            out[index] = (tid, for_owner(sess, settings.run_account, owner).name)
+        except RunAsError:
+            continue
+    return out

@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sqlalchemy import func, select
 
 from gpufleet.config import Settings
-from gpufleet.db.models import TRAINING_STATUSES, Training
+from gpufleet.db.models import TRAINING_STATUSES, Training, TrainingSession
 from gpufleet.db.session import session_scope
 from gpufleet.telemetry.live import read_agent_health, read_live_samples
 from gpufleet.telemetry.sample import GPUSample
@@ -160,6 +160,28 @@ class FleetCollector:
         queue.add_metric([], float(counts.get("queued", 0)))
         yield by_status
         yield queue
+        yield from self._sessions()
+
+    def _sessions(self) -> Iterator[Metric]:
+        """Live sessions (trainings rows of kind session) by state and mode; ended ones are in usage."""
+        fam = GaugeMetricFamily("gpufleet_sessions", "Interactive sessions waiting or running, by mode.",
+                                labels=["state", "mode"])
+        try:
+            with session_scope(self.settings) as sess:
+                rows = sess.execute(
+                    select(Training.status, TrainingSession.jupyter, func.count())
+                    .join(TrainingSession, TrainingSession.training_id == Training.id)
+                    .where(Training.status.in_(["queued", "scheduled", "preempted", "running"]))
+                    .group_by(Training.status, TrainingSession.jupyter)).all()
+        except Exception as exc:  # noqa: BLE001 - a scrape still shows the GPUs while the database is away
+            log.warning("cannot count sessions for /metrics: %s", exc)
+            return
+        counts = {(state, mode): 0.0 for state in ("queued", "running") for mode in ("shell", "jupyter")}
+        for status, jupyter, n in rows:
+            counts[("running" if status == "running" else "queued", "jupyter" if jupyter else "shell")] += n
+        for (state, mode), n in counts.items():
+            fam.add_metric([state, mode], n)
+        yield fam
 
     def _usage(self) -> Iterator[Metric]:
         from gpufleet.users.usage import totals_by_user

@@ -77,6 +77,8 @@ class GPUSample:
     xid_errors: int | None = None
     # dcgm-exporter's default counters, in its units (slow cadence but the XID).
     last_xid: int | None = None  # the value of the newest XID since the agent started
+    fatal_xid_count: int | None = None  # XIDs of the fatal kinds since the agent started (gpu_health.py)
+    last_fatal_xid: int | None = None
     memory_temperature: float | None = None
     energy_mj: int | None = None  # since the driver loaded
     pcie_replays: int | None = None

@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from gpufleet.config import Settings
 from gpufleet.devices.backend import DeviceBackend
+from gpufleet.telemetry.gpu_health import FATAL_XIDS
 from gpufleet.telemetry.nvml_health import read_health
 from gpufleet.telemetry.owners import TrainingOwners, process_command, process_user
 from gpufleet.telemetry.sample import GPUProcess, GPUSample
@@ -124,6 +125,7 @@ class NvmlSampler:
         self.slow: dict[int, _Slow] = {}
         self.xid_counts: dict[int, int] = {}
         self.last_xid: dict[int, int] = {}
+        self.fatal_xids: dict[int, list[int]] = {}
         self._last_slow = -1e9
         self._events: Any = None
         self._handle_index: dict[Any, int] = {}
@@ -192,6 +194,8 @@ class NvmlSampler:
                     continue
             self.xid_counts[i] = self.xid_counts.get(i, 0) + 1
             self.last_xid[i] = int(ev.eventData)
+            if int(ev.eventData) in FATAL_XIDS:
+                self.fatal_xids.setdefault(i, []).append(int(ev.eventData))
             log.warning("GPU %d reported XID %s", i, ev.eventData)
 
     def close(self) -> None:
@@ -256,6 +260,8 @@ class NvmlSampler:
         s.ecc_errors = slow.ecc_errors
         s.xid_errors = self.xid_counts.get(i) if self._events is not None else None
         s.last_xid = (self.last_xid.get(i, 0)) if self._events is not None else None
+        fatal = self.fatal_xids.get(i, [])
+        s.fatal_xid_count, s.last_fatal_xid = len(fatal), (fatal[-1] if fatal else None)
         for name, value in slow.health.items():
             setattr(s, name, value)
         return s
@@ -314,7 +320,7 @@ class NvmlSampler:
                     command = _text(n.nvmlSystemGetProcessName(pid))
                 except n.NVMLError:
                     pass
-            tid = self.owners.owner(pid, noted_tid) if self.owners else None
+            tid = self.owners.owner(pid, noted_tid, i, user) if self.owners else None
             out[pid] = GPUProcess(pid=pid, user=user, command=command, used_memory=used, training_id=tid,
                                   job_type="training" if tid else None, foreign=tid is None)
         return sorted(out.values(), key=lambda p: p.pid)

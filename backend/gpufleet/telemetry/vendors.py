@@ -178,7 +178,7 @@ class HostSampler:
             if note is not None:
                 user, command, noted_tid = user or note.user, command or note.command, note.training_id
             command = command or (name if isinstance(name, str) and name != "N/A" else None)
-            tid = self.owners.owner(pid, noted_tid) if self.owners else None
+            tid = self.owners.owner(pid, noted_tid, index, user) if self.owners else None
             out.append(GPUProcess(pid=pid, user=user, command=command, used_memory=int(mem) if mem is not None else None,
                                   training_id=tid, job_type="training" if tid else None, foreign=tid is None))
         return sorted(out, key=lambda p: p.pid)

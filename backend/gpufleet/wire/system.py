@@ -133,3 +133,10 @@ class DrainPublic(BaseModel):
     reason: str | None
     # Trainings that keep running on the GPU (draining only stops new placements).
     still_running: list[str]
+
+
+class HealthClearedPublic(BaseModel):
+    host: str
+    index: int
+    status: str = Field(description="the GPU's status now")
+    cleared: str | None = Field(description="the health fault the GPU was out for; null when it had no health mark")

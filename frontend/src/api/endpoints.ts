@@ -54,6 +54,12 @@ export const endpoints = {
       query: { after_step: afterStep, max_points: maxPoints },
       signal,
     }),
+  sweeps: (signal?: AbortSignal) => call('get', '/api/v1/sweeps', { query: { limit: 200 }, signal }),
+  sweep: (id: string, signal?: AbortSignal) => call('get', '/api/v1/sweeps/{sweep_id}', { path: { sweep_id: id }, signal }),
+  /** Every trial's metric over its steps, for one chart. */
+  sweepCurves: (id: string, signal?: AbortSignal) =>
+    call('get', '/api/v1/sweeps/{sweep_id}/curves', { path: { sweep_id: id }, signal }),
+  cancelSweep: (id: string) => call('post', '/api/v1/sweeps/{sweep_id}/cancel', { path: { sweep_id: id } }),
   /** From a byte offset, or (offset null) the last `tail` lines. */
   logs: (id: string, offset: number | null, tail = 200, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings/{training_id}/logs', { path: { training_id: id }, query: offset == null ? { tail } : { offset }, signal }),

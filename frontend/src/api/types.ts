@@ -30,6 +30,11 @@ export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
 export type TrainingFile = S['TrainingFilePublic'];
 
+export type Sweep = S['SweepPublic'];
+export type SweepDetail = S['SweepDetail'];
+export type SweepTrial = S['SweepTrialPublic'];
+export type SweepCurves = S['SweepCurvesPublic'];
+
 export type Recipe = S['RecipePublic'];
 
 export type Usage = S['UsagePublic'];

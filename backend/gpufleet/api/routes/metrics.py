@@ -81,7 +81,7 @@ def metrics_live(settings: SettingsDep, sess: SessionDep) -> LivePublic:
     if ids:
         for t in sess.scalars(select(Training).where(Training.id.in_(list(ids)))):
             trainings[str(t.id)] = {"name": t.name, "owner": t.owner, "status": t.status, "step": t.step,
-                                    "max_steps": t.max_steps}
+                                    "max_steps": t.max_steps, "kind": t.kind}
     return LivePublic(
         gpus=[s.to_dict() for s in samples],
         aggregate=compute_aggregated(samples).to_dict(),

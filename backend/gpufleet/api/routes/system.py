@@ -21,6 +21,7 @@ from gpufleet.wire.system import (
     GPUPublic,
     GPUsPublic,
     Health,
+    HealthClearedPublic,
     HostPublic,
     HostsPublic,
     HostTopology,
@@ -31,6 +32,7 @@ from gpufleet.db.models import GPU, GPULink, Host
 from gpufleet.db.session import write_session
 from gpufleet.scheduling.drain import DrainError, set_drained
 from gpufleet.scheduling.hosts import UnknownHost, require_host
+from gpufleet.telemetry.gpu_health import HealthClearError, clear_health
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,19 @@ def drain_gpu(
 def undrain_gpu(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user: AdminUser) -> DrainPublic:
     """Let the scheduler place trainings on this GPU again (admins only)."""
     return _drain(settings, user, host, index, False, None)
+
+
+@router.post("/gpus/{host}/{index}/clear-health", response_model=HealthClearedPublic, operation_id="gpus-clear-health")
+def clear_gpu_health(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user: AdminUser) -> HealthClearedPublic:
+    """Put a GPU its samples marked unhealthy (fatal XID, pending row remap, ECC) back in scheduling (admins only)."""
+    try:
+        with write_session(settings) as sess:
+            status, cleared = clear_health(sess, host, index)
+    except HealthClearError as exc:
+        raise HTTPException(status_code=404, detail=str(exc)) from None
+    if cleared:
+        log.warning("%s cleared the health mark of GPU %d on %s (%s)", user.name, index, host, cleared)
+    return HealthClearedPublic(host=host, index=index, status=status, cleared=cleared)
 
 
 @router.get("/hosts", response_model=HostsPublic, operation_id="hosts-list")

@@ -1,0 +1,136 @@
+"""``gpufleet sweep start FILE | ls | show ID | cancel ID``: many trials of one recipe or script, searched.
+
+A sweep file is YAML: ``name``, a ``recipe`` with its ``config`` or a
+``script`` (``dir``, uploaded once for every trial, and ``argv`` with
+``{param}`` where a parameter goes), the ``space``, ``method``, ``trials``,
+``asha``, ``metric``, ``direction`` and ``parallel`` (docs: Sweeps).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.commands.tables import Column, WideOpt, fmt_loss, print_table
+from gpufleet.commands.trainings import ServerOpt, _fail, connect, out
+
+sweep_app = typer.Typer(help="Sweeps: many trials of one recipe or script, searched and stopped early.",
+                        no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the sweep as JSON")]
+SweepArg = Annotated[str, typer.Argument(metavar="SWEEP", help="the sweep's ID")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sweep_app, name="sweep")
+
+
+def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:  # noqa: ANN401
+    """Pack and upload the script's ``dir`` (once for every trial) and put its hash in the body."""
+    from gpufleet.commands.run import find_requirements, upload
+    from gpufleet.trainings.archive import PackTooLarge, pack
+
+    script = body.get("script")
+    if not isinstance(script, dict) or "code" in script:
+        return
+    root = (base / str(script.pop("dir", "."))).resolve()
+    if not root.is_dir():
+        _fail(f"script.dir {root} is not a directory")
+    try:
+        data = pack(root)
+    except PackTooLarge as exc:
+        _fail(str(exc))
+    if "requirements" not in script:
+        script["requirements"] = find_requirements(root, None, False)
+    script["code"] = upload(c, data)
+
+
+@sweep_app.command("start")
+def start(
+    file: Annotated[Path, typer.Argument(help="the sweep file (YAML)")],
+    server: ServerOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a sweep; its trials are queued as your trainings, `parallel` at a time."""
+    from gpufleet.client.errors import InvalidRequest
+    from gpufleet.client.sweeps import read_sweep_file
+
+    try:
+        body = read_sweep_file(file)
+    except InvalidRequest as exc:
+        _fail(str(exc))
+    c = connect(server)
+    _script_code(c, body, file.resolve().parent)
+    try:
+        sweep = c.start_sweep(body)
+    except InvalidRequest as exc:
+        _fail(f"{file}: {exc}")
+    if as_json:
+        print(json.dumps(sweep.model_dump(mode="json"), indent=2))
+        return
+    out.print(f"sweep {sweep.id} started: {sweep.total_trials} trials, {sweep.parallel} at a time "
+              f"(`gpufleet sweep show {sweep.id}`)", highlight=False)
+
+
+LS_COLUMNS = (Column("ID"), Column("NAME", shorten=True, min_width=10), Column("OWNER", drop=2), Column("STATUS"),
+              Column("METHOD", drop=3), Column("TRIALS"), Column("BEST", drop=1))
+
+
+@sweep_app.command("ls")
+def ls(server: ServerOpt = None, owner: Annotated[str | None, typer.Option("--owner")] = None,
+       wide: WideOpt = False) -> None:
+    """List sweeps, newest first."""
+    page = connect(server).sweeps(owner=owner)
+    rows = [[str(s.id), s.name, s.owner, s.status, s.method + (" + asha" if s.early_stopping else ""),
+             _counts(s.trials_by_state, s.total_trials), "-" if s.best_trial is None else f"trial {s.best_trial}"]
+            for s in page.data]
+    print_table(out, LS_COLUMNS, rows, wide=wide)
+
+
+def _counts(by_state: dict[str, int], total: int) -> str:
+    ended = sum(by_state.get(k, 0) for k in ("complete", "pruned", "failed", "cancelled"))
+    return f"{ended}/{total}"
+
+
+TRIAL_COLUMNS = (Column("#"), Column("PARAMS", shorten=True, min_width=16), Column("STATE"), Column("METRIC"),
+                 Column("STEP", drop=2), Column("GPU", drop=1), Column("TRAINING", drop=3))
+
+
+@sweep_app.command("show")
+def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wide: WideOpt = False) -> None:
+    """A sweep and its trials: parameters, state, metric, GPU; the best trial."""
+    s = connect(server).sweep(_uuid(sweep))
+    if as_json:
+        print(json.dumps(s.model_dump(mode="json"), indent=2))
+        return
+    out.print(f"{s.name}  {s.status}  {s.method}{' + asha' if s.early_stopping else ''}  {s.metric} "
+              f"({s.direction})  {_counts(s.trials_by_state, s.total_trials)} trials ended", highlight=False)
+    if s.status_reason:
+        out.print(s.status_reason, highlight=False)
+    rows = [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()), t.state,
+             "-" if t.metric is None else fmt_loss(t.metric), f"{t.step or 0}/{t.max_steps or '?'}",
+             f"{t.host}:{','.join(map(str, t.gpu_ids))}" if t.host and t.gpu_ids else "-",
+             str(t.training_id or "-")[:8]] for t in s.trials]
+    print_table(out, TRIAL_COLUMNS, rows, wide=wide)
+    if s.best is not None:
+        out.print(f"best: trial {s.best.number} ({' '.join(f'{k}={v}' for k, v in s.best.params.items())}) "
+                  f"{s.metric} {fmt_loss(s.best.metric)}", highlight=False)
+
+
+@sweep_app.command("cancel")
+def cancel(sweep: SweepArg, server: ServerOpt = None) -> None:
+    """Cancel the sweep and every trial of it."""
+    s = connect(server).cancel_sweep(_uuid(sweep))
+    out.print(f"sweep {s.id} {s.status}", highlight=False)
+
+
+def _uuid(text: str) -> str:
+    import uuid
+
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        _fail(f"{text!r} is not a sweep ID (`gpufleet sweep ls` lists them)")
+    return text

@@ -1,0 +1,199 @@
+"""Deliveries from ``training_events``: an outbox read after the fact, sent with retries.
+
+Nothing that writes a training's event knows of webhooks. :func:`fan_out`
+reads the events past ``notify_cursor`` and records one ``webhook_deliveries``
+row per (event, hook that wants it) — a unique pair, so reading an event twice
+owes nothing twice — then moves the cursor, compare-and-set, so two servers
+reading at once agree. The cursor never passes an event younger than
+``LAG_S``: an event id handed out earlier can commit later (PostgreSQL
+sequences), and such an event is still read on a later pass.
+
+:func:`send_due` claims due deliveries (compare-and-set on ``next_at``, so a
+delivery is sent by one server at a time), sends them, and records the
+outcome: delivered on a 2xx; otherwise tried again after ``backoff * 2^(n-1)``
+seconds (at most an hour), until ``GPUFLEET_WEBHOOK_MAX_ATTEMPTS``. Every try
+of one delivery carries the same idempotency key: at least once, never lost
+to a restart (the rows are the state).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.models import Training, TrainingEvent
+from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery
+from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.types import utcnow
+from gpufleet.notify import messages
+from gpufleet.notify.events import notification
+
+log = logging.getLogger(__name__)
+
+CURSOR = "webhooks"
+LAG_S = 10.0
+BATCH = 500
+MAX_BACKOFF_S = 3600.0
+
+
+def fan_out(settings: Settings) -> int:
+    """Record the deliveries owed for events past the cursor; how many were new."""
+    if not _has_news(settings):
+        return 0  # most passes: no write transaction (SQLite's one write lock stays free)
+    with write_session(settings) as sess:
+        first_hook = sess.execute(select(func.min(Webhook.created_at))).scalar()
+        if first_hook is None:
+            return 0  # no hook anywhere: nothing to read for
+        cursor = sess.get(NotifyCursor, CURSOR)
+        if cursor is None:
+            # Start just before the first hook: older events were owed to nobody.
+            start = sess.execute(select(func.max(TrainingEvent.id)).where(
+                TrainingEvent.time < first_hook - timedelta(seconds=LAG_S))).scalar() or 0
+            cursor = NotifyCursor(name=CURSOR, last_event_id=start)
+            sess.add(cursor)
+            try:
+                sess.flush()
+            except IntegrityError:
+                return 0  # another server made it; the next pass reads
+        start = cursor.last_event_id
+        rows = sess.execute(
+            select(TrainingEvent.id, TrainingEvent.kind, TrainingEvent.status, TrainingEvent.time,
+                   Training.owner, Training.kind)
+            .join(Training, Training.id == TrainingEvent.training_id)
+            .where(TrainingEvent.id > start).order_by(TrainingEvent.id).limit(BATCH)).all()
+        made = _record(sess, rows)
+        settled = utcnow() - timedelta(seconds=LAG_S)
+        end = start
+        for row in rows:
+            if row[3] >= settled:
+                break
+            end = row[0]
+        if end != start:
+            sess.execute(update(NotifyCursor).where(NotifyCursor.name == CURSOR, NotifyCursor.last_event_id == start)
+                         .values(last_event_id=end).execution_options(synchronize_session=False))
+        return made
+
+
+def _has_news(settings: Settings) -> bool:
+    """Whether a hook exists and an event came past the cursor (or there is no cursor yet)."""
+    with session_scope(settings) as sess:
+        if sess.execute(select(Webhook.id).limit(1)).first() is None:
+            return False
+        cursor = sess.get(NotifyCursor, CURSOR)
+        return cursor is None or sess.execute(
+            select(TrainingEvent.id).where(TrainingEvent.id > cursor.last_event_id).limit(1)).first() is not None
+
+
+def _record(sess: Session, rows: list) -> int:
+    wanted = [(eid, name, when, owner) for eid, kind, status, when, owner, tkind in rows
+              if (name := notification(kind, status, tkind)) is not None]
+    if not wanted:
+        return 0
+    hooks = sess.execute(select(Webhook).where(Webhook.owner.in_({w[3] for w in wanted}),
+                                               Webhook.enabled.is_(True))).scalars().all()
+    have = set(sess.execute(select(WebhookDelivery.webhook_id, WebhookDelivery.event_id).where(
+        WebhookDelivery.event_id.in_([w[0] for w in wanted]))).all())
+    made = 0
+    for eid, name, when, owner in wanted:
+        for hook in hooks:
+            if hook.owner == owner and name in hook.events and when >= hook.created_at and (hook.id, eid) not in have:
+                sess.add(WebhookDelivery(webhook_id=hook.id, event_id=eid, event=name, next_at=utcnow()))
+                made += 1
+    sess.flush()
+    return made
+
+
+def _claim(settings: Settings, limit: int) -> dict[object, list[int]]:
+    """Due deliveries taken by this server, per webhook, oldest first."""
+    now = utcnow()
+    hold = now + timedelta(seconds=settings.webhook_timeout_s * 2 + 5)  # past this try, if this server dies in it
+    with session_scope(settings) as sess:
+        due = sess.execute(select(WebhookDelivery.id, WebhookDelivery.next_at, WebhookDelivery.webhook_id).where(
+            WebhookDelivery.delivered_at.is_(None), WebhookDelivery.gave_up_at.is_(None),
+            WebhookDelivery.next_at <= now).order_by(WebhookDelivery.id).limit(limit)).all()
+    if not due:
+        return {}
+    claimed: dict[object, list[int]] = {}
+    with write_session(settings) as sess:
+        for did, next_at, hook_id in due:
+            r = sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did, WebhookDelivery.next_at == next_at)
+                             .values(next_at=hold, attempts=WebhookDelivery.attempts + 1)
+                             .execution_options(synchronize_session=False))
+            if r.rowcount:
+                claimed.setdefault(hook_id, []).append(did)
+    return claimed
+
+
+def notice_for(sess: Session, d: WebhookDelivery) -> messages.Notice:
+    ev = sess.get(TrainingEvent, d.event_id)
+    t = sess.get(Training, ev.training_id) if ev is not None else None
+    training = {"id": str(t.id), "name": t.name, "owner": t.owner, "kind": t.kind,
+                "status": ev.status if ev else None} if t is not None else {}
+    return messages.Notice(key=f"{d.webhook_id}:{d.event_id}", event=d.event,
+                           time=ev.time.isoformat() if ev else utcnow().isoformat(), training=training,
+                           reason=ev.reason if ev else None, user=ev.user if ev else None,
+                           data=ev.data if ev else None)
+
+
+def post(http: httpx.Client, hook: Webhook, notice: messages.Notice) -> tuple[bool, str | None]:
+    """Send one notice; whether it was taken (2xx), and what went wrong otherwise."""
+    raw = messages.body(notice, hook.format)
+    try:
+        r = http.post(hook.url, content=raw, headers=messages.headers(notice, hook.secret, raw))
+    except httpx.HTTPError as exc:
+        return False, f"{type(exc).__name__}: {exc}"[:500]
+    if 200 <= r.status_code < 300:
+        return True, None
+    return False, f"HTTP {r.status_code}: {r.text[:200]}"
+
+
+def _send_one(settings: Settings, http: httpx.Client, did: int) -> bool:
+    with session_scope(settings) as sess:
+        d = sess.get(WebhookDelivery, did)
+        hook = sess.get(Webhook, d.webhook_id) if d is not None else None
+        if d is None or hook is None:
+            return False
+        notice = notice_for(sess, d)
+        attempts = d.attempts
+        sess.expunge(hook)
+    ok, error = post(http, hook, notice) if hook.enabled else (False, "the webhook is disabled")
+    _record_try(settings, did, ok, error, attempts)
+    return ok
+
+
+def _record_try(settings: Settings, did: int, ok: bool, error: str | None, attempts: int) -> None:
+    now = utcnow()
+    values: dict[str, object] = {"last_error": error}
+    if ok:
+        values["delivered_at"] = now
+    elif attempts >= settings.webhook_max_attempts:
+        values["gave_up_at"] = now
+        log.warning("webhook delivery %d failed %d times; giving up: %s", did, attempts, error)
+    else:
+        values["next_at"] = now + timedelta(seconds=backoff_s(settings, attempts))
+    with write_session(settings) as sess:
+        sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did).values(**values)
+                     .execution_options(synchronize_session=False))
+
+
+def backoff_s(settings: Settings, attempts: int) -> float:
+    return min(settings.webhook_backoff_s * 2 ** max(0, attempts - 1), MAX_BACKOFF_S)
+
+
+def send_due(settings: Settings, http: httpx.Client, pool: ThreadPoolExecutor, limit: int = 16) -> int:
+    """Send what is due now; how many were delivered.
+
+    Webhooks are served side by side, each one's deliveries one after another
+    in the order of their events, so a receiver sees a training start before it ends
+    (a retried delivery comes after the ones sent meanwhile).
+    """
+    claimed = _claim(settings, limit)
+    return sum(pool.map(lambda ids: sum(_send_one(settings, http, did) for did in ids), claimed.values()))
+

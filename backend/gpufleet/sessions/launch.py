@@ -1,0 +1,205 @@
+"""A session's launcher: ``python -m gpufleet.sessions.launch SPEC.json --parent-fd N``.
+
+The worker starts it as the session's owner (in the sandbox trainings use),
+leading its own process group. It starts the session's one process with the
+reserved GPUs made visible and ``GPUFLEET_SESSION_ID`` set: a holder for a
+shell session (``gpufleet session shell`` opens shells beside it), or a
+Jupyter server (JupyterLab when importable, else ``jupyter_server``) on
+127.0.0.1 with the token gpufleet chose, served under ``/sessions/{id}/``.
+
+Progress lines (``start``, ``session_ready``, ``session_activity``,
+``alive``, ``stopped``, ``error``, ``end``) go to the spec's progress file.
+SIGTERM (stop, idle, time limit, lease lost) ends the process group within
+the grace; the launcher then exits ``INTERRUPTED``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.sessions.jupyter import activity, answers
+from gpufleet.training import exitcodes as ec
+from gpufleet.training.lifeline import die_with_parent
+from gpufleet.training.progress import ProgressWriter
+
+VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+POLL_S = 0.2
+ALIVE_EVERY_S = 5.0
+
+
+@dataclass
+class SessionSpec:
+    session_id: str
+    progress_file: str
+    workdir: str
+    gpu_indexes: list[int] = field(default_factory=list)
+    backend: str = "cuda"
+    simulated: bool = False
+    jupyter: bool = False
+    port: int = 0
+    token: str = ""
+    base_url: str = "/"
+    activity_every_s: float = 5.0
+    start_timeout_s: float = 120.0
+    stop_grace_s: float = 10.0
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> SessionSpec:
+        return cls(**json.loads(path.read_text()))
+
+
+def session_env(spec: SessionSpec, base: dict[str, str]) -> dict[str, str]:
+    """The session process's environment: the GPUs made visible, numbered as NVML does, and its id."""
+    env = dict(base)
+    env.update({
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        VISIBILITY.get(spec.backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(i) for i in spec.gpu_indexes),
+        "GPUFLEET_SESSION_ID": spec.session_id,
+        "GPUFLEET_TRAINING_ID": spec.session_id,  # how the telemetry agent knows the session's processes
+        "PYTHONUNBUFFERED": "1",
+    })
+    if spec.simulated:
+        env["GPUFLEET_SIMULATED_GPUS"] = "1"
+    if spec.jupyter:
+        env["JUPYTER_TOKEN"] = spec.token  # not on the command line: ps shows argv to every account
+    return env
+
+
+def command(spec: SessionSpec) -> list[str]:
+    if not spec.jupyter:
+        return ["sleep", "infinity"]
+    app = "jupyterlab" if importlib.util.find_spec("jupyterlab") is not None else "jupyter_server"
+    return [sys.executable, "-m", app, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={spec.port}",
+            "--ServerApp.port_retries=0", f"--ServerApp.base_url={spec.base_url}",
+            f"--ServerApp.root_dir={spec.workdir}",
+            # gpufleet's proxy checks who may come in (sign-in, Host, Origin) and adds the token;
+            # the server itself listens on loopback only.
+            "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*",
+            # A single-user server runs sessions as its own account, which may be root.
+            *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
+
+
+def _end(proc: subprocess.Popen, grace_s: float) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+class Watch:
+    """Readiness, then activity of the session's process; the heartbeat in between."""
+
+    def __init__(self, spec: SessionSpec, progress: ProgressWriter):
+        self.spec, self.progress = spec, progress
+        self.ready = not spec.jupyter
+        self.started = time.monotonic()
+        self.last_alive = self.last_activity = 0.0
+
+    def poll(self) -> str | None:
+        """A reason to give up (the notebook never answered), else None."""
+        now = time.monotonic()
+        if not self.ready:
+            if answers(self.spec.port, self.spec.base_url, self.spec.token):
+                self.ready = True
+                self.progress.write("session_ready", jupyter=True, gpu_ids=self.spec.gpu_indexes)
+            elif now - self.started > self.spec.start_timeout_s:
+                return f"the Jupyter server did not answer within {self.spec.start_timeout_s:g}s"
+        elif self.spec.jupyter and now - self.last_activity >= self.spec.activity_every_s:
+            self.last_activity = now
+            seen = activity(self.spec.port, self.spec.base_url, self.spec.token)
+            if seen is not None:
+                self.progress.write("session_activity", **seen)
+        if now - self.last_alive >= ALIVE_EVERY_S:
+            self.last_alive = now
+            self.progress.write("alive")
+        return None
+
+
+def run(spec: SessionSpec) -> int:
+    progress = ProgressWriter(spec.progress_file)
+    stop = {"requested": False}
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop["requested"] = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    argv = command(spec)
+    progress.write("start", world_size=1, kind="session", jupyter=spec.jupyter, argv=argv,
+                   devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
+                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated)
+    Path(spec.workdir).mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),  # noqa: S603
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)  # noqa: PLW1509
+    except OSError as exc:
+        progress.write("error", rank=None, kind="missing_file", message=f"cannot start {argv[0]!r}: {exc}")
+        progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)
+        return ec.CANNOT_RUN
+    print(f"[gpufleet] session process {proc.pid}: {' '.join(argv)}", flush=True)
+    if not spec.jupyter:
+        progress.write("session_ready", jupyter=False, gpu_ids=spec.gpu_indexes, pid=proc.pid)
+    watch = Watch(spec, progress)
+    while proc.poll() is None and not stop["requested"]:
+        failure = watch.poll()
+        if failure:
+            _end(proc, spec.stop_grace_s)
+            progress.write("error", rank=None, kind="error", message=failure)
+            progress.write("end", status="failed", exit_code=ec.RANK_FAILED)
+            return ec.RANK_FAILED
+        time.sleep(POLL_S)
+    if stop["requested"]:
+        _end(proc, spec.stop_grace_s)
+        progress.write("stopped", message="stopped by SIGTERM", step=None)
+        progress.write("end", status="interrupted", exit_code=ec.INTERRUPTED)
+        return ec.INTERRUPTED
+    code = proc.returncode
+    if code != 0:
+        progress.write("error", rank=None, kind="error", message=f"the session's process exited with {code}")
+        progress.write("end", status="failed", exit_code=ec.RANK_FAILED)
+        return ec.RANK_FAILED
+    progress.write("end", status="succeeded", exit_code=ec.SUCCEEDED)
+    return ec.SUCCEEDED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    parent_fd = None
+    if len(args) == 3 and args[1] == "--parent-fd" and args[2].isdigit():
+        parent_fd, args = int(args[2]), args[:1]
+    if len(args) != 1:
+        print("usage: python -m gpufleet.sessions.launch SPEC.json [--parent-fd N]", file=sys.stderr)
+        return ec.LAUNCHER_ERROR
+    die_with_parent()
+    if parent_fd is not None:
+        from gpufleet.training.lifeline import watch_parent
+
+        watch_parent(parent_fd)
+    try:
+        spec = SessionSpec.read(Path(args[0]))
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"[gpufleet] cannot read the session spec {args[0]}: {exc}", file=sys.stderr)
+        return ec.LAUNCHER_ERROR
+    return run(spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+import { render, screen, waitFor, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter, Route, Routes } from 'react-router-dom';
+import { describe, expect, it, vi } from 'vitest';
+import { endpoints } from '../../api/endpoints';
+import type { SweepCurves, SweepDetail, SweepTrial } from '../../api/types';
+import { overlay, scatter } from './sweeps';
+import { SweepDetailPage } from './SweepDetailPage';
+
+function trial(number: number, lr: number, hidden: number[], state: SweepTrial['state'], metric: number | null): SweepTrial {
+  return {
+    number, params: { lr, hidden }, state, metric, metric_step: 8, rung: null, reason: `trial ${number} reason`,
+    oom_retried: false, training_id: `00000000-0000-0000-0000-00000000000${number}`, training_status: 'succeeded',
+    host: 'box', gpu_ids: [number % 2], step: 8, max_steps: 8,
+  };
+}
+
+const TRIALS = [trial(0, 0.1, [8], 'complete', 0.5), trial(1, 0.01, [8], 'complete', 0.2), trial(2, 0.001, [16], 'pruned', 0.9)];
+
+function detail(over: Partial<SweepDetail> = {}): SweepDetail {
+  return {
+    id: 'aaaaaaaa-0000-0000-0000-000000000000', name: 'lr-width', owner: 'ann', status: 'running', status_reason: null,
+    method: 'grid', early_stopping: true, metric: 'loss', direction: 'minimize', parallel: 2, total_trials: 3,
+    trials_by_state: { complete: 2, pruned: 1 }, best_trial: 1, created_at: '2026-11-25T16:00:00Z', finished_at: null,
+    spec: {}, trials: TRIALS, best: TRIALS[1], ...over,
+  };
+}
+
+const CURVES: SweepCurves = {
+  metric: 'loss',
+  data: [
+    { number: 0, training_id: TRIALS[0].training_id!, points: [[1, 1.0], [8, 0.5]] },
+    { number: 1, training_id: TRIALS[1].training_id!, points: [[1, 0.9], [4, 0.4], [8, 0.2]] },
+    { number: 2, training_id: TRIALS[2].training_id!, points: [] },
+  ],
+};
+
+function show() {
+  render(
+    <MemoryRouter initialEntries={['/sweeps/aaaaaaaa-0000-0000-0000-000000000000']}>
+      <Routes>
+        <Route path="/sweeps/:id" element={<SweepDetailPage />} />
+      </Routes>
+    </MemoryRouter>,
+  );
+}
+
+describe('SweepDetailPage', () => {
+  it('shows the trials, the best one, a scatter per parameter, and cancels', async () => {
+    vi.spyOn(endpoints, 'sweep').mockResolvedValue(detail());
+    vi.spyOn(endpoints, 'sweepCurves').mockResolvedValue(CURVES);
+    const cancel = vi.spyOn(endpoints, 'cancelSweep').mockResolvedValue(detail({ status: 'cancelled' }));
+    show();
+    const table = await screen.findByTestId('trials-table');
+    const rows = within(table).getAllByRole('row');
+    expect(rows).toHaveLength(1 + 3);
+    expect(within(rows[2]).getByText('0.01')).toBeInTheDocument();
+    expect(within(rows[2]).getByText('box:1')).toBeInTheDocument();
+    expect(within(rows[3]).getByText('pruned')).toBeInTheDocument();
+    expect(rows[2]).toHaveClass('row-best');
+    expect(screen.getByTestId('sweep-best')).toHaveTextContent('Best: trial 1');
+    expect(screen.getByTestId('sweep-best')).toHaveTextContent('lr=0.01, hidden=[8]');
+    const lr = screen.getByTestId('scatter-lr');
+    expect(lr.querySelectorAll('circle')).toHaveLength(3);
+    expect(lr).toHaveTextContent('(log scale)');
+    expect(screen.getByTestId('scatter-hidden').querySelectorAll('text')[0]).toHaveTextContent('[8]');
+    await userEvent.click(screen.getByRole('button', { name: 'Cancel sweep' }));
+    await waitFor(() => expect(cancel).toHaveBeenCalledWith('aaaaaaaa-0000-0000-0000-000000000000'));
+  });
+
+  it('lays the curves on one step axis and places list values by position', () => {
+    const o = overlay(CURVES);
+    expect(o.numbers).toEqual([0, 1]);
+    expect(o.data).toEqual([[1, 4, 8], [1.0, null, 0.5], [0.9, 0.4, 0.2]]);
+    const s = scatter(TRIALS, 'hidden');
+    expect(s.ticks).toEqual(['[8]', '[16]']);
+    expect(s.points.map((p) => p.x)).toEqual([0, 0, 1]);
+    expect(scatter(TRIALS, 'lr').log).toBe(true);
+  });
+});

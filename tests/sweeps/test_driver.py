@@ -1,0 +1,163 @@
+"""The sweep driver against the real database and Optuna, with trainings ended by hand (no worker).
+
+What a worker would do to a trial's training (run it, write its metrics, end
+it) is written directly, so each rule of the driver is seen on its own and fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import select, update
+
+from gpufleet.db.models import Training, TrainingMetric
+from gpufleet.db.session import session_scope, write_session
+from gpufleet.sweeps.driver import advance_all
+from gpufleet.training import exitcodes
+from jobs.conftest import make_settings, register
+
+from .conftest import TINY_MLP
+
+
+def _settings(tmp_path, backend, request):
+    s = make_settings(tmp_path, backend, request, simulate="2xH100-80GB")
+    register(s)
+    return s
+
+
+def _trainings(s, sid):
+    with session_scope(s) as sess:
+        rows = sess.scalars(select(Training).where(Training.sweep_id == uuid.UUID(sid))).all()
+        sess.expunge_all()
+        return rows
+
+
+def _end(s, tid, status="succeeded", loss=None, step=None, exit_code=0):
+    with write_session(s) as sess:
+        t = sess.get(Training, tid)
+        step = step if step is not None else t.max_steps
+        if loss is not None:
+            sess.add(TrainingMetric(training_id=tid, step=step, loss=loss, metrics={}))
+        sess.execute(update(Training).where(Training.id == tid).values(status=status, step=step, exit_code=exit_code))
+
+
+def _start(c, **kw):
+    body = {"name": "lr", "recipe": "mlp", "config": TINY_MLP, "space": {"lr": [0.1, 0.01, 0.001, 0.0001]},
+            "parallel": 2, **kw}
+    r = c.post("/api/v1/sweeps", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+def test_grid_runs_parallel_at_a_time_and_names_the_best(tmp_path, backend, request, sweep_client):
+    s = _settings(tmp_path, backend, request)
+    c = sweep_client(s)
+    sweep = _start(c)
+    assert sweep["status"] == "running" and sweep["total_trials"] == 4 and sweep["trials"] == []
+    advance_all(s, force=True)
+    first = _trainings(s, sweep["id"])
+    # Two at once, as ordinary shared trainings of the sweep's owner.
+    assert len(first) == 2 and all(not t.exclusive and t.status == "queued" and t.owner == "local" for t in first)
+    advance_all(s, force=True)
+    assert len(_trainings(s, sweep["id"])) == 2  # a repeated round starts nothing more
+    losses = {0.1: 0.9, 0.01: 0.2, 0.001: 0.5, 0.0001: 0.7}
+    for _ in range(3):
+        for t in _trainings(s, sweep["id"]):
+            if t.status == "queued":
+                _end(s, t.id, loss=losses[t.config["lr"]])
+        advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    assert body["status"] == "succeeded", body
+    assert sorted(t["params"]["lr"] for t in body["trials"]) == [0.0001, 0.001, 0.01, 0.1]
+    assert all(t["state"] == "complete" for t in body["trials"])
+    assert body["best"]["params"] == {"lr": 0.01} and body["best"]["metric"] == pytest.approx(0.2)
+    listed = c.get("/api/v1/sweeps").json()["data"]
+    assert [x["trials_by_state"] for x in listed if x["id"] == sweep["id"]] == [{"complete": 4}]
+
+
+def test_asha_prunes_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, backend, request, sweep_client):
+    s = _settings(tmp_path, "sqlite", request)
+    c = sweep_client(s)
+    sweep = _start(c, parallel=4, asha={"min_steps": 2, "reduction_factor": 2})
+    advance_all(s, force=True)
+    rows = _trainings(s, sweep["id"])
+    assert len(rows) == 4 and {t.max_steps for t in rows} == {2}  # each runs to the first rung only
+    losses = {0.1: 0.9, 0.01: 0.2, 0.001: 0.5, 0.0001: 0.7}
+    for t in rows[:3]:
+        _end(s, t.id, loss=losses[t.config["lr"]])
+    advance_all(s, force=True)
+    # Three wait at the rung while the fourth can still get there: no decision yet.
+    states = {t["params"]["lr"]: t["state"] for t in c.get(f"/api/v1/sweeps/{sweep['id']}").json()["trials"]}
+    assert sorted(states.values()) == ["rung", "rung", "rung", "running"]
+    _end(s, rows[3].id, loss=losses[rows[3].config["lr"]])
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    by_lr = {t["params"]["lr"]: t for t in body["trials"]}
+    assert {lr for lr, t in by_lr.items() if t["state"] == "pruned"} == {0.1, 0.0001}
+    promoted = [t for t in body["trials"] if t["state"] == "running"]
+    assert {t["params"]["lr"] for t in promoted} == {0.01, 0.001}
+    # Promoted trials resume (same training, back in the queue) towards the next rung, 4 steps.
+    assert all(t["training_status"] == "queued" and t["max_steps"] == 4 and t["rung"] == 1 for t in promoted)
+    for t in promoted:
+        _end(s, uuid.UUID(t["training_id"]), loss=losses[t["params"]["lr"]] / 2)
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    last = [t for t in body["trials"] if t["state"] == "running"]
+    assert [t["params"]["lr"] for t in last] == [0.01] and last[0]["max_steps"] == 8 and last[0]["rung"] is None
+    _end(s, uuid.UUID(last[0]["training_id"]), loss=0.05)
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    assert body["status"] == "succeeded" and body["best"]["params"] == {"lr": 0.01}
+    assert body["trials_by_state"] == {"pruned": 3, "complete": 1}
+
+
+def test_a_trial_out_of_memory_is_retried_alone_and_not_counted(tmp_path, request, sweep_client):
+    s = _settings(tmp_path, "sqlite", request)
+    c = sweep_client(s)
+    sweep = _start(c, space={"lr": [0.1]}, parallel=1)
+    advance_all(s, force=True)
+    [t] = _trainings(s, sweep["id"])
+    _end(s, t.id, status="failed", exit_code=exitcodes.OUT_OF_MEMORY)
+    advance_all(s, force=True)
+    [again] = _trainings(s, sweep["id"])
+    assert again.id == t.id and again.status == "queued" and again.exclusive is True
+    [trial] = c.get(f"/api/v1/sweeps/{sweep['id']}").json()["trials"]
+    assert trial["state"] == "running" and trial["oom_retried"] and "alone" in trial["reason"]
+    _end(s, t.id, status="failed", exit_code=exitcodes.OUT_OF_MEMORY)  # twice: it fails, once
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    assert body["status"] == "failed" and body["trials"][0]["state"] == "failed"
+
+
+def test_cancel_cancels_every_trial(tmp_path, request, sweep_client):
+    s = _settings(tmp_path, "sqlite", request)
+    c = sweep_client(s)
+    sweep = _start(c, parallel=3)
+    advance_all(s, force=True)
+    r = c.post(f"/api/v1/sweeps/{sweep['id']}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    assert {t.status for t in _trainings(s, sweep["id"])} == {"cancelled"}
+    advance_all(s, force=True)
+    assert len(_trainings(s, sweep["id"])) == 3  # nothing new after a cancel
+    assert c.post(f"/api/v1/sweeps/{sweep['id']}/cancel").status_code == 200  # idempotent
+    assert c.post(f"/api/v1/sweeps/{uuid.uuid4()}/cancel").status_code == 404
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"space": {"nope": [1, 2]}}, "no config field"),
+    ({"space": {"lr": [0.1, -5.0]}}, "lr=-5"),
+    ({"space": {"lr": {"low": 0.1, "high": 0.5}}}, "a grid needs a list, or a range with step or count"),
+    ({"method": "random"}, "needs trials"),
+    ({"recipe": "nope"}, "unknown recipe"),
+    ({"host": "nowhere"}, "nowhere"),
+    ({"space": {"lr": {"low": 0.0, "high": 1.0, "log": True, "count": 3}}}, "log range needs low above 0"),
+])
+def test_a_bad_sweep_is_refused_and_nothing_is_written(tmp_path, request, sweep_client, body, words):
+    s = _settings(tmp_path, "sqlite", request)
+    c = sweep_client(s)
+    full = {"name": "bad", "recipe": "mlp", "config": TINY_MLP, "space": {"lr": [0.1]}, **body}
+    r = c.post("/api/v1/sweeps", json=full)
+    assert 400 <= r.status_code < 500 and words in r.text, r.text
+    assert c.get("/api/v1/sweeps").json()["count"] == 0

@@ -1,0 +1,150 @@
+"""Sweeps on a real worker: the API, the scheduler loop (which drives sweeps), a Celery worker process, real
+launchers and ranks on simulated GPUs (CPU ranks). Tiny MLP trials of a few steps keep it short."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime
+
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.models import GPU, GPUAllocation, Training
+from gpufleet.db.session import session_scope
+from jobs.conftest import make_settings, register, wait_for
+
+from .conftest import TINY_MLP
+
+pytestmark = pytest.mark.slow
+GIB = 2**30
+
+
+def _sweep(c, sid):
+    r = c.get(f"/api/v1/sweeps/{sid}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _allocations(s, sid):
+    with session_scope(s) as sess:
+        rows = sess.execute(select(GPUAllocation.gpu_index, GPUAllocation.reserved_memory, GPUAllocation.allocated_at,
+                                   GPUAllocation.released_at)
+                            .join(Training, Training.id == GPUAllocation.training_id)
+                            .where(Training.sweep_id == uuid.UUID(sid))).all()
+        total = {g.index: g.memory_total for g in sess.scalars(select(GPU))}
+    return rows, total
+
+
+def _peak_overlap(rows):
+    """Per GPU: the most trials held at once and the most memory reserved at once."""
+    peaks: dict[int, tuple[int, int]] = {}
+    for gpu in {r[0] for r in rows}:
+        mine = [r for r in rows if r[0] == gpu]
+        for _, _, start, _ in mine:
+            live = [r for r in mine if r[2] <= start and (r[3] is None or r[3] > start)]
+            n, mem = len(live), sum(r[1] or 0 for r in live)
+            peaks[gpu] = (max(n, peaks.get(gpu, (0, 0))[0]), max(mem, peaks.get(gpu, (0, 0))[1]))
+    return peaks
+
+
+def test_a_12_trial_grid_runs_packed_on_2_gpus_and_names_the_best(tmp_path, request, sweep_client, workers, scheduler):
+    s = make_settings(tmp_path, "postgresql", request, simulate="2xH100-80GB", gpu={"max_models_per_gpu": 4})
+    register(s)
+    workers(s)
+    scheduler(s)
+    c = sweep_client(s)
+    # 30 GiB a trial: memory, not the model count (4), limits a GPU to 2 trials at once.
+    r = c.post("/api/v1/sweeps", json={
+        "name": "grid12", "recipe": "mlp", "config": TINY_MLP, "memory_mb": 30 * 1024, "parallel": 12,
+        "space": {"lr": {"low": 0.0001, "high": 0.1, "log": True, "count": 4}, "hidden": [[4], [8], [16]]}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    body = wait_for(lambda: (b := _sweep(c, sid))["status"] != "running" and b, 600, "the sweep to end", 1.0)
+    assert body["status"] == "succeeded", body
+    assert body["trials_by_state"] == {"complete": 12}
+    best = min(body["trials"], key=lambda t: t["metric"])
+    assert body["best"]["number"] == best["number"] and body["best_trial"] == best["number"]
+    rows, total = _allocations(s, sid)
+    peaks = _peak_overlap(rows)
+    assert len(rows) == 12 and all(r[3] is not None for r in rows)
+    # Packed: several trials on one GPU at once, never more than its memory.
+    assert max(n for n, _ in peaks.values()) == 2, peaks
+    assert all(mem <= total[g] for g, (_, mem) in peaks.items()), (peaks, total)
+
+
+def test_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, request, sweep_client, workers,
+                                                                           scheduler):
+    s = make_settings(tmp_path, "sqlite", request, simulate="2xH100-80GB")
+    register(s)
+    workers(s)
+    scheduler(s)
+    c = sweep_client(s)
+    cfg = dict(TINY_MLP, max_steps=8, checkpoint_every=4)
+    r = c.post("/api/v1/sweeps", json={
+        "name": "asha", "recipe": "mlp", "config": cfg, "parallel": 2, "asha": {"min_steps": 4},
+        "space": {"lr": [0.05, 0.00001, 0.02, 0.000001]}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    body = wait_for(lambda: (b := _sweep(c, sid))["status"] != "running" and b, 600, "the sweep to end", 1.0)
+    assert body["status"] == "succeeded", body
+    by_lr = {t["params"]["lr"]: t for t in body["trials"]}
+    # The tiny learning rates barely move the loss in 4 steps: they are the worse half, stopped at step 4.
+    assert {lr: t["state"] for lr, t in by_lr.items()} == {
+        0.05: "complete", 0.02: "complete", 0.00001: "pruned", 0.000001: "pruned"}, body["trials"]
+    assert all(by_lr[lr]["step"] == 4 for lr in (0.00001, 0.000001))
+    with session_scope(s) as sess:
+        rows = {t.config["lr"]: t for t in sess.scalars(select(Training).where(Training.sweep_id == uuid.UUID(sid)))}
+        # Two at a time: the last two started on GPUs the first two freed at the rung.
+        first = sorted(rows.values(), key=lambda t: t.created_at)[:2]
+        later = sorted(rows.values(), key=lambda t: t.created_at)[2:]
+        assert all(t.created_at >= min(f.finished_at or datetime.max for f in first) for t in later)
+    for lr in (0.05, 0.02):
+        events = c.get(f"/api/v1/trainings/{by_lr[lr]['training_id']}/events").json()["data"]
+        assert any("resumed" in (e["reason"] or "") for e in events), events
+        assert by_lr[lr]["step"] == 8 and by_lr[lr]["training_status"] == "succeeded"
+    assert body["best"]["params"]["lr"] in (0.05, 0.02)
+
+
+def test_cancel_stops_every_trial_and_a_restarted_server_goes_on(tmp_path, request, sweep_client, workers):
+    from gpufleet.jobs.scheduler_loop import start as start_loop
+    from gpufleet.sweeps import study
+
+    s = make_settings(tmp_path, "postgresql", request, simulate="2xH100-80GB")
+    register(s)
+    workers(s)
+    stop = threading.Event()
+    loop = start_loop(s, stop)
+    c = sweep_client(s)
+    long = c.post("/api/v1/sweeps", json={
+        "name": "long", "recipe": "mlp", "config": dict(TINY_MLP, max_steps=1_000_000), "parallel": 3,
+        "space": {"lr": [0.1, 0.01, 0.001, 0.0001]}}).json()
+    short = c.post("/api/v1/sweeps", json={
+        "name": "short", "recipe": "mlp", "config": TINY_MLP, "parallel": 1,
+        "space": {"lr": [0.1, 0.01, 0.001]}}).json()
+    try:
+        wait_for(lambda: _sweep(c, short["id"])["trials_by_state"].get("complete"), 300, "a short trial done", 0.5)
+        # The server's loop goes away mid-sweep, with its process's Optuna state ...
+        stop.set()
+        loop.join(30)
+        study._STORAGES.clear()
+        assert _sweep(c, short["id"])["status"] == "running"
+        # ... and a new one goes on from the database.
+        stop = threading.Event()
+        loop = start_loop(s, stop)
+        wait_for(lambda: sum(t["training_status"] == "running" for t in _sweep(c, long["id"])["trials"]) == 3, 300,
+                 "three long trials running", 0.5)
+        r = c.post(f"/api/v1/sweeps/{long['id']}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        def all_cancelled():
+            b = _sweep(c, long["id"])
+            return all(t["training_status"] == "cancelled" for t in b["trials"]) and b
+
+        body = wait_for(all_cancelled, 120, "every long trial cancelled", 0.5)
+        assert {t["state"] for t in body["trials"]} == {"cancelled"} and len(body["trials"]) == 3
+        done = wait_for(lambda: (b := _sweep(c, short["id"]))["status"] != "running" and b, 300, "short sweep end", 1.0)
+        assert done["status"] == "succeeded" and done["trials_by_state"] == {"complete": 3}
+        assert sorted(t["number"] for t in done["trials"]) == [0, 1, 2]  # no trial started twice
+    finally:
+        stop.set()
+        loop.join(30)
