@@ -24,6 +24,9 @@ from sqlalchemy.engine import make_url
 
 from gpufleet.config import Settings, load_settings, reset_settings_cache
 
+# The fleet helpers' fixtures (workers, scheduler, live_api, ...) for every folder.
+pytest_plugins = ["support.fleet"]
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -159,3 +162,33 @@ def cli_db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
         monkeypatch.setenv("GPUFLEET_DATABASE_URL", request.getfixturevalue("pg_migrated_url"))
     reset_settings_cache()
     return "u" + uuid.uuid4().hex[:8]
+
+
+# Sign-in on, people with roles, the product's app: the set the tests of roles share.
+
+
+@pytest.fixture
+def on_settings(db_settings: Settings) -> Settings:
+    """Sign-in required (the product's default), on both databases."""
+    from support.people import SECRET
+
+    return db_settings.model_copy(update={"auth": "on", "secret_key": SECRET})
+
+
+@pytest.fixture
+def people(on_settings: Settings):  # noqa: ANN201 - support.people.People
+    """An admin, members and a viewer with tokens, their names unique to this test."""
+    from support.people import make_people
+
+    return make_people(on_settings, suffix="-" + uuid.uuid4().hex[:6])
+
+
+@pytest.fixture
+def app_client(on_settings: Settings) -> Iterator:
+    """The product's app (every router, the auth gate) on ``on_settings``."""
+    from fastapi.testclient import TestClient
+
+    from gpufleet.api.app import create_app
+
+    with TestClient(create_app(on_settings)) as c:
+        yield c

@@ -167,6 +167,25 @@ def test_scheduling_knows_nothing_of_jobs_or_the_api(graph: dict[str, set[str]])
                   for b in targets if b.startswith(("gpufleet.jobs", "gpufleet.api"))) == []
 
 
+OUTSIDE_LIBRARIES = ("fastapi", "starlette", "uvicorn", "celery", "kombu")
+# The logging setup quiets one Celery warning, only where Celery is already loaded.
+OUTSIDE_ALLOWED = {"gpufleet.logsetup -> celery.exceptions"}
+
+
+def test_below_jobs_nothing_imports_the_web_app_or_celery() -> None:
+    # The web framework belongs to api and Celery to jobs: the domain below them works without either.
+    jobs = next(rank for rank, layer in enumerate(LAYERS) if "jobs" in layer)
+    found = []
+    for name, path in _modules().items():
+        if name == FACADE or _layer(name) >= jobs:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{name} -> {t}" for t in targets if t.split(".")[0] in OUTSIDE_LIBRARIES]
+    assert sorted(set(found) - OUTSIDE_ALLOWED) == []
+
+
 def test_no_file_is_over_400_lines() -> None:
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}

@@ -24,3 +24,6 @@ class SessionSettings(BaseModel):
     session_idle_grace_s: float = Field(default=600.0, ge=0, le=7 * 86400)
     # How long the worker waits for a notebook server to answer before the session fails.
     session_start_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # The port each worker serves its notebook relay on, for a server on another machine
+    # (api/proxy/relay.py, docs/notebooks.md); the same on every host. 0: off.
+    session_relay_port: int = Field(default=0, ge=0, le=65535)

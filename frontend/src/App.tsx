@@ -7,6 +7,8 @@ import { HistoryPage } from './pages/history/HistoryPage';
 import { CreateTrainingPage } from './pages/trainings/CreateTrainingPage';
 import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
 import { TrainingsPage } from './pages/trainings/TrainingsPage';
+import { NewSessionPage } from './pages/sessions/NewSessionPage';
+import { SessionsPage } from './pages/sessions/SessionsPage';
 import { SweepDetailPage } from './pages/sweeps/SweepDetailPage';
 import { SweepsPage } from './pages/sweeps/SweepsPage';
 import { UsagePage } from './pages/usage/UsagePage';
@@ -41,6 +43,8 @@ function AppRoutes() {
       <Route path="/trainings" element={<TrainingsPage />} />
       <Route path="/trainings/new" element={<CreateTrainingPage />} />
       <Route path="/trainings/:id" element={<TrainingDetailPage />} />
+      <Route path="/sessions" element={<SessionsPage />} />
+      <Route path="/sessions/new" element={<NewSessionPage />} />
       <Route path="/sweeps" element={<SweepsPage />} />
       <Route path="/sweeps/:id" element={<SweepDetailPage />} />
       <Route path="/usage" element={<UsagePage />} />
@@ -76,6 +80,10 @@ export function App() {
             Trainings
           </NavLink>
           <NavLink to="/trainings/new">New training</NavLink>
+          <NavLink to="/sessions" end>
+            Sessions
+          </NavLink>
+          <NavLink to="/sessions/new">New session</NavLink>
           <NavLink to="/sweeps">Sweeps</NavLink>
           <NavLink to="/usage">Usage</NavLink>
         </nav>

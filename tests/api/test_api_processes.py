@@ -18,7 +18,7 @@ from gpufleet.telemetry.inventory import heartbeat
 from sqlalchemy import create_engine, text
 from websockets.sync.client import connect
 
-from servers import STRONG_SECRET, gpufleet, make_token, serve_env, serve_process
+from support.servers import STRONG_SECRET, gpufleet, make_token, serve_env, serve_process
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ from gpufleet.api.app import create_app
 from gpufleet.config import load_settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
-from people import SECRET, bearer, make_people
+from support.people import SECRET, bearer, make_people
 from sqlalchemy import func, select
-from telemetry.test_outage import _pg_ctl, _start_server
+from support.postgres import pg_ctl, start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -31,7 +31,7 @@ def test_a_stopped_database_answers_503_with_retry_after_and_writes_nothing(pg_m
     body = {"name": "during-outage", "recipe": "mlp", "config": {"max_steps": 10}, "gpu_ids": [0]}
     with TestClient(create_app(s), raise_server_exceptions=True) as client:
         assert client.get("/api/v1/trainings", headers=bearer(people.alice)).status_code == 200
-        _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+        pg_ctl(pg_control, "stop", "-m", "fast", "-w")
         try:
             answers = [
                 client.get("/api/v1/trainings", headers=bearer(people.alice)),  # the auth gate meets it first
@@ -39,7 +39,7 @@ def test_a_stopped_database_answers_503_with_retry_after_and_writes_nothing(pg_m
                 client.post("/api/v1/trainings", json=body, headers=bearer(people.alice)),
             ]
         finally:
-            _start_server(pg_control)
+            start_server(pg_control)
         for r in answers:
             assert r.status_code == 503, (r.request.url, r.status_code, r.text)
             assert r.headers["retry-after"] == "5"
@@ -53,7 +53,7 @@ def test_a_stopped_database_answers_503_with_retry_after_and_writes_nothing(pg_m
 
 def test_the_client_waits_out_a_database_restart_and_creates_the_training_once(pg_migrated_url, pg_control, tmp_path):
     from gpufleet.client import Client
-    from servers import serve_inprocess
+    from support.servers import serve_inprocess
 
     s = load_settings(database_url=pg_migrated_url, data_dir=tmp_path / "d", simulate="2xH100-80GB",
                       secret_key=SECRET, auth="on", host_name=f"restart-{uuid.uuid4().hex[:6]}")
@@ -67,15 +67,15 @@ def test_the_client_waits_out_a_database_restart_and_creates_the_training_once(p
         def _sleep(self, seconds: float) -> None:
             # The database comes back while the client waits out Retry-After.
             waits.append(seconds)
-            _start_server(pg_control)
+            start_server(pg_control)
 
     with serve_inprocess(create_app(s)) as srv, Restarting(srv.url, people.alice) as gf:
-        _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+        pg_ctl(pg_control, "stop", "-m", "fast", "-w")
         try:
             t = gf.create_training(name="through-a-restart", recipe="mlp", config={"max_steps": 1}, gpu_ids=[0],
                                    host=s.host_name)
         finally:
-            _start_server(pg_control)
+            start_server(pg_control)
         assert waits == [5.0]
         assert t.name == "through-a-restart"
         assert [x.id for x in gf.list_trainings().data if x.name == "through-a-restart"] == [t.id]

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
-from servers import STRONG_SECRET, make_token, serve_process
+from support.servers import STRONG_SECRET, make_token, serve_process
 
 FLOOD_THREADS = 16
 FLOOD_S = 20.0

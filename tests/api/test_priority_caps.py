@@ -16,7 +16,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import set_permission
-from people import SECRET, People, bearer, make_people
+from support.people import SECRET, People, bearer, make_people
 
 SMALL = {"max_steps": 5, "global_batch_size": 8}
 

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from gpufleet.config import Settings
 from gpufleet.db.models import Group, GroupMember, Quota
 from gpufleet.db.session import session_scope
-from people import SECRET, People, bearer, make_people
-from sharing import held_training, make_host
+from support.people import SECRET, People, bearer, make_people
+from support.sharing import held_training, make_host
 
 DAY = date(2026, 4, 2)
 

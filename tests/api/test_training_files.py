@@ -9,127 +9,115 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from gpufleet.api.app import create_app
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.inventory import register_host
 from gpufleet.trainings.files import checkpoint_dir, output_dir
-from people import SECRET, People, make_people
+from support.people import SECRET
 
 TINY = {"max_steps": 4, "global_batch_size": 16, "checkpoint_every": 2, "log_every": 1}
 
 
 @pytest.fixture
-def settings(sim_settings: Settings) -> Settings:
+def on_settings(sim_settings: Settings) -> Settings:
+    """Sign-in on, on the simulated host (``people`` and ``app_client`` come from tests/conftest.py)."""
     s = sim_settings.model_copy(update={"auth": "on", "secret_key": SECRET})
     upgrade_database(s)
     register_host(s)
     return s
 
 
-@pytest.fixture
-def people(settings: Settings) -> People:
-    return make_people(settings, suffix="-" + uuid.uuid4().hex[:6])
-
-
-@pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
-        yield c
-
-
 def _as(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def _create(client: TestClient, token: str, **extra) -> dict:
-    r = client.post("/api/v1/trainings", headers=_as(token),
-                    json={"name": "t", "recipe": "mlp", "config": TINY, "gpu_ids": [0], **extra})
+def _create(app_client: TestClient, token: str, **extra) -> dict:
+    r = app_client.post("/api/v1/trainings", headers=_as(token),
+                        json={"name": "t", "recipe": "mlp", "config": TINY, "gpu_ids": [0], **extra})
     assert r.status_code == 201, r.text
     return r.json()
 
 
-def test_owner_lists_and_downloads_whole_and_ranges_another_member_gets_403(client, settings, people):
-    t = _create(client, people.alice)
-    ckpt = checkpoint_dir(settings, t["id"])
+def test_owner_lists_and_downloads_whole_and_ranges_another_member_gets_403(app_client, on_settings, people):
+    t = _create(app_client, people.alice)
+    ckpt = checkpoint_dir(on_settings, t["id"])
     (ckpt / "step-000002").mkdir(parents=True)
     payload = os.urandom(5000)
     (ckpt / "step-000002" / "model.pt").write_bytes(payload)
     (ckpt / "fence.json").write_text('{"attempt": 1}')
-    out = output_dir(settings, t["id"])
+    out = output_dir(on_settings, t["id"])
     out.mkdir(parents=True)
     (out / "samples.txt").write_text("hello")
     base = f"/api/v1/trainings/{t['id']}/files"
 
-    listed = client.get(base, headers=_as(people.alice))
+    listed = app_client.get(base, headers=_as(people.alice))
     assert listed.status_code == 200, listed.text
     assert [(f["path"], f["size"]) for f in listed.json()["data"]] == [
         ("checkpoints/step-000002/model.pt", 5000), ("outputs/samples.txt", 5)]  # never gpufleet's fence.json
-    whole = client.get(f"{base}/checkpoints/step-000002/model.pt", headers=_as(people.alice))
+    whole = app_client.get(f"{base}/checkpoints/step-000002/model.pt", headers=_as(people.alice))
     assert whole.status_code == 200 and whole.content == payload
     assert whole.headers["accept-ranges"] == "bytes"
-    part = client.get(f"{base}/checkpoints/step-000002/model.pt",
+    part = app_client.get(f"{base}/checkpoints/step-000002/model.pt",
                       headers={**_as(people.alice), "Range": "bytes=100-1099"})
     assert part.status_code == 206 and part.content == payload[100:1100]
     assert part.headers["content-range"] == "bytes 100-1099/5000"
-    assert client.get(f"{base}/outputs/samples.txt", headers=_as(people.admin)).content == b"hello"
+    assert app_client.get(f"{base}/outputs/samples.txt", headers=_as(people.admin)).content == b"hello"
 
     for url in (base, f"{base}/checkpoints/step-000002/model.pt"):
-        r = client.get(url, headers=_as(people.bob))
+        r = app_client.get(url, headers=_as(people.bob))
         assert r.status_code == 403 and "only its owner and admins" in r.json()["detail"], r.text
 
 
-def test_paths_stay_inside_the_training_files(client, settings, people, tmp_path):
-    t = _create(client, people.alice)
-    ckpt = checkpoint_dir(settings, t["id"])
+def test_paths_stay_inside_the_training_files(app_client, on_settings, people, tmp_path):
+    t = _create(app_client, people.alice)
+    ckpt = checkpoint_dir(on_settings, t["id"])
     ckpt.mkdir(parents=True)
     secret = tmp_path / "secret.txt"
     secret.write_text("not yours")
     (ckpt / "escape.pt").symlink_to(secret)
     (ckpt / "fence.json").write_text("{}")
     base = f"/api/v1/trainings/{t['id']}/files"
-    assert client.get(base, headers=_as(people.alice)).json()["data"] == []  # the link is not listed
+    assert app_client.get(base, headers=_as(people.alice)).json()["data"] == []  # the link is not listed
     for path, status in (("checkpoints/escape.pt", 422), ("checkpoints/%2E%2E/%2E%2E/x", 422),
                          ("etc/passwd", 422), ("checkpoints/fence.json", 404), ("checkpoints/none.pt", 404)):
-        r = client.get(f"{base}/{path}", headers=_as(people.alice))
+        r = app_client.get(f"{base}/{path}", headers=_as(people.alice))
         assert r.status_code == status, (path, r.status_code, r.text)
 
 
-def test_resume_puts_an_ended_training_back_in_the_queue_for_its_owner_only(client, people):
-    t = _create(client, people.alice)
+def test_resume_puts_an_ended_training_back_in_the_queue_for_its_owner_only(app_client, people):
+    t = _create(app_client, people.alice)
     url = f"/api/v1/trainings/{t['id']}/resume"
-    r = client.post(url, headers=_as(people.alice))
+    r = app_client.post(url, headers=_as(people.alice))
     assert r.status_code == 409 and "only an ended training" in r.json()["detail"]
-    assert client.post(f"/api/v1/trainings/{t['id']}/cancel", headers=_as(people.alice)).json()["status"] == "cancelled"
-    assert client.post(url, headers=_as(people.bob)).status_code == 403
-    bad = client.post(url, headers=_as(people.alice), json={"config": {"max_steps": 0}})
+    assert app_client.post(f"/api/v1/trainings/{t['id']}/cancel", headers=_as(people.alice)).json()["status"] == "cancelled"
+    assert app_client.post(url, headers=_as(people.bob)).status_code == 403
+    bad = app_client.post(url, headers=_as(people.alice), json={"config": {"max_steps": 0}})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "config", "max_steps"]
-    r = client.post(url, headers=_as(people.alice), json={"config": {"max_steps": 8}})
+    r = app_client.post(url, headers=_as(people.alice), json={"config": {"max_steps": 8}})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["id"] == t["id"] and body["status"] == "queued" and body["max_steps"] == 8
     assert body["restarts"] == 0 and body["finished_at"] is None
-    events = client.get(f"/api/v1/trainings/{t['id']}/events", headers=_as(people.alice)).json()["data"]
+    events = app_client.get(f"/api/v1/trainings/{t['id']}/events", headers=_as(people.alice)).json()["data"]
     assert events[-1]["status"] == "queued" and events[-1]["reason"].startswith(f"resumed by {people.names['alice']}")
 
 
-def test_from_training_links_a_new_training_to_a_source_of_its_own_kind(client, people):
-    src = _create(client, people.alice)
-    clone = _create(client, people.alice, from_training=src["id"], config={**TINY, "max_steps": 10})
+def test_from_training_links_a_new_training_to_a_source_of_its_own_kind(app_client, people):
+    src = _create(app_client, people.alice)
+    clone = _create(app_client, people.alice, from_training=src["id"], config={**TINY, "max_steps": 10})
     assert clone["resumed_from"] == src["id"] and clone["id"] != src["id"]
-    r = client.post("/api/v1/trainings", headers=_as(people.bob),
+    r = app_client.post("/api/v1/trainings", headers=_as(people.bob),
                     json={"name": "x", "recipe": "mlp", "config": TINY, "gpu_ids": [0], "from_training": src["id"]})
     assert r.status_code == 403 and "only its owner and admins" in r.text
-    r = client.post("/api/v1/trainings", headers=_as(people.alice),
+    r = app_client.post("/api/v1/trainings", headers=_as(people.alice),
                     json={"name": "x", "recipe": "sae", "config": TINY, "gpu_ids": [0], "from_training": src["id"]})
     assert r.status_code == 422 and "of recipe mlp" in r.text
-    r = client.post("/api/v1/trainings", headers=_as(people.alice), json={
+    r = app_client.post("/api/v1/trainings", headers=_as(people.alice), json={
         "name": "x", "recipe": "mlp", "config": TINY, "gpu_ids": [0], "from_training": str(uuid.uuid4())})
     assert r.status_code == 422 and "does not exist" in r.text
 

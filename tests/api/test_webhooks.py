@@ -14,7 +14,7 @@ from gpufleet.api.routes import webhooks
 from gpufleet.config import Settings
 from gpufleet.db.notify import Webhook
 from gpufleet.db.session import session_scope
-from people import SECRET, People, bearer, make_people
+from support.people import SECRET, People, bearer, make_people
 
 
 @pytest.fixture

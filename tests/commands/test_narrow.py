@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from gpufleet.commands.recommend import breakdown_rows
-from servers import serve_env, serve_process
-from terminal import in_pipe, in_terminal
+from support.servers import serve_env, serve_process
+from support.terminal import in_pipe, in_terminal
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import gpufleet, serve_env
+from support.servers import gpufleet, serve_env
 
 
 def _mode(path: Path) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import free_port, serve_env, serve_process
+from support.servers import free_port, serve_env, serve_process
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
 

@@ -13,8 +13,8 @@ from gpufleet.config import get_settings
 from gpufleet.db.models import Group, GroupMember, Quota
 from gpufleet.db.session import session_scope
 from gpufleet.users.groups import Limits, user_limits
-from servers import serve_inprocess
-from sharing import held_training, make_host
+from support.servers import serve_inprocess
+from support.sharing import held_training, make_host
 
 runner = CliRunner()
 DAY = date(2026, 5, 6)

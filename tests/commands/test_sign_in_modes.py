@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accounts import unix_accounts
-from servers import serve_process, socket_path
+from support.accounts import unix_accounts
+from support.servers import serve_process, socket_path
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import free_port
+from support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import free_port
+from support.servers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

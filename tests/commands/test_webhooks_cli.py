@@ -10,7 +10,7 @@ from gpufleet.api.app import create_app
 from gpufleet.config import load_settings
 from gpufleet.db.session import upgrade_database
 from receiver import Receiver, signed
-from servers import gpufleet, serve_env, serve_inprocess
+from support.servers import gpufleet, serve_env, serve_inprocess
 
 
 def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess:

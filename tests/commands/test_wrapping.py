@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from terminal import in_pipe, in_terminal
+from support.terminal import in_pipe, in_terminal
 
 
 def _deep_data_dir(tmp_path: Path) -> Path:

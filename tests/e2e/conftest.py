@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import ServedProcess, free_port, make_token, serve_process
+from support.servers import ServedProcess, free_port, make_token, serve_process
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("GPUFLEET_E2E_CHROMIUM", "/usr/bin/chromium"))

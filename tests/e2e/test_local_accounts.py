@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accounts import Account, run_as, unix_accounts
-from servers import ServedProcess, cli, serve_process, socket_path
+from support.accounts import Account, run_as, unix_accounts
+from support.servers import ServedProcess, cli, serve_process, socket_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

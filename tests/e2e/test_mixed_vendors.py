@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from servers import ServedProcess, gpufleet, serve_env, serve_process
+from support.servers import ServedProcess, gpufleet, serve_env, serve_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainings.scripts import RESUMABLE_SCRIPT, write_project
+from support.scripts import RESUMABLE_SCRIPT, write_project
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import gpufleet, serve_env
+from support.servers import gpufleet, serve_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

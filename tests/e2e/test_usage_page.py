@@ -12,7 +12,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.session import write_session
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import add_member, create_group
-from sharing import held_training, make_host
+from support.sharing import held_training, make_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

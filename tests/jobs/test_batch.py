@@ -11,7 +11,7 @@ from gpufleet.scheduling.batch import Item, Slot, pick, plan
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import func, select
 
-from .conftest import make_settings, register
+from support.fleet import make_settings, register
 
 GB = 2**30
 

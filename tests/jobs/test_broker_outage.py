@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from servers import free_port
+from support.servers import free_port
 
-from .conftest import TINY_SAE, make_settings, register, wait_for
+from support.fleet import TINY_SAE, make_settings, register, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -19,9 +19,9 @@ from gpufleet.db.models import Training
 from gpufleet.db.session import get_engine, session_scope
 from sqlalchemy import func, select, update
 
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
-from .conftest import make_settings
+from support.fleet import make_settings
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import make_settings, register
+from support.fleet import make_settings, register
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -26,7 +26,7 @@ def test_celery_inspect_and_worker_events(tmp_path, request, workers):
     register(s)
     w = workers(s)
     name = f"gpufleet@{s.host_name}"
-    from .conftest import wait_for
+    from support.fleet import wait_for
 
     ping = wait_for(lambda: (r := _celery(s, "inspect", "ping", "-d", name, "--timeout", "3")).returncode == 0
                     and r, 90, "the worker to answer celery inspect ping", 1.0)

@@ -25,7 +25,7 @@ from gpufleet.lifecycle import outcome
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import select
 
-from .conftest import make_settings, register
+from support.fleet import make_settings, register
 
 N = 200
 

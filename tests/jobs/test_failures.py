@@ -18,7 +18,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs.scheduler_loop import tick
 from sqlalchemy import select
 
-from .conftest import (
+from support.fleet import (
     FINAL, TINY_SAE, get_events, get_training, make_settings, pids_in_group, register, wait_for, wait_status,
 )
 

@@ -19,7 +19,7 @@ from gpufleet.lifecycle import outcome
 from gpufleet.training.fence import write_fence
 from sqlalchemy import select
 
-from .conftest import TINY_SAE
+from support.fleet import TINY_SAE
 
 
 def test_a_fenced_launcher_puts_no_checkpoint_in_place(tmp_path):

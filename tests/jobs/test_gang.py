@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import FINAL, make_settings, register, unique, wait_for
+from support.fleet import FINAL, make_settings, register, unique, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -24,7 +24,7 @@ from gpufleet.lifecycle import outcome
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import func, select, text
 
-from .conftest import make_settings, register, unique
+from support.fleet import make_settings, register, unique
 from .test_concurrency import _overlaps
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

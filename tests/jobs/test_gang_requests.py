@@ -12,7 +12,7 @@ from gpufleet.scheduling.gang import plan
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import func, select
 
-from .conftest import make_settings, register, unique
+from support.fleet import make_settings, register, unique
 
 pytestmark = [pytest.mark.postgres]
 

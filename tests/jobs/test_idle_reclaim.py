@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from gpufleet.devices import simstate
 
-from .conftest import (
+from support.fleet import (
     FINAL,
     TINY_SAE,
     get_events,

@@ -14,7 +14,7 @@ from gpufleet.config import load_settings
 from gpufleet.jobs import sandbox
 from gpufleet.jobs.isolation import IsolationRefused, plan, startup_warnings
 from gpufleet.users.runas import RunAccount
-from unix import need_root, short_name, unix_account
+from support.unix import need_root, short_name, unix_account
 
 NOBODY = 65534
 PLAN_AS_NOBODY = """

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from telemetry.test_outage import _pg_ctl, _start_server
+from support.postgres import pg_ctl, start_server
 
-from .conftest import make_settings, wait_for
+from support.fleet import make_settings, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -22,12 +22,12 @@ def test_leadership_loss_is_logged_once_and_its_end_with_the_duration(tmp_path, 
                 and (level is None or r.levelno == level)]
 
     scheduler(s)
-    _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+    pg_ctl(pg_control, "stop", "-m", "fast", "-w")
     try:
         # Many retries while the server is away (each one a debug line), however long they take.
         wait_for(lambda: len(records("still")) >= 8, 120, "eight retries during the outage", 0.2)
     finally:
-        _start_server(pg_control)
+        start_server(pg_control)
     wait_for(lambda: records("regained") or records("work again"), 120, "the recovery to be logged", 0.2)
     warnings = [r for r in caplog.records if r.name == "gpufleet.jobs.scheduler_loop" and r.levelno >= logging.WARNING]
     said = [r.getMessage() for r in warnings]

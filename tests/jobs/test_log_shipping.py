@@ -11,9 +11,9 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs.log_shipper import LogShipper, ShippedLog, identify, split, start_shipper
 from gpufleet.jobs.logs import BoundedLog, log_path
 from gpufleet.trainings import log_store
-from telemetry.test_outage import _pg_ctl, _start_server
+from support.postgres import pg_ctl, start_server
 
-from .conftest import wait_for
+from support.fleet import wait_for
 
 
 def _training(settings) -> uuid.UUID:
@@ -103,12 +103,12 @@ def test_a_database_outage_loses_no_line(pg_migrated_url, pg_control, tmp_path):
     try:
         log.line("before")
         wait_for(lambda: _stream(s, tid) == "before\n", 60, "the first line to be sent")
-        _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+        pg_ctl(pg_control, "stop", "-m", "fast", "-w")
         try:
             for i in range(500):
                 log.line(f"during {i}")
         finally:
-            _start_server(pg_control)
+            start_server(pg_control)
         log.line("after")
         want = "before\n" + "".join(f"during {i}\n" for i in range(500)) + "after\n"
         wait_for(lambda: _stream(s, tid) == want, 120, "every line to be sent after the outage", 0.3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import make_settings, register, wait_for
+from support.fleet import make_settings, register, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

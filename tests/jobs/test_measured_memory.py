@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import FINAL, TINY_SAE, get_events, make_settings, register, wait_status
+from support.fleet import FINAL, TINY_SAE, get_events, make_settings, register, wait_status
 
 pytestmark = pytest.mark.slow
 

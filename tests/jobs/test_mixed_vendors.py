@@ -8,7 +8,7 @@ import pytest
 import torch
 from gpufleet.training import checkpoint as ckpt
 
-from .conftest import FINAL, get_events, make_settings, register, wait_status
+from support.fleet import FINAL, get_events, make_settings, register, wait_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

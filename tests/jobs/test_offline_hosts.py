@@ -11,7 +11,7 @@ from gpufleet.db.types import utcnow
 from gpufleet.jobs.scheduler_loop import tick
 from sqlalchemy import update
 
-from .conftest import TINY_SAE, api_app, make_settings, register, unique, wait_for
+from support.fleet import TINY_SAE, api_app, make_settings, register, unique, wait_for
 
 
 def test_a_host_with_a_stale_heartbeat_is_offline_and_gets_no_training(tmp_path, backend, request):

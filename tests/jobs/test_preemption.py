@@ -16,7 +16,7 @@ from gpufleet.db.models import TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select
 
-from .conftest import (
+from support.fleet import (
     FINAL,
     TINY_SAE,
     get_events,

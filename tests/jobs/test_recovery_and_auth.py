@@ -14,7 +14,7 @@ from gpufleet.jobs.scheduler_loop import Leader
 from gpufleet.scheduling.scheduler import schedule_pending
 from sqlalchemy import select
 
-from .conftest import TINY_SAE, make_settings, register, wait_for
+from support.fleet import TINY_SAE, make_settings, register, wait_for
 
 
 def _running(settings, host_id, restarts, max_restarts, expired=True):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from gpufleet.jobs import procs
 
-from .conftest import TINY_SAE, wait_for
+from support.fleet import TINY_SAE, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -21,9 +21,9 @@ from gpufleet.db.models import Host, TrainingMetric
 from gpufleet.db.session import session_scope
 from sqlalchemy import select, update
 
-from servers import free_port, serve_process
+from support.servers import free_port, serve_process
 
-from .conftest import (
+from support.fleet import (
     FINAL, TINY_SAE, get_events, get_training, make_settings, pids_in_group, register, unique, wait_for,
     wait_status,
 )

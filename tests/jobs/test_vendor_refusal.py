@@ -8,7 +8,7 @@ from gpufleet.db.models import GPU, Training, TrainingEvent
 from gpufleet.db.session import session_scope
 from sqlalchemy import func, select, update
 
-from .conftest import TINY_SAE, register
+from support.fleet import TINY_SAE, register
 
 
 def _counts(settings):

@@ -19,7 +19,7 @@ from gpufleet.jobs.isolation import Isolation
 from gpufleet.trainings.environment import training_environment
 from gpufleet.users.runas import RunAccount
 
-from .conftest import FINAL, get_events, register, wait_for, wait_status
+from support.fleet import FINAL, get_events, register, wait_for, wait_status
 
 MLP = {"max_steps": 4, "global_batch_size": 8, "log_every": 1, "checkpoint_every": 2}
 
@@ -93,7 +93,7 @@ def _run_one(c, settings, name: str) -> tuple[dict, list[dict], list[dict], str]
 
 @pytest.mark.slow
 def test_a_warm_rank_trains_and_reports_like_a_cold_one(tmp_path, client_for, workers, scheduler) -> None:
-    from .conftest import make_settings
+    from support.fleet import make_settings
 
     settings = make_settings(tmp_path, "sqlite", warm_pool_size=1)
     register(settings)

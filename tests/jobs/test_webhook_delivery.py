@@ -23,7 +23,7 @@ from gpufleet.lifecycle.transitions import transition
 from receiver import Receiver, signed
 from sqlalchemy import select, update
 
-from .conftest import make_settings, register, wait_for
+from support.fleet import make_settings, register, wait_for
 
 pytestmark = pytest.mark.slow
 MLP = {"max_steps": 4, "global_batch_size": 8}

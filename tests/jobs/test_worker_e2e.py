@@ -18,7 +18,7 @@ from gpufleet.devices import simstate
 from gpufleet.devices.backend import device_backend
 from sqlalchemy import select
 
-from .conftest import (
+from support.fleet import (
     FINAL, TINY_SAE, get_events, get_training, pids_in_group, register, wait_for, wait_status,
 )
 

@@ -36,7 +36,7 @@ def recommend_in(request, run, monkeypatch):  # noqa: ANN001, ANN201
         yield s, lambda *args: invoke("recommend", "--local", *args)
         return
     from gpufleet.api.app import create_app
-    from servers import serve_inprocess
+    from support.servers import serve_inprocess
 
     with serve_inprocess(create_app(s)) as srv:
         # The server answers from its own settings; the CLI sees only the URL.

@@ -145,7 +145,7 @@ def test_victims_of_equal_priority_go_furthest_over_their_fair_share_first(sim_h
     from datetime import timedelta
 
     from gpufleet.db.types import utcnow
-    from sharing import held_training, make_host
+    from support.sharing import held_training, make_host
 
     s = sim_host("nvlink-all", "2xH100-80GB")
     # ann used a host's GPUs for hours lately, bob nothing: ann is far over an equal share.

@@ -16,7 +16,7 @@ from gpufleet.scheduling.quotas import may_borrow
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import Limits, add_member, create_group, set_group_quota, set_user_quota
 from scheduling.queue import start
-from sharing import held_training, make_host
+from support.sharing import held_training, make_host
 
 BOTH = pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
                                indirect=True)

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import set_permission
-from people import People, bearer
+from support.people import People, bearer
 
 pytestmark = pytest.mark.parametrize("db_settings", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
                                      indirect=True)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from jobs.conftest import make_settings, register, wait_for
+from support.fleet import make_settings, register, wait_for
 
 from gpufleet.api.app import create_app
 from gpufleet.db.session import session_scope

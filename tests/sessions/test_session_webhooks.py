@@ -12,7 +12,7 @@ import threading
 
 import pytest
 from fastapi.testclient import TestClient
-from jobs.conftest import make_settings, register, wait_for
+from support.fleet import make_settings, register, wait_for
 from receiver import Receiver, signed
 
 from gpufleet.api.app import create_app

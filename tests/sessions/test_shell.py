@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from accounts import run_as, unix_accounts
-from servers import cli, serve_process, socket_path
+from support.accounts import run_as, unix_accounts
+from support.servers import cli, serve_process, socket_path
 
 pytestmark = [pytest.mark.slow]
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from jobs.conftest import TINY_SAE, make_settings, register, unique, wait_for
+from support.fleet import TINY_SAE, make_settings, register, unique, wait_for
 from sqlalchemy import select
-from unix import need_root, short_name, unix_account
+from support.unix import need_root, short_name, unix_account
 
 from gpufleet.api.app import create_app
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import add_user, set_permission
 from gpufleet.users.tokens import create_token
-from people import SECRET, bearer
+from support.people import SECRET, bearer
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 LONG = dict(TINY_SAE, max_steps=1_000_000, checkpoint_every=1_000_000)

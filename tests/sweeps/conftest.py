@@ -1,4 +1,4 @@
-"""Fixtures for sweeps: the jobs tests' fleet, workers and scheduler, and an app with the sweeps routes."""
+"""Fixtures for sweeps: an app with the sweeps routes (the fleet, workers and scheduler come from support.fleet)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from gpufleet.config import Settings
-from jobs.conftest import _keep_registered_hosts_alive, backend, scheduler, workers  # noqa: F401 - fixtures
 
 TINY_MLP = {"max_steps": 8, "global_batch_size": 16, "log_every": 1, "checkpoint_every": 1000,
             "synthetic_samples": 256, "hidden": [8]}

@@ -15,7 +15,7 @@ from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.sweeps.driver import advance_all
 from gpufleet.training import exitcodes
-from jobs.conftest import make_settings, register
+from support.fleet import make_settings, register
 
 from .conftest import TINY_MLP
 

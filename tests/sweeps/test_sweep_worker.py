@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope
-from jobs.conftest import make_settings, register, wait_for
+from support.fleet import make_settings, register, wait_for
 
 from .conftest import TINY_MLP
 

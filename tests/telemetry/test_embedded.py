@@ -12,7 +12,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.models import GPUMetricsHistory
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 from .test_ws import Reader
 

@@ -15,7 +15,7 @@ from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.live import read_agent_health, read_live_samples
 
 from .test_ws import Reader
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 from .wsutil import build_app
 

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from fastapi.testclient import TestClient
-from people import SECRET, bearer, make_people
+from support.people import SECRET, bearer, make_people
 from sqlalchemy import select
 
 from gpufleet.api.app import create_app
@@ -91,7 +91,7 @@ def test_the_cli_shows_the_reason_and_only_an_admin_clears_it(host, tmp_path):
     import subprocess
     import sys
 
-    from servers import serve_inprocess
+    from support.servers import serve_inprocess
 
     s, sampler, watch = host
     simstate.inject_xid(s, 0, 48)

@@ -11,13 +11,11 @@ is back, and everything is written.
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 import uuid
 from collections import Counter
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -26,37 +24,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.models import GPUMetricsHistory
 from gpufleet.db.session import session_scope
 from gpufleet.telemetry.agent import Agent
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _pg_ctl(control: tuple[str, str], *args: str) -> None:
-    ctl, data = control
-    cmd = [ctl, "-D", data, *args]
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
-
-
-def _start_server(control: tuple[str, str]) -> None:
-    # services.sh starts the server with the options the whole suite expects.
-    services_dir = str(Path(control[1]).parent)
-    subprocess.run(["bash", str(REPO / ".ci/services.sh"), "start", services_dir], check=True,
-                   capture_output=True, timeout=120)
-    # Every engine of this test process (the session fixtures' too) holds
-    # connections to the server that just restarted; drop them so the next
-    # checkout connects afresh instead of failing once.
-    import gc
-
-    from sqlalchemy import Engine
-
-    for obj in gc.get_objects():
-        try:
-            if isinstance(obj, Engine):
-                obj.dispose()
-        except ReferenceError:  # a dead weak proxy in the heap
-            continue
-
+from support.postgres import pg_ctl, start_server
 
 @pytest.mark.slow
 @pytest.mark.postgres
@@ -73,7 +41,7 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, pg_control, tmp_pa
             time.sleep(0.1)
         assert agent.writer is not None and agent.writer.stats.written_total > 0
         failed_before = agent.writer.stats.failed_flushes
-        _pg_ctl(pg_control, "stop", "-m", "fast", "-w")
+        pg_ctl(pg_control, "stop", "-m", "fast", "-w")
         down_at = datetime.now(timezone.utc)
         most_waiting = 0
         try:
@@ -85,7 +53,7 @@ def test_a_postgresql_outage_loses_no_sample(pg_migrated_url, pg_control, tmp_pa
             # Every row taken so far: written before the outage, or waiting now.
             taken_by_restart = agent.writer.stats.written_total + agent.writer.stats.buffered
             up_at = datetime.now(timezone.utc)
-            _start_server(pg_control)
+            start_server(pg_control)
         # The outage was felt: flushes failed and rows waited. (On a shared
         # developer machine another suite's services.sh may restart the server
         # early; the no-loss check below holds either way.)

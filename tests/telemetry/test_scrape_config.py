@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from servers import STRONG_SECRET, cli, free_port, serve_process
+from support.servers import STRONG_SECRET, cli, free_port, serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "deploy" / "grafana" / "README.md"

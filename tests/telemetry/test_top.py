@@ -13,7 +13,7 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 
 from .test_routes import _fleet
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 from .wsutil import build_app
 

@@ -11,7 +11,7 @@ from gpufleet.config import Settings
 from gpufleet.db.types import utcnow
 from gpufleet.telemetry.prometheus import render
 from gpufleet.telemetry.retention import maintain
-from sharing import held_training, make_host, rollup_minutes
+from support.sharing import held_training, make_host, rollup_minutes
 
 
 def _counters(settings: Settings, user: str) -> dict[str, float]:

@@ -16,7 +16,7 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 from gpufleet.telemetry.stream import StreamConfig
 
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 from .wsutil import RawNeverReader, build_app, messages, publish
 

@@ -14,8 +14,8 @@ from gpufleet.config import Settings, load_settings
 from gpufleet.db.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
-from people import SECRET, People, bearer, make_people
-from servers import serve_inprocess
+from support.people import SECRET, People, bearer, make_people
+from support.servers import serve_inprocess
 
 from .wsutil import messages
 

@@ -16,7 +16,7 @@ from torch import nn
 
 import gpufleet
 from gpufleet.training.backend import make_backend
-from servers import free_port
+from support.servers import free_port
 
 STEPS = 20
 GLOBAL_BATCH = 16

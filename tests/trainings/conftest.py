@@ -1,38 +1,21 @@
-"""Fixtures for script trainings: the real app with sign-in on, people with roles."""
+"""Fixtures for script trainings: the real app with sign-in on (``tests/conftest.py``'s
+``on_settings``, ``people``, ``app_client``), with room for a script's code."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from fastapi.testclient import TestClient
 
-from people import SECRET, People, make_people
 from gpufleet.api.app import create_app
 from gpufleet.config import Settings
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 
 @pytest.fixture
-def on_settings(db_settings: Settings) -> Settings:
-    return db_settings.model_copy(update={"auth": "on", "secret_key": SECRET, "code_max_bytes": 64 * 1024})
-
-
-@pytest.fixture
-def people(on_settings: Settings) -> People:
-    return make_people(on_settings, suffix="-" + uuid.uuid4().hex[:6])
-
-
-@pytest.fixture
-def app_client(on_settings: Settings) -> Iterator[TestClient]:
-    with TestClient(create_app(on_settings)) as c:
-        yield c
-
-
-# The jobs suite's real worker, scheduler and helpers, shared here.
-from jobs.conftest import scheduler, workers  # noqa: E402, F401
+def on_settings(on_settings: Settings) -> Settings:
+    return on_settings.model_copy(update={"code_max_bytes": 64 * 1024})
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.trainings.archive import ArchiveError, Limits, check_archive, pack, unpack
 
-from trainings.scripts import tar_of
+from support.scripts import tar_of
 
 OK = ("file", "train.py", "print('hi')\n")
 

@@ -7,12 +7,12 @@ import uuid
 import pytest
 from sqlalchemy import func, select, update
 
-from people import bearer
+from support.people import bearer
 from gpufleet.db.models import CodeBlob, Training, User
 from gpufleet.db.session import session_scope
 from gpufleet.trainings.archive import content_hash
 
-from trainings.scripts import tar_of
+from support.scripts import tar_of
 
 
 def _project(marker: str = "") -> bytes:

@@ -14,8 +14,8 @@ from sqlalchemy import event
 
 from gpufleet.api.app import create_app
 from gpufleet.db.session import engine_for
-from jobs.conftest import make_settings, register
-from people import SECRET, bearer, make_people
+from support.fleet import make_settings, register
+from support.people import SECRET, bearer, make_people
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

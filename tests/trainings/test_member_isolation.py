@@ -24,13 +24,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from jobs.conftest import wait_for
-from servers import STRONG_SECRET, cli, make_token, serve_process
+from support.fleet import wait_for
+from support.servers import STRONG_SECRET, cli, make_token, serve_process
 from sqlalchemy.engine import make_url
-from unix import as_account, need_root, short_name, unix_account
+from support.unix import as_account, need_root, short_name, unix_account
 
 from trainings.exploit import EXPLOIT_SCRIPT
-from trainings.scripts import write_project
+from support.scripts import write_project
 
 pytestmark = pytest.mark.slow
 FINAL = ("succeeded", "failed", "cancelled")

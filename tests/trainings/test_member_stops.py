@@ -19,10 +19,10 @@ import pytest
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import add_user, get_user
 from gpufleet.users.tokens import create_token
-from jobs.conftest import make_settings, pids_in_group, register, wait_for
-from people import SECRET
-from trainings.scripts import DDP_SCRIPT, write_project
-from unix import need_root, short_name, unix_account
+from support.fleet import make_settings, pids_in_group, register, wait_for
+from support.people import SECRET
+from support.scripts import DDP_SCRIPT, write_project
+from support.unix import need_root, short_name, unix_account
 
 pytestmark = pytest.mark.slow
 

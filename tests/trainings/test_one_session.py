@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.db.session import engine_for, session_scope
 from gpufleet.lifecycle.models import Training
-from jobs.conftest import make_settings, register
+from support.fleet import make_settings, register
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobs.conftest import make_settings, register
+from support.fleet import make_settings, register
 from trainings.test_script_worker import _get, _run_cli, _submitted_id, _wait
-from wheels import make_wheel
+from support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 FINAL = ("succeeded", "failed", "cancelled", "reclaimed")

@@ -15,7 +15,7 @@ from gpufleet.trainings.progress import ProgressReader
 from gpufleet.training import exitcodes as ec
 from gpufleet.trainings.script_launch import ScriptSpec
 
-from trainings.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
+from support.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
 
 
 def _spec(tmp_path: Path, argv: list[str], n: int = 2, **kw) -> Path:

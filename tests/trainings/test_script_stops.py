@@ -20,13 +20,13 @@ from sqlalchemy import select
 
 from gpufleet.db.models import TrainingMetric
 from gpufleet.db.session import session_scope
-from jobs.conftest import make_settings, pids_in_group, register, wait_for
+from support.fleet import make_settings, pids_in_group, register, wait_for
 from gpufleet.users.accounts import add_user, get_user
 from gpufleet.users.tokens import create_token
-from people import SECRET
-from unix import short_name, unix_account
+from support.people import SECRET
+from support.unix import short_name, unix_account
 
-from trainings.scripts import STOP_AWARE_SCRIPT, write_project
+from support.scripts import STOP_AWARE_SCRIPT, write_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 FINAL = ("succeeded", "failed", "cancelled", "reclaimed")

@@ -19,9 +19,9 @@ from sqlalchemy import select
 
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope
-from jobs.conftest import make_settings, pids_in_group, register, wait_for
+from support.fleet import make_settings, pids_in_group, register, wait_for
 
-from trainings.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
+from support.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
 
 pytestmark = pytest.mark.slow
 FINAL = ("succeeded", "failed", "cancelled", "reclaimed")

@@ -18,8 +18,8 @@ from gpufleet.training import exitcodes as ec
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.trainings import venv, venvcache
 from gpufleet.trainings.venv_reqs import EnvError
-from jobs.conftest import wait_for
-from wheels import make_wheel
+from support.fleet import wait_for
+from support.wheels import make_wheel
 
 
 @pytest.fixture

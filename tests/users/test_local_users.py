@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from accounts import unix_accounts
+from support.accounts import unix_accounts
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import UserError, get_user, set_disabled, set_role

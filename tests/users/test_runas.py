@@ -14,9 +14,9 @@ from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import UserError, add_user, get_user
 from gpufleet.users.runas import RunAsError, for_owner, resolve, set_mapping
 from gpufleet.users.tokens import create_token
-from people import SECRET
-from servers import cli
-from unix import short_name, unix_account
+from support.people import SECRET
+from support.servers import cli
+from support.unix import short_name, unix_account
 
 SERVER = pwd.getpwuid(os.geteuid()).pw_name
 

@@ -14,7 +14,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import add_member, create_group
 from gpufleet.users.usage import NO_GROUP, UsageError, parse_day, store_usage, totals_by_user, usage_report
-from sharing import held_training, make_host, rollup_minutes
+from support.sharing import held_training, make_host, rollup_minutes
 
 DAY = date(2026, 3, 10)
 

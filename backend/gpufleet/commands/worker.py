@@ -21,6 +21,9 @@ def worker(
     agent: Annotated[bool, typer.Option(help="also run the telemetry agent (inventory, heartbeat, GPU samples)")] = True,
 ) -> None:
     """Run this host's worker: consumes the queue host.<name>, runs trainings on this host's GPUs."""
+    import threading
+
+    from gpufleet.api.proxy.relay import start_relay
     from gpufleet.config import ConfigError, load_settings
     from gpufleet.jobs.procs import HostTaken
     from gpufleet.jobs.worker import run_worker
@@ -30,6 +33,8 @@ def worker(
         if settings.redis_url is None:
             err.print("[yellow]note:[/] no GPUFLEET_REDIS_URL: using the embedded filesystem broker under "
                       f"{settings.data_dir}; only a server on this machine can reach this worker")
+        # Sessions' notebooks here, for a gpufleet server on another machine (when configured).
+        start_relay(settings, threading.Event())
         run_worker(settings, concurrency=concurrency, agent=agent)
     except ConfigError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)

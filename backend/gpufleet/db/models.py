@@ -1,4 +1,4 @@
-"""SQLAlchemy 2 typed models: the whole data model of DESIGN.md.
+"""SQLAlchemy 2 typed models: the whole data model.
 
 The database is the truth for hosts, GPUs, trainings and reservations; Celery
 only delivers work. Keys are UUIDs, times are timezone-aware.

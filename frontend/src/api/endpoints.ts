@@ -4,7 +4,7 @@
  * the body and the answer all come from the server's OpenAPI document.
  */
 import { call } from './client';
-import type { RecommendBody, Training, TrainingCreate, ValidateBody } from './types';
+import type { RecommendBody, Session, SessionCreate, Training, TrainingCreate, ValidateBody } from './types';
 
 export type HistoryMetric = 'utilization' | 'memory_used' | 'temperature' | 'power_draw';
 
@@ -29,6 +29,14 @@ export const endpoints = {
     call('get', '/api/v1/usage', { query: q, signal }),
   /** Every installed recipe with its config fields and their defaults. */
   recipes: (signal?: AbortSignal) => call('get', '/api/v1/recipes', { signal }),
+
+  /** Interactive sessions (a shell or a notebook on reserved GPUs). */
+  sessions: (q: { owner?: string; status?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
+    call('get', '/api/v1/sessions', { query: { ...q, status: q.status ? [q.status as Session['status']] : undefined }, signal }),
+  createSession: (body: Partial<SessionCreate> & Pick<SessionCreate, 'gpus'>) => call('post', '/api/v1/sessions', { body: body as SessionCreate }),
+  stopSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/stop', { path: { session_id: id } }),
+  /** Move the time limit `hours` later (up to the owner's maximum). */
+  extendSession: (id: string, hours: number) => call('post', '/api/v1/sessions/{session_id}/extend', { path: { session_id: id }, body: { hours } }),
 
   trainings: (q: { status?: string; owner?: string; limit?: number; offset?: number }, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings', {

@@ -30,6 +30,9 @@ export type TrainingMetric = S['TrainingMetricPublic'];
 export type TrainingLogs = S['TrainingLogPublic'];
 export type TrainingFile = S['TrainingFilePublic'];
 
+export type Session = S['SessionPublic'];
+export type SessionCreate = S['SessionCreate'];
+export type SessionList = S['SessionList'];
 export type Sweep = S['SweepPublic'];
 export type SweepDetail = S['SweepDetail'];
 export type SweepTrial = S['SweepTrialPublic'];

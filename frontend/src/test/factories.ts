@@ -13,6 +13,7 @@ import type {
   RecipeField,
   RecipesPublic,
   RecommendResponse,
+  Session,
   Training,
   TrainingEvent,
   TrainingMetric,
@@ -197,4 +198,36 @@ export function recipes(...extra: Recipe[]): RecipesPublic {
     ...extra,
   ];
   return { data, count: data.length } as RecipesPublic;
+}
+
+export function session(over: Partial<Session> = {}): Session {
+  return {
+    id: '5e551011-0000-4000-8000-000000000001',
+    name: 'session-alice-1',
+    owner: 'alice',
+    mode: 'jupyter',
+    status: 'running',
+    status_reason: null,
+    wait_reason: null,
+    end_reason: null,
+    training_status: 'running',
+    gpus: 1,
+    gpu_ids: [1],
+    host: 'sim-host',
+    memory_mb: null,
+    priority: 0,
+    preemptible: false,
+    hours: 4,
+    created_at: T0,
+    started_at: T0,
+    ready_at: T0,
+    ends_at: '2026-11-21T14:00:00Z',
+    finished_at: null,
+    idle_since: null,
+    idle_warned_at: null,
+    idle_stop_at: null,
+    url: '/sessions/5e551011-0000-4000-8000-000000000001/',
+    shell: 'gpufleet session shell 5e551011-0000-4000-8000-000000000001',
+    ...over,
+  } as Session;
 }

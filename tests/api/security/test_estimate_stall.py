@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import STRONG_SECRET, cli, make_token, serve_process
+from support.servers import STRONG_SECRET, cli, make_token, serve_process
 
 pytestmark = pytest.mark.slow
 

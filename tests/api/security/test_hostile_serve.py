@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import STRONG_SECRET, cli, gpufleet, make_token, serve_env, serve_process
+from support.servers import STRONG_SECRET, cli, gpufleet, make_token, serve_env, serve_process
 
 pytestmark = pytest.mark.slow
 

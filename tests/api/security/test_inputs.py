@@ -79,7 +79,7 @@ def test_every_torch_load_is_weights_only_and_nothing_runs_a_shell() -> None:
 
 
 def test_nul_characters_are_refused_before_any_route(client, people) -> None:  # noqa: ANN001
-    from people import bearer
+    from support.people import bearer
 
     h = bearer(people.alice)
     r = client.get("/api/v1/page?limit=5&x=%00", headers=h)

@@ -10,7 +10,7 @@ from gpufleet.api.security.ratelimits import MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
-from people import People, bearer, build_app
+from support.people import People, bearer, build_app
 
 
 def test_creation_rate_is_per_user(on_settings: Settings, people: People) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from people import SECRET, build_app
+from support.people import SECRET, build_app
 from gpufleet.api.security.policy import auth_required, check_serve_safety
 from gpufleet.config import ConfigError, Settings, load_settings
 from gpufleet.db.session import upgrade_database

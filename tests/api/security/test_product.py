@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
-from people import SECRET, People, bearer, make_people, ws_refused
+from support.people import SECRET, People, bearer, make_people, ws_refused
 from sqlalchemy import func, select
 
 SMALL = {"max_steps": 5, "global_batch_size": 8}

@@ -27,12 +27,12 @@ import httpx
 import pytest
 import websockets
 
-from people import SECRET
+from support.people import SECRET
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
-from servers import free_port, serve_process
+from support.servers import free_port, serve_process
 
 ROOT = Path(__file__).resolve().parents[3]
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")

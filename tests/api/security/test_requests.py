@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from gpufleet.users.accounts import set_disabled
 from gpufleet.users.tokens import revoke_token
 from gpufleet.db.session import session_scope
-from people import People, bearer
+from support.people import People, bearer
 
 
 def test_without_a_token_mutations_and_reads_are_refused(client: TestClient, people: People) -> None:
@@ -140,7 +140,7 @@ def test_sign_in_from_a_foreign_origin_is_refused(client: TestClient, people: Pe
 
 
 def test_session_cookie_is_secure_over_https(on_settings, people: People) -> None:  # noqa: ANN001
-    from people import build_app
+    from support.people import build_app
 
     with TestClient(build_app(on_settings), base_url="https://testserver") as c:
         r = c.post("/api/v1/auth/sign-in", json={"token": people.alice})

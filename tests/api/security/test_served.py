@@ -14,12 +14,12 @@ import httpx
 import pytest
 import websockets
 
-from people import SECRET
+from support.people import SECRET
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
-from servers import serve_process
+from support.servers import serve_process
 
 
 async def _ws_outcome(url: str, **kw) -> str:  # noqa: ANN003

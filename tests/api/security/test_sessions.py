@@ -18,7 +18,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.users.accounts import set_disabled
 from gpufleet.users.tokens import create_token, revoke_token
-from people import SECRET, People, build_app, ws_refused
+from support.people import SECRET, People, build_app, ws_refused
 
 COOKIE = "gpufleet_session"
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from people import People, bearer, build_app
+from support.people import People, bearer, build_app
 from gpufleet.api.security.ratelimits import Limiter, MemoryLimiter, RedisLimiter
 from gpufleet.config import Settings
 

@@ -7,7 +7,7 @@ import threading
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from people import People, bearer
+from support.people import People, bearer
 from gpufleet.config import Settings
 from gpufleet.db.models import APIToken, User
 from gpufleet.db.session import get_engine, session_scope

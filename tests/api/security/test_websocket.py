@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
-from people import People, bearer, build_app, ws_refused
+from support.people import People, bearer, build_app, ws_refused
 from starlette.websockets import WebSocketDisconnect
 
 

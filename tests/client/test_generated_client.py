@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import register, wait_for
+from support.fleet import register, wait_for
 from .test_client import _signed_in
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 
-from .conftest import register
+from support.fleet import register
 from .test_client import _signed_in
 
 

@@ -1,4 +1,7 @@
-"""Fixtures for the jobs tests: a fleet in the database, the API, real workers.
+"""A fleet in the database, the API, real workers: helpers and fixtures for every test folder.
+
+A pytest plugin (``tests/conftest.py`` loads it), so its fixtures reach every
+folder; its helpers are imported: ``from support.fleet import make_settings``.
 
 Hosts and GPUs are registered by the real inventory code from a simulated
 fleet spec; workers are real Celery worker processes (``python -m
@@ -22,7 +25,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 TINY_SAE = {
     "max_steps": 6,
@@ -103,29 +106,37 @@ def client_for() -> Iterator[Callable[[Settings], TestClient]]:
 # agent of a real host keeps it (a host silent for 30 s is offline and gets no
 # training), so a test that runs no agent does not depend on being fast.
 _beating: list[Settings] = []
+_beat_lock = threading.Lock()
+_beater: threading.Thread | None = None
 
 
 def register(settings: Settings):  # noqa: ANN201
     from gpufleet.jobs.worker import ensure_host
 
     host_id = ensure_host(settings)
-    _beating.append(settings)
+    with _beat_lock:
+        _beating.append(settings)
+        _start_heartbeats()
     return host_id
 
 
-@pytest.fixture(autouse=True)
-def _keep_registered_hosts_alive() -> Iterator[None]:
+def _start_heartbeats() -> None:
+    """One daemon thread for the whole run, started by the first ``register``."""
+    global _beater
+    if _beater is not None:
+        return
     from sqlalchemy import update
 
     from gpufleet.db.models import Host
     from gpufleet.db.session import write_session
     from gpufleet.db.types import utcnow
 
-    stop = threading.Event()
-
     def beat() -> None:
-        while not stop.wait(5.0):
-            for s in list(_beating):
+        while True:
+            time.sleep(5.0)
+            with _beat_lock:
+                hosts = list(_beating)
+            for s in hosts:
                 try:
                     # Only the time: a host the test marked offline (or drained) stays so.
                     with write_session(s) as sess:
@@ -133,12 +144,16 @@ def _keep_registered_hosts_alive() -> Iterator[None]:
                 except Exception:  # noqa: BLE001 - a test may stop its database on purpose
                     pass
 
-    t = threading.Thread(target=beat, name="test-heartbeats", daemon=True)
-    t.start()
+    _beater = threading.Thread(target=beat, name="test-heartbeats", daemon=True)
+    _beater.start()
+
+
+@pytest.fixture(autouse=True)
+def _forget_registered_hosts() -> Iterator[None]:
+    """A test's hosts beat only while it runs."""
     yield
-    stop.set()
-    t.join(10)
-    _beating.clear()
+    with _beat_lock:
+        _beating.clear()
 
 
 class WorkerProc:

@@ -19,13 +19,13 @@ from gpufleet.client import (
 )
 from gpufleet.config import Settings
 
-from .conftest import make_settings, register
+from support.fleet import make_settings, register
 
 SECRET = "client-tests-secret-" + "y" * 32
 
 
 def _signed_in(tmp_path: Path, **kw) -> tuple[Settings, dict[str, str]]:  # noqa: ANN003
-    from people import make_people
+    from support.people import make_people
 
     s = make_settings(tmp_path, "sqlite", auth="on", secret_key=SECRET, **kw)
     p = make_people(s, suffix="-" + uuid.uuid4().hex[:6])

@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import add_user, set_permission
 from gpufleet.users.tokens import create_token
-from people import SECRET, bearer
+from support.people import SECRET, bearer
 
-from .conftest import FINAL, TINY_SAE, get_training, make_settings, register, unique, wait_status
+from support.fleet import FINAL, TINY_SAE, get_training, make_settings, register, unique, wait_status
 
 pytestmark = pytest.mark.slow
 

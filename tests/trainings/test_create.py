@@ -7,7 +7,7 @@ from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
 from sqlalchemy import func, select
 
-from .conftest import TINY_SAE, register
+from support.fleet import TINY_SAE, register
 
 
 def _counts(settings):

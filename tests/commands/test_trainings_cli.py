@@ -6,7 +6,7 @@ import pytest
 from gpufleet.cli import app
 from typer.testing import CliRunner
 
-from .conftest import make_settings, register
+from support.fleet import make_settings, register
 
 runner = CliRunner()
 

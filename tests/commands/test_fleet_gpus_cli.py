@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from .conftest import make_settings, register, unique
+from support.fleet import make_settings, register, unique
 
 pytestmark = [pytest.mark.postgres]
 

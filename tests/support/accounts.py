@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import gpufleet
+from support.servers import gpufleet
 
 
 @dataclass(frozen=True)

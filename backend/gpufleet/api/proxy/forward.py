@@ -1,0 +1,156 @@
+"""Forward one HTTP request to a notebook and stream its answer back, both bodies unbuffered."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from urllib.parse import urlsplit
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from gpufleet.api.proxy.upstream import Upstream
+from gpufleet.api.security.asgi import send_error
+
+log = logging.getLogger(__name__)
+
+# Headers that belong to one connection (RFC 9110 §7.6.1), and what the proxy sets itself.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host",
+})
+# Never passed on to the notebook: gpufleet's credentials are for gpufleet, and the notebook's token
+# comes from the proxy alone; forwarding headers would name a client the notebook cannot check.
+DROPPED = frozenset({"authorization", "origin", "referer", "forwarded", "x-forwarded-for",
+                     "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "x-gpufleet-relay"})
+GPUFLEET_COOKIES = frozenset({"gpufleet_session"})
+
+
+def without_gpufleet_cookies(header: str) -> str:
+    """A ``Cookie`` header less gpufleet's own cookies (the notebook sets and reads its own)."""
+    kept = []
+    for part in header.split(";"):
+        name = part.split("=", 1)[0].strip()
+        if name and name not in GPUFLEET_COOKIES:
+            kept.append(part.strip())
+    return "; ".join(kept)
+
+
+def request_headers(scope: Scope, upstream: Upstream) -> list[tuple[str, str]]:
+    """The client's headers as the notebook should see them, plus the upstream's (its token)."""
+    out: list[tuple[str, str]] = []
+    for raw_name, raw_value in scope["headers"]:
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        if name in HOP_BY_HOP or name in DROPPED or name.startswith("sec-websocket-"):
+            continue
+        if name == "accept-encoding":
+            continue  # plain bodies, so the token can be blanked out of them (loopback: no cost worth saving)
+        if name == "cookie":
+            value = without_gpufleet_cookies(value)
+            if not value:
+                continue
+        out.append((name, value))
+    # Same-origin for the notebook, once gpufleet itself checked the browser's Origin.
+    if any(n == b"origin" for n, _ in scope["headers"]):
+        out.append(("origin", upstream.origin))
+    out.extend(upstream.headers)
+    return out
+
+
+def response_headers(headers: Iterable[tuple[bytes, bytes]], upstream: Upstream) -> list[tuple[bytes, bytes]]:
+    out = []
+    for raw_name, raw_value in headers:
+        name = raw_name.lower()
+        if name.decode("latin-1") in HOP_BY_HOP:
+            continue
+        if name == b"location":
+            raw_value = _local_location(raw_value.decode("latin-1"), upstream).encode("latin-1")
+        out.append((name, raw_value))
+    return out
+
+
+def _local_location(location: str, upstream: Upstream) -> str:
+    """A redirect to the notebook's own address becomes a path on gpufleet (the base URLs are the same)."""
+    if location.startswith(upstream.origin):
+        parts = urlsplit(location)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
+    return location
+
+
+def target_url(scope: Scope, origin: str) -> str:
+    """The notebook's URL for this request; a ``token`` parameter is left out (the proxy's header is the token)."""
+    path = scope.get("raw_path") or scope["path"].encode()
+    query = (scope.get("query_string") or b"").decode("latin-1")
+    kept = "&".join(p for p in query.split("&") if p and p.split("=", 1)[0] != "token")
+    return origin + path.decode("latin-1") + (f"?{kept}" if kept else "")
+
+
+class Scrubber:
+    """Blanks the notebook's token wherever it shows in a streamed answer.
+
+    Jupyter writes the token of a token-authenticated request into its pages
+    (for its scripts' own requests); here the proxy adds it to every request,
+    so the page needs none, and the user must never see it. The blank has
+    the token's length, so ``Content-Length`` stays true; a token split
+    across chunks is caught by holding back the last ``len(token) - 1`` bytes.
+    """
+
+    def __init__(self, secret: str | None):
+        self.secret = secret.encode() if secret else b""
+        self.blank = b"0" * len(self.secret)
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        if not self.secret:
+            return chunk
+        data = (self.held + chunk).replace(self.secret, self.blank)
+        keep = len(self.secret) - 1
+        self.held, out = data[len(data) - keep:], data[:len(data) - keep]
+        return out
+
+    def flush(self) -> bytes:
+        out, self.held = self.held, b""
+        return out
+
+
+async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send,
+                       upstream: Upstream, token: str | None = None) -> None:
+    """Forward the request; ``token``: the notebook's, blanked out of the answer."""
+    headers = request_headers(scope, upstream)
+    has_body = any(n in ("content-length", "transfer-encoding") for n, _ in
+                   ((k.decode("latin-1").lower(), v) for k, v in scope["headers"]))
+    request = client.build_request(scope["method"], target_url(scope, upstream.origin), headers=headers,
+                                   content=_body(receive) if has_body else None)
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        log.info("notebook at %s did not answer: %s", upstream.origin, exc)
+        await send_error(send, 502, "the session's notebook is not answering (it may be starting or have"
+                                    " stopped); try again in a moment")
+        return
+    scrub = Scrubber(token)
+    headers = [(n, v.replace(scrub.secret, scrub.blank) if scrub.secret else v)
+               for n, v in response_headers(response.headers.raw, upstream)]
+    try:
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": scrub.feed(chunk), "more_body": True})
+        await send({"type": "http.response.body", "body": scrub.flush(), "more_body": False})
+    except httpx.HTTPError as exc:
+        # The answer had begun: all that is left is to end it short.
+        log.info("notebook at %s broke off its answer: %s", upstream.origin, exc)
+    finally:
+        await response.aclose()

@@ -1,0 +1,71 @@
+import { render, screen, waitFor, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { MemoryRouter } from 'react-router-dom';
+import { describe, expect, it, vi } from 'vitest';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import { session } from '../../test/factories';
+import { SessionsPage } from './SessionsPage';
+
+const page = () =>
+  render(
+    <MemoryRouter>
+      <SessionsPage />
+    </MemoryRouter>,
+  );
+
+describe('SessionsPage', () => {
+  it('lists sessions with status, GPUs, host and owner; a running notebook opens through the proxy', async () => {
+    const nb = session();
+    const queued = session({ id: 'q1', name: 'waiting', status: 'queued', gpu_ids: null, host: null, url: null, shell: null, wait_reason: 'quota: 4 GPUs in use' });
+    vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [nb, queued], total: 2 } as never);
+    page();
+    const row = await screen.findByTestId(`session-row-${nb.id}`);
+    expect(row).toHaveTextContent('running');
+    expect(row).toHaveTextContent('sim-host: 1');
+    expect(row).toHaveTextContent('alice');
+    expect(row).toHaveTextContent('active');
+    const open = within(row).getByRole('link', { name: 'Open' });
+    expect(open).toHaveAttribute('href', `/sessions/${nb.id}/`);
+    const waiting = screen.getByTestId('session-row-q1');
+    expect(waiting).toHaveTextContent('quota: 4 GPUs in use');
+    expect(within(waiting).queryByRole('link', { name: 'Open' })).toBeNull();
+    expect(within(waiting).queryByRole('button', { name: 'Extend' })).toBeNull();
+    expect(within(waiting).getByRole('button', { name: 'Stop' })).toBeEnabled();
+  });
+
+  it('stops and extends a session, then reloads; a refusal is shown on its row', async () => {
+    const nb = session();
+    const list = vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [nb], total: 1 } as never);
+    const stop = vi.spyOn(endpoints, 'stopSession').mockResolvedValue(session({ status: 'stopping' }) as never);
+    const extend = vi.spyOn(endpoints, 'extendSession').mockRejectedValueOnce(new ApiError(422, 'past the maximum of 24 h'));
+    page();
+    const row = await screen.findByTestId(`session-row-${nb.id}`);
+    await userEvent.click(within(row).getByRole('button', { name: 'Extend' }));
+    expect(extend).toHaveBeenCalledWith(nb.id, 1);
+    expect(await within(row).findByRole('alert')).toHaveTextContent('past the maximum of 24 h');
+    const calls = list.mock.calls.length;
+    await userEvent.click(within(row).getByRole('button', { name: 'Stop' }));
+    expect(stop).toHaveBeenCalledWith(nb.id);
+    await waitFor(() => expect(list.mock.calls.length).toBeGreaterThan(calls));
+  });
+
+  it('shows the shell command of a shell session, and the idle countdown', async () => {
+    const sh = session({ mode: 'shell', url: null, host: 'gpu-7', idle_since: new Date(Date.now() - 600_000).toISOString(), idle_stop_at: new Date(Date.now() + 300_000).toISOString() });
+    vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [sh], total: 1 } as never);
+    page();
+    const row = await screen.findByTestId(`session-row-${sh.id}`);
+    expect(within(row).getByTestId('shell-command')).toHaveTextContent(`ssh -t gpu-7 gpufleet session shell ${sh.id}`);
+    expect(row).toHaveTextContent(/idle 10m \d\ds, stops in [45]m/);
+    expect(within(row).queryByRole('link', { name: 'Open' })).toBeNull();
+  });
+
+  it('filters by status and says when nothing matches', async () => {
+    const list = vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [], total: 0 } as never);
+    page();
+    expect(await screen.findByText('No sessions yet.')).toBeInTheDocument();
+    await userEvent.selectOptions(screen.getByLabelText('Status'), 'running');
+    await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ status: 'running' }), expect.anything()));
+    expect(await screen.findByText('No session matches these filters.')).toBeInTheDocument();
+  });
+});

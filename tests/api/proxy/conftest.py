@@ -1,0 +1,103 @@
+"""A real Jupyter server, a gpufleet server in front of it, and an echo server that shows what arrives.
+
+The notebook server is `jupyter server` (jupyter_server, as a session's
+worker starts it) on a loopback port with a token and the base URL
+``/sessions/<id>/``; the tests reach it only through gpufleet's proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gpufleet.api.app import create_app
+from gpufleet.api.proxy.notebooks import Notebook
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.session import upgrade_database
+from support.people import SECRET, People, make_people
+from support.servers import free_port, serve_inprocess
+
+from .echo import echo_app
+
+
+# The echo server's and a queued session's ids.
+ECHO = "ec40ec40-0000-4000-8000-000000000001"
+QUEUED = "90e0ed00-0000-4000-8000-000000000002"
+
+
+class Jupyter:
+    def __init__(self, session_id: str, port: int, token: str, proc: subprocess.Popen[bytes], log: Path):
+        self.session_id, self.port, self.token, self.proc, self.log = session_id, port, token, proc, log
+
+
+@pytest.fixture(scope="module")
+def jupyter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jupyter]:
+    root = tmp_path_factory.mktemp("notebook-root")
+    session_id, port, token = str(uuid.uuid4()), free_port(), secrets.token_hex(24)
+    log = root.parent / "jupyter.log"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
+    cmd = [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--ServerApp.ip=127.0.0.1",
+           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--ServerApp.base_url=/sessions/{session_id}/",
+           f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/sessions/{session_id}/api", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.2)
+        yield Jupyter(session_id, port, token, proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def proxy_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    settings = load_settings(data_dir=tmp_path_factory.mktemp("gpufleet-data"), auth="on", secret_key=SECRET,
+                             host_name="api-host", unix_socket="off")
+    upgrade_database(settings)
+    return settings
+
+
+@pytest.fixture(scope="module")
+def people(proxy_settings: Settings) -> People:
+    return make_people(proxy_settings, suffix="-" + uuid.uuid4().hex[:6])
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[str]:
+    with serve_inprocess(echo_app) as served:
+        yield str(served.port)
+
+
+@pytest.fixture(scope="module")
+def notebooks(jupyter: Jupyter, people: People, echo: str) -> dict[str, Notebook]:
+    """What the locator answers: the Jupyter server (alice's), an echo server (alice's), a queued session."""
+    alice = people.names["alice"]
+    return {
+        jupyter.session_id: Notebook(jupyter.session_id, alice, "running", "api-host", jupyter.port, jupyter.token),
+        ECHO: Notebook(ECHO, alice, "running", "api-host", int(echo), "echo-token"),
+        QUEUED: Notebook(QUEUED, alice, "queued"),
+    }
+
+
+@pytest.fixture(scope="module")
+def gpufleet(proxy_settings: Settings, notebooks: dict[str, Notebook]) -> Iterator[str]:
+    app = create_app(proxy_settings)
+    app.state.notebook_locator = lambda _settings, session_id: notebooks.get(session_id)
+    with serve_inprocess(app) as served:
+        yield served.url

@@ -1,0 +1,65 @@
+"""The notebook proxy for WebSockets: a kernel's channels end to end, and the same refusals as HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from support.people import People, bearer
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from .conftest import ECHO, Jupyter
+from .kernel import run_cell
+
+
+def _cookie(gpufleet: str, token: str) -> str:
+    r = httpx.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": token}, timeout=60)
+    return f"gpufleet_session={r.cookies['gpufleet_session']}"
+
+
+def _ws(gpufleet: str) -> str:
+    return "ws" + gpufleet[len("http"):]
+
+
+def test_a_cell_runs_on_the_kernel_through_the_proxy(gpufleet: str, jupyter: Jupyter, people: People) -> None:
+    base = f"/sessions/{jupyter.session_id}"
+    kernel = httpx.post(f"{gpufleet}{base}/api/kernels", json={"name": "python3"}, headers=bearer(people.alice),
+                        timeout=120)
+    assert kernel.status_code == 201, kernel.text
+    channels = f"{_ws(gpufleet)}{base}/api/kernels/{kernel.json()['id']}/channels"
+    cookie = _cookie(gpufleet, people.alice)
+    try:
+        with connect(channels, additional_headers={"Cookie": cookie}, origin=gpufleet, open_timeout=60) as ws:
+            printed = run_cell(ws, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+        assert printed.strip() == "3"
+        for who, headers, origin in (("nobody", {}, gpufleet),
+                                     ("bob", {"Cookie": _cookie(gpufleet, people.bob)}, gpufleet),
+                                     ("alice from another site", {"Cookie": cookie}, "http://evil.example")):
+            with pytest.raises(InvalidStatus) as refused:
+                connect(channels, additional_headers=headers, origin=origin, open_timeout=60)  # type: ignore[arg-type]
+            assert refused.value.response.status_code == 403, who
+    finally:
+        httpx.delete(f"{gpufleet}{base}/api/kernels/{kernel.json()['id']}", headers=bearer(people.alice), timeout=60)
+
+
+def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet: str, people: People) -> None:
+    with connect(f"{_ws(gpufleet)}/sessions/{ECHO}/ws", origin=gpufleet, open_timeout=60,
+                 additional_headers={"Cookie": _cookie(gpufleet, people.alice) + "; _xsrf=mine"},
+                 subprotocols=["first.example", "v1.kernel.websocket.jupyter.org"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "v1.kernel.websocket.jupyter.org"
+        hello = json.loads(ws.recv(timeout=60))
+        assert hello["headers"]["authorization"] == "token echo-token"  # frames are not scrubbed: not shown as pages
+        assert hello["headers"]["cookie"] == "_xsrf=mine"
+        assert hello["headers"]["origin"].startswith("http://127.0.0.1:")
+        ws.send("text frame")
+        assert ws.recv(timeout=60) == "echo:text frame"
+        big = bytes(range(256)) * 2048  # 512 KiB, past the API's message limit
+        ws.send(big)
+        assert ws.recv(timeout=60) == b"echo:" + big
+        # The notebook closing with a code closes the browser's socket with it.
+        ws.send("close:4001")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=60)
+        assert ws.close_code == 4001
