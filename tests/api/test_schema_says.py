@@ -44,7 +44,7 @@ def test_get_on_the_batch_path_is_405_and_options_lists_what_the_schema_does(cli
     for template, ops in spec.items():
         path = template.replace("{training_id}", UUID).replace("{host}", "h").replace("{index}", "0")
         path = path.replace("{code_hash}", "0" * 64).replace("{name}", "g").replace("{member}", "m")
-        path = path.replace("{session_id}", UUID).replace("{kind}", "user")
+        path = path.replace("{session_id}", UUID).replace("{kind}", "user").replace("{sweep_id}", UUID)
         r = client.options(path)
         allow = {m.strip() for m in r.headers.get("allow", "").split(",") if m.strip()} - {"HEAD", "OPTIONS"}
         assert allow == {m.upper() for m in ops}, (template, r.status_code, allow)

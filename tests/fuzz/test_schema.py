@@ -106,6 +106,17 @@ def _seed_code(settings: Settings, owner: str) -> str:
     return info.hash
 
 
+def _seed_session(settings: Settings, owner: str) -> str:
+    """A queued session (stop and extend then meet a real one)."""
+    from gpufleet.db.session import write_session
+    from gpufleet.sessions import service
+    from gpufleet.sessions.wire import SessionCreate
+
+    with write_session(settings) as sess:
+        row, _ = service.create(sess, settings, SessionCreate(gpus=1, hours=1), owner)
+        return str(row.id)
+
+
 @pytest.fixture
 def live_app(fuzz_settings: Settings):  # noqa: ANN201
     from gpufleet.api.app import create_app
@@ -125,7 +136,8 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
     ids = {"training_id": _seed_trainings(fuzz_settings, name), "host": [fuzz_settings.host_name], "index": [0, 1],
            "code_hash": [_seed_code(fuzz_settings, name)],
            # `name` is a group's or a user's (quota routes); `member` joins the group, then leaves it.
-           "name": [group, member], "member": [member], "path": [SEEDED_FILE]}
+           "name": [group, member], "member": [member], "path": [SEEDED_FILE],
+           "session_id": [_seed_session(fuzz_settings, name)], "kind": ["user", "group"]}
     app = create_app(fuzz_settings)
     # As `serve` does: the estimate process is started, and the defaults traced, before the first request.
     asyncio.run(warm_estimates(app, fuzz_settings))
