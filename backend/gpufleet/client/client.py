@@ -369,5 +369,9 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
     def undrain(self, host: str, index: int) -> DrainPublic:
         return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
 
+    def clear_health(self, host: str, index: int) -> dict[str, Any]:
+        """Put a GPU marked unhealthy back in scheduling (admins); ``cleared`` is the mark removed, or None."""
+        return self.request("POST", f"{API}/system/gpus/{quote(host, safe='')}/{int(index)}/clear-health")
+
 
 __all__ = ["Client", "DEFAULT_SERVER", "FINAL_STATUSES", "SERVER_ENV", "TOKEN_ENV"]
