@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpufleet.training.hetero import SPEED_ENV
+from gpufleet.training.rankenv import SPEED_ENV
 
 
 def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] | None]:

@@ -24,6 +24,7 @@ LAYERS = [
     {"lifecycle"},
     {"scheduling"},
     {"trainings", "sessions"},
+    {"wire"},
     {"sweeps"},
     {"jobs"},
     {"api", "client", "commands", "cli"},
@@ -211,6 +212,54 @@ def test_the_function_rule_can_fail() -> None:
     # A method of exactly the limit passes; one line more does not.
     source = f"class A:\n    def fits(self):\n{body(MAX_FUNCTION_LINES - 1)}    def long(self):\n{body(MAX_FUNCTION_LINES)}"
     assert _long_functions(source) == {"long": MAX_FUNCTION_LINES + 1}
+
+
+# The modules that read a value from the process environment, and why; everything else is
+# given Settings (config.py) or, inside a rank, asks training/rankenv.py. Passing the
+# environment on to a child process (a copy, an allow-list) is not reading it.
+ENVIRONMENT_READERS = {
+    "gpufleet.config": "the server's settings",
+    "gpufleet.yamlsource": "the settings' YAML file (GPUFLEET_CONFIG), read while the settings are built",
+    "gpufleet.datadir": "the socket's place, which the CLI needs before (and without) the server's settings",
+    "gpufleet.client.client": "the client's own setting, GPUFLEET_SERVER: it never loads the server's settings",
+    "gpufleet.client.credentials": "the client's own setting, GPUFLEET_TOKEN",
+    "gpufleet.commands.signin": "whether this desktop can open a browser (DISPLAY, BROWSER)",
+    "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
+    "gpufleet.training.rankenv": "a rank process: what its launcher or torchrun set",
+    "gpufleet.rankpath.gpufleet_report": "a user's interpreter, with the standard library only",
+    "gpufleet.trainings.venv": "a launcher puts its training's environment first on PATH and PYTHONPATH",
+}
+
+
+def _reads_environment(source: str) -> bool:
+    """``os.environ.get(...)``, ``os.getenv(...)``, ``os.environ[...]`` read, or ``... in os.environ``."""
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                (node.func.attr == "get" and is_environ(node.func.value)) or node.func.attr == "getenv"):
+            return True
+        if isinstance(node, ast.Subscript) and is_environ(node.value) and isinstance(node.ctx, ast.Load):
+            return True
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and any(is_environ(c) for c in node.comparators):
+            return True
+    return False
+
+
+def test_settings_are_read_from_the_environment_in_known_places() -> None:
+    modules = _modules()
+    readers = {name for name, path in modules.items() if _reads_environment(path.read_text())}
+    assert sorted(readers) == sorted(ENVIRONMENT_READERS)
+
+
+def test_the_environment_rule_sees_each_kind_of_read() -> None:
+    for source in ("import os\nx = os.environ.get('A')", "import os\nx = os.getenv('A')",
+                   "import os\nx = os.environ['A']", "import os\nx = 'A' in os.environ"):
+        assert _reads_environment(source), source
+    assert not _reads_environment("import os, subprocess\nsubprocess.run(['x'], env=dict(os.environ))")
+    assert not _reads_environment("import os\nos.environ['A'] = '1'")
 
 
 def test_the_checker_sees_a_circle_and_an_upward_import(graph: dict[str, set[str]]) -> None:

@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
-# Regenerate the dashboard's API types from the server's live OpenAPI schema.
-#   frontend/openapi.json        the schema as the server builds it
-#   frontend/src/api/schema.d.ts TypeScript types made from it (openapi-typescript)
+# Regenerate the dashboard's API types from the server's OpenAPI schema.
+#   frontend/openapi.json      the schema as the server builds it (scripts/openapi.py;
+#                              tests/api/test_frontend_schema.py checks it is current)
+#   frontend/src/api/schema.ts TypeScript types made from it (openapi-typescript), with
+#                              the values of each enum as arrays (--enum-values)
 # Both are committed, so a fresh clone builds without a running server.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 repo="$(cd "$here/.." && pwd)"
 python="${PYTHON:-$repo/.venv/bin/python}"
 [ -x "$python" ] || python=python3
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-GPUFLEET_DATA_DIR="$tmp" "$python" - "$here/openapi.json" <<'PY'
-import json, sys
-from gpufleet.api.app import create_app
-from gpufleet.config import load_settings
-
-app = create_app(load_settings(simulate="4xH100-80GB"))
-with open(sys.argv[1], "w") as fh:
-    json.dump(app.openapi(), fh, indent=1, sort_keys=True)
-    fh.write("\n")
-PY
+"$python" "$here/scripts/openapi.py" "$here/openapi.json"
 cd "$here"
-npx --no-install openapi-typescript openapi.json -o src/api/schema.d.ts
+npx --no-install openapi-typescript openapi.json --enum-values -o src/api/schema.ts

@@ -85,7 +85,7 @@ def test_refusals_are_typed_and_carry_the_servers_message(tmp_path, product_api)
 
 
 def test_fleet_reads_recommend_and_validate_parse_into_the_apis_models(tmp_path, product_api):
-    from gpufleet.api.schemas.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
 
     settings, tokens = _signed_in(tmp_path)
     register(settings)

@@ -71,7 +71,7 @@ def test_oom_is_not_retried_without_rebalance(tmp_path, client_for, workers, sch
 
 def _reference_losses(settings, cfg, tmp_path):
     """The same config run by the launcher directly, with no fault."""
-    spec = {"recipe": "sae", "config": cfg, "devices": ["cuda:0"], "simulated": True,
+    spec = {"recipe": "sae", "config": cfg, "devices": ["cuda:0"], "ranks_on_cpu": True,
             "checkpoint_dir": str(tmp_path / "ref-ckpt"), "progress_file": str(tmp_path / "ref.jsonl"),
             "data_root": str(settings.data_root), "resume": False}
     (tmp_path / "ref.json").write_text(json.dumps(spec))

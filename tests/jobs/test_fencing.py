@@ -26,7 +26,7 @@ def test_a_fenced_launcher_puts_no_checkpoint_in_place(tmp_path):
     ckpt = tmp_path / "ckpt"
     write_fence(ckpt, 2)  # attempt 2 has started
     spec = {"recipe": "sae", "config": dict(TINY_SAE, max_steps=4, checkpoint_every=2), "devices": ["cuda:0"],
-            "simulated": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
+            "ranks_on_cpu": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
             "attempt": 1}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     r = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],
@@ -41,7 +41,7 @@ def test_the_same_attempt_still_checkpoints(tmp_path):
     ckpt = tmp_path / "ckpt"
     write_fence(ckpt, 3)
     spec = {"recipe": "sae", "config": dict(TINY_SAE, max_steps=4, checkpoint_every=2), "devices": ["cuda:0"],
-            "simulated": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
+            "ranks_on_cpu": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
             "attempt": 3}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     r = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],

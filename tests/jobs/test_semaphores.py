@@ -34,7 +34,7 @@ def _semaphores_of(pgid: int) -> set[str]:
 def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     progress = tmp_path / "progress.jsonl"
     spec = {"recipe": "sae", "config": dict(TINY_SAE, max_steps=1_000_000, checkpoint_every=1_000_000),
-            "devices": ["cuda:0", "cuda:1"], "simulated": True, "checkpoint_dir": str(tmp_path / "ckpt"),
+            "devices": ["cuda:0", "cuda:1"], "ranks_on_cpu": True, "checkpoint_dir": str(tmp_path / "ckpt"),
             "progress_file": str(progress)}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from gpufleet.db.models import Training
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.devices import simstate
 from gpufleet.scheduling.types import GiB
 
@@ -24,7 +24,7 @@ def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> 
     # Someone else's job on GPU 0: the scheduler's own books still call it free.
     simstate.add_foreign_process(s, 0, 30 * GiB, user="bob")
     sample_into_live(s)
-    with session_scope(s) as sess:
+    with write_session(s) as sess:
         (row,) = create_trainings(
             sess, s, [TrainingCreate(name="auto", recipe="mlp", config={"global_batch_size": 64},
                                      world_size=2, distributed=True, host=s.host_name)], "alice")
@@ -48,7 +48,7 @@ def test_a_training_that_cannot_be_placed_waits_with_the_reason_in_words(sim_hos
     for gpu in (0, 2, 3):
         simstate.add_foreign_process(s, gpu, 30 * GiB, user="bob")
     sample_into_live(s)
-    with session_scope(s) as sess:
+    with write_session(s) as sess:
         (row,) = create_trainings(
             sess, s, [TrainingCreate(name="wait", recipe="mlp", config={"global_batch_size": 64},
                                      world_size=2, distributed=True, host=s.host_name)], "alice")

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from gpufleet.db.models import Training
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling import fairshare
 from gpufleet.scheduling.quotas import may_borrow
@@ -34,7 +34,7 @@ def _submit(s, owner: str, name: str, **kw) -> uuid.UUID:  # noqa: ANN001, ANN00
     from gpufleet.trainings.request import TrainingCreate
     from gpufleet.trainings.service import create_trainings
 
-    with session_scope(s) as sess:
+    with write_session(s) as sess:
         (row,) = create_trainings(sess, s, [TrainingCreate(name=name, recipe="mlp", config={"global_batch_size": 8},
                                                            host=s.host_name, **kw)], owner)
         return row.id

@@ -19,7 +19,7 @@ import websockets
 
 from gpufleet.sessions.jupyter import activity, answers
 from gpufleet.sessions.launch import SessionSpec, command
-from servers import free_port
+from support.servers import free_port
 
 pytestmark = pytest.mark.slow
 

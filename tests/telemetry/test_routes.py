@@ -198,7 +198,7 @@ def test_gpufleet_series_pass_promtool_and_use_snake_case_labels(client):
 
 
 def test_history_answer_matches_its_published_schema(client):
-    from gpufleet.api.routes.metrics import HistoryPublic
+    from gpufleet.wire.metrics import HistoryPublic
 
     s = client.settings
     host_id, host = make_host(s)

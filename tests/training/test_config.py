@@ -111,7 +111,7 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     spec = LaunchSpec(devices=["cuda:3", "cuda:5"], **base)
     assert spec.run_devices() == ["cuda:0", "cuda:1"]
     assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    sim = LaunchSpec(devices=["cuda:3", "cuda:5"], simulated=True, **base)
+    sim = LaunchSpec(devices=["cuda:3", "cuda:5"], ranks_on_cpu=True, **base)
     assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
     # GPUs of several vendors are one training (training/parallel.py); the CPU with GPUs is not.
     assert LaunchSpec(devices=["cuda:0", "xpu:0"], **base).mixed_vendors

@@ -98,17 +98,17 @@ def test_retuning_moves_shares_toward_measured_speed():
 
 
 def test_slow_rank_hook_halves_only_the_named_rank(monkeypatch):
-    from gpufleet.training import hetero
+    from gpufleet.training import drills
 
     slept: list[float] = []
-    monkeypatch.setattr(hetero.time, "sleep", slept.append)
-    monkeypatch.setenv(hetero.SPEED_ENV, "1:0.5")
-    assert hetero.slow_rank_hook(0) is None
-    hetero.slow_rank_hook(1)(0.2)
+    monkeypatch.setattr(drills.time, "sleep", slept.append)
+    monkeypatch.setenv(drills.SPEED_ENV, "1:0.5")
+    assert drills.slow_rank_hook(0) is None
+    drills.slow_rank_hook(1)(0.2)
     assert slept == [pytest.approx(0.2)]  # as long again as its computation: half speed
-    monkeypatch.setenv(hetero.SPEED_ENV, "1:2")
+    monkeypatch.setenv(drills.SPEED_ENV, "1:2")
     with pytest.raises(ValueError, match="speed"):
-        hetero.slow_rank_hook(1)
+        drills.slow_rank_hook(1)
 
 
 def test_shares_change_only_at_checkpoint_boundaries_and_resume_exactly():

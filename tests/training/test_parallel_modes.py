@@ -56,7 +56,7 @@ def test_micro_batches_96_and_160_give_the_parameters_of_one_process_with_256(la
 @pytest.mark.parametrize("mode", ["proportional", "independent"])
 def test_a_resume_from_a_checkpoint_boundary_is_exact(launch_factory, mode):
     cfg = tiny_mlp(global_batch_size=48, max_steps=20, checkpoint_every=10, parallel_mode=mode, merge_every=4)
-    whole = launch_factory("mlp", cfg, MIXED, sub="whole", simulated=True,
+    whole = launch_factory("mlp", cfg, MIXED, sub="whole", ranks_on_cpu=True,
                            env={"GPUFLEET_TEST_RANK_SPEED": "2:0.25"})
     assert whole.run(timeout=300) == exitcodes.SUCCEEDED, whole.err
     state = ckpt.load_checkpoint(whole.dir / "ckpt" / "step-10")
@@ -65,7 +65,7 @@ def test_a_resume_from_a_checkpoint_boundary_is_exact(launch_factory, mode):
         # Re-tuned at the boundary from the measured step times (rank 2 at a quarter speed), kept in the checkpoint.
         assert sum(shares) == 48 and shares[2] < min(shares[:2]), shares
     # A second run that starts from the first run's step-10 checkpoint.
-    again = launch_factory("mlp", cfg, MIXED, sub="again", simulated=True)
+    again = launch_factory("mlp", cfg, MIXED, sub="again", ranks_on_cpu=True)
     shutil.copytree(whole.dir / "ckpt" / "step-10", again.dir / "ckpt" / "step-10")
     assert again.run(timeout=300) == exitcodes.SUCCEEDED, again.err
     assert again.of_type("resume")[0]["step"] == 10
@@ -78,7 +78,7 @@ def test_independent_groups_merged_every_10_steps_reach_the_loss_of_one_job_and_
     one = launch_factory("mlp", cfg, ["cpu"], sub="one")
     assert one.run(timeout=300) == exitcodes.SUCCEEDED, one.err
     ind_cfg = dict(cfg, parallel_mode="independent", merge_every=10)
-    ind = launch_factory("mlp", ind_cfg, ["cuda:0", "hip:0"], sub="ind", simulated=True)
+    ind = launch_factory("mlp", ind_cfg, ["cuda:0", "hip:0"], sub="ind", ranks_on_cpu=True)
     assert ind.run(timeout=300) == exitcodes.SUCCEEDED, ind.err
     (warning,) = ind.of_type("warning")
     assert "gloo" in warning["message"] and "merge_every" in warning["message"]
@@ -88,7 +88,7 @@ def test_independent_groups_merged_every_10_steps_reach_the_loss_of_one_job_and_
     # The merged checkpoint is an ordinary one: it loads and a training resumes from it.
     state = ckpt.load_checkpoint(ind.dir / "ckpt" / "step-100")
     assert state["state"]["samples_seen"] == 100 * 64
-    more = launch_factory("mlp", dict(ind_cfg, max_steps=110), ["cuda:0", "hip:0"], sub="more", simulated=True)
+    more = launch_factory("mlp", dict(ind_cfg, max_steps=110), ["cuda:0", "hip:0"], sub="more", ranks_on_cpu=True)
     shutil.copytree(ind.dir / "ckpt" / "step-100", more.dir / "ckpt" / "step-100")
     assert more.run(timeout=300) == exitcodes.SUCCEEDED, more.err
     assert more.of_type("resume")[0]["step"] == 100 and more.of_type("end")[0]["step"] == 110
@@ -100,7 +100,7 @@ def test_independent_groups_merged_every_10_steps_reach_the_loss_of_one_job_and_
 
 def test_each_rank_of_a_mixed_set_gets_its_backends_device_variable_and_gloo(launch_factory):
     cfg = tiny_mlp(global_batch_size=48, max_steps=4, checkpoint_every=4, log_every=2, precision="bf16")
-    run = launch_factory("mlp", cfg, MIXED, simulated=True)
+    run = launch_factory("mlp", cfg, MIXED, ranks_on_cpu=True)
     assert run.run(timeout=300) == exitcodes.SUCCEEDED, run.err
     (layout,) = run.of_type("layout")
     visible = [r["visible"] for r in layout["per_rank"]]

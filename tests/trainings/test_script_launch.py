@@ -22,7 +22,7 @@ def _spec(tmp_path: Path, argv: list[str], n: int = 2, **kw) -> Path:
     work = write_project(tmp_path / "work", kw.pop("script", DDP_SCRIPT))
     spec = ScriptSpec(training_id="t-1", argv=[sys.executable, *argv], workdir=str(work),
                       progress_file=str(tmp_path / "progress.jsonl"), checkpoint_dir=str(tmp_path / "ckpt"),
-                      gpu_indexes=kw.pop("gpu_indexes", list(range(n))), world_size=n, simulated=True, **kw)
+                      gpu_indexes=kw.pop("gpu_indexes", list(range(n))), world_size=n, ranks_on_cpu=True, **kw)
     path = tmp_path / "spec.json"
     spec.write(path)
     return path

@@ -8,6 +8,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -41,6 +42,7 @@ from gpufleet.api.security.gate import AuthGate
 from gpufleet.api.security.hosts import HostGuard
 from gpufleet.api.security.inputs import NulGuard
 from gpufleet.api.security.openapi import document_refusals
+from gpufleet.wire.openapi import extra_components
 from gpufleet.api.security.origins import cors_origins
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.static import install_static
@@ -165,6 +167,21 @@ def _mount(app: FastAPI, settings: Settings, routers: Sequence[APIRouter]) -> No
     for router in (*routers, auth.router):
         app.include_router(router)
     document_refusals(app)
+    _document_wire_types(app)
+
+
+def _document_wire_types(app: FastAPI) -> None:
+    """Name the live stream's frames and the statuses in the schema (no route returns them)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        if "LiveMessage" not in components:
+            components.update(extra_components())
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:

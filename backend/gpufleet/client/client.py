@@ -1,8 +1,9 @@
 """``gpufleet.client.Client``: submit and watch trainings, and read the fleet, from Python.
 
-One synchronous ``httpx.Client`` per ``Client``; requests and answers are the API's own
-pydantic schemas (``gpufleet.api.schemas``, the routes' models), so a field the server
-adds is a field the client has. The command line uses it for every server command.
+One synchronous ``httpx.Client`` per ``Client``; requests and answers are the
+API's own pydantic schemas (``gpufleet.wire`` and the routes' models),
+so a field the server adds is a field the client has. The command line uses
+this client for every server command.
 
     from gpufleet.client import Client
 
@@ -28,8 +29,8 @@ from pydantic import BaseModel
 
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.datadir import socket_candidates
-from gpufleet.api.schemas.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
-from gpufleet.api.schemas.trainings import (
+from gpufleet.wire.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
+from gpufleet.wire.trainings import (
     TrainingBatchPublic,
     TrainingEventPublic,
     TrainingEventsPublic,
@@ -39,7 +40,7 @@ from gpufleet.api.schemas.trainings import (
     TrainingPublic,
     TrainingsPublic,
 )
-from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
+from gpufleet.wire.trainings import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
@@ -47,10 +48,10 @@ from gpufleet.client.sweeps import SweepCalls, checked
 from gpufleet.client.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
-    from gpufleet.api.schemas.auth import WhoAmI
-    from gpufleet.api.routes.metrics import LivePublic
-    from gpufleet.api.schemas.selection import RecommendationPublic, ValidationPublic
-    from gpufleet.api.schemas.recipes import RecipesPublic
+    from gpufleet.wire.auth import WhoAmI
+    from gpufleet.wire.metrics import LivePublic
+    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.wire.recipes import RecipesPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -174,7 +175,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
     # -- who am I ---------------------------------------------------------
 
     def whoami(self) -> WhoAmI:
-        from gpufleet.api.schemas.auth import WhoAmI
+        from gpufleet.wire.auth import WhoAmI
 
         return self._get(WhoAmI, f"{API}/auth/whoami")
 
@@ -323,12 +324,12 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     def live(self) -> LivePublic:
         """What ``gpufleet top`` shows: newest samples, aggregates, who holds each GPU."""
-        from gpufleet.api.routes.metrics import LivePublic
+        from gpufleet.wire.metrics import LivePublic
 
         return self._get(LivePublic, f"{API}/system/metrics/live")
 
     def recipes(self) -> RecipesPublic:
-        from gpufleet.api.schemas.recipes import RecipesPublic
+        from gpufleet.wire.recipes import RecipesPublic
 
         return self._get(RecipesPublic, f"{API}/recipes")
 
@@ -340,7 +341,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
         Give one of the two, not both.
         """
-        from gpufleet.api.schemas.selection import RecommendationPublic, RecommendBody
+        from gpufleet.wire.selection import RecommendationPublic, RecommendBody
 
         if (recipe is None) == (memory_mb is None):
             raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
@@ -355,7 +356,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
                  config: dict[str, Any] | None = None, memory_mb: int | None = None,
                  exclusive: bool = True) -> ValidationPublic:
         """Is this selection usable for this training? Every problem at once (``ok`` false), and warnings."""
-        from gpufleet.api.schemas.selection import ValidateBody, ValidationPublic
+        from gpufleet.wire.selection import ValidateBody, ValidationPublic
 
         body = checked(ValidateBody, "validate", gpu_ids=gpu_ids, host=host, recipe=recipe, config=config,
                        memory_mb=memory_mb, exclusive=exclusive)
@@ -367,6 +368,10 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     def undrain(self, host: str, index: int) -> DrainPublic:
         return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
+
+    def clear_health(self, host: str, index: int) -> dict[str, Any]:
+        """Put a GPU marked unhealthy back in scheduling (admins); ``cleared`` is the mark removed, or None."""
+        return self.request("POST", f"{API}/system/gpus/{quote(host, safe='')}/{int(index)}/clear-health")
 
 
 __all__ = ["Client", "DEFAULT_SERVER", "FINAL_STATUSES", "SERVER_ENV", "TOKEN_ENV"]

@@ -7,15 +7,16 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.api.schemas.trainings import TrainingLogPublic
+from gpufleet.db import statuses
+from gpufleet.wire.trainings import TrainingLogPublic
 
 if TYPE_CHECKING:
-    from gpufleet.api.schemas.trainings import TrainingPublic
+    from gpufleet.wire.trainings import TrainingPublic
 
     TrainingRef = uuid.UUID | str | TrainingPublic
 
 API = "/api/v1"
-FINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "reclaimed"})
+FINAL_STATUSES = frozenset(statuses.FINAL_STATUSES)
 LOG_PARTS_WAIT_S = 60.0  # how long a followed log waits for other hosts' parts after the training ended
 
 

@@ -9,8 +9,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ValidationError
 
-from gpufleet.api.schemas.code import CodePublic, CodeUploadPublic
-from gpufleet.api.schemas.sharing import (
+from gpufleet.wire.code import CodePublic, CodeUploadPublic
+from gpufleet.wire.sharing import (
     GroupCreate,
     GroupPublic,
     GroupQuota,

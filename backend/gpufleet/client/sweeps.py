@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from gpufleet.api.schemas.sweeps import SweepCurvesPublic, SweepDetail, SweepsPublic
+from gpufleet.wire.sweeps import SweepCurvesPublic, SweepDetail, SweepsPublic
 from gpufleet.client.errors import InvalidRequest
 from gpufleet.client.sharing import SharingCalls, checked
 from gpufleet.sweeps.spec import SweepCreate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.api.schemas.webhooks import (
+from gpufleet.wire.webhooks import (
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,

@@ -94,14 +94,12 @@ def clear_health(
                                       help="server URL (default $GPUFLEET_SERVER, else this machine's)"),
 ) -> None:
     """Put a GPU marked unhealthy (fatal XID, pending row remap, ECC errors) back in scheduling (admins)."""
-    from urllib.parse import quote
-
     from gpufleet.commands.remote import Client, _fail
 
     host, _, index = gpu.rpartition(":")
     if not host or not index.isdigit():
         _fail(f"give the GPU as HOST:INDEX (e.g. node-a:3), not {gpu!r}")
-    body = Client(server).call("POST", f"/api/v1/system/gpus/{quote(host, safe='')}/{int(index)}/clear-health")
+    body = Client(server).clear_health(host, int(index))
     if body["cleared"] is None:
         typer.echo(f"GPU {body['index']} on {body['host']} had no health mark to clear (status {body['status']})")
         return

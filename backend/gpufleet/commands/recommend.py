@@ -22,7 +22,7 @@ from gpufleet.commands.tables import fmt_size, make_console
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from gpufleet.api.schemas.selection import RecommendationPublic
+    from gpufleet.wire.selection import RecommendationPublic
 
 
 def _fail(message: str) -> NoReturn:
@@ -48,7 +48,7 @@ def _from_server(server: str | None, recipe: str | None, values: dict[str, Any],
 def _from_database(recipe: str | None, values: dict[str, Any], memory: int | None, *, count: int, host: str | None, exclusive: bool,
                    policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
-    from gpufleet.api.schemas.selection import CandidatePublic, RecommendationPublic, estimate_public
+    from gpufleet.wire.selection import CandidatePublic, RecommendationPublic, estimate_public
     from gpufleet.config import ConfigError, get_settings
     from gpufleet.scheduling.memory import EstimateError
 

@@ -186,7 +186,7 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
             checkpoint_dir=str(checkpoint_dir or (settings.checkpoint_root / f"local-{recipe}-{stamp}")),
             progress_file=str(run_dir / "progress.jsonl"),
             data_root=str(data_root or settings.data_root), resume=resume,
-            collective_timeout_s=settings.collective_timeout_s, simulated=on_cpu,
+            collective_timeout_s=settings.collective_timeout_s, ranks_on_cpu=on_cpu,
         )
     except TrainingConfigError as exc:
         _fail(str(exc))

@@ -28,15 +28,9 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from gpufleet.db.base import NAMING, Base  # noqa: F401 - every model's base, and its naming
 from gpufleet.db.types import IntList, JSONDoc, UTCDateTime, utcnow
+# A training's statuses (the row is the truth), defined once; named here too for the tables' users.
+from gpufleet.db.statuses import ACTIVE_STATUSES, FINAL_STATUSES, TRAINING_STATUSES, TrainingStatus  # noqa: F401
 
-# Training lifecycle states (the row is the truth).
-# ``preempted``: checkpointed and stopped for a higher-priority training; it
-# keeps its GPUs reserved for that training until it takes them, then goes
-# back to ``queued``. ``reclaimed``: stopped (with a checkpoint) because its
-# GPUs stayed idle (gpufleet.scheduling.idle).
-TRAINING_STATUSES = ("queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed")
-ACTIVE_STATUSES = ("scheduled", "running")
-FINAL_STATUSES = ("succeeded", "failed", "cancelled", "reclaimed")
 
 
 class Host(Base):
@@ -147,7 +141,7 @@ class Training(Base):
     memory_declared: Mapped[int | None] = mapped_column(BigInteger)
     # The resolved config, as validated by the recipe's dataclass.
     config: Mapped[dict[str, Any]] = mapped_column(JSONDoc)
-    status: Mapped[str] = mapped_column(String(32), default="queued")
+    status: Mapped[TrainingStatus] = mapped_column(String(32), default="queued")
     status_reason: Mapped[str | None] = mapped_column(Text)
     priority: Mapped[int] = mapped_column(Integer, default=0)
 

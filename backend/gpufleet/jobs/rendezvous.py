@@ -312,7 +312,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     spec = LaunchSpec(recipe=t.recipe, config=dict(t.config), devices=devices, checkpoint_dir=str(checkpoint_dir),
                       progress_file=str(progress), data_root=str(settings.data_root), resume=True,
                       collective_timeout_s=settings.collective_timeout_s, training_id=str(tid),
-                      simulated=backend.ranks_run_on_cpu(devices), stop_grace_s=settings.stop_grace_s,
+                      ranks_on_cpu=backend.ranks_run_on_cpu(devices), stop_grace_s=settings.stop_grace_s,
                       attempt=t.attempt, gang=spec_gang(settings, t, rdzv, m.first_rank, master=False))
     spec_path = spec.write(run_dir / f"spec-{t.attempt}-{host_name}.json")
     logf = ShippedLog(settings, f"{tid}-{host_name}")

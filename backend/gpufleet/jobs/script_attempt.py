@@ -58,7 +58,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
         gpu_indexes=[int(d.split(":", 1)[1]) for d in devices],
         backend=backend,
         world_size=len(devices),
-        simulated=ranks_on_cpu,
+        ranks_on_cpu=ranks_on_cpu,
         stop_grace_s=stop_grace_s,
         output_dir=str(files.output_dir(settings, t.id)),
         # Built by the launcher, in the training's own process context, before its ranks start.

@@ -126,7 +126,7 @@ def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: boo
         # Each collective-timeout retry doubles the timeout (the seed's table).
         collective_timeout_s=settings.collective_timeout_s * 2**timeouts,
         training_id=str(t.id),
-        simulated=on_cpu,
+        ranks_on_cpu=on_cpu,
         # A cancel kills the group after CANCEL_GRACE_S anyway; a stopping
         # worker gives its ranks the whole grace to checkpoint.
         stop_grace_s=settings.stop_grace_s,

@@ -43,7 +43,7 @@ import torch.distributed as dist
 from torch import nn
 
 from gpufleet.devices.ops import backend_ops, move_to_device
-from gpufleet.training import compat, stopfile
+from gpufleet.training import compat, rankenv, stopfile
 
 STRATEGIES = ("single", "ddp", "fsdp")
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -75,7 +75,7 @@ class TrainingBackend(Protocol):
 
 def default_device() -> torch.device:
     """This rank's accelerator (``LOCAL_RANK``), or the CPU."""
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = rankenv.local_rank()
     if torch.cuda.is_available():
         return torch.device("cuda", local)
     if hasattr(torch, "xpu") and torch.xpu.is_available():
@@ -87,7 +87,7 @@ def init_distributed(device: torch.device, timeout_s: float = 600.0) -> None:
     """Join the process group described by the torchrun environment, unless joined already."""
     if dist.is_initialized():
         return
-    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+    if not rankenv.has_torchrun_world():
         raise RuntimeError("DDP and FSDP need the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, "
                            "MASTER_PORT): run under `gpufleet run` or `torchrun`, or call init_process_group")
     ops = backend_ops(device)

@@ -18,7 +18,6 @@ Rank ``r`` takes samples ``[offset_r, offset_r + b_r)`` of each global batch
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -85,26 +84,6 @@ def weighted_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                 pos += g.numel()
     optimizer.step()
     return loss.detach()
-
-
-SPEED_ENV = "GPUFLEET_TEST_RANK_SPEED"
-
-
-def slow_rank_hook(rank: int) -> Callable[[float], None] | None:
-    """Test hook: ``GPUFLEET_TEST_RANK_SPEED=1:0.5`` runs rank 1 at half speed.
-
-    The returned callback sleeps after each local step so the rank takes
-    ``1/speed`` times as long as its computation did; None for other ranks.
-    """
-    raw = os.environ.get(SPEED_ENV, "")
-    for part in filter(None, raw.split(",")):
-        r, _, speed = part.partition(":")
-        if int(r) == rank:
-            factor = 1.0 / float(speed) - 1.0
-            if factor < 0:
-                raise ValueError(f"{SPEED_ENV}: a speed must be in (0, 1], got {speed}")
-            return lambda seconds: time.sleep(seconds * factor)
-    return None
 
 
 class ShareTuner:

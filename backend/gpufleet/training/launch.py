@@ -76,7 +76,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progress: ProgressWriter | None,
                   should_stop: Any, master_port: int | None = None, **rendezvous: Any) -> Any:
     """The one place a launcher builds its :class:`~gpufleet.training.trainer.Trainer`:
-    the spec's recipe and validated config on ``run_devices``, as rank ``rank``."""
+    the spec's recipe and validated config on ``run_devices``, as rank ``rank``, with the
+    drills its environment asks for (``training/drills.py``)."""
+    from gpufleet.training import drills
     from gpufleet.training.recipes import get_recipe
     from gpufleet.training.trainer import Trainer
 
@@ -86,8 +88,9 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
                    data_root=spec.data_root, resume=spec.resume, progress=progress,
                    collective_timeout_s=spec.collective_timeout_s, master_port=master_port,
                    should_stop=should_stop, rank_groups=spec.vendor_groups(),
-                   group_backends=group_backends(spec.kinds, spec.simulated),
-                   process_group_backend=spec.process_group_backend, **rendezvous)
+                   group_backends=group_backends(spec.kinds, spec.ranks_on_cpu),
+                   process_group_backend=spec.process_group_backend,
+                   hooks=drills.from_environment(rank), **rendezvous)
 
 
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
@@ -208,11 +211,11 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
         return end(exitcodes.BAD_DATA)
 
     note = None
-    if spec.simulated:
+    if spec.ranks_on_cpu:
         note = ("simulated GPUs cannot run kernels: each rank runs on CPU with gloo; "
                 + ", ".join(f"rank {r} <-> {d}" for r, d in enumerate(spec.devices)))
     progress.write("start", recipe=spec.recipe, training_id=spec.training_id, world_size=spec.world_size,
-                   devices=spec.devices, run_devices=run_devices, simulated=spec.simulated, note=note,
+                   devices=spec.devices, run_devices=run_devices, simulated=spec.ranks_on_cpu, note=note,
                    visible_devices=spec.visible_devices_env(),
                    micro_batch_size=micro, grad_accum_steps=accum, pid=os.getpid(), config=config.to_dict())
     if note:

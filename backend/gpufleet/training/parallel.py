@@ -32,7 +32,7 @@ finite skips the update on every rank alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -46,7 +46,6 @@ from gpufleet.training.hetero import (
     ShareTuner,
     proportional_shares,
     rank_slices,
-    slow_rank_hook,
 )
 
 
@@ -128,7 +127,8 @@ class RankSync:
             start = config.rank_shares if self.mode == "proportional" and config.rank_shares \
                 else proportional_shares([1.0] * world_size, B)
             self.tuner = ShareTuner(start)
-        self._hook = slow_rank_hook(rank)
+        # Told when this rank's share of a step is computed (the Trainer's step hooks).
+        self.on_computed: Callable[[float], None] | None = None
         self._t0 = 0.0
         self._local: list[float] = []
 
@@ -173,8 +173,8 @@ class RankSync:
     def reduce_grads(self, model: nn.Module) -> bool:
         """Sum the weighted gradients over the rank's group; False when the sum is not finite."""
         local = time.perf_counter() - self._t0
-        if self._hook is not None:
-            self._hook(local)  # a test's slow rank: it finishes its share later, as a slower GPU would
+        if self.on_computed is not None:
+            self.on_computed(local)  # a drill's slow rank finishes its share later, as a slower GPU would
         self._local.append(time.perf_counter() - self._t0)
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
@@ -245,11 +245,11 @@ def rank_precision(precision: str, device: torch.device) -> str:
 
 def rank_layout(rank: int, device: torch.device, precision: str, env_names: tuple[str, ...]) -> dict[str, Any]:
     """What this rank runs on, as it sees it: for the launcher's ``layout`` line."""
-    import os
+    from gpufleet.training.rankenv import visible_devices
 
     return {"rank": rank, "device": str(device), "precision": precision,
             "process_group": dist.get_backend() if dist.is_initialized() else None,
-            "visible": {k: os.environ[k] for k in env_names if k in os.environ}}
+            "visible": visible_devices(env_names)}
 
 
 def rank_sync(config: TrainConfig, rank: int, world_size: int, *, distributed: bool, mixed_vendors: bool,

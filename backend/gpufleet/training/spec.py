@@ -57,10 +57,10 @@ class LaunchSpec:
     resume: bool = True
     collective_timeout_s: float = 60.0
     training_id: str | None = None
-    # The devices are GPUs of a simulated fleet, which cannot run kernels: each
-    # rank runs on CPU with gloo while the rank <-> GPU mapping is kept (it is
-    # written in the "start" progress line).
-    simulated: bool = False
+    # The devices cannot run kernels (the device backend says so: a simulated
+    # fleet's GPUs): each rank runs on CPU with gloo while the rank <-> GPU
+    # mapping is kept (it is written in the "start" progress line).
+    ranks_on_cpu: bool = False
     # How long ranks get to checkpoint after SIGTERM before they are killed.
     stop_grace_s: float = 60.0
     # The attempt number this launch runs for: its checkpoint writes are fenced
@@ -131,7 +131,7 @@ class LaunchSpec:
         sees only its own GPU (:meth:`rank_visible_env`), so each is device 0
         of its backend.
         """
-        if self.simulated or self.backend == "cpu":
+        if self.ranks_on_cpu or self.backend == "cpu":
             return ["cpu"] * self.world_size
         if self.mixed_vendors:
             return [f"{'cuda' if k == 'hip' else k}:0" for k in self.kinds]
@@ -154,7 +154,7 @@ class LaunchSpec:
         return env
 
     def visible_devices_env(self) -> dict[str, str]:
-        if self.simulated or self.backend == "cpu" or self.mixed_vendors:
+        if self.ranks_on_cpu or self.backend == "cpu" or self.mixed_vendors:
             return {}
         ids = ",".join(d.split(":")[1] for d in self.devices)
         env = {_VISIBLE[self.backend]: ids}

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import time
 
+from gpufleet.training import rankenv
+
 PHASES = ("launcher", "imports", "device", "process_group", "model", "first_step")
 
 
@@ -46,7 +48,7 @@ class StartupClock:
         me, parent = process_start(os.getpid()), process_start(os.getppid())
         now = time.time()
         self.began = me if me is not None else now
-        launcher = parent if parent is not None and os.environ.get("GPUFLEET_RANK_SPAWNED") == "1" else None
+        launcher = parent if parent is not None and rankenv.spawned_by_launcher() else None
         self.marks: dict[str, float] = {"launcher": self.began - launcher if launcher else 0.0,
                                         "imports": max(0.0, now - self.began)}
         self._last = now

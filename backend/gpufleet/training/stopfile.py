@@ -28,7 +28,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-STOP_FILE_ENV = "GPUFLEET_STOP_FILE"
+from gpufleet.training import rankenv
+from gpufleet.training.rankenv import STOP_FILE_ENV
+
+__all__ = ["STOP_FILE_ENV", "mark", "stop_requested", "watch"]
+
 
 _asked = threading.Event()
 
@@ -47,7 +51,7 @@ def stop_requested() -> bool:
     """Whether gpufleet asked this training to stop: the stop file exists, or SIGTERM came."""
     if _asked.is_set():
         return True
-    path = os.environ.get(STOP_FILE_ENV)
+    path = rankenv.stop_file()
     return bool(path) and os.path.exists(path)
 
 

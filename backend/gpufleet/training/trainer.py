@@ -4,7 +4,9 @@
 model is driven through ``gpufleet.TrainingBackend`` (``training/backend.py``:
 forward/backward, accumulation, AMP, clipping, optimizer and LR steps, state),
 the same backend a user's own loop runs on; the Trainer adds the data order,
-metrics, checkpoints with RNG state, faults and stop requests. With
+metrics, checkpoints with RNG state and stop requests. Step hooks
+(:class:`StepHook`, given by whoever builds the Trainer) run before and after
+each step: the launcher installs the drills there (``training/drills.py``). With
 one device it runs without a process group or a DDP wrapper and writes the
 same checkpoints, so a run can move between one and many devices. The
 launcher starts one Trainer per rank; a notebook can run a one-device
@@ -18,10 +20,10 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,12 +35,10 @@ from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.backend import make_backend
 from gpufleet.training.config import TrainingConfigError, TrainConfig
 from gpufleet.training.distributed import DistributedTrainer
-from gpufleet.training.hetero import slow_rank_hook
 from gpufleet.training.parallel import rank_layout, rank_precision, rank_sync
 from gpufleet.training.progress import ProgressWriter, step_line
 from gpufleet.training.recipes import Recipe
 from gpufleet.training.startup import PHASES, StartupClock
-from gpufleet.training.drills import fault_at, hold_at, raise_fault
 
 
 @dataclass
@@ -47,6 +47,17 @@ class TrainResult:
     step: int
     last_metrics: dict[str, Any]
     checkpoint: str | None
+
+
+class StepHook(Protocol):
+    """Called at points of every step of :meth:`Trainer.train` (the launcher's drills are hooks)."""
+
+    def before_step(self, trainer: Trainer) -> None: ...
+
+    def after_compute(self, trainer: Trainer, seconds: float) -> None:
+        """This rank's own part of the step is done, ``seconds`` after the step began: before the
+        gradient sum where the rank sums them itself (training/parallel.py), after the optimizer
+        step otherwise (DDP and FSDP sum inside the backward)."""
 
 
 def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
@@ -73,8 +84,9 @@ class Trainer:
                  master_port: int | None = None, dist_trainer: DistributedTrainer | None = None,
                  master_addr: str = "127.0.0.1", rendezvous_timeout_s: float | None = None,
                  rank_groups: list[int] | None = None, group_backends: list[str | None] | None = None,
-                 process_group_backend: str | None = None):
+                 process_group_backend: str | None = None, hooks: Sequence[StepHook] = ()):
         self.recipe, self.config = recipe, config
+        self.hooks = list(hooks)
         self.dt = dist_trainer or DistributedTrainer(devices or ["cpu"], config,
                                                      collective_timeout_s=collective_timeout_s,
                                                      master_addr=master_addr, master_port=master_port,
@@ -117,8 +129,8 @@ class Trainer:
         mixed = len(set(self.rank_groups or [0])) > 1
         self.sync = rank_sync(cfg, self.rank, self.dt.world_size, distributed=self.dt.distributed,
                               mixed_vendors=mixed, groups=self.rank_groups, group_backends=self.group_backends)
-        # Ranks that sum their gradients themselves (training/parallel.py) keep a plain replica each.
-        self._slow = slow_rank_hook(self.rank) if self.sync is None else None
+        if self.sync is not None and self.hooks:
+            self.sync.on_computed = self._computed
         self.precision = rank_precision(cfg.precision, self.device)
         self.backend = make_backend(
             model, self.loss_fn,
@@ -214,19 +226,20 @@ class Trainer:
             self.backend.optim_step(sync=lambda: sync.reduce_grads(self.backend.model))
         else:
             self.backend.optim_step()
-            if self._slow is not None:
-                self._slow(time.perf_counter() - t0)  # a test's slow rank (GPUFLEET_TEST_RANK_SPEED)
+            self._computed(time.perf_counter() - t0)
         self.step += 1
         if sync is not None:
             sync.after_step(self.backend.model, self.step)
         return totals
 
+    def _computed(self, seconds: float) -> None:
+        for hook in self.hooks:
+            hook.after_compute(self, seconds)
+
     def train(self) -> TrainResult:
         if not self._setup_done:
             self.setup()
         cfg = self.config
-        fault = fault_at()
-        hold = hold_at()
         world = self.dt.world_size
         window: torch.Tensor | None = None
         names: list[str] = []
@@ -235,11 +248,8 @@ class Trainer:
         status = "succeeded"
         first_report = True
         while self.step < cfg.max_steps:
-            if fault and fault[0] == self.rank and fault[1] == self.step:
-                raise_fault(fault[2], self.rank, self.step)
-            if hold and hold[0] == self.step:
-                while not os.path.exists(hold[1]) and not self.should_stop():
-                    time.sleep(0.05)
+            for hook in self.hooks:
+                hook.before_step(self)
             t0 = time.perf_counter()
             parts = self.train_step()
             if first_report and self.clock is not None and "first_step" not in self.clock.marks:

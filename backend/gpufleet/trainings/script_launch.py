@@ -74,7 +74,7 @@ class ScriptSpec:
     gpu_indexes: list[int] = field(default_factory=list)  # device ids on this host, one rank each
     backend: str = "cuda"
     world_size: int = 1
-    simulated: bool = False
+    ranks_on_cpu: bool = False  # the GPUs cannot run kernels (a simulated fleet's): the ranks use the CPU
     stop_grace_s: float = 2.0
     report_file: str = ""  # the ranks' gpufleet.report files are this + ".rank<N>"
     stop_file: str = ""  # created when the training is asked to stop (GPUFLEET_STOP_FILE)
@@ -120,7 +120,7 @@ def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> di
         "GPUFLEET_OUTPUT_DIR": spec.output_dir,
         "PYTHONUNBUFFERED": "1",
     })
-    if spec.simulated:
+    if spec.ranks_on_cpu:
         env["GPUFLEET_SIMULATED_GPUS"] = "1"
     return env
 
@@ -255,8 +255,8 @@ def _how(code: int) -> str:
 
 
 def _write_peaks(progress: ProgressWriter, spec: ScriptSpec, ranks: Ranks) -> None:
-    """The ranks' peak memory so far: process RSS on simulated GPUs, NVML's figure on real ones."""
-    if spec.simulated:
+    """The ranks' peak memory so far: process RSS where they run on the CPU, NVML's figure on GPUs."""
+    if spec.ranks_on_cpu:
         progress.write("peak_memory", per_rank=ranks.sample_peaks(), device_kind="cpu")
         return
     gpu = ranks.sample_gpu_peaks()
@@ -282,9 +282,9 @@ def run(spec: ScriptSpec) -> int:
         return code
     port = free_port()
     progress.write("start", world_size=spec.world_size, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
-                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated,
+                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.ranks_on_cpu,
                    kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
-                   note="simulated GPUs: the ranks run on CPU" if spec.simulated else None)
+                   note="simulated GPUs: the ranks run on CPU" if spec.ranks_on_cpu else None)
     ranks = Ranks(spec, sys.stdout.buffer)
     try:
         ranks.start(port)

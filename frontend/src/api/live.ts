@@ -9,20 +9,21 @@
  * missed in between are replayed rather than lost.
  */
 
+import type { components } from './schema';
+
+type S = components['schemas'];
+
 /** idle: nothing on screen needs live data, so no socket is open (not an error). */
 export type LiveStatus = 'idle' | 'connecting' | 'open' | 'closed';
 
-export interface LiveMessage {
-  /** snapshot (the channel's whole state) | update | resumed | skipped snapshots carry skipped: true */
-  type: 'snapshot' | 'update' | 'resumed' | string;
-  channel: string;
-  seq?: number;
-  epoch?: string;
-  skipped?: boolean;
-  data: unknown;
-}
+/** Any frame the server sends (generated from the server's models, gpufleet/wire/live.py). */
+export type ServerMessage = S['LiveMessage'];
+/** What a channel's subscribers get: its whole state (snapshot; skipped: true after a slow read) or an update. */
+export type ChannelMessage = S['LiveSnapshot'] | S['LiveUpdate'];
+/** What the client sends. */
+type ClientMessage = S['LiveRequest'];
 
-type Handler = (msg: LiveMessage) => void;
+type Handler = (msg: ChannelMessage) => void;
 
 export interface SocketLike {
   readyState: number;
@@ -108,7 +109,7 @@ export class LiveClient {
     this.statusListeners.forEach((fn) => fn(s));
   }
 
-  private send(msg: unknown): void {
+  private send(msg: ClientMessage): void {
     this.socket?.send(JSON.stringify(msg));
   }
 
@@ -158,7 +159,7 @@ export class LiveClient {
   }
 
   private dispatch(raw: unknown): void {
-    let parsed: { type?: string; messages?: unknown[]; epoch?: string };
+    let parsed: ServerMessage;
     try {
       parsed = JSON.parse(String(raw));
     } catch {
@@ -166,18 +167,18 @@ export class LiveClient {
     }
     if (!parsed || typeof parsed !== 'object') return;
     if (parsed.type === 'batch' && Array.isArray(parsed.messages)) {
-      parsed.messages.forEach((m) => this.deliver(m as LiveMessage));
+      parsed.messages.forEach((m) => this.deliver(m));
       return;
     }
     if (parsed.type === 'hello') {
       this.epoch = parsed.epoch;
       return;
     }
-    this.deliver(parsed as LiveMessage);
+    this.deliver(parsed);
   }
 
-  private deliver(msg: LiveMessage): void {
-    if (!msg || typeof msg.channel !== 'string') return;
+  private deliver(msg: ServerMessage): void {
+    if (!msg || !('channel' in msg) || typeof msg.channel !== 'string') return;
     if (msg.type !== 'snapshot' && msg.type !== 'update') return;
     if (msg.epoch) this.epoch = msg.epoch;
     const set = this.handlers.get(msg.channel);

@@ -1,11 +1,12 @@
 /**
- * The shapes the dashboard reads, taken from the generated schema (schema.d.ts,
+ * The shapes the dashboard reads, taken from the generated schema (schema.ts,
  * made by scripts/gen-api.sh from the server's OpenAPI document), so a server
- * change that breaks the dashboard breaks `tsc` first. Only what the schema
- * cannot say is written here: the live stream's payloads (WebSocket) and the
- * free-form dictionaries.
+ * change that breaks the dashboard breaks `tsc` first. The live stream's frames
+ * are in live.ts, from the same schema. Only what the schema cannot say is
+ * written here: the free-form dictionaries (a channel's `data`, a GPU's holders).
  */
 import type { components } from './schema';
+import { finalStatusValues, trainingStatusValues } from './schema';
 
 type S = components['schemas'];
 
@@ -56,7 +57,11 @@ export type HistoryResponse = S['HistoryPublic'];
 export type HistorySeries = S['HistorySeries'];
 export type HistoryPoint = S['HistoryPoint'];
 
-export type TrainingStatus = 'queued' | 'scheduled' | 'running' | 'preempted' | 'succeeded' | 'failed' | 'cancelled' | 'reclaimed';
+export type TrainingStatus = S['TrainingStatus'];
+/** Every status, in the server's order (gpufleet/db/statuses.py). */
+export const TRAINING_STATUSES: readonly TrainingStatus[] = trainingStatusValues;
+/** The statuses a training does not leave by itself. */
+export const FINAL_STATUSES: ReadonlySet<string> = new Set(finalStatusValues);
 
 /** The seed's AggregatedMetrics, as the live `aggregate` and `host:` channels send it. */
 export interface Aggregated {

@@ -1,8 +1,8 @@
 import { useEffect, useRef, useState } from 'react';
-import { liveClient, type LiveMessage, type LiveStatus } from './live';
+import { liveClient, type ChannelMessage, type LiveStatus } from './live';
 
 /** Subscribe to one live channel while the component is mounted and `enabled`. */
-export function useChannel(channel: string | null, onMessage: (msg: LiveMessage) => void, enabled = true): void {
+export function useChannel(channel: string | null, onMessage: (msg: ChannelMessage) => void, enabled = true): void {
   const fn = useRef(onMessage);
   fn.current = onMessage;
   useEffect(() => {

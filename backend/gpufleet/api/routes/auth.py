@@ -27,7 +27,7 @@ from gpufleet.api.auth import (
     session_of_cookie,
 )
 from gpufleet.api.deps import CurrentUser, SettingsDep
-from gpufleet.api.schemas.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
+from gpufleet.wire.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
 from gpufleet.api.security.asgi import LINK_PATH
 from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings

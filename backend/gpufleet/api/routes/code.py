@@ -13,7 +13,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import MemberUser, SessionDep, SettingsDep, ViewerUser, ensure_can_run_code
-from gpufleet.api.schemas.code import CodePublic, CodeUploadPublic
+from gpufleet.wire.code import CodePublic, CodeUploadPublic
 from gpufleet.config import Settings
 from gpufleet.db.session import write_session
 from gpufleet.trainings import code as codes

@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
-from pydantic import BaseModel
 from sqlalchemy import select
 
 from gpufleet.api.deps import SessionDep, SettingsDep
@@ -17,47 +16,9 @@ from gpufleet.db.models import Training
 from gpufleet.telemetry.aggregate import aggregate_by_host, compute_aggregated
 from gpufleet.telemetry.history import MAX_POINTS, GPURef, HistoryError, HistoryQuery, query_history
 from gpufleet.telemetry.live import read_live_samples
+from gpufleet.wire.metrics import HistoryPublic, LivePublic
 
 router = APIRouter()
-
-
-class HistoryPoint(BaseModel):
-    t: datetime
-    samples: int
-    utilization_min: float | None = None
-    utilization_avg: float | None = None
-    utilization_max: float | None = None
-    memory_used_min: float | None = None
-    memory_used_avg: float | None = None
-    memory_used_max: float | None = None
-    temperature_min: float | None = None
-    temperature_avg: float | None = None
-    temperature_max: float | None = None
-    power_draw_min: float | None = None
-    power_draw_avg: float | None = None
-    power_draw_max: float | None = None
-
-
-class HistorySeries(BaseModel):
-    host: str | None
-    gpu_index: int | None
-    points: list[HistoryPoint]
-
-
-class HistoryPublic(BaseModel):
-    start: datetime
-    end: datetime
-    step_s: float
-    source: str
-    aggregate: bool
-    series: list[HistorySeries]
-
-
-class LivePublic(BaseModel):
-    gpus: list[dict[str, Any]]
-    aggregate: dict[str, Any]
-    hosts: dict[str, dict[str, Any]]
-    trainings: dict[str, dict[str, Any]]
 
 
 def _parse_time(name: str, value: str | None, default: datetime) -> datetime:

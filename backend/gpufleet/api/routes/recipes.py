@@ -16,7 +16,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 
 from gpufleet.api.deps import CurrentUser
-from gpufleet.api.schemas.recipes import RecipeFieldPublic, RecipePublic, RecipesPublic
+from gpufleet.wire.recipes import RecipeFieldPublic, RecipePublic, RecipesPublic
 from gpufleet.training import recipes as registry
 from gpufleet.training.config import TrainConfig
 

@@ -17,7 +17,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from gpufleet.api.deps import SettingsDep, ViewerUser
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
-from gpufleet.api.schemas.selection import (
+from gpufleet.wire.selection import (
     MAX_COUNT,
     AcrossHostsPublic,
     CandidatePublic,

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, TypeVar
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep, ViewerUser
-from gpufleet.api.schemas.sharing import (
+from gpufleet.wire.sharing import (
     GroupCreate,
     GroupPublic,
     GroupQuota,

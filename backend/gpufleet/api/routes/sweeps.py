@@ -20,7 +20,7 @@ from gpufleet.api.deps import (
     ensure_may_rank,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
-from gpufleet.api.schemas.sweeps import (
+from gpufleet.wire.sweeps import (
     SweepCurve,
     SweepCurvesPublic,
     SweepDetail,

@@ -13,7 +13,7 @@ from gpufleet import __version__
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
 from gpufleet.api.hosts import UNKNOWN_HOST, check_host
 from gpufleet.api.params import GPUIndexPath, HostPath
-from gpufleet.api.schemas.system import (
+from gpufleet.wire.system import (
     DrainPublic,
     DrainRequest,
     GPUAvailabilityPublic,

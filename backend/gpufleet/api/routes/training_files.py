@@ -9,7 +9,7 @@ from fastapi.responses import FileResponse
 
 from gpufleet.api.deps import CreatorUser, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel, ensure_can_run_code
 from gpufleet.api.routes.trainings import _http, _load, _publics
-from gpufleet.api.schemas.trainings import TrainingFilePublic, TrainingFilesPublic, TrainingPublic
+from gpufleet.wire.trainings import TrainingFilePublic, TrainingFilesPublic, TrainingPublic
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake

@@ -22,7 +22,7 @@ from gpufleet.api.deps import (
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.params import SeqQuery, StepQuery
-from gpufleet.api.schemas.trainings import (
+from gpufleet.wire.trainings import (
     TrainingBatchPublic,
     TrainingEventPublic,
     TrainingEventsPublic,

@@ -17,7 +17,7 @@ import httpx
 from fastapi import APIRouter, HTTPException, Path, Response
 
 from gpufleet.api.deps import CurrentUser, MemberUser, SessionDep, SettingsDep
-from gpufleet.api.schemas.webhooks import (
+from gpufleet.wire.webhooks import (
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,

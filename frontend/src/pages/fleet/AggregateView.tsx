@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { endpoints } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
-import type { LiveMessage } from '../../api/live';
+import type { ChannelMessage } from '../../api/live';
 import type { Aggregated, GPU } from '../../api/types';
 import { useChannel } from '../../api/useLive';
 import { Bar } from '../../components/Bar';
@@ -56,7 +56,7 @@ function useAggregateChannel(channel: string, initial: Aggregated, seed?: Return
   const ring = useRef({ util: new Ring(600), mem: new Ring(600) });
   const [latest, setLatest] = useState<Aggregated | null>(null);
   const [version, setVersion] = useState(0);
-  const onMessage = useCallback((msg: LiveMessage) => {
+  const onMessage = useCallback((msg: ChannelMessage) => {
     const { fleet } = aggregateOf(msg.data);
     if (!fleet) return;
     const t = Date.now() / 1000;

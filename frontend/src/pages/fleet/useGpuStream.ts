@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
-import type { LiveMessage } from '../../api/live';
+import type { ChannelMessage } from '../../api/live';
 import type { GPULive, HistorySeries } from '../../api/types';
 import { useChannel } from '../../api/useLive';
 import { Ring } from '../../lib/ring';
@@ -55,7 +55,7 @@ export function useGpuStream(
     setVersion((v) => v + 1);
   }, [seed, memoryTotal]);
 
-  const onMessage = useCallback((msg: LiveMessage) => {
+  const onMessage = useCallback((msg: ChannelMessage) => {
     const samples = samplesOf(msg.data);
     if (samples.length === 0) return;
     for (const s of samples) {

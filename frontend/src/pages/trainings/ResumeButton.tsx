@@ -1,10 +1,10 @@
 import { useState } from 'react';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
-import type { Training } from '../../api/types';
+import { FINAL_STATUSES, type Training } from '../../api/types';
 
 /** Ended trainings that can continue from their newest checkpoint. */
-export const RESUMABLE = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
+export const RESUMABLE = FINAL_STATUSES;
 
 /** "Resume": the same training goes back to the queue and continues from its newest checkpoint. */
 export function ResumeButton({ t, onDone }: { t: Training; onDone: () => void }) {

@@ -1,13 +1,13 @@
 import { Link, useSearchParams } from 'react-router-dom';
 import { endpoints } from '../../api/endpoints';
-import type { Training } from '../../api/types';
+import { TRAINING_STATUSES, type Training } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtLoss } from '../../lib/format';
 import { SharingBadges } from './SharingBadges';
 import { MineFilter, QueuePlace } from './QueueView';
 
-const STATUSES = ['queued', 'scheduled', 'running', 'preempted', 'succeeded', 'failed', 'cancelled', 'reclaimed'];
+const STATUSES = TRAINING_STATUSES;
 const PAGE = 50;
 
 export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {

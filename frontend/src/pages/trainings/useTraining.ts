@@ -1,12 +1,12 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { ApiError } from '../../api/client';
 import { endpoints, listOf } from '../../api/endpoints';
-import type { LiveMessage } from '../../api/live';
-import type { Training, TrainingEvent, TrainingMetric } from '../../api/types';
+import type { ChannelMessage } from '../../api/live';
+import { FINAL_STATUSES, type Training, type TrainingEvent, type TrainingMetric } from '../../api/types';
 import { liveClient } from '../../api/live';
 import { useChannel } from '../../api/useLive';
 
-export const FINAL = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
+export const FINAL = FINAL_STATUSES;
 /** The most metric rows kept in the tab; beyond it every other old row is dropped. */
 export const MAX_METRICS = 4000;
 export const MAX_EVENTS = 500;
@@ -109,7 +109,7 @@ export function useTraining(id: string) {
     return () => clearInterval(timer);
   }, [id, refresh]);
 
-  const onMessage = useCallback((msg: LiveMessage) => {
+  const onMessage = useCallback((msg: ChannelMessage) => {
     const d = (msg.data ?? {}) as FeedData;
     if (d.training) {
       setTraining((old) => ({ ...(old ?? ({} as Training)), ...d.training! }));

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpufleet.api.schemas.trainings import TrainingStatus
+from gpufleet.wire.trainings import TrainingStatus
 from gpufleet.db.sweeps import SWEEP_STATUSES, TRIAL_STATES
 
 SweepStatus = Literal[SWEEP_STATUSES]  # type: ignore[valid-type]

@@ -1,21 +1,22 @@
-"""Schemas of the trainings resource: what the API answers.
+"""Schemas of the trainings resource: what the API answers, and what it accepts.
 
 What it accepts (``TrainingCreate``, ``TrainingBatchCreate``) is the trainings
-domain's own request model, :mod:`gpufleet.trainings.request`.
+domain's own request model, :mod:`gpufleet.trainings.request` (it validates
+the recipe's config there); it is named here so that the client and the CLI
+take every wire type from one package.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpufleet.db.models import TRAINING_STATUSES
-
 # A training's status, an enum in the schema so generated clients can switch on it.
-TrainingStatus = Literal[TRAINING_STATUSES]  # type: ignore[valid-type]
+from gpufleet.db.statuses import TrainingStatus
+from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate  # noqa: F401 - the request bodies
 
 
 class TrainingGPU(BaseModel):

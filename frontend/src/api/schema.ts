@@ -1210,6 +1210,11 @@ export interface components {
             /** World Size */
             world_size: number;
         };
+        /**
+         * FinalStatus
+         * @enum {string}
+         */
+        FinalStatus: "succeeded" | "failed" | "cancelled" | "reclaimed";
         /** GPUAvailabilityPublic */
         GPUAvailabilityPublic: {
             /** Free Memory */
@@ -1549,6 +1554,66 @@ export interface components {
             /** Peer Access */
             peer_access: boolean;
         };
+        /** LiveBatch */
+        LiveBatch: {
+            /** Messages */
+            messages: (components["schemas"]["LiveHello"] | components["schemas"]["LiveSnapshot"] | components["schemas"]["LiveUpdate"] | components["schemas"]["LiveResumed"] | components["schemas"]["LiveUnsubscribed"] | components["schemas"]["LiveError"] | components["schemas"]["LivePong"])[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "batch";
+        };
+        /**
+         * LiveError
+         * @description What to fix; ``channel`` and ``status`` (403: not allowed to watch it) where one channel was refused.
+         */
+        LiveError: {
+            /** Channel */
+            channel?: string | null;
+            /** Message */
+            message: string;
+            /** Status */
+            status?: number | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "error";
+        };
+        /** LiveHello */
+        LiveHello: {
+            /**
+             * Channels
+             * @description the channel names this server offers
+             */
+            channels: string;
+            /** Epoch */
+            epoch: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "hello";
+        };
+        /** LiveMessage */
+        LiveMessage: components["schemas"]["LiveHello"] | components["schemas"]["LiveSnapshot"] | components["schemas"]["LiveUpdate"] | components["schemas"]["LiveResumed"] | components["schemas"]["LiveUnsubscribed"] | components["schemas"]["LiveError"] | components["schemas"]["LivePong"] | components["schemas"]["LiveBatch"];
+        /** LivePing */
+        LivePing: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "ping";
+        };
+        /** LivePong */
+        LivePong: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "pong";
+        };
         /** LivePublic */
         LivePublic: {
             /** Aggregate */
@@ -1571,6 +1636,121 @@ export interface components {
                     [key: string]: unknown;
                 };
             };
+        };
+        /** LiveRequest */
+        LiveRequest: components["schemas"]["LiveSubscribe"] | components["schemas"]["LiveUnsubscribe"] | components["schemas"]["LivePing"];
+        /**
+         * LiveResumed
+         * @description Sent after the updates a resuming client missed (from ``from`` to ``seq``).
+         */
+        LiveResumed: {
+            /** Channel */
+            channel: string;
+            /** Epoch */
+            epoch: string;
+            /** From */
+            from: number;
+            /** Seq */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "resumed";
+        };
+        /**
+         * LiveSnapshot
+         * @description A channel's whole state; ``skipped`` when updates were dropped for a slow reader.
+         */
+        LiveSnapshot: {
+            /** Channel */
+            channel: string;
+            /** Data */
+            data: unknown;
+            /** Epoch */
+            epoch: string;
+            /**
+             * Sent
+             * @description Unix time the hub wrote it
+             */
+            sent: number;
+            /** Seq */
+            seq: number;
+            /** Skipped */
+            skipped?: boolean | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "snapshot";
+        };
+        /**
+         * LiveSubscribe
+         * @description Subscribe to ``channel`` (or ``channels``); ``since`` and ``epoch`` resume after a reconnect.
+         */
+        LiveSubscribe: {
+            /** Channel */
+            channel?: string | null;
+            /** Channels */
+            channels?: string[] | null;
+            /**
+             * Epoch
+             * @description the hub's epoch that seq belongs to
+             */
+            epoch?: string | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "subscribe";
+            /**
+             * Since
+             * @description the last seq received on the channel
+             */
+            since?: number | null;
+        };
+        /** LiveUnsubscribe */
+        LiveUnsubscribe: {
+            /** Channel */
+            channel?: string | null;
+            /** Channels */
+            channels?: string[] | null;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            op: "unsubscribe";
+        };
+        /** LiveUnsubscribed */
+        LiveUnsubscribed: {
+            /** Channel */
+            channel: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "unsubscribed";
+        };
+        /** LiveUpdate */
+        LiveUpdate: {
+            /** Channel */
+            channel: string;
+            /** Data */
+            data: unknown;
+            /** Epoch */
+            epoch: string;
+            /** Sent */
+            sent: number;
+            /**
+             * Seq
+             * @description the previous seq on this channel + 1
+             */
+            seq: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            type: "update";
         };
         /** ProblemPublic */
         ProblemPublic: {
@@ -2682,6 +2862,11 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * TrainingStatus
+         * @enum {string}
+         */
+        TrainingStatus: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed";
         /** TrainingsPublic */
         TrainingsPublic: {
             /** Count */
@@ -8783,3 +8968,59 @@ export interface operations {
         };
     };
 }
+type FlattenedDeepRequired<T> = {
+    [K in keyof T]-?: FlattenedDeepRequired<T[K] extends unknown[] | undefined | null ? Extract<T[K], unknown[]>[number] : T[K]>;
+};
+type ReadonlyArray<T> = [
+    Exclude<T, undefined>
+] extends [
+    unknown[]
+] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
+export const pathsApiV1SessionsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions"]["get"]["parameters"]["query"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const pathsApiV1SessionsLimitsKindNamePutParametersPathKindValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions/limits/{kind}/{name}"]["put"]["parameters"]["path"]["kind"]> = ["user", "group"];
+export const pathsApiV1SystemGpusRecommendGetParametersQueryPolicyValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["policy"]> = ["pack", "spread"];
+export const pathsApiV1SystemGpusRecommendGetParametersQueryRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["recipe"]> = ["mlp", "sae"];
+export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["get"]["parameters"]["query"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
+export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
+export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed"];
+export const liveBatchTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveBatch"]["type"]> = ["batch"];
+export const liveErrorTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveError"]["type"]> = ["error"];
+export const liveHelloTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveHello"]["type"]> = ["hello"];
+export const livePingOpValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LivePing"]["op"]> = ["ping"];
+export const livePongTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LivePong"]["type"]> = ["pong"];
+export const liveResumedTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveResumed"]["type"]> = ["resumed"];
+export const liveSnapshotTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveSnapshot"]["type"]> = ["snapshot"];
+export const liveSubscribeOpValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveSubscribe"]["op"]> = ["subscribe"];
+export const liveUnsubscribeOpValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveUnsubscribe"]["op"]> = ["unsubscribe"];
+export const liveUnsubscribedTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveUnsubscribed"]["type"]> = ["unsubscribed"];
+export const liveUpdateTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveUpdate"]["type"]> = ["update"];
+export const recipeFieldPublicKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["RecipeFieldPublic"]["kind"]> = ["int", "float", "bool", "choice", "text", "int-list"];
+export const recommendBodyPolicyValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["RecommendBody"]["policy"]> = ["pack", "spread"];
+export const recommendBodyRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["RecommendBody"]["recipe"]> = ["mlp", "sae"];
+export const sessionLimitPublicKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionLimitPublic"]["kind"]> = ["user", "group"];
+export const sessionPublicEnd_reasonAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["end_reason"]> = ["user", "idle", "time_limit", "failed"];
+export const sessionPublicModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["mode"]> = ["shell", "jupyter"];
+export const sessionPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const sweepCreateDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["direction"]> = ["minimize", "maximize"];
+export const sweepCreateMethodValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["method"]> = ["grid", "random", "tpe"];
+export const sweepDetailDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepDetail"]["direction"]> = ["minimize", "maximize"];
+export const sweepDetailStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepDetail"]["status"]> = ["running", "succeeded", "failed", "cancelled"];
+export const sweepPublicDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepPublic"]["direction"]> = ["minimize", "maximize"];
+export const sweepPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepPublic"]["status"]> = ["running", "succeeded", "failed", "cancelled"];
+export const sweepTrialPublicStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepTrialPublic"]["state"]> = ["running", "rung", "pruned", "complete", "failed", "cancelled"];
+export const sweepTrialPublicTraining_statusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepTrialPublic"]["training_status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const trainingBatchCreateStrategyValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingBatchCreate"]["strategy"]> = ["round_robin", "load_balance", "affinity"];
+export const trainingCreateKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingCreate"]["kind"]> = ["recipe", "script"];
+export const trainingCreateRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingCreate"]["recipe"]> = ["mlp", "sae"];
+export const trainingPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingPublic"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const trainingStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingStatus"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const usagePublicByValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UsagePublic"]["by"]> = ["user", "group", "training"];
+export const validateBodyRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ValidateBody"]["recipe"]> = ["mlp", "sae"];
+export const webhookCreateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped"];
+export const webhookCreateFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreate"]["format"]> = ["json", "slack"];
+export const webhookCreatedFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreated"]["format"]> = ["json", "slack"];
+export const webhookPublicFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookPublic"]["format"]> = ["json", "slack"];
+export const webhookUpdateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookUpdate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped"];
+export const webhookUpdateFormatAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookUpdate"]["format"]> = ["json", "slack"];
+export const whoAmIRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WhoAmI"]["role"]> = ["admin", "member", "viewer"];

@@ -1,1 +1,0 @@
-"""Pydantic request/response schemas, one module per resource."""

@@ -1,0 +1,26 @@
+"""A training's statuses, defined once.
+
+``queued -> scheduled -> running -> succeeded | failed | cancelled | reclaimed``,
+``running -> preempted -> queued`` (:mod:`gpufleet.lifecycle.transitions`).
+
+The database column, the API's ``TrainingPublic.status`` (an enum in the
+OpenAPI document), the Python client and the dashboard (generated from that
+document: ``frontend/scripts/gen-api.sh``) all take them from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# ``preempted``: checkpointed and stopped for a higher-priority training; it
+# keeps its GPUs reserved for that training until it takes them, then goes
+# back to ``queued``. ``reclaimed``: stopped (with a checkpoint) because its
+# GPUs stayed idle (gpufleet.scheduling.idle).
+TrainingStatus = Literal["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled",
+                         "reclaimed"]
+# Those a training does not leave by itself (a resume makes a new attempt of a final one).
+FinalStatus = Literal["succeeded", "failed", "cancelled", "reclaimed"]
+
+TRAINING_STATUSES: tuple[TrainingStatus, ...] = get_args(TrainingStatus)
+ACTIVE_STATUSES: tuple[TrainingStatus, ...] = ("scheduled", "running")
+FINAL_STATUSES: tuple[FinalStatus, ...] = get_args(FinalStatus)
