@@ -161,3 +161,30 @@ def test_a_bad_sweep_is_refused_and_nothing_is_written(tmp_path, request, sweep_
     r = c.post("/api/v1/sweeps", json=full)
     assert 400 <= r.status_code < 500 and words in r.text, r.text
     assert c.get("/api/v1/sweeps").json()["count"] == 0
+
+
+def test_a_script_sweep_puts_each_parameter_into_argv(tmp_path, request, sweep_client):
+    from gpufleet.trainings.archive import pack
+    from gpufleet.trainings.code import store
+
+    s = _settings(tmp_path, "sqlite", request)
+    c = sweep_client(s)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print('hi')\n")
+    with write_session(s) as sess:
+        info, _ = store(sess, s, pack(tmp_path / "code"), "local")
+    body = {"name": "script", "space": {"lr": [0.1, 0.01], "batch": [32]}, "parallel": 4, "memory_mb": 1024,
+            "script": {"code": info.hash, "argv": ["python", "train.py", "--lr={lr}", "--batch", "{batch}", "{x}"]}}
+    r = c.post("/api/v1/sweeps", json=body)
+    assert r.status_code == 201, r.text
+    advance_all(s, force=True)
+    rows = _trainings(s, r.json()["id"])
+    # One upload for every trial; unknown braces stay as they are.
+    assert sorted(t.argv for t in rows) == [["python", "train.py", "--lr=0.01", "--batch", "32", "{x}"],
+                                            ["python", "train.py", "--lr=0.1", "--batch", "32", "{x}"]]
+    assert {t.kind for t in rows} == {"script"} and {t.code_hash for t in rows} == {info.hash}
+    assert all(t.exclusive for t in rows)  # a user's code holds its GPU alone, as for `gpufleet run`
+    unused = c.post("/api/v1/sweeps", json={**body, "space": {"lr": [0.1], "depth": [2]}})
+    assert unused.status_code == 422 and "{depth}" in unused.text
+    asha = c.post("/api/v1/sweeps", json={**body, "asha": {"min_steps": 2}})
+    assert asha.status_code == 422 and "early stopping (asha) needs a recipe" in asha.text

@@ -56,7 +56,7 @@ def test_a_12_trial_grid_runs_packed_on_2_gpus_and_names_the_best(tmp_path, requ
     c = sweep_client(s)
     # 30 GiB a trial: memory, not the model count (4), limits a GPU to 2 trials at once.
     r = c.post("/api/v1/sweeps", json={
-        "name": "grid12", "recipe": "mlp", "config": TINY_MLP, "memory_mb": 30 * 1024, "parallel": 12,
+        "name": "grid12", "recipe": "mlp", "config": TINY_MLP, "memory_mb": 30 * 1024, "parallel": 12, "max_restarts": 10,
         "space": {"lr": {"low": 0.0001, "high": 0.1, "log": True, "count": 4}, "hidden": [[4], [8], [16]]}})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]

@@ -178,8 +178,10 @@ class Round:
         req = trial_request(self.spec, f"{self.sweep.name}-{number}", params, max_steps=max_steps)
         try:
             with self.sess.begin_nested():
+                # Scripts hold their GPUs exclusively (gpufleet's rule for a user's code); recipes share them.
                 [row] = trainings.create_trainings(
-                    self.sess, self.settings, [req], self.sweep.owner, exclusive=False, admin=self.sweep.admin,
+                    self.sess, self.settings, [req], self.sweep.owner, exclusive=self.spec.script is not None,
+                    admin=self.sweep.admin,
                     selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
                 row.sweep_id, trial.training_id = self.sweep.id, row.id
         except Exception as exc:  # noqa: BLE001 - a trial that cannot start fails alone, with the reason

@@ -61,7 +61,7 @@ def check(sess: Session, settings: Settings, spec: SweepCreate, owner: str, admi
             if spec.recipe is not None:
                 get_recipe(spec.recipe).resolve_config(req.config)
             if i == 0:  # the fleet's side (host, code, memory) is the same for every trial
-                trainings.prepare(sess, settings, req, owner, exclusive=False, admin=admin)
+                trainings.prepare(sess, settings, req, owner, exclusive=spec.script is not None, admin=admin)
         except (TrainingConfigError, ValidationError) as exc:
             where = ", ".join(f"{n}={v!r}" for n, v in params.items())
             raise SweepRequestError("space", f"the trial with {where} is not a valid config: {exc}") from None

@@ -1,0 +1,54 @@
+"""`gpufleet sweep start | ls | show | cancel` against a live server (in-process uvicorn, no worker)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from gpufleet.api.app import create_app
+from support.fleet import make_settings, register
+from support.servers import serve_inprocess
+
+FILE = """\
+name: cli-sweep
+recipe: mlp
+config: {max_steps: 8, global_batch_size: 16}
+space:
+  lr: {low: 0.001, high: 0.1, log: true, count: 3}
+method: grid
+parallel: 2
+"""
+
+
+def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monkeypatch):
+    from gpufleet.cli import app
+
+    s = make_settings(tmp_path, "sqlite", request)
+    register(s)
+    file = tmp_path / "sweep.yaml"
+    file.write_text(FILE)
+    with serve_inprocess(create_app(s)) as srv:
+        monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
+
+        def cli(*args: str):  # noqa: ANN202
+            return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+        r = cli("sweep", "start", str(file), "--json")
+        assert r.exit_code == 0, r.output
+        sweep = json.loads(r.output)
+        assert sweep["status"] == "running" and sweep["total_trials"] == 3 and sweep["method"] == "grid"
+        shown = json.loads(cli("sweep", "show", sweep["id"], "--json").output)
+        assert {"status", "trials", "best"} <= set(shown) and shown["id"] == sweep["id"]
+        assert "cli-sweep" in cli("sweep", "ls").output
+        r = cli("sweep", "cancel", sweep["id"])
+        assert r.exit_code == 0 and "cancelled" in r.output
+        # A file that is wrong says what to fix, and starts nothing.
+        file.write_text(FILE.replace("method: grid", "method: random"))
+        r = cli("sweep", "start", str(file))
+        assert r.exit_code == 2 and "needs trials" in r.output
+        file.write_text("name: [unclosed\n")
+        r = cli("sweep", "start", str(file))
+        assert r.exit_code == 2 and "not valid YAML" in r.output
+        assert cli("sweep", "show", "nope").exit_code == 2
+        assert json.loads(cli("sweep", "show", sweep["id"], "--json").output)["status"] == "cancelled"
