@@ -41,6 +41,8 @@ def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monke
         shown = json.loads(cli("sweep", "show", sweep["id"], "--json").output)
         assert {"status", "trials", "best"} <= set(shown) and shown["id"] == sweep["id"]
         assert "cli-sweep" in cli("sweep", "ls").output
+        # The start of the ID, as `ls` shows it, names the sweep too.
+        assert json.loads(cli("sweep", "show", sweep["id"][:8], "--json").output)["id"] == sweep["id"]
         r = cli("sweep", "cancel", sweep["id"])
         assert r.exit_code == 0 and "cancelled" in r.output
         # A file that is wrong says what to fix, and starts nothing.
@@ -50,5 +52,6 @@ def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monke
         file.write_text("name: [unclosed\n")
         r = cli("sweep", "start", str(file))
         assert r.exit_code == 2 and "not valid YAML" in r.output
-        assert cli("sweep", "show", "nope").exit_code == 2
+        r = cli("sweep", "show", "nope")
+        assert r.exit_code == 2 and "no sweep's ID or name matches 'nope'" in r.output
         assert json.loads(cli("sweep", "show", sweep["id"], "--json").output)["status"] == "cancelled"

@@ -20,7 +20,7 @@ from gpufleet.commands.trainings import ServerOpt, _fail, connect, out
 sweep_app = typer.Typer(help="Sweeps: many trials of one recipe or script, searched and stopped early.",
                         no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the sweep as JSON")]
-SweepArg = Annotated[str, typer.Argument(metavar="SWEEP", help="the sweep's ID")]
+SweepArg = Annotated[str, typer.Argument(metavar="SWEEP", help="the sweep's ID, the start of it, or its name")]
 
 
 def register(app: typer.Typer) -> None:
@@ -101,7 +101,8 @@ TRIAL_COLUMNS = (Column("#"), Column("PARAMS", shorten=True, min_width=16), Colu
 @sweep_app.command("show")
 def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """A sweep and its trials: parameters, state, metric, GPU; the best trial."""
-    s = connect(server).sweep(_uuid(sweep))
+    c = connect(server)
+    s = c.sweep(_resolve(c, sweep))
     if as_json:
         print(json.dumps(s.model_dump(mode="json"), indent=2))
         return
@@ -122,15 +123,23 @@ def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wi
 @sweep_app.command("cancel")
 def cancel(sweep: SweepArg, server: ServerOpt = None) -> None:
     """Cancel the sweep and every trial of it."""
-    s = connect(server).cancel_sweep(_uuid(sweep))
+    c = connect(server)
+    s = c.cancel_sweep(_resolve(c, sweep))
     out.print(f"sweep {s.id} {s.status}", highlight=False)
 
 
-def _uuid(text: str) -> str:
+def _resolve(c: Any, ref: str) -> str:  # noqa: ANN401
+    """A sweep's full ID from its ID, the start of one (as `ls` shows it) or its name, among the newest 500."""
     import uuid
 
     try:
-        return str(uuid.UUID(text))
+        return str(uuid.UUID(ref))
     except ValueError:
-        _fail(f"{text!r} is not a sweep ID (`gpufleet sweep ls` lists them)")
-    return text
+        pass
+    key = ref.strip().lower()
+    rows = c.sweeps(limit=500).data
+    found = [str(r.id) for r in rows if str(r.id).startswith(key)] or [str(r.id) for r in rows if r.name == ref]
+    if len(found) != 1:
+        _fail(f"no sweep's ID or name matches {ref!r} (`gpufleet sweep ls` lists them)" if not found else
+              f"{ref!r} matches {len(found)} sweeps ({', '.join(f[:8] for f in found[:5])}); give more of the ID")
+    return found[0]
