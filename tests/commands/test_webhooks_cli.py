@@ -9,7 +9,7 @@ from pathlib import Path
 from gpufleet.api.app import create_app
 from gpufleet.config import load_settings
 from gpufleet.db.session import upgrade_database
-from receiver import Receiver, signed
+from support.receiver import Receiver, signed
 from support.servers import gpufleet, serve_env, serve_inprocess
 
 

@@ -20,7 +20,7 @@ from gpufleet.db.notify import WebhookDelivery
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs import notify_loop
 from gpufleet.lifecycle.transitions import transition
-from receiver import Receiver, signed
+from support.receiver import Receiver, signed
 from sqlalchemy import select, update
 
 from support.fleet import make_settings, register, wait_for

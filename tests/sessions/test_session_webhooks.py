@@ -13,7 +13,7 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 from support.fleet import make_settings, register, wait_for
-from receiver import Receiver, signed
+from support.receiver import Receiver, signed
 
 from gpufleet.api.app import create_app
 from gpufleet.jobs import notify_loop

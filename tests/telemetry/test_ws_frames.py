@@ -13,7 +13,7 @@ from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.live import LOCAL
 from gpufleet.wire.live import LiveMessage, LiveRequest
 
-from servers import serve_inprocess
+from support.servers import serve_inprocess
 
 from .wsutil import build_app, publish
 
