@@ -17,15 +17,29 @@ METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 def test_every_path_answers_an_undeclared_method_with_405_and_its_full_allow(
         client: TestClient, sim_app_settings: Settings) -> None:
     paths = client.app.openapi()["paths"]
-    # A training's ID is a UUID in the path itself: `/trainings/batch` is not `/trainings/{training_id}`.
+    # IDs that are UUIDs are UUIDs in the path itself (routed with the `uuid` convertor):
+    # `/trainings/batch` is not `/trainings/{training_id}`, and `/sessions/1` is no session's path.
+    uuid_params = {p["name"] for ops in paths.values() for op in ops.values() for p in op.get("parameters", [])
+                   if p["in"] == "path" and p.get("schema", {}).get("format") == "uuid"}
+    assert {"training_id", "session_id", "sweep_id"} <= uuid_params
     uuid_rx = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    templates = {t: re.compile("^" + re.sub(r"\\{[^}]+\\}", "[^/]+",
-                                            re.escape(t).replace(r"\{training_id\}", uuid_rx)) + "$")
-                 for t in paths}
+    a_uuid = "0" * 8 + "-0000-4000-8000-" + "0" * 12
+
+    def pattern(t: str) -> str:
+        for n in uuid_params:
+            t = t.replace(re.escape("{" + n + "}"), uuid_rx)
+        return re.sub(r"\\\{[^}]+\\\}", "[^/]+", t)
+
+    def filled(t: str) -> str:
+        for n in uuid_params:
+            t = t.replace("{" + n + "}", a_uuid)
+        return re.sub(r"\{[^}]+\}", "1", t)
+
+    templates = {t: re.compile("^" + pattern(re.escape(t)) + "$") for t in paths}
     checked = 0
     for template in paths:
         # Path parameters filled with a value every parameter type accepts.
-        path = re.sub(r"\{[^}]+\}", "1", template.replace("{training_id}", "0" * 8 + "-0000-4000-8000-" + "0" * 12))
+        path = filled(template)
         # A path is every template it matches.
         declared = {m.upper() for t, rx in templates.items() if rx.match(path) for m in paths[t]} & METHODS
         for method in sorted(METHODS - declared):

@@ -32,7 +32,7 @@ def _script_copy() -> Path:
     os.chmod(root, 0o755)  # PostgreSQL runs as the postgres account when we are root
     (root / "scripts").mkdir()
     (root / ".ci").mkdir()
-    for part in ("scripts/test.sh", "scripts/shard_summary.py", ".ci/services.sh"):
+    for part in ("scripts/test.sh", "scripts/shard_summary.py", ".ci/services.sh", "pyproject.toml"):
         shutil.copy(REPO / part, root / part)
     (root / "scripts" / "install.sh").write_text("exit 0\n")
     (root / ".venv" / "bin").mkdir(parents=True)
@@ -86,6 +86,7 @@ def test_shards_each_get_their_own_services_and_their_counts_add_up():
         assert "===== shard 2 of 2 =====" in text
         # Each shard reads the checkout's settings, not the folder of its durations file.
         assert text.count(f"rootdir: {root}") == 2, text
+        assert text.count("configfile: pyproject.toml") == 2, text
         urls = set((root / "tests" / "urls.txt").read_text().split())
         assert len(urls) == 2, f"two shards, two PostgreSQL servers: {urls}"
         assert not list((root / "tmp").glob("gpufleet-shards.*")), "the shards' services were left behind"

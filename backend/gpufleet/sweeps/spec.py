@@ -16,11 +16,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from gpufleet.bounds import MAX_MEMORY_MB, MAX_PRIORITY, RequestBody
+from gpufleet.bounds import JSON_INT_MAX, MAX_MEMORY_MB, MAX_PRIORITY, RequestBody
 
 MAX_TRIALS = 10_000
 PARAM_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
-Number = float | int
+# A range's ends: past any learning rate, width or step count a recipe takes, and finite
+# (the recipe's own bounds are checked by the service; NaN and infinity never reach it).
+MAX_SPACE = 1e15
+Number = Annotated[float, Field(ge=-MAX_SPACE, le=MAX_SPACE)] | Annotated[int, Field(ge=-JSON_INT_MAX, le=JSON_INT_MAX)]
 
 
 class SpaceRange(RequestBody):
