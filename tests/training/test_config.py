@@ -149,7 +149,20 @@ def test_the_example_configs_are_valid_and_the_readme_points_to_them():
     root = Path(__file__).resolve().parents[2]
     examples = sorted((root / "examples").glob("*.yaml"))
     assert {p.stem for p in examples} >= {"sae", "mlp"}
-    for path in examples:
+    # Sweep files are sweeps: each names its recipe, or a script (tests/sweeps check what they start).
+    sweeps = [p for p in examples if p.stem.startswith("sweep-")]
+    assert sweeps
+    for path in sweeps:
+        from gpufleet.client.sweeps import read_sweep_file
+        from gpufleet.sweeps.spec import SweepCreate
+
+        body = read_sweep_file(path)
+        if "script" in body:  # the CLI uploads script.dir and sends its hash
+            assert (path.parent / body["script"]["dir"]).is_dir(), path
+            continue
+        spec = SweepCreate.model_validate(body)
+        get_recipe(spec.recipe).resolve_config(spec.config)
+    for path in set(examples) - set(sweeps):
         cfg = get_recipe(path.stem).resolve_config(read_config_file(path))
         cfg.batch_layout(2)  # the README runs the sae example on two ranks
     readme = (root / "README.md").read_text()
