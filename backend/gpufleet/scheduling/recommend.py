@@ -18,6 +18,7 @@ from functools import lru_cache
 from itertools import combinations
 from math import comb
 
+from gpufleet.scheduling.setbound import CLASS_BASE, RANK_CLASS, host_bound
 from gpufleet.scheduling.types import (
     Candidate,
     Connection,
@@ -33,19 +34,12 @@ from gpufleet.scheduling.types import (
 from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
 from gpufleet.scheduling.weights import selection_weights
 
-# Connection classes, best first, with the base of their score. The gaps
+# Connection classes, best first, with the base of their score (setbound.CLASS_BASE). The gaps
 # (300) are wider than everything else a score can gain or lose (fit 0..100,
 # NVLink count 0..18, penalties for no peer access 60, PXB 40, broken NVLink
 # groups up to 60), so a better connection always wins.
-_CLASS_BASE: dict[str, float] = {
-    "single": 1000.0,
-    "nvlink": 1000.0,
-    "pcie-switch": 700.0,
-    "numa": 400.0,
-    "system": 100.0,
-}
-_CLASS_RANK = {"nvlink": 0, "pcie-switch": 1, "numa": 2, "system": 3}
-_RANK_CLASS = {v: k for k, v in _CLASS_RANK.items()}
+_CLASS_BASE = CLASS_BASE
+_RANK_CLASS = RANK_CLASS
 _CLASS_WORDS = {
     "nvlink": "all pairs NVLink-connected",
     "pcie-switch": "under one PCIe switch (no NVLink)",
@@ -328,15 +322,21 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     # Cheap bounds first; a host's link matrices and exact bound only when it may still matter.
     views = []
     split_by_vendor = None
+    count, need, room_of = request.count, request.memory_bytes, 0 if request.exclusive else 1
     for host in hosts:
+        room = host.room[room_of]
+        if len(room) < count or room[count - 1] < need:
+            continue  # fewer than count GPUs could take it: no set here, nothing to say
         usable = [g for g in host.gpus if _fits(g, request)]
         # A set the server picks is of one vendor (scheduling/vendormix.py): each vendor's GPUs are their
         # own view. Across vendors a training runs only where the request names the GPUs.
         for vendor in sorted({g.vendor for g in usable}):
             group = [g for g in usable if g.vendor == vendor]
-            if len(group) >= request.count:
-                views.append((_quick_bound(group, request), host.name, host, group))
-            elif len(usable) >= request.count and split_by_vendor is None:
+            if len(group) >= count:
+                bound = host_bound(host.pairs, group, request)
+                views.append((_quick_bound(group, request) if bound is None else bound, host.name, host, group,
+                              bound is not None))
+            elif len(usable) >= count and split_by_vendor is None:
                 split_by_vendor = (host.name, [g.vendor for g in usable])
     if not views:
         reason = _wait_reason(request, hosts)
@@ -349,11 +349,11 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     k = request.max_candidates
     # A heap of the best k so far, worst on top: (score, reversed tie-break).
     best: list[tuple[float, _Rev, tuple[int, ...], _HostView]] = []
-    for quick, name, host, group in views:
+    for quick, name, host, group, exact in views:
         if len(best) >= k and best[0][0] > quick:
             break  # sorted by this bound: no later host can place a set among the best k
         view = _HostView(host, group, request, measured)
-        if len(best) >= k and best[0][0] > view.bound(request.count):
+        if not exact and len(best) >= k and best[0][0] > view.bound(request.count):
             continue
         score = view.score
         for members in view.sets(request.count):

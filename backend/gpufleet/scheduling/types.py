@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 GiB = 1024**3
@@ -161,6 +161,17 @@ class HostState:
         """Link matrices by GPU index, computed once per snapshot (recommend reads them)."""
         return PairMatrix.of(self)
 
+    @cached_property
+    def room(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Free memory, largest first, of the free GPUs and of the free or shared ones.
+
+        ``room[0][n - 1] < need`` tells at once that no ``n`` free GPUs of this host have
+        ``need`` bytes free: on a busy fleet most hosts are skipped without looking at a GPU.
+        """
+        free = sorted((g.free_memory for g in self.gpus if g.state == "free"), reverse=True)
+        open_ = sorted((g.free_memory for g in self.gpus if g.state in ("free", "shared")), reverse=True)
+        return tuple(free), tuple(open_)
+
 
 @dataclass(frozen=True)
 class PairMatrix:
@@ -171,21 +182,41 @@ class PairMatrix:
     peer: list[list[bool]]
     pxb: list[list[bool]]
 
+    @cached_property
+    def nvlink_masks(self) -> tuple[int, ...]:
+        """Per GPU index, the bit mask of the GPUs it has NVLinks to."""
+        return tuple(sum(1 << j for j, n in enumerate(row) if n > 0) for row in self.nvl)
+
+    @cached_property
+    def set_tables(self) -> dict[int, Any]:
+        """Per set size, every set's linked score part, filled by ``setbound.set_table``."""
+        return {}
+
     @classmethod
     def of(cls, host: HostState) -> PairMatrix:
         size = max([g.index for g in host.gpus] + [i for pair in host.links for i in pair] + [-1]) + 1
+        # Hosts of one model have one link matrix: built (and its set tables) once.
+        return _pair_matrix(size, frozenset(host.links.items()))
+
+    @classmethod
+    def build(cls, size: int, links: frozenset[tuple[tuple[int, int], LinkInfo]]) -> PairMatrix:
         # Pairs with no link row count as "across the system", without peer access.
         rank = [[3] * size for _ in range(size)]
         nvl = [[0] * size for _ in range(size)]
         peer = [[False] * size for _ in range(size)]
         pxb = [[False] * size for _ in range(size)]
-        for (a, b), link in host.links.items():
+        for (a, b), link in links:
             c = link_rank(link)
             rank[a][b] = rank[b][a] = c
             nvl[a][b] = nvl[b][a] = link.nvlink_count
             peer[a][b] = peer[b][a] = link.peer_access
             pxb[a][b] = pxb[b][a] = c == 1 and (link.pcie_level or "").upper() == "PXB"
         return cls(rank, nvl, peer, pxb)
+
+
+@lru_cache(maxsize=1024)
+def _pair_matrix(size: int, links: frozenset[tuple[tuple[int, int], LinkInfo]]) -> PairMatrix:
+    return PairMatrix.build(size, links)
 
 
 def link_rank(link: LinkInfo | None) -> int:
