@@ -46,7 +46,7 @@ def test_no_set_scores_above_its_hosts_bound() -> None:
     rng = random.Random(7)
     for trial in range(150):
         h = _host(rng, f"h{trial}", rng.choice([2, 4, 8]))
-        req = SelectionRequest(rng.choice([1, 10, 30]) * GiB, count=rng.randint(1, 4),
+        req = SelectionRequest(rng.choice([1, 10, 30]) * GiB, count=rng.randint(2, 4),
                                policy=rng.choice(["pack", "spread"]))
         group = [g for g in h.gpus if g.state == "free" and g.free_memory >= req.memory_bytes]
         if len(group) < req.count:

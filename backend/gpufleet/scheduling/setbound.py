@@ -73,9 +73,13 @@ def set_table(pairs: PairMatrix, count: int) -> tuple[tuple[float, int], ...] | 
 
 
 def host_bound(pairs: PairMatrix, group: list[GPUAvailability], request: SelectionRequest) -> float | None:
-    """No set of ``request.count`` GPUs of ``group`` (one host's usable GPUs) scores more; None: no table."""
+    """No set of ``request.count`` GPUs of ``group`` (one host's usable GPUs) scores more.
+
+    None for one GPU, and where the sets are too many for a table: recommend bounds those itself.
+    """
     count = request.count
-    table = set_table(pairs, count)
+    # One GPU: every set is "single", so recommend's own cheaper bound is as tight.
+    table = set_table(pairs, count) if count > 1 else None
     if table is None:
         return None
     umask = 0
