@@ -232,20 +232,25 @@ def _schedule_one(
     return None, reason, None, []
 
 
-def candidate_hosts(sess: Session, settings: Settings, t: Training) -> list[Host]:
-    """The hosts ``t`` may be placed on: its own, the one it names, or every online one."""
+def candidate_hosts(sess: Session, settings: Settings, t: Any) -> list[Any]:
+    """The hosts ``t`` may be placed on: its own, the one it names, or every online one.
+
+    Rows with the host's ``id`` and ``name`` (all that placing needs), not ORM objects: every
+    attempt to place a training reads them, and a fleet has a thousand hosts.
+    """
+    cols = select(Host.id, Host.name, Host.status, Host.last_heartbeat)
     if t.host_id is not None:
-        stmt = select(Host).where(Host.id == t.host_id)
+        stmt = cols.where(Host.id == t.host_id)
     elif t.requested_host:
-        stmt = select(Host).where(Host.name == t.requested_host)
+        stmt = cols.where(Host.name == t.requested_host)
     else:
-        stmt = select(Host).where(Host.status == "online").order_by(Host.name)
+        stmt = cols.where(Host.status == "online").order_by(Host.name)
         # The server chooses: never a host whose heartbeat stopped (no worker is there).
         from gpufleet.scheduling.inputs import host_offline
 
-        hosts = list(sess.execute(stmt).scalars())
+        hosts = sess.execute(stmt).all()
         return [h for h in hosts if not host_offline(h.status, h.last_heartbeat, settings)]
-    return list(sess.execute(stmt).scalars())
+    return list(sess.execute(stmt).all())
 
 
 def _choose(

@@ -13,12 +13,13 @@ have; no set of the host scores above it, so ranking may skip the host once
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import combinations
 from math import comb
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpufleet.scheduling.types import GPUAvailability, PairMatrix, SelectionRequest
+    from gpufleet.scheduling.types import GPUAvailability, HostState, PairMatrix, SelectionRequest
 
 # Connection classes with the base of their score (see recommend's module doc).
 CLASS_BASE: dict[str, float] = {
@@ -98,3 +99,38 @@ def host_bound(pairs: PairMatrix, group: list[GPUAvailability], request: Selecti
     else:
         fit = 100.0 * sum(lefts[-count:]) / count
     return linked + fit + _SLACK
+
+
+def best_linked(pairs: PairMatrix, count: int) -> float:
+    """The best linked part any ``count`` GPUs of this link matrix can have."""
+    if count == 1:
+        return CLASS_BASE["single"]
+    table = set_table(pairs, count)
+    return table[0][0] if table else max(CLASS_BASE.values()) + 18.0
+
+
+def host_order(hosts: tuple[HostState, ...], request: SelectionRequest) -> list[tuple[float, str, HostState]]:
+    """The hosts where ``request.count`` GPUs could have the memory, each with a bound on its sets'
+    scores that needs no GPU looked at, best bound first (ties: by name).
+
+    Free memory of the free (or shared) GPUs, largest first, is kept per host: which GPUs have
+    ``need`` free is a bisect, and the best fit any set of them can have follows from it.
+    """
+    count, need = request.count, request.memory_bytes
+    which = 0 if request.exclusive else 1
+    pack = request.policy == "pack"
+    out = []
+    for host in hosts:
+        room = host.room[which]
+        have = bisect_right(room.neg, -need)  # how many have ``need`` free
+        if have < count:
+            continue
+        linked = best_linked(host.pairs, count) if count > 1 else CLASS_BASE["single"]
+        if room.total is None:
+            out.append((float("inf"), host.name, host))  # GPUs of several sizes: no cheap bound
+            continue
+        frees = room.frees[have - count:have] if pack else room.frees[:count]
+        share = (sum(frees) - count * need) / (count * room.total)
+        out.append((linked + 100.0 * (1.0 - share if pack else share) + _SLACK, host.name, host))
+    out.sort(key=lambda e: (-e[0], e[1]))
+    return out

@@ -162,15 +162,27 @@ class HostState:
         return PairMatrix.of(self)
 
     @cached_property
-    def room(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Free memory, largest first, of the free GPUs and of the free or shared ones.
+    def room(self) -> tuple[Room, Room]:
+        """What the free GPUs, and the free or shared ones, have free (``recommend`` bounds hosts by it)."""
+        return Room.of([g for g in self.gpus if g.state == "free"]), \
+            Room.of([g for g in self.gpus if g.state in ("free", "shared")])
 
-        ``room[0][n - 1] < need`` tells at once that no ``n`` free GPUs of this host have
-        ``need`` bytes free: on a busy fleet most hosts are skipped without looking at a GPU.
-        """
-        free = sorted((g.free_memory for g in self.gpus if g.state == "free"), reverse=True)
-        open_ = sorted((g.free_memory for g in self.gpus if g.state in ("free", "shared")), reverse=True)
-        return tuple(free), tuple(open_)
+
+@dataclass(frozen=True)
+class Room:
+    """Free memory of some GPUs of a host, largest first (``neg``: negated, for bisect), and
+    their memory size when they all have the same (else None)."""
+
+    frees: tuple[int, ...]
+    neg: tuple[int, ...]
+    total: int | None
+
+    @classmethod
+    def of(cls, gpus: list[GPUAvailability]) -> Room:
+        frees = tuple(sorted((g.free_memory for g in gpus), reverse=True))
+        totals = {g.memory_total for g in gpus}
+        total = totals.pop() if len(totals) == 1 else None
+        return cls(frees, tuple(-f for f in frees), total or None)
 
 
 @dataclass(frozen=True)
@@ -239,11 +251,38 @@ class FleetState:
     # GPU model name -> samples/s per GPU that gpufleet measured (weights.py).
     measured_speed: Mapping[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def sizes(self) -> FleetSizes:
+        return FleetSizes.of(self.hosts)
+
     def host(self, name: str) -> HostState | None:
         for h in self.hosts:
             if h.name == name:
                 return h
         return None
+
+
+@dataclass(frozen=True)
+class FleetSizes:
+    """Per count n, the largest memory size that n GPUs of one host all have (0 for unknown sizes)."""
+
+    nth_largest: tuple[int, ...]
+
+    @classmethod
+    def of(cls, hosts: tuple[HostState, ...]) -> FleetSizes:
+        best: list[int] = []
+        for h in hosts:
+            sizes = sorted(((g.memory_total or 0) for g in h.gpus), reverse=True)
+            for n, size in enumerate(sizes):
+                if n == len(best):
+                    best.append(size)
+                elif size > best[n]:
+                    best[n] = size
+        return cls(tuple(best))
+
+    def fits(self, count: int, memory: int) -> bool:
+        """Whether some host has ``count`` GPUs of at least ``memory`` bytes each."""
+        return count <= len(self.nth_largest) and self.nth_largest[count - 1] >= memory
 
 
 @dataclass(frozen=True)
