@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,24 @@ def test_the_run_account_is_no_one_on_the_socket(db_settings: Settings) -> None:
         assert refused.value.status == 403
         with session_scope(settings) as sess, pytest.raises(UserError, match="no user named"):
             get_user(sess, run.pw_name)
+
+
+def test_where_the_socket_is_for_the_server_and_where_the_cli_looks(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path) -> None:  # noqa: ANN001
+    from gpufleet import datadir
+
+    shared = tmp_path / "run-gpufleet"  # stands for /run/gpufleet, the machine's place
+    monkeypatch.setattr(datadir, "SHARED_SOCKET_DIR", shared)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
+    monkeypatch.delenv("GPUFLEET_UNIX_SOCKET", raising=False)
+    # Root's server is the machine's; another account's is its own, unless it may use the machine's place.
+    monkeypatch.setattr(datadir.os, "geteuid", lambda: 0)
+    assert datadir.default_socket_path() == shared / "gpufleet.sock"
+    monkeypatch.setattr(datadir.os, "geteuid", lambda: 1234)
+    monkeypatch.setattr(datadir.os, "access", lambda *_: False)
+    shared.mkdir()
+    assert datadir.default_socket_path() == Path("/run/user/1234/gpufleet/gpufleet.sock")
+    # The CLI tries its account's own server first, then the machine's; GPUFLEET_UNIX_SOCKET names one, or none.
+    assert datadir.socket_candidates() == [Path("/run/user/1234/gpufleet/gpufleet.sock"), shared / "gpufleet.sock"]
+    monkeypatch.setenv("GPUFLEET_UNIX_SOCKET", "off")
+    assert datadir.socket_candidates() == []
