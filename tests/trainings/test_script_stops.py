@@ -105,7 +105,7 @@ def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_
     assert not [line for line in log.splitlines() if line.count("progress ") > 1]
 
     workers(settings)  # a new worker resumes it from that checkpoint
-    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).partition("resumed from ")[2], 180,
              "the resumed attempt", 0.2)
     body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past the stop", 0.2)
     assert body["attempt"] == 2 and body["restarts"] == 0
@@ -131,7 +131,8 @@ def _preempt_and_resume(api: Api, tid: str, earlier: int) -> None:
     assert at > earlier and f"it is requeued and it will resume from step {at}" in reason, reason
     assert wait_for(lambda: (b := api.body(urgent))["status"] in FINAL and b, 180, "the urgent one")["status"] \
         == "succeeded"
-    wait_for(lambda: f"at step {at}" in api.log(tid).rsplit("resumed from ", 1)[-1], 180, "the third attempt", 0.2)
+    wait_for(lambda: (log := api.log(tid)).count("resumed from ") == 2 and f"at step {at}" in
+             log.rpartition("resumed from ")[2], 180, "the third attempt", 0.2)
     body = wait_for(lambda: (b := api.body(tid))["step"] > at + 2 and b, 120, "progress past the preemption", 0.2)
     assert body["attempt"] == 3 and body["restarts"] == 0
     assert api.log(tid).rsplit("resumed from ", 1)[1].split()[0].endswith(f"step-{at:06d}.pt")
@@ -186,7 +187,7 @@ def _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, ali
 
     res = _cli(base, tmp_path, "trainings", "resume", tid, token=alice_token)
     assert res.returncode == 0 and "queued" in res.stdout, res.stdout + res.stderr
-    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).partition("resumed from ")[2], 180,
              "the resumed attempt", 0.2)
     body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past it", 0.2)
     assert body["status"] == "running" and body["attempt"] == 2 and body["restarts"] == 0
