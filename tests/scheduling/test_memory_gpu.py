@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpufleet.commands.doctor_checks import estimate_line
 from gpufleet.scheduling.estimate import estimate_memory_requirement
 from gpufleet.training.recipes import get_recipe
 
@@ -100,11 +101,10 @@ def test_estimate_within_ten_percent_of_the_measured_gpu_peak(recipe: str, value
     torch.cuda.synchronize(dev)
     peak, reserved = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
     measured = _process_used() or 0
-    signed = (est.total - measured) / measured
-    err = abs(signed)
+    err = abs(est.total - measured) / measured
     # One line per case, read by `gpufleet doctor` into its table.
-    print(f"\nESTIMATE {recipe} {values} batch {batch} {precision}: estimated {est.total} measured {measured} "
-          f"(context {context}, allocator reserved {reserved}, allocated {peak}) error {signed:+.2%}")
+    print("\n" + estimate_line(recipe, values, batch, precision, est.total, measured,
+                               f"context {context}, allocator reserved {reserved}, allocated {peak}"))
     del model, opt, batch_t
     torch.cuda.empty_cache()
     assert err < 0.10
