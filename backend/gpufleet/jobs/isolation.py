@@ -34,6 +34,8 @@ class Isolation:
     account: RunAccount | None = None  # None: the worker's own account, as before
     sandboxed: bool = False
     write: list[Path] = field(default_factory=list)  # the training's own directories
+    # The account's folders that outlive a training (its environment cache): bound read-write, given to it once.
+    keep: list[Path] = field(default_factory=list)
     read: list[Path] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)
     home: Path | None = None
@@ -44,7 +46,7 @@ class Isolation:
 
     def prepare(self) -> None:
         """Create the training's directories and give them, and what is in them, to its account."""
-        for d in self.write:
+        for d in [*self.write, *self.keep]:
             d.mkdir(parents=True, exist_ok=True)
         if not self.switches:
             return
@@ -52,6 +54,11 @@ class Isolation:
         for d in self.write:
             _chown_tree(d, self.account.uid, self.account.gid)
             d.chmod(0o700)
+        for d in self.keep:
+            if d.stat().st_uid != self.account.uid:  # once it is the account's, the account makes all it holds
+                _chown_tree(d, self.account.uid, self.account.gid)
+            d.chmod(0o700)
+            _add_search(d.parent)
         for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
             _add_search(d)
 
@@ -61,7 +68,7 @@ class Isolation:
         assert self.account is not None
         home = [self.home] if self.home is not None and self.account.source != "run-account" else []
         return sandbox.bwrap_args(uid=self.account.uid, gid=self.account.gid, groups=self.account.groups,
-                                  hidden=self.hidden, read=self.read, write=[*self.write, *home]) + argv
+                                  hidden=self.hidden, read=self.read, write=[*self.write, *self.keep, *home]) + argv
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         if not self.switches:

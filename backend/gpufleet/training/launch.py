@@ -49,12 +49,11 @@ EXIT_GRACE_S = 30.0
 
 def classify(exc: BaseException) -> str:
     """The kind of a rank's failure, which decides the exit code."""
-    import torch
-
+    from gpufleet.training.compat import out_of_memory_error
     from gpufleet.training.drills import InjectedFault
 
     text = f"{type(exc).__name__}: {exc}".lower()
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
+    if isinstance(exc, out_of_memory_error()) or "out of memory" in text:
         return "oom"
     if isinstance(exc, TrainingConfigError):
         return "bad_data"
