@@ -128,7 +128,7 @@ def test_cancel_stops_every_rank_within_5s(tmp_path, workers, scheduler, live_se
 @pytest.mark.redis
 def test_kill9_of_the_worker_resumes_the_script_from_its_checkpoint(tmp_path, request, workers, scheduler,
                                                                      live_server):
-    settings = make_settings(tmp_path, "postgresql", request, lease_s=2.0)
+    settings = make_settings(tmp_path, "postgresql", request, lease_s=6.0)
     register(settings)
     w1 = workers(settings)
     scheduler(settings)
