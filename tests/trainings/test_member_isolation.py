@@ -117,6 +117,9 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         token = make_token(data, member, "member", **env)
         cli(data, "users", "grant", member, "run_code", **env)
         srv = stack.enter_context(serve_process(data, **env))
+        victim = data / "victim"  # a file of root's the script's links lead to
+        victim.write_text("root's own")
+        victim.chmod(0o600)
 
         # Another training's folders to look for: an admin's, run as the server's account.
         r = _api(srv, admin, "POST", "/trainings", json={"name": "other", "recipe": "mlp",
@@ -152,6 +155,8 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
             assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "envs", "jobs", "outputs", "work", tid}, found[key]
         assert not found["write data dir"]["ok"] and not found["write checkpoints"]["ok"]
         assert not (data / "owned").exists() and not (data / "checkpoints" / "owned").exists()
+        # The retry's spec was written beside the links it left, not through them.
+        assert victim.read_text() == "root's own" and victim.stat().st_uid == 0
 
         # Of the server's processes, only serve itself was started with them; its children got none.
         for pid in _descendants(srv.pid):

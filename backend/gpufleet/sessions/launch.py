@@ -29,6 +29,7 @@ from typing import Any
 from gpufleet.sessions.jupyter import activity, answers
 from gpufleet.training import exitcodes as ec
 from gpufleet.training.lifeline import die_with_parent, start_launcher
+from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
@@ -53,9 +54,7 @@ class SessionSpec:
     stop_grace_s: float = 10.0
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: Path) -> SessionSpec:

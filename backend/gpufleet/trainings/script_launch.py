@@ -48,6 +48,7 @@ from typing import IO, Any
 from gpufleet.training import exitcodes as ec
 from gpufleet.training.lifeline import die_with_parent, start_launcher
 from gpufleet.training.logtext import LineSplitter
+from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import venv
@@ -82,9 +83,7 @@ class ScriptSpec:
     environment: dict[str, Any] | None = None  # a venv.EnvRequest to build (or reuse) before the ranks start
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: Path) -> ScriptSpec:
