@@ -16,5 +16,6 @@
 - :mod:`.wheels`: small wheels built on the spot for the environment tests;
 - :mod:`.scripts`: training scripts a user would write (DDP, resumable,
   stop-aware), written into a test's directory, and code tarballs;
-- :mod:`.postgres`: the test PostgreSQL server stopped and started again.
+- :mod:`.postgres`: the test PostgreSQL server stopped and started again;
+- :mod:`.ranks`: how a spawned gloo rank ends (`leave`), as the launcher ends one.
 """

@@ -16,6 +16,7 @@ from torch import nn
 
 import gpufleet
 from gpufleet.training.backend import make_backend
+from support.ranks import leave
 from support.servers import free_port
 
 STEPS = 20
@@ -71,9 +72,7 @@ def _rank_main(rank: int, world: int, port: int, strategy: str, out_dir: str, re
     state = backend.state_dict()
     if rank == 0:
         torch.save(state["model"], Path(out_dir) / "final.pt")
-    # Both ranks leave together: a rank whose peer already tore the group down can abort in gloo.
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    leave()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import torch.multiprocessing as mp
 from gpufleet.training import checkpoint as ckpt
 from gpufleet.training.distributed import find_free_port
 from gpufleet.training.localsgd import average_replicas, merge_checkpoints, merge_states
+from support.ranks import leave
 
 H = 10
 STEPS = 300
@@ -61,6 +62,7 @@ def _group(rank: int, port: int, out: str) -> None:
     ckpt.write_checkpoint(f"{out}/group-{rank}", STEPS, model_state=model_state, optim_state=optim_state,
                           train_state={"step": STEPS, "samples_seen": STEPS * BATCH},
                           meta={"recipe": "toy"}, keep=1)
+    leave()
 
 
 def test_two_groups_merged_every_h_steps_match_the_single_job_and_the_merge_resumes(tmp_path):

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 from gpufleet.training.distributed import DistributedTrainer, find_free_port
 from gpufleet.training.recipes import get_recipe
 from gpufleet.training.trainer import Trainer
+from support.ranks import leave
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +65,7 @@ def _train(rank: int, world: int, port: int, out: str) -> None:
     trainer.train()
     Path(out, f"rank{rank}.json").write_text(json.dumps(counts))
     trainer.close()
+    leave()
 
 
 def _counts(tmp_path: Path, world: int) -> list[Counter]:
