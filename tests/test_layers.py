@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 # Lowest first, each top-level package or module of gpufleet once. A module may import its own
 # layer or lower ones.
 LAYERS = [
-    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
+    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
      "sessionsettings"},
     {"devices"},
     {"telemetry", "training", "users", "notify"},

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from gpufleet import yamltext
 from gpufleet.secretfiles import ConfigError
 
 
@@ -24,7 +25,7 @@ class YamlSource(PydanticBaseSettingsSource):
             if not p.is_file():
                 raise ConfigError(f"GPUFLEET_CONFIG: file {p} does not exist")
             try:
-                data = yaml.safe_load(p.read_text()) or {}
+                data = yamltext.load(p.read_text()) or {}
             except yaml.YAMLError as exc:
                 raise ConfigError(f"GPUFLEET_CONFIG: {p} is not valid YAML: {exc}") from exc
             if not isinstance(data, dict):

@@ -137,3 +137,29 @@ def test_a_clone_first_attempt_starts_from_a_copy_of_the_newest_checkpoint(tmp_p
     only_fence.mkdir()
     (only_fence / "fence.json").write_text("{}")
     assert newest_resume_point(only_fence) == ""  # gpufleet's own file is never a resume point
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_client, on_settings, people,
+                                                                            tmp_path, monkeypatch):
+    # The training's code owns its folders and may swap one for a link between the server's check and its read.
+    from gpufleet.trainings import files
+
+    t = _create(app_client, people.alice)
+    ckpt = checkpoint_dir(on_settings, t["id"])
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "sub" / "secret_key").write_text("mine")
+    closed = tmp_path / "secrets"
+    closed.mkdir()
+    (closed / "secret_key").write_text("the server's")
+    checked = files.resolve
+
+    def check_then_swap(*args):  # noqa: ANN002, ANN202
+        real = checked(*args)
+        (ckpt / "sub" / "secret_key").unlink()
+        (ckpt / "sub").rmdir()
+        (ckpt / "sub").symlink_to(closed)
+        return real
+
+    monkeypatch.setattr(files, "resolve", check_then_swap)
+    r = app_client.get(f"/api/v1/trainings/{t['id']}/files/checkpoints/sub/secret_key", headers=_as(people.alice))
+    assert r.status_code in (404, 422) and b"the server's" not in r.content, (r.status_code, r.content)

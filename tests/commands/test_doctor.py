@@ -38,3 +38,21 @@ def test_on_a_simulated_fleet_it_reads_that_fleet(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "No GPU on this machine" not in done.stdout
     assert "GPUs (simulated)" in done.stdout and "500 MiB" in done.stdout
+
+
+def test_the_estimate_lines_of_the_gpu_test_become_rows_judged_by_the_bound() -> None:
+    from gpufleet.commands.doctor_checks import estimate_line, estimate_rows
+
+    mib = 2**20
+    output = "\n".join([
+        estimate_line("mlp", {"hidden": [4096, 4096]}, 4096, "bf16", 1500 * mib, 1562 * mib, "context 1"),
+        "..",
+        estimate_line("sae", {"d_in": 768}, 256, "fp32", 954 * mib, 1562 * mib, "context 2"),
+    ])
+    within, beyond = estimate_rows(output)
+    assert (within.check, within.result, within.ok) == ("estimate mlp b4096 bf16", "1,500 / 1,562 MiB", True)
+    assert "-3.97%" in within.detail
+    assert (beyond.check, beyond.ok) == ("estimate sae b256 fp32", False) and "-38.92%" in beyond.detail
+    # The GPU tests ran yet printed no estimate (all skipped): the table says so, as a failure.
+    (none,) = estimate_rows("12 skipped in 3.2s")
+    assert none.ok is False and none.result == "no cases ran"

@@ -134,3 +134,31 @@ def test_a_stop_says_whether_it_checkpointed_in_the_grace_and_where_it_resumes()
     assert d.status == "reclaimed" and "will start again from step 0" in d.reason and "trainings resume" in d.reason
     done = outcome.Decision("succeeded", "done")
     assert stops.decide(worker, done, stopping=True, step=3, host_name="h", max_runtime_s=None) is done
+
+
+def test_an_environment_build_shows_in_the_status_while_it_lasts_and_as_events(db_settings, tmp_path):
+    tid, worker = uuid.uuid4(), "h:3:abc"
+    with session_scope(db_settings) as sess:
+        sess.add(Training(id=tid, name="s", owner="o", recipe="script", config={}, status="running",
+                          lease_owner=worker, lease_expires_at=utcnow() + timedelta(seconds=5)))
+    with session_scope(db_settings) as sess:
+        row = sess.get(Training, tid)
+    progress = tmp_path / "progress-1.jsonl"
+    sink = MetricsSink(db_settings, row, worker, progress, "h")
+
+    def fed(line: dict) -> Training:
+        with open(progress, "a") as fh:
+            fh.write(json.dumps({"type": "environment", "key": "k1", **line}) + "\n")
+        sink._last_flush = 0
+        assert sink.pump() == "ok"
+        with session_scope(db_settings) as sess:
+            return sess.get(Training, tid)
+
+    building = "building environment (key k1) from requirements.txt with uv"
+    assert fed({"phase": "building", "message": building}).status_reason == building
+    ready = "environment ready in 3.2 s (built)"
+    assert fed({"phase": "ready", "message": ready, "cache_hit": False}).status_reason.endswith(f"; {ready}")
+    with session_scope(db_settings) as sess:
+        events = sess.execute(select(TrainingEvent).where(TrainingEvent.training_id == tid, TrainingEvent.kind ==
+                                                          "environment").order_by(TrainingEvent.seq)).scalars().all()
+    assert [e.reason for e in events] == [building, ready] and events[1].data["cache_hit"] is False

@@ -15,7 +15,7 @@ name: cli-sweep
 recipe: mlp
 config: {max_steps: 8, global_batch_size: 16}
 space:
-  lr: {low: 0.001, high: 0.1, log: true, count: 3}
+  lr: {low: 1e-3, high: 1e-1, log: true, count: 3}  # exponents without a dot, as people write them
 method: grid
 parallel: 2
 """

@@ -72,3 +72,15 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_an_out_of_memory_error_is_known_without_torch_s_top_level_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch.OutOfMemoryError is new (device-neutral); older releases of the range have torch.cuda's only.
+    from gpufleet.training import drills
+    from gpufleet.training.launch import classify
+
+    monkeypatch.delattr(torch, "OutOfMemoryError")
+    assert compat.out_of_memory_error() is torch.cuda.OutOfMemoryError
+    assert classify(torch.cuda.OutOfMemoryError("CUDA error")) == "oom"
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        drills.raise_fault("oom", 1, 5)

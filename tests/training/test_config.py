@@ -91,6 +91,8 @@ def test_yaml_file_and_overrides(tmp_path: Path):
     f = tmp_path / "run.yaml"
     f.write_text("max_steps: 10\nlr: 0.01\nvariant: relu\n")
     values = read_config_file(f)
+    f.write_text("lr: 3e-4\nweight_decay: -1E+2\nname: 3e-4x\nlist: [1e-3, 2]\n")
+    assert read_config_file(f) == {"lr": 3e-4, "weight_decay": -100.0, "name": "3e-4x", "list": [1e-3, 2]}
     values.update(parse_overrides(["max_steps=200", "lr=3e-4"]))
     cfg = get_recipe("sae").resolve_config(values)
     assert (cfg.max_steps, cfg.lr, cfg.variant) == (200, 3e-4, "relu")

@@ -5,7 +5,10 @@ tries what took the server over before (tests/trainings/exploit.py): read the
 secret and the database password from other processes' environments, open
 the database, list other trainings' folders, write into the data dir. It must
 find nothing, run as its own non-root account, and still train on its
-(simulated) GPUs, checkpoint, report metrics and resume.
+(simulated) GPUs, checkpoint, report metrics and resume. Its requirements.txt
+names a package from a local wheel folder (no index): the environment is
+built as the member's account into that owner's cache, which outlives the
+sandbox, so the retry reuses it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from support.fleet import wait_for
 from support.servers import STRONG_SECRET, cli, make_token, serve_process
 from sqlalchemy.engine import make_url
 from support.unix import as_account, need_root, short_name, unix_account
+from support.wheels import make_wheel
 
 from trainings.exploit import EXPLOIT_SCRIPT
 from support.scripts import write_project
@@ -94,7 +98,11 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
     data = open_root / "data"
     member = short_name("mal")
     password = f"pw-{uuid.uuid4().hex}"
-    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET}
+    # Under /tmp, which the sandbox makes private: the worker must show the ranks this folder.
+    house = open_root / "wheels"
+    make_wheel(house, "gpufleet-testdep", "1.0", {"__init__.py": "ANSWER = 42\n"})
+    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET,
+           "GPUFLEET_ENV_FIND_LINKS": json.dumps([str(house)]), "GPUFLEET_ENV_NO_INDEX": "true"}
     with ExitStack() as stack:
         if db == "postgresql":
             # The CI's PostgreSQL trusts loopback, so the password is never checked; it must still stay unread.
@@ -109,6 +117,9 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         token = make_token(data, member, "member", **env)
         cli(data, "users", "grant", member, "run_code", **env)
         srv = stack.enter_context(serve_process(data, **env))
+        victim = data / "victim"  # a file of root's the script's links lead to
+        victim.write_text("root's own")
+        victim.chmod(0o600)
 
         # Another training's folders to look for: an admin's, run as the server's account.
         r = _api(srv, admin, "POST", "/trainings", json={"name": "other", "recipe": "mlp",
@@ -119,6 +130,7 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         assert any((data / "checkpoints" / other).iterdir())
 
         project = write_project(tmp_path / "proj", EXPLOIT_SCRIPT)
+        (project / "requirements.txt").write_text("gpufleet-testdep==1.0\n")
         tid = _gpufleet_run(srv, token, project, "python", "train.py", str(data), other)
         body = _final(srv, token, tid)
         log = _api(srv, token, "GET", f"/trainings/{tid}/logs", params={"offset": 0}).json()["text"]
@@ -140,9 +152,11 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         for key in (f"list checkpoints/{other}", f"list jobs/{other}", "list logs"):
             assert not found[key]["ok"], (key, found[key])
         for key in ("list .", "list checkpoints", "list jobs", "list work"):
-            assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "jobs", "outputs", "work", tid}, found[key]
+            assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "envs", "jobs", "outputs", "work", tid}, found[key]
         assert not found["write data dir"]["ok"] and not found["write checkpoints"]["ok"]
         assert not (data / "owned").exists() and not (data / "checkpoints" / "owned").exists()
+        # The retry's spec was written beside the links it left, not through them.
+        assert victim.read_text() == "root's own" and victim.stat().st_uid == 0
 
         # Of the server's processes, only serve itself was started with them; its children got none.
         for pid in _descendants(srv.pid):
@@ -152,6 +166,10 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         # And it trained: both attempts, the metrics, checkpoints of its own, a resume.
         assert body["restarts"] == 1 and "resumed from" in log and "failing once on purpose" in log
         assert (ckpt / "exploit-resumed.json").is_file()
+        # Built once as the member's account, kept in the owner's cache, reused by the retry.
+        assert log.count("(built)") == 1 and log.count("(cache hit)") == 1, log[-3000:]
+        built = [m.parent for m in (data / "envs" / member).glob("*/.gpufleet-ready")]
+        assert len(built) == 1 and built[0].stat().st_uid == account.pw_uid
         steps = [m["step"] for m in _api(srv, token, "GET", f"/trainings/{tid}/metrics").json()["data"]]
         assert 10 in steps and 1 in steps
         saved = sorted(ckpt.glob("step-*.pt"))

@@ -74,6 +74,8 @@ def test_requirements_from_a_local_wheel_are_built_once_and_reused(tmp_path, ser
     reasons = _env_events(base, first)
     assert any(r.startswith("building environment (key ") for r in reasons), reasons
     assert any("environment ready" in r and "(built)" in r for r in reasons), reasons
+    log = httpx.get(f"{base}/api/v1/trainings/{first}/logs", params={"offset": 0}, timeout=30).json()["text"]
+    assert "[env] " in log and "gpufleet-testdep==1.0" in log  # uv's own output is in the training's log
     metrics = httpx.get(f"{base}/api/v1/trainings/{first}/metrics", timeout=30).json()["data"]
     assert [m["step"] for m in metrics] == [1, 2, 3]  # gpufleet_report's lines reached the training's metrics
     assert metrics[-1]["metrics"]["answer"] == 42

@@ -39,9 +39,9 @@ def _cli(base: str, cwd: Path, *args: str, token: str | None = None) -> subproce
                           capture_output=True, text=True, timeout=300)
 
 
-def _submit(base: str, project: Path, token: str | None = None) -> str:
+def _submit(base: str, project: Path, token: str | None = None, sizing: tuple[str, ...] = ("--memory", "1GiB")) -> str:
     (project / "salt.txt").write_text(uuid.uuid4().hex)  # its own code hash in the shared database
-    res = _cli(base, project, "run", "--gpus", "2", "--memory", "1GiB", "--no-follow", "--",
+    res = _cli(base, project, "run", "--gpus", "2", *sizing, "--no-follow", "--",
                "python", "train.py", "--steps", "100000", "--sleep", "0.05", token=token)
     assert res.returncode == 0, res.stdout + res.stderr
     return next(line.split()[1] for line in res.stdout.splitlines() if line.startswith("submitted "))
@@ -71,7 +71,7 @@ def _steps(settings, tid: str) -> list[int]:
             TrainingMetric.training_id == uuid.UUID(tid))).scalars())
 
 
-def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_resumes_from_that_step(
+def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_a_preemption_and_resumes(
         tmp_path, request, workers, scheduler, live_server):
     settings = make_settings(tmp_path, "postgresql", request, lease_s=3.0, stop_grace_s=60.0)
     register(settings)
@@ -79,7 +79,8 @@ def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_
     scheduler(settings)
     base = live_server(settings)
     api = Api(base)
-    tid = _submit(base, write_project(tmp_path / "proj", STOP_AWARE_SCRIPT))
+    # Whole GPUs (no --memory), so a training of higher priority must preempt it to run.
+    tid = _submit(base, write_project(tmp_path / "proj", STOP_AWARE_SCRIPT), sizing=("--preemptible",))
     body = wait_for(lambda: (b := api.body(tid))["step"] >= 5 and b, 180, "a few reported steps", 0.2)
     # report(total_steps=...) gives progress a total; rank 0's carriage-return progress reads as its latest state.
     assert body["max_steps"] == 100000
@@ -104,15 +105,37 @@ def test_a_script_that_keeps_the_stop_contract_checkpoints_on_a_worker_stop_and_
     assert not [line for line in log.splitlines() if line.count("progress ") > 1]
 
     workers(settings)  # a new worker resumes it from that checkpoint
-    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).partition("resumed from ")[2], 180,
              "the resumed attempt", 0.2)
     body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past the stop", 0.2)
     assert body["attempt"] == 2 and body["restarts"] == 0
     resumed = api.log(tid).split("resumed from ", 1)[1].split()[0]
     assert Path(resumed).name == f"step-{stopped_at:06d}.pt"  # a real checkpoint, never gpufleet's fence.json
     assert _steps(settings, tid)[:stopped_at + 2] == list(range(1, stopped_at + 3))
+    _preempt_and_resume(api, tid, stopped_at)
     assert httpx.post(f"{api.base}/{tid}/cancel", timeout=30).status_code == 200
     wait_for(lambda: api.body(tid)["status"] in FINAL, 60, "the cancel")
+
+
+def _preempt_and_resume(api: Api, tid: str, earlier: int) -> None:
+    """A preemption asks the same of the script: it checkpoints within the grace, and resumes from that step."""
+    r = httpx.post(api.base, json={"name": "urgent", "recipe": "mlp", "world_size": 2, "priority": 10,
+                                   "preemptible": False, "config": {"max_steps": 3, "global_batch_size": 8}},
+                   timeout=30)
+    assert r.status_code == 201, r.text
+    urgent = r.json()["id"]
+    ends = wait_for(lambda: [e for e in api.events(tid) if e["status"] == "preempted"], 180, "the preemption", 0.2)
+    reason = ends[0]["reason"]
+    assert f"preempted by training {urgent}" in reason and "it checkpointed at step " in reason, reason
+    at = int(reason.split("it checkpointed at step ", 1)[1].split()[0])
+    assert at > earlier and f"it is requeued and it will resume from step {at}" in reason, reason
+    assert wait_for(lambda: (b := api.body(urgent))["status"] in FINAL and b, 180, "the urgent one")["status"] \
+        == "succeeded"
+    wait_for(lambda: (log := api.log(tid)).count("resumed from ") == 2 and f"at step {at}" in
+             log.rpartition("resumed from ")[2], 180, "the third attempt", 0.2)
+    body = wait_for(lambda: (b := api.body(tid))["step"] > at + 2 and b, 120, "progress past the preemption", 0.2)
+    assert body["attempt"] == 3 and body["restarts"] == 0
+    assert api.log(tid).rsplit("resumed from ", 1)[1].split()[0].endswith(f"step-{at:06d}.pt")
 
 
 def test_resume_after_cancel_continues_past_the_checkpoint_and_only_the_owner_downloads_it(
@@ -164,7 +187,7 @@ def _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, ali
 
     res = _cli(base, tmp_path, "trainings", "resume", tid, token=alice_token)
     assert res.returncode == 0 and "queued" in res.stdout, res.stdout + res.stderr
-    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).split("resumed from ", 1)[-1], 180,
+    wait_for(lambda: f"at step {stopped_at}" in api.log(tid).partition("resumed from ")[2], 180,
              "the resumed attempt", 0.2)
     body = wait_for(lambda: (b := api.body(tid))["step"] > stopped_at + 2 and b, 120, "progress past it", 0.2)
     assert body["status"] == "running" and body["attempt"] == 2 and body["restarts"] == 0

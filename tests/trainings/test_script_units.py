@@ -21,6 +21,16 @@ def test_process_env_drops_gpufleet_secrets_and_service_urls():
     assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C", "CUDA_HOME": "/usr/local/cuda"}
 
 
+
+def test_the_launcher_and_its_ranks_run_unbuffered():
+    import uuid
+
+    from gpufleet.jobs.script_attempt import launch_env
+
+    # Output reaches the log as it is printed, not in blocks when a buffer fills or the rank exits.
+    assert launch_env(uuid.uuid4())["PYTHONUNBUFFERED"] == "1"
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("20GiB", 20 * 2**30), ("512MiB", 512 * 2**20), ("1.5G", 1_500_000_000), ("2gb", 2_000_000_000),
     (3 * 2**30, 3 * 2**30), (None, None),

@@ -150,10 +150,10 @@ def peer_user(settings: Settings, peer: Peer) -> AuthUser:
     """The user of the account that connected to the socket; :class:`AuthError` (403) when it may not be one."""
     try:
         with session_scope(settings) as sess:
-            owner = local_account_user(sess, peer.uid, create=False)
+            owner = local_account_user(sess, peer.uid, create=False, run_account=settings.run_account)
         if owner is None:
             with write_session(settings) as sess:
-                owner = local_account_user(sess, peer.uid)
+                owner = local_account_user(sess, peer.uid, run_account=settings.run_account)
     except UserError as exc:
         raise AuthError(403, str(exc)) from None
     return _owner_to_user(owner, "socket")

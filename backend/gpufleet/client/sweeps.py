@@ -18,9 +18,11 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
     """A sweep file (YAML) as a mapping; :class:`InvalidRequest` saying what is wrong with it."""
     import yaml
 
+    from gpufleet import yamltext
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yamltext.load(p.read_text())
     except OSError as exc:
         raise InvalidRequest(f"sweep file {p}", [("", str(exc.strerror or exc))]) from None
     except yaml.YAMLError as exc:

@@ -20,6 +20,7 @@ from typing import Any
 
 from gpufleet.config import Settings
 from gpufleet.jobs import sandbox
+from gpufleet.training import ownedfiles
 from gpufleet.users.runas import RunAccount, RunAsError
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class Isolation:
     account: RunAccount | None = None  # None: the worker's own account, as before
     sandboxed: bool = False
     write: list[Path] = field(default_factory=list)  # the training's own directories
+    # The account's folders that outlive a training (its environment cache): bound read-write, given to it once.
+    keep: list[Path] = field(default_factory=list)
     read: list[Path] = field(default_factory=list)
     hidden: list[Path] = field(default_factory=list)
     home: Path | None = None
@@ -44,14 +47,20 @@ class Isolation:
 
     def prepare(self) -> None:
         """Create the training's directories and give them, and what is in them, to its account."""
-        for d in self.write:
-            d.mkdir(parents=True, exist_ok=True)
         if not self.switches:
+            for d in [*self.write, *self.keep]:
+                d.mkdir(parents=True, exist_ok=True)
             return
         assert self.account is not None
-        for d in self.write:
-            _chown_tree(d, self.account.uid, self.account.gid)
+        uid, gid = self.account.uid, self.account.gid
+        for d in self.write:  # never through a link the training's code left in them (training/ownedfiles.py)
+            ownedfiles.hand_over(d, uid, gid)
+        for d in self.keep:
+            d.mkdir(parents=True, exist_ok=True)
+            if d.stat().st_uid != uid:  # once it is the account's, the account makes all it holds
+                ownedfiles.hand_over(d, uid, gid)
             d.chmod(0o700)
+            _add_search(d.parent)
         for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
             _add_search(d)
 
@@ -61,7 +70,7 @@ class Isolation:
         assert self.account is not None
         home = [self.home] if self.home is not None and self.account.source != "run-account" else []
         return sandbox.bwrap_args(uid=self.account.uid, gid=self.account.gid, groups=self.account.groups,
-                                  hidden=self.hidden, read=self.read, write=[*self.write, *home]) + argv
+                                  hidden=self.hidden, read=self.read, write=[*self.write, *self.keep, *home]) + argv
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         if not self.switches:
@@ -81,13 +90,6 @@ class Isolation:
             assert self.account is not None
             return {"user": self.account.uid, "group": self.account.gid, "extra_groups": list(self.account.groups)}
         return {}
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.lchown(root, uid, gid)
-    for base, dirs, files in os.walk(root):
-        for name in dirs + files:
-            os.lchown(os.path.join(base, name), uid, gid)
 
 
 def _add_search(d: Path) -> None:

@@ -28,6 +28,7 @@ from gpufleet.jobs.peak_memory import PeakMemory
 from gpufleet.lifecycle.transitions import record_event
 from gpufleet.sessions import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
+from gpufleet.training.ownedfiles import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -339,9 +340,8 @@ def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
     from gpufleet.trainings.script_launch import step_fields
 
     out = []
-    try:
-        raw = Path(f"{progress_path}.report.rank0").read_bytes()
-    except OSError:
+    raw = read_regular(f"{progress_path}.report.rank0")  # the training's account's file: never through a link
+    if raw is None:
         return out
     for chunk in raw.split(b"\n"):
         try:

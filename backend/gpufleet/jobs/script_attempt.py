@@ -16,6 +16,7 @@ from pathlib import Path
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
+from gpufleet.jobs.isolation import Isolation
 from gpufleet.training import stopfile
 from gpufleet.trainings import code, files, script, venv
 from gpufleet.trainings.script_launch import ScriptSpec
@@ -67,6 +68,15 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
     return path, progress
+
+
+def open_env_cache(settings: Settings, t: Training, iso: Isolation) -> None:
+    """A training that builds its own packages does so as its owner's account: it gets that owner's
+    environment cache (kept across trainings, also out of a sandbox) and reads the local find-links folders."""
+    if not (t.env or {}).get(script.REQUIREMENTS_KEY):
+        return
+    iso.keep.append(venv.owner_cache_dir(settings, t.owner or "local"))
+    iso.read += [Path(p) for p in settings.env_find_links if os.path.isabs(p) and os.path.isdir(p)]
 
 
 def output_dir(settings: Settings, training_id: uuid.UUID) -> Path:

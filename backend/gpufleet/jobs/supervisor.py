@@ -199,6 +199,7 @@ def _prepare(settings: Settings, t: Training, worker_id: str, backend: DeviceBac
                                  script_attempt.work_dir(settings, tid) if t.kind == "script" else None)
     if t.kind == "script":  # GPUFLEET_OUTPUT_DIR is the training's too, made and given to its account
         iso.write.append(script_attempt.output_dir(settings, tid))
+        script_attempt.open_env_cache(settings, t, iso)
         spec_path, progress_path = script_attempt.write_spec(
             settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
             settings.stop_grace_s)

@@ -28,7 +28,8 @@ from typing import Any
 
 from gpufleet.sessions.jupyter import activity, answers
 from gpufleet.training import exitcodes as ec
-from gpufleet.training.lifeline import die_with_parent
+from gpufleet.training.lifeline import die_with_parent, start_launcher
+from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
@@ -53,9 +54,7 @@ class SessionSpec:
     stop_grace_s: float = 10.0
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: Path) -> SessionSpec:
@@ -181,22 +180,13 @@ def run(spec: SessionSpec) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    parent_fd = None
-    if len(args) == 3 and args[1] == "--parent-fd" and args[2].isdigit():
-        parent_fd, args = int(args[2]), args[:1]
-    if len(args) != 1:
-        print("usage: python -m gpufleet.sessions.launch SPEC.json [--parent-fd N]", file=sys.stderr)
+    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.sessions.launch")
+    if spec_path is None:
         return ec.LAUNCHER_ERROR
-    die_with_parent()
-    if parent_fd is not None:
-        from gpufleet.training.lifeline import watch_parent
-
-        watch_parent(parent_fd)
     try:
-        spec = SessionSpec.read(Path(args[0]))
+        spec = SessionSpec.read(Path(spec_path))
     except (OSError, ValueError, TypeError) as exc:
-        print(f"[gpufleet] cannot read the session spec {args[0]}: {exc}", file=sys.stderr)
+        print(f"[gpufleet] cannot read the session spec {spec_path}: {exc}", file=sys.stderr)
         return ec.LAUNCHER_ERROR
     return run(spec)
 

@@ -56,6 +56,15 @@ def ddp_kwargs(sync_buffers: bool, device_ids: list[int] | None, bucket_mb: floa
     return kw
 
 
+def out_of_memory_error() -> type[BaseException]:
+    """The exception torch raises when a device runs out of memory: the device-neutral
+    ``torch.OutOfMemoryError`` where this torch has it, else ``torch.cuda.OutOfMemoryError``
+    (the same class, under its older and only name)."""
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+
 def fully_shard_fn() -> Callable:
     """FSDP2's ``fully_shard``: public since torch 2.6, ``_composable`` before."""
     try:

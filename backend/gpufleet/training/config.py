@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from gpufleet import yamltext
 from gpufleet.bounds import INT32_MAX, JSON_INT_MAX, MAX_COEFF, MAX_MEMORY_MB, MAX_PATH_CHARS, MAX_PATH_PART_CHARS
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -167,7 +168,7 @@ class TrainConfig(BaseModel):
             return None
         if any(typing.get_origin(a) in (list, tuple) for a in args):
             text = value.strip()
-            return yaml.safe_load(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+            return yamltext.load(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
         return value
 
     @model_validator(mode="after")
@@ -309,7 +310,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise TrainingConfigError(None, f"config file {p} does not exist")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yamltext.load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise TrainingConfigError(None, f"config file {p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
@@ -326,7 +327,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise TrainingConfigError(None, f"--set {item!r}: expected FIELD=VALUE, e.g. max_steps=200")
         try:
-            out[key] = yaml.safe_load(raw) if raw.strip() else None
+            out[key] = yamltext.load(raw) if raw.strip() else None
         except yaml.YAMLError:
             out[key] = raw
     return out

@@ -17,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
-from gpufleet.training import rankenv
+from gpufleet.training import compat, rankenv
 from gpufleet.training.rankenv import SPEED_ENV
 
 __all__ = ["SPEED_ENV", "Fault", "Hold", "InjectedFault", "SlowRank", "from_environment", "slow_rank_hook"]
@@ -74,7 +72,7 @@ def raise_fault(kind: str, rank: int, step: int) -> None:
     if kind == "exit":
         os._exit(3)  # a crash: no exception, no clean-up
     if kind == "oom":
-        raise torch.OutOfMemoryError(f"injected out of memory on rank {rank} at step {step}")
+        raise compat.out_of_memory_error()(f"injected out of memory on rank {rank} at step {step}")
     raise InjectedFault(f"injected failure on rank {rank} at step {step}")
 
 

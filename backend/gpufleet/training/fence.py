@@ -10,8 +10,9 @@ attempt has started: so a resume never picks a checkpoint of a fenced attempt.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from gpufleet.training.ownedfiles import write_new
 
 FENCE = "fence.json"
 
@@ -23,9 +24,7 @@ class FencedError(RuntimeError):
 def write_fence(ckpt_dir: str | Path, attempt: int) -> None:
     root = Path(ckpt_dir)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{FENCE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"attempt": int(attempt)}))
-    os.replace(tmp, root / FENCE)
+    write_new(root / FENCE, json.dumps({"attempt": int(attempt)}))  # the folder is the training's account's
 
 
 def current_attempt(ckpt_dir: str | Path) -> int | None:

@@ -34,7 +34,7 @@ from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.gang_launch import open_store, rank_view
 from gpufleet.training.lifeline import die_with_parent as _die_with_parent
-from gpufleet.training.lifeline import watch_parent
+from gpufleet.training.lifeline import start_launcher
 from gpufleet.training.modes import group_backends, mixed_vendor_warning
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
@@ -49,12 +49,11 @@ EXIT_GRACE_S = 30.0
 
 def classify(exc: BaseException) -> str:
     """The kind of a rank's failure, which decides the exit code."""
-    import torch
-
+    from gpufleet.training.compat import out_of_memory_error
     from gpufleet.training.drills import InjectedFault
 
     text = f"{type(exc).__name__}: {exc}".lower()
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text:
+    if isinstance(exc, out_of_memory_error()) or "out of memory" in text:
         return "oom"
     if isinstance(exc, TrainingConfigError):
         return "bad_data"
@@ -351,18 +350,15 @@ def _kill_all(procs: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parent_fd = None
-    if len(argv) == 3 and argv[1] == "--parent-fd" and argv[2].isdigit():
-        parent_fd = int(argv[2])
-        argv = argv[:1]
-    if len(argv) != 1:
-        print("usage: python -m gpufleet.training.launch SPEC.json [--parent-fd N]", file=sys.stderr)
+    # Not bound to the parent by a death signal: the warm pool starts launchers
+    # from its keeper thread, and that signal follows the thread, not the
+    # process. The worker's pipe (--parent-fd) is the lifeline.
+    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.training.launch",
+                               die_with_worker=False)
+    if spec_path is None:
         return exitcodes.LAUNCHER_ERROR
-    if parent_fd is not None:
-        watch_parent(parent_fd)
     try:
-        spec = LaunchSpec.read(argv[0])
+        spec = LaunchSpec.read(spec_path)
     except TrainingConfigError as exc:
         print(f"gpufleet launch: {exc}", file=sys.stderr)
         return exitcodes.BAD_DATA

@@ -53,3 +53,29 @@ def watch_parent(fd: int) -> None:
         os._exit(exitcodes.INTERRUPTED)
 
     on_pipe_closed(fd, gone, "gpufleet-parent-watch")
+
+
+def start_launcher(argv: list[str], module: str, *, die_with_worker: bool = True) -> str | None:
+    """The start every launcher shares: read ``SPEC.json [--parent-fd N]`` and tie this process to its worker.
+
+    With ``die_with_worker`` this process gets SIGKILL when its parent exits
+    (and gives up at once if the parent ended before that took effect); with
+    ``--parent-fd`` it exits as soon as the worker's pipe closes. Returns the
+    spec's path, or ``None`` after saying why on stderr.
+    """
+    args = list(argv)
+    parent_fd = None
+    if len(args) == 3 and args[1] == "--parent-fd" and args[2].isdigit():
+        parent_fd, args = int(args[2]), args[:1]
+    if len(args) != 1:
+        print(f"usage: python -m {module} SPEC.json [--parent-fd N]", file=sys.stderr)
+        return None
+    if die_with_worker:
+        parent = os.getppid()
+        die_with_parent()
+        if os.getppid() != parent:
+            print(f"{module}: the worker that started this launcher is gone already", file=sys.stderr)
+            return None
+    if parent_fd is not None:
+        watch_parent(parent_fd)
+    return args[0]

@@ -63,12 +63,14 @@ def seed_from(src_dir: Path, dst_dir: Path) -> str | None:
     if not src:
         return None
     s, dst_dir = Path(src), Path(dst_dir)
+    if s.is_symlink():  # the source is its owner's folder: a link there leads to what they may not read
+        return None
     dst_dir.mkdir(parents=True, exist_ok=True)
     tmp = dst_dir / f".{s.name}.seed.tmp"
     shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
     if s.is_dir():
-        shutil.copytree(s, tmp, symlinks=False)
+        shutil.copytree(s, tmp, symlinks=True)  # links are copied as links, never followed
     else:
-        shutil.copy2(s, tmp)
+        shutil.copy2(s, tmp, follow_symlinks=False)
     tmp.rename(dst_dir / s.name)
     return s.name

@@ -168,9 +168,9 @@ class LaunchSpec:
         return json.dumps(asdict(self), indent=2)
 
     def write(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.write_text(self.to_json())
-        return p
+        from gpufleet.training.ownedfiles import write_new  # the run dir is the training's account's
+
+        return write_new(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LaunchSpec":

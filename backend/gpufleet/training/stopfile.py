@@ -56,8 +56,7 @@ def stop_requested() -> bool:
 
 
 def mark(path: str | Path) -> None:
-    """Create the stop file (the launcher's side; idempotent, never raises)."""
-    try:
-        Path(path).touch()
-    except OSError:
-        pass
+    """Create the stop file (idempotent, never raises; never through a link the training's code left there)."""
+    from gpufleet.training.ownedfiles import touch
+
+    touch(path)

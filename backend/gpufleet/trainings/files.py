@@ -12,10 +12,12 @@ own files (the attempt fence) are neither listed nor served.
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from gpufleet.config import Settings
 from gpufleet.training.resumepoint import OWN_FILES
@@ -92,3 +94,33 @@ def resolve(settings: Settings, training_id: uuid.UUID, path: str) -> Path:
     if _own(parts[0], rel) or not os.path.isfile(real):
         raise FileRefused(f"the training has no file {path!r} (GET …/files lists them)", 404)
     return Path(real)
+
+
+def open_file(settings: Settings, training_id: uuid.UUID, path: str) -> tuple[BinaryIO, os.stat_result, str]:
+    """The file ``path`` names (checked by :func:`resolve`), open, its stat and its name.
+
+    The folders are the training's account's, so its code may swap one for a
+    link between the check and the read: the file is opened one folder at a
+    time from the training's root, none through a link.
+    """
+    real = resolve(settings, training_id, path)
+    root = os.path.realpath(roots(settings, training_id)[path.lstrip("/").split("/", 1)[0]])
+    *folders, name = Path(os.path.relpath(real, root)).parts
+    missing = FileRefused(f"the training has no file {path!r} (GET …/files lists them)", 404)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)  # the server's folder: its parent is not the training's
+    try:
+        for folder in folders:
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError:
+        raise missing from None
+    finally:
+        os.close(fd)
+    fh = os.fdopen(file_fd, "rb")
+    st = os.fstat(file_fd)
+    if not stat.S_ISREG(st.st_mode):
+        fh.close()
+        raise missing
+    return fh, st, name

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.training.ownedfiles import read_regular
+
 
 class ProgressReader:
     def __init__(self, path: Path):
@@ -21,11 +23,9 @@ class ProgressReader:
         self._partial = b""
 
     def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
+        # The file is the training's account's: a link, a FIFO or a device there reads as nothing.
+        data = read_regular(self.path, self.offset)
+        if not data:
             return []
         self.offset += len(data)
         data = self._partial + data

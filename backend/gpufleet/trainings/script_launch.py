@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpufleet.training import exitcodes as ec
-from gpufleet.training.lifeline import die_with_parent
+from gpufleet.training.lifeline import die_with_parent, start_launcher
 from gpufleet.training.logtext import LineSplitter
+from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import venv
@@ -82,9 +83,7 @@ class ScriptSpec:
     environment: dict[str, Any] | None = None  # a venv.EnvRequest to build (or reuse) before the ranks start
 
     def write(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, path)
+        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: Path) -> ScriptSpec:
@@ -347,28 +346,14 @@ def run(spec: ScriptSpec) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    parent_fd = None
-    if len(args) == 3 and args[1] == "--parent-fd" and args[2].isdigit():
-        parent_fd = int(args[2])
-        args = args[:1]
-    if len(args) != 1:
-        print("usage: python -m gpufleet.trainings.script_launch SPEC.json [--parent-fd N]", file=sys.stderr)
+    # The ranks follow this process through their parent-death signal.
+    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.trainings.script_launch")
+    if spec_path is None:
         return ec.LAUNCHER_ERROR
-    parent = os.getppid()
-    die_with_parent()
-    if os.getppid() != parent:  # the parent ended before the request took effect
-        return ec.LAUNCHER_ERROR
-    if parent_fd is not None:
-        # The worker's lifeline (as for recipes): EOF means the worker is gone,
-        # and the ranks follow this process through their parent-death signal.
-        from gpufleet.training.lifeline import watch_parent
-
-        watch_parent(parent_fd)
     try:
-        spec = ScriptSpec.read(Path(args[0]))
+        spec = ScriptSpec.read(Path(spec_path))
     except (OSError, ValueError, TypeError) as exc:
-        print(f"[gpufleet] cannot read the launch spec {args[0]}: {exc}", file=sys.stderr)
+        print(f"[gpufleet] cannot read the launch spec {spec_path}: {exc}", file=sys.stderr)
         return ec.LAUNCHER_ERROR
     return run(spec)
 

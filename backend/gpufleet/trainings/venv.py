@@ -74,12 +74,15 @@ def request_for(settings: Settings, requirements: str | None, python: str, owner
         return None
     import uv
 
-    root = settings.env_cache_dir or settings.data_dir / "envs"  # filled in by Settings
-    # Per owner: an environment one member built is never code another member runs.
     return asdict(EnvRequest(
-        requirements=requirements, python=python, cache_dir=str(Path(root) / owner),
+        requirements=requirements, python=python, cache_dir=str(owner_cache_dir(settings, owner)),
         max_bytes=settings.env_cache_max_bytes, uv=uv.find_uv_bin(), index_url=settings.env_index_url or "",
         find_links=list(settings.env_find_links), no_index=settings.env_no_index))
+
+
+def owner_cache_dir(settings: Settings, owner: str) -> Path:
+    """Per owner: an environment one member built is never code another member runs."""
+    return Path(settings.env_cache_dir or settings.data_dir / "envs") / owner  # filled in by Settings
 
 
 def probe(python: str) -> dict[str, Any]:

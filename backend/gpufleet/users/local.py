@@ -41,16 +41,20 @@ def account_name(uid: int) -> str:
 
 
 def local_account_user(session: Session, uid: int, server_uid: int | None = None, *,
-                       create: bool = True) -> TokenOwner | None:
+                       create: bool = True, run_account: str | None = None) -> TokenOwner | None:
     """Who the account ``uid`` acts as: its user, made on first use (a member; an admin for root and the
     server's account, who stay admins whatever their row says, so no one can lock the machine's owner out).
 
     With ``create=False`` a missing user is None (a read-only first look).
-    Raises :class:`UserError` when the account cannot be a user or its user
-    is disabled. Leaves committing to the caller.
+    Raises :class:`UserError` when the account cannot be a user, is
+    ``run_account`` (the account members' trainings run as, whose callers
+    may be any of them) or its user is disabled. Leaves committing to the caller.
     """
     name = account_name(uid)
     admin = is_admin_account(uid, server_uid)
+    if name == run_account and not admin:
+        raise UserError(f"the account {name!r} is the one members' trainings run as (GPUFLEET_RUN_ACCOUNT), so "
+                        "its callers may be anyone's code: it is no gpufleet user; use a token")
     user = session.scalars(select(User).where(User.name == name)).one_or_none()
     if user is None:
         if not create:

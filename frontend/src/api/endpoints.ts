@@ -22,6 +22,7 @@ export const endpoints = {
   drain: (host: string, index: number, reason?: string) =>
     call('post', '/api/v1/system/gpus/{host}/{index}/drain', { path: { host, index }, body: { reason: reason ?? null } }),
   undrain: (host: string, index: number) => call('post', '/api/v1/system/gpus/{host}/{index}/undrain', { path: { host, index } }),
+  clearHealth: (host: string, index: number) => call('post', '/api/v1/system/gpus/{host}/{index}/clear-health', { path: { host, index } }),
   /** Who this browser acts as, and with which role. */
   whoami: (signal?: AbortSignal) => call('get', '/api/v1/auth/whoami', { signal }),
   /** GPU time per UTC day and user (or group), days `from`..`to` (YYYY-MM-DD). */

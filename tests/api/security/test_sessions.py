@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from gpufleet.api.security.signing import sign
 from gpufleet.cli import app as cli_app
-from gpufleet.config import Settings, reset_settings_cache
+from gpufleet.config import Settings, get_settings, reset_settings_cache
 from gpufleet.db.models import BrowserSession, User
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
@@ -171,3 +172,31 @@ def test_a_cookie_costs_one_query_as_a_token_does(client: TestClient, people: Pe
     # SQLite's session opens with an explicit BEGIN; the check itself is one SELECT by primary key.
     queries = [q for q in seen if q != "BEGIN"]
     assert len(queries) == 1 and "FROM browser_sessions" in queries[0], seen
+
+
+def test_secret_rotate_writes_the_secret_file_the_servers_read(client: TestClient, people: People,
+                                                              on_settings: Settings, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    cookie = _signed_in(client, people.alice)
+    if on_settings.database_url:
+        monkeypatch.setenv("GPUFLEET_DATABASE_URL", on_settings.database_url)
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(on_settings.data_dir))
+    secret_file = tmp_path / "secret_key"
+    secret_file.write_text(SECRET + "\n")
+    monkeypatch.setenv("GPUFLEET_SECRET_KEY_FILE", str(secret_file))
+    monkeypatch.delenv("GPUFLEET_SECRET_KEY", raising=False)
+    reset_settings_cache()
+    r = CliRunner().invoke(cli_app, ["secret", "rotate"])
+    assert r.exit_code == 0, r.output
+    new = secret_file.read_text().strip()
+    assert new != SECRET and len(new) >= 64
+    assert new not in r.stdout  # written for the servers, not echoed to a terminal
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    reset_settings_cache()
+    assert get_settings().secret_key == new  # what a restarted server reads
+    assert _whoami(client, cookie).status_code == 401
+    # A file that cannot be written changes nothing: sessions stay, and it says why.
+    other = _signed_in(client, people.alice)
+    r = CliRunner().invoke(cli_app, ["secret", "rotate", "--write", str(tmp_path / "missing" / "secret_key")])
+    assert r.exit_code == 1 and "cannot write the new secret" in r.output
+    assert _whoami(client, other).status_code == 200

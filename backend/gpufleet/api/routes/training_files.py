@@ -80,7 +80,11 @@ def download_file(
     """One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206)."""
     _ensure_owner_or_admin(user, _load(session, training_id).owner)
     try:
-        real = files.resolve(settings, training_id, path)
+        fh, st, name = files.open_file(settings, training_id, path)
     except files.FileRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
-    return FileResponse(real, media_type="application/octet-stream", filename=real.name)
+    # Served from the file opened above (the name may lead elsewhere by now); it closes with the response.
+    response = FileResponse(f"/proc/self/fd/{fh.fileno()}", stat_result=st, media_type="application/octet-stream",
+                            filename=name)
+    response.opened = fh  # type: ignore[attr-defined]
+    return response

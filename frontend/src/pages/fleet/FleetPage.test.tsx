@@ -163,6 +163,22 @@ describe('FleetPage', () => {
     expect(screen.queryByRole('button', { name: /drain/i })).toBeNull();
   });
 
+  it('gives admins a clear-health button on a GPU marked unhealthy only, which clears it and reloads', async () => {
+    installFakeLive();
+    vi.spyOn(endpoints, 'whoami').mockResolvedValue({ name: 'root', role: 'admin', via: 'local', auth_required: false });
+    const clear = vi.spyOn(endpoints, 'clearHealth').mockResolvedValue({ host: 'h', index: 0, status: 'ok', cleared: 'XID 79: fell off the bus' });
+    const reload = vi.fn();
+    fleetOf([gpu('h', 0, { status: 'unhealthy', status_reason: 'health: XID 79: fell off the bus' }), gpu('h', 1)], { reload });
+    renderPage();
+    const sick = screen.getByTestId('gpu-card-h-0');
+    const button = await within(sick).findByRole('button', { name: 'Clear health' });
+    expect(button).toHaveAttribute('title', expect.stringContaining('XID 79: fell off the bus'));
+    expect(within(screen.getByTestId('gpu-card-h-1')).queryByRole('button', { name: 'Clear health' })).toBeNull();
+    await userEvent.click(button);
+    expect(clear).toHaveBeenCalledWith('h', 0);
+    await waitFor(() => expect(reload).toHaveBeenCalled());
+  });
+
   it('says so when no GPU is found', () => {
     installFakeLive();
     fleetOf([]);

@@ -50,17 +50,15 @@ export function Holders({ gpu, live }: { gpu: GPU; live: Partial<GPULive> | null
   );
 }
 
-/** Admins take a GPU out of scheduling (trainings on it keep running) and put it back. */
-export function DrainButton({ gpu, onChanged }: { gpu: GPU; onChanged?: () => void }) {
+/** An admin's action on a GPU: a small button that says "…" while the request runs and shows why it failed. */
+function GpuAction({ label, title, run, onChanged }: { label: string; title: string; run: () => Promise<unknown>; onChanged?: () => void }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
-  const drained = !!gpu.drained;
   const click = async () => {
     setBusy(true);
     setError(null);
     try {
-      if (drained) await endpoints.undrain(gpu.host, gpu.index);
-      else await endpoints.drain(gpu.host, gpu.index, 'drained from the dashboard');
+      await run();
       onChanged?.();
     } catch (e) {
       setError(e instanceof Error ? e.message : String(e));
@@ -70,14 +68,35 @@ export function DrainButton({ gpu, onChanged }: { gpu: GPU; onChanged?: () => vo
   };
   return (
     <>
-      <button type="button" className="btn-small" disabled={busy} onClick={click}
-        title={drained ? 'Let the scheduler place trainings on this GPU again' : 'Stop placing trainings on this GPU; trainings on it keep running'}>
-        {busy ? '…' : drained ? 'Undrain' : 'Drain'}
+      <button type="button" className="btn-small" disabled={busy} onClick={click} title={title}>
+        {busy ? '…' : label}
       </button>
       {error && <span className="field-error" role="alert">{error}</span>}
     </>
   );
 }
+
+/** Admins take a GPU out of scheduling (trainings on it keep running) and put it back. */
+export function DrainButton({ gpu, onChanged }: { gpu: GPU; onChanged?: () => void }) {
+  return gpu.drained ? (
+    <GpuAction label="Undrain" title="Let the scheduler place trainings on this GPU again" run={() => endpoints.undrain(gpu.host, gpu.index)} onChanged={onChanged} />
+  ) : (
+    <GpuAction label="Drain" title="Stop placing trainings on this GPU; trainings on it keep running"
+      run={() => endpoints.drain(gpu.host, gpu.index, 'drained from the dashboard')} onChanged={onChanged} />
+  );
+}
+
+/** A GPU its samples marked unhealthy (fatal XID, row remap, ECC) stays out of scheduling until an admin clears the mark. */
+export function ClearHealthButton({ gpu, onChanged }: { gpu: GPU; onChanged?: () => void }) {
+  if (!(gpu.status_reason ?? '').startsWith(HEALTH_PREFIX)) return null;
+  return (
+    <GpuAction label="Clear health" title={`Put this GPU back in scheduling (marked for: ${gpu.status_reason!.slice(HEALTH_PREFIX.length)})`}
+      run={() => endpoints.clearHealth(gpu.host, gpu.index)} onChanged={onChanged} />
+  );
+}
+
+/** How the server marks a GPU's status reason when its samples took it out of scheduling (telemetry/gpu_health.py). */
+const HEALTH_PREFIX = 'health: ';
 
 export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: HistorySeries; admin?: boolean; onChanged?: () => void }) {
   const ref = useRef<HTMLElement>(null);
@@ -144,6 +163,7 @@ export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: Hist
         <span className="foot-actions">
           <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>
           {admin && <DrainButton gpu={gpu} onChanged={onChanged} />}
+          {admin && <ClearHealthButton gpu={gpu} onChanged={onChanged} />}
         </span>
         <span className="muted" data-testid="gpu-updated">{live?.timestamp ? new Date(live.timestamp).toLocaleTimeString() : 'no sample yet'}</span>
       </footer>

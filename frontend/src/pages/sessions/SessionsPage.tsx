@@ -1,21 +1,13 @@
-import { Link, useSearchParams } from 'react-router-dom';
+import { Link } from 'react-router-dom';
+import { ListFilters, useListFilters } from '../../components/ListFilters';
 import { Empty, ErrorState, Loading } from '../../components/States';
-import { MineFilter } from '../trainings/QueueView';
 import { SessionRow } from './SessionRow';
 import { useSessions } from './useSessions';
 
 const STATUSES = ['queued', 'starting', 'running', 'stopping', 'stopped', 'failed'];
 
 export function SessionsPage() {
-  const [params, setParams] = useSearchParams();
-  const status = params.get('status') ?? '';
-  const owner = params.get('owner') ?? '';
-  const set = (k: string, v: string) => {
-    const next = new URLSearchParams(params);
-    if (v) next.set(k, v);
-    else next.delete(k);
-    setParams(next, { replace: true });
-  };
+  const { status, owner, set } = useListFilters();
   const q = useSessions(owner, status);
   const rows = q.data?.items ?? [];
   return (
@@ -29,22 +21,7 @@ export function SessionsPage() {
           </Link>
         </div>
       </div>
-      <div className="filters">
-        <div className="field">
-          <label htmlFor="s-status">Status</label>
-          <select id="s-status" value={status} onChange={(e) => set('status', e.target.value)}>
-            <option value="">any</option>
-            {STATUSES.map((s) => (
-              <option key={s}>{s}</option>
-            ))}
-          </select>
-        </div>
-        <div className="field">
-          <label htmlFor="s-owner">Owner</label>
-          <input id="s-owner" value={owner} placeholder="anyone" onChange={(e) => set('owner', e.target.value)} />
-        </div>
-        <MineFilter owner={owner} onOwner={(v) => set('owner', v)} />
-      </div>
+      <ListFilters idPrefix="s" statuses={STATUSES} status={status} owner={owner} set={set} />
       {q.error && !q.data ? (
         <ErrorState error={q.error} onRetry={q.reload} />
       ) : !q.data ? (

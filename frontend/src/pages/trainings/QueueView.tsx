@@ -1,6 +1,4 @@
-import { endpoints } from '../../api/endpoints';
 import type { Training } from '../../api/types';
-import { useQuery } from '../../api/useQuery';
 import { fmtDuration } from '../../lib/format';
 
 /** "in about 12m" until the time, "any moment" once it has passed. */
@@ -21,23 +19,5 @@ export function QueuePlace({ t }: { t: Pick<Training, 'status' | 'queue_position
         </span>
       )}
     </span>
-  );
-}
-
-/** The signed-in person's name, or null while unknown (or when no one is signed in). */
-export function useMe(): string | null {
-  const q = useQuery('whoami', (s) => endpoints.whoami(s));
-  return q.data?.name ?? null;
-}
-
-/** "Only mine": the owner filter set to the signed-in person. */
-export function MineFilter({ owner, onOwner }: { owner: string; onOwner: (v: string) => void }) {
-  const me = useMe();
-  return (
-    <div className="field field-inline">
-      <label>
-        <input type="checkbox" disabled={!me} checked={!!me && owner === me} onChange={(e) => onOwner(e.target.checked && me ? me : '')} /> Only mine
-      </label>
-    </div>
   );
 }

@@ -4,7 +4,7 @@ import { MemoryRouter } from 'react-router-dom';
 import { describe, expect, it, vi } from 'vitest';
 import { endpoints } from '../../api/endpoints';
 import { training } from '../../test/factories';
-import { TrainingsPage } from './TrainingsPage';
+import { Progress, TrainingsPage } from './TrainingsPage';
 
 describe('TrainingsPage', () => {
   it('lists trainings with status, progress, GPUs and owner, and filters by status and owner', async () => {
@@ -24,6 +24,14 @@ describe('TrainingsPage', () => {
     await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ status: 'failed' }), expect.anything()));
     await userEvent.type(screen.getByLabelText('Owner'), 'bob');
     await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ status: 'failed', owner: 'bob' }), expect.anything()));
+  });
+
+  it("shows a script that never gave its total as done once it succeeded, and '?' while it runs", () => {
+    const { rerender } = render(<Progress t={{ step: 400, max_steps: null, status: 'running' }} />);
+    expect(screen.getByText('400 / ?')).toBeInTheDocument();
+    rerender(<Progress t={{ step: 400, max_steps: null, status: 'succeeded' }} />);
+    expect(screen.getByText('400 / 400')).toBeInTheDocument();
+    expect(screen.getByRole('progressbar')).toHaveAttribute('aria-valuemax', '400');
   });
 
   it('says when nothing matches', async () => {

@@ -1,11 +1,12 @@
-import { Link, useSearchParams } from 'react-router-dom';
+import { Link } from 'react-router-dom';
 import { endpoints } from '../../api/endpoints';
 import { TRAINING_STATUSES, type Training } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
+import { ListFilters, useListFilters } from '../../components/ListFilters';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { elapsed, fmtLoss } from '../../lib/format';
 import { SharingBadges } from './SharingBadges';
-import { MineFilter, QueuePlace } from './QueueView';
+import { QueuePlace } from './QueueView';
 
 const STATUSES = TRAINING_STATUSES;
 const PAGE = 50;
@@ -78,17 +79,7 @@ export function TrainingsTable({ rows }: { rows: Training[] }) {
 }
 
 export function TrainingsPage() {
-  const [params, setParams] = useSearchParams();
-  const status = params.get('status') ?? '';
-  const owner = params.get('owner') ?? '';
-  const offset = Math.max(0, Number(params.get('offset')) || 0);
-  const set = (k: string, v: string) => {
-    const next = new URLSearchParams(params);
-    if (v) next.set(k, v);
-    else next.delete(k);
-    if (k !== 'offset') next.delete('offset');
-    setParams(next, { replace: true });
-  };
+  const { status, owner, offset, set } = useListFilters();
   const q = useQuery(`trainings|${status}|${owner}|${offset}`, (s) => endpoints.trainings({ status: status || undefined, owner: owner || undefined, limit: PAGE, offset }, s), 3000);
   const rows = q.data?.data ?? [];
   const count = q.data?.count ?? 0;
@@ -103,22 +94,7 @@ export function TrainingsPage() {
           </Link>
         </div>
       </div>
-      <div className="filters">
-        <div className="field">
-          <label htmlFor="f-status">Status</label>
-          <select id="f-status" value={status} onChange={(e) => set('status', e.target.value)}>
-            <option value="">any</option>
-            {STATUSES.map((s) => (
-              <option key={s}>{s}</option>
-            ))}
-          </select>
-        </div>
-        <div className="field">
-          <label htmlFor="f-owner">Owner</label>
-          <input id="f-owner" value={owner} placeholder="anyone" onChange={(e) => set('owner', e.target.value)} />
-        </div>
-        <MineFilter owner={owner} onOwner={(v) => set('owner', v)} />
-      </div>
+      <ListFilters idPrefix="f" statuses={STATUSES} status={status} owner={owner} set={set} />
       {q.error && !q.data ? (
         <ErrorState error={q.error} onRetry={q.reload} />
       ) : !q.data ? (
