@@ -126,6 +126,9 @@ class Training(Base):
     __tablename__ = "trainings"
     __table_args__ = (
         Index("ix_trainings_status_priority_created", "status", "priority", "created_at"),
+        # The scheduler's queue order, queued rows only (migration 0015_queue_index).
+        Index("ix_trainings_queue", text("priority DESC"), "created_at", "id",
+              postgresql_where=text("status = 'queued'"), sqlite_where=text("status = 'queued'")),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)

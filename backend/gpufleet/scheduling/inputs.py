@@ -80,16 +80,19 @@ def policy_from_settings(settings: Settings) -> AvailabilityPolicy:
 
 
 def _recent_utilization(
-    sess: Session, settings: Settings, samples: int
+    sess: Session, settings: Settings, samples: int, host: str | None = None
 ) -> dict[tuple[object, int], list[float]]:
     # Twice the window the samples should span, so one late sample does not
     # make sustained load look like a blip.
     since = utcnow() - timedelta(seconds=settings.sample_interval_s * samples * 2 + 1)
-    rows = sess.execute(
+    q = (
         select(GPUMetricsHistory.host_id, GPUMetricsHistory.gpu_index, GPUMetricsHistory.utilization)
         .where(GPUMetricsHistory.timestamp >= since)
         .order_by(GPUMetricsHistory.timestamp)
     )
+    if host is not None:  # one host's samples, not the fleet's (the scheduler asks per host)
+        q = q.join(Host, Host.id == GPUMetricsHistory.host_id).where(Host.name == host)
+    rows = sess.execute(q)
     out: dict[tuple[object, int], list[float]] = {}
     for host_id, index, util in rows:
         out.setdefault((host_id, index), []).append(float(util))
@@ -113,9 +116,9 @@ def gather_observations(
         q = q.where(Host.name == host)
     gpu_rows = sess.execute(q).all()
     links = _links(sess, host)
-    reservations = _reservations(sess)
+    reservations = _reservations(sess, host)
     live = {s.key: s for s in read_live_samples(settings)}
-    recent = _recent_utilization(sess, settings, policy.sustained_samples)
+    recent = _recent_utilization(sess, settings, policy.sustained_samples, host)
     now = utcnow()
     stale = timedelta(seconds=_stale_after_s(settings))
     out = [
@@ -139,20 +142,26 @@ def _links(sess: Session, host: str | None) -> dict[str, dict[tuple[int, int], L
     return links
 
 
-def _reservations(sess: Session) -> dict[object, list[Reservation]]:
-    """Each GPU's held reservations, by its row id."""
+def _reservations(sess: Session, host: str | None = None) -> dict[object, list[Reservation]]:
+    """Each GPU's held reservations (of ``host``'s GPUs when given), by its row id.
+
+    Plain columns, not ORM objects: a fleet of 10,000 GPUs holds as many rows.
+    """
     reservations: dict[object, list[Reservation]] = {}
     aq = (
-        select(GPUAllocation, Training.name, Training.owner)
+        select(GPUAllocation.gpu_id, GPUAllocation.training_id, GPUAllocation.exclusive,
+               GPUAllocation.reserved_memory, Training.name, Training.owner)
         .join(Training, GPUAllocation.training_id == Training.id)
         .where(GPUAllocation.released_at.is_(None))
     )
-    for alloc, tname, owner in sess.execute(aq):
-        reservations.setdefault(alloc.gpu_id, []).append(
+    if host is not None:
+        aq = aq.join(Host, Host.id == GPUAllocation.host_id).where(Host.name == host)
+    for gpu_id, training_id, exclusive, reserved, tname, owner in sess.execute(aq):
+        reservations.setdefault(gpu_id, []).append(
             Reservation(
-                training_id=str(alloc.training_id),
-                exclusive=alloc.exclusive,
-                reserved_memory=alloc.reserved_memory,
+                training_id=str(training_id),
+                exclusive=exclusive,
+                reserved_memory=reserved,
                 training_name=tname,
                 owner=owner,
             )

@@ -18,6 +18,7 @@ from functools import lru_cache
 from itertools import combinations
 from math import comb
 
+from gpufleet.scheduling.setbound import CLASS_BASE, RANK_CLASS, host_bound, host_order
 from gpufleet.scheduling.types import (
     Candidate,
     Connection,
@@ -33,19 +34,12 @@ from gpufleet.scheduling.types import (
 from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
 from gpufleet.scheduling.weights import selection_weights
 
-# Connection classes, best first, with the base of their score. The gaps
+# Connection classes, best first, with the base of their score (setbound.CLASS_BASE). The gaps
 # (300) are wider than everything else a score can gain or lose (fit 0..100,
 # NVLink count 0..18, penalties for no peer access 60, PXB 40, broken NVLink
 # groups up to 60), so a better connection always wins.
-_CLASS_BASE: dict[str, float] = {
-    "single": 1000.0,
-    "nvlink": 1000.0,
-    "pcie-switch": 700.0,
-    "numa": 400.0,
-    "system": 100.0,
-}
-_CLASS_RANK = {"nvlink": 0, "pcie-switch": 1, "numa": 2, "system": 3}
-_RANK_CLASS = {v: k for k, v in _CLASS_RANK.items()}
+_CLASS_BASE = CLASS_BASE
+_RANK_CLASS = RANK_CLASS
 _CLASS_WORDS = {
     "nvlink": "all pairs NVLink-connected",
     "pcie-switch": "under one PCIe switch (no NVLink)",
@@ -260,6 +254,8 @@ def never_fits(request: SelectionRequest, fleet: FleetState) -> str | None:
             known = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
             return f"host {request.host!r} is not in the fleet; known hosts: {known}"
         hosts = (host,)
+    if request.host is None and fleet.sizes.fits(request.count, request.memory_bytes):
+        return None  # the usual answer, from the fleet's sizes kept per snapshot (no GPU looked at)
     if not any(h.gpus for h in hosts):
         where = f"host {request.host}" if request.host else "the fleet"
         return f"{where} has no GPUs"
@@ -310,6 +306,16 @@ def _wait_reason(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str
     return f"{need}; host {host.name} has {have} free" + (f" ({detail})" if detail else "")
 
 
+def _nothing_fits(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str:
+    """Why no host has ``request.count`` usable GPUs of one vendor, in words."""
+    for host in hosts:
+        usable = [g for g in host.gpus if _fits(g, request)]
+        if len(usable) >= request.count:  # enough GPUs, but of several vendors
+            return (f"host {host.name} has {request.count} free GPUs only across vendors; "
+                    f"{mixed_vendor_message([g.vendor for g in usable])}. To run across vendors, name the GPUs (gpu_ids)")
+    return _wait_reason(request, hosts)
+
+
 def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     """Rank the GPU sets that can take ``request`` now.
 
@@ -325,43 +331,38 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     # Each host's best possible score bounds what its sets can reach; hosts
     # are scored best bound first, and once the k-th best set beats a host's
     # bound, that host (and every later one) cannot change the answer.
-    # Cheap bounds first; a host's link matrices and exact bound only when it may still matter.
-    views = []
-    split_by_vendor = None
-    for host in hosts:
+    # Cheap bounds first (setbound.host_order: no GPU looked at); a host's exact bound and sets only
+    # while it may still matter.
+    k, count = request.max_candidates, request.count
+    # A heap of the best k so far, worst on top: (score, reversed tie-break).
+    best: list[tuple[float, _Rev, tuple[int, ...], _HostView]] = []
+    any_view = False
+    for first_bound, name, host in host_order(hosts, request):
+        if len(best) >= k and best[0][0] > first_bound:
+            break  # sorted by this bound: no later host can place a set among the best k
         usable = [g for g in host.gpus if _fits(g, request)]
         # A set the server picks is of one vendor (scheduling/vendormix.py): each vendor's GPUs are their
         # own view. Across vendors a training runs only where the request names the GPUs.
         for vendor in sorted({g.vendor for g in usable}):
             group = [g for g in usable if g.vendor == vendor]
-            if len(group) >= request.count:
-                views.append((_quick_bound(group, request), host.name, host, group))
-            elif len(usable) >= request.count and split_by_vendor is None:
-                split_by_vendor = (host.name, [g.vendor for g in usable])
-    if not views:
-        reason = _wait_reason(request, hosts)
-        if split_by_vendor is not None:
-            name, vendors = split_by_vendor
-            reason = (f"host {name} has {request.count} free GPUs only across vendors; "
-                      f"{mixed_vendor_message(vendors)}. To run across vendors, name the GPUs (gpu_ids)")
-        return Recommendation(request=request, wait_reason=reason)
-    views.sort(key=lambda v: (-v[0], v[1]))
-    k = request.max_candidates
-    # A heap of the best k so far, worst on top: (score, reversed tie-break).
-    best: list[tuple[float, _Rev, tuple[int, ...], _HostView]] = []
-    for quick, name, host, group in views:
-        if len(best) >= k and best[0][0] > quick:
-            break  # sorted by this bound: no later host can place a set among the best k
-        view = _HostView(host, group, request, measured)
-        if len(best) >= k and best[0][0] > view.bound(request.count):
-            continue
-        score = view.score
-        for members in view.sets(request.count):
-            entry = (score(members)[0], _Rev((name, members)), members, view)
-            if len(best) < k:
-                heapq.heappush(best, entry)
-            elif entry[:2] > best[0][:2]:
-                heapq.heapreplace(best, entry)
+            if len(group) < count:
+                continue
+            any_view = True
+            bound = host_bound(host.pairs, group, request)
+            if len(best) >= k and best[0][0] > (_quick_bound(group, request) if bound is None else bound):
+                continue
+            view = _HostView(host, group, request, measured)
+            if bound is None and len(best) >= k and best[0][0] > view.bound(count):
+                continue
+            score = view.score
+            for members in view.sets(count):
+                entry = (score(members)[0], _Rev((name, members)), members, view)
+                if len(best) < k:
+                    heapq.heappush(best, entry)
+                elif entry[:2] > best[0][:2]:
+                    heapq.heapreplace(best, entry)
+    if not any_view:
+        return Recommendation(request=request, wait_reason=_nothing_fits(request, hosts))
     ranked = sorted(best, key=lambda e: e[:2], reverse=True)
     return Recommendation(request=request, candidates=tuple(_candidate(view, members) for _, _, members, view in ranked))
 

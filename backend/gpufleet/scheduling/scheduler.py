@@ -13,8 +13,9 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
@@ -98,39 +99,42 @@ def _hopeless(snap: _Snapshot, t: Training) -> bool:
     return len(snap.free(t.host_id)) < count if t.host_id else snap.most_free() < count
 
 
-def queued(sess: Session, limit: int, after: Training | None = None) -> list[Training]:
-    """Queued trainings in queue order (priority, then age), from just after ``after``."""
+# What a pass reads of each queued training: its order, what _hopeless, quotas, fair share and
+# backfill look at. Plain rows, not ORM objects (a queue of 10,000 cost a second to build as
+# objects); the training itself is re-read, locked, by the transaction that places it.
+_QUEUE_COLUMNS = (
+    Training.id, Training.name, Training.owner, Training.priority, Training.created_at, Training.status,
+    Training.wait_reason, Training.gang, Training.exclusive, Training.host_id, Training.requested_host,
+    Training.gpu_ids, Training.auto_select, Training.requested_count, Training.world_size,
+    Training.memory_estimate, Training.max_runtime_s, Training.preemptible, Training.preempted_by,
+)
+
+
+def queued(sess: Session, limit: int) -> list[Any]:
+    """The first ``limit`` queued trainings in queue order (priority, then age), as rows of ``_QUEUE_COLUMNS``."""
     now = utcnow()
-    stmt = select(Training).where(
+    stmt = select(*_QUEUE_COLUMNS).where(
         Training.status == "queued",
         or_(Training.not_before.is_(None), Training.not_before <= now),
     )
-    if after is not None:
-        p, c, i = after.priority, after.created_at, after.id
-        stmt = stmt.where(or_(
-            Training.priority < p,
-            and_(Training.priority == p, or_(Training.created_at > c, and_(Training.created_at == c, Training.id > i))),
-        ))
     stmt = stmt.order_by(Training.priority.desc(), Training.created_at, Training.id).limit(limit)
-    return list(sess.execute(stmt).scalars())
+    return list(sess.execute(stmt).all())
 
 
-def _queue_pages(settings: Settings, page: int, max_rows: int) -> Iterator[list[Training]]:
-    """The queue in order, a page at a time. Every pass sees the whole queue (up
-    to ``max_rows``): reading only its head would let a few hundred trainings
-    that cannot be placed now starve one behind them that could run at once."""
-    last = None
-    seen = 0
-    while seen < max_rows:
-        with session_scope(settings) as sess:
-            rows = queued(sess, page, last)
-        if not rows:
-            return
-        yield rows
-        seen += len(rows)
-        if len(rows) < page:
-            return
-        last = rows[-1]
+def _queue_pages(settings: Settings, page: int, max_rows: int) -> Iterator[list[Any]]:
+    """The queue in order, in pages. Every pass sees the whole queue (up to
+    ``max_rows``, rounded up to whole pages): reading only its head would let a
+    few hundred trainings that cannot be placed now starve one behind them that
+    could run at once. One statement reads it all: the queue index
+    (``ix_trainings_queue``) hands the rows over in order, where a page at a
+    time re-read the queue for every page."""
+    pages = -(-max_rows // page) if max_rows > 0 else 0
+    if not pages:
+        return
+    with session_scope(settings) as sess:
+        rows = queued(sess, pages * page)
+    for start in range(0, len(rows), page):
+        yield rows[start:start + page]
 
 
 def schedule_pending(
@@ -228,20 +232,25 @@ def _schedule_one(
     return None, reason, None, []
 
 
-def candidate_hosts(sess: Session, settings: Settings, t: Training) -> list[Host]:
-    """The hosts ``t`` may be placed on: its own, the one it names, or every online one."""
+def candidate_hosts(sess: Session, settings: Settings, t: Any) -> list[Any]:
+    """The hosts ``t`` may be placed on: its own, the one it names, or every online one.
+
+    Rows with the host's ``id`` and ``name`` (all that placing needs), not ORM objects: every
+    attempt to place a training reads them, and a fleet has a thousand hosts.
+    """
+    cols = select(Host.id, Host.name, Host.status, Host.last_heartbeat)
     if t.host_id is not None:
-        stmt = select(Host).where(Host.id == t.host_id)
+        stmt = cols.where(Host.id == t.host_id)
     elif t.requested_host:
-        stmt = select(Host).where(Host.name == t.requested_host)
+        stmt = cols.where(Host.name == t.requested_host)
     else:
-        stmt = select(Host).where(Host.status == "online").order_by(Host.name)
+        stmt = cols.where(Host.status == "online").order_by(Host.name)
         # The server chooses: never a host whose heartbeat stopped (no worker is there).
         from gpufleet.scheduling.inputs import host_offline
 
-        hosts = list(sess.execute(stmt).scalars())
+        hosts = sess.execute(stmt).all()
         return [h for h in hosts if not host_offline(h.status, h.last_heartbeat, settings)]
-    return list(sess.execute(stmt).scalars())
+    return list(sess.execute(stmt).all())
 
 
 def _choose(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 GiB = 1024**3
@@ -161,6 +161,29 @@ class HostState:
         """Link matrices by GPU index, computed once per snapshot (recommend reads them)."""
         return PairMatrix.of(self)
 
+    @cached_property
+    def room(self) -> tuple[Room, Room]:
+        """What the free GPUs, and the free or shared ones, have free (``recommend`` bounds hosts by it)."""
+        return Room.of([g for g in self.gpus if g.state == "free"]), \
+            Room.of([g for g in self.gpus if g.state in ("free", "shared")])
+
+
+@dataclass(frozen=True)
+class Room:
+    """Free memory of some GPUs of a host, largest first (``neg``: negated, for bisect), and
+    their memory size when they all have the same (else None)."""
+
+    frees: tuple[int, ...]
+    neg: tuple[int, ...]
+    total: int | None
+
+    @classmethod
+    def of(cls, gpus: list[GPUAvailability]) -> Room:
+        frees = tuple(sorted((g.free_memory for g in gpus), reverse=True))
+        totals = {g.memory_total for g in gpus}
+        total = totals.pop() if len(totals) == 1 else None
+        return cls(frees, tuple(-f for f in frees), total or None)
+
 
 @dataclass(frozen=True)
 class PairMatrix:
@@ -171,21 +194,41 @@ class PairMatrix:
     peer: list[list[bool]]
     pxb: list[list[bool]]
 
+    @cached_property
+    def nvlink_masks(self) -> tuple[int, ...]:
+        """Per GPU index, the bit mask of the GPUs it has NVLinks to."""
+        return tuple(sum(1 << j for j, n in enumerate(row) if n > 0) for row in self.nvl)
+
+    @cached_property
+    def set_tables(self) -> dict[int, Any]:
+        """Per set size, every set's linked score part, filled by ``setbound.set_table``."""
+        return {}
+
     @classmethod
     def of(cls, host: HostState) -> PairMatrix:
         size = max([g.index for g in host.gpus] + [i for pair in host.links for i in pair] + [-1]) + 1
+        # Hosts of one model have one link matrix: built (and its set tables) once.
+        return _pair_matrix(size, frozenset(host.links.items()))
+
+    @classmethod
+    def build(cls, size: int, links: frozenset[tuple[tuple[int, int], LinkInfo]]) -> PairMatrix:
         # Pairs with no link row count as "across the system", without peer access.
         rank = [[3] * size for _ in range(size)]
         nvl = [[0] * size for _ in range(size)]
         peer = [[False] * size for _ in range(size)]
         pxb = [[False] * size for _ in range(size)]
-        for (a, b), link in host.links.items():
+        for (a, b), link in links:
             c = link_rank(link)
             rank[a][b] = rank[b][a] = c
             nvl[a][b] = nvl[b][a] = link.nvlink_count
             peer[a][b] = peer[b][a] = link.peer_access
             pxb[a][b] = pxb[b][a] = c == 1 and (link.pcie_level or "").upper() == "PXB"
         return cls(rank, nvl, peer, pxb)
+
+
+@lru_cache(maxsize=1024)
+def _pair_matrix(size: int, links: frozenset[tuple[tuple[int, int], LinkInfo]]) -> PairMatrix:
+    return PairMatrix.build(size, links)
 
 
 def link_rank(link: LinkInfo | None) -> int:
@@ -208,11 +251,38 @@ class FleetState:
     # GPU model name -> samples/s per GPU that gpufleet measured (weights.py).
     measured_speed: Mapping[str, float] = field(default_factory=dict)
 
+    @cached_property
+    def sizes(self) -> FleetSizes:
+        return FleetSizes.of(self.hosts)
+
     def host(self, name: str) -> HostState | None:
         for h in self.hosts:
             if h.name == name:
                 return h
         return None
+
+
+@dataclass(frozen=True)
+class FleetSizes:
+    """Per count n, the largest memory size that n GPUs of one host all have (0 for unknown sizes)."""
+
+    nth_largest: tuple[int, ...]
+
+    @classmethod
+    def of(cls, hosts: tuple[HostState, ...]) -> FleetSizes:
+        best: list[int] = []
+        for h in hosts:
+            sizes = sorted(((g.memory_total or 0) for g in h.gpus), reverse=True)
+            for n, size in enumerate(sizes):
+                if n == len(best):
+                    best.append(size)
+                elif size > best[n]:
+                    best[n] = size
+        return cls(tuple(best))
+
+    def fits(self, count: int, memory: int) -> bool:
+        """Whether some host has ``count`` GPUs of at least ``memory`` bytes each."""
+        return count <= len(self.nth_largest) and self.nth_largest[count - 1] >= memory
 
 
 @dataclass(frozen=True)
