@@ -53,6 +53,8 @@ def test_sizes_are_binary_and_losses_have_four_significant_digits():
     assert fmt_size(572 * 2**20) == "572 MiB"
     assert fmt_size(1536) == "1.5 KiB"
     assert fmt_size(0) == "0 B" and fmt_size(None) == "-"
+    # 1000 to 1023 of a unit are whole numbers, not "1e+03 MiB" (recommend's total for sae).
+    assert fmt_size(1000 * 2**20) == "1000 MiB" and fmt_size(1023.4 * 2**20) == "1023 MiB"
     assert fmt_loss(0.123456789012345) == "0.1235"
     assert fmt_loss(1.23456789e-05) == "1.235e-05"
     assert fmt_loss(None) == "-"

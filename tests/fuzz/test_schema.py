@@ -50,6 +50,11 @@ MODES = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
 # Cases per operation and mode: about 20 operations make several hundred cases.
 # A longer run: GPUFLEET_TEST_FUZZ_EXAMPLES=200.
 EXAMPLES = int(os.environ.get("GPUFLEET_TEST_FUZZ_EXAMPLES", "10"))
+# How long one case may wait for its answer. The run checks what is answered, not how fast: an
+# estimate is bounded by the server (estimate_budget_s in conftest.py), but after a trace past that
+# budget the estimate process is started again, and importing torch on a loaded machine took longer
+# than schemathesis's default of 10 s (a ReadTimeout on recommend that no server fault caused).
+READ_TIMEOUT_S = 300
 
 
 # A checkpoint of the first seeded training, as a run leaves one (the files routes serve it).
@@ -198,7 +203,7 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN
                 if name in params:
                     params[name] = choices[sent % len(choices)]
             case.path_parameters = params
-        response = case.call_and_validate(headers=headers, checks=CHECKS)
+        response = case.call_and_validate(headers=headers, checks=CHECKS, timeout=READ_TIMEOUT_S)
         if reached is not None and pinned and response.status_code < 300:
             reached.add(f"{operation.method.upper()} {operation.path}")
 

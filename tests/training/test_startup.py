@@ -37,3 +37,23 @@ def test_process_start_is_in_the_past() -> None:
     clock = StartupClock()
     clock.mark("device")
     assert len(clock.seconds()) == len(PHASES)
+
+
+def test_a_warm_launchers_phase_counts_from_the_hand_over(monkeypatch) -> None:  # noqa: ANN001
+    import os
+    import time
+
+    from gpufleet.training import rankenv
+
+    # A rank of a pool launcher: its parent process started long ago, its training 1.5 s before this rank.
+    began = process_start(os.getpid())
+    monkeypatch.setenv(rankenv.RANK_SPAWNED_ENV, "1")
+    monkeypatch.setenv(rankenv.LAUNCH_BEGAN_ENV, repr(began - 1.5))
+    assert StartupClock().seconds()[0] == 1.5
+    # The launcher running its only rank itself: imports count from the hand-over, not from the
+    # process's start in the pool (this test's process started at least its imports ago).
+    monkeypatch.delenv(rankenv.RANK_SPAWNED_ENV)
+    age = time.time() - began
+    monkeypatch.setenv(rankenv.LAUNCH_BEGAN_ENV, repr(time.time()))
+    launcher, imports = StartupClock().seconds()[:2]
+    assert launcher == 0 and imports < age / 2

@@ -180,7 +180,7 @@ def fmt_size(n: float | None) -> str:
         value /= 1024
     if unit == "B":
         return f"{int(value)} B"
-    return f"{value:.3g} {unit}" if abs(value) >= 100 else f"{value:.1f} {unit}"
+    return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.1f} {unit}"
 
 
 def fmt_loss(x: float | None) -> str:

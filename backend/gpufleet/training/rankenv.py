@@ -18,6 +18,9 @@ import os
 
 # Set by the launcher in each rank it spawns: the rank's parent is the launcher (training/startup.py).
 RANK_SPAWNED_ENV = "GPUFLEET_RANK_SPAWNED"
+# Set by a warm launcher (training/warm.py) when it is handed its training: the time (Unix seconds)
+# its launch began, which its process start is not (it waited in the pool before).
+LAUNCH_BEGAN_ENV = "GPUFLEET_LAUNCH_BEGAN"
 # The file whose existence asks a training to checkpoint and stop (training/stopfile.py).
 STOP_FILE_ENV = "GPUFLEET_STOP_FILE"
 # Drills (training/drills.py): make a rank fail, every rank pause, or a rank slow, on purpose.
@@ -38,6 +41,14 @@ def has_torchrun_world() -> bool:
 
 def spawned_by_launcher() -> bool:
     return os.environ.get(RANK_SPAWNED_ENV) == "1"
+
+
+def launch_began() -> float | None:
+    """When a warm launcher was handed this training (Unix seconds); None for a cold launcher."""
+    try:
+        return float(os.environ[LAUNCH_BEGAN_ENV])
+    except (KeyError, ValueError):
+        return None
 
 
 def stop_file() -> str | None:

@@ -4,8 +4,9 @@ Each phase is measured in the rank, in seconds, and reaches the training's
 events once (rank 0 writes a ``startup`` progress line, carried to every rank
 in the first report's all-reduce, so it costs no collective of its own):
 
-- ``launcher``: the launcher process's start to this rank's process start
-  (0 when the launcher runs the only rank itself);
+- ``launcher``: the launcher process's start (a warm launcher's: when it was
+  handed the training) to this rank's process start (0 when the launcher runs
+  the only rank itself);
 - ``imports``: this process's start (interpreter, imports) to the trainer's set-up;
 - ``device``: picking and initialising the device;
 - ``process_group``: joining the process group (0 with one rank);
@@ -47,8 +48,14 @@ class StartupClock:
     def __init__(self) -> None:
         me, parent = process_start(os.getpid()), process_start(os.getppid())
         now = time.time()
+        # A warm launcher (training/warm.py) started long before its training: the launch began when
+        # it was handed the training, for the ranks it spawns and for the one rank it runs itself.
+        handed = rankenv.launch_began()
+        spawned = rankenv.spawned_by_launcher()
+        if handed is not None and not spawned:
+            me = handed
         self.began = me if me is not None else now
-        launcher = parent if parent is not None and rankenv.spawned_by_launcher() else None
+        launcher = (handed or parent) if spawned else None
         self.marks: dict[str, float] = {"launcher": self.began - launcher if launcher else 0.0,
                                         "imports": max(0.0, now - self.began)}
         self._last = now

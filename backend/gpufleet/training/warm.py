@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
-from gpufleet.training import exitcodes
+from gpufleet.training import exitcodes, rankenv
 from gpufleet.training.lifeline import watch_parent
 
 READY = "gpufleet-warm ready"
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     os.close(devnull)
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in job["env"].items()})
+    # The ranks count their launcher's start-up from now, not from this process's start in the pool.
+    os.environ[rankenv.LAUNCH_BEGAN_ENV] = repr(time.time())
     if cuda_initialised():
         print("gpufleet warm: CUDA is initialised; refusing the training", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
