@@ -18,7 +18,7 @@ from functools import lru_cache
 from itertools import combinations
 from math import comb
 
-from gpufleet.scheduling.setbound import CLASS_BASE, RANK_CLASS, host_bound, host_order
+from gpufleet.scheduling.setbound import CLASS_BASE, RANK_CLASS, host_bound, host_order, link_score
 from gpufleet.scheduling.types import (
     Candidate,
     Connection,
@@ -180,18 +180,7 @@ class _HostView:
                     far = True
                 if not peer_a[b]:
                     no_peer = True
-        if count == 1:
-            score = _CLASS_BASE["single"]
-        else:
-            score = _CLASS_BASE[_RANK_CLASS[worst]]
-            if worst == 1 and far:
-                # PIX (one switch) is closer than PXB (several switches).
-                score -= 40.0
-            if worst == 0:
-                # More NVLinks per pair = more bandwidth for the all-reduce.
-                score += min(nvl_sum / (count * (count - 1) / 2), 18.0)
-        if no_peer:
-            score -= 60.0
+        score = link_score(count, worst, nvl_sum, far, no_peer)
         mean_left = sum(self.left[m] for m in members) / count
         broken = sum(self.partners[m] for m in members) - 2 * inner_links
         if self.request.policy == "pack":

@@ -46,12 +46,25 @@ def linked_part(pairs: PairMatrix, members: tuple[int, ...]) -> float:
             nvl_sum += nvl[a][b]
             far = far or pxb[a][b]
             no_peer = no_peer or not peer[a][b]
-    count = len(members)
-    score = CLASS_BASE[RANK_CLASS[worst]]
-    if worst == 1 and far:
-        score -= 40.0
-    if worst == 0:
-        score += min(nvl_sum / (count * (count - 1) / 2), 18.0)
+    return link_score(len(members), worst, nvl_sum, far, no_peer)
+
+
+def link_score(count: int, worst: int, nvl_sum: int, far: bool, no_peer: bool) -> float:
+    """The part of a set's score its links decide: the one formula ``recommend`` scores and this module bounds.
+
+    ``worst`` is the worst connection rank between two members (0 NVLink ..
+    3 system), ``nvl_sum`` the NVLinks summed over pairs, ``far`` whether a
+    pair crosses several PCIe switches (PXB), ``no_peer`` whether a pair
+    lacks peer access.
+    """
+    if count == 1:
+        score = CLASS_BASE["single"]
+    else:
+        score = CLASS_BASE[RANK_CLASS[worst]]
+        if worst == 1 and far:
+            score -= 40.0  # PIX (one switch) is closer than PXB (several switches)
+        if worst == 0:
+            score += min(nvl_sum / (count * (count - 1) / 2), 18.0)  # more NVLinks per pair, more bandwidth
     if no_peer:
         score -= 60.0
     return score
