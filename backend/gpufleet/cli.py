@@ -37,6 +37,7 @@ from gpufleet.commands.tables import make_console
 
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
 
     from gpufleet.api.unixsocket import UnixListener
     from gpufleet.config import Settings
@@ -132,7 +133,7 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
            link: bool, workers: int) -> None:
     from gpufleet.commands.api_processes import run_processes
     from gpufleet.commands.local_access import sign_in_hint, sockets
-    from gpufleet.commands.serving import stop_worker
+    from gpufleet.commands.serving import StopNotice, stop_worker
 
     embedded = None
     if worker and settings.redis_url is None and settings.embedded_worker:
@@ -146,21 +147,23 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
     console.print(sign_in_hint(settings, link), soft_wrap=True)
+    notice = StopNotice(settings, console)
     try:
         if workers > 1:
             run_processes(settings, workers, lambda _i: _uvicorn(settings, sockets(sock, unix), forked=True), console)
         else:
-            _uvicorn(settings, sockets(sock, unix), forked=False)
+            _uvicorn(settings, sockets(sock, unix), forked=False, on_stop=notice.began)
     finally:
         if unix is not None:
             unix.close()
         if embedded is not None:
             # The worker asks each training to checkpoint and requeues it as
             # interrupted; give it the whole grace (Ctrl-C reached it already).
-            stop_worker(settings, embedded, console)
+            stop_worker(settings, embedded, console, notice.here)
 
 
-def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool) -> None:
+def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool,
+             on_stop: Callable[[], None] | None = None) -> None:
     """One API process: the app with its background loops, under uvicorn, on the sockets bound already."""
     import logging
 
@@ -191,8 +194,7 @@ def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool) -
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     # Said at once on Ctrl-C: closing connections and stopping the worker can take a while. A forked
     # process hears Ctrl-C twice (from the terminal and from its parent): once is a stop, not a forced one.
-    srv = server(config, on_stop=(lambda: None) if forked else
-                 (lambda: console.print("stopping: closing connections…", highlight=False)), repeat_forces=not forked)
+    srv = server(config, on_stop=on_stop or (lambda: None), repeat_forces=not forked)
     srv.run(sockets=listening)
 
 

@@ -79,3 +79,25 @@ def test_history_fills_one_row_per_gpu_per_interval_and_training_rows_carry_its_
     live = {x.index: x for x in read_live_samples(s)}
     assert sorted(live) == [0, 1, 2, 3] and live[1].job_id == tid
     assert [p.pid for p in live[3].foreign_processes] == [fpid]
+
+
+def test_the_round_that_meets_the_stop_is_written_too(agent_settings):
+    """The writer sees the stop too and may flush and end while the agent's last round still adds samples."""
+    s = agent_settings
+    agent = Agent(s, threading.Event())
+    sample = agent.round
+
+    def round_that_meets_the_stop():  # noqa: ANN202
+        if agent.rounds == 3:
+            agent.stop_event.set()
+            for t in agent._threads:  # the writer has made its last flush and ended
+                t.join(30)
+        return sample()
+
+    agent.round = round_that_meets_the_stop
+    agent.run()
+    assert agent.rounds == 4
+    with session_scope(s) as sess:
+        stamps = sess.scalars(select(GPUMetricsHistory.timestamp).where(
+            GPUMetricsHistory.host_id == agent.host_id)).all()
+    assert len(set(stamps)) == agent.rounds  # every round, the last one too

@@ -84,9 +84,31 @@ def _trainings_here(settings: Settings, ids: list[uuid.UUID] | None = None) -> l
         return []
 
 
-def stop_worker(settings: Settings, worker: EmbeddedWorker, console: Console) -> None:
-    """Stop the embedded worker, saying which trainings it waits for and how each ended."""
-    here = _trainings_here(settings)
+class StopNotice:
+    """What the first Ctrl-C says at once, and which trainings were on this host at that moment.
+
+    The embedded worker is in serve's process group, so the same Ctrl-C
+    reaches it and it starts checkpointing and requeueing at once; by the
+    time the connections are closed a training may be back in the queue
+    already. The list is therefore taken when the signal arrives, not after.
+    """
+
+    def __init__(self, settings: Settings, console: Console) -> None:
+        self.settings = settings
+        self.console = console
+        self.here: list[tuple[uuid.UUID, str, str]] | None = None
+
+    def began(self) -> None:
+        self.console.print("stopping: closing connections…", highlight=False)
+        if self.here is None:
+            self.here = _trainings_here(self.settings)
+
+
+def stop_worker(settings: Settings, worker: EmbeddedWorker, console: Console,
+                here: list[tuple[uuid.UUID, str, str]] | None = None) -> None:
+    """Stop the embedded worker, saying which trainings it waits for (``here``: those on this host when
+    the stop began; read now if not given) and how each ended."""
+    here = _trainings_here(settings) if here is None else here
     grace = settings.stop_grace_s
     if here:
         names = ", ".join(f"{name} ({str(tid)[:8]})" for tid, name, _ in here)

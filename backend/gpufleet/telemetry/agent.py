@@ -157,6 +157,17 @@ class Agent:
             self.sampler.close()
             for t in self._threads:
                 t.join(timeout=15)
+            self._write_last_round()
+
+    def _write_last_round(self) -> None:
+        """Write what a round added after the writer's own last flush: the writer sees the stop too,
+        and may have flushed and ended while this thread's last round was still adding its samples."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.flush()
+        except Exception:  # noqa: BLE001 - the database is away at shutdown; nothing more can be done
+            log.warning("stopping with the last round's metric rows unwritten")
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self.run, name="gpufleet-agent", daemon=True)
