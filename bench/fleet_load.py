@@ -9,7 +9,11 @@ rows written/s, Redis commands/s; then the per-host cost from the two sizes
 and its extrapolation to 8 and 64 hosts (docs/scaling.md uses these).
 
     GPUFLEET_TEST_DATABASE_URL=postgresql+psycopg://... GPUFLEET_TEST_REDIS_URL=redis://... \\
-        python bench/fleet_load.py [--window 15]
+        python bench/fleet_load.py [--window 15] [--sizes 2,4] [--idle-only 32]
+
+``--idle-only N`` adds a fleet of N idle hosts (no training across them: N
+ranks need more cores than a small machine has) and prints what the slope
+of the first two sizes predicted for it.
 
 The Redis instance should be this run's alone: its command count is global.
 """
@@ -60,7 +64,7 @@ def _window(settings, r: redis.Redis, seconds: float) -> tuple[float, float, flo
     return tuple((y - x) / (seconds + 1.5) for x, y in zip(a, b))  # type: ignore[return-value]
 
 
-def measure(n: int, db_url: str, redis_url: str, window: float) -> tuple[tuple, tuple]:
+def measure(n: int, db_url: str, redis_url: str, window: float, training: bool = True) -> tuple[tuple, tuple | None]:
     from gpufleet.jobs.scheduler_loop import start as start_scheduler
 
     with scratch_settings(db_url) as scratch, tempfile.TemporaryDirectory(prefix="gpufleet-load-") as d:
@@ -84,9 +88,14 @@ def measure(n: int, db_url: str, redis_url: str, window: float) -> tuple[tuple, 
             start_scheduler(hosts[0], stop)
             time.sleep(3)
             idle = _window(hosts[0], r, window)
+            print(f"{n} hosts  idle: {idle[0]:7.1f} PG tx/s {idle[1]:7.1f} rows/s {idle[2]:7.1f} Redis cmd/s", flush=True)
+            if not training:
+                return idle, None
             with session_scope(hosts[0]) as sess:
+                # The global batch divides among the n ranks (one per host).
+                config = dict(CONFIG, global_batch_size=CONFIG["global_batch_size"] * max(1, n // 16))
                 view = service.create(sess, hosts[0], TrainingCreate(
-                    name="load", recipe="mlp", config=CONFIG, hosts=n, gpus_per_host=1), "bench")
+                    name="load", recipe="mlp", config=config, hosts=n, gpus_per_host=1), "bench")
                 tid = view.training.id
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
@@ -120,15 +129,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window", type=float, default=15.0)
     ap.add_argument("--sizes", default="2,4")
+    ap.add_argument("--idle-only", type=int, default=0, metavar="N",
+                    help="also measure N idle hosts, with no training (a training across many hosts needs "
+                         "more cores than a small machine has; the idle fleet does not)")
     args = ap.parse_args()
     db_url = os.environ["GPUFLEET_TEST_DATABASE_URL"]
     redis_url = os.environ["GPUFLEET_TEST_REDIS_URL"]
     results = {}
     for n in (int(x) for x in args.sizes.split(",")):
         results[n] = measure(n, db_url, redis_url, args.window)
-        idle, run = results[n]
-        print(f"{n} hosts  idle: {idle[0]:7.1f} PG tx/s {idle[1]:7.1f} rows/s {idle[2]:7.1f} Redis cmd/s   "
-              f"training across all: {run[0]:7.1f} PG tx/s {run[1]:7.1f} rows/s {run[2]:7.1f} Redis cmd/s")
+        run = results[n][1]
+        print(f"{n} hosts  training across all: {run[0]:7.1f} PG tx/s {run[1]:7.1f} rows/s {run[2]:7.1f} Redis cmd/s")
+    if args.idle_only:
+        n = args.idle_only
+        idle, _ = measure(n, db_url, redis_url, args.window, training=False)
+        if results:
+            (n1, (i1, _r1)), (n2, (i2, _r2)) = sorted(results.items())[:2]
+            slope = [(y - x) / (n2 - n1) for x, y in zip(i1, i2)]
+            guess = [x + s * (n - n1) for x, s in zip(i1, slope)]
+            print(f"{n} hosts idle, as the {n1}- and {n2}-host slope predicted: "
+                  f"{guess[0]:7.1f} PG tx/s {guess[1]:7.1f} rows/s {guess[2]:7.1f} Redis cmd/s")
     if len(results) >= 2:
         (n1, (i1, r1)), (n2, (i2, r2)) = sorted(results.items())[:2]
         print(f"\nper host (slope between {n1} and {n2} hosts), and extrapolated:")
