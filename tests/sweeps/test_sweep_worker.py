@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import select
@@ -24,6 +24,17 @@ def _sweep(c, sid):
     r = c.get(f"/api/v1/sweeps/{sid}")
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def _utc(d: datetime) -> datetime:
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
+
+
+def _first_end(c, tid) -> datetime:  # noqa: ANN001
+    """When a trial's training first ended (at its first rung, for one promoted after)."""
+    events = c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+    return min(_utc(datetime.fromisoformat(e["time"])) for e in events
+               if e["kind"] == "status" and e["status"] in ("succeeded", "cancelled", "failed"))
 
 
 def _allocations(s, sid):
@@ -95,10 +106,12 @@ def test_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_pa
     assert all(by_lr[lr]["step"] == 4 for lr in (0.00001, 0.000001))
     with session_scope(s) as sess:
         rows = {t.config["lr"]: t for t in sess.scalars(select(Training).where(Training.sweep_id == uuid.UUID(sid)))}
-        # Two at a time: the last two started on GPUs the first two freed at the rung.
+        # Two at a time: the last two started on GPUs the first two freed at the rung. (Which trials come
+        # first is the sampler's draw; a promoted one's finished_at is its last end, so take its first.)
         first = sorted(rows.values(), key=lambda t: t.created_at)[:2]
         later = sorted(rows.values(), key=lambda t: t.created_at)[2:]
-        assert all(t.created_at >= min(f.finished_at or datetime.max for f in first) for t in later)
+    freed = min(_first_end(c, t.id) for t in first)
+    assert all(_utc(t.created_at) >= freed for t in later)
     for lr in (0.05, 0.02):
         events = c.get(f"/api/v1/trainings/{by_lr[lr]['training_id']}/events").json()["data"]
         assert any("resumed" in (e["reason"] or "") for e in events), events
