@@ -69,11 +69,11 @@ def test_a_launcher_exits_once_its_workers_pipe_closes(tmp_path):
 
 def test_a_launcher_dies_with_the_process_that_started_it(tmp_path):
     pid_file = tmp_path / "pid"
-    # The worker starts the launcher, then dies before it (as by SIGKILL).
-    worker = (f"import subprocess, sys, time\n"
-              f"subprocess.Popen([sys.executable, '-c', {HOLD!r}, {str(pid_file)!r}, 'spec.json'])\n"
-              f"while not __import__('pathlib').Path({str(pid_file)!r}).exists(): time.sleep(0.01)\n"
-              f"time.sleep(1)\n")
+    # The worker starts the launcher, waits until the launcher is tied to it, then dies before it.
+    worker = (f"import subprocess, sys\n"
+              f"p = subprocess.Popen([sys.executable, '-c', {HOLD!r}, {str(pid_file)!r}, 'spec.json'],"
+              f" stdout=subprocess.PIPE, text=True)\n"
+              f"assert p.stdout.readline().strip() == 'spec spec.json'\n")
     subprocess.run([sys.executable, "-c", worker], timeout=120, check=True)
     launcher = int(pid_file.read_text())
     assert _gone_within(launcher, 30), "the launcher outlived the worker that started it"
