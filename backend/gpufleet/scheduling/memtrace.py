@@ -289,11 +289,13 @@ def trace_step(
                            amp=autocast_dtype(precision), micro_batches=max(1, min(accum_steps, 2)),
                            grad_clip=grad_clip)
             peaks, ends, phases = [], [], (PhasePeak(), PhasePeak(), 0)
-            for _ in range(max(2, steps)):
+            for i in range(max(2, steps)):
                 fb, st, saved = step()
                 peaks.append(max(fb.peak, st.peak))
                 ends.append(len(tracker.events or ()))
-                if peaks[-1] >= max(phases[0].peak, phases[1].peak):
+                # The steady state: the highest step once AdamW's states exist (step 1 creates
+                # them, and its peak counts them as temporaries).
+                if i == 1 or (i > 1 and peaks[-1] > max(phases[0].peak, phases[1].peak)):
                     phases = (fb, st, saved)
             param_list = list(model.parameters())
             return StepTrace(
