@@ -27,6 +27,7 @@ LAYERS = [
     {"wire"},
     {"sweeps"},
     {"jobs"},
+    {"pools"},
     {"api", "client", "commands", "cli"},
 ]
 # The package root is the facade for training code (`gpufleet.report`,
