@@ -61,6 +61,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=500
 GresTypes=gpu
 MpiDefault=none
 ReturnToService=2
@@ -88,6 +89,22 @@ EOF
     done
   done
   echo "PartitionName=$partition Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
+}
+
+start_slurmd() {
+  # SLURM_SIM_SHADOW=FOLDER:CHILD: jobs must run an interpreter under FOLDER, which other accounts may
+  # not enter (pyenv under /root). slurmd then runs in a mount namespace of its own where FOLDER is a
+  # copy of mode 0711 holding only CHILD, so a job as any account reaches the interpreter and nothing
+  # else of FOLDER; nothing outside slurmd and its jobs changes.
+  if [ -n "${SLURM_SIM_SHADOW:-}" ]; then
+    local folder=${SLURM_SIM_SHADOW%%:*} child=${SLURM_SIM_SHADOW#*:} shadow=$dir/shadow
+    mkdir -p "$shadow/$(basename "$child")"
+    chmod 711 "$shadow"
+    unshare --mount --propagation private sh -c 'mount --bind "$1" "$2" && mount --rbind "$3" "$4" && exec slurmd -N "$5"' \
+      sh "$child" "$shadow/$(basename "$child")" "$shadow" "$folder" "$1"
+  else
+    slurmd -N "$1"
+  fi
 }
 
 start_munge() {
@@ -121,7 +138,7 @@ start)
   start_munge
   alive "$dir/slurmctld.pid" || slurmctld -c -i
   for i in $(seq "$nodes"); do
-    alive "$dir/slurmd-sim$i.pid" || slurmd -N "sim$i"
+    alive "$dir/slurmd-sim$i.pid" || start_slurmd "sim$i"
   done
   wait_idle "$nodes"
   echo "export SLURM_CONF=$dir/slurm.conf"

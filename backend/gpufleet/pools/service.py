@@ -91,6 +91,14 @@ def get(sess: Session, name: str) -> Pool:
     return pool
 
 
+def get_root(settings: Settings, name: str) -> str:
+    """Pool ``name``'s checkpoint root."""
+    from gpufleet.db.session import session_scope
+
+    with session_scope(settings) as sess:
+        return get(sess, name).checkpoint_root
+
+
 def remove(sess: Session, name: str) -> None:
     pool = get(sess, name)
     busy = sess.scalar(select(Training.id).where(Training.pool == name,

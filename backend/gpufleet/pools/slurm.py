@@ -94,9 +94,13 @@ def _split(line: str, n: int) -> list[str] | None:
 
 
 def _exit(text: str) -> tuple[int | None, int | None]:
-    code, _, sig = text.partition(":")
+    """``squeue``'s exit code is the raw wait status (``3328`` is exit 13); ``sacct``'s is ``13:0``."""
+    code, colon, sig = text.partition(":")
     try:
-        return int(code), int(sig or 0)
+        value = int(code)
+        if colon:
+            return value, int(sig or 0)
+        return value >> 8, value & 0x7F
     except ValueError:
         return None, None
 
