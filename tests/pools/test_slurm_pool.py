@@ -7,6 +7,7 @@ events, metrics and log say, and what Slurm itself says of the job.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import uuid
@@ -21,7 +22,8 @@ from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.pools import loop, service
 from gpufleet.trainings import service as trainings
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.trainings.request import TrainingCreate, TrainingResume
+from gpufleet.trainings.resume import resume
 from gpufleet.users.accounts import add_user
 from support.fleet import make_settings, wait_for
 from support.slurm import PARTITION, slurm, slurm_cluster  # noqa: F401 - the fixture
@@ -104,15 +106,30 @@ def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member) -> No
     # The job's output reached the training's log.
     assert f"Slurm job {job.job_id} on sim1" in log_path(pool_settings, tid).read_text()
 
+    # Resume: a new job, which continues from the newest checkpoint (step 6), not from the start.
+    with write_session(pool_settings) as sess:
+        resume(sess, tid, TrainingResume(config={"max_steps": 9}), member.pw_name)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the resumed job")
+    assert t.status == "succeeded" and t.step == 9, t.status_reason
+    second = _job(pool_settings, tid)
+    assert second.attempt == job.attempt + 1 and second.job_id != job.job_id
+    lines = [json.loads(x) for x in (ckpt.parent / f"progress-{second.attempt}.jsonl").read_text().splitlines()]
+    assert [(x["step"], Path(x["path"]).name) for x in lines if x["type"] == "resume"] == [(6, "step-6")]
+
 
 def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings, member) -> None:  # noqa: ANN001
     blocker = slurm("sbatch", "--parsable", "--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 120").strip()
     try:
         tid = _submit(pool_settings, member.pw_name, "waits", TINY)
         t = _until(pool_settings, tid, lambda t: t.wait_reason and "pending" in t.wait_reason, "a pending reason")
-        assert t.status == "queued"
-        assert "waiting for free GPUs on the partition's nodes (Slurm: Resources)" in t.wait_reason
         job = _job(pool_settings, tid)
+
+        def slurms_own() -> str:  # what Slurm gives as the reason now (None, then Priority or Resources)
+            return slurm("squeue", "-h", "-j", job.job_id, "-o", "%r").strip()
+        t = _until(pool_settings, tid, lambda t: f"(Slurm: {slurms_own()})" in (t.wait_reason or ""),
+                   "the wait reason to be Slurm's")
+        assert t.status == "queued" and t.wait_reason.startswith(f"Slurm job {job.job_id} is pending: ")
+        assert slurms_own() in ("Resources", "Priority")
         with write_session(pool_settings) as sess:
             assert trainings.cancel(sess, tid, member.pw_name).status == "cancelled"
         wait_for(lambda: loop.step(pool_settings) or "CANCELLED" in slurm(
@@ -121,11 +138,22 @@ def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings
         slurm("scancel", blocker)
 
 
-def test_scancel_from_outside_ends_the_training_cancelled_with_the_reason(pool_settings, member) -> None:  # noqa: ANN001
-    tid = _submit(pool_settings, member.pw_name, "long", {**TINY, "max_steps": 100000, "checkpoint_every": 50})
-    _until(pool_settings, tid, lambda t: t.status == "running" and t.step > 0, "the job to run and report steps")
-    slurm("scancel", _job(pool_settings, tid).job_id)
-    t = _until(pool_settings, tid, lambda t: t.status != "running", "the training to end")
+def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_settings, member) -> None:  # noqa: ANN001
+    """Two trainings at once on the node's two GPUs: one cancelled in gpufleet, one by scancel outside it."""
+    long = {**TINY, "max_steps": 1000000, "checkpoint_every": 1000000}
+    ours = _submit(pool_settings, member.pw_name, "ours", long)
+    theirs = _submit(pool_settings, member.pw_name, "theirs", long)
+    for tid in (ours, theirs):
+        _until(pool_settings, tid, lambda t: t.status == "running" and t.step > 0, "the job to run and report steps")
+    with write_session(pool_settings) as sess:
+        trainings.cancel(sess, ours, member.pw_name)
+    slurm("scancel", _job(pool_settings, theirs).job_id)
+    t = _until(pool_settings, ours, lambda t: t.status != "running", "the cancelled training to end")
+    assert t.status == "cancelled" and "was signalled and stopped" in t.status_reason, t.status_reason
+    # SIGTERM is the stop contract: the ranks checkpointed before they stopped.
+    ckpt = Path(service.get_root(pool_settings, "cluster")) / str(ours) / "checkpoints"
+    assert any(p.name.startswith("step-") for p in ckpt.iterdir())
+    t = _until(pool_settings, theirs, lambda t: t.status != "running", "the scancelled training to end")
     assert t.status == "cancelled"
     assert "was cancelled outside gpufleet" in t.status_reason
 

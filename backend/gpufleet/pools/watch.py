@@ -149,10 +149,11 @@ def _finished(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: 
         cancel_requested = sess.scalar(select(Training.cancel_requested).where(Training.id == t.id))
     if state.state == "COMPLETED" and code == 0:
         status, reason = "succeeded", f"Slurm job {job.job_id} completed"
+    elif cancel_requested:
+        status, reason = "cancelled", f"cancelled: Slurm job {job.job_id} was signalled and stopped (exit code {code})"
     elif state.state == "CANCELLED":
         status = "cancelled"
-        reason = (f"cancelled; Slurm job {job.job_id} stopped" if cancel_requested or t.status == "cancelled" else
-                  f"Slurm job {job.job_id} was cancelled outside gpufleet (scancel, or a Slurm administrator)")
+        reason = f"Slurm job {job.job_id} was cancelled outside gpufleet (scancel, or a Slurm administrator)"
     elif state.state in REQUEUED_STATES:
         status, reason = "queued", f"Slurm preempted or requeued job {job.job_id}; resubmitted from the newest checkpoint"
     elif state.state == "TIMEOUT":
