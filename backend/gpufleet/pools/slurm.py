@@ -79,7 +79,8 @@ def submit(script: str, account: str, args: list[str], workdir: str) -> str:
 
 
 def cancel(job_id: str, *, signal: str | None = None, account: str | None = None) -> None:
-    argv = ["scancel", *([f"--signal={signal}", "--full"] if signal else []), job_id]
+    # A signal goes to the job steps (the ranks) only: the batch shell runs srun, which would abort the step.
+    argv = ["scancel", *([f"--signal={signal}"] if signal else []), job_id]
     try:
         _run(argv)
     except SlurmError:
