@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -26,7 +27,7 @@ from gpufleet.trainings.request import TrainingCreate, TrainingResume
 from gpufleet.trainings.resume import resume
 from gpufleet.users.accounts import add_user
 from support.fleet import make_settings, wait_for
-from support.slurm import PARTITION, slurm, slurm_cluster  # noqa: F401 - the fixture
+from support.slurm import PARTITION, SCRIPT, slurm, slurm_cluster  # noqa: F401 - the fixture
 from support.unix import short_name, unix_account
 
 TINY = {"max_steps": 6, "global_batch_size": 8, "checkpoint_every": 3, "synthetic_samples": 64}
@@ -65,7 +66,7 @@ def _row(settings, tid: uuid.UUID) -> Training:  # noqa: ANN001
         return t
 
 
-def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 90) -> Training:  # noqa: ANN001
+def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 240) -> Training:  # noqa: ANN001
     def check() -> Training | None:
         loop.step(settings)
         t = _row(settings, tid)
@@ -86,8 +87,11 @@ def _job(settings, tid: uuid.UUID) -> PoolJob:  # noqa: ANN001
         return job
 
 
-def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member) -> None:  # noqa: ANN001
+def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm_cluster) -> None:  # noqa: ANN001,F811
     tid = _submit(pool_settings, member.pw_name, "on-slurm", TINY)
+    _until(pool_settings, tid, lambda t: t.status != "queued", "the job to start")
+    # slurmctld restarted while the job runs: it recovers its jobs from its saved state, and nothing is lost.
+    subprocess.run(["bash", str(SCRIPT), "restart-ctld", str(slurm_cluster)], check=True, timeout=60)
     t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
     assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid))
     job = _job(pool_settings, tid)
