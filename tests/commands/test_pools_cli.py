@@ -18,7 +18,7 @@ from support.slurm import PARTITION, slurm_cluster  # noqa: F401 - the fixture
 
 def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*gpufleet(), *args], env={**serve_env(data_dir), "GPUFLEET_SERVER": url},
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa: ANN001,F811

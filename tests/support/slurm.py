@@ -55,7 +55,7 @@ def slurm_cluster() -> Iterator[Path]:
     home.chmod(0o755)
     env = {**os.environ, **shadow_for_jobs()}
     done = subprocess.run(["bash", str(SCRIPT), "start", str(home)], capture_output=True, text=True, timeout=120,
-                          env=env)
+                          env=env, check=False)
     if done.returncode != 0:
         pytest.fail(f"the test Slurm cluster did not start: {done.stderr}")
     before = os.environ.get("SLURM_CONF")
@@ -63,7 +63,7 @@ def slurm_cluster() -> Iterator[Path]:
     try:
         yield home
     finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", str(home)], capture_output=True, timeout=60)
+        subprocess.run(["bash", str(SCRIPT), "stop", str(home)], capture_output=True, timeout=60, check=False)
         if before is None:
             os.environ.pop("SLURM_CONF", None)
         else:

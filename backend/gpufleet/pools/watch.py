@@ -103,10 +103,11 @@ def _pending(settings: Settings, job: PoolJob, t: Training, state: slurm.JobStat
     words = f"Slurm job {job.job_id} is pending: {slurm.reason_words(state.reason)}"
     with write_session(settings) as sess:
         sess.execute(update(PoolJob).where(PoolJob.id == job.id).values(state="PENDING", reason=state.reason))
-        sess.execute(update(Training).where(Training.id == t.id, Training.status == "queued",
-                                            Training.attempt == job.attempt).values(wait_reason=words))
-        record_event(sess, t.id, "wait", status="queued", reason=words,
-                     data={"job_id": job.job_id, "slurm_reason": state.reason})
+        still = sess.execute(update(Training).where(Training.id == t.id, Training.status == "queued",
+                                                    Training.attempt == job.attempt).values(wait_reason=words))
+        if still.rowcount == 1:  # not for a training cancelled meanwhile (its job is being cancelled)
+            record_event(sess, t.id, "wait", status="queued", reason=words,
+                         data={"job_id": job.job_id, "slurm_reason": state.reason})
 
 
 def _running(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm.JobState) -> None:
