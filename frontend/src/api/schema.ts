@@ -252,6 +252,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Pools
+         * @description Every pool, with its partition's nodes, GPUs and state as Slurm reports them now.
+         */
+        get: operations["pools-list"];
+        put?: never;
+        /**
+         * Create Pool
+         * @description Add a Slurm partition as a pool (admins only); the cluster must answer and have the partition.
+         */
+        post: operations["pools-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Pool */
+        get: operations["pools-get"];
+        put?: never;
+        post?: never;
+        /** Delete Pool */
+        delete: operations["pools-delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/quotas": {
         parameters: {
             query?: never;
@@ -1752,6 +1794,107 @@ export interface components {
              */
             type: "update";
         };
+        /** PoolCreate */
+        PoolCreate: {
+            /**
+             * Account
+             * @description the Slurm account (--account) its jobs are charged to
+             */
+            account?: string | null;
+            /**
+             * Checkpoint Root
+             * @description a folder on the cluster's shared file system that this host sees at the same path: each training's checkpoints, progress and job output
+             */
+            checkpoint_root?: string | null;
+            /**
+             * Gpu Memory Mb
+             * @description memory of one of its GPUs
+             */
+            gpu_memory_mb?: number | null;
+            /** Gpu Model */
+            gpu_model?: string | null;
+            /** Gpus Per Node */
+            gpus_per_node?: number | null;
+            /**
+             * Kind
+             * @description the pool's scheduler: slurm
+             * @default slurm
+             */
+            kind: string;
+            /** Name */
+            name: string;
+            /** Partition */
+            partition: string;
+            /**
+             * Python
+             * @description the Python with gpufleet installed on the nodes (default: this server's)
+             */
+            python?: string | null;
+        };
+        /** PoolNode */
+        PoolNode: {
+            /**
+             * Cpus
+             * @description allocated/idle/other/total, as sinfo's CPUsState
+             */
+            cpus: string;
+            /** Gres */
+            gres: string;
+            /** Gres Used */
+            gres_used: string;
+            /** Name */
+            name: string;
+            /** State */
+            state: string;
+        };
+        /** PoolPublic */
+        PoolPublic: {
+            /** Account */
+            account?: string | null;
+            /** Checkpoint Root */
+            checkpoint_root: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Error
+             * @description why the nodes could not be read
+             */
+            error?: string | null;
+            /** Gpu Memory */
+            gpu_memory?: number | null;
+            /** Gpu Model */
+            gpu_model?: string | null;
+            /** Gpus Per Node */
+            gpus_per_node?: number | null;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Kind */
+            kind: string;
+            /** Name */
+            name: string;
+            /**
+             * Nodes
+             * @description the partition's nodes now; null when Slurm did not answer
+             */
+            nodes?: components["schemas"]["PoolNode"][] | null;
+            /** Partition */
+            partition: string;
+            /** Python */
+            python: string;
+        };
+        /** PoolsPublic */
+        PoolsPublic: {
+            /** Count */
+            count: number;
+            /** Data */
+            data: components["schemas"]["PoolPublic"][];
+        };
         /** ProblemPublic */
         ProblemPublic: {
             /** Code */
@@ -2501,6 +2644,11 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Pool
+             * @description run in this pool (a Slurm partition an admin added) instead of the team's hosts
+             */
+            pool?: string | null;
+            /**
              * Preemptible
              * @description a higher-priority training may checkpoint and stop it to take its GPUs (it resumes later, no restart counted); omit for the server's default: yes for members, no for admins. false needs the non_preemptible permission for members (else a 403)
              */
@@ -2791,6 +2939,11 @@ export interface components {
             owner: string;
             /** Peak Memory Per Rank */
             peak_memory_per_rank: number[] | null;
+            /**
+             * Pool
+             * @description the pool (a Slurm partition) it runs in; null: the team's hosts
+             */
+            pool?: string | null;
             /**
              * Preempted By
              * @description running: the training that asked it to checkpoint and stop; preempted: the training its GPUs are kept for
@@ -4466,6 +4619,380 @@ export interface operations {
                 };
             };
             /** @description Already so, or not so */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "pools-list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolsPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The request contains a NUL character */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "pools-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PoolCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The name is taken, or the cluster does not answer */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "pools-get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a pool's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such pool */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "pools-delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a pool's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such pool */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description It still has trainings */
             409: {
                 headers: {
                     [name: string]: unknown;
