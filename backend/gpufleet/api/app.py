@@ -34,6 +34,7 @@ from gpufleet.api.routes import (
     system,
     training_files,
     trainings,
+    users,
     webhooks,
 )
 from gpufleet.api.proxy import SessionProxy
@@ -65,6 +66,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     sweeps.router,
     sharing.router,
     runas.router,
+    users.router,
     webhooks.router,
     ws.router,
 )
