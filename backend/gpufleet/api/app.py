@@ -35,6 +35,7 @@ from gpufleet.api.routes import (
     system,
     training_files,
     trainings,
+    users,
     webhooks,
 )
 from gpufleet.api.proxy import SessionProxy
@@ -67,6 +68,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     sweeps.router,
     sharing.router,
     runas.router,
+    users.router,
     webhooks.router,
     ws.router,
 )
