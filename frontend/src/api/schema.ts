@@ -756,7 +756,7 @@ export interface paths {
         };
         /**
          * List Team Tokens
-         * @description Every API token by its prefix; the secrets are never stored (admins only).
+         * @description API tokens by their prefix, the secrets are never stored: every one for admins, one's own for others.
          */
         get: operations["tokens-list"];
         put?: never;
@@ -1008,7 +1008,7 @@ export interface paths {
         };
         /**
          * List Team
-         * @description Every user with role, permissions, Unix account, live tokens and groups (admins only).
+         * @description Every user with role, permissions, Unix account, live tokens and groups (anyone signed in reads the team).
          */
         get: operations["users-list"];
         put?: never;
@@ -7781,15 +7781,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
-            403: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
             /** @description Request body too large */
             413: {
                 headers: {
@@ -9254,15 +9245,6 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
-                };
-            };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
-            403: {
                 headers: {
                     [name: string]: unknown;
                 };
