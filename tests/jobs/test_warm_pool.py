@@ -181,12 +181,14 @@ def test_a_members_pool_closes_once_the_member_stops_starting_work(tmp_path: Pat
         home.mkdir()
         os.chown(home, entry.pw_uid, entry.pw_gid)
         account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
-        iso = plan(load_settings(data_dir=tmp_path / "data"), account, "recipe", tmp_path / "r", tmp_path / "c")
+        s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpt")
+        iso = plan(s, account, "recipe", tmp_path / "r", tmp_path / "c")
         pool = warmpool.WarmPool(1, _env(), Isolation(account=account, sandboxed=iso.sandboxed, read=iso.read,
-                                                      hidden=iso.hidden, home=home), keep_s=20.0)
+                                                      hidden=iso.hidden, home=home), keep_s=600.0)
         try:
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's launcher ready")
             pids = pool.pids()
+            pool.keep_s = 1.0  # the member has started nothing for longer than that now
             wait_for(lambda: pool.closed, 60, "the idle member's pool closed")
             assert pool.pids() == [] and not any(_alive(p) for p in pids)
         finally:
