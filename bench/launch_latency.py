@@ -137,7 +137,7 @@ class Stack:
         self.worker = start_embedded_worker(self.settings)
         while not self.server.started:
             time.sleep(0.05)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300)  # a loaded machine answers slowly
         self.taken = 0  # warm launchers taken so far
 
     def run(self, recipe: str) -> tuple[float, float]:

@@ -184,7 +184,7 @@ print("done", flush=True)
 '''
 
 
-def _event_time(c, tid, text: str) -> datetime:  # noqa: ANN001
+def _event_time(c, tid, text: str) -> datetime:
     events = c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
     return next(_utc(datetime.fromisoformat(e["time"])) for e in events if text in (e["reason"] or ""))
 
