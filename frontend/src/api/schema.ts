@@ -1185,8 +1185,18 @@ export interface components {
         /**
          * Asha
          * @description Early stopping (Optuna's SuccessiveHalvingPruner): trials compared at min_steps, x factor, x factor^2, ...
+         *
+         *     Asynchronous by default: a trial's value at a rung is judged as soon as it is reported, against the
+         *     values already recorded there, and the trial goes on in the same process or is stopped at once.
+         *     ``sync``: every trial stops at each rung and waits until all have reached it; those promoted resume
+         *     from their checkpoint (a result that does not hang on which trial ran faster; recipes only).
          */
         Asha: {
+            /**
+             * Max Steps
+             * @description a script trial's whole length in steps (rungs stop below it)
+             */
+            max_steps?: number | null;
             /**
              * Min Steps
              * @description the first rung: every trial runs this many steps
@@ -1198,6 +1208,12 @@ export interface components {
              * @default 2
              */
             reduction_factor: number;
+            /**
+             * Sync
+             * @description stop at each rung and decide once every trial got there
+             * @default false
+             */
+            sync: boolean;
         };
         /** BatchItem */
         BatchItem: {
