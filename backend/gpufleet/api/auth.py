@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fastapi import HTTPException, WebSocket
 from sqlalchemy.exc import OperationalError
 
-from gpufleet.api.security.origins import is_cross_site, origin_allowed
+from gpufleet.api.security.origins import is_cross_site, not_json_refusal, origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.security.signing import sign, unsign
@@ -42,9 +42,18 @@ from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "gpufleet_session"
+# Over https the cookie is host-only (the browser refuses a __Host- cookie with a Domain, another Path or no
+# Secure), so no sibling host name (a notebook's, say) can set or replace it. Plain http (a loopback
+# install) cannot use the prefix; there the name is SESSION_COOKIE.
+SECURE_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
 LINK_PURPOSE = "sign-in-link"
+# A notebook's origin: the dashboard's ticket to open one session's notebook, and the cookie it becomes there.
+NOTEBOOK_TICKET_PURPOSE = "notebook-ticket"
+NOTEBOOK_COOKIE_PURPOSE = "notebook-cookie"
+# What proves a request was not made by a browser on its own: a token it sent, or the server's Unix socket.
+SECOND_STEP_VIA = frozenset({"token", "socket"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,8 @@ LOCAL_ADMIN = AuthUser(name=LOCAL_USER_NAME, role="admin", id=None, via="local")
 
 
 class AuthError(Exception):
-    """Authentication failed: ``status`` is 401 or 403, ``reason`` says what to do."""
+    """Authentication failed: ``status`` is 401 or 403 (415: a browser's write not in JSON), ``reason`` says what
+    to do."""
 
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
@@ -101,7 +111,7 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
             session_id, key = uuid.UUID(str(payload["s"])), payload.get("k")
             if purpose == SESSION_PURPOSE and not isinstance(key, str):
                 raise ValueError("a cookie carries its session's key")
-        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE):
+        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE, NOTEBOOK_TICKET_PURPOSE, NOTEBOOK_COOKIE_PURPOSE):
             # A ticket a bearer token asked for, or a sign-in link: its user and token.
             user_id = uuid.UUID(str(payload["u"]))
             token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
@@ -159,9 +169,30 @@ def peer_user(settings: Settings, peer: Peer) -> AuthUser:
     return _owner_to_user(owner, "socket")
 
 
+def session_cookie_name(secure: bool) -> str:
+    return SECURE_SESSION_COOKIE if secure else SESSION_COOKIE
+
+
+def session_cookie_of(cookies: Mapping[str, str], secure: bool | None = None) -> str | None:
+    """The dashboard's cookie among ``cookies``: over https (``secure``) only the host-only one counts;
+    None (the scheme is not known here): the host-only one first."""
+    if secure is None:
+        return cookies.get(SECURE_SESSION_COOKIE) or cookies.get(SESSION_COOKIE)
+    return cookies.get(session_cookie_name(secure))
+
+
+def check_browser_write(method: str, headers: Mapping[str, str], settings: Settings) -> None:
+    """Refuse a request that carries the browser's credentials from another origin (403) or not as JSON (415)."""
+    if is_cross_site(method, headers, settings):
+        raise AuthError(403, "cross-origin request refused: the browser's sign-in counts only from the dashboard's"
+                             " own origin (or GPUFLEET_CORS_ORIGINS)")
+    if (refused := not_json_refusal(method, headers)) is not None:
+        raise AuthError(415, refused)
+
+
 def resolve_user(
     settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str],
-    peer: Peer | None = None,
+    peer: Peer | None = None, secure: bool | None = None,
 ) -> AuthUser:
     """Authenticate one HTTP request; raise :class:`AuthError` with the reason when refused.
 
@@ -185,12 +216,11 @@ def resolve_user(
         return peer_user(settings, peer)
 
     required = auth_required(settings)
-    cookie = cookies.get(SESSION_COOKIE)
+    cookie = session_cookie_of(cookies, secure)
     if cookie:
         user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
-            if is_cross_site(method, headers, settings):
-                raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
+            check_browser_write(method, headers, settings)
             return user
         if required:
             raise AuthError(401, user)
@@ -203,8 +233,7 @@ def resolve_user(
                 "this server runs in single-user mode (no sign-in) for loopback use only, and this request came"
                 " through a proxy; set GPUFLEET_AUTH=on (the default) and sign in with a token",
             )
-        if is_cross_site(method, headers, settings):
-            raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
+        check_browser_write(method, headers, settings)
         return LOCAL_ADMIN
 
     raise AuthError(
@@ -330,7 +359,7 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     ticket = websocket.query_params.get("ticket")
     if ticket:
         return _ticket_user(websocket, settings, ticket)
-    cookie = websocket.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie_of(websocket.cookies, websocket.url.scheme == "wss")
     if cookie:
         user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
@@ -338,3 +367,48 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     if not auth_required(settings) and "x-forwarded-for" not in headers and "forwarded" not in headers:
         return LOCAL_ADMIN
     return None
+
+
+# Powers that outlast a page ---------------------------------------------
+
+
+def require_second_step(user: AuthUser, what: str) -> None:
+    """Refuse (403) ``what`` to a request the browser's credentials alone could have made.
+
+    A page the signed-in person merely opened can send their cookie; it
+    cannot send their token, nor connect to the server's Unix socket. So
+    what outlasts the page (a sign-in link, where a member's code runs) needs
+    one of those: the token re-entered in the request itself, or the CLI.
+    """
+    if user.via in SECOND_STEP_VIA:
+        return
+    raise HTTPException(403, f"{what} needs a second step beyond the browser's sign-in: send your API token with"
+                             " this request (Authorization: Bearer …), or use the CLI on the server"
+                             " (it talks over the server's Unix socket)")
+
+
+# A notebook's origin -----------------------------------------------------
+
+
+def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purpose: str, ttl_s: float) -> str:
+    """A signed pass for one session's notebook: the single-use ticket the dashboard hands out, or the
+    cookie the notebook's origin sets for it. It names the browser session it came from, so it ends with it."""
+    payload = {
+        "u": str(user.id) if user.id else None,
+        "t": str(user.token_id) if user.token_id else None,
+        "s": str(user.session_id) if user.session_id else None,
+        "nb": session_id,
+        "n": uuid.uuid4().hex,
+    }
+    return sign(settings.secret_key, purpose, payload, ttl_s)
+
+
+def notebook_pass_user(settings: Settings, purpose: str, value: str, session_id: str) -> tuple[AuthUser, str] | None:
+    """Who a notebook pass is for, and its single-use nonce, if it is valid for ``session_id``; else None."""
+    payload = unsign(settings.secret_key, purpose, value)
+    if payload is None or payload.get("nb") != session_id or not isinstance(payload.get("n"), str):
+        return None
+    if payload.get("u") is None and payload.get("s") is None:
+        return (LOCAL_ADMIN, payload["n"]) if not auth_required(settings) else None
+    user = _from_signed(settings, purpose, value, "notebook")
+    return (user, payload["n"]) if isinstance(user, AuthUser) else None

@@ -54,7 +54,8 @@ def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
     if isinstance(cached, AuthUser):
         return cached
     try:
-        user = resolve_user(settings, request.method, request.headers, request.cookies)
+        user = resolve_user(settings, request.method, request.headers, request.cookies,
+                            secure=request.url.scheme == "https")
     except AuthError as exc:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         raise HTTPException(exc.status, exc.reason, headers=headers) from None
