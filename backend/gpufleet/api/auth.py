@@ -52,8 +52,6 @@ LINK_PURPOSE = "sign-in-link"
 # A notebook's origin: the dashboard's ticket to open one session's notebook, and the cookie it becomes there.
 NOTEBOOK_TICKET_PURPOSE = "notebook-ticket"
 NOTEBOOK_COOKIE_PURPOSE = "notebook-cookie"
-# What proves a request was not made by a browser on its own: a token it sent, or the server's Unix socket.
-SECOND_STEP_VIA = frozenset({"token", "socket"})
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,8 @@ def _owner_to_user(owner: TokenOwner | SessionOwner, via: str) -> AuthUser:
                     session_id=getattr(owner, "session_id", None))
 
 
-def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> AuthUser | str:
-    """The user of a session cookie or a WebSocket ticket, re-checked against the database."""
+def signed_user(settings: Settings, purpose: str, value: str, via: str) -> AuthUser | str:
+    """The user of a session cookie, a WebSocket ticket or a notebook's pass, re-checked against the database."""
     payload = unsign(settings.secret_key, purpose, value)
     if payload is None:
         return "the session has expired or is not valid; sign in again"
@@ -218,7 +216,7 @@ def resolve_user(
     required = auth_required(settings)
     cookie = session_cookie_of(cookies, secure)
     if cookie:
-        user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
+        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
             check_browser_write(method, headers, settings)
             return user
@@ -322,7 +320,7 @@ def redeem_sign_in_link(app: object, settings: Settings, code: str) -> AuthUser 
     # A link can be seen (a terminal's scrollback, a browser's history): it works once.
     if not get_limiter(app, settings).claim_once(f"sign-in-link:{payload['n']}", settings.sign_in_link_ttl_s + 5):
         return "this sign-in link was used already; run `gpufleet open` for a new one"
-    user = _from_signed(settings, LINK_PURPOSE, code, "session")
+    user = signed_user(settings, LINK_PURPOSE, code, "session")
     return user if isinstance(user, AuthUser) else user
 
 
@@ -335,7 +333,7 @@ def _ticket_user(websocket: WebSocket, settings: Settings, ticket: str) -> AuthU
         return None
     if payload.get("u") is None:
         return LOCAL_ADMIN if not auth_required(settings) else None
-    user = _from_signed(settings, TICKET_PURPOSE, ticket, "ticket")
+    user = signed_user(settings, TICKET_PURPOSE, ticket, "ticket")
     return user if isinstance(user, AuthUser) else None
 
 
@@ -361,54 +359,10 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
         return _ticket_user(websocket, settings, ticket)
     cookie = session_cookie_of(websocket.cookies, websocket.url.scheme == "wss")
     if cookie:
-        user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
+        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
             return user
     if not auth_required(settings) and "x-forwarded-for" not in headers and "forwarded" not in headers:
         return LOCAL_ADMIN
     return None
 
-
-# Powers that outlast a page ---------------------------------------------
-
-
-def require_second_step(user: AuthUser, what: str) -> None:
-    """Refuse (403) ``what`` to a request the browser's credentials alone could have made.
-
-    A page the signed-in person merely opened can send their cookie; it
-    cannot send their token, nor connect to the server's Unix socket. So
-    what outlasts the page (a sign-in link, where a member's code runs) needs
-    one of those: the token re-entered in the request itself, or the CLI.
-    """
-    if user.via in SECOND_STEP_VIA:
-        return
-    raise HTTPException(403, f"{what} needs a second step beyond the browser's sign-in: send your API token with"
-                             " this request (Authorization: Bearer …), or use the CLI on the server"
-                             " (it talks over the server's Unix socket)")
-
-
-# A notebook's origin -----------------------------------------------------
-
-
-def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purpose: str, ttl_s: float) -> str:
-    """A signed pass for one session's notebook: the single-use ticket the dashboard hands out, or the
-    cookie the notebook's origin sets for it. It names the browser session it came from, so it ends with it."""
-    payload = {
-        "u": str(user.id) if user.id else None,
-        "t": str(user.token_id) if user.token_id else None,
-        "s": str(user.session_id) if user.session_id else None,
-        "nb": session_id,
-        "n": uuid.uuid4().hex,
-    }
-    return sign(settings.secret_key, purpose, payload, ttl_s)
-
-
-def notebook_pass_user(settings: Settings, purpose: str, value: str, session_id: str) -> tuple[AuthUser, str] | None:
-    """Who a notebook pass is for, and its single-use nonce, if it is valid for ``session_id``; else None."""
-    payload = unsign(settings.secret_key, purpose, value)
-    if payload is None or payload.get("nb") != session_id or not isinstance(payload.get("n"), str):
-        return None
-    if payload.get("u") is None and payload.get("s") is None:
-        return (LOCAL_ADMIN, payload["n"]) if not auth_required(settings) else None
-    user = _from_signed(settings, purpose, value, "notebook")
-    return (user, payload["n"]) if isinstance(user, AuthUser) else None

@@ -28,15 +28,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gpufleet.api.auth import (
-    NOTEBOOK_COOKIE_PURPOSE,
-    NOTEBOOK_TICKET_PURPOSE,
-    AuthError,
-    AuthUser,
-    make_notebook_pass,
-    notebook_pass_user,
-    resolve_user,
-)
+from gpufleet.api.auth import NOTEBOOK_COOKIE_PURPOSE, NOTEBOOK_TICKET_PURPOSE, AuthError, AuthUser, resolve_user
 from gpufleet.api.proxy.forward import forward_http
 from gpufleet.api.proxy.notebooks import PREFIX, Notebook, may_open, split_path
 from gpufleet.api.proxy.passes import (
@@ -45,6 +37,8 @@ from gpufleet.api.proxy.passes import (
     answer_headers,
     cookie_name,
     expected_host,
+    make_notebook_pass,
+    notebook_pass_user,
     same_origin,
 )
 from gpufleet.api.proxy.sessions_source import Locator, notebook_of_session

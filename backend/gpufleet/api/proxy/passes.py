@@ -11,12 +11,15 @@ share cookies across ports).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from gpufleet.api.auth import NOTEBOOK_TICKET_PURPOSE, SESSION_COOKIE, AuthUser, make_notebook_pass
+from gpufleet.api.auth import LOCAL_ADMIN, NOTEBOOK_TICKET_PURPOSE, SESSION_COOKIE, AuthUser, signed_user
 from gpufleet.api.proxy.notebooks import PREFIX, Notebook, may_open
 from gpufleet.api.security.origins import normalise_origin
+from gpufleet.api.security.policy import auth_required
+from gpufleet.api.security.signing import sign, unsign
 from gpufleet.config import Settings
 
 TICKET_PARAM = "gpufleet_ticket"
@@ -56,6 +59,31 @@ def notebook_origin(settings: Settings, session_id: str, scheme: str, host_name:
                                " GPUFLEET_SESSIONS_ORIGIN is not set")
     host = f"[{host_name}]" if ":" in host_name else host_name
     return f"{scheme}://{host}:{port}"
+
+
+def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purpose: str, ttl_s: float) -> str:
+    """A signed pass for one session's notebook: the single-use ticket the dashboard hands out, or the
+    cookie the notebook's origin sets for it. It names the browser session it came from, so it ends with it."""
+    payload = {
+        "u": str(user.id) if user.id else None,
+        "t": str(user.token_id) if user.token_id else None,
+        "s": str(user.session_id) if user.session_id else None,
+        "nb": session_id,
+        "n": uuid.uuid4().hex,
+    }
+    return sign(settings.secret_key, purpose, payload, ttl_s)
+
+
+def notebook_pass_user(settings: Settings, purpose: str, value: str, session_id: str) -> tuple[AuthUser, str] | None:
+    """Who a notebook pass is for, and its single-use nonce, if it is valid for ``session_id``; else None.
+    The user is looked up again (disabled, signed out, token revoked: no longer)."""
+    payload = unsign(settings.secret_key, purpose, value)
+    if payload is None or payload.get("nb") != session_id or not isinstance(payload.get("n"), str):
+        return None
+    if payload.get("u") is None and payload.get("s") is None:
+        return (LOCAL_ADMIN, payload["n"]) if not auth_required(settings) else None
+    user = signed_user(settings, purpose, value, "notebook")
+    return (user, payload["n"]) if isinstance(user, AuthUser) else None
 
 
 class NotOpenable(Exception):

@@ -22,13 +22,12 @@ from gpufleet.api.auth import (
     make_sign_in_link,
     make_ws_ticket,
     redeem_sign_in_link,
-    require_second_step,
     resolve_user,
     session_cookie_name,
     session_cookie_of,
     session_of_cookie,
 )
-from gpufleet.api.deps import CurrentUser, SettingsDep
+from gpufleet.api.deps import CurrentUser, SettingsDep, ensure_second_step
 from gpufleet.wire.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
 from gpufleet.api.security.asgi import LINK_PATH
 from gpufleet.api.security.openapi import error_response
@@ -108,7 +107,7 @@ def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
     the server's Unix socket."""
     if user.id is None:
         raise HTTPException(400, "single-user mode: a browser on this machine needs no sign-in")
-    require_second_step(user, "a sign-in link")
+    ensure_second_step(user, "a sign-in link")
     return new_sign_in_link(settings, user)
 
 

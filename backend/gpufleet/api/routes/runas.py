@@ -7,8 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path
 from pydantic import BaseModel, Field
 
-from gpufleet.api.auth import require_second_step
-from gpufleet.api.deps import AdminUser, SettingsDep
+from gpufleet.api.deps import AdminUser, SettingsDep, ensure_second_step
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_session
 from gpufleet.users.accounts import UserError
@@ -42,7 +41,7 @@ def set_unix_account(name: NamePath, body: UnixAccountSet, settings: SettingsDep
                      user: AdminUser) -> UnixAccountPublic:
     """Map a user to the Unix account their trainings run as on the worker hosts (admins; with a token or on
     the server's socket, never the browser's cookie alone)."""
-    require_second_step(user, "mapping a user to a Unix account")
+    ensure_second_step(user, "mapping a user to a Unix account")
     try:
         with write_session(settings) as sess:
             set_mapping(sess, name, body.unix_account, force=body.force, by=user.name)
