@@ -136,11 +136,17 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
     before = _state(srv, names["mallory"])
     assert before == (None, None, False), before
 
-    ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800})
+    # Every page under its real policy: the dashboard's, and what the notebooks' origin sets.
+    ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800}, bypass_csp=False)
     try:
         assert ctx.request.post("/api/v1/auth/sign-in", data={"token": tokens["admin"]}).status == 200
         page = ctx.new_page()
         page.set_default_timeout(60_000)
+        blocked: list[str] = []
+        page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+        # The dashboard works under its own policy: its scripts, its API calls, its live stream.
+        page.goto("/")
+        page.wait_for_selector(".live-open")
         page.goto("/sessions")
         row = page.get_by_test_id(f"session-row-{sid}")
         with ctx.expect_page() as opened:
@@ -154,6 +160,7 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
         results = notebook.evaluate("window.__results")
     finally:
         ctx.close()
+    assert blocked == [], blocked
 
     assert len(results) == 8, results  # her script ran, every call was made
     for r in results:
