@@ -92,9 +92,9 @@ def test_mapping_onto_another_users_account_needs_force_and_is_recorded(db_setti
                 add_user(sess, user, "member")
             get_user(sess, third).unix_account = "shared-x"
         for account, holder in ((theirs.pw_name, other), ("shared-x", third)):
-            with caplog.at_level("WARNING", logger="gpufleet.audit"), session_scope(db_settings) as sess:
-                with pytest.raises(UserError, match=f"belongs to gpufleet user {holder}.*force"):
-                    set_mapping(sess, name, account, by="admin-x")
+            with caplog.at_level("WARNING", logger="gpufleet.audit"), session_scope(db_settings) as sess, \
+                    pytest.raises(UserError, match=f"belongs to gpufleet user {holder}.*force"):
+                set_mapping(sess, name, account, by="admin-x")
             assert f"refused: admin-x asked to map user {name} to Unix account {account}, which is {holder}'s" \
                 in caplog.text
         with session_scope(db_settings) as sess:
