@@ -93,7 +93,7 @@ export const endpoints = {
   createUser: (body: UserCreate) => call('post', '/api/v1/users', { body }),
   updateUser: (name: string, body: UserUpdate) => call('patch', '/api/v1/users/{name}', { path: { name }, body }),
   setUnixAccount: (name: string, unixAccount: string | null) =>
-    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount } }),
+    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount, force: false } }),
   quotas: (signal?: AbortSignal) => call('get', '/api/v1/quotas', { signal }),
   setUserQuota: (name: string, body: UserQuota) => call('put', '/api/v1/users/{name}/quota', { path: { name }, body }),
   tokens: (signal?: AbortSignal) => call('get', '/api/v1/tokens', { signal }),
