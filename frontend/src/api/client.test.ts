@@ -23,6 +23,17 @@ describe('request module', () => {
     expect((init?.headers as Record<string, string>)['Content-Type']).toBe('application/json');
   });
 
+  it('sends a re-entered API token with the one call that needs a second step', async () => {
+    const f = respond(200, { user: 'alice', unix_account: 'alice2' });
+    const { endpoints } = await import('./endpoints');
+    await endpoints.setUnixAccount('alice', 'alice2', 'gf_admin-token');
+    const [url, init] = f.mock.calls[0];
+    expect(url).toBe('/api/v1/users/alice/unix-account');
+    expect(init?.method).toBe('PUT');
+    expect((init?.headers as Record<string, string>).Authorization).toBe('Bearer gf_admin-token');
+    expect(init?.body).toBe('{"unix_account":"alice2","force":false}');
+  });
+
   it('turns a FastAPI detail string into the error message', async () => {
     respond(409, { detail: 'GPU 7 does not exist on host a100-01; it has GPUs 0–3' });
     await expect(api.get('/x')).rejects.toMatchObject({ status: 409, message: 'GPU 7 does not exist on host a100-01; it has GPUs 0–3' });

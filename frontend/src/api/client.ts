@@ -33,6 +33,8 @@ export interface RequestOptions {
   query?: Query;
   body?: unknown;
   signal?: AbortSignal;
+  /** Extra headers: a re-entered API token for a call that needs a second step beyond the cookie. */
+  headers?: Record<string, string>;
 }
 
 /** Listeners told when the server answers 401, so the app can show sign-in. */
@@ -85,7 +87,7 @@ export function describeError(status: number, body: unknown): ApiError {
 }
 
 export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
-  const headers: Record<string, string> = { Accept: 'application/json' };
+  const headers: Record<string, string> = { Accept: 'application/json', ...opts.headers };
   let body: string | undefined;
   if (opts.body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -139,6 +141,7 @@ export interface CallOptions<O> {
   query?: QueryOf<O>;
   body?: BodyOf<O>;
   signal?: AbortSignal;
+  headers?: Record<string, string>;
 }
 
 export function call<P extends keyof paths, M extends Method>(
@@ -152,6 +155,7 @@ export function call<P extends keyof paths, M extends Method>(
     query: opts.query as Query | undefined,
     body: opts.body,
     signal: opts.signal,
+    headers: opts.headers,
   });
 }
 

@@ -92,8 +92,16 @@ export const endpoints = {
   users: (signal?: AbortSignal) => call('get', '/api/v1/users', { signal }),
   createUser: (body: UserCreate) => call('post', '/api/v1/users', { body }),
   updateUser: (name: string, body: UserUpdate) => call('patch', '/api/v1/users/{name}', { path: { name }, body }),
-  setUnixAccount: (name: string, unixAccount: string | null) =>
-    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount, force: false } }),
+  /**
+   * Where a user's code runs is a power that outlasts the page: the server takes it only with the admin's API
+   * token re-entered (`token`), never on the browser's cookie alone. `force` maps onto another user's account.
+   */
+  setUnixAccount: (name: string, unixAccount: string | null, token: string, force = false) =>
+    call('put', '/api/v1/users/{name}/unix-account', {
+      path: { name },
+      body: { unix_account: unixAccount, force },
+      headers: { Authorization: `Bearer ${token}` },
+    }),
   quotas: (signal?: AbortSignal) => call('get', '/api/v1/quotas', { signal }),
   setUserQuota: (name: string, body: UserQuota) => call('put', '/api/v1/users/{name}/quota', { path: { name }, body }),
   tokens: (signal?: AbortSignal) => call('get', '/api/v1/tokens', { signal }),

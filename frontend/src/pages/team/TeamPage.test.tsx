@@ -69,6 +69,18 @@ describe('TeamPage', () => {
     expect(await screen.findByRole('alert')).toHaveTextContent('last active admin');
   });
 
+  it('maps a Unix account only with the admin token re-entered, sent with that request alone', async () => {
+    stubTeam('admin');
+    const map = vi.spyOn(endpoints, 'setUnixAccount').mockResolvedValue({ user: 'alice', unix_account: 'alice2' } as never);
+    page();
+    const row = await screen.findByTestId('user-alice');
+    await userEvent.type(within(row).getByLabelText('Unix account of alice'), 'alice2');
+    expect(within(row).getByRole('button', { name: 'Map' })).toBeDisabled();
+    await userEvent.type(within(row).getByLabelText('your API token to map alice'), 'gf_admin-token');
+    await userEvent.click(within(row).getByRole('button', { name: 'Map' }));
+    expect(map).toHaveBeenCalledWith('alice', 'alice2', 'gf_admin-token', false);
+  });
+
   it('shows a new token once, with its secret', async () => {
     stubTeam('admin');
     const create = vi.spyOn(endpoints, 'createToken').mockResolvedValue({

@@ -53,9 +53,41 @@ function limitValue(text: string): number | null {
   return text.trim() === '' ? null : Number(text);
 }
 
+/**
+ * Map a user to the Unix account their code runs as. The server asks for a second step (the admin's own API
+ * token, re-entered here and sent with this one request, never kept), so a page the admin merely opened cannot.
+ */
+function UnixAccountForm({ u, busy, run }: { u: TeamUser; busy: boolean; run: (fn: () => Promise<unknown>) => Promise<boolean> }) {
+  const [unix, setUnix] = useState(u.unix_account ?? '');
+  const [token, setToken] = useState('');
+  const [force, setForce] = useState(false);
+  const changed = unix.trim() !== (u.unix_account ?? '');
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    if (await run(() => endpoints.setUnixAccount(u.name, unix.trim() || null, token.trim(), force))) setToken('');
+  };
+  return (
+    <form className="inline-form" onSubmit={submit}>
+      <input aria-label={`Unix account of ${u.name}`} value={unix} placeholder={`${u.name} (same name)`} size={12}
+        onChange={(e) => setUnix(e.target.value)} />
+      {changed && (
+        <>
+          <input aria-label={`your API token to map ${u.name}`} type="password" value={token} size={10} placeholder="your API token"
+            title="where a user's code runs needs a second step: your own API token, sent with this request only" onChange={(e) => setToken(e.target.value)} />
+          <label title="map even onto an account that belongs to another gpufleet user (recorded)">
+            <input type="checkbox" checked={force} onChange={(e) => setForce(e.target.checked)} /> force
+          </label>
+        </>
+      )}
+      <button type="submit" className="btn-small" disabled={busy || !changed || !token.trim()}>
+        Map
+      </button>
+    </form>
+  );
+}
+
 function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic; onChanged: () => void }) {
   const act = useAction(onChanged);
-  const [unix, setUnix] = useState(u.unix_account ?? '');
   const [cap, setCap] = useState(quota?.max_priority == null ? '' : String(quota.max_priority));
   const [maxGpus, setMaxGpus] = useState(quota?.max_gpus == null ? '' : String(quota.max_gpus));
   const [hours, setHours] = useState(quota?.gpu_hours_per_week == null ? '' : String(quota.gpu_hours_per_week));
@@ -103,13 +135,7 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
           </label>
         </td>
         <td>
-          <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.setUnixAccount(u.name, unix.trim() || null)); }}>
-            <input aria-label={`Unix account of ${u.name}`} value={unix} placeholder={`${u.name} (same name)`} size={12}
-              onChange={(e) => setUnix(e.target.value)} />
-            <button type="submit" className="btn-small" disabled={act.busy || unix.trim() === (u.unix_account ?? '')}>
-              Map
-            </button>
-          </form>
+          <UnixAccountForm u={u} busy={act.busy} run={act.run} />
         </td>
         <td>
           <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void saveQuota(); }}>
