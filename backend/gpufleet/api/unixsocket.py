@@ -85,6 +85,16 @@ def peer_protocols() -> dict[str, type[asyncio.Protocol]]:
             "ws": with_peers(import_from_string(WS_PROTOCOLS["auto"]))}
 
 
+def _make_private(folder: Path) -> None:
+    """A personal socket folder of an older version (0755) made 0700; someone else's is refused."""
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise ConfigError(f"{folder} belongs to uid {st.st_uid}, not to this account (or is not a folder): another "
+                          "account may pose as this server there; remove it, or set GPUFLEET_UNIX_SOCKET")
+    if st.st_mode & 0o077:
+        folder.chmod(0o700)
+
+
 @dataclass
 class UnixListener:
     """The server's listening Unix socket, which every local account may connect to."""
@@ -94,14 +104,17 @@ class UnixListener:
     inode: int
 
     @classmethod
-    def bind(cls, path: Path) -> UnixListener:
-        """Listen at ``path``: its folder is made (0755) when missing; a socket left by a server that is gone
-        is replaced; one a live server answers on is refused (:class:`ConfigError`)."""
+    def bind(cls, path: Path, private: bool = False) -> UnixListener:
+        """Listen at ``path``: its folder is made (0755; 0700 when ``private``, a personal server's, which
+        the client uses only when it is its own and 0700) when missing; a socket left by a server that is
+        gone is replaced; one a live server answers on is refused (:class:`ConfigError`)."""
         if len(os.fsencode(path)) >= 107:
             raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} is too long for a Unix socket (107 bytes at most)")
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True)
-            path.parent.chmod(0o755)
+            path.parent.chmod(0o700 if private else 0o755)
+        elif private:
+            _make_private(path.parent)
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} exists and is not a socket; remove it or set another")
