@@ -73,9 +73,15 @@ def test_api_is_safe_on_the_network(compose: dict) -> None:
     assert env["GPUFLEET_SECRET_KEY_FILE"] == "/run/secrets/gpufleet_secret_key"
     assert env["GPUFLEET_DATABASE_URL_FILE"] == "/run/secrets/gpufleet_database_url"
     assert {"gpufleet_secret_key", "gpufleet_database_url"} <= set(api["secrets"])
-    assert set(compose["secrets"]) == {"postgres_password", "gpufleet_database_url", "gpufleet_secret_key"}
+    assert set(compose["secrets"]) == {"postgres_password", "gpufleet_database_url", "gpufleet_secret_key",
+                                       "redis_password", "gpufleet_redis_url"}
     assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
-    assert env["GPUFLEET_REDIS_URL"].startswith("redis://redis:")
+    # Redis asks for a password too (a worker refuses members' code otherwise), read from a file.
+    assert env["GPUFLEET_REDIS_URL_FILE"] == "/run/secrets/gpufleet_redis_url" and "GPUFLEET_REDIS_URL" not in env
+    assert "gpufleet_redis_url" in api["secrets"]
+    redis = compose["services"]["redis"]
+    assert redis["secrets"] == ["redis_password"] and "requirepass" in " ".join(redis["command"])
+    assert "REDISCLI_AUTH" in redis["healthcheck"]["test"][1]
     # Published on the host's loopback only: the TLS proxy is the way in.
     assert all(p.startswith("127.0.0.1:") for p in api["ports"])
 

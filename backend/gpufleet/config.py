@@ -151,9 +151,9 @@ class Settings(ServiceSettings, SessionSettings):
     trusted_proxies: list[str] = Field(default_factory=list)
     # One line per HTTP request on serve's output (uvicorn's access log: client, request line, status).
     access_log: bool = False
-    # Who may read a training's config, events and logs: the whole team
-    # (``team``), or only its owner and admins (``owner``).
-    training_visibility: Literal["team", "owner"] = "team"
+    # Who may read a training's config, events and logs: only its owner and admins (``owner``, the
+    # default: logs often hold secrets a script printed), or the whole team (``team``).
+    training_visibility: Literal["team", "owner"] = "owner"
 
     # This machine's name in the fleet (the Celery queue it consumes is named after it).
     host_name: str = Field(default_factory=socket.gethostname)
@@ -213,6 +213,9 @@ class Settings(ServiceSettings, SessionSettings):
     run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
     sandbox: Literal["auto", "bwrap", "off"] = "auto"
     shared_account_runs: bool = False
+    # In a fleet, members' code shares each host's network with Redis and PostgreSQL: a worker refuses to
+    # run it while either is reached without a password (gpufleet.jobs.isolation), unless this is on.
+    allow_services_without_password: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)
