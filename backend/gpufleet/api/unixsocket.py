@@ -76,13 +76,28 @@ def with_peers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     return PeerProtocol
 
 
+def quiet_refusals(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """A uvicorn WebSocket protocol that takes a refusal sent as an HTTP answer (403, 404 ...) as the end
+    of the handshake. uvicorn's sans-I/O protocol logs each such refusal as an ERROR ("ASGI callable returned
+    without completing handshake"): a line anyone could add to the log by knocking on a notebook's socket."""
+
+    class QuietProtocol(protocol):  # type: ignore[misc, valid-type]
+        async def send(self, message: Any) -> None:  # noqa: ANN401
+            await super().send(message)
+            if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+                self.handshake_complete = True  # the refusal is sent and the connection closed
+
+    QuietProtocol.__name__ = f"Quiet{protocol.__name__}"
+    return QuietProtocol
+
+
 def peer_protocols() -> dict[str, type[asyncio.Protocol]]:
     """``uvicorn.Config`` arguments (``http=``, ``ws=``) that put the peer in every scope on the socket."""
     from uvicorn.config import HTTP_PROTOCOLS, WS_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     return {"http": with_peers(import_from_string(HTTP_PROTOCOLS["auto"])),
-            "ws": with_peers(import_from_string(WS_PROTOCOLS["auto"]))}
+            "ws": with_peers(quiet_refusals(import_from_string(WS_PROTOCOLS["auto"])))}
 
 
 def _make_private(folder: Path) -> None:
