@@ -213,9 +213,6 @@ class Settings(ServiceSettings, SessionSettings):
     run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
     sandbox: Literal["auto", "bwrap", "off"] = "auto"
     shared_account_runs: bool = False
-    # In a fleet, members' code shares each host's network with Redis and PostgreSQL: a worker refuses to
-    # run it while either is reached without a password (gpufleet.jobs.isolation), unless this is on.
-    allow_services_without_password: bool = False
 
     # Team use (gpufleet.api.auth and gpufleet.api.security.ratelimits).
     session_ttl_s: int = Field(default=12 * 3600, ge=60, le=30 * 86400)

@@ -1,4 +1,4 @@
-"""Settings of the worker's warm launchers and of notifications (webhooks).
+"""Settings of the worker's warm launchers, of its services' passwords, and of notifications (webhooks).
 
 A base class of :class:`gpufleet.config.Settings`, kept in a file of its own
 so that ``config.py`` stays one idea of a readable size; every field here is a
@@ -17,6 +17,9 @@ class ServiceSettings(BaseSettings):
     # Interpreters each worker keeps ready with torch and gpufleet imported, that recipe trainings
     # running as the worker's own account start from (gpufleet.jobs.warmpool); 0 turns the pool off.
     warm_pool_size: int = Field(default=2, ge=0, le=32)
+    # In a fleet, members' code shares each host's network with Redis and PostgreSQL: a worker refuses to
+    # run it while either is reached without a password (gpufleet.jobs.isolation), unless this is on.
+    allow_services_without_password: bool = False
 
     # Webhooks (gpufleet.notify): the most hooks a user may register, how long a delivery may take,
     # how many times one is tried, and the first wait between tries (doubled each time, at most an hour).

@@ -116,7 +116,7 @@ def test_the_fallback_refuses_what_the_data_filter_refuses(name: str, tmp_path: 
     outside = tmp_path / "box"
     dest = outside / "a" / "w"
     dest.mkdir(parents=True)
-    with pytest.raises(ArchiveError):
+    with pytest.raises(tarsafe.UnsafeEntry):
         _fallback(HOSTILE[name], dest)
     # Nothing was written outside the destination.
     assert sorted(p.name for p in outside.rglob("*")) == sorted(["a", "w", *(p.name for p in dest.rglob("*"))])
@@ -175,14 +175,14 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 IN_SYSTEM_PYTHON = """
 import io, sys, tarfile
 sys.path.insert(0, sys.argv[1])
-from gpufleet.trainings.archive import ArchiveError, unpack
-from gpufleet.trainings.tarsafe import extract_data
+from gpufleet.trainings.archive import unpack
+from gpufleet.trainings.tarsafe import UnsafeEntry, extract_data
 benign, hostile, dest = (open(p, "rb").read() if i < 2 else p for i, p in enumerate(sys.argv[2:5]))
 unpack(benign, __import__("pathlib").Path(dest) / "ok")
 try:
     with tarfile.open(fileobj=io.BytesIO(hostile), mode="r:gz") as tar:
         extract_data(tar, __import__("pathlib").Path(dest) / "bad")
-except ArchiveError as exc:
+except UnsafeEntry as exc:
     print("refused:", exc)
 print(sys.version.split()[0], "filter" if hasattr(tarfile, "data_filter") else "no-filter")
 """

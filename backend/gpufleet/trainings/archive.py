@@ -173,7 +173,7 @@ def unpack(data: bytes, dest: Path, limits: Limits = Limits()) -> ArchiveInfo:
 
     The filter arrived in Python 3.11.4 (and in 3.8-3.10 security releases); before it, the same checks
     run in :func:`gpufleet.trainings.tarsafe.extract_data`."""
-    from gpufleet.trainings.tarsafe import extract_data
+    from gpufleet.trainings.tarsafe import UnsafeEntry, extract_data
 
     info = check_archive(data, limits)
     dest.mkdir(parents=True, exist_ok=True)
@@ -181,7 +181,10 @@ def unpack(data: bytes, dest: Path, limits: Limits = Limits()) -> ArchiveInfo:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, filter="data")
         else:
-            extract_data(tar, dest)
+            try:
+                extract_data(tar, dest)
+            except UnsafeEntry as exc:
+                raise ArchiveError(str(exc), entry=exc.entry) from None
     return info
 
 

@@ -24,7 +24,14 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from gpufleet.trainings.archive import ArchiveError
+
+
+class UnsafeEntry(ValueError):
+    """An entry the data filter refuses; ``entry`` names it (``gpufleet.trainings.archive`` makes it a 422)."""
+
+    def __init__(self, message: str, entry: str):
+        super().__init__(message)
+        self.entry = entry
 
 
 def _inside(path: str, root: str) -> bool:
@@ -32,21 +39,21 @@ def _inside(path: str, root: str) -> bool:
 
 
 def checked_name(m: tarfile.TarInfo, root: str) -> str:
-    """The entry's path under ``root`` (``root`` already real), or :class:`ArchiveError` as the data filter says."""
+    """The entry's path under ``root`` (``root`` already real), or :class:`UnsafeEntry` as the data filter says."""
     name = m.name.lstrip("/" + os.sep)
     if not name or os.path.isabs(name):
-        raise ArchiveError(f"entry {m.name!r} has an absolute path", entry=m.name)
+        raise UnsafeEntry(f"entry {m.name!r} has an absolute path", entry=m.name)
     target = os.path.join(root, name)
     if not _inside(target, root):
-        raise ArchiveError(f"entry {m.name!r} would be written outside the destination", entry=m.name)
+        raise UnsafeEntry(f"entry {m.name!r} would be written outside the destination", entry=m.name)
     if m.issym() or m.islnk():
         if os.path.isabs(m.linkname):
-            raise ArchiveError(f"entry {m.name!r} links to the absolute path {m.linkname!r}", entry=m.name)
+            raise UnsafeEntry(f"entry {m.name!r} links to the absolute path {m.linkname!r}", entry=m.name)
         pointed = os.path.join(root, os.path.dirname(name), m.linkname) if m.issym() else os.path.join(root, m.linkname)
         if not _inside(pointed, root):
-            raise ArchiveError(f"entry {m.name!r} links to {m.linkname!r}, outside the destination", entry=m.name)
+            raise UnsafeEntry(f"entry {m.name!r} links to {m.linkname!r}, outside the destination", entry=m.name)
     elif not (m.isreg() or m.isdir()):
-        raise ArchiveError(f"entry {m.name!r} is a device file, FIFO or other special file", entry=m.name)
+        raise UnsafeEntry(f"entry {m.name!r} is a device file, FIFO or other special file", entry=m.name)
     return target
 
 
@@ -69,7 +76,7 @@ def _clear(target: str) -> None:
 def _write_file(tar: tarfile.TarFile, m: tarfile.TarInfo, target: str) -> None:
     source = tar.extractfile(m)
     if source is None:
-        raise ArchiveError(f"entry {m.name!r} has no data", entry=m.name)
+        raise UnsafeEntry(f"entry {m.name!r} has no data", entry=m.name)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as out, source:
         shutil.copyfileobj(source, out)
@@ -78,7 +85,7 @@ def _write_file(tar: tarfile.TarFile, m: tarfile.TarInfo, target: str) -> None:
 
 
 def extract_data(tar: tarfile.TarFile, dest: Path) -> None:
-    """Extract every entry of ``tar`` into ``dest`` with the ``data`` filter's checks; :class:`ArchiveError`
+    """Extract every entry of ``tar`` into ``dest`` with the ``data`` filter's checks; :class:`UnsafeEntry`
     on the first entry it refuses (what came before it stays written, as with ``extractall``)."""
     root = os.path.realpath(dest)
     for m in tar.getmembers():
