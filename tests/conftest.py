@@ -58,6 +58,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     monkeypatch.setenv("GPUFLEET_ALLOWED_HOSTS", '["testserver"]')
     # Workers keep no warm launchers (each costs a torch import on a loaded machine); the pool's tests ask.
     monkeypatch.setenv("GPUFLEET_WARM_POOL_SIZE", "0")
+    # The test PostgreSQL and Redis take connections without a password; a worker refuses members' code
+    # then (the tests of that refusal turn this off).
+    monkeypatch.setenv("GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD", "true")
     reset_settings_cache()
     yield
     reset_settings_cache()

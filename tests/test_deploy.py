@@ -73,9 +73,15 @@ def test_api_is_safe_on_the_network(compose: dict) -> None:
     assert env["GPUFLEET_SECRET_KEY_FILE"] == "/run/secrets/gpufleet_secret_key"
     assert env["GPUFLEET_DATABASE_URL_FILE"] == "/run/secrets/gpufleet_database_url"
     assert {"gpufleet_secret_key", "gpufleet_database_url"} <= set(api["secrets"])
-    assert set(compose["secrets"]) == {"postgres_password", "gpufleet_database_url", "gpufleet_secret_key"}
+    assert set(compose["secrets"]) == {"postgres_password", "gpufleet_database_url", "gpufleet_secret_key",
+                                       "redis_password", "gpufleet_redis_url"}
     assert compose["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/postgres_password"
-    assert env["GPUFLEET_REDIS_URL"].startswith("redis://redis:")
+    # Redis asks for a password too (a worker refuses members' code otherwise), read from a file.
+    assert env["GPUFLEET_REDIS_URL_FILE"] == "/run/secrets/gpufleet_redis_url" and "GPUFLEET_REDIS_URL" not in env
+    assert "gpufleet_redis_url" in api["secrets"]
+    redis = compose["services"]["redis"]
+    assert redis["secrets"] == ["redis_password"] and "requirepass" in " ".join(redis["command"])
+    assert "REDISCLI_AUTH" in redis["healthcheck"]["test"][1]
     # Published on the host's loopback only: the TLS proxy is the way in.
     assert all(p.startswith("127.0.0.1:") for p in api["ports"])
 
@@ -220,3 +226,37 @@ def test_every_file_gives_the_secret_length_the_server_enforces() -> None:
     stated = re.compile(r"(\d+)\+ (?:random )?characters|at least (\d+) characters")
     said = {f.name: {int(a or b) for a, b in stated.findall(f.read_text())} for f in files}
     assert all(lengths == {MIN_SECRET_LEN} for lengths in said.values()), said
+
+
+def test_the_compose_redis_asks_for_the_password_in_its_secret_file(compose: dict, tmp_path: Path) -> None:
+    """The redis service's own command and health check, run for real (the paths moved under tmp_path)."""
+    import secrets as _secrets
+    import time
+
+    from support.servers import free_port
+
+    redis = compose["services"]["redis"]
+    (tmp_path / "pw").write_text(_secrets.token_urlsafe(48) + "\n")  # as deploy/make-secrets.sh writes it
+    port = free_port()
+
+    def here(line: str) -> str:
+        return (line.replace("$$", "$").replace("/run/secrets/redis_password", str(tmp_path / "pw"))
+                .replace("/tmp/redis.conf", str(tmp_path / "redis.conf")).replace("redis-cli", f"redis-cli -p {port}"))
+
+    start = here(redis["command"][2]) + f" --port {port} --bind 127.0.0.1 --dir {tmp_path} --daemonize yes"
+    assert subprocess.run(["sh", "-c", start], capture_output=True, timeout=30, check=False).returncode == 0
+    try:
+        healthy = False
+        for _ in range(50):
+            healthy = subprocess.run(["sh", "-c", here(redis["healthcheck"]["test"][1])], timeout=10,
+                                     check=False).returncode == 0
+            if healthy:
+                break
+            time.sleep(0.1)
+        assert healthy
+        anyone = subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True, timeout=10)
+        assert "NOAUTH" in anyone.stdout + anyone.stderr
+        assert (tmp_path / "redis.conf").stat().st_mode & 0o077 == 0
+    finally:
+        subprocess.run(["sh", "-c", f'REDISCLI_AUTH="$(cat {tmp_path}/pw)" redis-cli -p {port} shutdown nosave'],
+                       capture_output=True, timeout=10, check=False)

@@ -224,6 +224,7 @@ ENVIRONMENT_READERS = {
     "gpufleet.datadir": "the socket's place, which the CLI needs before (and without) the server's settings",
     "gpufleet.client.client": "the client's own setting, GPUFLEET_SERVER: it never loads the server's settings",
     "gpufleet.client.credentials": "the client's own setting, GPUFLEET_TOKEN",
+    "gpufleet.client.localsocket": "the client's own setting, GPUFLEET_SERVER_ACCOUNT (who may answer on a socket)",
     "gpufleet.commands.signin": "whether this desktop can open a browser (DISPLAY, BROWSER)",
     "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
     "gpufleet.training.rankenv": "a rank process: what its launcher or torchrun set",

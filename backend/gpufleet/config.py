@@ -151,9 +151,9 @@ class Settings(ServiceSettings, SessionSettings):
     trusted_proxies: list[str] = Field(default_factory=list)
     # One line per HTTP request on serve's output (uvicorn's access log: client, request line, status).
     access_log: bool = False
-    # Who may read a training's config, events and logs: the whole team
-    # (``team``), or only its owner and admins (``owner``).
-    training_visibility: Literal["team", "owner"] = "team"
+    # Who may read a training's config, events and logs: only its owner and admins (``owner``, the
+    # default: logs often hold secrets a script printed), or the whole team (``team``).
+    training_visibility: Literal["team", "owner"] = "owner"
 
     # This machine's name in the fleet (the Celery queue it consumes is named after it).
     host_name: str = Field(default_factory=socket.gethostname)

@@ -68,7 +68,8 @@ SOCKET_NAME = "gpufleet.sock"
 SHARED_SOCKET_DIR = Path("/run/gpufleet")
 
 
-def _personal_socket_dir() -> Path:
+def personal_socket_dir() -> Path:
+    """This account's own socket folder: under ``$XDG_RUNTIME_DIR``, else ``/tmp/gpufleet-<uid>`` (made 0700)."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     return Path(runtime) / "gpufleet" if runtime else Path(f"/tmp/gpufleet-{os.geteuid()}")
 
@@ -78,15 +79,18 @@ def default_socket_path() -> Path:
     shared = SHARED_SOCKET_DIR
     if os.geteuid() == 0 or (shared.is_dir() and os.access(shared, os.W_OK | os.X_OK)):
         return shared / SOCKET_NAME
-    return _personal_socket_dir() / SOCKET_NAME
+    return personal_socket_dir() / SOCKET_NAME
 
 
-def socket_candidates() -> list[Path]:
-    """Where a command-line client looks for a server's socket: ``GPUFLEET_UNIX_SOCKET``, else
-    this account's own server first, then the machine's shared one."""
+def socket_candidates() -> list[tuple[Path, bool]]:
+    """Where a command-line client looks for a server's socket, each with whether it is a personal one:
+    ``GPUFLEET_UNIX_SOCKET``, else the machine's shared socket first, then this account's own.
+
+    The shared one comes first because only root (or systemd) can make ``/run/gpufleet``; a personal
+    folder in ``/tmp`` can be made by anyone (``gpufleet.client.localsocket`` checks it)."""
     value = os.environ.get("GPUFLEET_UNIX_SOCKET", "").strip()
     if value.lower() == "off":
         return []
     if value:
-        return [Path(value).expanduser()]
-    return [_personal_socket_dir() / SOCKET_NAME, SHARED_SOCKET_DIR / SOCKET_NAME]
+        return [(Path(value).expanduser(), False)]
+    return [(SHARED_SOCKET_DIR / SOCKET_NAME, False), (personal_socket_dir() / SOCKET_NAME, True)]

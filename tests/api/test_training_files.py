@@ -163,3 +163,17 @@ def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_
     monkeypatch.setattr(files, "resolve", check_then_swap)
     r = app_client.get(f"/api/v1/trainings/{t['id']}/files/checkpoints/sub/secret_key", headers=_as(people.alice))
     assert r.status_code in (404, 422) and b"the server's" not in r.content, (r.status_code, r.content)
+
+
+def test_by_default_a_trainings_logs_and_events_are_its_owners_and_the_admins(app_client, people):
+    # Logs often hold what a script printed, secrets included: another member sees the training, not its contents.
+    t = _create(app_client, people.alice)
+    for path in ("logs", "events"):
+        url = f"/api/v1/trainings/{t['id']}/{path}"
+        refused = app_client.get(url, headers=_as(people.bob))
+        assert refused.status_code == 403 and "GPUFLEET_TRAINING_VISIBILITY" in refused.text, (path, refused.text)
+        assert app_client.get(url, headers=_as(people.vic)).status_code == 403
+        assert app_client.get(url, headers=_as(people.alice)).status_code == 200
+        assert app_client.get(url, headers=_as(people.admin)).status_code == 200
+    listed = app_client.get("/api/v1/trainings", headers=_as(people.bob)).json()
+    assert t["id"] in [x["id"] for x in listed["data"]]  # that it exists, and whose it is, stays visible

@@ -19,7 +19,9 @@ def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_add_ls_test_rm(tmp_path: Path) -> None:
-    settings = load_settings(data_dir=tmp_path / "data", auth="off", simulate="1xH100-80GB")
+    # The receiver listens on loopback, which webhooks reach only when an admin allows it.
+    settings = load_settings(data_dir=tmp_path / "data", auth="off", simulate="1xH100-80GB",
+                             webhook_allowed_networks=["127.0.0.1/32"])
     upgrade_database(settings)
     receiver = Receiver()
     try:

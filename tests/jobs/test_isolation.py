@@ -85,3 +85,35 @@ def test_the_training_dirs_become_the_accounts_and_the_rest_stays_closed(tmp_pat
         assert s.data_dir.stat().st_mode & 0o007 == 0o001
         assert (s.data_dir / "gpufleet.db").stat().st_uid == 0
         assert iso.env({"HOME": "/root"})["HOME"] == str(run / "home")
+
+
+def test_in_a_fleet_members_code_is_refused_while_redis_or_postgresql_take_anyone(tmp_path: Path) -> None:
+    need_root()  # a worker that is not root refuses members' code anyway
+    member = RunAccount("ann", 4242, 4242, (), "/nonexistent", "same-name")
+
+    def refusal(kind: str = "script", **fleet: object) -> str | None:
+        s = load_settings(data_dir=tmp_path / "d", allow_services_without_password=False, **fleet)
+        try:
+            plan(s, member, kind, tmp_path / "r", tmp_path / "c")
+        except IsolationRefused as exc:
+            return str(exc)
+        return None
+
+    open_redis = refusal(redis_url="redis://10.0.0.5:6379/0")
+    assert open_redis is not None and "Redis (redis://10.0.0.5)" in open_redis
+    assert "GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD=true" in open_redis
+    assert "PostgreSQL (db.lan:5432)" in (refusal("session", database_url="postgresql+psycopg://gf@db.lan/gf") or "")
+    # With passwords (in the URL, or Redis's as a query), on PostgreSQL's own socket, or for a recipe: it runs.
+    with_passwords = {"redis_url": "redis://:s3cret@10.0.0.5:6379/0",
+                      "database_url": "postgresql+psycopg://gf:s3cret@db.lan/gf"}
+    for fleet in (with_passwords, {"redis_url": "redis://10.0.0.5:6379/0?password=s3cret"},
+                  {"database_url": "postgresql+psycopg://gf@/gf?host=/var/run/postgresql"}):
+        assert refusal(**fleet) is None, fleet
+    assert refusal("recipe", redis_url="redis://10.0.0.5:6379/0") is None
+    # An admin who accepts the risk says so in a setting; the worker still says it at start.
+    s = load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
+                      allow_services_without_password=True)
+    plan(s, member, "script", tmp_path / "r", tmp_path / "c")
+    warned = startup_warnings(load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
+                                            allow_services_without_password=False))
+    assert any("without a password" in w for w in warned), warned

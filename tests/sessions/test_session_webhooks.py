@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_session_notifies_ready_and_stopped(tmp_path, workers, scheduler) -> None:
-    settings = make_settings(tmp_path, "sqlite", simulate="1xH100-80GB")
+    # The receiver listens on loopback, which webhooks reach only when an admin allows it.
+    settings = make_settings(tmp_path, "sqlite", simulate="1xH100-80GB", webhook_allowed_networks=["127.0.0.1/32"])
     register(settings)
     receiver, stop = Receiver(), threading.Event()
     try:

@@ -73,21 +73,24 @@ def _closed_ancestor(path: Path) -> tuple[Path, Path] | None:
     return None
 
 
-def run_as(account: Account, *args: str, env: dict[str, str] | None = None,
-           timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`gpufleet ARGS` as ``account`` (exit status, stdout and stderr are the caller's to check)."""
+def run_as(account: Account, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
+           hide: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """`gpufleet ARGS` as ``account`` (exit status, stdout and stderr are the caller's to check).
+
+    ``hide``: folders that look empty to the command (an empty tmpfs over each, in its own mount
+    namespace), e.g. ``/run/gpufleet`` where another server of this machine listens."""
     base = {"PATH": "/usr/bin:/bin", "HOME": str(account.home), "LANG": "C.UTF-8", "COLUMNS": "200"}
     command = ["runuser", "-u", account.name, "--", "env", *(f"{k}={v}" for k, v in {**base, **(env or {})}.items()),
                *gpufleet(), *args]
+    hides = [f'mount -t tmpfs tmpfs "{h}"' for h in hide if h.is_dir()]
     # The interpreter and, where it is a venv elsewhere, the venv (a checkout under /root, say).
     closed = {c for c in (_closed_ancestor(Path(sys.base_prefix)), _closed_ancestor(Path(sys.prefix))) if c}
-    if not closed:
+    if not closed and not hides:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     folders = {folder for folder, _ in closed}
     if len(folders) > 1:
         pytest.fail(f"the interpreter and its venv sit under two closed folders {sorted(folders)}: "
                     "run the tests from a checkout other accounts may enter")
-    (folder,) = folders
     with tempfile.TemporaryDirectory() as shadow:
         os.chmod(shadow, 0o711)
         binds = []
@@ -95,6 +98,7 @@ def run_as(account: Account, *args: str, env: dict[str, str] | None = None,
             inner = Path(shadow) / child.name
             inner.mkdir(exist_ok=True)
             binds.append(f'mount --bind "{child}" "{inner}"')
-        script = " && ".join([*binds, f'mount --rbind "{shadow}" "{folder}"', 'exec "$@"'])
+        binds += [f'mount --rbind "{shadow}" "{folder}"' for folder in folders]
+        script = " && ".join([*hides, *binds, 'exec "$@"'])
         return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *command],
                               capture_output=True, text=True, timeout=timeout, check=False)

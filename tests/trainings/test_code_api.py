@@ -57,6 +57,8 @@ def test_upload_is_content_addressed_and_stored_once(app_client, people, on_sett
         ([("file", "../../etc/cron.d/x", "boom")], 422, "'../../etc/cron.d/x'"),
         ([("file", "/abs.py", "x")], 422, "'/abs.py'"),
         ([("symlink", "data", "/home")], 422, "'data' is a symbolic link to '/home'"),
+        # A chain of links, each inside on its own, climbs out once unpacked: refused at upload.
+        ([("symlink", "a", "."), ("symlink", "a/b", "..")], 422, "'a/b' is a symbolic link to '..', which leaves"),
         ([("file", "w.bin", b"\x01" * 200_000)], 413, "65536"),
     ],
 )

@@ -79,7 +79,9 @@ def test_where_the_socket_is_for_the_server_and_where_the_cli_looks(monkeypatch:
     monkeypatch.setattr(datadir.os, "access", lambda *_: False)
     shared.mkdir()
     assert datadir.default_socket_path() == Path("/run/user/1234/gpufleet/gpufleet.sock")
-    # The CLI tries its account's own server first, then the machine's; GPUFLEET_UNIX_SOCKET names one, or none.
-    assert datadir.socket_candidates() == [Path("/run/user/1234/gpufleet/gpufleet.sock"), shared / "gpufleet.sock"]
+    # The CLI tries the machine's server first (only root makes its folder), then its account's own (checked
+    # as personal: anyone may make a folder in /tmp); GPUFLEET_UNIX_SOCKET names one, or none.
+    assert datadir.socket_candidates() == [(shared / "gpufleet.sock", False),
+                                           (Path("/run/user/1234/gpufleet/gpufleet.sock"), True)]
     monkeypatch.setenv("GPUFLEET_UNIX_SOCKET", "off")
     assert datadir.socket_candidates() == []

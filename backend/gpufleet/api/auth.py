@@ -247,9 +247,10 @@ def resolve_user(
 def may_read_training(settings: Settings, user: AuthUser, owner: str | None) -> bool:
     """Whether ``user`` may read a training's config, events and logs.
 
-    ``GPUFLEET_TRAINING_VISIBILITY=team`` (the default, for a small team):
-    every signed-in user. ``owner``: its owner and admins only; others still
-    see that it exists, who owns it and which GPUs it holds. REST and the live
+    ``GPUFLEET_TRAINING_VISIBILITY=owner`` (the default: logs often hold
+    what a script printed, secrets included): its owner and admins only;
+    others still see that it exists, who owns it and which GPUs it holds.
+    ``team``: every signed-in user. REST and the live
     stream's ``training:<id>`` channel both ask here.
     """
     return settings.training_visibility == "team" or user.is_admin or (owner is not None and user.name == owner)

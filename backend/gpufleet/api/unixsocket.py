@@ -76,13 +76,38 @@ def with_peers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     return PeerProtocol
 
 
+def quiet_refusals(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """A uvicorn WebSocket protocol that takes a refusal sent as an HTTP answer (403, 404 ...) as the end
+    of the handshake. uvicorn's sans-I/O protocol logs each such refusal as an ERROR ("ASGI callable returned
+    without completing handshake"): a line anyone could add to the log by knocking on a notebook's socket."""
+
+    class QuietProtocol(protocol):  # type: ignore[misc, valid-type]
+        async def send(self, message: Any) -> None:  # noqa: ANN401
+            await super().send(message)
+            if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+                self.handshake_complete = True  # the refusal is sent and the connection closed
+
+    QuietProtocol.__name__ = f"Quiet{protocol.__name__}"
+    return QuietProtocol
+
+
 def peer_protocols() -> dict[str, type[asyncio.Protocol]]:
     """``uvicorn.Config`` arguments (``http=``, ``ws=``) that put the peer in every scope on the socket."""
     from uvicorn.config import HTTP_PROTOCOLS, WS_PROTOCOLS
     from uvicorn.importer import import_from_string
 
     return {"http": with_peers(import_from_string(HTTP_PROTOCOLS["auto"])),
-            "ws": with_peers(import_from_string(WS_PROTOCOLS["auto"]))}
+            "ws": with_peers(quiet_refusals(import_from_string(WS_PROTOCOLS["auto"])))}
+
+
+def _make_private(folder: Path) -> None:
+    """A personal socket folder of an older version (0755) made 0700; someone else's is refused."""
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise ConfigError(f"{folder} belongs to uid {st.st_uid}, not to this account (or is not a folder): another "
+                          "account may pose as this server there; remove it, or set GPUFLEET_UNIX_SOCKET")
+    if st.st_mode & 0o077:
+        folder.chmod(0o700)
 
 
 @dataclass
@@ -94,14 +119,17 @@ class UnixListener:
     inode: int
 
     @classmethod
-    def bind(cls, path: Path) -> UnixListener:
-        """Listen at ``path``: its folder is made (0755) when missing; a socket left by a server that is gone
-        is replaced; one a live server answers on is refused (:class:`ConfigError`)."""
+    def bind(cls, path: Path, private: bool = False) -> UnixListener:
+        """Listen at ``path``: its folder is made (0755; 0700 when ``private``, a personal server's, which
+        the client uses only when it is its own and 0700) when missing; a socket left by a server that is
+        gone is replaced; one a live server answers on is refused (:class:`ConfigError`)."""
         if len(os.fsencode(path)) >= 107:
             raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} is too long for a Unix socket (107 bytes at most)")
         if not path.parent.is_dir():
             path.parent.mkdir(parents=True)
-            path.parent.chmod(0o755)
+            path.parent.chmod(0o700 if private else 0o755)
+        elif private:
+            _make_private(path.parent)
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise ConfigError(f"GPUFLEET_UNIX_SOCKET: {path} exists and is not a socket; remove it or set another")

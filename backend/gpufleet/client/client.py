@@ -28,6 +28,8 @@ import httpx
 from pydantic import BaseModel
 
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
+from gpufleet.client.localsocket import check_personal, probe
+from gpufleet.client.localsocket import transport as socket_transport
 from gpufleet.datadir import socket_candidates
 from gpufleet.wire.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
 from gpufleet.wire.trainings import (
@@ -74,15 +76,23 @@ def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
 
 def local_socket(server: str | None = None) -> Path | None:
     """The socket of a server on this machine, unless a server address was given (argument or
-    ``$GPUFLEET_SERVER``): ``$GPUFLEET_UNIX_SOCKET``, else this account's own server's, else the machine's."""
+    ``$GPUFLEET_SERVER``): ``$GPUFLEET_UNIX_SOCKET``, else the machine's, else this account's own server's.
+
+    :class:`~gpufleet.client.localsocket.UntrustedServer` when the socket found is not one to trust."""
     if server or os.environ.get(SERVER_ENV):
         return None
-    for path in socket_candidates():
-        try:
-            if stat.S_ISSOCK(path.stat().st_mode):
-                return path
-        except OSError:
-            continue
+    for path, personal in socket_candidates():
+        if personal:
+            if not check_personal(path):
+                continue
+        else:
+            try:
+                if not stat.S_ISSOCK(path.stat().st_mode):
+                    continue
+            except OSError:
+                continue
+        probe(path)
+        return path
     return None
 
 
@@ -116,7 +126,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
         sock = None if transport is not None or headers else local_socket(server)
         if sock is not None:
             # This machine's server, through its socket: the server knows this account without a token.
-            transport = httpx.HTTPTransport(uds=str(sock))
+            transport = socket_transport(sock)  # the listener is checked at every connection
         base = (server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER).strip().rstrip("/")
         if sock is not None:
             base = SOCKET_BASE

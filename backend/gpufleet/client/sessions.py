@@ -16,6 +16,19 @@ from gpufleet.sessions.wire import (
 )
 
 API = "/api/v1/sessions"
+# What a session's shell takes from the server's answer: which GPUs it sees, and which session it is in.
+# Nothing else: PATH, LD_*, BASH_ENV, ENV, PROMPT_COMMAND, PYTHON* or GPUFLEET_SERVER from an answer would
+# decide what the shell runs, as the caller.
+SHELL_ENV = frozenset({
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "GPUFLEET_SESSION_ID", "GPUFLEET_TRAINING_ID",
+})
+
+
+def shell_env(given: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The variables of a shell target a shell may take, and the names it leaves out."""
+    kept = {k: v for k, v in given.items() if k in SHELL_ENV and "\x00" not in v}
+    return kept, sorted(set(given) - set(kept))
 
 
 class SessionCalls:

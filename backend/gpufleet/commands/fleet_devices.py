@@ -32,8 +32,12 @@ def asks_server(server: str | None, local: bool) -> bool:
     if local:
         return False
     from gpufleet.client.client import local_socket
+    from gpufleet.client.localsocket import UntrustedServer
 
-    return bool(server) or local_socket(server) is not None
+    try:
+        return bool(server) or local_socket(server) is not None
+    except UntrustedServer:
+        return True  # the client then refuses it, saying why, as every server command does
 
 
 def _status(g: dict) -> Text:

@@ -47,10 +47,10 @@ def _needs_local_secret(settings: Settings) -> bool:
 def listen_unix(settings: Settings) -> UnixListener | None:
     """The socket local accounts reach the server on (None: ``GPUFLEET_UNIX_SOCKET=off``); ConfigError if taken."""
     from gpufleet.api.unixsocket import UnixListener
-    from gpufleet.datadir import api_socket
+    from gpufleet.datadir import api_socket, personal_socket_dir
 
     path = api_socket(settings)
-    return UnixListener.bind(path) if path is not None else None
+    return UnixListener.bind(path, private=path.parent == personal_socket_dir()) if path is not None else None
 
 
 def sockets(tcp: socket.socket, unix: UnixListener | None) -> list[socket.socket]:

@@ -190,10 +190,17 @@ def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None
     if target.host not in _here():
         print(target.ssh + ("" if not argv else " -- " + " ".join(shlex.quote(a) for a in argv)))
         return
-    env = dict(os.environ, **target.env)
+    from gpufleet.client.sessions import shell_env
+
+    given, dropped = shell_env(target.env)
+    if dropped:
+        err.print(f"note: the server's answer set {', '.join(dropped)}; a session's shell takes only its GPU and "
+                  "session variables", highlight=False, soft_wrap=True)
+    env = dict(os.environ, **given)
     if not argv:
+        gpus = next((v for k, v in given.items() if k.endswith(("_DEVICES", "_MASK"))), "")
         argv = [os.environ.get("SHELL") or "/bin/bash"]
-        err.print(f"shell in session {target.id} on GPUs {next(iter(target.env.values()), '')}; exit to leave "
+        err.print(f"shell in session {target.id} on GPUs {gpus}; exit to leave "
                   "(the session keeps running)", highlight=False)
     sys.stdout.flush()
     try:

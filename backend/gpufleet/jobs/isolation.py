@@ -100,6 +100,40 @@ def _add_search(d: Path) -> None:
         pass
 
 
+def services_without_password(settings: Settings) -> list[str]:
+    """The fleet's services a member's code on this host could reach without a password, in words.
+
+    PostgreSQL on a Unix socket is left out: its peer authentication knows the member's code as the
+    member's own account, not the server's. Redis has no such thing, so its socket counts too.
+    """
+    from urllib.parse import parse_qs, urlsplit
+
+    from sqlalchemy.engine import make_url
+
+    out = []
+    if settings.redis_url:
+        parts = urlsplit(settings.redis_url)
+        if not (parts.password or parse_qs(parts.query).get("password")):
+            out.append(f"Redis ({parts.scheme}://{parts.hostname or parts.path})")
+    if settings.database_url and not settings.database_url.startswith("sqlite"):
+        url = make_url(settings.database_url)
+        socket_dir = str(url.query.get("host") or "")
+        if not url.password and url.host and not socket_dir.startswith("/"):
+            out.append(f"PostgreSQL ({url.host}:{url.port or 5432})")
+    return out
+
+
+def _refuse_open_services(settings: Settings) -> None:
+    open_ = [] if settings.allow_services_without_password else services_without_password(settings)
+    if open_:
+        raise IsolationRefused(
+            f"members' code is not run on this worker: {' and '.join(open_)} take connections without a password, "
+            "and members' code shares this host's network, so it could read and rewrite the queue and the "
+            "database; give them passwords (Redis requirepass and redis://:PASSWORD@host, a PostgreSQL role "
+            "with a password in GPUFLEET_DATABASE_URL_FILE), or set GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD=true "
+            "to accept the risk")
+
+
 def sandbox_available(settings: Settings) -> bool:
     return settings.sandbox != "off" and sandbox.bwrap_path() is not None and sandbox.setpriv_path() is not None
 
@@ -110,6 +144,8 @@ def plan(settings: Settings, account: RunAccount, kind: str, run_dir: Path, chec
     write = [run_dir, checkpoint_dir] + ([work_dir] if work_dir is not None else [])
     if account.is_server:
         return Isolation(account=None, write=write)
+    if kind in ("script", "session"):
+        _refuse_open_services(settings)
     if settings.sandbox == "bwrap" and not sandbox_available(settings):
         raise IsolationRefused("GPUFLEET_SANDBOX=bwrap, but bwrap or setpriv is not installed on this host "
                                "(Debian: apt-get install bubblewrap util-linux)")
@@ -161,6 +197,10 @@ def startup_warnings(settings: Settings) -> list[str]:
     elif os.geteuid() != 0:
         out.append(f"this worker runs as uid {os.geteuid()}, not root: members' own code (script trainings) is "
                    "refused here; run the worker as root to run it as each owner's Unix account")
+    open_ = services_without_password(settings)
+    if open_ and not settings.allow_services_without_password:
+        out.append(f"{' and '.join(open_)} take connections without a password: members' own code (scripts, "
+                   "sessions) is refused here until they have one (GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD)")
     if os.geteuid() == 0 and not sandbox_available(settings):
         out.append("members' trainings run as their own Unix accounts but without a sandbox "
                    f"(GPUFLEET_SANDBOX={settings.sandbox}; bwrap found: {sandbox.bwrap_path() is not None}): "

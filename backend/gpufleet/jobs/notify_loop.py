@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from gpufleet.config import Settings
-from gpufleet.notify import outbox
+from gpufleet.notify import outbound, outbox
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,8 @@ def run_once(settings: Settings, http: httpx.Client, pool: ThreadPoolExecutor) -
 def start(settings: Settings, stop: threading.Event, poll_s: float = POLL_S) -> threading.Thread:
     def run() -> None:
         warned = False
-        with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False) as http, \
+        policy = outbound.Policy(settings.webhook_allowed_networks)
+        with outbound.client(policy, settings.webhook_timeout_s) as http, \
                 ThreadPoolExecutor(4, thread_name_prefix="gpufleet-webhook") as pool:
             while not stop.wait(poll_s):
                 try:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.db.notify import Webhook
 from gpufleet.notify.events import EVENTS
+from gpufleet.notify.outbound import AddressRefused, Policy
 
 FORMATS = ("json", "slack")
 MAX_URL = 2000
@@ -49,6 +50,16 @@ def check_url(url: str) -> str:
     return url
 
 
+def check_target(url: str, policy: Policy) -> str:
+    """``check_url``, and the address: never loopback, private, link-local or metadata (unless allowed)."""
+    url = check_url(url)
+    try:
+        policy.check_host(urlsplit(url).hostname or "")
+    except AddressRefused as exc:
+        raise HookError(str(exc)) from None
+    return url
+
+
 def check_events(events: Iterable[str] | None) -> list[str]:
     chosen = list(dict.fromkeys(events)) if events is not None else list(EVENTS)
     unknown = [e for e in chosen if e not in EVENTS]
@@ -60,11 +71,11 @@ def check_events(events: Iterable[str] | None) -> list[str]:
 
 
 def create(sess: Session, owner: str, url: str, fmt: str = "json", events: Iterable[str] | None = None,
-           limit: int = 20) -> Webhook:
+           limit: int = 20, policy: Policy | None = None) -> Webhook:
     """A new hook of ``owner``; its ``secret`` is readable on the returned row only (shown once)."""
     if fmt not in FORMATS:
         raise HookError(f"format is one of {', '.join(FORMATS)} (got {fmt!r})")
-    hook = Webhook(owner=owner, url=check_url(url), format=fmt, events=check_events(events),
+    hook = Webhook(owner=owner, url=check_target(url, policy or Policy()), format=fmt, events=check_events(events),
                    secret="whsec_" + secrets.token_urlsafe(32), enabled=True)
     count = sess.execute(select(func.count()).select_from(Webhook).where(Webhook.owner == owner)).scalar_one()
     if count >= limit:
@@ -86,10 +97,11 @@ def get_own(sess: Session, owner: str, hook_id: uuid.UUID) -> Webhook:
 
 
 def update(sess: Session, owner: str, hook_id: uuid.UUID, *, url: str | None = None, fmt: str | None = None,
-           events: Iterable[str] | None = None, enabled: bool | None = None) -> Webhook:
+           events: Iterable[str] | None = None, enabled: bool | None = None,
+           policy: Policy | None = None) -> Webhook:
     hook = get_own(sess, owner, hook_id)
     if url is not None:
-        hook.url = check_url(url)
+        hook.url = check_target(url, policy or Policy())
     if fmt is not None:
         if fmt not in FORMATS:
             raise HookError(f"format is one of {', '.join(FORMATS)} (got {fmt!r})")

@@ -32,7 +32,7 @@ from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.notify import messages
+from gpufleet.notify import messages, outbound
 from gpufleet.notify.events import notification
 
 log = logging.getLogger(__name__)
@@ -143,15 +143,37 @@ def notice_for(sess: Session, d: WebhookDelivery) -> messages.Notice:
 
 
 def post(http: httpx.Client, hook: Webhook, notice: messages.Notice) -> tuple[bool, str | None]:
-    """Send one notice; whether it was taken (2xx), and what went wrong otherwise."""
+    """Send one notice; whether it was taken (2xx), and what went wrong otherwise.
+
+    What went wrong is said in the server's words: the status code, never the
+    answer's body (a receiver inside the network must not be read through a
+    webhook), and for a failed connection whether the address was refused,
+    the time ran out or no connection was made.
+    """
     raw = messages.body(notice, hook.format)
     try:
-        r = http.post(hook.url, content=raw, headers=messages.headers(notice, hook.secret, raw))
+        # Streamed: the answer's body is never read, only its status line.
+        with http.stream("POST", hook.url, content=raw, headers=messages.headers(notice, hook.secret, raw)) as r:
+            status = r.status_code
     except httpx.HTTPError as exc:
-        return False, f"{type(exc).__name__}: {exc}"[:500]
-    if 200 <= r.status_code < 300:
+        return False, failure(exc)
+    if 200 <= status < 300:
         return True, None
-    return False, f"HTTP {r.status_code}: {r.text[:200]}"
+    return False, f"HTTP {status}"
+
+
+def failure(exc: httpx.HTTPError) -> str:
+    """Why a request was not answered, in words that tell nothing of what listens inside the network."""
+    refusal = outbound.refused(exc)
+    if refusal is not None:
+        return str(refusal)
+    if isinstance(exc, httpx.TimeoutException):
+        return "the receiver did not answer in time (GPUFLEET_WEBHOOK_TIMEOUT_S)"
+    if isinstance(exc, httpx.ConnectError) and "cannot resolve" in str(exc):
+        return str(exc)[:300]
+    if isinstance(exc, (httpx.ConnectError, httpx.NetworkError, httpx.RemoteProtocolError)):
+        return "no answer: the connection to the receiver failed"
+    return f"the request failed ({type(exc).__name__})"
 
 
 def _send_one(settings: Settings, http: httpx.Client, did: int) -> bool:

@@ -168,7 +168,12 @@ class TrainConfig(BaseModel):
             return None
         if any(typing.get_origin(a) in (list, tuple) for a in args):
             text = value.strip()
-            return yamltext.load(text) if text.startswith("[") else [v.strip() for v in text.split(",") if v.strip()]
+            if not text.startswith("["):
+                return [v.strip() for v in text.split(",") if v.strip()]
+            try:
+                return yamltext.load(text)
+            except yaml.YAMLError as exc:
+                raise ValueError(f"must be a list like [1, 2], got {value[:80]!r}: {exc}") from None
         return value
 
     @model_validator(mode="after")

@@ -4,7 +4,11 @@ An archive is a gzip-compressed tar. Every entry is checked before anything is
 written: a path that is absolute or climbs out with ``..``, a link (symbolic
 or hard) whose target leaves the archive's root, a device file or FIFO, and
 too many files or bytes each refuse the whole archive with an
-:class:`ArchiveError` naming the entry.
+:class:`ArchiveError` naming the entry. Paths and link targets are resolved
+as the unpack will resolve them on disk, through the links the entries
+before made (:class:`_Tree`): a chain of links, each harmless alone, that
+climbs out (``a -> .``, then ``a/b -> ..``) is refused at upload, not when a
+training unpacks it.
 
 Packing is deterministic (sorted names, zero times and owners), so the same
 tree gives the same bytes, and the same hash, on every machine.
@@ -87,6 +91,57 @@ def _check_member(m: tarfile.TarInfo) -> None:
         raise ArchiveError(f"entry {name!r} is not a regular file, folder or link", entry=name)
 
 
+MAX_LINK_HOPS = 40  # as the kernel's ELOOP
+
+
+class _Tree:
+    """The links an unpack has made so far, to resolve a path as ``os.path.realpath`` will on disk."""
+
+    def __init__(self) -> None:
+        self.links: dict[str, str] = {}
+
+    def resolve(self, path: str, entry: str) -> str | None:
+        """``path`` (relative to the root) with every link followed; None when it leaves the root."""
+        todo = [p for p in path.split("/") if p not in ("", ".")]
+        done: list[str] = []
+        hops = 0
+        while todo:
+            part = todo.pop(0)
+            if part == "..":
+                if not done:
+                    return None
+                done.pop()
+                continue
+            target = self.links.get("/".join([*done, part]))
+            if target is None:
+                done.append(part)
+                continue
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                raise ArchiveError(f"entry {entry!r} is reached through more than {MAX_LINK_HOPS} links (a loop)",
+                                   entry=entry)
+            if posixpath.isabs(target):
+                return None
+            todo = [p for p in target.split("/") if p not in ("", ".")] + todo
+        return "/".join(done)
+
+    def check(self, m: tarfile.TarInfo) -> None:
+        """Refuse ``m`` when the unpack would write it, or point it, outside the root; then record its link."""
+        name = m.name
+        parent = self.resolve(posixpath.dirname(name), name)
+        if parent is None or self.resolve(name, name) is None:
+            raise ArchiveError(f"entry {name!r} would be written outside the work dir through the links before it",
+                               entry=name)
+        if m.issym():
+            if self.resolve(posixpath.join(posixpath.dirname(name), m.linkname), name) is None:
+                raise ArchiveError(f"entry {name!r} is a symbolic link to {m.linkname!r}, which leaves the work dir "
+                                   "through the links before it", entry=name)
+            self.links[posixpath.join(parent, posixpath.basename(name)).lstrip("/")] = m.linkname
+        elif m.islnk() and self.resolve(m.linkname, name) is None:
+            raise ArchiveError(f"entry {name!r} is a hard link to {m.linkname!r}, which leaves the work dir "
+                               "through the links before it", entry=name)
+
+
 def check_archive(data: bytes, limits: Limits = Limits()) -> ArchiveInfo:
     """Check every entry of ``data`` (a .tar.gz); raise :class:`ArchiveError` on the first bad one."""
     if len(data) > limits.max_bytes:
@@ -95,8 +150,10 @@ def check_archive(data: bytes, limits: Limits = Limits()) -> ArchiveInfo:
     unpacked = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tree = _Tree()
             for m in tar:
                 _check_member(m)
+                tree.check(m)
                 files += 1
                 unpacked += max(0, m.size)
                 if files > limits.max_files:
@@ -112,11 +169,22 @@ def check_archive(data: bytes, limits: Limits = Limits()) -> ArchiveInfo:
 
 
 def unpack(data: bytes, dest: Path, limits: Limits = Limits()) -> ArchiveInfo:
-    """Check, then extract into ``dest`` (created); tarfile's ``data`` filter guards again."""
+    """Check, then extract into ``dest`` (created); tarfile's ``data`` filter guards again.
+
+    The filter arrived in Python 3.11.4 (and in 3.8-3.10 security releases); before it, the same checks
+    run in :func:`gpufleet.trainings.tarsafe.extract_data`."""
+    from gpufleet.trainings.tarsafe import UnsafeEntry, extract_data
+
     info = check_archive(data, limits)
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:
+            try:
+                extract_data(tar, dest)
+            except UnsafeEntry as exc:
+                raise ArchiveError(str(exc), entry=exc.entry) from None
     return info
 
 

@@ -148,6 +148,17 @@ def authenticate_token(session: Session, secret: str) -> TokenOwner | str:
     return TokenOwner(user.id, user.name, user.role, tok.id, stale_use=stale)
 
 
+def attempted_owner(session: Session, secret: str) -> str | None:
+    """Whose token a refused one was meant to be: the owner of the one token with its shown prefix, if any.
+
+    Lets a sign-in limit count failures per account as well as per source."""
+    if not looks_like_token(secret):
+        return None
+    names = session.execute(select(User.name).join(APIToken, APIToken.user_id == User.id)
+                            .where(APIToken.prefix == secret[:PREFIX_LEN]).limit(2)).scalars().all()
+    return names[0] if len(names) == 1 else None
+
+
 def mark_token_used(session: Session, token_id: uuid.UUID) -> None:
     # A transaction that holds the token's row (a revoke, an edit) must not hold
     # up the request: the time is bookkeeping, so it is skipped this once.

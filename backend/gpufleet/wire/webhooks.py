@@ -65,4 +65,5 @@ class WebhooksPublic(BaseModel):
 
 class WebhookTestPublic(BaseModel):
     delivered: bool
-    error: str | None = Field(default=None, description="why the receiver did not take it")
+    error: str | None = Field(default=None, description="why the receiver did not take it: its status code (never "
+                                                         "its body), or why no connection was made")

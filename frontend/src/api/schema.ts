@@ -36,6 +36,9 @@ export interface paths {
         /**
          * Sign In
          * @description Exchange an API token for an HTTP-only session cookie.
+         *
+         *     Failed sign-ins are limited per source and per account the token was meant for (429 past
+         *     the limit); a valid token always signs in, whatever others have failed.
          */
         post: operations["auth-sign-in"];
         delete?: never;
@@ -1166,6 +1169,8 @@ export interface paths {
         /**
          * Test Webhook
          * @description Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken.
+         *
+         *     Only the answer's status code comes back, never its body.
          */
         post: operations["webhooks-test"];
         delete?: never;
@@ -3663,7 +3668,7 @@ export interface components {
             delivered: boolean;
             /**
              * Error
-             * @description why the receiver did not take it
+             * @description why the receiver did not take it: its status code (never its body), or why no connection was made
              */
             error?: string | null;
         };
@@ -8736,6 +8741,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description The training is another user's; its events and logs are its owner's and the admins' */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description What the path names does not exist */
             404: {
                 headers: {
@@ -9038,6 +9052,15 @@ export interface operations {
             };
             /** @description Not signed in, or the credentials are not valid */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The training is another user's; its events and logs are its owner's and the admins' */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

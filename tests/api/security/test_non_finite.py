@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
-from gpufleet.api.security.ratelimits import SIGN_IN_PER_MINUTE
+from gpufleet.api.security.ratelimits import SIGN_IN_FAILURES_PER_MINUTE
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.inventory import register_host
@@ -51,8 +51,8 @@ def test_sign_in_with_a_non_finite_token_is_a_422(app_client: TestClient, body: 
 
 def test_bad_sign_in_bodies_count_toward_the_sign_in_limit(app_client: TestClient) -> None:
     codes = [app_client.post("/api/v1/auth/sign-in", content='{"token": NaN}', headers=JSON).status_code
-             for _ in range(SIGN_IN_PER_MINUTE + 1)]
-    assert codes[:SIGN_IN_PER_MINUTE] == [422] * SIGN_IN_PER_MINUTE
+             for _ in range(SIGN_IN_FAILURES_PER_MINUTE + 1)]
+    assert codes[:SIGN_IN_FAILURES_PER_MINUTE] == [422] * SIGN_IN_FAILURES_PER_MINUTE
     assert codes[-1] == 429
 
 

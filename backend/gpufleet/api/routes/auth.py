@@ -34,8 +34,9 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings
 from gpufleet.api.security.origins import origin_allowed
 from gpufleet.api.security.policy import auth_required
-from gpufleet.api.security.ratelimits import check_sign_in_rate
-from gpufleet.db.session import write_session
+from gpufleet.api.security.ratelimits import count_sign_in_failure
+from gpufleet.db.session import session_scope, write_session
+from gpufleet.users.tokens import attempted_owner
 from gpufleet.users.sessions import end_session
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
@@ -45,21 +46,37 @@ def _whoami(user: AuthUser, required: bool) -> WhoAmI:
     return WhoAmI(name=user.name, role=user.role, via=user.via, auth_required=required)
 
 
-def _count_attempt(request: Request, settings: SettingsDep) -> None:
-    """Count the attempt before the body is read: a body that does not parse is an attempt too."""
-    check_sign_in_rate(request.app, settings, request.client.host if request.client else "unknown")
+def _source(request: Request) -> str:
+    """Who is signing in, by address: uvicorn puts the forwarded one here only for a configured proxy."""
+    return request.client.host if request.client else "unknown"
+
+
+async def _count_malformed(request: Request, settings: SettingsDep) -> None:
+    """A body that does not parse is a failed sign-in too (it is refused before the route runs)."""
+    try:
+        SignIn.model_validate_json(await request.body())
+    except ValueError:
+        count_sign_in_failure(request.app, settings, _source(request), None)
 
 
 @router.post("/sign-in", response_model=WhoAmI, operation_id="auth-sign-in")
 def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep,
-            _counted: Annotated[None, Depends(_count_attempt)]) -> WhoAmI:
-    """Exchange an API token for an HTTP-only session cookie."""
+            _counted: Annotated[None, Depends(_count_malformed)]) -> WhoAmI:
+    """Exchange an API token for an HTTP-only session cookie.
+
+    Failed sign-ins are limited per source and per account the token was meant for (429 past
+    the limit); a valid token always signs in, whatever others have failed.
+    """
     # A page on another site must not sign the browser in as someone else.
     if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), settings):
         raise HTTPException(403, "sign-in from this Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
+    token = body.token.strip()
     try:
-        user = resolve_user(settings, "GET", {"authorization": f"Bearer {body.token.strip()}"}, {})
+        user = resolve_user(settings, "GET", {"authorization": f"Bearer {token}"}, {})
     except AuthError as exc:
+        with session_scope(settings) as sess:
+            meant_for = attempted_owner(sess, token)
+        count_sign_in_failure(request.app, settings, _source(request), meant_for)
         raise HTTPException(401, exc.reason) from None
     set_session_cookie(response, request, settings, user)
     return WhoAmI(name=user.name, role=user.role, via="session", auth_required=auth_required(settings))

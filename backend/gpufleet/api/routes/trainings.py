@@ -48,6 +48,8 @@ from gpufleet.trainings import log_store, service
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
+# Under GPUFLEET_TRAINING_VISIBILITY=owner (the default) another user's training's events and logs are a 403.
+OWNER_ONLY = {403: error_response("The training is another user's; its events and logs are its owner's and the admins'")}
 
 
 def _http(exc: service.TrainingRequestError) -> HTTPException:
@@ -184,7 +186,8 @@ def cancel_training(
     return out
 
 
-@router.get("/{training_id:uuid}/events", response_model=TrainingEventsPublic, operation_id="trainings-events")
+@router.get("/{training_id:uuid}/events", response_model=TrainingEventsPublic, operation_id="trainings-events",
+            responses=OWNER_ONLY)
 def list_events(
     training_id: uuid.UUID,
     session: SessionDep,
@@ -215,7 +218,8 @@ def list_metrics(
     return TrainingMetricsPublic(data=data, count=len(data), total=total)
 
 
-@router.get("/{training_id:uuid}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs")
+@router.get("/{training_id:uuid}/logs", response_model=TrainingLogPublic, operation_id="trainings-logs",
+            responses=OWNER_ONLY)
 def get_logs(
     training_id: uuid.UUID,
     session: SessionDep,

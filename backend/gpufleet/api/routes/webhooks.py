@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-import httpx
 from fastapi import APIRouter, HTTPException, Path, Response
 
 from gpufleet.api.deps import CurrentUser, MemberUser, SessionDep, SettingsDep
@@ -31,6 +30,7 @@ from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.notify import hooks
 from gpufleet.notify.messages import Notice
+from gpufleet.notify.outbound import Policy, client
 from gpufleet.notify.outbox import post
 
 router = APIRouter(prefix="/api/v1", tags=["webhooks"])
@@ -58,7 +58,8 @@ def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
 def create_webhook(body: WebhookCreate, settings: SettingsDep, user: MemberUser) -> WebhookCreated:
     """Register a webhook for your own trainings and sessions; its secret is in this answer only."""
     def make(sess) -> WebhookCreated:  # noqa: ANN001
-        h = hooks.create(sess, user.name, body.url, body.format, body.events, limit=settings.webhooks_per_user)
+        h = hooks.create(sess, user.name, body.url, body.format, body.events, limit=settings.webhooks_per_user,
+                         policy=Policy(settings.webhook_allowed_networks))
         return WebhookCreated(**_public(h).model_dump(), secret=h.secret)
 
     return _write(settings, make)
@@ -81,7 +82,8 @@ def get_webhook(hook_id: HookPath, settings: SettingsDep, user: CurrentUser) -> 
 def update_webhook(hook_id: HookPath, body: WebhookUpdate, settings: SettingsDep, user: MemberUser) -> WebhookPublic:
     """Change a webhook's URL, format, events, or turn it off (``enabled: false``)."""
     return _write(settings, lambda s: _public(hooks.update(s, user.name, hook_id, url=body.url, fmt=body.format,
-                                                           events=body.events, enabled=body.enabled)))
+                                                           events=body.events, enabled=body.enabled,
+                                                           policy=Policy(settings.webhook_allowed_networks))))
 
 
 @router.delete("/webhooks/{hook_id}", status_code=204, operation_id="webhooks-delete", responses=NOT_FOUND)
@@ -93,7 +95,9 @@ def delete_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -
 @router.post("/webhooks/{hook_id}/test", response_model=WebhookTestPublic, operation_id="webhooks-test",
              responses=NOT_FOUND)
 def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> WebhookTestPublic:
-    """Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken."""
+    """Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken.
+
+    Only the answer's status code comes back, never its body."""
     def load(sess) -> Webhook:  # noqa: ANN001
         h = hooks.get_own(sess, user.name, hook_id)
         sess.expunge(h)
@@ -104,6 +108,6 @@ def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> 
     notice = Notice(key=f"{h.id}:test:{now.timestamp():.0f}", event="test", time=now.isoformat(),
                     training={"id": None, "name": None, "owner": user.name, "kind": None, "status": None},
                     reason="a test from gpufleet", user=user.name)
-    with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False) as http:
+    with client(Policy(settings.webhook_allowed_networks), settings.webhook_timeout_s) as http:
         ok, error = post(http, h, notice)
     return WebhookTestPublic(delivered=ok, error=error)

@@ -1,4 +1,4 @@
-"""Rate limits: per-user rate of creating trainings, the queued cap, sign-in attempts, single-use tickets.
+"""Rate limits: per-user rate of creating trainings, the queued cap, failed sign-ins, single-use tickets.
 
 Counters live in Redis when ``GPUFLEET_REDIS_URL`` is set, so that several API
 processes share one budget per user; the embedded default keeps them in this
@@ -24,9 +24,11 @@ from gpufleet.config import Settings
 
 log = logging.getLogger(__name__)
 
-# Guessing a token is hopeless (256 bits), but a bound on sign-in attempts keeps
-# a misbehaving client from turning the endpoint into database load.
-SIGN_IN_PER_MINUTE = 20
+# Guessing a token is hopeless (256 bits), but a bound on failed sign-ins tells a
+# misbehaving client to stop. Only failures count, per source and per account the
+# token was meant for: a valid sign-in is never refused for anyone's failures.
+SIGN_IN_FAILURES_PER_MINUTE = 20  # per source
+SIGN_IN_ACCOUNT_FAILURES_PER_MINUTE = 10  # per account the failed tokens were meant for
 
 
 class Limiter(Protocol):
@@ -170,7 +172,14 @@ def requested_count(raw_body: bytes) -> int:
     return 1
 
 
-def check_sign_in_rate(app: Any, settings: Settings, client: str) -> None:
-    retry = get_limiter(app, settings).hit(f"sign-in:{client}", SIGN_IN_PER_MINUTE, 60.0)
-    if retry is not None:
-        raise too_many(f"too many sign-in attempts from {client}", retry)
+def count_sign_in_failure(app: Any, settings: Settings, source: str, account: str | None) -> None:
+    """Count one failed sign-in from ``source`` (the client's address, the forwarded one behind a trusted
+    proxy) meant for ``account`` (if known); 429 once either has failed too often in the last minute."""
+    limiter = get_limiter(app, settings)
+    waits = [limiter.hit(f"sign-in-fail:source:{source}", SIGN_IN_FAILURES_PER_MINUTE, 60.0)]
+    if account is not None:
+        waits.append(limiter.hit(f"sign-in-fail:user:{account}", SIGN_IN_ACCOUNT_FAILURES_PER_MINUTE, 60.0))
+    over = [w for w in waits if w is not None]
+    if over:
+        raise too_many(f"too many failed sign-ins from {source}" if waits[0] is not None else
+                       f"too many failed sign-ins as {account}", max(over))
