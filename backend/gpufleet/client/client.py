@@ -158,9 +158,8 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls):
                     continue
                 raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
             # The first try of this create is still being answered: its answer comes to this one.
-            if r.status_code == 409 and unanswered_retries and "retry-after" in r.headers \
-                    and attempt < self.rate_limit_retries:
-                attempt += 1
+            if r.status_code == 409 and "retry-after" in r.headers and unanswered < unanswered_retries:
+                unanswered += 1
                 self._sleep(parse_retry_after(r.headers.get("retry-after")) or 2.0)
                 continue
             # 429: over a limit; 503: the database is away. Neither did anything, so a retry is safe.

@@ -149,61 +149,63 @@ class LeaderWatch:
         if now_m < self.next_at:
             return None
         self.next_at = now_m + BEAT_S
-        now = utcnow()
         with write_session(self.settings) as sess:
             sess.execute(update(GangMember).where(GangMember.training_id == self.t.id, GangMember.node_rank == 0,
-                                                  GangMember.attempt == self.t.attempt).values(heartbeat_at=now))
-            rows = list(sess.execute(select(GangMember).where(GangMember.training_id == self.t.id,
-                                                              GangMember.node_rank > 0)).scalars())
+                                                  GangMember.attempt == self.t.attempt).values(heartbeat_at=utcnow()))
         waited = now_m - self.started
-        for m in rows:
+        for m, host in self._others():
             mine = m.attempt == self.t.attempt
             if mine and m.status == "failed":
                 fatal = (m.message or "").startswith("checkpoint root")
                 return Verdict(f"host {m.host_name}: {m.message or 'its ranks failed'}", fatal)
-            if not mine or m.status == "reserved":
-                if (absent := self.cannot_join(m, waited)) is not None:
-                    return absent
-                continue
-            if m.status == "running" and m.heartbeat_at is not None and \
-                    now - m.heartbeat_at > timedelta(seconds=STALE_S):
-                why = (f"the worker on host {m.host_name} stopped answering "
-                       f"({(now - m.heartbeat_at).total_seconds():.0f}s without a heartbeat; killed or lost)")
-                recovery.mark_worker_lost(self.settings, m.host_id, why)
-                return Verdict(why, False)
+            if (lost := self.lost(m, host)) is not None:
+                return lost
+            if (not mine or m.status == "reserved") and waited > self.settings.rendezvous_timeout_s:
+                return Verdict(f"host {m.host_name} did not join the rendezvous within "
+                               f"{self.settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
         return None
 
-    def cannot_join(self, m: GangMember, waited: float) -> Verdict | None:
-        """Why member ``m``, not joined yet, never will: its host's worker is lost or silent; or the
-        rendezvous timed out. A gang never waits on a member that cannot join."""
+    def _others(self) -> list[tuple[GangMember, Host | None]]:
         with session_scope(self.settings) as sess:
-            host = sess.get(Host, m.host_id)
-        now = utcnow()
-        if host is not None and host.worker_lost_at is not None:
-            return Verdict(f"host {m.host_name} cannot join: its worker is lost "
-                           f"({host.worker_lost_reason or 'no beat'}); the gang is placed again without it",
-                           False, counts=False)
-        silent = host is not None and host.worker_seen_at is not None and \
-            now - host.worker_seen_at > timedelta(seconds=STALE_S)
-        if silent and waited > STALE_S:
-            why = f"its worker has not beaten for {(now - host.worker_seen_at).total_seconds():.0f}s"
-            recovery.mark_worker_lost(self.settings, m.host_id, f"the worker on host {m.host_name}: {why}")
-            return Verdict(f"host {m.host_name} cannot join: {why}; the gang is placed again without it",
-                           False, counts=False)
-        if waited > self.settings.rendezvous_timeout_s:
-            return Verdict(f"host {m.host_name} did not join the rendezvous within "
-                           f"{self.settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
-        return None
+            rows = sess.execute(select(GangMember, Host).join(Host, Host.id == GangMember.host_id, isouter=True)
+                                .where(GangMember.training_id == self.t.id, GangMember.node_rank > 0)).all()
+            sess.expunge_all()
+        return [(m, h) for m, h in rows]
 
-    def absent(self) -> Verdict | None:
-        """After the launcher failed: a member host that never joined this attempt because its worker is
-        gone (then the rank-0 host's ranks timed out waiting for it, through no fault of theirs)."""
-        for m in members(self.settings, self.t.id)[1:]:
-            if m.attempt != self.t.attempt or m.status == "reserved":
-                verdict = self.cannot_join(m, time.monotonic() - self.started)
-                if verdict is not None and not verdict.counts:
-                    return verdict
-        return None
+    def lost(self, m: GangMember, host: Host | None) -> Verdict | None:
+        """Whether member ``m``'s worker is gone, and why; it is then marked lost, so that no work goes to its
+        host until it beats again. A member that never joined this attempt costs the gang no restart: a
+        gang never waits on a member that cannot join."""
+        now = utcnow()
+        stale = timedelta(seconds=STALE_S)
+        joined = m.attempt == self.t.attempt and m.status != "reserved"
+        if host is not None and host.worker_lost_at is not None:
+            why = f"the worker on host {m.host_name} is lost ({host.worker_lost_reason or 'no beat'})"
+        elif host is not None and host.worker_seen_at is not None and now - host.worker_seen_at > stale:
+            why = (f"the worker on host {m.host_name} stopped beating "
+                   f"({(now - host.worker_seen_at).total_seconds():.0f}s without a beat; killed or lost)")
+        elif joined and m.status == "running" and m.heartbeat_at is not None and now - m.heartbeat_at > stale:
+            why = (f"the worker on host {m.host_name} stopped answering "
+                   f"({(now - m.heartbeat_at).total_seconds():.0f}s without a heartbeat; killed or lost)")
+        else:
+            return None
+        recovery.mark_worker_lost(self.settings, m.host_id, why)
+        if joined:
+            return Verdict(why, False)
+        return Verdict(f"host {m.host_name} cannot join: {why}; the gang is placed again without it", False,
+                       counts=False)
+
+    def absent(self, wait_s: float = STALE_S + 2 * BEAT_S) -> Verdict | None:
+        """After the rank-0 host's launcher failed with no member saying why: a member whose worker is gone
+        (its ranks died with it, and this host's ranks lost their peers), once that shows, within ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for m, host in self._others():
+                if (lost := self.lost(m, host)) is not None:
+                    return lost
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(BEAT_S)
 
 
 def gang_decision(verdict: Verdict, t: Training) -> outcome.Decision:

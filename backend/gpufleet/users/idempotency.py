@@ -5,7 +5,7 @@ Field"): within the window, the same key and the same request get the first
 answer again; the same key with another request body is a conflict. Only a
 success is kept: a refused request wrote nothing, so sending it again is safe
 and runs it again. A claim whose request never finished (its server died
-mid-way) is taken over once it is older than ``STALE_CLAIM_S``.
+mid-way) is taken over once it is older than ``STALE_CLAIM_S`` (10 minutes).
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from gpufleet.db.types import utcnow
 
 # How long a key answers a retry with the first answer: Stripe's 24 hours.
 WINDOW_S = 24 * 3600.0
-# A request that has not answered in this long never will (the API's own request timeouts are shorter).
-STALE_CLAIM_S = 120.0
+# A claim this old belongs to a request that will never answer (its process died mid-way): a create
+# takes seconds, a first one under load (its memory estimate traced cold) a minute or two. Until
+# then a retry is told to come back, never run beside a first try that is merely slow.
+STALE_CLAIM_S = 600.0
 
 
 @dataclass(frozen=True)
