@@ -1,7 +1,7 @@
 """fleet operations: a host's lost worker, and the idempotency keys of creates
 
-Revision ID: 0016_fleet_ops
-Revises: 0015_queue_index
+Revision ID: 0017_fleet_ops
+Revises: 0016_pools
 Create Date: 2026-11-27
 """
 
@@ -12,8 +12,8 @@ from alembic import op
 
 from gpufleet.db.types import JSONDoc, UTCDateTime
 
-revision = '0016_fleet_ops'
-down_revision = '0015_queue_index'
+revision = '0017_fleet_ops'
+down_revision = '0016_pools'
 branch_labels = None
 depends_on = None
 
