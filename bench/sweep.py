@@ -7,13 +7,20 @@ launchers and ranks (CPU ranks on simulated GPUs). The same grid of MLP trials r
 
   packed     max_models_per_gpu 8: trials share a GPU while their estimates fit
   one/GPU    max_models_per_gpu 1: the baseline, one trial per GPU
-  asha       packed, with rungs at --min-steps, x2, ...: the worse half stops at each rung
+  asha       packed, asynchronous successive halving with rungs at --min-steps, x2, ...: each trial is
+             judged as it reports a rung and stopped there or left running (no restart)
+  asha-sync  (with --sync) packed, synchronous halving: every trial stops at each rung, waits for the
+             others, and the promoted ones resume from their checkpoints
 
 Wall time is the sweep's start to its end; GPU-seconds sum, per GPU, the time at least one trial
 held it (allocation to release). Ratios are baseline / candidate (above 1: the candidate is better).
 
     .venv/bin/python bench/sweep.py                 # 32 trials on 4 simulated GPUs
+    .venv/bin/python bench/sweep.py --steps 200 --min-steps 20 --lrs 4 --widths 2   # trials that matter
     .venv/bin/python bench/sweep.py --lrs 2 --widths 2 --steps 20   # a quick look
+
+A step's cost is set by --batch and --in-features (the synthetic task's size): on simulated GPUs the
+ranks run on this machine's CPUs, so trials of a few cheap steps would measure only start-up.
 """
 
 from __future__ import annotations
@@ -40,15 +47,16 @@ from gpufleet.jobs.scheduler_loop import start as start_loop
 from gpufleet.jobs.worker import ensure_host
 
 
-def _spec(args: argparse.Namespace, asha: bool) -> dict:
+def _spec(args: argparse.Namespace, asha: str | None) -> dict:
     lrs = [round(0.0003 * (100 ** (i / max(1, args.lrs - 1))), 6) for i in range(args.lrs)]
     widths = [[w] for w in (8, 16, 32, 64, 128, 256)[: args.widths]]
-    body = {"name": "bench", "recipe": "mlp", "parallel": args.lrs * args.widths,
-            "config": {"max_steps": args.steps, "global_batch_size": 32, "log_every": 5, "checkpoint_every": 10_000,
-                       "synthetic_samples": 1024, "task": "classification", "out_features": 4},
+    body = {"name": "bench", "recipe": "mlp", "parallel": args.lrs * args.widths, "seed": 0,
+            "config": {"max_steps": args.steps, "global_batch_size": args.batch, "log_every": 5,
+                       "checkpoint_every": 10_000, "synthetic_samples": 4 * args.batch,
+                       "in_features": args.in_features, "task": "classification", "out_features": 4},
             "space": {"lr": lrs, "hidden": widths}, "method": "grid"}
     if asha:
-        body["asha"] = {"min_steps": args.min_steps, "reduction_factor": 2}
+        body["asha"] = {"min_steps": args.min_steps, "reduction_factor": 2, "sync": asha == "sync"}
     return body
 
 
@@ -68,7 +76,7 @@ def _gpu_seconds(rows: list[tuple]) -> float:
     return total
 
 
-def run_sweep(args: argparse.Namespace, label: str, *, max_models: int, asha: bool) -> dict:
+def run_sweep(args: argparse.Namespace, label: str, *, max_models: int, asha: str | None) -> dict:
     data = Path(tempfile.mkdtemp(prefix=f"bench-sweep-{label}-"))
     s = load_settings(data_dir=data, simulate=f"{args.gpus}xH100-80GB", host_name=f"bench-{uuid.uuid4().hex[:6]}",
                       gpu={"max_models_per_gpu": max_models}, auth="off", create_rate_per_minute=10_000,
@@ -123,19 +131,34 @@ def main() -> None:
     ap.add_argument("--widths", type=int, default=4, help="hidden widths in the grid (trials = lrs x widths)")
     ap.add_argument("--steps", type=int, default=40, help="steps of a whole trial")
     ap.add_argument("--min-steps", type=int, default=10, help="ASHA's first rung")
+    ap.add_argument("--batch", type=int, default=32, help="a step's batch (its cost on the CPU)")
+    ap.add_argument("--in-features", type=int, default=16, help="input columns of the synthetic task")
+    ap.add_argument("--sync", action="store_true", help="also run synchronous halving (asha-sync)")
     args = ap.parse_args()
-    print(f"{args.lrs * args.widths} trials of {args.steps} steps on {args.gpus} simulated GPUs")
-    runs = {k: run_sweep(args, k, max_models=m, asha=a) for k, m, a in
-            (("one-per-gpu", 1, False), ("packed", 8, False), ("asha", 8, True))}
+    print(f"{args.lrs * args.widths} trials of {args.steps} steps on {args.gpus} simulated GPUs "
+          f"(batch {args.batch}, {args.in_features} features); load average {_load()}")
+    plan = [("one-per-gpu", 1, None), ("packed", 8, None), ("asha", 8, "async")]
+    plan += [("asha-sync", 8, "sync")] if args.sync else []
+    runs = {k: run_sweep(args, k, max_models=m, asha=a) for k, m, a in plan}
     for r in runs.values():
         print(f"  {r['label']:12s} {r['status']:9s} wall {r['wall_s']:7.1f} s  GPU-seconds {r['gpu_s']:8.1f}  "
               f"trials {r['trials']}  best {r['best']} ({r['best_metric']:.4g})")
-    one, packed, asha = runs["one-per-gpu"], runs["packed"], runs["asha"]
+    one, packed = runs["one-per-gpu"], runs["packed"]
     print(f"packed vs one per GPU: wall {one['wall_s'] / packed['wall_s']:.2f}x faster, "
           f"GPU-seconds {one['gpu_s'] / packed['gpu_s']:.2f}x fewer")
-    print(f"ASHA vs full grid (both packed): wall {packed['wall_s'] / asha['wall_s']:.2f}x faster, "
-          f"GPU-seconds {packed['gpu_s'] / asha['gpu_s']:.2f}x fewer; same best configuration: "
-          f"{'yes' if asha['best'] == packed['best'] else 'no'} (grid {packed['best']}, ASHA {asha['best']})")
+    for key, name in (("asha", "ASHA (async)"), ("asha-sync", "ASHA (sync)")):
+        if key in runs:
+            a = runs[key]
+            print(f"{name} vs full grid (both packed): wall {packed['wall_s'] / a['wall_s']:.2f}x faster, "
+                  f"GPU-seconds {packed['gpu_s'] / a['gpu_s']:.2f}x fewer; reaches the grid's best configuration: "
+                  f"{'yes' if a['best'] == packed['best'] else 'no'} (grid {packed['best']}, {key} {a['best']})")
+    print(f"load average at the end {_load()}")
+
+
+def _load() -> str:
+    import os
+
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def serve(
     """Start the API, the dashboard, the scheduler and, with no Redis, the embedded worker and agent."""
     from gpufleet.commands.api_processes import refusal
     from gpufleet.commands.local_access import as_checked, listen_unix, use_local_secret, warn_single_user
-    from gpufleet.commands.serving import AddressInUse, listen, register_this_host
+    from gpufleet.commands.serving import AddressInUse, listen, listen_notebooks, register_this_host
     from gpufleet.config import ConfigError, load_settings
 
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -107,8 +107,11 @@ def serve(
         check_serve_safety(as_checked(settings))
         # The address first: a second serve on a port in use stops here, before it writes anything.
         sock = listen(settings.host, settings.port)
+        notebooks = listen_notebooks(settings, sock)
         if check:
             sock.close()
+            if notebooks is not None:
+                notebooks.close()
             console.print(f"ok: settings valid and {_url_host(settings.host)}:{settings.port} is free", highlight=False)
             return
         unix = listen_unix(settings)
@@ -127,11 +130,11 @@ def serve(
         fail(str(exc))
     if settings.auth == "off":
         warn_single_user(err)
-    _serve(settings, sock, unix, inventory, worker, link, workers)
+    _serve(settings, (sock, notebooks), unix, inventory, worker, link, workers)
 
 
-def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, inventory: str, worker: bool,
-           link: bool, workers: int) -> None:
+def _serve(settings: Settings, socks: tuple[socket.socket, socket.socket | None], unix: UnixListener | None,
+           inventory: str, worker: bool, link: bool, workers: int) -> None:
     from gpufleet.commands.api_processes import run_processes
     from gpufleet.commands.local_access import sign_in_hint, sockets
     from gpufleet.commands.serving import StopNotice, stop_worker
@@ -147,13 +150,18 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
     console.print(inventory)
     console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
                   f"(dashboard at /, API docs at /docs)")
+    sock, notebooks = socks
+    if notebooks is not None:
+        console.print(f"sessions' notebooks on their own origin: port {notebooks.getsockname()[1]}"
+                      " (GPUFLEET_SESSIONS_PORT)", highlight=False)
     console.print(sign_in_hint(settings, link), soft_wrap=True)
     notice = StopNotice(settings, console)
     try:
         if workers > 1:
-            run_processes(settings, workers, lambda _i: _uvicorn(settings, sockets(sock, unix), forked=True), console)
+            run_processes(settings, workers, lambda _i: _uvicorn(settings, sockets(sock, unix), forked=True,
+                                                                 notebooks=notebooks), console)
         else:
-            _uvicorn(settings, sockets(sock, unix), forked=False, on_stop=notice.began)
+            _uvicorn(settings, sockets(sock, unix), forked=False, on_stop=notice.began, notebooks=notebooks)
     finally:
         if unix is not None:
             unix.close()
@@ -164,15 +172,16 @@ def _serve(settings: Settings, sock: socket.socket, unix: UnixListener | None, i
 
 
 def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool,
-             on_stop: Callable[[], None] | None = None) -> None:
-    """One API process: the app with its background loops, under uvicorn, on the sockets bound already."""
+             on_stop: Callable[[], None] | None = None, notebooks: socket.socket | None = None) -> None:
+    """One API process: the app with its background loops, under uvicorn, on the sockets bound already;
+    and beside it, on ``notebooks``, the sessions' notebooks' own origin."""
     import logging
 
     import uvicorn
 
     from gpufleet.api.app import create_app
     from gpufleet.api.unixsocket import peer_protocols
-    from gpufleet.commands.serving import server
+    from gpufleet.commands.serving import serve_notebooks, server
 
     config = uvicorn.Config(
         create_app(settings, background=True),
@@ -196,7 +205,12 @@ def _uvicorn(settings: Settings, listening: list[socket.socket], forked: bool,
     # Said at once on Ctrl-C: closing connections and stopping the worker can take a while. A forked
     # process hears Ctrl-C twice (from the terminal and from its parent): once is a stop, not a forced one.
     srv = server(config, on_stop=on_stop or (lambda: None), repeat_forces=not forked)
-    srv.run(sockets=listening)
+    stop_notebooks = serve_notebooks(settings, notebooks) if notebooks is not None else None
+    try:
+        srv.run(sockets=listening)
+    finally:
+        if stop_notebooks is not None:
+            stop_notebooks()
 
 
 def _version() -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class SessionSettings(BaseModel):
@@ -27,3 +27,25 @@ class SessionSettings(BaseModel):
     # The port each worker serves its notebook relay on, for a server on another machine
     # (api/proxy/relay.py, docs/notebooks.md); the same on every host. 0: off.
     session_relay_port: int = Field(default=0, ge=0, le=65535)
+    # Notebooks are served from an origin of their own, never the dashboard's (api/proxy/origin.py,
+    # docs/notebooks.md). `serve` listens for them on sessions_port (None: the API's port + 1; 0: it serves
+    # no notebooks), and sessions_origin says how a browser reaches that listener: "" for the dashboard's
+    # own host name on that port, "https://notebooks.example.org" behind a proxy, or a host name per
+    # session, "https://{id}.nb.example.org" (wildcard DNS and certificate).
+    sessions_port: int | None = Field(default=None, ge=0, le=65535)
+    sessions_origin: str = Field(default="", max_length=200)
+
+    @field_validator("sessions_origin")
+    @classmethod
+    def _origin_shape(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if not value:
+            return ""
+        scheme, sep, rest = value.partition("://")
+        host = rest.split(":", 1)[0]
+        if scheme not in ("http", "https") or not sep or not host or "/" in rest or "?" in rest or "#" in rest:
+            raise ValueError(f"GPUFLEET_SESSIONS_ORIGIN must look like https://notebooks.example.org[:port] or"
+                             f" https://{{id}}.nb.example.org (a host name per session), not {value!r}")
+        if "{" in rest.replace("{id}", ""):
+            raise ValueError("GPUFLEET_SESSIONS_ORIGIN may hold {id} (the session's id) and nothing else in braces")
+        return value

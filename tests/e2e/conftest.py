@@ -102,6 +102,27 @@ def restartable_server(dashboard_built: Path, tmp_path: Path) -> Iterator[Callab
         yield lambda: stack.enter_context(serve_process(tmp_path / "restart-data", port=port, **FLEET))
 
 
+class ProbingBrowser:
+    """The browser, whose contexts let the tests' own probes run.
+
+    Playwright's ``wait_for_function`` evaluates its string as script, which
+    the dashboard's Content-Security-Policy forbids (no eval): so a context
+    bypasses the page's policy unless a test asks for it (``bypass_csp=False``,
+    as test_notebook_takeover.py does, with the dashboard and a notebook
+    under their real policies).
+    """
+
+    def __init__(self, browser: object):
+        self._browser = browser
+
+    def new_context(self, **options: object) -> object:
+        options.setdefault("bypass_csp", True)
+        return self._browser.new_context(**options)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._browser, name)
+
+
 # Module scope, not session: Playwright's sync API keeps an event loop running
 # in the main thread while it is open, and later suites call asyncio.run().
 @pytest.fixture(scope="module")
@@ -114,7 +135,7 @@ def browser() -> Iterator[object]:
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
-            yield b
+            yield ProbingBrowser(b)
         finally:
             b.close()
 

@@ -2,8 +2,8 @@
 
 `gpufleet serve` with sign-in on a simulated fleet of one GPU. A member
 starts a `--jupyter` session with the CLI; the worker starts its Jupyter
-server; the member opens it from the Sessions page through the proxy and
-runs a cell (over the kernel's WebSocket, from the notebook's own page:
+server; the member opens it from the Sessions page (on the notebooks' own
+origin, `serve`'s second port) and runs a cell (over the kernel's WebSocket, from the notebook's own page:
 this machine has jupyter_server without a notebook front end) that prints
 the visible-device variable. Another member and a request without sign-in
 get 403 on the same URL. `session stop` frees the GPU, and the training
@@ -138,13 +138,14 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
         page.set_default_timeout(30_000)
         page.goto("/sessions")
         row = page.get_by_test_id(f"session-row-{sid}")
-        row.get_by_role("link", name="Open").wait_for()
+        row.get_by_role("button", name="Open").wait_for()
         page.screenshot(path=str(screenshots / "sessions-running.png"), full_page=True)
         with ctx.expect_page() as opened:
-            row.get_by_role("link", name="Open").click()
+            row.get_by_role("button", name="Open").click()
         notebook = opened.value
+        # The ticket is traded for the notebook's cookie, and the address drops it.
+        notebook.wait_for_url(f"http://127.0.0.1:{srv.sessions_port}{url}")
         notebook.wait_for_load_state()
-        assert notebook.url == f"{srv.url}{url}"
         printed = notebook.evaluate(RUN_CELL, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
         assert printed.strip() == ",".join(map(str, gpu)), printed
         notebook.screenshot(path=str(screenshots / "session-notebook-cell.png"), full_page=True)
@@ -154,18 +155,20 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     finally:
         ctx.close()
 
+    notebooks = f"http://127.0.0.1:{srv.sessions_port}"
     bob = _signed_in(browser, srv, tokens["bob"])
     try:
-        assert bob.new_page().goto(url).status == 403
+        assert bob.new_page().goto(notebooks + url).status == 403
+        assert bob.request.post(f"/api/v1/sessions/{sid}/open", headers={"Origin": srv.url}).status == 403
     finally:
         bob.close()
     stranger = browser.new_context(base_url=srv.url)
     try:
-        assert stranger.new_page().goto(url).status == 403
+        assert stranger.new_page().goto(notebooks + url).status == 403
     finally:
         stranger.close()
     with pytest.raises(InvalidStatus) as refused:
-        connect(f"ws{srv.url[4:]}{url}api/kernels/x/channels", origin=srv.url, open_timeout=60)
+        connect(f"ws{notebooks[4:]}{url}api/kernels/x/channels", origin=notebooks, open_timeout=60)
     assert refused.value.response.status_code == 403
 
     cli(srv.data_dir, "session", "stop", sid, **as_alice)
@@ -174,5 +177,5 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
                  in ("scheduled", "running", "succeeded") and t, srv)
     assert took["gpu_ids"] == gpu
     assert alice.get(f"/api/v1/sessions/{sid}").json()["status"] == "stopped"
-    assert httpx.get(f"{srv.url}{url}", headers={"Authorization": f"Bearer {tokens['alice']}"},
+    assert httpx.get(f"{notebooks}{url}", headers={"Authorization": f"Bearer {tokens['alice']}"},
                      timeout=60).status_code == 409

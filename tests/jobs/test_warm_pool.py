@@ -37,7 +37,7 @@ def test_preload_leaves_cuda_uninitialised() -> None:
 
 def test_serves_only_recipe_launches_of_the_workers_own_account() -> None:
     pool = warmpool.WarmPool.__new__(warmpool.WarmPool)  # the rule alone: no member started
-    pool.env = warmpool._base_env(_env())
+    pool.env, pool.iso = warmpool._base_env(_env()), Isolation()
     own = Isolation()
     member = RunAccount("alice", os.geteuid() + 4242, 4242, (), "/home/alice", "mapped")
     env = dict(_env(), GPUFLEET_TRAINING_ID="x")
@@ -67,6 +67,133 @@ def test_pool_refills_and_replaces_a_dead_member(tmp_path: Path) -> None:
     finally:
         pool.close()
     assert all(not _alive(p) for p in (first, second))
+
+
+def _fd_targets(pid: int) -> list[str]:
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass  # closed while listed
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def _uids(pid: int) -> set[str]:
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:"))
+    return set(line.split()[1:])  # real, effective, saved, filesystem
+
+
+def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_its_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from gpufleet.config import load_settings
+    from gpufleet.jobs.isolation import plan
+    from support.unix import need_root, short_name, unix_account
+
+    need_root()
+    # The worker's secrets: in its environment, and a file it holds open.
+    monkeypatch.setenv("GPUFLEET_SECRET_KEY", "s3cret-value-123")
+    monkeypatch.setenv("GPUFLEET_DATABASE_URL", "postgresql+psycopg://gpufleet:dbpass-456@db/gpufleet")
+    secret = tmp_path / "secret.key"
+    secret.write_text("s3cret-value-123")
+    secret.chmod(0o600)
+    with open(secret) as held, unix_account(short_name("warm")) as entry:
+        home = tmp_path / "home"
+        home.mkdir()
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+        tmp_path.chmod(0o755)
+        account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
+        s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpt")
+        run, ckpt = s.data_dir / "jobs" / "t1", tmp_path / "ckpt" / "t1"
+        iso = plan(s, account, "recipe", run, ckpt)
+        assert iso.switches and iso.sandboxed  # the member's own account, in its bwrap sandbox
+        warmpool.start(0, member_size=1, member_keep_s=600)
+        try:
+            env = dict(_env(), GPUFLEET_TRAINING_ID="t1")
+            # The member's first training here starts cold and makes the member's pool, for the next ones.
+            assert warmpool.for_launch(warmpool.MODULE, env, iso) is None
+            pool = warmpool.member_pools()[entry.pw_uid]
+            wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
+            [pid] = pool.pids()  # bwrap; the launcher is the interpreter inside its namespaces
+            tree = _tree(pid)
+            [python] = [p for p in tree if "gpufleet.training.warm" in Path(f"/proc/{p}/cmdline").read_text()
+                        and Path(f"/proc/{p}/exe").resolve().name.startswith("python")]
+            assert _uids(python) == {str(entry.pw_uid)}
+            for p in tree:  # nothing in the member's sandbox holds a secret, in its environment or open
+                environ = Path(f"/proc/{p}/environ").read_bytes().decode().split("\0")
+                assert not [v for v in environ if "s3cret" in v or "dbpass" in v or v.startswith(
+                    ("GPUFLEET_SECRET", "GPUFLEET_DATABASE", "GPUFLEET_REDIS"))], environ
+                targets = _fd_targets(p)
+                assert str(secret) not in targets and not [t for t in targets if "data" in t], targets
+            environ = Path(f"/proc/{python}/environ").read_bytes().decode().split("\0")
+            assert f"USER={entry.pw_name}" in environ and f"HOME={home}" in environ
+            assert os.fstat(held.fileno()).st_size > 0  # (held open by this process all along)
+            # Inside, the data dir is absent: only the directories of the training it is given will be reachable.
+            assert not [p for p in Path(f"/proc/{python}/root{s.data_dir}").iterdir()]
+            # The member's next training takes it: it runs there, as the member, and writes its progress.
+            assert warmpool.for_launch(warmpool.MODULE, env, iso) is pool
+            assert not pool.serves(warmpool.MODULE, env, Isolation(account=account, home=home))  # not sandboxed
+            iso.prepare()
+            spec = {"recipe": "mlp", "config": MLP, "devices": ["cuda:0"], "ranks_on_cpu": True,
+                    "checkpoint_dir": str(ckpt), "progress_file": str(run / "progress-1.jsonl"), "resume": False}
+            (run / "spec-1.json").write_text(json.dumps(spec))
+            proc, lifeline = pool.take(iso.env(env), str(run / "spec-1.json"), iso.write)
+            assert proc.pid == pid
+            out = proc.stdout.read().decode()
+            assert proc.wait(300) == 0, out
+            os.close(lifeline)
+            progress = run / "progress-1.jsonl"
+            assert '"type": "step"' in progress.read_text() and progress.stat().st_uid == entry.pw_uid
+        finally:
+            warmpool.stop()
+        assert not _alive(pid)
+
+
+def test_a_members_pool_closes_once_the_member_stops_starting_work(tmp_path: Path) -> None:
+    from support.unix import need_root, short_name, unix_account
+
+    from gpufleet.config import load_settings
+    from gpufleet.jobs.isolation import plan
+
+    need_root()
+    with unix_account(short_name("idle")) as entry:
+        home = tmp_path / "home"
+        home.mkdir()
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+        account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
+        s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpt")
+        iso = plan(s, account, "recipe", tmp_path / "r", tmp_path / "c")
+        pool = warmpool.WarmPool(1, _env(), Isolation(account=account, sandboxed=iso.sandboxed, read=iso.read,
+                                                      hidden=iso.hidden, home=home), keep_s=600.0)
+        try:
+            wait_for(lambda: pool.ready_count() == 1, 300, "the member's launcher ready")
+            pids = pool.pids()
+            pool.keep_s = 1.0  # the member has started nothing for longer than that now
+            # Closed, and its launcher gone (the keeper ends it right after it marks the pool closed).
+            wait_for(lambda: pool.closed and not any(_alive(p) for p in pids), 60, "the idle member's pool closed")
+            assert pool.pids() == []
+        finally:
+            pool.close()
 
 
 def _alive(pid: int) -> bool:

@@ -6,13 +6,17 @@ from gpufleet.scheduling.memory_pool import _decode_trace, _encode_trace
 from gpufleet.scheduling.memtrace import PhasePeak, StepTrace
 
 
-def test_a_decoded_trace_has_the_peak_and_reserved_of_the_original():
+def test_a_decoded_trace_has_the_peak_and_the_allocation_sequence_of_the_original():
     trace = StepTrace(
         forward_backward=PhasePeak(peak=700, parameters=100, gradients=100, other=500),
         optimizer_step=PhasePeak(peak=900, parameters=100, gradients=100, optimizer_states=200, other=500),
-        parameter_bytes=100, gradient_bytes=100, parameter_count=25, fake=True, reserved=2 * 1024**2,
+        parameter_bytes=100, gradient_bytes=100, parameter_count=25, fake=True,
+        events=((1, 512), (2, 4096), (2, -4096)), blas_marks={"forward": 1}, step_ends=(3,), step_peaks=(900,),
     )
     decoded = _decode_trace(_encode_trace(trace))
     assert decoded.peak == trace.peak == 900
-    assert decoded.reserved == trace.reserved
+    from gpufleet.scheduling.allocator import device_events, replay
+
+    assert replay(device_events(decoded, workspace=1 << 20)) == replay(device_events(trace, workspace=1 << 20))
+    assert decoded.blas_marks == {"forward": 1}
     assert decoded.optimizer_step.optimizer_states == 200

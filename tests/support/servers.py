@@ -98,6 +98,7 @@ class ServedProcess:
     data_dir: Path
     log: Path
     proc: subprocess.Popen[bytes]
+    sessions_port: int = 0  # where its sessions' notebooks are served (their own origin)
 
     @property
     def pid(self) -> int:
@@ -138,13 +139,16 @@ def serve_process(data_dir: Path, *args: str, port: int | None = None, host: str
     not stopped it already.
     """
     port = port or free_port()
+    # The notebooks' origin: a free port of its own (the product's default, the API's port + 1, may be taken).
+    env.setdefault("GPUFLEET_SESSIONS_PORT", str(free_port()))
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir.parent / f"serve-{port}.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([*gpufleet(), "serve", "--host", host, "--port", str(port), *args],
                                 env=serve_env(data_dir, **env), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    served = ServedProcess(f"http://127.0.0.1:{port}", port, data_dir, log_path, proc)
+    served = ServedProcess(f"http://127.0.0.1:{port}", port, data_dir, log_path, proc,
+                           int(env["GPUFLEET_SESSIONS_PORT"] or 0))
     try:
         deadline = time.monotonic() + ready_timeout
         while not _healthy(served.url):

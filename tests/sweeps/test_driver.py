@@ -77,10 +77,11 @@ def test_grid_runs_parallel_at_a_time_and_names_the_best(tmp_path, backend, requ
     assert [x["trials_by_state"] for x in listed if x["id"] == sweep["id"]] == [{"complete": 4}]
 
 
-def test_asha_prunes_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, backend, request, sweep_client):
+def test_sync_asha_prunes_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, backend, request,
+                                                                                sweep_client):
     s = _settings(tmp_path, "sqlite", request)
     c = sweep_client(s)
-    sweep = _start(c, parallel=4, asha={"min_steps": 2, "reduction_factor": 2})
+    sweep = _start(c, parallel=4, asha={"min_steps": 2, "reduction_factor": 2, "sync": True})
     advance_all(s, force=True)
     rows = _trainings(s, sweep["id"])
     assert len(rows) == 4 and {t.max_steps for t in rows} == {2}  # each runs to the first rung only
@@ -111,6 +112,72 @@ def test_asha_prunes_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_p
     body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
     assert body["status"] == "succeeded" and body["best"]["params"] == {"lr": 0.01}
     assert body["trials_by_state"] == {"pruned": 3, "complete": 1}
+
+
+def _report(s, tid, step, loss):
+    """What a worker does while a training runs: it is ``running`` and wrote a metric at ``step``."""
+    with write_session(s) as sess:
+        sess.add(TrainingMetric(training_id=tid, step=step, loss=loss, metrics={}))
+        sess.execute(update(Training).where(Training.id == tid).values(status="running", step=step))
+
+
+def _events(s, tid):
+    from gpufleet.db.models import TrainingEvent
+
+    with session_scope(s) as sess:
+        return [(e.kind, e.status, e.reason or "") for e in sess.scalars(
+            select(TrainingEvent).where(TrainingEvent.training_id == tid).order_by(TrainingEvent.seq))]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_once(tmp_path, backend, request,
+                                                                                  sweep_client):
+    s = _settings(tmp_path, backend, request)
+    c = sweep_client(s)
+    sweep = _start(c, parallel=3, asha={"min_steps": 2, "reduction_factor": 2})  # rungs at steps 2 and 4 of 8
+    advance_all(s, force=True)
+    first = sorted(_trainings(s, sweep["id"]), key=lambda t: t.created_at)
+    # Three at once, each for its whole length: no trial is stopped at a rung to wait for the others.
+    assert len(first) == 3 and {t.max_steps for t in first} == {8}
+    a, b, _ = first
+    _report(s, a.id, 2, 0.2)
+    _report(s, b.id, 1, 0.9)  # below the rung: nothing to judge yet
+    advance_all(s, force=True)
+    trials = {t["training_id"]: t for t in c.get(f"/api/v1/sweeps/{sweep['id']}").json()["trials"]}
+    # The first at rung 0 is promoted at once and goes on in its process: still running, same attempt, not
+    # cancelled, no resume, not sent back to the queue.
+    ta = trials[str(a.id)]
+    assert ta["state"] == "running" and ta["rung"] == 1 and "promoted at rung 0" in ta["reason"]
+    [row_a] = [t for t in _trainings(s, sweep["id"]) if t.id == a.id]
+    assert row_a.status == "running" and not row_a.cancel_requested and row_a.attempt == a.attempt
+    assert not any("resum" in r for _, _, r in _events(s, a.id))
+    assert trials[str(b.id)]["state"] == "running" and trials[str(b.id)]["rung"] == 0
+    # b reaches rung 0 worse than a: pruned in that round, its training stopped, and the fourth trial takes
+    # its place in the same round, while a and the third still run (nothing waits for a rung to fill).
+    _report(s, b.id, 3, 0.9)
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    trials = {t["training_id"]: t for t in body["trials"]}
+    assert trials[str(b.id)]["state"] == "pruned" and "GPU goes to the next trial" in trials[str(b.id)]["reason"]
+    rows = {t.id: t for t in _trainings(s, sweep["id"])}
+    assert rows[b.id].cancel_requested and rows[b.id].status == "running"  # its supervisor stops it
+    assert len(rows) == 4 and sum(t["state"] == "running" for t in body["trials"]) == 3
+    assert any(k == "cancel" for k, _, _ in _events(s, b.id))
+    # a passes rung 1 (step 4) beside nobody: promoted again, then finishes; a repeated round changes nothing.
+    _report(s, a.id, 5, 0.1)
+    advance_all(s, force=True)
+    advance_all(s, force=True)
+    ta = {t["training_id"]: t for t in c.get(f"/api/v1/sweeps/{sweep['id']}").json()["trials"]}[str(a.id)]
+    assert ta["state"] == "running" and ta["rung"] is None and "promoted at rung 1" in ta["reason"]
+    assert sum("promoted at rung" in r for _, _, r in _events(s, a.id)) == 2
+    _end(s, a.id, loss=0.05, step=8)
+    for t in rows.values():
+        if t.id not in (a.id, b.id):
+            _end(s, t.id, loss=0.01, step=8)  # finished before the driver saw a rung: recorded, not stopped
+    _end(s, b.id, status="cancelled", exit_code=None)
+    advance_all(s, force=True)
+    body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
+    assert body["status"] == "succeeded" and body["trials_by_state"] == {"complete": 3, "pruned": 1}, body
 
 
 def test_a_trial_out_of_memory_is_retried_alone_and_not_counted(tmp_path, request, sweep_client):
@@ -186,5 +253,7 @@ def test_a_script_sweep_puts_each_parameter_into_argv(tmp_path, request, sweep_c
     assert all(t.exclusive for t in rows)  # a user's code holds its GPU alone, as for `gpufleet run`
     unused = c.post("/api/v1/sweeps", json={**body, "space": {"lr": [0.1], "depth": [2]}})
     assert unused.status_code == 422 and "{depth}" in unused.text
-    asha = c.post("/api/v1/sweeps", json={**body, "asha": {"min_steps": 2}})
-    assert asha.status_code == 422 and "early stopping (asha) needs a recipe" in asha.text
+    sync = c.post("/api/v1/sweeps", json={**body, "asha": {"min_steps": 2, "sync": True}})
+    assert sync.status_code == 422 and "synchronous early stopping (asha.sync) needs a recipe" in sync.text
+    asha = c.post("/api/v1/sweeps", json={**body, "asha": {"min_steps": 2, "max_steps": 8}})
+    assert asha.status_code == 201, asha.text  # asynchronous halving stops a script where it runs: no restart

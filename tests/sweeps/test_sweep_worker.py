@@ -84,8 +84,8 @@ def test_a_12_trial_grid_runs_packed_on_2_gpus_and_names_the_best(tmp_path, requ
     assert all(mem <= total[g] for g, (_, mem) in peaks.items()), (peaks, total)
 
 
-def test_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, request, sweep_client, workers,
-                                                                           scheduler):
+def test_sync_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_path, request, sweep_client,
+                                                                                workers, scheduler):
     s = make_settings(tmp_path, "sqlite", request, simulate="2xH100-80GB")
     register(s)
     workers(s)
@@ -93,7 +93,7 @@ def test_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(tmp_pa
     c = sweep_client(s)
     cfg = dict(TINY_MLP, max_steps=8, checkpoint_every=4)
     r = c.post("/api/v1/sweeps", json={
-        "name": "asha", "recipe": "mlp", "config": cfg, "parallel": 2, "asha": {"min_steps": 4},
+        "name": "asha", "recipe": "mlp", "config": cfg, "parallel": 2, "asha": {"min_steps": 4, "sync": True},
         "space": {"lr": [0.05, 0.00001, 0.02, 0.000001]}})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
@@ -161,3 +161,91 @@ def test_cancel_stops_every_trial_and_a_restarted_server_goes_on(tmp_path, reque
     finally:
         stop.set()
         loop.join(30)
+
+
+# A member's own training script: it reports a loss that falls faster the larger its --lr, and the
+# process id it runs in. A poor learning rate is also slow (as a poor trial that would run long), so
+# the test sees it stopped where it was judged rather than finished.
+HALVING_SCRIPT = '''\
+import argparse
+import os
+import time
+
+import gpufleet_report
+
+p = argparse.ArgumentParser()
+p.add_argument("--lr", type=float)
+p.add_argument("--steps", type=int)
+args = p.parse_args()
+for step in range(1, args.steps + 1):
+    gpufleet_report.report(step=step, loss=1.0 / (1.0 + args.lr * step), pid=os.getpid())
+    time.sleep(0.2 if args.lr >= 0.1 else 1.0)
+print("done", flush=True)
+'''
+
+
+def _event_time(c, tid, text: str) -> datetime:
+    events = c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
+    return next(_utc(datetime.fromisoformat(e["time"])) for e in events if text in (e["reason"] or ""))
+
+
+def test_a_script_sweep_with_async_halving_runs_end_to_end(tmp_path, request, sweep_client, workers, scheduler):
+    from gpufleet.db.models import TrainingMetric
+    from gpufleet.db.session import write_session
+    from gpufleet.trainings.archive import pack
+    from gpufleet.trainings.code import store
+    from support.scripts import write_project
+
+    s = make_settings(tmp_path, "sqlite", request, simulate="1xH100-80GB")
+    register(s)
+    workers(s)
+    scheduler(s)
+    c = sweep_client(s)
+    with write_session(s) as sess:
+        info, _ = store(sess, s, pack(write_project(tmp_path / "code", HALVING_SCRIPT)), "local")
+    # One GPU, one trial at a time; grid seed 5 starts lr 1.0, then 0.001, then 0.5.
+    r = c.post("/api/v1/sweeps", json={
+        "name": "script-asha", "parallel": 1, "seed": 5, "space": {"lr": [1.0, 0.001, 0.5]},
+        "asha": {"min_steps": 5, "max_steps": 40},  # rungs at steps 5, 10 and 20
+        "script": {"code": info.hash, "argv": ["python", "train.py", "--lr", "{lr}", "--steps", "40"],
+                   "memory": "1GiB"}})
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    body = wait_for(lambda: (b := _sweep(c, sid))["status"] != "running" and b, 300, "the sweep to end", 1.0)
+    assert body["status"] == "succeeded", body
+    by_n = {t["number"]: t for t in body["trials"]}
+    assert [by_n[n]["params"]["lr"] for n in (0, 1, 2)] == [1.0, 0.001, 0.5]
+    first, poor, third = by_n[0], by_n[1], by_n[2]
+    # The first trial was promoted at each rung as it ran, and kept running: one process (the same pid
+    # at every reported step), one attempt, no stop, no resume, to its 40th step.
+    assert first["state"] == "complete" and first["step"] == 40 and first["training_status"] == "succeeded"
+    events = c.get(f"/api/v1/trainings/{first['training_id']}/events").json()["data"]
+    promoted = [e["reason"].split(" (")[0] for e in events if "promoted at rung" in (e["reason"] or "")]
+    # Judged while it ran (the rungs it passed before the driver's round came, in one round).
+    assert promoted and promoted == ["promoted at rung 0", "promoted at rung 1", "promoted at rung 2"][:len(promoted)]
+    assert sum(e["kind"] == "status" and e["status"] == "running" for e in events) == 1, events
+    assert not any("resum" in (e["reason"] or "") or e["kind"] == "cancel" for e in events), events
+    with session_scope(s) as sess:
+        pids = {m.metrics.get("pid") for m in sess.scalars(select(TrainingMetric).where(
+            TrainingMetric.training_id == uuid.UUID(first["training_id"])))}
+        attempts = {t.id: t.attempt for t in sess.scalars(select(Training).where(Training.sweep_id == uuid.UUID(sid)))}
+    assert len(pids) == 1 and None not in pids, pids
+    assert attempts[uuid.UUID(first["training_id"])] == 1
+    # The poor trial was judged at rung 0 against the first one's value there, and stopped while running:
+    # its training cancelled long before its 40 slow steps; the third trial was started in that round.
+    assert poor["state"] == "pruned" and poor["training_status"] == "cancelled" and poor["step"] < 40, poor
+    pruned_at = _event_time(c, poor["training_id"], "stopped at rung 0")
+    with session_scope(s) as sess:
+        created = {str(t.id): _utc(t.created_at) for t in sess.scalars(
+            select(Training).where(Training.sweep_id == uuid.UUID(sid)))}
+    released = {str(tid): _utc(rel) for tid, rel in _releases(s, sid)}
+    assert pruned_at <= created[third["training_id"]] <= released[poor["training_id"]]
+    assert third["state"] in ("pruned", "complete")  # it had the same rung-0 rival; its speed decides which
+    assert body["best"]["params"] == {"lr": 1.0}
+
+
+def _releases(s, sid):
+    with session_scope(s) as sess:
+        return sess.execute(select(GPUAllocation.training_id, GPUAllocation.released_at)
+                            .join(Training, Training.id == GPUAllocation.training_id)
+                            .where(Training.sweep_id == uuid.UUID(sid))).all()

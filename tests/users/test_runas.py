@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
 
 import pytest
 from fastapi.testclient import TestClient
@@ -81,3 +82,56 @@ def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None: 
                          headers={"Authorization": f"Bearer {admin_token}"}).status_code == 404
         with session_scope(db_settings) as sess:
             assert get_user(sess, name).unix_account == mapped.pw_name
+
+
+def test_mapping_onto_another_users_account_needs_force_and_is_recorded(db_settings: Settings, caplog) -> None:  # noqa: ANN001
+    name, other, third = short_name("mf"), short_name("mo"), short_name("mt")
+    with unix_account(other) as theirs:
+        with session_scope(db_settings) as sess:
+            for user in (name, other, third):
+                add_user(sess, user, "member")
+            get_user(sess, third).unix_account = "shared-x"
+        for account, holder in ((theirs.pw_name, other), ("shared-x", third)):
+            with caplog.at_level("WARNING", logger="gpufleet.audit"), session_scope(db_settings) as sess, \
+                    pytest.raises(UserError, match=f"belongs to gpufleet user {holder}.*force"):
+                set_mapping(sess, name, account, by="admin-x")
+            assert f"refused: admin-x asked to map user {name} to Unix account {account}, which is {holder}'s" \
+                in caplog.text
+        with session_scope(db_settings) as sess:
+            assert get_user(sess, name).unix_account is None
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="gpufleet.audit"), session_scope(db_settings) as sess:
+            set_mapping(sess, name, theirs.pw_name, force=True, by="admin-x")
+        assert f"admin-x mapped user {name} to Unix account {theirs.pw_name} (forced over {other})" in caplog.text
+        with session_scope(db_settings) as sess:
+            assert get_user(sess, name).unix_account == theirs.pw_name
+        # The CLI says why, and maps with --force.
+        env = {"GPUFLEET_DATABASE_URL": db_settings.database_url or ""}
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            cli(db_settings.data_dir, "users", "map", third, "--unix", theirs.pw_name, **env)
+        assert "--force" in refused.value.stderr
+        cli(db_settings.data_dir, "users", "map", third, "--unix", theirs.pw_name, "--force", **env)
+
+
+def test_the_api_maps_only_with_a_token_never_the_browsers_cookie(db_settings: Settings) -> None:
+    name = short_name("mc")
+    with session_scope(db_settings) as sess:
+        add_user(sess, name, "member")
+        admin = short_name("ac")
+        add_user(sess, admin, "admin")
+        admin_token = create_token(sess, admin).secret
+    on = db_settings.model_copy(update={"auth": "on", "secret_key": SECRET})
+    with TestClient(create_app(on)) as c:
+        assert c.post("/api/v1/auth/sign-in", json={"token": admin_token}).status_code == 200
+        path = f"/api/v1/users/{name}/unix-account"
+        refused = c.put(path, json={"unix_account": "nobody-x"}, headers={"Origin": "http://testserver"})
+        assert refused.status_code == 403 and "second step" in refused.json()["detail"]
+        c.cookies.clear()
+        ok = c.put(path, json={"unix_account": "nobody-x"}, headers={"Authorization": f"Bearer {admin_token}"})
+        assert ok.status_code == 200
+        taken = c.put(f"/api/v1/users/{admin}/unix-account", json={"unix_account": "nobody-x"},
+                      headers={"Authorization": f"Bearer {admin_token}"})
+        assert taken.status_code == 409 and "force" in taken.json()["detail"]
+        forced = c.put(f"/api/v1/users/{admin}/unix-account", json={"unix_account": "nobody-x", "force": True},
+                       headers={"Authorization": f"Bearer {admin_token}"})
+        assert forced.status_code == 200

@@ -39,9 +39,10 @@ from gpufleet.api.routes import (
     webhooks,
 )
 from gpufleet.api.idempotency import IdempotentCreates
-from gpufleet.api.proxy import SessionProxy
+from gpufleet.api.proxy import NotebooksElsewhere
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
+from gpufleet.api.security.headers import DashboardPolicy
 from gpufleet.api.security.hosts import HostGuard
 from gpufleet.api.security.inputs import NulGuard
 from gpufleet.api.security.openapi import document_refusals
@@ -85,8 +86,9 @@ def request_guards(settings: Settings) -> list[Middleware]:
     """
     guards = [
         Middleware(HostGuard, settings=settings),
-        # Sessions' notebooks (/sessions/{id}/): their own sign-in check, and no API body limits.
-        Middleware(SessionProxy, settings=settings),
+        # Sessions' notebooks (/sessions/{id}/) are served on their own origin, never this one.
+        Middleware(NotebooksElsewhere),
+        Middleware(DashboardPolicy),
         Middleware(SizeLimits, max_body=settings.max_request_bytes, max_ws_message=settings.max_ws_message_bytes,
                    path_limits={CODE_UPLOAD_PATH: settings.code_max_bytes}),
         # A code archive is binary: NUL bytes are its content, not an attack on text columns.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fastapi import HTTPException, WebSocket
 from sqlalchemy.exc import OperationalError
 
-from gpufleet.api.security.origins import is_cross_site, origin_allowed
+from gpufleet.api.security.origins import is_cross_site, not_json_refusal, origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import get_limiter
 from gpufleet.api.security.signing import sign, unsign
@@ -42,9 +42,16 @@ from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "gpufleet_session"
+# Over https the cookie is host-only (the browser refuses a __Host- cookie with a Domain, another Path or no
+# Secure), so no sibling host name (a notebook's, say) can set or replace it. Plain http (a loopback
+# install) cannot use the prefix; there the name is SESSION_COOKIE.
+SECURE_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
 SESSION_PURPOSE = "session"
 TICKET_PURPOSE = "ws-ticket"
 LINK_PURPOSE = "sign-in-link"
+# A notebook's origin: the dashboard's ticket to open one session's notebook, and the cookie it becomes there.
+NOTEBOOK_TICKET_PURPOSE = "notebook-ticket"
+NOTEBOOK_COOKIE_PURPOSE = "notebook-cookie"
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ LOCAL_ADMIN = AuthUser(name=LOCAL_USER_NAME, role="admin", id=None, via="local")
 
 
 class AuthError(Exception):
-    """Authentication failed: ``status`` is 401 or 403, ``reason`` says what to do."""
+    """Authentication failed: ``status`` is 401 or 403 (415: a browser's write not in JSON), ``reason`` says what
+    to do."""
 
     def __init__(self, status: int, reason: str):
         super().__init__(reason)
@@ -90,8 +98,8 @@ def _owner_to_user(owner: TokenOwner | SessionOwner, via: str) -> AuthUser:
                     session_id=getattr(owner, "session_id", None))
 
 
-def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> AuthUser | str:
-    """The user of a session cookie or a WebSocket ticket, re-checked against the database."""
+def signed_user(settings: Settings, purpose: str, value: str, via: str) -> AuthUser | str:
+    """The user of a session cookie, a WebSocket ticket or a notebook's pass, re-checked against the database."""
     payload = unsign(settings.secret_key, purpose, value)
     if payload is None:
         return "the session has expired or is not valid; sign in again"
@@ -101,7 +109,7 @@ def _from_signed(settings: Settings, purpose: str, value: str, via: str) -> Auth
             session_id, key = uuid.UUID(str(payload["s"])), payload.get("k")
             if purpose == SESSION_PURPOSE and not isinstance(key, str):
                 raise ValueError("a cookie carries its session's key")
-        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE):
+        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE, NOTEBOOK_TICKET_PURPOSE, NOTEBOOK_COOKIE_PURPOSE):
             # A ticket a bearer token asked for, or a sign-in link: its user and token.
             user_id = uuid.UUID(str(payload["u"]))
             token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
@@ -159,9 +167,30 @@ def peer_user(settings: Settings, peer: Peer) -> AuthUser:
     return _owner_to_user(owner, "socket")
 
 
+def session_cookie_name(secure: bool) -> str:
+    return SECURE_SESSION_COOKIE if secure else SESSION_COOKIE
+
+
+def session_cookie_of(cookies: Mapping[str, str], secure: bool | None = None) -> str | None:
+    """The dashboard's cookie among ``cookies``: over https (``secure``) only the host-only one counts;
+    None (the scheme is not known here): the host-only one first."""
+    if secure is None:
+        return cookies.get(SECURE_SESSION_COOKIE) or cookies.get(SESSION_COOKIE)
+    return cookies.get(session_cookie_name(secure))
+
+
+def check_browser_write(method: str, headers: Mapping[str, str], settings: Settings) -> None:
+    """Refuse a request that carries the browser's credentials from another origin (403) or not as JSON (415)."""
+    if is_cross_site(method, headers, settings):
+        raise AuthError(403, "cross-origin request refused: the browser's sign-in counts only from the dashboard's"
+                             " own origin (or GPUFLEET_CORS_ORIGINS)")
+    if (refused := not_json_refusal(method, headers)) is not None:
+        raise AuthError(415, refused)
+
+
 def resolve_user(
     settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str],
-    peer: Peer | None = None,
+    peer: Peer | None = None, secure: bool | None = None,
 ) -> AuthUser:
     """Authenticate one HTTP request; raise :class:`AuthError` with the reason when refused.
 
@@ -185,12 +214,11 @@ def resolve_user(
         return peer_user(settings, peer)
 
     required = auth_required(settings)
-    cookie = cookies.get(SESSION_COOKIE)
+    cookie = session_cookie_of(cookies, secure)
     if cookie:
-        user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
+        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
-            if is_cross_site(method, headers, settings):
-                raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
+            check_browser_write(method, headers, settings)
             return user
         if required:
             raise AuthError(401, user)
@@ -203,8 +231,7 @@ def resolve_user(
                 "this server runs in single-user mode (no sign-in) for loopback use only, and this request came"
                 " through a proxy; set GPUFLEET_AUTH=on (the default) and sign in with a token",
             )
-        if is_cross_site(method, headers, settings):
-            raise AuthError(403, "cross-site request refused: its Origin is not allowed (GPUFLEET_CORS_ORIGINS)")
+        check_browser_write(method, headers, settings)
         return LOCAL_ADMIN
 
     raise AuthError(
@@ -293,7 +320,7 @@ def redeem_sign_in_link(app: object, settings: Settings, code: str) -> AuthUser 
     # A link can be seen (a terminal's scrollback, a browser's history): it works once.
     if not get_limiter(app, settings).claim_once(f"sign-in-link:{payload['n']}", settings.sign_in_link_ttl_s + 5):
         return "this sign-in link was used already; run `gpufleet open` for a new one"
-    user = _from_signed(settings, LINK_PURPOSE, code, "session")
+    user = signed_user(settings, LINK_PURPOSE, code, "session")
     return user if isinstance(user, AuthUser) else user
 
 
@@ -306,7 +333,7 @@ def _ticket_user(websocket: WebSocket, settings: Settings, ticket: str) -> AuthU
         return None
     if payload.get("u") is None:
         return LOCAL_ADMIN if not auth_required(settings) else None
-    user = _from_signed(settings, TICKET_PURPOSE, ticket, "ticket")
+    user = signed_user(settings, TICKET_PURPOSE, ticket, "ticket")
     return user if isinstance(user, AuthUser) else None
 
 
@@ -337,11 +364,12 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     ticket = websocket.query_params.get("ticket")
     if ticket:
         return _ticket_user(websocket, settings, ticket)
-    cookie = websocket.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie_of(websocket.cookies, websocket.url.scheme == "wss")
     if cookie:
-        user = _from_signed(settings, SESSION_PURPOSE, cookie, "session")
+        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
         if isinstance(user, AuthUser):
             return user
     if not auth_required(settings) and "x-forwarded-for" not in headers and "forwarded" not in headers:
         return LOCAL_ADMIN
     return None
+

@@ -54,7 +54,8 @@ def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
     if isinstance(cached, AuthUser):
         return cached
     try:
-        user = resolve_user(settings, request.method, request.headers, request.cookies)
+        user = resolve_user(settings, request.method, request.headers, request.cookies,
+                            secure=request.url.scheme == "https")
     except AuthError as exc:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         raise HTTPException(exc.status, exc.reason, headers=headers) from None
@@ -63,6 +64,23 @@ def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
 
 
 CurrentUser = Annotated[AuthUser, Depends(get_current_user)]
+# What proves a request was not made by a browser on its own: a token it sent, or the server's Unix socket.
+SECOND_STEP_VIA = frozenset({"token", "socket"})
+
+
+def ensure_second_step(user: AuthUser, what: str) -> None:
+    """Refuse (403) ``what`` to a request the browser's credentials alone could have made.
+
+    A page the signed-in person merely opened can send their cookie; it
+    cannot send their token, nor connect to the server's Unix socket. So
+    what outlasts the page (a sign-in link, where a member's code runs) needs
+    one of those: the token re-entered in the request itself, or the CLI.
+    """
+    if user.via in SECOND_STEP_VIA:
+        return
+    raise HTTPException(403, f"{what} needs a second step beyond the browser's sign-in: send your API token with"
+                             " this request (Authorization: Bearer …), or use the CLI on the server"
+                             " (it talks over the server's Unix socket)")
 # Any signed-in user may read; the alias says so at the route.
 ViewerUser = CurrentUser
 

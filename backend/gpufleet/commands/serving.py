@@ -43,6 +43,46 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def listen_notebooks(settings: Settings, api: socket.socket) -> socket.socket | None:
+    """The sessions' notebooks' listener (``GPUFLEET_SESSIONS_PORT``, else the API's port + 1), or None when
+    it is 0; :class:`AddressInUse` (``api`` closed) when taken."""
+    from gpufleet.api.proxy.passes import sessions_port
+
+    port = sessions_port(settings)
+    if not port:
+        return None
+    try:
+        return listen(settings.host, port)
+    except AddressInUse as exc:
+        api.close()
+        raise AddressInUse(f"{exc}; the sessions' notebooks need a port of their own: set GPUFLEET_SESSIONS_PORT"
+                           " (0: serve no notebooks)") from None
+
+
+def serve_notebooks(settings: Settings, sock: socket.socket) -> Any:
+    """Serve the notebooks' origin on ``sock`` in a thread; returns what stops it."""
+    import threading
+
+    import uvicorn
+
+    from gpufleet.api.proxy.origin import NotebookOrigin
+
+    config = uvicorn.Config(NotebookOrigin(settings), log_level="warning", lifespan="off",
+                            proxy_headers=bool(settings.trusted_proxies),
+                            forwarded_allow_ips=list(settings.trusted_proxies) or None,
+                            ws_per_message_deflate=False, access_log=settings.access_log)
+    srv = uvicorn.Server(config)
+    # In a thread uvicorn takes no signals: the API's server owns them, and this one stops when told.
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, name="gpufleet-notebooks", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        srv.should_exit = True
+        thread.join(timeout=10)
+
+    return stop
+
+
 def server(config: Any, on_stop: Any, repeat_forces: bool = True) -> Any:
     """A uvicorn server that calls ``on_stop()`` when the first Ctrl-C (or SIGTERM) arrives; a second one
     forces the stop unless ``repeat_forces`` is False."""

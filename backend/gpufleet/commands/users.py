@@ -6,6 +6,7 @@ already read its configuration, which is the trust boundary for making admins.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -178,13 +179,15 @@ def users_map(
     name: str,
     unix: Annotated[str | None, typer.Option("--unix", help="the Unix account NAME's trainings run as")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="back to the same-name account or the run account")] = False,
+    force: Annotated[bool, typer.Option("--force", help="map even onto an account another gpufleet user's "
+                                                        "trainings run as")] = False,
 ) -> None:
     """Map a user to the Unix account their trainings run as (see docs/operations.md, security model)."""
     from gpufleet.users.runas import exists_here, set_mapping
 
     if (unix is None) == (not clear):
         _fail("give --unix ACCOUNT, or --clear")
-    _run(lambda sess: set_mapping(sess, name, unix))
+    _run(lambda sess: set_mapping(sess, name, unix, force=force, by=f"the CLI (uid {os.getuid()})"))
     if unix is None:
         err.print(f"user {name}'s trainings run as the Unix account {name} if it exists, else the run account",
                   highlight=False)

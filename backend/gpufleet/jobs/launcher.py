@@ -5,8 +5,9 @@ The launcher runs as a subprocess in its own session (process group), so one
 (``--parent-fd``): if the worker dies, even by SIGKILL, the launcher and its
 ranks exit at once. A member's training runs as its owner's Unix account,
 in a sandbox where one is available (``gpufleet.jobs.isolation``).
-A recipe training that runs as the worker's own account starts from the
-worker's warm pool when a member is ready (``gpufleet.jobs.warmpool``).
+A recipe training starts from a warm pool when a member is ready: the
+worker's own, or, for a member's unsandboxed training, that member's
+(``gpufleet.jobs.warmpool``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
         env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     iso = isolation or Isolation()
     iso.prepare()
-    pool = warmpool.current()
-    if pool is not None and pool.serves(module, env, iso) and (warm := pool.take(env, str(spec_path))):
+    pool = warmpool.for_launch(module, env, iso)
+    if pool is not None and (warm := pool.take(iso.env(env), str(spec_path), iso.write)):
         log_file.line(f"[gpufleet] the launcher is warm launcher {warm[0].pid} (torch already imported)")
         pump(warm[0].stdout, log_file)  # type: ignore[arg-type]
         return warm

@@ -7,16 +7,22 @@ waits for one training. :func:`take` hands a ready member out in place of
 starting a launcher, and a keeper thread starts another, so the pool refills;
 a member that died is replaced the same way.
 
-Which trainings it serves, and why only those (:func:`serves`):
+Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
 
 - recipe trainings (``gpufleet.training.launch``) only. A script training
   runs its own interpreter, often a per-training uv venv, whose imports the
   pool cannot have made;
-- only a launch that would run as this worker's own account, unsandboxed.
-  A member's training runs as its Unix account inside a bubblewrap sandbox
-  built for that training's own directories; a process started before the
-  training was known can be neither, and a pool per account would keep
-  idle processes of every member's account on every host. Those start cold;
+- only a launch that would run as the pool's account, unsandboxed. The
+  worker's own pool serves trainings that run as the worker's account. A
+  member whose trainings run as their own Unix account gets a pool of their
+  own (:func:`for_launch`), started at that member's first training on this
+  worker: its members run as that account (uid, gid, groups, ``HOME``), in
+  that member's sandbox where trainings are sandboxed, from the same
+  allow-listed environment, and it is closed once the member has started
+  nothing here for ``member_keep_s`` (recent work only; it counts against
+  nobody else's). A sandbox made ahead cannot bind a training's own
+  directories: :meth:`WarmPool.take` passes them to the member as open
+  descriptors (``gpufleet.training.warm``);
 - only with the environment the member was started with, but for the
   per-training variables (``GPUFLEET_TRAINING_ID``, ``PYTHONUNBUFFERED``):
   variables read at import time (thread counts, library paths) must match.
@@ -27,10 +33,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpufleet.jobs.isolation import Isolation
 
@@ -47,16 +56,34 @@ class Member:
     proc: subprocess.Popen
     lifeline: int  # the write end; the member exits when it closes
     ready: threading.Event
+    dirs: socket.socket | None = None  # a sandboxed member's: the training's directories go over it
 
 
 def _base_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in PER_TRAINING}
 
 
+def _same_account(a: Isolation, b: Isolation) -> bool:
+    if not a.switches or not b.switches:
+        return a.switches == b.switches
+    assert a.account is not None and b.account is not None
+    return ((a.account.uid, a.account.gid, tuple(a.account.groups), a.home)
+            == (b.account.uid, b.account.gid, tuple(b.account.groups), b.home))
+
+
 class WarmPool:
-    def __init__(self, size: int, env: dict[str, str]) -> None:
+    """Warm launchers of one account: the worker's own (``isolation`` None) or a member's, unsandboxed.
+
+    ``keep_s``: the pool closes itself once nothing was taken from it (or it was not asked for) that long.
+    """
+
+    def __init__(self, size: int, env: dict[str, str], isolation: Isolation | None = None,
+                 keep_s: float | None = None) -> None:
         self.size = size
-        self.env = _base_env(env)
+        self.iso = isolation or Isolation()
+        self.env = _base_env(self.iso.env(env))
+        self.keep_s = keep_s
+        self.last_used = time.monotonic()
         self.members: list[Member] = []
         self.started = 0  # members ever started (tests and logs)
         self._lock = threading.Lock()
@@ -66,22 +93,36 @@ class WarmPool:
         self._keeper.start()
 
     def serves(self, module: str, env: dict[str, str], isolation: Isolation) -> bool:
-        return (module == MODULE and not isolation.switches and not isolation.sandboxed
-                and _base_env(env) == self.env)
+        return (module == MODULE and isolation.sandboxed == self.iso.sandboxed and _same_account(isolation, self.iso)
+                and _base_env(isolation.env(env)) == self.env)
 
-    def take(self, env: dict[str, str], spec_path: str) -> tuple[subprocess.Popen, int] | None:
-        """A ready member, given the training (``None`` when none is ready: start cold)."""
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def take(self, env: dict[str, str], spec_path: str,
+             dirs: list[Path] | None = None) -> tuple[subprocess.Popen, int] | None:
+        """A ready member, given the training (``None`` when none is ready: start cold).
+
+        ``dirs``: the training's own directories, passed to a sandboxed member as descriptors.
+        """
         with self._lock:
             ready = [m for m in self.members if m.ready.is_set() and m.proc.poll() is None]
             if not ready:
                 return None
             member = ready[0]
             self.members.remove(member)
+            self.last_used = time.monotonic()
         self._wake.set()  # refill
         try:
             assert member.proc.stdin is not None
-            member.proc.stdin.write(json.dumps({"spec": spec_path, "env": env}).encode() + b"\n")
+            job: dict[str, object] = {"spec": spec_path, "env": env}
+            if member.dirs is not None:
+                job["dirs"] = [str(d) for d in dirs or []]
+            member.proc.stdin.write(json.dumps(job).encode() + b"\n")
             member.proc.stdin.close()
+            if member.dirs is not None:
+                _send_dirs(member.dirs, dirs or [])
         except OSError:
             _discard(member)
             return None
@@ -106,6 +147,15 @@ class WarmPool:
 
     def _keep(self) -> None:
         while not self._stop.is_set():
+            if self.keep_s is not None and time.monotonic() - self.last_used > self.keep_s:
+                log.info("no training of %s started here for %.0f s: its warm launchers stop",
+                         self._who(), self.keep_s)
+                self._stop.set()
+                with self._lock:
+                    members, self.members = self.members, []
+                for m in members:
+                    _discard(m)
+                return
             with self._lock:
                 dead = [m for m in self.members if m.proc.poll() is not None]
                 self.members = [m for m in self.members if m not in dead]
@@ -128,22 +178,40 @@ class WarmPool:
 
     def _start(self) -> Member:
         lifeline_r, lifeline_w = os.pipe()
+        argv = [sys.executable, "-m", "gpufleet.training.warm", "--parent-fd", str(lifeline_r)]
+        ours, theirs = socket.socketpair() if self.iso.sandboxed else (None, None)
+        if theirs is not None:
+            argv += ["--dirs-fd", str(theirs.fileno())]
         try:
+            # The lifeline ties a member to this worker. bwrap's --die-with-parent would follow the thread
+            # that started it (a keeper thread ends with its pool, while a member it gave out still trains).
             proc = subprocess.Popen(
-                [sys.executable, "-m", "gpufleet.training.warm", "--parent-fd", str(lifeline_r)],
+                [a for a in self.iso.command(argv) if a != "--die-with-parent"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group, as a cold launcher's
-                pass_fds=(lifeline_r,), env=dict(self.env, PYTHONUNBUFFERED="1"),
+                pass_fds=(lifeline_r,) + ((theirs.fileno(),) if theirs is not None else ()),
+                env=dict(self.env, PYTHONUNBUFFERED="1"),
+                **self.iso.popen_kwargs(),  # a member's pool: that member's account, or its sandbox
             )
         except BaseException:
             os.close(lifeline_w)
+            if ours is not None:
+                ours.close()
             raise
         finally:
             os.close(lifeline_r)
+            if theirs is not None:
+                theirs.close()
         self.started += 1
-        member = Member(proc, lifeline_w, threading.Event())
+        member = Member(proc, lifeline_w, threading.Event(), ours)
+        if self.iso.switches:
+            log.info("warm launcher %d of %s started", proc.pid, self._who())
         threading.Thread(target=_await_ready, args=(member,), name=f"gpufleet-warm-{proc.pid}", daemon=True).start()
         return member
+
+
+    def _who(self) -> str:
+        return f"Unix account {self.iso.account.name}" if self.iso.account is not None else "this worker"
 
 
 def _await_ready(member: Member) -> None:
@@ -159,7 +227,19 @@ def _await_ready(member: Member) -> None:
         log.warning("warm launcher %d did not start: %s", member.proc.pid, line.decode(errors="replace").strip())
 
 
+def _send_dirs(sock: socket.socket, dirs: list[Path]) -> None:
+    fds = [os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for d in dirs]
+    try:
+        socket.send_fds(sock, [b"d"], fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+        sock.close()
+
+
 def _discard(member: Member) -> None:
+    if member.dirs is not None:
+        member.dirs.close()
     try:
         os.close(member.lifeline)  # the member's lifeline reads EOF: it exits
     except OSError:
@@ -176,11 +256,17 @@ def _discard(member: Member) -> None:
 
 
 _POOL: WarmPool | None = None
+_MEMBERS: dict[int, WarmPool] = {}  # a member's Unix uid -> that member's pool
+_MEMBER_SIZE = 0
+_MEMBER_KEEP_S = 600.0
+_LOCK = threading.Lock()
 
 
-def start(size: int) -> WarmPool | None:
-    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off)."""
-    global _POOL
+def start(size: int, member_size: int = 0, member_keep_s: float = 600.0) -> WarmPool | None:
+    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off) and allow members' pools of
+    ``member_size`` launchers each (``GPUFLEET_MEMBER_WARM_POOL_SIZE``; 0: members always start cold)."""
+    global _POOL, _MEMBER_SIZE, _MEMBER_KEEP_S
+    _MEMBER_SIZE, _MEMBER_KEEP_S = member_size, member_keep_s
     if size <= 0 or _POOL is not None:
         return _POOL
     from gpufleet.trainings.environment import training_environment
@@ -188,6 +274,41 @@ def start(size: int) -> WarmPool | None:
     _POOL = WarmPool(size, training_environment(os.environ, PYTHONUNBUFFERED="1"))
     log.info("keeping %d warm launcher(s) ready", size)
     return _POOL
+
+
+def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPool | None:
+    """The pool that may serve this launch: the worker's own, or its member's.
+
+    A member's first training here finds no pool: it starts cold and makes one, so that member's next
+    trainings (a sweep's next trials) start warm while they keep coming.
+    """
+    if _POOL is not None and _POOL.serves(module, env, isolation):
+        return _POOL
+    if _MEMBER_SIZE <= 0 or module != MODULE or not isolation.switches:
+        return None
+    home = isolation.home
+    if home is not None and any(home == d or d in home.parents for d in isolation.write):
+        return None  # a HOME made for this one training (an account without one): nothing to share
+    assert isolation.account is not None
+    from gpufleet.trainings.environment import training_environment
+
+    with _LOCK:
+        pool = _MEMBERS.get(isolation.account.uid)
+        if pool is not None and not pool.closed and pool.serves(module, env, isolation):
+            pool.last_used = time.monotonic()
+            return pool
+        if pool is not None:
+            pool.close()
+        _MEMBERS[isolation.account.uid] = WarmPool(
+            _MEMBER_SIZE, training_environment(os.environ, PYTHONUNBUFFERED="1"),
+            Isolation(account=isolation.account, sandboxed=isolation.sandboxed, keep=isolation.keep,
+                      read=isolation.read, hidden=isolation.hidden, home=isolation.home), keep_s=_MEMBER_KEEP_S)
+    return None
+
+
+def member_pools() -> dict[int, WarmPool]:
+    with _LOCK:
+        return {uid: p for uid, p in _MEMBERS.items() if not p.closed}
 
 
 def current() -> WarmPool | None:
@@ -199,3 +320,8 @@ def stop() -> None:
     if _POOL is not None:
         _POOL.close()
         _POOL = None
+    with _LOCK:
+        pools = list(_MEMBERS.values())
+        _MEMBERS.clear()
+    for p in pools:
+        p.close()

@@ -172,7 +172,8 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
         argv.append("--without-heartbeat")  # heartbeats are events: Redis only
     from gpufleet.jobs import warmpool
 
-    warmpool.start(settings.warm_pool_size)  # after scrub_environment: its members inherit no secret
+    # After scrub_environment: its members inherit no secret.
+    warmpool.start(settings.warm_pool_size, settings.member_warm_pool_size, settings.member_warm_keep_s)
     try:
         app.worker_main(argv)
     finally:

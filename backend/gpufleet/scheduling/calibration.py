@@ -58,7 +58,9 @@ def calibration_for(sess: Session, key: str | None, *, limit: int = 20) -> Calib
     ratios = [r for measured, est in rows if (r := calibration_ratio(measured, est)) is not None]
     if not ratios:
         return None
-    return Calibration(runs=len(ratios), ratio=median(ratios))
+    mid = median(ratios)
+    # The margin kept: how far the highest run went above the median (none for one run).
+    return Calibration(runs=len(ratios), ratio=mid, spread=max(0.0, max(ratios) / mid - 1))
 
 
 def record_peak_memory(training: Training, per_rank: list[int]) -> None:

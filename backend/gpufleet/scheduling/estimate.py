@@ -2,19 +2,23 @@
 
 Nothing here is a rule of thumb about model sizes: parameters, gradients,
 optimizer states and activations come from tracing the recipe's own model,
-loss and AdamW step under fake tensors (``memtrace``, planned and cached by
-``memory``), at the per-rank micro-batch and precision the training will use.
+loss and three AdamW steps under fake tensors (``memtrace``, planned and cached
+by ``memory``), at the per-rank micro-batch and precision the training will use.
+The steady state (step 2 on) is where the peak is: AdamW's states exist while
+the backward holds activations, their gradients and the parameters' gradients.
 What a trace cannot see is added from what the strategy does and what the
 device costs:
 
 - DDP keeps a flat copy of every gradient in its communication buckets;
 - FSDP keeps 1/world of parameters, gradients and optimizer states, and
   all-gathers the full parameters of the unit it runs;
-- the caching allocator: what it reserves beyond the allocated peak (blocks
-  cached in their pools, rounded to segments: ``memtrace.ReservedModel``);
-- the framework: the CUDA/ROCm context (outside the allocator), as measured on
-  the fleet's hosts (``gpus.context_bytes``, ``context_bytes=``) or a default,
-  and the BLAS workspace.
+- the caching allocator: the trace's sequence of allocations and frees, with
+  the cuBLAS workspaces, replayed through its rules (``allocator``) gives the
+  reserved peak;
+- the framework: what the process holds outside the allocator once it has
+  trained (CUDA context and kernels), as measured on the fleet's hosts
+  (``gpus.context_bytes``, ``context_bytes=``) or a default;
+- a margin where the estimate is less sure (``margin`` in the breakdown).
 
 ``total`` is thus what NVML will show for the rank's process, the figure a
 run measures (``telemetry/procmem.py``). Later runs of the same recipe and
@@ -24,18 +28,22 @@ shape correct the allocator part by what they measured (``calibration``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpufleet.scheduling.memory import plan_trace, trace_for
 from gpufleet.scheduling.types import MiB, fmt_bytes
 
-# Device memory that a process takes before the first tensor, where no host
-# of the fleet has measured it (devices/context_probe.py): the CUDA context
-# with lazy module loading (CUDA 12); and the cuBLAS/cuBLASLt workspaces that
-# PyTorch allocates on the first matmul.
-CONTEXT_BYTES = {"cuda": 500 * MiB, "hip": 600 * MiB, "xpu": 600 * MiB, "cpu": 0}
-WORKSPACE_BYTES = {"cuda": 33 * MiB, "hip": 33 * MiB, "xpu": 16 * MiB, "cpu": 0}
+# Where no host of the fleet has measured them (devices/context_probe.py): what a
+# process holds outside the caching allocator once it has trained (the CUDA context
+# and the kernels lazy loading brought in; 742 MiB on an H200, driver 580, torch 2.11),
+# and the cuBLAS workspace each thread allocates through the allocator at its
+# first matmul (32 MiB from Hopper on; 8 MiB before).
+CONTEXT_BYTES = {"cuda": 742 * MiB, "hip": 742 * MiB, "xpu": 742 * MiB, "cpu": 0}
+WORKSPACE_BYTES = {"cuda": 32 * MiB, "hip": 32 * MiB, "xpu": 32 * MiB, "cpu": 0}
+# The margin on the allocator's part of a shape no run has measured: the replayed reserved
+# peak's worst shortfall on the reference runs it models (tests/scheduling/data), rounded up.
+UNMEASURED_MARGIN = 0.03
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Calibration:
     runs: int
     # Median of (measured process memory - context) / estimated allocator part.
     ratio: float
+    # The largest ratio's distance above the median, relative to it: the margin kept.
+    spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,16 @@ class MemoryEstimate:
     context_bytes: int = 0
     # What the caching allocator reserves beyond the allocated peak.
     allocator_cache: int = 0
+    # The cuBLAS workspaces (the forward's thread and autograd's), inside the allocator.
+    blas_workspace: int = 0
+    # Added where the estimate is less sure: a shape never measured, or the spread of its runs.
+    margin: int = 0
+    # The allocated peak of each traced step (step 1 has no optimizer states yet).
+    step_peaks: list[int] = field(default_factory=list)
 
     @property
     def allocator_bytes(self) -> int:
-        """The allocator's part (reserved, uncalibrated): all but the context."""
+        """The allocator's part (reserved, uncalibrated, no margin): all but the context."""
         return self.uncalibrated_total - self.context_bytes
 
     def summary(self) -> str:
@@ -99,8 +115,10 @@ class MemoryEstimate:
             "activations": self.activations,
             "temporaries": self.temporaries,
             "ddp_buckets": self.ddp_buckets,
+            "blas_workspace": self.blas_workspace,
             "allocator_cache": self.allocator_cache,
             "framework_overhead": self.framework_overhead,
+            "margin": self.margin,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +152,7 @@ def estimate_memory_requirement(
     calibration: Calibration | None = None,
     data_root: Any = None,
     context_bytes: int | None = None,
+    workspace_bytes: int | None = None,
 ) -> MemoryEstimate:
     """Bytes one rank needs to train ``recipe`` with ``config`` on ``world_size`` ranks.
 
@@ -141,36 +160,46 @@ def estimate_memory_requirement(
     recipe's ``TrainingConfigError`` naming the field) or an already resolved config.
     ``data_root`` is where a config's ``data_path`` lives (the settings'
     ``data_root``); only the shape of one micro-batch is read from it.
-    ``context_bytes``: the context measured on the hosts that will run it.
+    ``context_bytes``: what a process holds outside the caching allocator once it has trained,
+    measured on the hosts that will run it (``devices/context_probe.py``); ``workspace_bytes``:
+    the cuBLAS workspace each thread allocates there, measured the same way.
     """
     plan = plan_trace(recipe, config, world_size, data_root)
     trace = trace_for(plan, data_root)
     check_dataset_size(trace.dataset_size, plan.micro, plan.accum, world_size)
     parts = _rank_parts(trace, plan.strategy, world_size)
-    context = context_bytes if context_bytes is not None and backend != "cpu" else CONTEXT_BYTES.get(backend, 0)
-    overhead = context + WORKSPACE_BYTES.get(backend, 0)
-    cache = max(0, trace.reserved - trace.peak) if backend != "cpu" else 0
+    gpu = backend != "cpu"
+    context = (context_bytes if context_bytes is not None else CONTEXT_BYTES.get(backend, 0)) if gpu else 0
+    workspace = (workspace_bytes if workspace_bytes is not None else WORKSPACE_BYTES.get(backend, 0)) if gpu else 0
+    workspaces = workspace * len(getattr(trace, "blas_marks", {}) or {})
+    reserved = _reserved(trace, parts, plan.strategy, workspace) if gpu else parts.held
+    cache = max(0, reserved - parts.held - workspaces)
     # What the caching allocator will reserve; the context comes on top.
-    allocator = parts.held + cache + overhead - context
-    runs, ratio = 0, 1.0
+    allocator = parts.held + workspaces + cache
+    runs, ratio, spread = 0, 1.0, UNMEASURED_MARGIN
     if calibration is not None and calibration.runs > 0 and calibration.ratio > 0:
-        runs, ratio = calibration.runs, calibration.ratio
+        runs, ratio, spread = calibration.runs, calibration.ratio, calibration.spread
+    margin = int(allocator * ratio * spread) if gpu else 0
     method = (
-        "traced one AdamW step of the recipe's model under fake tensors "
-        f"(micro-batch {plan.micro}, {plan.config.precision}, peak in the {parts.peak_phase})"
+        f"traced {len(getattr(trace, 'step_peaks', ()) or ()) or 1} AdamW steps of the recipe's model under fake"
+        f" tensors (micro-batch {plan.micro}, {plan.config.precision}, peak in the {parts.peak_phase})"
     )
+    if gpu and plan.strategy != "fsdp":
+        method += "; reserved memory from the allocation sequence replayed through the CUDA caching allocator"
     method += "".join(f"; {note}" for note in parts.notes)
     if runs:
         method += f"; corrected by {ratio:.2f}x from {runs} measured run(s)"
+    if margin:
+        method += (f"; {spread:.0%} margin for the {'spread of the measured runs' if runs else 'shape not yet measured'}")
     return MemoryEstimate(
-        total=int(allocator * ratio) + context if runs else allocator + context,
+        total=int(allocator * ratio) + context + margin,
         parameters=parts.parameters,
         gradients=parts.gradients,
         optimizer_states=parts.states,
         activations=parts.activations,
         temporaries=parts.temporaries,
         ddp_buckets=parts.ddp_buckets,
-        framework_overhead=overhead,
+        framework_overhead=context,
         method=method,
         key=plan.key,
         recipe=recipe,
@@ -186,7 +215,26 @@ def estimate_memory_requirement(
         calibration_ratio=ratio,
         context_bytes=context,
         allocator_cache=cache,
+        blas_workspace=workspaces,
+        margin=margin,
+        step_peaks=[int(x) for x in getattr(trace, "step_peaks", ()) or ()],
     )
+
+
+def _reserved(trace: Any, parts: _RankParts, strategy: str, workspace: int) -> int:
+    """What the caching allocator reserves at its peak: the trace's allocations replayed through it.
+
+    FSDP's rank holds other tensors than the traced single-device step; its allocated peak is
+    scaled by what the replay shows the allocator reserving over allocating for that step.
+    """
+    from gpufleet.scheduling.allocator import device_events, replay
+
+    if not getattr(trace, "events", None):
+        return parts.held + workspace * 2
+    if strategy == "fsdp":
+        single = replay(device_events(trace, workspace=workspace))
+        return int((parts.held + workspace * 2) * single.peak_reserved / max(1, single.peak_allocated))
+    return replay(device_events(trace, workspace=workspace, ddp=strategy == "ddp")).peak_reserved
 
 
 @dataclass

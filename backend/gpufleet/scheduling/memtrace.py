@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -28,47 +28,19 @@ from torch.utils._pytree import tree_flatten
 
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes.
 BLOCK = 512
-
-
-# Its segments: requests up to 1 MiB share 2 MiB segments, those under 10 MiB
-# share 20 MiB segments, larger ones get their own, rounded up to 2 MiB.
-SMALL, MID, SEGMENT_SMALL, SEGMENT_MID = 1 << 20, 10 << 20, 2 << 20, 20 << 20
+# Optimizer steps traced: the first creates AdamW's states, the next ones run with them;
+# the reference runs (tests/scheduling/data) measure after the third.
+STEPS = 3
 
 
 def _round(n: int) -> int:
     return int(math.ceil(n / BLOCK) * BLOCK) if n > 0 else 0
 
 
-def _up(n: int, unit: int) -> int:
-    return -(-n // unit) * unit
-
-
-def _pool(size: int) -> str:
-    return "small" if size <= SMALL else "mid" if size < MID else "large"
-
-
-class ReservedModel:
-    """What the caching allocator reserves: freed blocks stay cached for reuse
-    within their pool, so each pool holds its own peak of live bytes, rounded
-    up to whole segments (fragmentation beyond that is not modeled)."""
-
-    def __init__(self) -> None:
-        self.live = {"small": 0, "mid": 0, "large": 0}
-        self.peak = dict(self.live)
-
-    def add(self, size: int) -> None:
-        pool = _pool(size)
-        self.live[pool] += _up(size, SEGMENT_SMALL) if pool == "large" else size
-        self.peak[pool] = max(self.peak[pool], self.live[pool])
-
-    def free(self, size: int) -> None:
-        pool = _pool(size)
-        self.live[pool] -= _up(size, SEGMENT_SMALL) if pool == "large" else size
-
-    @property
-    def reserved(self) -> int:
-        return (_up(self.peak["small"], SEGMENT_SMALL) + _up(self.peak["mid"], SEGMENT_MID)
-                + self.peak["large"])
+# The ops that run on cuBLAS on a GPU: the first one on a thread allocates that
+# thread's cuBLAS workspace through the caching allocator, and it stays (the
+# forward on the caller's thread, the backward on autograd's device thread).
+_BLAS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_scaled_mm"}
 
 
 class MemoryTracker(TorchDispatchMode):
@@ -92,23 +64,37 @@ class MemoryTracker(TorchDispatchMode):
         self.peak_by_category: dict[str, int] = {}
         self._refs: dict[int, weakref.ref] = {}
         self._scalars = scalars
-        # Device storages from start_reserved() on, through the caching allocator's pools.
-        self.pools: ReservedModel | None = None
+        self._eid: dict[int, int] = {}
+        self._next_eid = 0
+        # From start_events() on: every device allocation (eid, bytes) and free (eid, -bytes)
+        # in order, for the caching allocator's replay (scheduling/allocator.py).
+        self.events: list[tuple[int, int]] | None = None
+        self.host_eids: set[int] = set()
+        self.gradient_eids: set[int] = set()
+        # Where in ``events`` the first BLAS op of the forward / the backward ran.
+        self.blas_marks: dict[str, int] = {}
 
-    def start_reserved(self) -> None:
-        """Model the allocator's reserve from now on, starting from what lives on the device."""
-        self.pools = ReservedModel()
-        for size, cat in self.live.values():
-            if cat != "host":
-                self.pools.add(size)
+    def start_events(self) -> None:
+        """Record allocations from now on, starting with what lives on the device (in creation order)."""
+        self.events = [(self._eid[key], size) for key, (size, cat) in self.live.items() if cat != "host"]
 
     def _free(self, key: int) -> None:
         size, cat = self.live.pop(key, (0, "other"))
         self._refs.pop(key, None)
-        if self.pools is not None and cat != "host" and size:
-            self.pools.free(size)
+        eid = self._eid.pop(key, None)
+        if self.events is not None and eid is not None and size:
+            self.events.append((eid, -size))
         self.current -= size
         self.by_category[cat] = self.by_category.get(cat, 0) - size
+
+    def _note(self, key: int, category: str) -> None:
+        eid = self._eid.get(key)
+        if eid is None:
+            return
+        if category == "host":
+            self.host_eids.add(eid)
+        elif category == "gradients":
+            self.gradient_eids.add(eid)
 
     def _add(self, st: torch.UntypedStorage, category: str = "other") -> None:
         key = id(st)
@@ -119,21 +105,32 @@ class MemoryTracker(TorchDispatchMode):
                 self.by_category[cat] -= old
                 self.by_category[category] = self.by_category.get(category, 0) + old
                 cat = category
-            # Storages can grow in place (resize_); keep the larger figure.
+            # Storages can grow in place (resize_): on a GPU a new block, then the old one freed.
             if size > old:
                 self.current += size - old
                 self.by_category[cat] += size - old
+                new = self._new_eid(key)
+                if self.events is not None:
+                    self.events += [(new, size), (self._eid.get(key, new), -old)]
+                self._eid[key] = new
             self.live[key] = (max(size, old), cat)
+            self._note(key, cat)
         elif size > 0:
             self.live[key] = (size, category)
-            if self.pools is not None and category != "host":
-                self.pools.add(size)
+            self._eid[key] = eid = self._new_eid(key)
+            if self.events is not None:
+                self.events.append((eid, size))
+            self._note(key, category)
             self.current += size
             self.by_category[category] = self.by_category.get(category, 0) + size
             self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
         if self.current > self.peak:
             self.peak = self.current
             self.peak_by_category = dict(self.by_category)
+
+    def _new_eid(self, key: int) -> int:
+        self._next_eid += 1
+        return self._next_eid
 
     def tag(self, tensors: Iterable[Any], category: str) -> None:
         """Count ``tensors`` (already existing or not) under ``category``."""
@@ -146,6 +143,7 @@ class MemoryTracker(TorchDispatchMode):
         for key, (size, cat) in list(self.live.items()):
             if cat == old:
                 self.live[key] = (size, new)
+                self._note(key, new)
                 self.by_category[old] -= size
                 self.by_category[new] = self.by_category.get(new, 0) + size
 
@@ -157,6 +155,9 @@ class MemoryTracker(TorchDispatchMode):
         if self._scalars and func is torch.ops.aten._local_scalar_dense.default:
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
+        if self.events is not None and func.__name__.split(".")[0] in _BLAS:
+            where = "backward" if torch._C._current_autograd_node() is not None else "forward"
+            self.blas_marks.setdefault(where, len(self.events))
         out = func(*args, **(kwargs or {}))
         flat, _ = tree_flatten(out)
         for t in flat:
@@ -190,7 +191,8 @@ class PhasePeak:
 
 @dataclass(frozen=True)
 class StepTrace:
-    """The peaks of forward/backward and of the optimizer step of one rank."""
+    """The peaks of forward/backward and of the optimizer step of one rank, at its steady state
+    (the step with the highest peak), and the sequence of device allocations of every step."""
 
     forward_backward: PhasePeak
     optimizer_step: PhasePeak
@@ -203,8 +205,17 @@ class StepTrace:
     forward_saved: int = 0
     # Samples in the recipe's dataset (None when the trace was given a batch).
     dataset_size: int | None = None
-    # What the caching allocator reserves over the steps (ReservedModel): >= the allocated peak.
-    reserved: int = 0
+    # The allocated peak of each traced step (the first has no optimizer states yet).
+    step_peaks: tuple[int, ...] = ()
+    # Device allocations (id, bytes) and frees (id, -bytes) in order, from the model and
+    # the batch on: what ``allocator.replay`` turns into the reserved peak.
+    events: tuple[tuple[int, int], ...] = ()
+    # Index in ``events`` where each step ends, and where the first BLAS op of the forward
+    # and of the backward ran (each allocates a cuBLAS workspace on a GPU).
+    step_ends: tuple[int, ...] = ()
+    blas_marks: dict[str, int] = field(default_factory=dict)
+    # Allocations that are parameter gradients (views into DDP's buckets under DDP).
+    gradient_ids: tuple[int, ...] = ()
 
     @property
     def peak(self) -> int:
@@ -247,16 +258,19 @@ def trace_step(
     weight_decay: float = 0.0,
     fake: bool = True,
     batch: Any = None,
+    steps: int = STEPS,
 ) -> StepTrace:
-    """Trace optimizer steps of the recipe's model and report the peaks.
+    """Trace ``steps`` optimizer steps of the recipe's model and report the peaks.
 
     ``build()`` returns ``(model, dataset, loss_fn)`` like ``Recipe.build``.
     AdamW runs with ``foreach=True``, as it does on a GPU by default, so its
-    scratch memory is counted. A first step creates the optimizer states; the
-    next one is measured (steady state). With ``accum_steps > 1`` two
-    micro-batches run per step: the second backward adds to gradients that
-    already exist. ``batch``: a real micro-batch to use instead of the
-    dataset's (for data loaders that cannot run under fake tensors).
+    scratch memory is counted. The first step creates the optimizer states;
+    from the second on the backward runs while they exist, which is where a
+    training's peak usually is, so at least two steps are traced and the
+    highest is kept. With ``accum_steps > 1`` two micro-batches run per step:
+    the second backward adds to gradients that already exist. ``batch``: a
+    real micro-batch to use instead of the dataset's (for data loaders that
+    cannot run under fake tensors).
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -269,24 +283,37 @@ def trace_step(
             model, dataset, loss_fn = build()
             dataset_size = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
             params, batch = _tag_model_and_batch(tracker, model, dataset, micro_batch, batch)
-            tracker.start_reserved()
+            tracker.start_events()
             opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
             step = partial(_traced_step, tracker, model, params, opt, loss_fn, batch,
                            amp=autocast_dtype(precision), micro_batches=max(1, min(accum_steps, 2)),
                            grad_clip=grad_clip)
-            step()  # creates the optimizer states
-            fb, st, forward_saved = step()  # the steady state, measured
+            peaks, ends, phases = [], [], (PhasePeak(), PhasePeak(), 0)
+            for i in range(max(2, steps)):
+                fb, st, saved = step()
+                peaks.append(max(fb.peak, st.peak))
+                ends.append(len(tracker.events or ()))
+                # The steady state: the highest step once AdamW's states exist (step 1 creates
+                # them, and its peak counts them as temporaries).
+                if i == 1 or (i > 1 and peaks[-1] > max(phases[0].peak, phases[1].peak)):
+                    phases = (fb, st, saved)
             param_list = list(model.parameters())
             return StepTrace(
-                forward_backward=fb,
-                optimizer_step=st,
+                forward_backward=phases[0],
+                optimizer_step=phases[1],
                 parameter_bytes=sum(_round(p.numel() * p.element_size()) for p in param_list),
                 gradient_bytes=sum(_round(p.numel() * p.element_size()) for p in params),
                 parameter_count=sum(p.numel() for p in param_list),
                 fake=fake,
-                forward_saved=forward_saved,
+                forward_saved=phases[2],
                 dataset_size=dataset_size,
-                reserved=tracker.pools.reserved if tracker.pools is not None else 0,
+                step_peaks=tuple(peaks),
+                # Host tensors (AdamW's step counters) stay in the sequence as no-ops, so the
+                # marks keep their places.
+                events=tuple((e, 0 if e in tracker.host_eids else n) for e, n in tracker.events or ()),
+                step_ends=tuple(ends),
+                blas_marks=dict(tracker.blas_marks),
+                gradient_ids=tuple(sorted(tracker.gradient_eids)),
             )
     finally:
         if fake_mode is not None:

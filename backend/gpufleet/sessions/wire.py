@@ -63,6 +63,13 @@ class SessionPublic(BaseModel):
     shell: str | None = None
 
 
+class NotebookOpen(BaseModel):
+    """Where a browser opens a session's notebook: its own origin, with a single-use ticket."""
+
+    url: str = Field(description="the notebook on its own origin, with a ticket that lets this browser in once")
+    expires_in_s: int = Field(description="the ticket works once, within this many seconds")
+
+
 class SessionList(BaseModel):
     items: list[SessionPublic]
     total: int

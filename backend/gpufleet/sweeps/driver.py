@@ -5,7 +5,12 @@ trainings from the database, and Optuna's study from its storage, then
 
 1. settles trials whose training ended (a metric for Optuna, a retry alone
    after running out of memory beside others, or a failure),
-2. decides the trials waiting at a rung (early stopping, :mod:`.rungs`),
+2. early stopping (:mod:`.rungs`): asynchronous (the default), judges each
+   running trial's value as soon as it reports a rung's step, and stops it
+   there (its GPU goes to the next trial in this same round) or lets it go on
+   in the same process; synchronous (``asha.sync``), decides the trials
+   waiting at a rung once no other can still reach it, and resumes the
+   promoted ones from their checkpoints,
 3. starts trials while fewer than ``parallel`` are queued or running
    (adopting any that Optuna handed out before a crash), and
 4. ends the sweep once every trial has ended, naming the best.
@@ -91,7 +96,7 @@ class Round:
         if t is None:
             return self.end(trial, "failed", "its training no longer exists")
         if t.status in ACTIVE:
-            return None
+            return self.judge(trial, t) if self.asynchronous and t.status == "running" else None
         if t.status == "succeeded":
             return self.reached(trial, t)
         if t.status == "failed" and t.exit_code == exitcodes.OUT_OF_MEMORY and not trial.oom_retried:
@@ -103,7 +108,9 @@ class Round:
         if got is None:
             return self.end(trial, "failed", f"its training reported no {self.spec.metric!r}")
         trial.metric_step, trial.metric = got
-        if trial.rung is not None:
+        if self.asynchronous:
+            self.judge(trial, t, finished=True)  # its rungs' values, for the trials that get there later
+        elif trial.rung is not None:
             trial.state, trial.metric_step = "rung", t.step
             trial.reason = f"at rung {trial.rung} (step {t.step}); waits for the other trials to get there"
             return None
@@ -125,9 +132,39 @@ class Round:
 
     # 2. rungs ----------------------------------------------------------------
 
+    @property
+    def asynchronous(self) -> bool:
+        return self.spec.asha is not None and not self.spec.asha.sync
+
+    def judge(self, trial: SweepTrial, t: Training, *, finished: bool = False) -> None:
+        """Asynchronous halving: put each rung this trial's training has passed to the pruner, once.
+
+        Its value at a rung is the newest it reported at or before the rung's step. Promoted, it goes on
+        in the same process; pruned, its training is stopped now. One that already ``finished`` only
+        records its values (later trials compete against them); nothing is left to stop.
+        """
+        asha = self.spec.asha
+        assert asha is not None
+        steps = rungs.rung_steps(asha.min_steps, asha.reduction_factor, full_steps(self.spec, trial.params))
+        newest = metric_at(self.sess, t.id, self.spec.metric)
+        while trial.rung is not None and newest is not None and newest[0] >= steps[trial.rung]:
+            k, step = trial.rung, steps[trial.rung]
+            _, value = metric_at(self.sess, t.id, self.spec.metric, step) or newest
+            [(_, pruned)] = rungs.decide(self.study, self.study.pruner, {trial.number: (step, value)}, k).items()
+            trial.rung = k + 1 if k + 1 < len(steps) else None
+            if finished:
+                continue
+            trial.metric_step, trial.metric = step, value
+            if pruned:
+                return self.prune(trial, k)
+            trial.reason = f"promoted at rung {k} (step {step}, {self.spec.metric} {value:.4g}): goes on as it runs"
+            record_event(self.sess, t.id, "info", reason=trial.reason, user=self.sweep.owner,
+                         data={"sweep": str(self.sweep.id), "promoted_at_rung": k})
+        return None
+
     def decide_rungs(self) -> None:
         asha = self.spec.asha
-        if asha is None or len(self.trials) < self.sweep.total_trials:
+        if asha is None or not asha.sync or len(self.trials) < self.sweep.total_trials:
             return  # a trial not yet started may still reach the first rung
         waiting = sorted({t.rung for t in self.trials if t.state == "rung" and t.rung is not None})
         for k in waiting:
@@ -141,10 +178,13 @@ class Round:
 
     def prune(self, trial: SweepTrial, k: int) -> None:
         why = (f"stopped at rung {k} (step {trial.metric_step}): its {self.spec.metric} {trial.metric:.4g} was not "
-               f"in the best 1/{self.spec.asha.reduction_factor} there; its checkpoint stays")  # type: ignore[union-attr]
+               f"in the best 1/{self.spec.asha.reduction_factor} there")  # type: ignore[union-attr]
+        why += "; its GPU goes to the next trial" if self.asynchronous else "; its checkpoint stays"
         if trial.training_id is not None:
             record_event(self.sess, trial.training_id, "info", reason=why, user=self.sweep.owner,
                          data={"sweep": str(self.sweep.id), "pruned_at_rung": k})
+            if self.asynchronous:  # it still runs: stop it (the supervisor ends it within seconds)
+                trainings.cancel(self.sess, trial.training_id, self.sweep.owner)
         self.end(trial, "pruned", why)
 
     def promote(self, trial: SweepTrial, k: int) -> None:
@@ -174,7 +214,8 @@ class Round:
         if asha is not None:
             full = full_steps(self.spec, params)
             trial.rung = 0 if rungs.rung_steps(asha.min_steps, asha.reduction_factor, full) else None
-            max_steps = rungs.target_steps(trial.rung, asha.min_steps, asha.reduction_factor, full)
+            if asha.sync:  # it stops at its rung; asynchronous, it runs its whole length unless pruned
+                max_steps = rungs.target_steps(trial.rung, asha.min_steps, asha.reduction_factor, full)
         req = trial_request(self.spec, f"{self.sweep.name}-{number}", params, max_steps=max_steps)
         try:
             with self.sess.begin_nested():

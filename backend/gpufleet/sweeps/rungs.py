@@ -1,9 +1,15 @@
-"""Early stopping at rungs: which trials waiting at a rung go on, decided by Optuna's SuccessiveHalvingPruner.
+"""Early stopping at rungs (``min_steps x factor^k`` steps), decided by Optuna's SuccessiveHalvingPruner.
 
-A trial runs to its next rung (``min_steps x factor^k`` steps, as its
-training's ``max_steps``) and ends there with a checkpoint, freeing its GPU.
-Once no trial can still reach a rung (every trial was started and none runs
-below it), the trials waiting there are decided together: each is put to the
+Asynchronous (the default, as Li et al.'s ASHA): a trial runs its whole
+length; as soon as it reports a rung's step, its value there is put to the
+pruner against the values already recorded at that rung (:func:`decide` with
+one trial). Promoted, it simply goes on in the same process; pruned, it is
+stopped then and its GPU goes to the next trial.
+
+Synchronous (``asha.sync``): a trial runs to its next rung (its training's
+``max_steps``) and ends there with a checkpoint, freeing its GPU. Once no
+trial can still reach a rung (every trial was started and none runs below
+it), the trials waiting there are decided together: each is put to the
 pruner beside the others' values at that rung, so the outcome does not hang
 on which trial got there first. Losers are pruned (their checkpoint stays);
 the others resume from their checkpoint to the next rung, or to the end.

@@ -86,10 +86,19 @@ class ScriptTemplate(RequestBody):
 
 
 class Asha(RequestBody):
-    """Early stopping (Optuna's SuccessiveHalvingPruner): trials compared at min_steps, x factor, x factor^2, ..."""
+    """Early stopping (Optuna's SuccessiveHalvingPruner): trials compared at min_steps, x factor, x factor^2, ...
+
+    Asynchronous by default: a trial's value at a rung is judged as soon as it is reported, against the
+    values already recorded there, and the trial goes on in the same process or is stopped at once.
+    ``sync``: every trial stops at each rung and waits until all have reached it; those promoted resume
+    from their checkpoint (a result that does not hang on which trial ran faster; recipes only).
+    """
 
     min_steps: int = Field(ge=1, le=10**9, description="the first rung: every trial runs this many steps")
     reduction_factor: int = Field(default=2, ge=2, le=16, description="1 in this many trials goes on at each rung")
+    sync: bool = Field(default=False, description="stop at each rung and decide once every trial got there")
+    max_steps: int | None = Field(default=None, ge=1, le=10**12,
+                                  description="a script trial's whole length in steps (rungs stop below it)")
 
 
 class SweepCreate(RequestBody):
@@ -117,14 +126,17 @@ class SweepCreate(RequestBody):
         if self.script is not None:
             if self.config:
                 raise ValueError("a script sweep has no config: its parameters go into script.argv as {name}")
-            if self.asha is not None:
-                raise ValueError("early stopping (asha) needs a recipe: a script's steps are its own; "
-                                 "use method grid, random or tpe without asha")
+            if self.asha is not None and self.asha.sync:
+                raise ValueError("synchronous early stopping (asha.sync) needs a recipe: it stops each trial at a "
+                                 "rung and resumes it from a checkpoint; leave sync out for a script")
             used = set(re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", " ".join(self.script.argv)))
             unused = sorted(set(self.space) - used)
             if unused:
                 raise ValueError(f"space names {', '.join(unused)} but script.argv has no "
                                  f"{', '.join('{' + n + '}' for n in unused)}")
+        if self.recipe is not None and self.asha is not None and self.asha.max_steps is not None:
+            raise ValueError("asha.max_steps is a script's length; a recipe trial's length is its config's "
+                             "max_steps (set it in config or search it in space)")
         if self.method == "grid":
             gridless = [n for n, e in self.space.items() if isinstance(e, SpaceRange) and e.grid() is None]
             if gridless:

@@ -36,9 +36,17 @@ def trial_request(spec: SweepCreate, name: str, params: dict[str, Any], *, max_s
     return TrainingCreate(recipe=spec.recipe, config=config, memory_mb=spec.memory_mb, **common)
 
 
+# A script trial with no asha.max_steps: rungs go on (x factor each) for as long as it reports steps.
+UNBOUNDED_STEPS = 2**62
+
+
 def full_steps(spec: SweepCreate, params: dict[str, Any]) -> int:
-    """A recipe trial's whole length: its max_steps (searched, set in the config, or the recipe's default)."""
+    """A trial's whole length: a recipe's max_steps (searched, set in the config, or the recipe's default),
+    a script's ``asha.max_steps`` (unbounded when not given: its steps are its own)."""
     from gpufleet.training.recipes import get_recipe
+
+    if spec.script is not None:
+        return (spec.asha.max_steps if spec.asha is not None else None) or UNBOUNDED_STEPS
 
     return int(get_recipe(spec.recipe or "").resolve_config({**spec.config, **params}).max_steps)
 

@@ -17,6 +17,7 @@ Never root, and never the server's own account for anyone but an admin.
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.db.models import User
 from gpufleet.users.accounts import UserError, get_user
+
+# Mappings are recorded here (who, which user, which account, whose it was), whether refused or forced.
+audit = logging.getLogger("gpufleet.audit")
 
 # Accounts below this uid are the system's own (daemon, bin, www-data ...): a
 # gpufleet user who happens to share such a name is not that account.
@@ -84,10 +88,35 @@ def exists_here(account: str) -> bool:
     return _entry(account) is not None
 
 
-def set_mapping(session: Session, name: str, account: str | None) -> User:
-    """Map user ``name`` to Unix ``account`` (None: back to the rule's fallbacks)."""
+def account_holders(session: Session, account: str, but: str) -> list[str]:
+    """The gpufleet users other than ``but`` whose trainings run as ``account``: the user of that very
+    name (its same-name account) and users mapped to it."""
+    rows = session.execute(select(User.name).where(User.name != but, (User.name == account)
+                                                   | (User.unix_account == account))).scalars()
+    return sorted(set(rows))
+
+
+def set_mapping(session: Session, name: str, account: str | None, force: bool = False, by: str = "cli") -> User:
+    """Map user ``name`` to Unix ``account`` (None: back to the rule's fallbacks).
+
+    An account that belongs to another gpufleet user (of that name, or mapped to it) would let ``name``'s
+    code read and write that user's files: refused unless ``force``; either way it is recorded.
+    """
     user = get_user(session, name)
-    user.unix_account = check_mapping(account) if account else None
+    if account:
+        check_mapping(account)
+        holders = account_holders(session, account, name)
+        if holders and not force:
+            audit.warning("refused: %s asked to map user %s to Unix account %s, which is %s's", by, name, account,
+                          ", ".join(holders))
+            raise UserError(f"Unix account {account!r} belongs to gpufleet user {', '.join(holders)}: {name}'s"
+                            f" trainings would run as them and reach their files; give force (--force) if that"
+                            " is meant")
+        audit.warning("%s mapped user %s to Unix account %s%s", by, name, account,
+                      f" (forced over {', '.join(holders)})" if holders else "")
+    else:
+        audit.warning("%s cleared the Unix account mapping of user %s", by, name)
+    user.unix_account = account or None
     return user
 
 

@@ -50,6 +50,8 @@ export const endpoints = {
     call('get', '/api/v1/sessions', { query: { ...q, status: q.status ? [q.status as Session['status']] : undefined }, signal }),
   createSession: (body: Partial<SessionCreate> & Pick<SessionCreate, 'gpus'>) => call('post', '/api/v1/sessions', { body: body as SessionCreate }),
   stopSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/stop', { path: { session_id: id } }),
+  /** A single-use address of the session's notebook on its own origin. */
+  openSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/open', { path: { session_id: id } }),
   /** Move the time limit `hours` later (up to the owner's maximum). */
   extendSession: (id: string, hours: number) => call('post', '/api/v1/sessions/{session_id}/extend', { path: { session_id: id }, body: { hours } }),
 
@@ -91,7 +93,7 @@ export const endpoints = {
   createUser: (body: UserCreate) => call('post', '/api/v1/users', { body }),
   updateUser: (name: string, body: UserUpdate) => call('patch', '/api/v1/users/{name}', { path: { name }, body }),
   setUnixAccount: (name: string, unixAccount: string | null) =>
-    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount } }),
+    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount, force: false } }),
   quotas: (signal?: AbortSignal) => call('get', '/api/v1/quotas', { signal }),
   setUserQuota: (name: string, body: UserQuota) => call('put', '/api/v1/users/{name}/quota', { path: { name }, body }),
   tokens: (signal?: AbortSignal) => call('get', '/api/v1/tokens', { signal }),

@@ -56,6 +56,9 @@ export interface paths {
         /**
          * Sign In Link
          * @description A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`).
+         *
+         *     Not for a browser's cookie alone (a page could ask for one and pass it on): the caller's token or
+         *     the server's Unix socket.
          */
         post: operations["auth-sign-in-link"];
         delete?: never;
@@ -420,6 +423,27 @@ export interface paths {
         put?: never;
         /** Extend Session */
         post: operations["sessions-extend"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{session_id}/open": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Open Notebook
+         * @description A single-use address of the session's notebook on its own origin (owner and admins): what the
+         *     dashboard's Open button follows.
+         */
+        post: operations["sessions-open"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1073,7 +1097,8 @@ export interface paths {
         get?: never;
         /**
          * Set Unix Account
-         * @description Map a user to the Unix account their trainings run as on the worker hosts (admins only).
+         * @description Map a user to the Unix account their trainings run as on the worker hosts (admins; with a token or on
+         *     the server's socket, never the browser's cookie alone).
          */
         put: operations["users-set-unix-account"];
         post?: never;
@@ -1185,8 +1210,18 @@ export interface components {
         /**
          * Asha
          * @description Early stopping (Optuna's SuccessiveHalvingPruner): trials compared at min_steps, x factor, x factor^2, ...
+         *
+         *     Asynchronous by default: a trial's value at a rung is judged as soon as it is reported, against the
+         *     values already recorded there, and the trial goes on in the same process or is stopped at once.
+         *     ``sync``: every trial stops at each rung and waits until all have reached it; those promoted resume
+         *     from their checkpoint (a result that does not hang on which trial ran faster; recipes only).
          */
         Asha: {
+            /**
+             * Max Steps
+             * @description a script trial's whole length in steps (rungs stop below it)
+             */
+            max_steps?: number | null;
             /**
              * Min Steps
              * @description the first rung: every trial runs this many steps
@@ -1198,6 +1233,12 @@ export interface components {
              * @default 2
              */
             reduction_factor: number;
+            /**
+             * Sync
+             * @description stop at each rung and decide once every trial got there
+             * @default false
+             */
+            sync: boolean;
         };
         /** BatchItem */
         BatchItem: {
@@ -1881,6 +1922,22 @@ export interface components {
              * @enum {string}
              */
             type: "update";
+        };
+        /**
+         * NotebookOpen
+         * @description Where a browser opens a session's notebook: its own origin, with a single-use ticket.
+         */
+        NotebookOpen: {
+            /**
+             * Expires In S
+             * @description the ticket works once, within this many seconds
+             */
+            expires_in_s: number;
+            /**
+             * Url
+             * @description the notebook on its own origin, with a ticket that lets this browser in once
+             */
+            url: string;
         };
         /** PoolCreate */
         PoolCreate: {
@@ -3202,14 +3259,6 @@ export interface components {
             /** Data */
             data: components["schemas"]["TrainingPublic"][];
         };
-        /** UnixAccount */
-        UnixAccount: {
-            /**
-             * Unix Account
-             * @description the Unix account this user's trainings run as; null: the user's own account of the same name if there is one, else the run account
-             */
-            unix_account?: string | null;
-        };
         /** UnixAccountPublic */
         UnixAccountPublic: {
             /**
@@ -3219,6 +3268,20 @@ export interface components {
             unix_account?: string | null;
             /** User */
             user: string;
+        };
+        /** UnixAccountSet */
+        UnixAccountSet: {
+            /**
+             * Force
+             * @description map even onto an account another gpufleet user's trainings run as (that user's of the same name, or one mapped to it)
+             * @default false
+             */
+            force: boolean;
+            /**
+             * Unix Account
+             * @description the Unix account this user's trainings run as; null: the user's own account of the same name if there is one, else the run account
+             */
+            unix_account?: string | null;
         };
         /** UsagePublic */
         UsagePublic: {
@@ -3839,7 +3902,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's cookie alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5969,6 +6032,113 @@ export interface operations {
                 };
             };
             /** @description The session has ended */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "sessions-open": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NotebookOpen"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such session */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Its notebook is not running */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -9639,7 +9809,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["UnixAccount"];
+                "application/json": components["schemas"]["UnixAccountSet"];
             };
         };
         responses: {
@@ -9670,7 +9840,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's cookie alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9681,6 +9851,15 @@ export interface operations {
             };
             /** @description No such user */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The account is another user's; give force to map onto it anyway */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

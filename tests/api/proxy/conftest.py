@@ -1,8 +1,10 @@
-"""A real Jupyter server, a gpufleet server in front of it, and an echo server that shows what arrives.
+"""A real Jupyter server, gpufleet's API and its notebooks' origin in front of it, and an echo server.
 
 The notebook server is `jupyter server` (jupyter_server, as a session's
 worker starts it) on a loopback port with a token and the base URL
-``/sessions/<id>/``; the tests reach it only through gpufleet's proxy.
+``/sessions/<id>/``; the tests reach it only through the notebooks' origin
+(`NotebookOrigin`, what `serve` runs on GPUFLEET_SESSIONS_PORT), whose
+address the API hands out (GPUFLEET_SESSIONS_ORIGIN).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import httpx
 import pytest
 from gpufleet.api.app import create_app
 from gpufleet.api.proxy.notebooks import Notebook
+from gpufleet.api.proxy.origin import NotebookOrigin
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
 from support.people import SECRET, People, make_people
@@ -96,8 +99,31 @@ def notebooks(jupyter: Jupyter, people: People, echo: str) -> dict[str, Notebook
 
 
 @pytest.fixture(scope="module")
-def gpufleet(proxy_settings: Settings, notebooks: dict[str, Notebook]) -> Iterator[str]:
-    app = create_app(proxy_settings)
+def origin(proxy_settings: Settings, notebooks: dict[str, Notebook]) -> Iterator[str]:
+    """The notebooks' origin, as `serve` runs it on its second port."""
+    with serve_inprocess(NotebookOrigin(proxy_settings, lambda _s, session_id: notebooks.get(session_id))) as served:
+        yield served.url
+
+
+@pytest.fixture(scope="module")
+def gpufleet(proxy_settings: Settings, notebooks: dict[str, Notebook], origin: str) -> Iterator[str]:
+    """The API (the dashboard's origin), which sends browsers to ``origin`` for notebooks."""
+    app = create_app(proxy_settings.model_copy(update={"sessions_origin": origin}))
     app.state.notebook_locator = lambda _settings, session_id: notebooks.get(session_id)
     with serve_inprocess(app) as served:
         yield served.url
+
+
+def open_notebook(client: httpx.Client, gpufleet: str, session_id: str) -> str:
+    """What the dashboard's Open does, with ``client``'s sign-in: the notebook's single-use address."""
+    r = client.post(f"{gpufleet}/api/v1/sessions/{session_id}/open", headers={"Origin": gpufleet})
+    assert r.status_code == 200, r.text
+    return r.json()["url"]
+
+
+def let_in(client: httpx.Client, gpufleet: str, session_id: str) -> str:
+    """Open the notebook in ``client`` (signed in on the API): follow the ticket; the notebook's cookie."""
+    answer = client.get(open_notebook(client, gpufleet, session_id), follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    name = "gpufleet_nb_" + session_id.replace("-", "")
+    return f"{name}={answer.cookies[name]}"

@@ -32,8 +32,14 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
         # The proxy blanks the token out of answers, so the echo says it by its hash.
         "authorization_sha256": hashlib.sha256(dict(scope["headers"]).get(b"authorization", b"")).hexdigest(),
     }).encode()
+    # A notebook that tries what a hostile one would: its own policy, a cookie in gpufleet's name, one for
+    # every host name of the domain.
     await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"set-cookie", b"nb=1; Path=/")]})
+                "headers": [(b"content-type", b"application/json"), (b"set-cookie", b"nb=1; Path=/"),
+                            (b"content-security-policy", b"default-src *"),
+                            (b"set-cookie", b"gpufleet_session=planted; Path=/"),
+                            (b"set-cookie", b"__Host-gpufleet_nb_x=planted; Path=/; Secure"),
+                            (b"set-cookie", b"wide=1; Domain=example.org; Path=/")]})
     # In pieces, so the proxy has to stream them.
     for start in range(0, len(answer), 100):
         await send({"type": "http.response.body", "body": answer[start:start + 100], "more_body": True})

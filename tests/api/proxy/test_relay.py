@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from gpufleet.api.app import create_app
 from gpufleet.api.proxy.notebooks import Notebook
+from gpufleet.api.proxy.origin import NotebookOrigin
 from gpufleet.api.proxy.relay import NotebookRelay, start_relay
 from gpufleet.api.proxy.upstream import RELAY_HEADER, upstream_for
 from gpufleet.config import Settings
@@ -34,8 +34,7 @@ def far(jupyter: Jupyter, relay: int, proxy_settings: Settings, people: People) 
     notebook = Notebook(jupyter.session_id, people.names["alice"], "running", "gpu-far", jupyter.port, jupyter.token,
                         address="127.0.0.1")
     settings = proxy_settings.model_copy(update={"session_relay_port": relay})
-    app = create_app(settings)
-    app.state.notebook_locator = lambda _s, session_id: notebook if session_id == notebook.session_id else None
+    app = NotebookOrigin(settings, lambda _s, session_id: notebook if session_id == notebook.session_id else None)
     with serve_inprocess(app) as served:
         yield served.url, notebook
 
@@ -48,9 +47,8 @@ def test_http_and_a_kernel_round_trip_cross_hosts(far: tuple[str, Notebook], peo
     assert httpx.get(f"{base}/api/contents", headers=bearer(people.bob), timeout=60).status_code == 403
     kernel = httpx.post(f"{base}/api/kernels", json={}, headers=bearer(people.alice), timeout=120).json()["id"]
     try:
-        cookie = httpx.post(f"{url}/api/v1/auth/sign-in", json={"token": people.alice}, timeout=60).cookies
         with connect(f"ws{base[4:]}/api/kernels/{kernel}/channels", origin=url, open_timeout=60,
-                     additional_headers={"Cookie": f"gpufleet_session={cookie['gpufleet_session']}"}) as ws:
+                     additional_headers=bearer(people.alice)) as ws:
             assert run_cell(ws, "print(6 * 7)").strip() == "42"
     finally:
         httpx.delete(f"{base}/api/kernels/{kernel}", headers=bearer(people.alice), timeout=60)
@@ -79,8 +77,7 @@ def test_without_a_relay_the_far_notebook_is_a_clear_502(proxy_settings: Setting
                                                          people: People) -> None:
     notebook = Notebook(jupyter.session_id, people.names["alice"], "running", "gpu-far", jupyter.port, jupyter.token,
                         "127.0.0.1")
-    app = create_app(proxy_settings)
-    app.state.notebook_locator = lambda _s, _id: notebook
+    app = NotebookOrigin(proxy_settings, lambda _s, _id: notebook)
     with serve_inprocess(app) as served:
         r = httpx.get(f"{served.url}/sessions/{notebook.session_id}/", headers=bearer(people.alice), timeout=60)
     assert r.status_code == 502 and "GPUFLEET_SESSION_RELAY_PORT" in r.json()["detail"]

@@ -1,4 +1,4 @@
-"""The notebook proxy for WebSockets: a kernel's channels end to end, and the same refusals as HTTP."""
+"""The notebooks' origin for WebSockets: a kernel's channels end to end, and the same refusals as HTTP."""
 
 from __future__ import annotations
 
@@ -10,43 +10,54 @@ from support.people import People, bearer
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from .conftest import ECHO, Jupyter
+from .conftest import ECHO, Jupyter, let_in
 from .kernel import run_cell
 
 
-def _cookie(gpufleet: str, token: str) -> str:
-    r = httpx.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": token}, timeout=60)
-    return f"gpufleet_session={r.cookies['gpufleet_session']}"
+def _cookie(gpufleet: str, token: str, session_id: str) -> str:
+    """The notebook's cookie of a browser signed in with ``token`` that opened ``session_id``."""
+    with httpx.Client(timeout=60) as client:
+        assert client.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": token}).status_code == 200
+        return let_in(client, gpufleet, session_id)
 
 
 def _ws(gpufleet: str) -> str:
     return "ws" + gpufleet[len("http"):]
 
 
-def test_a_cell_runs_on_the_kernel_through_the_proxy(gpufleet: str, jupyter: Jupyter, people: People) -> None:
+def test_a_cell_runs_on_the_kernel_through_the_notebooks_origin(gpufleet: str, origin: str, jupyter: Jupyter,
+                                                                 people: People) -> None:
     base = f"/sessions/{jupyter.session_id}"
-    kernel = httpx.post(f"{gpufleet}{base}/api/kernels", json={"name": "python3"}, headers=bearer(people.alice),
+    kernel = httpx.post(f"{origin}{base}/api/kernels", json={"name": "python3"}, headers=bearer(people.alice),
                         timeout=120)
     assert kernel.status_code == 201, kernel.text
-    channels = f"{_ws(gpufleet)}{base}/api/kernels/{kernel.json()['id']}/channels"
-    cookie = _cookie(gpufleet, people.alice)
+    channels = f"{_ws(origin)}{base}/api/kernels/{kernel.json()['id']}/channels"
+    cookie = _cookie(gpufleet, people.alice, jupyter.session_id)
+    dashboard = httpx.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": people.alice}, timeout=60).cookies
     try:
-        with connect(channels, additional_headers={"Cookie": cookie}, origin=gpufleet, open_timeout=60) as ws:
+        with connect(channels, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=60) as ws:
             printed = run_cell(ws, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
         assert printed.strip() == "3"
-        for who, headers, origin in (("nobody", {}, gpufleet),
-                                     ("bob", {"Cookie": _cookie(gpufleet, people.bob)}, gpufleet),
-                                     ("alice from another site", {"Cookie": cookie}, "http://evil.example")):
+        for who, headers, from_ in (
+                ("nobody", {}, origin),
+                ("alice's dashboard cookie", {"Cookie": f"gpufleet_session={dashboard['gpufleet_session']}"}, origin),
+                ("alice from another site", {"Cookie": cookie}, "http://evil.example"),
+                ("alice from the dashboard's origin", {"Cookie": cookie}, gpufleet)):
             with pytest.raises(InvalidStatus) as refused:
-                connect(channels, additional_headers=headers, origin=origin, open_timeout=60)  # type: ignore[arg-type]
+                connect(channels, additional_headers=headers, origin=from_, open_timeout=60)  # type: ignore[arg-type]
             assert refused.value.response.status_code == 403, who
+        with httpx.Client(timeout=60) as bob:
+            assert bob.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": people.bob}).status_code == 200
+            assert bob.post(f"{gpufleet}/api/v1/sessions/{jupyter.session_id}/open",
+                            headers={"Origin": gpufleet}).status_code == 403
     finally:
-        httpx.delete(f"{gpufleet}{base}/api/kernels/{kernel.json()['id']}", headers=bearer(people.alice), timeout=60)
+        httpx.delete(f"{origin}{base}/api/kernels/{kernel.json()['id']}", headers=bearer(people.alice), timeout=60)
 
 
-def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet: str, people: People) -> None:
-    with connect(f"{_ws(gpufleet)}/sessions/{ECHO}/ws", origin=gpufleet, open_timeout=60,
-                 additional_headers={"Cookie": _cookie(gpufleet, people.alice) + "; _xsrf=mine"},
+def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet: str, origin: str,
+                                                                       people: People) -> None:
+    with connect(f"{_ws(origin)}/sessions/{ECHO}/ws", origin=origin, open_timeout=60,
+                 additional_headers={"Cookie": _cookie(gpufleet, people.alice, ECHO) + "; _xsrf=mine"},
                  subprotocols=["first.example", "v1.kernel.websocket.jupyter.org"]) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "v1.kernel.websocket.jupyter.org"
         hello = json.loads(ws.recv(timeout=60))

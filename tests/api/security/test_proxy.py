@@ -138,13 +138,14 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
             r = client.post("/api/v1/auth/sign-in", json={"token": token}, headers={"Origin": origin})
             assert r.status_code == 200
             assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
-            cookie = r.cookies["gpufleet_session"]
+            # Over https the cookie is host-only by name (__Host-): no other host name can set or replace it.
+            cookie = r.cookies["__Host-gpufleet_session"]
             assert client.get("/api/v1/auth/whoami").json()["via"] == "session"
 
             ws_url = f"wss://127.0.0.1:{https_port}/api/v1/ws"
             ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": origin}).json()["ticket"]
             assert asyncio.run(_ws(f"{ws_url}?ticket={ticket}", origin=origin)) == "open"
-            cookie_header = {"Cookie": f"gpufleet_session={cookie}"}
+            cookie_header = {"Cookie": f"__Host-gpufleet_session={cookie}"}
             assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "open"
             assert asyncio.run(_ws(ws_url, origin="https://evil.example", additional_headers=cookie_header)) == "rejected 403"
             assert asyncio.run(_ws(ws_url, origin=origin)) == "rejected 403"

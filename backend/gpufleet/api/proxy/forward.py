@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from urllib.parse import urlsplit
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
+from gpufleet.api.proxy.passes import is_gpufleet_cookie
 from gpufleet.api.proxy.upstream import Upstream
 from gpufleet.api.security.asgi import send_error
 
@@ -23,15 +24,16 @@ HOP_BY_HOP = frozenset({
 # comes from the proxy alone; forwarding headers would name a client the notebook cannot check.
 DROPPED = frozenset({"authorization", "origin", "referer", "forwarded", "x-forwarded-for",
                      "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "x-gpufleet-relay"})
-GPUFLEET_COOKIES = frozenset({"gpufleet_session"})
+Shape = Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
 
 
 def without_gpufleet_cookies(header: str) -> str:
-    """A ``Cookie`` header less gpufleet's own cookies (the notebook sets and reads its own)."""
+    """A ``Cookie`` header less gpufleet's own cookies (the dashboard's, the notebooks' origin's): the
+    notebook sets and reads its own."""
     kept = []
     for part in header.split(";"):
         name = part.split("=", 1)[0].strip()
-        if name and name not in GPUFLEET_COOKIES:
+        if name and not is_gpufleet_cookie(name):
             kept.append(part.strip())
     return "; ".join(kept)
 
@@ -127,8 +129,9 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send,
-                       upstream: Upstream, token: str | None = None) -> None:
-    """Forward the request; ``token``: the notebook's, blanked out of the answer."""
+                       upstream: Upstream, token: str | None = None, shape: Shape | None = None) -> None:
+    """Forward the request; ``token``: the notebook's, blanked out of the answer; ``shape``: what the
+    answer's headers become for the browser."""
     headers = request_headers(scope, upstream)
     has_body = any(n in ("content-length", "transfer-encoding") for n, _ in
                    ((k.decode("latin-1").lower(), v) for k, v in scope["headers"]))
@@ -144,6 +147,8 @@ async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive
     scrub = Scrubber(token)
     headers = [(n, v.replace(scrub.secret, scrub.blank) if scrub.secret else v)
                for n, v in response_headers(response.headers.raw, upstream)]
+    if shape is not None:
+        headers = shape(headers)
     try:
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         async for chunk in response.aiter_raw():

@@ -16,7 +16,6 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from gpufleet.api.auth import (
-    SESSION_COOKIE,
     AuthError,
     AuthUser,
     make_session_cookie,
@@ -24,9 +23,11 @@ from gpufleet.api.auth import (
     make_ws_ticket,
     redeem_sign_in_link,
     resolve_user,
+    session_cookie_name,
+    session_cookie_of,
     session_of_cookie,
 )
-from gpufleet.api.deps import CurrentUser, SettingsDep
+from gpufleet.api.deps import CurrentUser, SettingsDep, ensure_second_step
 from gpufleet.wire.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
 from gpufleet.api.security.asgi import LINK_PATH
 from gpufleet.api.security.openapi import error_response
@@ -65,15 +66,21 @@ def sign_in(body: SignIn, request: Request, response: Response, settings: Settin
 
 
 def set_session_cookie(response: Response, request: Request, settings: Settings, user: AuthUser) -> None:
-    """Open a browser session for ``user``: the one way every sign-in sets the session cookie."""
+    """Open a browser session for ``user``: the one way every sign-in sets the session cookie.
+
+    Over https it is ``__Host-gpufleet_session``: Secure, Path=/ and no Domain, so only this exact host
+    name gets it and no other (a notebook's) can set it. Over plain http (the loopback default) the
+    browser takes no prefixed cookie, so it is ``gpufleet_session``, host-only all the same.
+    """
+    secure = request.url.scheme == "https"
     response.set_cookie(
-        SESSION_COOKIE,
+        session_cookie_name(secure),
         make_session_cookie(settings, user),
         max_age=settings.session_ttl_s,
         httponly=True,
         # Strict: the cookie never rides on a request started by another site.
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=secure,
         path="/",
     )
 
@@ -91,11 +98,16 @@ def new_sign_in_link(settings: Settings, user: AuthUser) -> SignInLink:
 
 
 @router.post("/sign-in-link", response_model=SignInLink, operation_id="auth-sign-in-link",
-             responses={400: error_response("Single-user mode: a browser on this machine needs no sign-in")})
+             responses={400: error_response("Single-user mode: a browser on this machine needs no sign-in"),
+                        403: error_response("Asked with the browser's cookie alone: send the token, or use the CLI")})
 def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
-    """A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`)."""
+    """A single-use link, valid a few minutes, that signs a browser in as the caller (`gpufleet open`).
+
+    Not for a browser's cookie alone (a page could ask for one and pass it on): the caller's token or
+    the server's Unix socket."""
     if user.id is None:
         raise HTTPException(400, "single-user mode: a browser on this machine needs no sign-in")
+    ensure_second_step(user, "a sign-in link")
     return new_sign_in_link(settings, user)
 
 
@@ -115,13 +127,13 @@ def follow_sign_in_link(request: Request, settings: SettingsDep,
 @router.post("/sign-out", response_model=SignedOut, operation_id="auth-sign-out")
 def sign_out(request: Request, response: Response, settings: SettingsDep) -> SignedOut:
     """End this browser's session and drop its cookie (revoke the token to end every session opened with it)."""
-    session_id = session_of_cookie(settings, request.cookies.get(SESSION_COOKIE))
+    secure = request.url.scheme == "https"
+    session_id = session_of_cookie(settings, session_cookie_of(request.cookies, secure))
     if session_id is not None:
         # Ended on the server: a copy of the cookie kept elsewhere stops working too.
         with write_session(settings) as sess:
             end_session(sess, session_id)
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+    response.delete_cookie(session_cookie_name(secure), path="/", httponly=True, samesite="strict", secure=secure)
     return SignedOut(signed_out=True)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthUser
@@ -21,12 +22,15 @@ from gpufleet.api.deps import (
     ensure_can_run_code,
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
+from gpufleet.api.proxy.passes import TICKET_TTL_S, NotOpenable, open_link
+from gpufleet.api.proxy.sessions_source import locator_of
 from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.sessions import limits, service, shell, view
 from gpufleet.sessions.wire import (
+    NotebookOpen,
     SessionCreate,
     SessionExtend,
     SessionLimitPublic,
@@ -151,6 +155,21 @@ def shell_target(session_id: uuid.UUID, session: SessionDep, settings: SettingsD
         return shell.target(session, settings, session_id)
     except TrainingRequestError as exc:
         raise _http(exc) from None
+
+
+@router.post("/{session_id:uuid}/open", response_model=NotebookOpen, operation_id="sessions-open",
+             responses={404: error_response("No such session"), 409: error_response("Its notebook is not running")})
+async def open_notebook(session_id: uuid.UUID, request: Request, settings: SettingsDep,
+                        user: ViewerUser) -> NotebookOpen:
+    """A single-use address of the session's notebook on its own origin (owner and admins): what the
+    dashboard's Open button follows."""
+    sid = str(session_id)
+    notebook = await run_in_threadpool(locator_of(request.app), settings, sid)
+    try:
+        url = open_link(settings, user, notebook, sid, request.url.scheme, request.url.hostname or "127.0.0.1")
+    except NotOpenable as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    return NotebookOpen(url=url, expires_in_s=TICKET_TTL_S)
 
 
 def _ensure_owner(user: AuthUser, owner: str) -> None:

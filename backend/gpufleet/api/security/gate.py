@@ -37,7 +37,7 @@ class AuthGate:
         try:
             # The lookup touches the database; keep it off the event loop.
             user = await to_thread.run_sync(resolve_user, self.settings, scope["method"], headers, cookies,
-                                            scope_peer(scope))
+                                            scope_peer(scope), scope.get("scheme") == "https")
         except AuthError as exc:
             extra = [(b"www-authenticate", b"Bearer")] if exc.status == 401 else []
             await send_error(send, exc.status, exc.reason, extra)

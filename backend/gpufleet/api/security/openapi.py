@@ -46,7 +46,9 @@ SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
         "type": "apiKey",
         "in": "cookie",
         "name": "gpufleet_session",
-        "description": "The dashboard's session, set by `POST /api/v1/auth/sign-in`.",
+        "description": "The dashboard's session, set by `POST /api/v1/auth/sign-in` (named"
+                       " `__Host-gpufleet_session` over https). A write with it counts only from the dashboard's"
+                       " own origin, and only as JSON.",
     },
 }
 

@@ -51,12 +51,39 @@ def origin_allowed(origin: str | None, host_header: str | None, settings: Settin
 
 
 def is_cross_site(method: str, headers: Mapping[str, str], settings: Settings) -> bool:
-    """Whether a state-changing request comes from a site that must not use the browser's credentials."""
+    """Whether a state-changing request comes from a page that must not use the browser's credentials.
+
+    Not only another site: a notebook's origin is the same *site* as the
+    dashboard (same host name, another port; or a sibling host name), and
+    SameSite cookies ride along to the same site. So the browser's own word
+    (``Sec-Fetch-Site``) must be ``same-origin`` or ``none`` (typed by the
+    user), unless the Origin is one the operator listed.
+    """
     if method.upper() in SAFE_METHODS:
         return False
-    if headers.get("sec-fetch-site") == "cross-site":
-        return True
-    return not origin_allowed(headers.get("origin"), headers.get("host"), settings)
+    origin = headers.get("origin")
+    if headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        return not (origin and normalise_origin(origin) in {normalise_origin(o) for o in settings.cors_origins})
+    return not origin_allowed(origin, headers.get("host"), settings)
+
+
+def not_json_refusal(method: str, headers: Mapping[str, str]) -> str | None:
+    """Why a state-changing request with the browser's credentials is refused for its body's type, or None.
+
+    The API takes JSON. A page may send a form or ``text/plain`` to any
+    address without asking first; ``application/json`` makes the browser ask
+    (a CORS preflight), which only the configured origins pass.
+    """
+    if method.upper() in SAFE_METHODS:
+        return None
+    has_body = headers.get("transfer-encoding") or (headers.get("content-length") or "0").strip() not in ("", "0")
+    kind = (headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if not has_body and not kind:
+        return None
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return None
+    return (f"this request's body is {kind or 'untyped'}; with a browser's sign-in the API takes only JSON"
+            " (Content-Type: application/json)")
 
 
 def cors_origins(settings: Settings) -> list[str]:

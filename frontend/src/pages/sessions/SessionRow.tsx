@@ -8,6 +8,25 @@ import { gpusText, idleText, isLive, shellCommands, timeLeft } from './sessionTe
 /** The extension one click of "Extend" asks for. */
 export const EXTEND_HOURS = 1;
 
+/**
+ * Open a session's notebook in a new tab. It lives on an origin of its own (a page a member serves must
+ * never run where the dashboard's sign-in counts), so the server makes a single-use address that lets
+ * this browser in there. The tab is opened at the click (so no popup blocker stops it) and given no
+ * handle on this page.
+ */
+export async function openNotebook(id: string): Promise<void> {
+  const tab = window.open('', '_blank');
+  if (tab) tab.opener = null;
+  try {
+    const { url } = await endpoints.openSession(id);
+    if (tab) tab.location.href = url;
+    else window.location.assign(url);
+  } catch (e) {
+    tab?.close();
+    throw e;
+  }
+}
+
 function ShellHint({ s }: { s: Session }) {
   const cmd = shellCommands(s);
   if (!cmd || s.mode !== 'shell') return null;
@@ -61,9 +80,9 @@ export function SessionRow({ s, onChanged }: { s: Session; onChanged: () => void
       <td>
         <div className="actions">
           {s.url && s.status === 'running' && (
-            <a className="button primary" href={s.url} target="_blank" rel="noopener noreferrer">
+            <button type="button" className="button primary" disabled={busy} onClick={() => act(() => openNotebook(s.id))}>
               Open
-            </a>
+            </button>
           )}
           {isLive(s) && (
             <button type="button" disabled={busy} title={`Move the time limit ${EXTEND_HOURS} h later`}

@@ -15,7 +15,7 @@ const page = () =>
   );
 
 describe('SessionsPage', () => {
-  it('lists sessions with status, GPUs, host and owner; a running notebook opens through the proxy', async () => {
+  it('lists sessions with status, GPUs, host and owner; a running notebook opens on its own origin', async () => {
     const nb = session();
     const queued = session({ id: 'q1', name: 'waiting', status: 'queued', gpu_ids: null, host: null, url: null, shell: null, wait_reason: 'quota: 4 GPUs in use' });
     vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [nb, queued], total: 2 } as never);
@@ -25,11 +25,19 @@ describe('SessionsPage', () => {
     expect(row).toHaveTextContent('sim-host: 1');
     expect(row).toHaveTextContent('alice');
     expect(row).toHaveTextContent('active');
-    const open = within(row).getByRole('link', { name: 'Open' });
-    expect(open).toHaveAttribute('href', `/sessions/${nb.id}/`);
+    const link = `http://127.0.0.1:8001/sessions/${nb.id}/?gpufleet_ticket=t`;
+    const opened = vi.spyOn(endpoints, 'openSession').mockResolvedValue({ url: link, expires_in_s: 60 } as never);
+    const tab = { opener: {} as unknown, location: { href: '' }, close: vi.fn() };
+    const popup = vi.spyOn(window, 'open').mockReturnValue(tab as unknown as Window);
+    await userEvent.click(within(row).getByRole('button', { name: 'Open' }));
+    // A tab at the click, with no handle on the dashboard, sent to the single-use address once it is made.
+    expect(popup).toHaveBeenCalledWith('', '_blank');
+    expect(opened).toHaveBeenCalledWith(nb.id);
+    await waitFor(() => expect(tab.location.href).toBe(link));
+    expect(tab.opener).toBeNull();
     const waiting = screen.getByTestId('session-row-q1');
     expect(waiting).toHaveTextContent('quota: 4 GPUs in use');
-    expect(within(waiting).queryByRole('link', { name: 'Open' })).toBeNull();
+    expect(within(waiting).queryByRole('button', { name: 'Open' })).toBeNull();
     expect(within(waiting).queryByRole('button', { name: 'Extend' })).toBeNull();
     expect(within(waiting).getByRole('button', { name: 'Stop' })).toBeEnabled();
   });
@@ -57,7 +65,7 @@ describe('SessionsPage', () => {
     const row = await screen.findByTestId(`session-row-${sh.id}`);
     expect(within(row).getByTestId('shell-command')).toHaveTextContent(`ssh -t gpu-7 gpufleet session shell ${sh.id}`);
     expect(row).toHaveTextContent(/idle 10m \d\ds, stops in [45]m/);
-    expect(within(row).queryByRole('link', { name: 'Open' })).toBeNull();
+    expect(within(row).queryByRole('button', { name: 'Open' })).toBeNull();
   });
 
   it('filters by status and says when nothing matches', async () => {
