@@ -260,3 +260,48 @@ def test_the_compose_redis_asks_for_the_password_in_its_secret_file(compose: dic
     finally:
         subprocess.run(["sh", "-c", f'REDISCLI_AUTH="$(cat {tmp_path}/pw)" redis-cli -p {port} shutdown nosave'],
                        capture_output=True, timeout=10, check=False)
+
+
+def _unit_writable(unit: str) -> list[str]:
+    """The paths a unit with ProtectSystem=strict may write: its ReadWritePaths ("-": optional)."""
+    paths: list[str] = []
+    for line in unit.splitlines():
+        if line.startswith("ReadWritePaths="):
+            paths += [p.lstrip("-") for p in line.split("=", 1)[1].split()]
+    return paths
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _docs_worker_paths() -> dict[str, str]:
+    """The table of docs/operations.md, "Where a worker writes": {path: setting}."""
+    text = (ROOT / "docs/operations.md").read_text()
+    section = text.split("## Where a worker writes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(/[^`]+)` \| ([^|]+) \|", section, flags=re.M)
+    return {path: setting.strip() for path, setting in rows}
+
+
+def test_the_worker_unit_compose_and_docs_agree_on_where_trainings_write(compose: dict) -> None:
+    unit = (ROOT / "deploy/systemd/gpufleet-worker.service").read_text()
+    assert "ProtectSystem=strict" in unit and not re.search(r"^ProtectHome=", unit, flags=re.M)
+    writable = _unit_writable(unit)
+    docs = _docs_worker_paths()
+    # Every path the docs require, the unit lets the worker write, and nothing the unit opens goes unexplained.
+    assert {"/var/lib/gpufleet", "/home", "/srv/gpufleet/checkpoints"} <= set(docs), docs
+    assert sorted(docs) == sorted(writable), (docs, writable)
+    assert docs["/srv/gpufleet/checkpoints"] == "`GPUFLEET_CHECKPOINT_ROOT`"
+    # The settings the example environment gives the unit's worker are writable under the unit.
+    example = dict(line.split("=", 1) for line in (ROOT / "deploy/gpufleet.env.example").read_text().splitlines()
+                   if line.startswith("GPUFLEET_") and "=" in line)
+    for name in ("GPUFLEET_DATA_DIR", "GPUFLEET_CHECKPOINT_ROOT"):
+        assert _under(example[name], writable), (name, example[name], writable)
+    # The shared root the example names in its comment is one the unit opens.
+    assert "GPUFLEET_CHECKPOINT_ROOT=/srv/gpufleet/checkpoints" in (ROOT / "deploy/gpufleet.env.example").read_text()
+    # Compose: the worker's data dir and checkpoint root lie in a volume it mounts read-write.
+    worker = compose["services"]["worker"]
+    mounts = [v.split(":") for v in worker["volumes"]]
+    rw = [m[1] for m in mounts if len(m) == 2 or m[2] != "ro"]
+    for name in ("GPUFLEET_DATA_DIR", "GPUFLEET_CHECKPOINT_ROOT"):
+        assert _under(_env(worker)[name], rw), (name, _env(worker)[name], rw)

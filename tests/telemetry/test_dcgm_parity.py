@@ -14,14 +14,16 @@ from gpufleet.db.session import upgrade_database
 from gpufleet.devices import simstate
 from gpufleet.devices.backend import device_backend
 from gpufleet.devices.simhealth import set_pcie_replays, set_row_remaps
+from gpufleet.devices.simnvml import DRIVER_VERSION
 from gpufleet.telemetry.live import LOCAL
 from gpufleet.telemetry.sampler import NvmlSampler
 
 from .wsutil import build_app
 
-# dcgm-exporter's etc/default-counters.csv: (field, type). DCGM_FI_DEV_VGPU_LICENSE_STATUS is left out:
-# NVML answers it only inside a vGPU guest.
+# dcgm-exporter 4.x's etc/default-counters.csv: (field, type). DCGM_FI_DEV_VGPU_LICENSE_STATUS is left out:
+# NVML answers it only inside a vGPU guest. DCGM_FI_DRIVER_VERSION is a label there, on every series.
 DEFAULT_COUNTERS = {
+    "DCGM_FI_DEV_FB_RESERVED": "gauge",
     "DCGM_FI_DEV_SM_CLOCK": "gauge", "DCGM_FI_DEV_MEM_CLOCK": "gauge", "DCGM_FI_DEV_MEMORY_TEMP": "gauge",
     "DCGM_FI_DEV_GPU_TEMP": "gauge", "DCGM_FI_DEV_POWER_USAGE": "gauge",
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "counter", "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": "counter",
@@ -61,7 +63,8 @@ def test_every_default_counter_nvml_gives_is_exported_with_dcgm_names_types_and_
         # (the parser reads a counter's samples as NAME_total; the text has dcgm-exporter's NAME)
         got = {smp.labels["gpu"]: smp for smp in fams[name].samples if smp.name in (name, f"{name}_total")}
         assert sorted(got) == ["0", "1"], (name, fams[name].samples)
-        assert set(got["0"].labels) == {"gpu", "UUID", "device", "modelName", "Hostname"}
+        assert set(got["0"].labels) == {"gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
+        assert {smp.labels["DCGM_FI_DRIVER_VERSION"] for smp in got.values()} == {DRIVER_VERSION}, name
     value = {name: {smp.labels["gpu"]: smp.value for smp in fams[name].samples} for name in DEFAULT_COUNTERS}
     assert value["DCGM_FI_DEV_XID_ERRORS"] == {"0": 0.0, "1": 79.0}
     assert value["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == {"0": 3.0, "1": 0.0}
@@ -72,6 +75,12 @@ def test_every_default_counter_nvml_gives_is_exported_with_dcgm_names_types_and_
     for gpu in ("0", "1"):
         assert value["DCGM_FI_DEV_MEMORY_TEMP"][gpu] > value["DCGM_FI_DEV_GPU_TEMP"][gpu]
     assert value["DCGM_FI_DEV_ENC_UTIL"] == {"0": 0.0, "1": 0.0}
+    # NVML's v2 memory info: the driver's share, apart from what processes use; used still counts it, as NVML's
+    # first call does, so used + free is the total.
+    assert value["DCGM_FI_DEV_FB_RESERVED"] == {"0": 4.0, "1": 4.0}
+    total = {smp.labels["gpu"]: smp.value for smp in fams["DCGM_FI_DEV_FB_TOTAL"].samples}
+    for gpu in ("0", "1"):
+        assert value["DCGM_FI_DEV_FB_USED"][gpu] + value["DCGM_FI_DEV_FB_FREE"][gpu] == total[gpu] > 0
 
 
 def test_promtool_finds_only_the_deliberate_dcgm_differences(metrics_text):

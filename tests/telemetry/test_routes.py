@@ -101,7 +101,8 @@ def test_prometheus_exposition_parses_and_uses_dcgm_names(client):
     by_gpu = {smp.labels["gpu"]: smp for smp in util.samples}
     assert set(by_gpu) == {"0", "1"}  # the lost GPU reports no utilization
     assert by_gpu["0"].value == 91.0 and by_gpu["0"].labels == {
-        "gpu": "0", "UUID": "GPU-aaa", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "h1"}
+        "gpu": "0", "UUID": "GPU-aaa", "device": "nvidia0", "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "h1",
+        "DCGM_FI_DRIVER_VERSION": ""}  # these samples name no driver
     fb = {smp.labels["gpu"]: smp.value for smp in fams["DCGM_FI_DEV_FB_USED"].samples}
     assert fb["0"] == 40 * 1024  # MiB, as dcgm-exporter
     assert [smp.value for smp in fams["DCGM_FI_DEV_GPU_TEMP"].samples] == [71.0]  # GPU 1 refused it

@@ -38,6 +38,7 @@ from gpufleet.api.routes import (
     users,
     webhooks,
 )
+from gpufleet.api.idempotency import IdempotentCreates
 from gpufleet.api.proxy import NotebooksElsewhere
 from gpufleet.api.security.bodylimits import CODE_UPLOAD_PATH, SizeLimits
 from gpufleet.api.security.gate import AuthGate
@@ -93,11 +94,13 @@ def request_guards(settings: Settings) -> list[Middleware]:
         # A code archive is binary: NUL bytes are its content, not an attack on text columns.
         Middleware(NulGuard, binary_paths=frozenset({CODE_UPLOAD_PATH})),
         Middleware(AuthGate, settings=settings),
+        # Inside the gate: a create's key belongs to the user the gate found.
+        Middleware(IdempotentCreates, settings=settings),
     ]
     if settings.cors_origins:
         guards.insert(0, Middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                                     allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                                    allow_headers=["Authorization", "Content-Type"]))
+                                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key"]))
     return guards
 
 

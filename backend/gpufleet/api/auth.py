@@ -342,9 +342,11 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     """The user of a WebSocket before it is accepted, or None: then close it (policy violation).
 
     Checks the Origin first (a browser page on another site must not ride on
-    the user's cookie), then a ``ticket`` query parameter from
-    ``POST /api/v1/auth/ws-ticket``, then the session cookie, then the implicit
-    local admin. A long-lived token is never accepted in the URL.
+    the user's cookie), then an ``Authorization: Bearer <token>`` header (a
+    script's client sends one; a browser never does), then a ``ticket`` query
+    parameter from ``POST /api/v1/auth/ws-ticket``, then the session cookie,
+    then the implicit local admin. A long-lived token is never accepted in the
+    URL: there a proxy's access log would keep it.
     """
     headers = websocket.headers
     if not origin_allowed(headers.get("origin"), headers.get("host"), settings):
@@ -353,6 +355,11 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     if peer is not None:
         try:
             return peer_user(settings, peer)
+        except AuthError:
+            return None
+    if headers.get("authorization"):
+        try:
+            return resolve_user(settings, "GET", headers, {})
         except AuthError:
             return None
     ticket = websocket.query_params.get("ticket")

@@ -205,7 +205,8 @@ async def live_stream(websocket: WebSocket) -> None:
         # off the event loop so one sign-in never stalls every stream.
         user = await run_in_threadpool(hook, websocket, settings)
     if user is None:
-        await websocket.close(code=1008, reason="sign in first (session cookie or ticket from /api/v1/auth/ws-ticket)")
+        await websocket.close(code=1008, reason="sign in first (Authorization: Bearer, session cookie or ticket from "
+                                                  "/api/v1/auth/ws-ticket)")
         return
     await websocket.accept()
     stream = get_stream(websocket.app)

@@ -44,6 +44,7 @@ from gpufleet.wire.trainings import (
 )
 from gpufleet.wire.trainings import TrainingBatchCreate, TrainingCreate
 from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
+from gpufleet.client.creates import CreateCalls
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
 from gpufleet.client.sweeps import SweepCalls, checked
@@ -96,7 +97,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
+class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
@@ -121,6 +122,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
         rate_limit_retries: int = 3,
         max_retry_wait_s: float = 120.0,
         transport: httpx.BaseTransport | None = None,
+        create_retries: int = 3,
     ):
         headers = client_headers(token)
         sock = None if transport is not None or headers else local_socket(server)
@@ -135,6 +137,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
         self.server = base if sock is None else f"{sock} (this machine's socket)"
         self.rate_limit_retries = rate_limit_retries
         self.max_retry_wait_s = max_retry_wait_s
+        self.create_retries = create_retries
         self._http = httpx.Client(base_url=base, headers=headers, timeout=timeout, transport=transport)
         self.via_socket = sock
 
@@ -152,13 +155,24 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:  # noqa: ANN401
-        attempt = 0
+    def _send(self, method: str, path: str, *, unanswered_retries: int = 0, **kw: Any) -> httpx.Response:  # noqa: ANN401
+        """One request; ``unanswered_retries``: how often to send it again when no answer came (only for a
+        request the server recognises as the same one: an ``Idempotency-Key``)."""
+        attempt = unanswered = 0
         while True:
             try:
                 r = self._http.request(method, path, **kw)
             except httpx.HTTPError as exc:
+                if unanswered < unanswered_retries and isinstance(exc, httpx.TransportError):
+                    unanswered += 1
+                    self._sleep(min(2.0 ** unanswered, 10.0))
+                    continue
                 raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
+            # The first try of this create is still being answered: its answer comes to this one.
+            if r.status_code == 409 and "retry-after" in r.headers and unanswered < unanswered_retries:
+                unanswered += 1
+                self._sleep(parse_retry_after(r.headers.get("retry-after")) or 2.0)
+                continue
             # 429: over a limit; 503: the database is away. Neither did anything, so a retry is safe.
             if r.status_code in (429, 503) and attempt < self.rate_limit_retries:
                 wait = parse_retry_after(r.headers.get("retry-after"))
@@ -201,12 +215,12 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
         if body is None:
             fields.setdefault("name", f"{fields.get('recipe', 'training')}-{time.strftime('%Y%m%d-%H%M%S')}")
             body = checked(TrainingCreate, "create_training", **fields)
-        return self._post(TrainingPublic, f"{API}/trainings", body)
+        return self._create(TrainingPublic, f"{API}/trainings", body)
 
     def create_batch(self, body: TrainingBatchCreate | dict[str, Any]) -> TrainingBatchPublic:
         if isinstance(body, dict):
             body = checked(TrainingBatchCreate, "create_batch", **body)
-        return self._post(TrainingBatchPublic, f"{API}/trainings/batch", body)
+        return self._create(TrainingBatchPublic, f"{API}/trainings/batch", body)
 
     def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
                        limit: int = 50, offset: int = 0, ref: str | None = None) -> TrainingsPublic:

@@ -36,12 +36,13 @@ class SessionCalls:
 
     _get: Any
     _post: Any
+    _create: Any
     _send: Any
 
     def start_session(self, body: SessionCreate | None = None, **fields: Any) -> SessionPublic:  # noqa: ANN401
         """Queue a session: ``start_session(gpus=1, jupyter=True, hours=2)``."""
         body = body or checked(SessionCreate, "session", **fields)
-        return self._post(SessionPublic, API, body)
+        return self._create(SessionPublic, API, body)
 
     def list_sessions(self, *, status: str | list[str] | None = None, owner: str | None = None,
                       limit: int = 50, offset: int = 0) -> SessionList:

@@ -39,7 +39,7 @@ class SweepCalls(SharingCalls):
         """Start a sweep (the body of a sweep file); its trials are queued as trainings of yours."""
         if isinstance(body, dict):
             body = checked(SweepCreate, "start_sweep", **body)
-        return self._post(SweepDetail, f"{API}/sweeps", body)
+        return self._create(SweepDetail, f"{API}/sweeps", body)
 
     def sweeps(self, *, owner: str | None = None, limit: int = 50, offset: int = 0) -> SweepsPublic:
         return self._get(SweepsPublic, f"{API}/sweeps", owner=owner, limit=limit, offset=offset)

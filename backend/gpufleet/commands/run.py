@@ -153,7 +153,7 @@ def run(
     c = connect(server)
     c.options = CLI_OPTIONS
     body["code"] = upload(c, data)
-    t = c.call("POST", "/api/v1/trainings", json=body)
+    t = c.create("/api/v1/trainings", body)  # an Idempotency-Key: a timed-out submit is retried safely
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)
     if follow:
         raise typer.Exit(follow_training(c, t["id"]))

@@ -44,6 +44,11 @@ class Host(Base):
     simulated: Mapped[bool] = mapped_column(Boolean, default=False)
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The worker's own beat (the agent's heartbeat above may outlive it), and when and why its
+    # worker was found lost: no work is placed here until that worker beats again (jobs/recovery.py).
+    worker_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_lost_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker_lost_reason: Mapped[str | None] = mapped_column(String(500))
 
     gpus: Mapped[list["GPU"]] = relationship(back_populates="host", order_by="GPU.index")
 
@@ -214,47 +219,6 @@ class Training(Base):
     host: Mapped[Host | None] = relationship()
 
 
-class GangMember(Base):
-    """One host of a training across hosts: its GPUs, its ranks, its worker's heartbeat.
-
-    Written with the reservation (status ``reserved``); the host's worker
-    marks it ``running`` for an attempt and beats ``heartbeat_at`` while its
-    ranks run (gpufleet.jobs.rendezvous).
-    """
-
-    __tablename__ = "gang_members"
-    __table_args__ = (UniqueConstraint("training_id", "host_id"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    training_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("trainings.id", ondelete="CASCADE"), index=True)
-    host_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
-    host_name: Mapped[str] = mapped_column(String(255))
-    node_rank: Mapped[int] = mapped_column(Integer)
-    first_rank: Mapped[int] = mapped_column(Integer)
-    gpu_ids: Mapped[list[int]] = mapped_column(IntList)
-    # reserved | running | succeeded | failed | stopped
-    status: Mapped[str] = mapped_column(String(32), default="reserved")
-    attempt: Mapped[int | None] = mapped_column(Integer)
-    worker_id: Mapped[str | None] = mapped_column(String(255))
-    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    launcher_pid: Mapped[int | None] = mapped_column(Integer)
-    message: Mapped[str | None] = mapped_column(Text)
-
-
-class GangRendezvous(Base):
-    """Where the ranks of a training across hosts meet, for one attempt: the
-    TCPStore the rank-0 host opens, and the token of its checkpoint-root marker."""
-
-    __tablename__ = "gang_rendezvous"
-
-    training_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("trainings.id", ondelete="CASCADE"), primary_key=True)
-    attempt: Mapped[int] = mapped_column(Integer)
-    address: Mapped[str] = mapped_column(String(255))
-    port: Mapped[int] = mapped_column(Integer)
-    marker: Mapped[str] = mapped_column(String(64))
-    published_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
 class CodeBlob(Base):
     """A user's code archive, stored once per content hash (sha256 of the archive bytes).
 
@@ -396,4 +360,6 @@ from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402,F401
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
 from gpufleet.db.interactive import SessionLimit, TrainingSession  # noqa: E402,F401
 from gpufleet.db.sweeps import Sweep, SweepTrial  # noqa: E402,F401
+from gpufleet.db.idempotency import IdempotencyKey  # noqa: E402,F401
+from gpufleet.db.gang import GangMember, GangRendezvous  # noqa: E402,F401
 from gpufleet.db.pools import Pool, PoolJob  # noqa: E402,F401

@@ -35,7 +35,7 @@ import gpufleet.devices.simspecs as simspecs
 import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
 from gpufleet.devices.simhealth import SimHealthMixin
-from gpufleet.devices.simmetrics import read_gpu
+from gpufleet.devices.simmetrics import BASELINE_USED, read_gpu
 
 DRIVER_VERSION = "560.35.03"
 CUDA_DRIVER_VERSION = 12060
@@ -214,11 +214,13 @@ class SimNVML(SimHealthMixin, SimEventsMixin):
     def nvmlDeviceGetMemoryInfo(self, handle: SimHandle, version: int | None = None) -> Any:
         r = self._reading(handle, "memory")
         if version:
+            # v2 tells the driver's own share apart: "used" is then what processes hold.
             mem = pynvml.c_nvmlMemory_v2_t()
             mem.version = version
-            mem.reserved = 0
-        else:
-            mem = pynvml.c_nvmlMemory_t()
+            mem.reserved = min(BASELINE_USED, r.memory_used)
+            mem.total, mem.used, mem.free = r.memory_total, r.memory_used - mem.reserved, r.memory_free
+            return mem
+        mem = pynvml.c_nvmlMemory_t()
         mem.total, mem.used, mem.free = r.memory_total, r.memory_used, r.memory_free
         return mem
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import uuid
 from pathlib import Path
@@ -116,3 +117,23 @@ def read_log(path: Path, offset: int | None = None, tail: int | None = None, lim
         start = min(max(offset or 0, 0), size)
         fh.seek(start)
         return from_offset(fh.read(limit), start, size)
+
+
+def launcher_end(code: int, stopped: str | None = None) -> str:
+    """The log's last line about a launcher, in words: a signal the worker sent says why it was sent.
+
+    ``stopped`` is why this worker stopped the launcher, when it did (a cancel,
+    a lost host, the training ended on the rank-0 host); a bare "-9" would
+    read as a crash.
+    """
+    from gpufleet.training.exitcodes import describe
+
+    if code >= 0:
+        return f"launcher exited with {code} ({describe(code)})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if stopped:
+        return f"launcher stopped by this worker ({stopped}; {name})"
+    return f"launcher killed by {name}, not by this worker"

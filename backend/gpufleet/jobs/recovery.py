@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
@@ -31,6 +31,29 @@ log = logging.getLogger(__name__)
 # the attempt a margin before the end (jobs/watch.py FENCE_MARGIN_S), and
 # this covers clocks of two hosts that differ a little.
 LEASE_GRACE_S = 1.0
+
+
+def worker_beat(settings: Settings) -> None:
+    """This host's worker is alive: say so, and clear a loss recorded while it was away."""
+    with write_session(settings) as sess:
+        sess.execute(update(Host).where(Host.name == settings.host_name).values(
+            worker_seen_at=utcnow(), worker_lost_at=None, worker_lost_reason=None))
+
+
+def mark_worker_lost(settings: Settings, host: str | uuid.UUID | None, reason: str) -> None:
+    """The worker of ``host`` (name or id) was found lost: no work goes there until it beats again.
+
+    The host's agent may keep its heartbeat fresh all along, and a dead
+    worker's queue takes tasks that nobody runs: without this a gang would be
+    placed straight back on it and wait out the rendezvous timeout.
+    """
+    if host is None:
+        return
+    where = Host.id == host if isinstance(host, uuid.UUID) else Host.name == host
+    with write_session(settings) as sess:
+        sess.execute(update(Host).where(where, Host.worker_lost_at.is_(None)).values(
+            worker_lost_at=utcnow(), worker_lost_reason=reason[:500]))
+    log.warning("host %s: its worker is lost (%s); no work goes there until it beats again", host, reason)
 
 
 def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
@@ -70,6 +93,7 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
                 status = "queued"
         if ok:
             log.warning("training %s: lease expired on host %s -> %s", tid, host_name, status)
+            mark_worker_lost(settings, host_name, why)
             out.append((tid, status))
     return out
 

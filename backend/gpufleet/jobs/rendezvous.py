@@ -7,47 +7,39 @@ under the checkpoint root in ``gang_rendezvous`` for this attempt, and sends
 a Celery task to each other member host's queue. Its launcher opens the c10d
 TCPStore on that port (:mod:`gpufleet.training.gang_launch`).
 
-Every other member host's worker (:func:`run_follower`) waits for the
-rendezvous of the running attempt, checks that it sees the marker (the
+Every other member host's worker (:func:`gpufleet.jobs.gang_member.run_follower`)
+waits for the rendezvous of the running attempt, checks that it sees the marker (the
 checkpoint root must be shared: rank 0 checkpoints there and every rank
 resumes from it), starts its local ranks with their global ranks and beats
 its ``gang_members`` row. It stops its ranks as soon as the training is no
 longer running this attempt, is cancelled, or the rank-0 host's lease runs
 out. The rank-0 host's worker (:class:`LeaderWatch`) stops its ranks as soon
-as a member fails, stops beating, or does not join in time; the training is
-then requeued (from rank 0's newest checkpoint) or failed, and the status and
+as a member fails, stops beating, or cannot join (its host's worker is lost:
+then the retry uses no restart, and the host is left out until its worker
+beats again), or does not join in time; the training is then requeued (from rank 0's newest checkpoint) or failed, and the status and
 the release of every host's GPUs are one transaction.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
-import signal
 import socket
-import subprocess
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import delete, select, update
 
 from gpufleet.config import Settings
-from gpufleet.db.models import GPU, GangMember, GangRendezvous, Training
+from gpufleet.db.models import GangMember, GangRendezvous, Host, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.devices.backend import device_backend
-from gpufleet.jobs import procs
-from gpufleet.jobs.log_shipper import ShippedLog
-from gpufleet.jobs.logs import BoundedLog
+from gpufleet.jobs import recovery
 from gpufleet.lifecycle import outcome
-from gpufleet.lifecycle.transitions import get_training
 from gpufleet.trainings.environment import training_environment
 from gpufleet.trainings.gang_view import rank_hosts
 
@@ -56,9 +48,6 @@ log = logging.getLogger(__name__)
 # A member whose worker has not beaten for this long is lost: well inside the 15 s promise.
 STALE_S = 5.0
 BEAT_S = 0.5
-# Past the end of the rank-0 host's lease before the other hosts stop their ranks.
-LEASE_GRACE_S = 1.0
-STOP_GRACE_S = 2.0
 
 
 def members(settings: Settings, tid: uuid.UUID) -> list[GangMember]:
@@ -142,6 +131,9 @@ def leader_prepare(settings: Settings, t: Training, worker_id: str) -> dict | No
 class Verdict:
     reason: str
     fatal: bool  # a fault that a retry cannot mend (the checkpoint root is not shared)
+    # False when a member's host lost its worker before it joined: the gang never ran, so the
+    # retry uses none of the training's restarts.
+    counts: bool = True
 
 
 class LeaderWatch:
@@ -157,35 +149,73 @@ class LeaderWatch:
         if now_m < self.next_at:
             return None
         self.next_at = now_m + BEAT_S
-        now = utcnow()
         with write_session(self.settings) as sess:
             sess.execute(update(GangMember).where(GangMember.training_id == self.t.id, GangMember.node_rank == 0,
-                                                  GangMember.attempt == self.t.attempt).values(heartbeat_at=now))
-            rows = list(sess.execute(select(GangMember).where(GangMember.training_id == self.t.id,
-                                                              GangMember.node_rank > 0)).scalars())
+                                                  GangMember.attempt == self.t.attempt).values(heartbeat_at=utcnow()))
         waited = now_m - self.started
-        for m in rows:
+        for m, host in self._others():
             mine = m.attempt == self.t.attempt
             if mine and m.status == "failed":
                 fatal = (m.message or "").startswith("checkpoint root")
                 return Verdict(f"host {m.host_name}: {m.message or 'its ranks failed'}", fatal)
-            if not mine or m.status == "reserved":
-                if waited > self.settings.rendezvous_timeout_s:
-                    return Verdict(f"host {m.host_name} did not join the rendezvous within "
-                                   f"{self.settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
-                continue
-            if m.status == "running" and m.heartbeat_at is not None and \
-                    now - m.heartbeat_at > timedelta(seconds=STALE_S):
-                return Verdict(f"the worker on host {m.host_name} stopped answering "
-                               f"({(now - m.heartbeat_at).total_seconds():.0f}s without a heartbeat; killed or lost)",
-                               False)
+            if (lost := self.lost(m, host)) is not None:
+                return lost
+            if (not mine or m.status == "reserved") and waited > self.settings.rendezvous_timeout_s:
+                return Verdict(f"host {m.host_name} did not join the rendezvous within "
+                               f"{self.settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
         return None
+
+    def _others(self) -> list[tuple[GangMember, Host | None]]:
+        with session_scope(self.settings) as sess:
+            rows = sess.execute(select(GangMember, Host).join(Host, Host.id == GangMember.host_id, isouter=True)
+                                .where(GangMember.training_id == self.t.id, GangMember.node_rank > 0)).all()
+            sess.expunge_all()
+        return [(m, h) for m, h in rows]
+
+    def lost(self, m: GangMember, host: Host | None) -> Verdict | None:
+        """Whether member ``m``'s worker is gone, and why; it is then marked lost, so that no work goes to its
+        host until it beats again. A member that never joined this attempt costs the gang no restart: a
+        gang never waits on a member that cannot join."""
+        now = utcnow()
+        stale = timedelta(seconds=STALE_S)
+        joined = m.attempt == self.t.attempt and m.status != "reserved"
+        if host is not None and host.worker_lost_at is not None:
+            why = f"the worker on host {m.host_name} is lost ({host.worker_lost_reason or 'no beat'})"
+        elif host is not None and host.worker_seen_at is not None and now - host.worker_seen_at > stale:
+            why = (f"the worker on host {m.host_name} stopped beating "
+                   f"({(now - host.worker_seen_at).total_seconds():.0f}s without a beat; killed or lost)")
+        elif joined and m.status == "running" and m.heartbeat_at is not None and now - m.heartbeat_at > stale:
+            why = (f"the worker on host {m.host_name} stopped answering "
+                   f"({(now - m.heartbeat_at).total_seconds():.0f}s without a heartbeat; killed or lost)")
+        else:
+            return None
+        recovery.mark_worker_lost(self.settings, m.host_id, why)
+        if joined:
+            return Verdict(why, False)
+        return Verdict(f"host {m.host_name} cannot join: {why}; the gang is placed again without it", False,
+                       counts=False)
+
+    def absent(self, wait_s: float = STALE_S + 2 * BEAT_S) -> Verdict | None:
+        """After the rank-0 host's launcher failed with no member saying why: a member whose worker is gone
+        (its ranks died with it, and this host's ranks lost their peers), once that shows, within ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for m, host in self._others():
+                if (lost := self.lost(m, host)) is not None:
+                    return lost
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(BEAT_S)
 
 
 def gang_decision(verdict: Verdict, t: Training) -> outcome.Decision:
     """The end of an attempt that the rank-0 host stopped because another host went."""
     if verdict.fatal:
         return outcome.Decision("failed", verdict.reason)
+    if not verdict.counts:
+        return outcome.Decision(
+            "queued", f"{verdict.reason}; requeued to resume from rank 0's newest checkpoint, using none of its "
+                      f"restarts ({t.restarts} of {t.max_restarts} used)", retry_kind="gang_member_lost")
     if t.restarts >= t.max_restarts:
         return outcome.Decision("failed", f"{verdict.reason}; gave up after {t.restarts} restart(s)")
     return outcome.Decision(
@@ -209,182 +239,3 @@ def root_cause(watch: LeaderWatch, wait_s: float = 2.0) -> Verdict | None:
         if time.monotonic() > deadline:
             return None
         time.sleep(0.2)
-
-
-# -- every other host ----------------------------------------------------------
-
-def is_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID) -> bool:
-    """Whether this host runs other ranks of training ``tid`` (not rank 0)."""
-    with session_scope(settings) as sess:
-        return sess.execute(select(GangMember.id).where(
-            GangMember.training_id == tid, GangMember.host_id == host_id, GangMember.node_rank > 0)
-        ).first() is not None
-
-
-def _await_rendezvous(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID
-                      ) -> tuple[Training, GangMember, GangRendezvous] | None:
-    deadline = time.monotonic() + settings.rendezvous_timeout_s
-    while time.monotonic() < deadline:
-        with session_scope(settings) as sess:
-            t = get_training(sess, tid)
-            m = sess.execute(select(GangMember).where(GangMember.training_id == tid,
-                                                      GangMember.host_id == host_id)).scalar_one_or_none()
-            r = sess.get(GangRendezvous, tid)
-            if t is None or m is None or t.status not in ("scheduled", "running"):
-                return None
-            if t.status == "running" and r is not None and r.attempt == t.attempt:
-                if m.attempt == t.attempt and m.status != "reserved":
-                    return None  # this attempt already has this host's ranks (a duplicate task)
-                sess.expunge_all()
-                return t, m, r
-        time.sleep(0.2)
-    return None
-
-
-def _set_member(settings: Settings, m: GangMember, attempt: int, **values: Any) -> bool:
-    with write_session(settings) as sess:
-        res = sess.execute(update(GangMember).where(GangMember.id == m.id, GangMember.attempt == attempt)
-                           .values(**values).execution_options(synchronize_session=False))
-        return res.rowcount == 1
-
-
-def _join(settings: Settings, t: Training, m: GangMember, worker_id: str) -> bool:
-    """Take this host's place in the running attempt, once (a redelivered task finds it taken)."""
-    with write_session(settings) as sess:
-        res = sess.execute(update(GangMember).where(
-            GangMember.id == m.id,
-            (GangMember.attempt.is_(None)) | (GangMember.attempt != t.attempt) | (GangMember.status == "reserved"),
-        ).values(status="running", attempt=t.attempt, worker_id=worker_id, heartbeat_at=utcnow(), message=None)
-            .execution_options(synchronize_session=False))
-        return res.rowcount == 1
-
-
-def _local_devices(settings: Settings, host_id: uuid.UUID, gpu_ids: list[int]) -> list[str]:
-    with session_scope(settings) as sess:
-        gpus = {g.index: g for g in sess.execute(select(GPU).where(GPU.host_id == host_id)).scalars()}
-        return [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in gpu_ids]
-
-
-def _last_error(progress: Path) -> str | None:
-    try:
-        lines = progress.read_text().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("event") == "error" or rec.get("type") == "error":
-            return str(rec.get("message"))[:500]
-    return None
-
-
-def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str,
-                 launch: Callable[..., tuple[subprocess.Popen, int]], run_dir: Path, checkpoint_dir: Path,
-                 stopping: Callable[[], bool] = lambda: False) -> str:
-    """This host's ranks of a training across hosts, for the running attempt; returns what happened."""
-    found = _await_rendezvous(settings, tid, host_id)
-    if found is None:
-        return "skipped"
-    t, m, rdzv = found
-    marker = marker_path(settings, tid, t.attempt)
-    try:
-        seen = marker.read_text()
-    except OSError:
-        seen = None
-    if seen != rdzv.marker:
-        why = (f"checkpoint root {settings.checkpoint_root} on host {host_name} is not shared with the rank-0 "
-               f"host (marker {marker} {'differs' if seen else 'not found'}); give every host one shared "
-               "checkpoint root")
-        _join(settings, t, m, worker_id)
-        _set_member(settings, m, t.attempt, status="failed", message=why)
-        return "failed"
-    if not _join(settings, t, m, worker_id):
-        return "skipped"
-    from gpufleet.training.spec import LaunchSpec
-
-    backend = device_backend(settings)
-    devices = _local_devices(settings, host_id, list(m.gpu_ids))
-    run_dir.mkdir(parents=True, exist_ok=True)
-    progress = run_dir / f"progress-{t.attempt}-{host_name}.jsonl"
-    progress.unlink(missing_ok=True)
-    spec = LaunchSpec(recipe=t.recipe, config=dict(t.config), devices=devices, checkpoint_dir=str(checkpoint_dir),
-                      progress_file=str(progress), data_root=str(settings.data_root), resume=True,
-                      collective_timeout_s=settings.collective_timeout_s, training_id=str(tid),
-                      ranks_on_cpu=backend.ranks_run_on_cpu(devices), stop_grace_s=settings.stop_grace_s,
-                      attempt=t.attempt, gang=spec_gang(settings, t, rdzv, m.first_rank, master=False))
-    spec_path = spec.write(run_dir / f"spec-{t.attempt}-{host_name}.json")
-    logf = ShippedLog(settings, f"{tid}-{host_name}")
-    logf.line(f"[gpufleet] attempt {t.attempt}: ranks {m.first_rank}-{m.first_rank + len(devices) - 1} of "
-              f"{t.world_size} on host {host_name}; rendezvous {rdzv.address}:{rdzv.port}")
-    try:
-        proc, lifeline = launch(spec_path, logf, tid, env=launch_env(settings, tid))
-    except OSError as exc:
-        _set_member(settings, m, t.attempt, status="failed", message=f"cannot start the launcher: {exc}")
-        logf.close()
-        return "failed"
-    pgid = proc.pid
-    procs.write_pidfile(settings, host_name, tid, pgid, worker_id)
-    backend.training_started(list(m.gpu_ids), proc.pid, str(tid), t.memory_estimate)
-    _set_member(settings, m, t.attempt, launcher_pid=proc.pid)
-    stopped = _supervise(settings, tid, m, t.attempt, proc, pgid, logf, stopping)
-    procs.stop_group(pgid, 0.0)
-    code = proc.wait()
-    os.close(lifeline)
-    backend.training_ended(proc.pid)
-    procs.remove_pidfile(settings, host_name, tid)
-    logf.line(f"[gpufleet] launcher exited with {code}")
-    logf.close()
-    if code == 0:
-        status, message = "succeeded", None
-    elif stopped:
-        status, message = "stopped", stopped
-    else:
-        status, message = "failed", _last_error(progress) or f"the launcher exited with {code}"
-    _set_member(settings, m, t.attempt, status=status, message=message)
-    return status
-
-
-def _supervise(settings: Settings, tid: uuid.UUID, m: GangMember, attempt: int, proc: subprocess.Popen,
-               pgid: int, logf: BoundedLog, stopping: Callable[[], bool]) -> str | None:
-    """Beat and watch until the launcher exits; returns why this host stopped it, if it did."""
-    last_ok = time.monotonic()
-    next_beat = 0.0
-    asked: str | None = None
-    while proc.poll() is None:
-        time.sleep(0.1)
-        if stopping() and asked is None:
-            # Every rank agrees to stop at its next report and rank 0 checkpoints: the
-            # whole gang goes back to the queue as interrupted.
-            asked = "this host's worker is stopping"
-            logf.line(f"[gpufleet] {asked}; asking every rank to checkpoint and stop")
-            try:
-                os.killpg(pgid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        if time.monotonic() < next_beat:
-            continue
-        next_beat = time.monotonic() + BEAT_S
-        why = None
-        try:
-            _set_member(settings, m, attempt, heartbeat_at=utcnow())
-            with session_scope(settings) as sess:
-                row = sess.execute(select(Training.status, Training.attempt, Training.cancel_requested,
-                                          Training.lease_expires_at).where(Training.id == tid)).first()
-            last_ok = time.monotonic()
-            if row is None or row.status != "running" or row.attempt != attempt:
-                why = "the training is no longer running this attempt"
-            elif row.cancel_requested:
-                why = "cancel requested"
-            elif row.lease_expires_at is not None and \
-                    row.lease_expires_at < utcnow() - timedelta(seconds=LEASE_GRACE_S):
-                why = "the rank-0 host's worker stopped renewing its lease"
-        except Exception as exc:  # noqa: BLE001 - a database blip; one that outlasts the lease stops the ranks
-            if time.monotonic() - last_ok > settings.lease_s:
-                why = f"cannot reach the database ({type(exc).__name__})"
-        if why:
-            logf.line(f"[gpufleet] {why}; stopping this host's ranks")
-            procs.stop_group(pgid, STOP_GRACE_S)
-            return why
-    return asked

@@ -37,7 +37,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import isolation, rendezvous, script_attempt, session_attempt, stops
+from gpufleet.jobs import gang_member, isolation, rendezvous, script_attempt, session_attempt, stops
 from gpufleet.jobs.launch_config import launch_config, seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.log_shipper import ShippedLog
@@ -150,7 +150,7 @@ class _Plan:
 
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
-    if rendezvous.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
+    if gang_member.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
         return _follow(settings, tid, host_id, host_name, worker_id)
     claimed_at = time.monotonic()
     t = _claim(settings, tid, host_id, host_name, worker_id)
@@ -184,7 +184,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
 def _follow(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run this host's ranks of a training across hosts whose rank 0 is elsewhere."""
     iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid))
-    return rendezvous.run_follower(settings, tid, host_id, host_name, worker_id, partial(launch, isolation=iso),
+    return gang_member.run_follower(settings, tid, host_id, host_name, worker_id, partial(launch, isolation=iso),
                                    run_dir(settings, tid), checkpoint_dir(settings, tid), stopping)
 
 
@@ -264,7 +264,8 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
     verdict = watch.verdict
     if watch.leader is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
             and decision.status in ("queued", "failed"):
-        verdict = rendezvous.root_cause(watch.leader)  # the host whose ranks failed first, named
+        # The host whose ranks failed first, named; else a member that never joined because its worker is gone.
+        verdict = rendezvous.root_cause(watch.leader) or watch.leader.absent()
     if verdict is not None and decision.status not in ("succeeded", "cancelled"):
         decision = rendezvous.gang_decision(verdict, t)
     if watch.stop is not None:

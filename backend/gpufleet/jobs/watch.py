@@ -28,7 +28,7 @@ from gpufleet.db.models import Training
 from gpufleet.db.session import write_session
 from gpufleet.devices.backend import DeviceBackend
 from gpufleet.jobs import procs, rendezvous, script_attempt, stops
-from gpufleet.jobs.logs import BoundedLog
+from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.metrics_sink import MetricsSink
 
 log = logging.getLogger(__name__)
@@ -202,6 +202,20 @@ class AttemptWatch:
             self.sink.pump(final=True)
         except DBAPIError:
             log.warning("training %s: the last progress could not be written", self.t.id, exc_info=True)
-        self.logf.line(f"[gpufleet] launcher exited with {code}")
+        self.logf.line(f"[gpufleet] {launcher_end(code, self._stopped_why())}")
         self.logf.close()
         return code
+
+    def _stopped_why(self) -> str | None:
+        """Why this worker stopped the launcher, if it did."""
+        if self.cancelled:
+            return "cancel requested"
+        if self.verdict is not None:
+            return self.verdict.reason
+        if self.lost:
+            return "the lease on this training was lost"
+        if self.stop is not None:
+            return self.stop.note.split(";")[0]
+        if self.sink.forced_exit_code is not None:
+            return "no progress (hung)"
+        return None

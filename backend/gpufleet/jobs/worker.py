@@ -62,6 +62,22 @@ def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
             failing = True
 
 
+WORKER_BEAT_S = 2.0
+
+
+def _worker_beat_loop(settings: Settings, stop: threading.Event) -> None:
+    """This worker's own beat: a host whose worker was lost gets work again only once it beats."""
+    from gpufleet.jobs.recovery import worker_beat
+
+    while True:
+        try:
+            worker_beat(settings)
+        except Exception:  # noqa: BLE001 - the database may be away; the next beat tries again
+            log.debug("cannot write this worker's beat", exc_info=True)
+        if stop.wait(WORKER_BEAT_S):
+            return
+
+
 def _on_shutting_down(**_: object) -> None:
     # Celery's warm shutdown (SIGTERM, SIGINT) waits for running tasks; ask
     # each one to checkpoint and requeue its training so that wait is short.
@@ -138,6 +154,8 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
         # is stale; a worker that can take trainings keeps it fresh itself.
         threading.Thread(target=_heartbeat_loop, args=(settings, stop), name="gpufleet-heartbeat",
                          daemon=True).start()
+    threading.Thread(target=_worker_beat_loop, args=(settings, stop), name="gpufleet-worker-beat",
+                     daemon=True).start()
     worker_id = f"{settings.host_name}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     app = build_app(settings, host_id, worker_id)
     slots = concurrency or max(4, 8 * settings.gpu.max_models_per_gpu)

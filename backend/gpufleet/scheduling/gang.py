@@ -89,11 +89,16 @@ def _have(free: dict[str, list[int]], names: list[str], per_host: int) -> str:
 def schedule_gang(sess: Session, settings: Settings, t: Training) -> tuple[str | None, str | None, uuid.UUID | None,
                                                                         list[int]]:
     """Place gang training ``t`` (locked, queued) now, or record why it waits; as ``_schedule_one`` answers."""
-    hosts = [h for h in sess.execute(select(Host).order_by(Host.name)).scalars()
-             if not host_offline(h.status, h.last_heartbeat, settings)]
+    online = [h for h in sess.execute(select(Host).order_by(Host.name)).scalars()
+              if not host_offline(h.status, h.last_heartbeat, settings)]
     wanted = t.gang.get("host_names") if t.gang else None
     if wanted:
-        hosts = [h for h in hosts if h.name in wanted]
+        online = [h for h in online if h.name in wanted]
+    # A host whose worker was just lost is no candidate until that worker beats again: a member
+    # there could never join, and the gang would wait out the rendezvous for nothing.
+    hosts = [h for h in online if h.worker_lost_at is None]
+    lost = "".join(f"; host {h.name} is left out until its worker beats again ({h.worker_lost_reason or 'lost'})"
+                   for h in online if h.worker_lost_at is not None)
     by_name = {h.name: h for h in hosts}
     # Every candidate host's GPU rows, locked in name order, before anything is read.
     states = {h.name: lock_host_gpus(sess, h.id) for h in hosts}
@@ -101,7 +106,7 @@ def schedule_gang(sess: Session, settings: Settings, t: Training) -> tuple[str |
     parts, why = plan(free, t.world_size, t.gang or {})
     if parts is None:
         detail = _first_busy(states, free, t.gang or {})
-        reason = why + (f" ({detail})" if detail else "")
+        reason = why + (f" ({detail})" if detail else "") + lost
         if t.wait_reason != reason:
             sess.execute(update(Training).where(Training.id == t.id).values(wait_reason=reason)
                          .execution_options(synchronize_session=False))

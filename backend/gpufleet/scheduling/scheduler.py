@@ -239,18 +239,19 @@ def candidate_hosts(sess: Session, settings: Settings, t: Any) -> list[Any]:
     Rows with the host's ``id`` and ``name`` (all that placing needs), not ORM objects: every
     attempt to place a training reads them, and a fleet has a thousand hosts.
     """
-    cols = select(Host.id, Host.name, Host.status, Host.last_heartbeat)
+    cols = select(Host.id, Host.name, Host.status, Host.last_heartbeat, Host.worker_lost_at)
     if t.host_id is not None:
         stmt = cols.where(Host.id == t.host_id)
     elif t.requested_host:
         stmt = cols.where(Host.name == t.requested_host)
     else:
         stmt = cols.where(Host.status == "online").order_by(Host.name)
-        # The server chooses: never a host whose heartbeat stopped (no worker is there).
+        # The server chooses: never a host whose heartbeat stopped, nor one whose worker was
+        # just lost (its agent may still beat; nobody would run the training there).
         from gpufleet.scheduling.inputs import host_offline
 
         hosts = sess.execute(stmt).all()
-        return [h for h in hosts if not host_offline(h.status, h.last_heartbeat, settings)]
+        return [h for h in hosts if not host_offline(h.status, h.last_heartbeat, settings) and h.worker_lost_at is None]
     return list(sess.execute(stmt).all())
 
 

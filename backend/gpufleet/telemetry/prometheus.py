@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 MIB = 1024 * 1024
 # dcgm-exporter's labels, for the DCGM_FI_* series only.
 BACKEND_OF_VENDOR = {"nvidia": "cuda", "amd": "hip", "intel": "xpu"}
-GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
-# The same labels, in the same order, for gpufleet's own series.
+# dcgm-exporter 4.x adds the driver version (its default-counters.csv lists DCGM_FI_DRIVER_VERSION as a label).
+GPU_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+# The same labels, in the same order, for gpufleet's own series (no driver version: they never had it).
 OWN_GPU_LABELS = ["gpu", "uuid", "device", "model_name", "hostname"]
 
 # (name, help, value from a sample)
@@ -45,6 +46,8 @@ DCGM_GAUGES: list[tuple[str, str, Callable[[GPUSample], float | None]]] = [
      lambda s: None if s.memory_used is None else s.memory_used / MIB),
     ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
      lambda s: None if s.memory_free is None else s.memory_free / MIB),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).",
+     lambda s: None if s.memory_reserved is None else s.memory_reserved / MIB),
     ("DCGM_FI_DEV_FB_TOTAL", "Framebuffer memory total (in MiB).",
      lambda s: None if s.memory_total is None else s.memory_total / MIB),
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda s: s.temperature),
@@ -89,7 +92,7 @@ def _dcgm_counter(name: str, help_: str) -> Metric:
 
 def _labels(s: GPUSample) -> list[str]:
     return [str(s.index), s.uuid or "", f"nvidia{s.index}" if (s.vendor or "nvidia") == "nvidia" else f"gpu{s.index}",
-            s.name or "", s.host]
+            s.name or "", s.host, s.driver_version or ""]
 
 
 class FleetCollector:
@@ -131,7 +134,7 @@ class FleetCollector:
         info = GaugeMetricFamily("gpufleet_gpu_info", "1 for every GPU, with its vendor and backend.",
                                  labels=[*OWN_GPU_LABELS, "vendor", "backend"])
         for s in samples:
-            lab = _labels(s)
+            lab = _labels(s)[:len(OWN_GPU_LABELS)]
             vendor = s.vendor or "nvidia"
             info.add_metric([*lab, vendor, BACKEND_OF_VENDOR.get(vendor, "")], 1.0)
             lost.add_metric(lab, 1.0 if s.lost else 0.0)

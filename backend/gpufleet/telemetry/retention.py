@@ -245,6 +245,9 @@ def _maintain(settings: Settings, engine: Engine, now: datetime, lookback: timed
         lo = step_hi
     _store_usage(settings, now)
     expire(settings, now=now, engine=engine)
+    from gpufleet.users.idempotency import forget_expired
+
+    forget_expired(settings)  # creates' idempotency keys past their window
 
 
 def _store_usage(settings: Settings, now: datetime) -> None:

@@ -63,6 +63,8 @@ class GPUSample:
     memory_used: int | None = None
     memory_total: int | None = None
     memory_free: int | None = None
+    # Held by the driver and firmware, never available to processes (NVML's v2 memory info).
+    memory_reserved: int | None = None
     temperature: float | None = None
     power_draw: float | None = None
     power_limit: float | None = None
@@ -89,6 +91,7 @@ class GPUSample:
     rows_remapped_uncorrectable: int | None = None
     row_remap_pending: bool | None = None
     row_remap_failure: bool | None = None
+    driver_version: str | None = None  # the host's GPU driver, as its vendor library reports it
     # The GPU stopped answering (fell off the bus); every metric is None.
     lost: bool = False
     error: str | None = None

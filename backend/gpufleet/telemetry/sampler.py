@@ -130,6 +130,10 @@ class NvmlSampler:
         self._events: Any = None
         self._handle_index: dict[Any, int] = {}
         nvml.nvmlInit()
+        try:
+            self.driver_version: str | None = _text(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError:
+            self.driver_version = None
         count = nvml.nvmlDeviceGetCount()
         for i in range(count):
             self._open(i)
@@ -222,10 +226,26 @@ class NvmlSampler:
             out.append(self._sample_one(i, ts, slow_due))
         return out
 
+    def _read_memory(self, i: int, h: Any, s: GPUSample) -> None:
+        """Used, total and free as NVML's first memory call gives them (used counts what the driver
+        reserves); the reserved part from its v2 call, on drivers that have it."""
+        n, g = self.nvml, self.guard
+        v2 = getattr(n, "nvmlMemory_v2", None)
+        mem = g.read(i, "memory_v2", lambda: n.nvmlDeviceGetMemoryInfo(h, version=v2)) if v2 else None
+        if mem is not None:
+            reserved = int(mem.reserved)
+            s.memory_reserved = reserved
+            s.memory_used, s.memory_total, s.memory_free = int(mem.used) + reserved, int(mem.total), int(mem.free)
+            return
+        mem = g.read(i, "memory", lambda: n.nvmlDeviceGetMemoryInfo(h))
+        if mem is not None:
+            s.memory_used, s.memory_total, s.memory_free = int(mem.used), int(mem.total), int(mem.free)
+
     def _sample_one(self, i: int, ts: datetime, slow_due: bool) -> GPUSample:
         info = self.info.get(i, {})
         s = GPUSample(host=self.settings.host_name, index=i, timestamp=ts, uuid=info.get("uuid"),
-                      name=info.get("name"), vendor="nvidia", simulated=self.backend.simulated)
+                      name=info.get("name"), vendor="nvidia", simulated=self.backend.simulated,
+                      driver_version=self.driver_version)
         h = self.handles.get(i)
         if i in self.lost or h is None:
             s.lost, s.error = True, "GPU is lost (fell off the bus or the driver lost it)"
@@ -235,9 +255,7 @@ class NvmlSampler:
             util = g.read(i, "utilization", lambda: n.nvmlDeviceGetUtilizationRates(h))
             if util is not None:
                 s.utilization, s.memory_util = float(util.gpu), float(util.memory)
-            mem = g.read(i, "memory", lambda: n.nvmlDeviceGetMemoryInfo(h))
-            if mem is not None:
-                s.memory_used, s.memory_total, s.memory_free = int(mem.used), int(mem.total), int(mem.free)
+            self._read_memory(i, h, s)
             temp = g.read(i, "temperature", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
             s.temperature = None if temp is None else float(temp)
             mw = g.read(i, "power", lambda: n.nvmlDeviceGetPowerUsage(h))

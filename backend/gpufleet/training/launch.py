@@ -171,6 +171,11 @@ def _root_cause(state_dir: Path, procs: Any, failed_rank: int | None) -> dict[st
     return {"rank": failed_rank, "kind": "error", "message": "the rank process failed"}
 
 
+def first_rank(spec: LaunchSpec) -> int:
+    """The global rank of this launcher's first rank (0 but on the other hosts of a training across hosts)."""
+    return int(spec.gang["first_rank"]) if spec.gang else 0
+
+
 def _check_devices(spec: LaunchSpec, run_devices: list[str]) -> None:
     import torch
 
@@ -210,9 +215,10 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
         return end(exitcodes.BAD_DATA)
 
     note = None
+    first = first_rank(spec)  # this host's ranks are global ranks from here
     if spec.ranks_on_cpu:
         note = ("simulated GPUs cannot run kernels: each rank runs on CPU with gloo; "
-                + ", ".join(f"rank {r} <-> {d}" for r, d in enumerate(spec.devices)))
+                + ", ".join(f"rank {first + r} <-> {d}" for r, d in enumerate(spec.devices)))
     progress.write("start", recipe=spec.recipe, training_id=spec.training_id, world_size=spec.world_size,
                    devices=spec.devices, run_devices=run_devices, simulated=spec.ranks_on_cpu, note=note,
                    visible_devices=spec.visible_devices_env(),
@@ -316,8 +322,9 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
                     # A rank that died while we were stopping: still an interruption.
                     return exitcodes.INTERRUPTED, {"message": str(exc).strip()[:500]}
                 cause = _root_cause(state_dir, procs, exc.error_index)
-                progress.write("error", rank=cause["rank"], kind=cause["kind"],
-                               message=f"rank {cause['rank']}: {cause['message']}")
+                # Local to this launcher; across hosts a person knows the rank by its global number.
+                grank = None if cause["rank"] is None else cause["rank"] + first_rank(spec)
+                progress.write("error", rank=grank, kind=cause["kind"], message=f"rank {grank}: {cause['message']}")
                 return exitcodes.KIND_TO_CODE.get(cause["kind"], exitcodes.RANK_FAILED), {}
             if (state_dir / "result.json").exists():
                 # The training is over and checkpointed; a rank that then hangs

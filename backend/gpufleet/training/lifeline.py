@@ -46,8 +46,13 @@ def watch_parent(fd: int) -> None:
     """Exit as soon as the pipe from the worker reads EOF (the worker is gone)."""
 
     def gone() -> None:
-        print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
-              file=sys.stderr, flush=True)
+        try:
+            print("gpufleet launch: the worker that supervised this training is gone; stopping every rank",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            # The output is a pipe to that worker: with its reader gone the write fails
+            # (EPIPE). That must not end this thread before the exit below.
+            pass
         # No checkpoint: the lease is lost, and a newer attempt owns the folder
         # soon. The ranks get SIGKILL from PR_SET_PDEATHSIG when this exits.
         os._exit(exitcodes.INTERRUPTED)

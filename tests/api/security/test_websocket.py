@@ -1,4 +1,4 @@
-"""WebSocket authentication: Origin check, tickets, cookies — never a token in the URL."""
+"""WebSocket authentication: Origin check, bearer header, tickets, cookies — never a token in the URL."""
 
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ def test_no_credentials_is_closed(client: TestClient, people: People) -> None:
 def test_a_long_lived_token_in_the_url_or_header_is_not_enough(client: TestClient, people: People) -> None:
     assert ws_refused(client, f"/api/v1/ws?ticket={people.alice}") == 1008
     assert ws_refused(client, f"/api/v1/ws?token={people.alice}") == 1008
+
+
+def test_a_bearer_header_opens_a_socket_and_a_bad_one_is_closed(client: TestClient, people: People) -> None:
+    # What a script's WebSocket client sends: a header stays out of the proxy's access log, a URL does not.
+    with client.websocket_connect("/api/v1/ws", headers=bearer(people.alice)) as ws:
+        assert ws.receive_json() == {"user": people.names["alice"]}
+    assert ws_refused(client, "/api/v1/ws", bearer(people.alice + "x")) == 1008
+    assert ws_refused(client, "/api/v1/ws", {"Authorization": f"Token {people.alice}"}) == 1008
 
 
 def test_ticket_opens_one_socket_once(client: TestClient, people: People) -> None:
