@@ -162,10 +162,3 @@ def reserve(
     sess.flush()
     return True
 
-
-def active_allocation_count(sess: Session, training_id: uuid.UUID) -> int:
-    return sess.execute(
-        select(func.count()).select_from(GPUAllocation).where(
-            GPUAllocation.training_id == training_id, GPUAllocation.released_at.is_(None)
-        )
-    ).scalar_one()

@@ -224,6 +224,3 @@ def advance(settings: Settings, sweep_id: uuid.UUID) -> int:
         r.finish()
         return r.started
 
-
-def study_of(settings: Settings, sweep: Sweep) -> optuna.Study:
-    return studies.load(settings, sweep.study_name, SweepCreate.model_validate(sweep.spec))

@@ -34,7 +34,7 @@ from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.gang_launch import open_store, rank_view
 from gpufleet.training.lifeline import die_with_parent as _die_with_parent
-from gpufleet.training.lifeline import start_launcher
+from gpufleet.training.lifeline import launcher_main
 from gpufleet.training.modes import group_backends, mixed_vendor_warning
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
@@ -349,24 +349,20 @@ def _kill_all(procs: Any) -> None:
         p.join(timeout=5)
 
 
-def main(argv: list[str] | None = None) -> int:
-    # Not bound to the parent by a death signal: the warm pool starts launchers
-    # from its keeper thread, and that signal follows the thread, not the
-    # process. The worker's pipe (--parent-fd) is the lifeline.
-    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.training.launch",
-                               die_with_worker=False)
-    if spec_path is None:
-        return exitcodes.LAUNCHER_ERROR
-    try:
-        spec = LaunchSpec.read(spec_path)
-    except TrainingConfigError as exc:
-        print(f"gpufleet launch: {exc}", file=sys.stderr)
-        return exitcodes.BAD_DATA
+def _run_and_say(spec: LaunchSpec) -> int:
     # Before torch is imported, so the ranks only ever see this training's GPUs.
     os.environ.update(spec.visible_devices_env())
     code = run(spec)
     print(f"gpufleet launch: {exitcodes.describe(code)} (exit {code})", file=sys.stderr)
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Not bound to the parent by a death signal: the warm pool starts launchers
+    # from its keeper thread, and that signal follows the thread, not the
+    # process. The worker's pipe (--parent-fd) is the lifeline.
+    return launcher_main(argv, "gpufleet.training.launch", LaunchSpec.read, _run_and_say, die_with_worker=False,
+                         bad_spec=exitcodes.BAD_DATA)
 
 
 if __name__ == "__main__":

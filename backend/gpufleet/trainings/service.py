@@ -24,6 +24,7 @@ from gpufleet.lifecycle.models import (
     Training,
     TrainingEvent,
     TrainingMetric,
+    new_training,
 )
 from gpufleet.lifecycle.transitions import (
     get_training,
@@ -123,14 +124,11 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
     if not req.gpu_ids and count > 1 and gang is None:
         check_world_size(sess, count, req.host)
     common = dict(
-        id=uuid.uuid4(), name=req.name.strip(), owner=owner, status="queued", priority=req.priority,
-        gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
-        requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
-        auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
-        restarts=0, attempt=0, step=0, gang=gang,
-        event_seq=1,  # its queued event, written with it (record_first_event)
-        cancel_requested=False,
+        owner=owner, name=req.name, world_size=count, priority=req.priority,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
+        gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1,
+        requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
+        auto_select=not req.gpu_ids, max_restarts=req.max_restarts, gang=gang,
         max_runtime_s=req.max_runtime_s, resumed_from=resume.source_of(sess, req, owner, admin),
     )
     if req.kind == "script":
@@ -140,8 +138,8 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         # Unequal shares and vendor groups are laid out over one host's ranks.
         raise TrainingRequestError("config.parallel_mode", f"parallel_mode {config.parallel_mode} runs on one "
                                    "host; a training across hosts takes equal shares (parallel_mode equal)")
-    return Training(
-        **common, recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
+    return new_training(
+        **common, kind="recipe", recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
         memory_estimate=req.memory_mb * 2**20 if req.memory_mb else None,
         allow_rebalance=req.allow_rebalance, checkpoint_every=config.checkpoint_every,
         max_steps=config.max_steps,
@@ -180,7 +178,7 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
     if f.memory_estimate:
         refuse_never_fits(sess, f.memory_estimate, host)
-    return Training(
+    return new_training(
         **common, recipe=script.SCRIPT_RECIPE, kind="script", code_hash=f.code_hash, argv=f.argv, env=f.env,
         memory_declared=f.memory_declared, config={}, exclusive=True, memory_estimate=f.memory_estimate,
         estimate=f.estimate, estimate_key=f"script:{f.code_hash}", allow_rebalance=False,
