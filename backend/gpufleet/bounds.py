@@ -46,6 +46,14 @@ def _whole_numbers(value: Any) -> Any:  # noqa: ANN401
     return value
 
 
+# A webhook's URL.
+MAX_URL = 2000
+# A group's limits: what the database and the scheduler can hold; past them a value is a typo.
+MAX_GPUS_LIMIT = 100_000
+MAX_GPU_HOURS_LIMIT = 10_000_000.0
+MAX_SHARE = 1_000_000.0
+
+
 class RequestBody(BaseModel):
     """A request body: unknown fields refused, every value of the type its schema says.
 

@@ -21,27 +21,41 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
 
+from gpufleet import wire
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.datadir import socket_candidates
-from gpufleet.wire.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
-from gpufleet.wire.trainings import (
-    TrainingBatchPublic,
-    TrainingEventPublic,
-    TrainingEventsPublic,
-    TrainingFilesPublic,
-    TrainingMetricPublic,
-    TrainingMetricsPublic,
-    TrainingPublic,
-    TrainingsPublic,
+
+if TYPE_CHECKING:
+    from gpufleet.wire.system import (
+        DrainPublic,
+        GPUsPublic,
+        HostsPublic,
+        TopologyPublic,
+    )
+    from gpufleet.wire.trainings import (
+        TrainingBatchCreate,
+        TrainingBatchPublic,
+        TrainingCreate,
+        TrainingEventPublic,
+        TrainingFilesPublic,
+        TrainingMetricPublic,
+        TrainingMetricsPublic,
+        TrainingPublic,
+        TrainingsPublic,
+    )
+from gpufleet.client.errors import (
+    AmbiguousTraining,
+    ServerUnreachable,
+    UnknownTraining,
+    error_for,
+    parse_retry_after,
 )
-from gpufleet.wire.trainings import TrainingBatchCreate, TrainingCreate
-from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
 from gpufleet.client.sweeps import SweepCalls, checked
@@ -50,8 +64,10 @@ from gpufleet.client.webhooks import WebhookCalls
 if TYPE_CHECKING:
     from gpufleet.wire.auth import WhoAmI
     from gpufleet.wire.metrics import LivePublic
-    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
     from gpufleet.wire.recipes import RecipesPublic
+    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
+
+    TrainingRef = uuid.UUID | str | TrainingPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -60,7 +76,6 @@ SOCKET_BASE = "http://localhost"
 API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
-TrainingRef = uuid.UUID | str | TrainingPublic
 SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
@@ -189,18 +204,18 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
         """
         if body is None:
             fields.setdefault("name", f"{fields.get('recipe', 'training')}-{time.strftime('%Y%m%d-%H%M%S')}")
-            body = checked(TrainingCreate, "create_training", **fields)
-        return self._post(TrainingPublic, f"{API}/trainings", body)
+            body = checked(wire.TrainingCreate, "create_training", **fields)
+        return self._post(wire.TrainingPublic, f"{API}/trainings", body)
 
     def create_batch(self, body: TrainingBatchCreate | dict[str, Any]) -> TrainingBatchPublic:
         if isinstance(body, dict):
-            body = checked(TrainingBatchCreate, "create_batch", **body)
-        return self._post(TrainingBatchPublic, f"{API}/trainings/batch", body)
+            body = checked(wire.TrainingBatchCreate, "create_batch", **body)
+        return self._post(wire.TrainingBatchPublic, f"{API}/trainings/batch", body)
 
     def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
                        limit: int = 50, offset: int = 0, ref: str | None = None) -> TrainingsPublic:
         """Newest first; ``data`` holds one page, ``count`` how many match (only those ``ref`` names, if given)."""
-        return self._get(TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
+        return self._get(wire.TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
                          owner=owner, limit=limit, offset=offset, ref=ref)
 
     def training_id(self, training: TrainingRef) -> str:
@@ -210,7 +225,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
         :class:`UnknownTraining` when nothing matches, :class:`AmbiguousTraining`
         (listing the matches) when several do.
         """
-        if isinstance(training, TrainingPublic):
+        if isinstance(training, wire.TrainingPublic):
             return str(training.id)
         if isinstance(training, uuid.UUID):
             return str(training)
@@ -226,19 +241,19 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
         return str(page.data[0].id)
 
     def get_training(self, training: TrainingRef) -> TrainingPublic:
-        return self._get(TrainingPublic, f"{API}/trainings/{self.training_id(training)}")
+        return self._get(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}")
 
     def cancel(self, training: TrainingRef) -> TrainingPublic:
         """Ask to stop it (idempotent): a queued one leaves the queue, a running one is stopped with every rank."""
-        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
+        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
 
     def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
         """Continue an ended training from its newest checkpoint; ``config``: a recipe's fields to change."""
-        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
+        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
 
     def files(self, training: TrainingRef) -> TrainingFilesPublic:
         """Its checkpoints (``checkpoints/…``) and outputs (``outputs/…``): path, size, modified."""
-        return self._get(TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
+        return self._get(wire.TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
 
     def download(self, training: TrainingRef, path: str, dest: str | os.PathLike[str] | None = None, *,
                  start: int | None = None, end: int | None = None) -> Path:
@@ -278,7 +293,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     def metrics(self, training: TrainingRef, *, max_points: int = 500, after_step: int = -1) -> TrainingMetricsPublic:
         """Recorded steps (downsampled to ``max_points``) after ``after_step``."""
-        return self._get(TrainingMetricsPublic, f"{API}/trainings/{self.training_id(training)}/metrics",
+        return self._get(wire.TrainingMetricsPublic, f"{API}/trainings/{self.training_id(training)}/metrics",
                          max_points=max_points, after_step=after_step)
 
     def follow_metrics(self, training: TrainingRef, *, poll_s: float = 1.0) -> Iterator[TrainingMetricPublic]:
@@ -301,7 +316,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
         tid = self.training_id(training)
         while True:
             done = follow and self.get_training(tid).status in FINAL_STATUSES
-            page = self._get(TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
+            page = self._get(wire.TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
             yield from page.data
             if page.data:
                 after_seq = page.data[-1].seq
@@ -314,13 +329,13 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     def gpus(self, *, host: str | None = None) -> GPUsPublic:
         """Every GPU with its newest sample and availability (only ``host``'s when given)."""
-        return self._get(GPUsPublic, f"{API}/system/gpus", host=host)
+        return self._get(wire.GPUsPublic, f"{API}/system/gpus", host=host)
 
     def hosts(self) -> HostsPublic:
-        return self._get(HostsPublic, f"{API}/system/hosts")
+        return self._get(wire.HostsPublic, f"{API}/system/hosts")
 
     def topology(self, *, host: str | None = None) -> TopologyPublic:
-        return self._get(TopologyPublic, f"{API}/system/topology", host=host)
+        return self._get(wire.TopologyPublic, f"{API}/system/topology", host=host)
 
     def live(self) -> LivePublic:
         """What ``gpufleet top`` shows: newest samples, aggregates, who holds each GPU."""
@@ -364,10 +379,10 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     def drain(self, host: str, index: int, reason: str | None = None) -> DrainPublic:
         """Stop placing trainings on a GPU (admins); trainings on it keep running."""
-        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/drain", DrainRequest(reason=reason))
+        return self._post(wire.DrainPublic, f"{API}/system/gpus/{host}/{index}/drain", wire.DrainRequest(reason=reason))
 
     def undrain(self, host: str, index: int) -> DrainPublic:
-        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
+        return self._post(wire.DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
 
     def clear_health(self, host: str, index: int) -> dict[str, Any]:
         """Put a GPU marked unhealthy back in scheduling (admins); ``cleared`` is the mark removed, or None."""

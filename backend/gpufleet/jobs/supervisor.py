@@ -24,7 +24,6 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path

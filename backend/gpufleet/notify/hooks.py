@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet.bounds import MAX_URL
 from gpufleet.db.notify import Webhook
 from gpufleet.notify.events import EVENTS
 
 FORMATS = ("json", "slack")
-MAX_URL = 2000
 
 
 class HookError(ValueError):

@@ -23,7 +23,6 @@ import time
 import uuid
 from typing import Any
 
-import optuna
 from optuna.trial import TrialState
 from sqlalchemy import select
 from sqlalchemy.orm import Session

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, RequestBody
 from gpufleet.trainings.request import CONFIG_SCHEMA, check_config, installed_recipes
