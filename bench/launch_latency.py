@@ -58,7 +58,7 @@ def direct(recipe: str, workdir: Path, data_root: Path) -> float:
     progress = workdir / "direct.jsonl"
     progress.unlink(missing_ok=True)
     shutil.rmtree(workdir / "direct-ckpt", ignore_errors=True)
-    spec = {"recipe": recipe, "config": CONFIG, "devices": ["cuda:0"], "simulated": True,
+    spec = {"recipe": recipe, "config": CONFIG, "devices": ["cuda:0"], "ranks_on_cpu": True,
             "checkpoint_dir": str(workdir / "direct-ckpt"), "progress_file": str(progress),
             "data_root": str(data_root), "resume": False}
     (workdir / "direct.json").write_text(json.dumps(spec))
