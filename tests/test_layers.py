@@ -42,7 +42,7 @@ MAX_STATEMENTS = 300
 MAX_FUNCTION_LINES = 80
 MAX_FUNCTION_STATEMENTS = 80
 # A migration is the record of a schema step as it was applied, so it is never rewritten for length.
-MIGRATIONS = PACKAGE / "db" / "migrations" / "versions"
+MIGRATIONS = PACKAGE.parents[1] / "alembic" / "versions"
 
 
 def _modules() -> dict[str, Path]:

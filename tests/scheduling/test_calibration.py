@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
 
 from gpufleet.db.models import GPU, Host, Training, TrainingMetric
 from gpufleet.db.session import session_scope
 from gpufleet.scheduling.calibration import calibration_for, calibration_ratio, record_peak_memory
 from gpufleet.scheduling.inputs import measured_speed
 from gpufleet.scheduling.plan import estimate_for, estimate_training
-from gpufleet.scheduling.types import GiB, GPUAvailability
+from gpufleet.scheduling.types import GPUAvailability
 from gpufleet.scheduling.weights import speed_weights
 
 CFG = {"d_in": 128, "n_latents": 2048, "global_batch_size": 256, "seed": 0}

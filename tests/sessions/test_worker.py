@@ -147,5 +147,5 @@ def test_a_shell_session_runs_as_its_owner_waits_for_quota_and_its_stop_hands_th
             for sid in started:
                 c.post(f"/api/v1/trainings/{sid}/cancel", headers=bearer(root))
             for sid in started:
-                wait_for(lambda: c.get(f"/api/v1/trainings/{sid}", headers=bearer(root)).json()["status"]
+                wait_for(lambda sid=sid: c.get(f"/api/v1/trainings/{sid}", headers=bearer(root)).json()["status"]
                          in ("cancelled", "failed", "succeeded"), 120, "the end")

@@ -14,9 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.config import ConfigError, Settings
 
-# The migrations ship inside the package, so an installed wheel finds them as a
-# checkout does; alembic.ini at a checkout's root points here too.
-ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
+# The migrations live in the checkout's top-level alembic/ (alembic.ini points there); the build
+# maps that folder into the package as gpufleet/db/migrations (setup.py), so an installed wheel
+# finds the same files inside itself.
+_PACKAGED = Path(__file__).resolve().parent / "migrations"
+ALEMBIC_DIR = _PACKAGED if (_PACKAGED / "env.py").is_file() else Path(__file__).resolve().parents[3] / "alembic"
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001

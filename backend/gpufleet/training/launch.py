@@ -125,7 +125,7 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
                 progress.write("eval", step=result.step, metrics=evaluation)
             _write_json(state_dir / "result.json", {"status": result.status, "step": result.step,
                                                     "checkpoint": result.checkpoint})
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the rank is its error, reported
         _write_json(state_dir / f"rank-{rank}.json", {
             "rank": rank, "kind": classify(exc), "message": f"{type(exc).__name__}: {exc}",
             "time": time.time(), "traceback": traceback.format_exc(),
@@ -230,7 +230,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
                 code, fields = _run_inprocess(spec, run_devices, progress)
             else:
                 code, fields = _run_spawned(spec, run_devices, progress, state_dir)
-        except Exception as exc:  # the launcher itself broke
+        except Exception as exc:  # noqa: BLE001 - the launcher itself broke
             progress.write("error", rank=None, kind="launcher", message=f"{type(exc).__name__}: {exc}")
             return end(exitcodes.LAUNCHER_ERROR)
     return end(code, **fields)
@@ -279,7 +279,7 @@ def _run_inprocess(spec: LaunchSpec, run_devices: list[str], progress: ProgressW
                 progress.write("eval", step=result.step, metrics=evaluation)
             return exitcodes.SUCCEEDED, {"step": result.step, "checkpoint": result.checkpoint}
         return exitcodes.INTERRUPTED, {"step": result.step, "checkpoint": result.checkpoint}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - classified and reported as the rank's error
         kind = classify(exc)
         progress.write("error", rank=0, kind=kind, message=f"{type(exc).__name__}: {exc}")
         return exitcodes.KIND_TO_CODE[kind], {"step": trainer.step}
