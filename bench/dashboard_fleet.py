@@ -40,11 +40,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def metrics(cdp) -> dict[str, float]:  # noqa: ANN001
+def metrics(cdp) -> dict[str, float]:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
-def measure(page, cdp, seconds: float) -> tuple[float, float]:  # noqa: ANN001
+def measure(page, cdp, seconds: float) -> tuple[float, float]:
     a = metrics(cdp)
     t0 = time.monotonic()
     page.wait_for_timeout(seconds * 1000)

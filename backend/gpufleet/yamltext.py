@@ -27,4 +27,4 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("
 
 def load(text: str) -> Any:
     """Parse ``text`` like ``yaml.safe_load`` (same errors), with ``1e-3`` a float."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass

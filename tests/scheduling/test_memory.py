@@ -30,10 +30,10 @@ CASES = [
 ]
 
 
-def _builder(recipe: str, cfg):  # noqa: ANN001, ANN202
+def _builder(recipe: str, cfg):
     r = get_recipe(recipe)
 
-    def build():  # noqa: ANN202
+    def build():
         model, ds, loss_fn = r.build(cfg, None)
         if hasattr(model, "steps_since_fired"):
             # Half the latents dead: the real step takes the AuxK branch, as a

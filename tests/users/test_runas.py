@@ -48,7 +48,7 @@ def test_never_root_and_never_the_server_for_a_member() -> None:
         resolve("no-such-run-x", "alice", "member", None)
 
 
-def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None:  # noqa: ANN001
+def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None:
     name = short_name("u")
     with unix_account(short_name("map")) as mapped:
         with session_scope(db_settings) as sess:

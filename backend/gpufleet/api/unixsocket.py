@@ -66,7 +66,7 @@ def with_peers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     """A uvicorn protocol class (HTTP or WebSocket) that reads each Unix connection's peer as it is made."""
 
     class PeerProtocol(protocol):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport: Any) -> None:  # noqa: ANN401
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             peer = peer_of(transport.get_extra_info("socket"))
             if peer is not None:

@@ -79,7 +79,7 @@ M = TypeVar("M", bound=BaseModel)
 SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
-def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
+def _detail(r: httpx.Response) -> Any:
     try:
         return r.json().get("detail", r.text)
     except (ValueError, AttributeError):
@@ -156,7 +156,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:  # noqa: ANN401
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         attempt = 0
         while True:
             try:
@@ -174,11 +174,11 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
                 raise error_for(r.status_code, _detail(r), method=method, path=path, headers=dict(r.headers))
             return r
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+    def request(self, method: str, path: str, **kw: Any) -> Any:
         """Any API call (``path`` under the server root); the JSON answer. Errors as for every method."""
         return self._send(method, path, **kw).json()
 
-    def _get(self, model: type[M], path: str, **params: Any) -> M:  # noqa: ANN401
+    def _get(self, model: type[M], path: str, **params: Any) -> M:
         clean = {k: v for k, v in params.items() if v is not None}
         return model.model_validate(self._send("GET", path, params=clean).json())
 
@@ -196,7 +196,7 @@ class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
 
     # -- trainings --------------------------------------------------------
 
-    def create_training(self, body: TrainingCreate | None = None, **fields: Any) -> TrainingPublic:  # noqa: ANN401
+    def create_training(self, body: TrainingCreate | None = None, **fields: Any) -> TrainingPublic:
         """Submit one training: a ``TrainingCreate`` or its fields (``recipe=``, ``config=``, ``gpu_ids=`` …).
 
         ``name`` defaults to the recipe and the time. The fields are checked

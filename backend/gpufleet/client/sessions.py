@@ -26,7 +26,7 @@ class SessionCalls:
     _post: Any
     _send: Any
 
-    def start_session(self, body: SessionCreate | None = None, **fields: Any) -> SessionPublic:  # noqa: ANN401
+    def start_session(self, body: SessionCreate | None = None, **fields: Any) -> SessionPublic:
         """Queue a session: ``start_session(gpus=1, jupyter=True, hours=2)``."""
         body = body or checked(wire.SessionCreate, "session", **fields)
         return self._post(wire.SessionPublic, API, body)

@@ -26,7 +26,7 @@ API = "/api/v1"
 B = TypeVar("B", bound=BaseModel)
 
 
-def checked(model: type[B], what: str, **fields: Any) -> B:  # noqa: ANN401
+def checked(model: type[B], what: str, **fields: Any) -> B:
     """``model(**fields)``, or :class:`InvalidRequest` naming each wrong field (before anything is sent)."""
     try:
         return model(**fields)
@@ -70,7 +70,7 @@ class SharingCalls:
         r = self._send("DELETE", f"{API}/groups/{_seg(group)}/members/{_seg(user)}")
         return wire.GroupPublic.model_validate(r.json())
 
-    def set_group_quota(self, group: str, **limits: Any) -> GroupPublic:  # noqa: ANN401
+    def set_group_quota(self, group: str, **limits: Any) -> GroupPublic:
         """``max_gpus=`` and ``gpu_hours_per_week=``; a field left out or None is no limit."""
         body = checked(wire.GroupQuota, "set_group_quota", **limits)
         r = self._send("PUT", f"{API}/groups/{_seg(group)}/quota", json=body.model_dump(mode="json"))
@@ -80,7 +80,7 @@ class SharingCalls:
         """Every user's limits and fair-share weight."""
         return self._get(wire.UserQuotasPublic, f"{API}/quotas")
 
-    def set_user_quota(self, user: str, **limits: Any) -> UserQuotaPublic:  # noqa: ANN401
+    def set_user_quota(self, user: str, **limits: Any) -> UserQuotaPublic:
         """``max_gpus=``, ``gpu_hours_per_week=`` and ``share=``; a limit left out or None is no limit."""
         body = checked(wire.UserQuota, "set_user_quota", **limits)
         r = self._send("PUT", f"{API}/users/{_seg(user)}/quota", json=body.model_dump(mode="json"))

@@ -38,7 +38,7 @@ class WebhookCalls:
     def webhook(self, hook_id: str) -> WebhookPublic:
         return self._get(wire.WebhookPublic, f"{API}/{hook_id}")
 
-    def update_webhook(self, hook_id: str, **fields: Any) -> WebhookPublic:  # noqa: ANN401
+    def update_webhook(self, hook_id: str, **fields: Any) -> WebhookPublic:
         body = checked(wire.WebhookUpdate, "update_webhook", **fields)
         r = self._send("PATCH", f"{API}/{hook_id}", json=body.model_dump(mode="json", exclude_unset=True))
         return wire.WebhookPublic.model_validate(r.json())

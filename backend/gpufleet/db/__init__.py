@@ -9,7 +9,7 @@ from typing import Any
 __all__ = ["Base", "get_engine", "session_factory", "session_scope", "upgrade_database"]
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401
+def __getattr__(name: str) -> Any:
     if name == "Base":
         from gpufleet.db.models import Base
 

@@ -147,8 +147,8 @@ def run(spec: SessionSpec) -> int:
                    visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated)
     Path(spec.workdir).mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),  # noqa: S603
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)  # noqa: PLW1509
+        proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     except OSError as exc:
         progress.write("error", rank=None, kind="missing_file", message=f"cannot start {argv[0]!r}: {exc}")
         progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)

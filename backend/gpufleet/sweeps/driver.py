@@ -65,7 +65,7 @@ def advance_all(settings: Settings, *, force: bool = False) -> int:
     for sid in ids:
         try:
             started += advance(settings, sid)
-        except Exception:  # noqa: BLE001 - one broken sweep must not stop the others or the scheduler
+        except Exception:  # one broken sweep must not stop the others or the scheduler
             log.warning("sweep %s: this round failed; it is tried again next round", sid, exc_info=True)
     return started
 

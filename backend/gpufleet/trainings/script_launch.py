@@ -144,10 +144,10 @@ class Ranks:
             if d:
                 Path(d).mkdir(parents=True, exist_ok=True)
         for rank in range(self.spec.world_size):
-            self.procs.append(subprocess.Popen(  # noqa: S603 - argv list, never a shell
+            self.procs.append(subprocess.Popen(  # argv list, never a shell
                 self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, rank, port),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads run yet
+                preexec_fn=die_with_parent,  # no threads run yet
             ))
         self.peaks = [0] * len(self.procs)
         for rank, p in enumerate(self.procs):

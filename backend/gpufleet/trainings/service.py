@@ -283,7 +283,7 @@ def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
     return out
 
 
-def named_by(ref: str) -> Any:  # noqa: ANN401
+def named_by(ref: str) -> Any:
     """The trainings ``ref`` names: its name, or its ID or a prefix of it (with or without dashes, any case).
 
     The short IDs ``trainings ls`` shows are such prefixes. Compared on the

@@ -37,7 +37,7 @@ HOMES: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {name: module for module, names in HOMES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401
+def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'gpufleet.wire' has no attribute {name!r}")

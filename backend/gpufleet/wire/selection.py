@@ -128,7 +128,7 @@ class ValidationPublic(BaseModel):
     estimate: EstimatePublic | None = None
 
 
-def estimate_public(est: Any) -> EstimatePublic:  # noqa: ANN401
+def estimate_public(est: Any) -> EstimatePublic:
     """The API's view of a ``scheduling.memory`` estimate."""
     return EstimatePublic(
         total=est.total, summary=est.summary(), breakdown=est.breakdown(), method=est.method, key=est.key,

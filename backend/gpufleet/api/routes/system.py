@@ -40,13 +40,13 @@ router = APIRouter(prefix="/api/v1/system", tags=["system"])
 health_router = APIRouter(tags=["health"])
 
 
-def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:  # noqa: ANN001
+def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:
     from gpufleet.telemetry.live import read_live_samples
 
     return {(s.host, s.index): GPULive.model_validate(s, from_attributes=True) for s in read_live_samples(settings)}
 
 
-def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:  # noqa: ANN001
+def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:
     from gpufleet.scheduling.inputs import availability_by_gpu
 
     return {
@@ -96,7 +96,7 @@ def list_gpus(
     return GPUsPublic(data=data, count=len(data), simulated=any(g.simulated for g in data))
 
 
-def _drain(settings, user, host: str, index: int, drained: bool, reason: str | None) -> DrainPublic:  # noqa: ANN001
+def _drain(settings, user, host: str, index: int, drained: bool, reason: str | None) -> DrainPublic:
     # The reason shown with the GPU's state says who drained it.
     shown = f"{reason or 'drained'} (by {user.name})" if drained else None
     try:
