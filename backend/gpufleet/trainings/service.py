@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, cast, func, or_, select, update
@@ -46,6 +47,7 @@ from gpufleet.trainings.admission.checks import (
 )
 from gpufleet.trainings.admission.estimate import check_estimate
 from gpufleet.trainings.admission.gang import gang_request
+from gpufleet.trainings.admission.standing import standing
 from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
@@ -239,6 +241,9 @@ class TrainingView:
     gpus: list[GPUAllocation] = field(default_factory=list)
     # A training across hosts: each host's part (gpufleet.trainings.gang_view).
     hosts: list[dict[str, Any]] | None = None
+    # A queued training's place in the queue (1 is next) and, for the next one, its expected start.
+    queue_position: int | None = None
+    expected_start: datetime | None = None
 
 
 def get(sess: Session, training_id: uuid.UUID) -> Training:
@@ -309,6 +314,14 @@ def training_names(sess: Session, ids: list[str]) -> dict[str, str]:
         return {}
     rows = sess.execute(select(Training.id, Training.name).where(Training.id.in_(wanted)))
     return {str(tid): name for tid, name in rows}
+
+
+def with_standing(sess: Session, settings: Settings, views: list[TrainingView]) -> list[TrainingView]:
+    """``views`` with each queued one's place in the queue (trainings.admission.standing)."""
+    places = standing(sess, settings, [v.training.id for v in views if v.training.status == "queued"])
+    for v in views:
+        v.queue_position, v.expected_start = places.get(v.training.id, (None, None))
+    return views
 
 
 def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,
