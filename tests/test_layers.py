@@ -209,6 +209,18 @@ def test_scheduling_knows_nothing_of_jobs_or_the_api(graph: dict[str, set[str]])
                   for b in targets if b.startswith(("gpufleet.jobs", "gpufleet.api"))) == []
 
 
+def test_the_workers_side_of_jobs_never_imports_the_api_processes() -> None:
+    from gpufleet.jobs import API_PROCESS
+
+    modules = _modules()
+    assert {f"gpufleet.jobs.{m}" for m in API_PROCESS} <= set(modules), "jobs.API_PROCESS names a module that is gone"
+    api_side = {f"gpufleet.jobs.{m}" for m in API_PROCESS}
+    worker_side = {m for m in modules if m.startswith("gpufleet.jobs.") and m not in api_side}
+    lazy = _lazy_names()
+    assert sorted(f"{m} -> {t}" for m in worker_side for t in _imports(m, modules[m], modules, lazy)
+                  if t in api_side) == []
+
+
 OUTSIDE_LIBRARIES = ("fastapi", "starlette", "uvicorn", "celery", "kombu")
 # The logging setup quiets one Celery warning, only where Celery is already loaded.
 OUTSIDE_ALLOWED = {"gpufleet.logsetup -> celery.exceptions"}
