@@ -182,6 +182,10 @@ def register(kind: WorkKind) -> WorkKind:
     return kind
 
 
+def unregister(name: str) -> None:
+    _KINDS.pop(name, None)
+
+
 def work_kind(name: str) -> WorkKind:
     try:
         return _KINDS[name]
