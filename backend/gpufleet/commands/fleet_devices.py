@@ -45,17 +45,28 @@ def _status(g: dict) -> Text:
     return Text.from_markup(text + (" sim" if g["simulated"] else ""))
 
 
+POOL_COLUMNS = (
+    Column("Node"),
+    Column("State", shorten=True, min_width=6),
+    Column("GPUs"),
+    Column("In use"),
+    Column("Model", drop=1, shorten=True, min_width=10),
+)
+
+
 def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
     from gpufleet.commands.remote import Client
 
-    body = Client(server).gpus().model_dump(mode="json")
+    client = Client(server)
+    body = client.gpus().model_dump(mode="json")
+    pools = client.pools().data
     if as_json:
+        body["pools"] = [p.model_dump(mode="json") for p in pools]
         typer.echo(json.dumps(body, indent=2))
         return
     console = make_console()
     if not body["data"]:
         console.print("No GPUs in the fleet (no host has registered any).", highlight=False)
-        return
     for host, gpus in groupby(sorted(body["data"], key=lambda g: (g["host"], g["index"])), key=lambda g: g["host"]):
         rows = []
         for g in gpus:
@@ -64,6 +75,18 @@ def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
                          g["name"], fmt_size(g["memory_total"]) if g["memory_total"] is not None else "?",
                          fmt_size(free) if free is not None else "?", g["backend"], g["uuid"] or "?", _status(g)])
         print_table(console, COLUMNS, rows, wide=wide, title=f"GPUs on {host}")
+    _show_pools(console, pools, wide)
+
+
+def _show_pools(console, pools: list, wide: bool) -> None:
+    """Each pool's nodes and GPUs as Slurm reports them (docs/slurm.md)."""
+    for p in pools:
+        title = f"GPUs in pool {p.name} (Slurm partition {p.partition})"
+        if p.error:
+            console.print(f"{title}: {p.error}", highlight=False)
+            continue
+        rows = [[n.name, n.state, n.gres, n.gres_used, p.gpu_model or "?"] for n in p.nodes or []]
+        print_table(console, POOL_COLUMNS, rows, wide=wide, title=title)
 
 
 def show_topology(server: str | None, as_json: bool) -> None:

@@ -37,6 +37,7 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
+from gpufleet.pools import service as pools
 from gpufleet.trainings import log_store, service
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
@@ -55,9 +56,12 @@ def create_training(
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
-            [out] = publics([service.create(sess, settings, body, user.name, admin=user.is_admin)])
+            made = pools.create if body.pool else service.create  # a pool's scheduler, or the team's
+            [out] = publics([made(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
         raise http_error(exc) from None
+    except pools.PoolError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
     wake()
     return out
 
