@@ -24,6 +24,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.code": ("CodePublic", "CodeUploadPublic",),
     "gpufleet.wire.live": ("LiveBatch", "LiveError", "LiveHello", "LivePing", "LivePong", "LiveResumed", "LiveSnapshot", "LiveSubscribe", "LiveUnsubscribe", "LiveUnsubscribed", "LiveUpdate",),
     "gpufleet.wire.metrics": ("HistoryPoint", "HistoryPublic", "HistorySeries", "LivePublic",),
+    "gpufleet.wire.pools": ("PoolCreate", "PoolNode", "PoolPublic", "PoolsPublic",),
     "gpufleet.wire.recipes": ("RecipeFieldPublic", "RecipePublic", "RecipesPublic",),
     "gpufleet.wire.selection": ("AcrossHostsPublic", "CandidatePublic", "EstimatePublic", "ProblemPublic", "RecommendBody", "RecommendationPublic", "ValidateBody", "ValidatePart", "ValidationPublic",),
     "gpufleet.wire.sharing": ("GroupCreate", "GroupPublic", "GroupQuota", "GroupQuotaPublic", "GroupsPublic", "UsagePublic", "UsageRowPublic", "UserQuota", "UserQuotaPublic", "UserQuotasPublic",),
@@ -31,6 +32,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.system": ("DrainPublic", "DrainRequest", "GPUAvailabilityPublic", "GPULive", "GPUProcessPublic", "GPUPublic", "GPUsPublic", "Health", "HealthClearedPublic", "HostPublic", "HostTopology", "HostsPublic", "LinkPublic", "TopologyPublic",),
     "gpufleet.wire.trainings": ("TrainingBatchPublic", "TrainingEventPublic", "TrainingEventsPublic", "TrainingFilePublic", "TrainingFilesPublic", "TrainingGPU", "TrainingHostPublic", "TrainingLogPublic", "TrainingMetricPublic", "TrainingMetricsPublic", "TrainingPublic", "TrainingsPublic",),
     "gpufleet.wire.webhooks": ("WebhookCreate", "WebhookCreated", "WebhookPublic", "WebhookTestPublic", "WebhookUpdate", "WebhooksPublic",),
+    "gpufleet.wire.users": ("TokenCreate", "TokenCreated", "TokenPublic", "TokensPublic", "UserCreate", "UserPublic", "UserUpdate", "UsersPublic",),
     "gpufleet.trainings.request": ("TrainingBatchCreate", "TrainingCreate",),
     "gpufleet.sessions.wire": ("SessionCreate", "SessionExtend", "SessionLimitPublic", "SessionLimitSet", "SessionList", "SessionPublic", "ShellTarget",),
 }
