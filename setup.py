@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.errors import SetupError
 
@@ -100,5 +100,6 @@ MIGRATIONS = {"gpufleet.db.migrations": "alembic", "gpufleet.db.migrations.versi
 setup(
     cmdclass={"build_py": BuildPyWithDashboard},
     package_dir={"": "backend", **MIGRATIONS},
-    packages=[*find_packages("backend"), *MIGRATIONS],
+    # Namespace packages too (as [tool.setuptools.packages.find] did): sweeps/ has no __init__.py.
+    packages=[*find_namespace_packages("backend", include=["gpufleet", "gpufleet.*"]), *MIGRATIONS],
 )
