@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 from setuptools.errors import SetupError
 
@@ -92,4 +92,14 @@ class BuildPyWithDashboard(build_py):
         build_dashboard()
 
 
-setup(cmdclass={"build_py": BuildPyWithDashboard})
+# The migrations live at the checkout's top (alembic/, beside alembic.ini) and ship inside the
+# package as gpufleet.db.migrations, so `alembic upgrade head` in a checkout and `gpufleet db
+# upgrade` from a wheel run the same files.
+MIGRATIONS = {"gpufleet.db.migrations": "alembic", "gpufleet.db.migrations.versions": "alembic/versions"}
+
+setup(
+    cmdclass={"build_py": BuildPyWithDashboard},
+    package_dir={"": "backend", **MIGRATIONS},
+    # Namespace packages too (as [tool.setuptools.packages.find] did): sweeps/ has no __init__.py.
+    packages=[*find_namespace_packages("backend", include=["gpufleet", "gpufleet.*"]), *MIGRATIONS],
+)

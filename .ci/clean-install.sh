@@ -3,7 +3,8 @@
 # (its build step builds the dashboard into it), install that wheel alone (no
 # test extras, no source tree) into a fresh venv, then
 #   - `gpufleet serve` (embedded) answers /healthz and serves the dashboard at /,
-#   - `gpufleet db upgrade` finds the migrations inside the package, and
+#   - the package carries the top-level alembic/ as gpufleet/db/migrations, and
+#     `gpufleet db upgrade` finds the migrations inside it, and
 #   - `gpufleet worker` on the CI Redis and PostgreSQL answers `celery inspect
 #     ping` and lists its task.
 # A dependency that only the test extras happened to bring fails here, and so
@@ -33,6 +34,17 @@ if "$venv/bin/python" -c "import gpufleet, sys; sys.exit(0 if '/clean-venv/' in 
   echo "clean install: gpufleet is not imported from the venv's site-packages" >&2
   exit 1
 fi
+# The checkout's top-level alembic/ ships as gpufleet/db/migrations: every step of it, and nothing else.
+"$venv/bin/python" - "$repo/alembic/versions" <<'PY'
+import sys
+from pathlib import Path
+import gpufleet.db.session as session
+shipped = sorted(p.name for p in (session.ALEMBIC_DIR / "versions").glob("*.py"))
+source = sorted(p.name for p in Path(sys.argv[1]).glob("*.py"))
+assert "/clean-venv/" in str(session.ALEMBIC_DIR) and (session.ALEMBIC_DIR / "env.py").is_file(), session.ALEMBIC_DIR
+assert shipped == source, (shipped, source)
+print(f"clean install: the wheel carries alembic/ ({len(shipped)} migrations) as gpufleet/db/migrations")
+PY
 bash "$repo/.ci/serve-check.sh" "$venv" "$work"
 
 db="gpufleet_clean_$$"

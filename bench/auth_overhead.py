@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
 
-    local = load_settings(data_dir=data)
+    local = load_settings(data_dir=data, auth="off")  # single-user mode: the implicit local admin
     upgrade_database(local)
     secured = load_settings(data_dir=data, auth="on", secret_key=secrets.token_urlsafe(48), database_url=args.database_url)
     if args.database_url:

@@ -30,7 +30,6 @@ import resource
 import secrets
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,11 +41,11 @@ import httpx
 from sqlalchemy import func, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _rawhttp import Connection  # noqa: E402
-from _scratch_db import scratch_settings  # noqa: E402
+from _rawhttp import Connection
+from _scratch_db import scratch_settings
 
-from gpufleet.db.models import Training  # noqa: E402
-from gpufleet.db.session import session_scope  # noqa: E402
+from gpufleet.db.models import Training
+from gpufleet.db.session import session_scope
 
 SECRET = secrets.token_urlsafe(48)
 CONNECTION_ERROR = -1

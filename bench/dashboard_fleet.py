@@ -40,11 +40,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def metrics(cdp) -> dict[str, float]:  # noqa: ANN001
+def metrics(cdp) -> dict[str, float]:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
-def measure(page, cdp, seconds: float) -> tuple[float, float]:  # noqa: ANN001
+def measure(page, cdp, seconds: float) -> tuple[float, float]:
     a = metrics(cdp)
     t0 = time.monotonic()
     page.wait_for_timeout(seconds * 1000)
@@ -61,7 +61,9 @@ def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(GPUFLEET_SIMULATE=f"{args.gpus}xH100-80GB", GPUFLEET_DATA_DIR=str(data), GPUFLEET_HOST_NAME="sim-host")
+    # Single-user mode: the page opens on the fleet, not on a sign-in form.
+    env.update(GPUFLEET_SIMULATE=f"{args.gpus}xH100-80GB", GPUFLEET_DATA_DIR=str(data), GPUFLEET_HOST_NAME="sim-host",
+               GPUFLEET_AUTH="off")
     exe = Path(sys.executable).with_name("gpufleet")
     proc = subprocess.Popen([str(exe), "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

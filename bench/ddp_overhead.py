@@ -29,13 +29,13 @@ import time
 # before torch loads, for every loop alike; a dedicated host is unaffected.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-from gpufleet.training.distributed import DistributedTrainer, find_free_port  # noqa: E402
-from gpufleet.training.recipes import get_recipe  # noqa: E402
-from gpufleet.training.trainer import Trainer  # noqa: E402
+from gpufleet.training.distributed import DistributedTrainer, find_free_port
+from gpufleet.training.recipes import get_recipe
+from gpufleet.training.trainer import Trainer
 
 # --size: "small" (the default), or "gpu", a model big enough that a GPU's step is
 # dominated by compute, where a host that waits for the device every step shows

@@ -32,10 +32,10 @@ from pathlib import Path
 import uv
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.wheels import make_wheel  # noqa: E402
+from support.wheels import make_wheel
 
-from gpufleet.training.progress import ProgressWriter  # noqa: E402
-from gpufleet.trainings import venv  # noqa: E402
+from gpufleet.training.progress import ProgressWriter
+from gpufleet.trainings import venv
 
 
 def wheelhouse(root: Path, packages: int, modules: int) -> list[str]:

@@ -39,15 +39,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpufleet.config import Settings, load_settings  # noqa: E402
-from gpufleet.db.models import Training  # noqa: E402
-from gpufleet.db.session import get_engine, session_scope, upgrade_database  # noqa: E402
-from gpufleet.db.types import utcnow  # noqa: E402
-from gpufleet.lifecycle.transitions import transition  # noqa: E402
-from gpufleet.scheduling.scheduler import schedule_pending  # noqa: E402
-from gpufleet.users.accounts import add_user  # noqa: E402
-from gpufleet.users.groups import Limits, set_user_quota  # noqa: E402
-from gpufleet.users.usage import held_seconds  # noqa: E402
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.models import Training
+from gpufleet.db.session import get_engine, session_scope, upgrade_database
+from gpufleet.db.types import utcnow
+from gpufleet.lifecycle.transitions import transition
+from gpufleet.scheduling.scheduler import schedule_pending
+from gpufleet.users.accounts import add_user
+from gpufleet.users.groups import Limits, set_user_quota
+from gpufleet.users.usage import held_seconds
 
 PER_USER = 20
 GPUS = 4

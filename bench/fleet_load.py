@@ -33,14 +33,14 @@ import redis
 from sqlalchemy import select, text
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _scratch_db import scratch_settings  # noqa: E402
+from _scratch_db import scratch_settings
 
-from gpufleet.config import load_settings  # noqa: E402
-from gpufleet.db.models import Host, Training  # noqa: E402
-from gpufleet.db.session import session_scope  # noqa: E402
-from gpufleet.jobs.embedded import settings_env, worker_command  # noqa: E402
-from gpufleet.trainings import service  # noqa: E402
-from gpufleet.trainings.request import TrainingCreate  # noqa: E402
+from gpufleet.config import load_settings
+from gpufleet.db.models import Host, Training
+from gpufleet.db.session import session_scope
+from gpufleet.jobs.embedded import settings_env, worker_command
+from gpufleet.trainings import service
+from gpufleet.trainings.request import TrainingCreate
 
 CONFIG = {"in_features": 8, "hidden": [16], "out_features": 3, "task": "classification", "max_steps": 100000,
           "global_batch_size": 16, "log_every": 5, "checkpoint_every": 200}

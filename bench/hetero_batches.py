@@ -38,7 +38,7 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
               "max_steps": a.steps, "log_every": a.checkpoint_every, "checkpoint_every": a.checkpoint_every, "lr": 1e-3,
               "parallel_mode": mode}
     run = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=tmp))
-    spec = {"recipe": "mlp", "config": config, "devices": ["cuda:0", "hip:0"], "simulated": True,
+    spec = {"recipe": "mlp", "config": config, "devices": ["cuda:0", "hip:0"], "ranks_on_cpu": True,
             "checkpoint_dir": str(run / "ckpt"), "progress_file": str(run / "progress.jsonl"),
             "collective_timeout_s": 300.0}
     (run / "spec.json").write_text(json.dumps(spec))

@@ -32,7 +32,7 @@ from gpufleet.telemetry.storage import copy_rows, uuid7
 GPUS, SECONDS, POINTS = 8, 86_400, 1000
 
 
-def timed(fn, n=7):  # noqa: ANN001, ANN201
+def timed(fn, n=7):
     fn()  # warm the cache and the plan
     times = []
     for _ in range(n):
@@ -76,7 +76,7 @@ def main() -> None:
             n = c.execute(text("SELECT count(*) FROM gpu_metrics_history")).scalar()
         print(f"loaded {n:,} rows ({GPUS} GPUs x 24 h at 1 Hz) in {time.perf_counter() - t0:.1f} s")
 
-        def baseline():  # noqa: ANN202
+        def baseline():
             step = SECONDS / POINTS
             buckets: dict[tuple[int, int], list[float]] = {}
             with engine.connect() as c:

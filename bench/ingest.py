@@ -55,7 +55,7 @@ def main() -> None:
         copy_times, path_times = [], []
         # Alternate the two, so that a table growing between runs or a burst
         # of load from elsewhere on this shared machine hurts both alike.
-        for rnd in range(args.repeat):
+        for _ in range(args.repeat):
             base_rows = [sample_to_row(uuid.uuid4(), s) for s in samples("b", start, args.rows)]
             t0 = time.perf_counter()
             copy_rows(engine, base_rows)

@@ -24,32 +24,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _scratch_db import scratch_settings  # noqa: E402
-from sqlalchemy import func, select, text  # noqa: E402
+from _scratch_db import scratch_settings
+from sqlalchemy import func, select, text
 
-from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402
-from gpufleet.db.models import Training  # noqa: E402
-from gpufleet.db.session import session_scope, write_session  # noqa: E402
-from gpufleet.jobs.log_shipper import start_shipper  # noqa: E402
-from gpufleet.jobs.logs import BoundedLog, log_path  # noqa: E402
-from gpufleet.trainings import log_store  # noqa: E402
+from gpufleet.db.logchunks import TrainingLogChunk
+from gpufleet.db.models import Training
+from gpufleet.db.session import session_scope, write_session
+from gpufleet.jobs.log_shipper import start_shipper
+from gpufleet.jobs.logs import BoundedLog, log_path
+from gpufleet.trainings import log_store
 
 
-def _counters(settings) -> tuple[int, int]:  # noqa: ANN001
+def _counters(settings) -> tuple[int, int]:
     with session_scope(settings) as s:
         row = s.execute(text("SELECT xact_commit, tup_inserted FROM pg_stat_database "
                              "WHERE datname = current_database()")).one()
     return int(row[0]), int(row[1])
 
 
-def _training(settings) -> uuid.UUID:  # noqa: ANN001
+def _training(settings) -> uuid.UUID:
     tid = uuid.uuid4()
     with session_scope(settings) as s:
         s.add(Training(id=tid, name=f"bench-{tid.hex[:6]}", owner="bench", recipe="mlp", config={}, status="running"))
     return tid
 
 
-def _stored(settings, tid) -> tuple[int, int]:  # noqa: ANN001
+def _stored(settings, tid) -> tuple[int, int]:
     with session_scope(settings) as s:
         rows, size = s.execute(select(func.count(), func.coalesce(func.sum(TrainingLogChunk.stop - TrainingLogChunk.start), 0))
                                .where(TrainingLogChunk.training_id == tid)).one()
@@ -60,7 +60,7 @@ def _settle() -> None:
     time.sleep(1.0)  # pg_stat_database is updated by backends at most every PGSTAT_MIN_INTERVAL (1 s)
 
 
-def shipped(settings, lines: list[bytes], per_s: int) -> tuple[int, int, int]:  # noqa: ANN001
+def shipped(settings, lines: list[bytes], per_s: int) -> tuple[int, int, int]:
     tid = _training(settings)
     stop = threading.Event()
     _settle()
@@ -83,7 +83,7 @@ def shipped(settings, lines: list[bytes], per_s: int) -> tuple[int, int, int]:  
     return after[0] - before[0], _stored(settings, tid)[0], total
 
 
-def row_per_line(settings, lines: list[bytes]) -> tuple[int, int, int]:  # noqa: ANN001
+def row_per_line(settings, lines: list[bytes]) -> tuple[int, int, int]:
     tid = _training(settings)
     _settle()
     before = _counters(settings)

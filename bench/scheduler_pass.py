@@ -32,18 +32,18 @@ from pathlib import Path
 from sqlalchemy import insert, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _scratch_db import scratch_settings  # noqa: E402
+from _scratch_db import scratch_settings
 
-from gpufleet.db.models import GPU, GPUAllocation, Host, Training  # noqa: E402
-from gpufleet.db.session import session_scope  # noqa: E402
-from gpufleet.db.types import utcnow  # noqa: E402
-from gpufleet.scheduling.scheduler import schedule_pending  # noqa: E402
+from gpufleet.db.models import GPU, GPUAllocation, Host, Training
+from gpufleet.db.session import session_scope
+from gpufleet.db.types import utcnow
+from gpufleet.scheduling.scheduler import schedule_pending
 
 GPUS = 8
 GiB = 1 << 30
 
 
-def fill(settings, hosts: int, queued: int) -> uuid.UUID:  # noqa: ANN001
+def fill(settings, hosts: int, queued: int) -> uuid.UUID:
     """The fleet and its queue; returns the first host's id."""
     now = utcnow()
     host_rows = [{"id": uuid.uuid4(), "name": f"node-{h:04d}", "status": "online", "last_heartbeat": now}
@@ -71,7 +71,7 @@ def fill(settings, hosts: int, queued: int) -> uuid.UUID:  # noqa: ANN001
     return host_rows[0]["id"]
 
 
-def free_host(settings, host_id: uuid.UUID) -> None:  # noqa: ANN001
+def free_host(settings, host_id: uuid.UUID) -> None:
     with session_scope(settings) as sess:
         sess.execute(update(GPUAllocation).where(GPUAllocation.host_id == host_id,
                                                  GPUAllocation.released_at.is_(None)).values(released_at=utcnow()))
@@ -79,7 +79,7 @@ def free_host(settings, host_id: uuid.UUID) -> None:  # noqa: ANN001
                      .values(status="succeeded", finished_at=utcnow()))
 
 
-def timed(settings) -> tuple[float, int]:  # noqa: ANN001
+def timed(settings) -> tuple[float, int]:
     with session_scope(settings) as sess:  # every host's agent beats every 10 s
         sess.execute(update(Host).values(last_heartbeat=utcnow()))
     t0 = time.perf_counter()

@@ -282,7 +282,7 @@ def main() -> None:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit("the server did not start")
+                    raise SystemExit("the server did not start") from None
                 time.sleep(0.2)
         url = f"ws://127.0.0.1:{port}/api/v1/ws"
         raw = args.client == "raw"

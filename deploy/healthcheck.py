@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 
 def check_api(url: str, timeout: float) -> str | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - fixed local URL
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # fixed local URL
             if resp.status != 200:
                 return f"{url} answered {resp.status}"
     except urllib.error.HTTPError as exc:

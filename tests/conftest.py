@@ -179,7 +179,7 @@ def on_settings(db_settings: Settings) -> Settings:
 
 
 @pytest.fixture
-def people(on_settings: Settings):  # noqa: ANN201 - support.people.People
+def people(on_settings: Settings):  # support.people.People
     """An admin, members and a viewer with tokens, their names unique to this test."""
     from support.people import make_people
 

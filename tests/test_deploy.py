@@ -130,11 +130,11 @@ def test_api_healthcheck_follows_the_server() -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
         status = 200
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self.send_response(Handler.status)
             self.end_headers()
 
-        def log_message(self, *args) -> None:  # noqa: ANN002
+        def log_message(self, *args) -> None:
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)

@@ -35,7 +35,7 @@ MAX_COEFF = 1e6
 
 
 
-def _whole_numbers(value: Any) -> Any:  # noqa: ANN401
+def _whole_numbers(value: Any) -> Any:
     """``120.0`` read as ``120``: JSON Schema counts it an integer, and a float field takes an int."""
     if isinstance(value, float) and value.is_integer() and abs(value) <= JSON_INT_MAX:
         return int(value)
@@ -44,6 +44,14 @@ def _whole_numbers(value: Any) -> Any:  # noqa: ANN401
     if isinstance(value, list):
         return [_whole_numbers(v) for v in value]
     return value
+
+
+# A webhook's URL.
+MAX_URL = 2000
+# A group's limits: what the database and the scheduler can hold; past them a value is a typo.
+MAX_GPUS_LIMIT = 100_000
+MAX_GPU_HOURS_LIMIT = 10_000_000.0
+MAX_SHARE = 1_000_000.0
 
 
 class RequestBody(BaseModel):
@@ -57,7 +65,7 @@ class RequestBody(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _integers_as_json_schema_reads_them(cls, data: Any) -> Any:  # noqa: ANN401
+    def _integers_as_json_schema_reads_them(cls, data: Any) -> Any:
         return _whole_numbers(data)
 
 GPUIndex = Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]

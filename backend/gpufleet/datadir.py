@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpufleet.config import Settings
+if TYPE_CHECKING:  # the CLI finds the socket without loading the server's settings
+    from gpufleet.config import Settings
 
 PRIVATE_UMASK = 0o077
 

@@ -66,7 +66,7 @@ class _Subscribers:
         for cb in cbs:
             try:
                 cb(topic, message)
-            except Exception:  # noqa: BLE001 - one broken subscriber must not stop the others
+            except Exception:  # one broken subscriber must not stop the others
                 log.exception("event subscriber for %s failed", topic)
 
 

@@ -76,4 +76,4 @@ def _check_bounds(text: str) -> None:
 def load(text: str) -> Any:
     """Parse ``text`` like ``yaml.safe_load`` (same errors, and :class:`YAMLTooLarge`), with ``1e-3`` a float."""
     _check_bounds(text)
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass

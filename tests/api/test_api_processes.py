@@ -53,7 +53,7 @@ class GPUHostBeat:
         self.thread.join(10)
 
 
-def _wait(pred, timeout: float = 60.0, what: str = "") -> None:  # noqa: ANN001
+def _wait(pred, timeout: float = 60.0, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
@@ -77,7 +77,7 @@ def _create(url: str, token: str, name: str) -> httpx.Response:
                       headers={"Authorization": f"Bearer {token}"}, timeout=120)
 
 
-def _frames(ws, want, timeout: float = 30.0) -> dict:  # noqa: ANN001
+def _frames(ws, want, timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()

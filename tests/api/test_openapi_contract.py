@@ -50,7 +50,7 @@ def _spec_ops(spec: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]
             yield method, path, op
 
 
-def test_sign_in_is_declared_on_every_protected_operation_and_no_open_one(walk) -> None:  # noqa: ANN001
+def test_sign_in_is_declared_on_every_protected_operation_and_no_open_one(walk) -> None:
     client, _tokens, _settings = walk
     spec = client.get("/openapi.json").json()
     schemes = spec["components"]["securitySchemes"]
@@ -68,7 +68,7 @@ def test_sign_in_is_declared_on_every_protected_operation_and_no_open_one(walk) 
             assert client.request(method, path).status_code == 401, (method, path)
 
 
-def test_with_sign_in_off_the_schema_says_credentials_are_optional(tmp_path) -> None:  # noqa: ANN001
+def test_with_sign_in_off_the_schema_says_credentials_are_optional(tmp_path) -> None:
     from gpufleet.config import load_settings
 
     s = load_settings(data_dir=tmp_path / "d", auth="off")
@@ -113,7 +113,7 @@ def _path_variants(path: str, settings: Settings, training: str) -> list[str]:
     return out
 
 
-def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> None:  # noqa: ANN001
+def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> None:
     client, tokens, settings = walk
     spec = client.get("/openapi.json").json()
     member = {"Authorization": f"Bearer {tokens['member']}"}
@@ -173,7 +173,7 @@ def test_every_code_a_route_returns_is_listed_with_its_error_schema(walk) -> Non
     assert not bad_bodies, "error bodies without a detail:\n" + "\n".join(bad_bodies[:30])
 
 
-def test_bad_json_is_a_422_unreadable_bytes_a_400_and_both_are_listed_only_with_a_body(walk) -> None:  # noqa: ANN001
+def test_bad_json_is_a_422_unreadable_bytes_a_400_and_both_are_listed_only_with_a_body(walk) -> None:
     client, tokens, _settings = walk
     headers = {"Authorization": f"Bearer {tokens['member']}", "Content-Type": "application/json"}
     r = client.post("/api/v1/trainings", content=b"{", headers=headers)
@@ -189,14 +189,14 @@ def test_bad_json_is_a_422_unreadable_bytes_a_400_and_both_are_listed_only_with_
     assert cancel["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorDetail"}
 
 
-def test_a_method_the_path_does_not_have_is_a_405_with_an_error_detail(walk) -> None:  # noqa: ANN001
+def test_a_method_the_path_does_not_have_is_a_405_with_an_error_detail(walk) -> None:
     """No operation answers 405 (it is about a method the schema does not list); its body is still ErrorDetail."""
     client, tokens, _settings = walk
     r = client.delete("/api/v1/trainings", headers={"Authorization": f"Bearer {tokens['admin']}"})
     assert r.status_code == 405 and r.headers["allow"] and r.json() == {"detail": "Method Not Allowed"}
 
 
-def test_recommends_exclusive_parameters_are_described_as_such(walk) -> None:  # noqa: ANN001
+def test_recommends_exclusive_parameters_are_described_as_such(walk) -> None:
     client, tokens, _settings = walk
     op = client.get("/openapi.json").json()["paths"]["/api/v1/system/gpus/recommend"]["get"]
     params = {p["name"]: p for p in op["parameters"]}

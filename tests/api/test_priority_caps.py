@@ -44,7 +44,7 @@ def api(product: Settings) -> Iterator[TestClient]:
         yield c
 
 
-def _create(api: TestClient, token: str, **fields):  # noqa: ANN003, ANN202
+def _create(api: TestClient, token: str, **fields):
     body = {"name": "rank", "recipe": "mlp", "config": SMALL, **fields}
     return api.post("/api/v1/trainings", headers=bearer(token), json=body)
 

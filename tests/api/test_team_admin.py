@@ -108,7 +108,7 @@ def test_disabling_a_user_stops_their_tokens(api: TestClient, team: People) -> N
     assert api.get("/api/v1/auth/whoami", headers=bearer(team.bob)).status_code == 401
 
 
-def test_the_last_active_admin_can_be_neither_demoted_nor_disabled(tmp_path) -> None:  # noqa: ANN001
+def test_the_last_active_admin_can_be_neither_demoted_nor_disabled(tmp_path) -> None:
     from gpufleet.api.app import create_app
     from gpufleet.config import load_settings
     from gpufleet.db.session import upgrade_database

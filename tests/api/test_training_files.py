@@ -153,7 +153,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_
     (closed / "secret_key").write_text("the server's")
     checked = files.resolve
 
-    def check_then_swap(*args):  # noqa: ANN002, ANN202
+    def check_then_swap(*args):
         real = checked(*args)
         (ckpt / "sub" / "secret_key").unlink()
         (ckpt / "sub").rmdir()

@@ -27,7 +27,7 @@ from gpufleet.config import Settings
 from gpufleet.db.notify import Webhook
 from gpufleet.db.session import session_scope
 from gpufleet.notify.outbound import Policy, literal
-from support.people import SECRET, People, bearer, make_people
+from support.people import SECRET, bearer, make_people
 
 BODY = b"SECRET-internal-admin-panel-password=hunter2"
 
@@ -40,7 +40,7 @@ class Inside:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 owner.got.append(self.path)
                 self.send_response(status)
                 if location:

@@ -24,7 +24,7 @@ from support.fleet import make_settings, register
 SECRET = "client-tests-secret-" + "y" * 32
 
 
-def _signed_in(tmp_path: Path, **kw) -> tuple[Settings, dict[str, str]]:  # noqa: ANN003
+def _signed_in(tmp_path: Path, **kw) -> tuple[Settings, dict[str, str]]:
     from support.people import make_people
 
     s = make_settings(tmp_path, "sqlite", auth="on", secret_key=SECRET, **kw)

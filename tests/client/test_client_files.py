@@ -25,7 +25,7 @@ TINY = {"max_steps": 4, "global_batch_size": 16, "checkpoint_every": 2, "log_eve
 PATH = "checkpoints/step-000002/model.pt"
 
 
-def test_client_and_cli_list_download_resume_and_clone(tmp_path: Path, product_api) -> None:  # noqa: ANN001
+def test_client_and_cli_list_download_resume_and_clone(tmp_path: Path, product_api) -> None:
     settings, tokens = _signed_in(tmp_path, simulate="1xH100-80GB")
     register(settings)
     url = product_api(settings)

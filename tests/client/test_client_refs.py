@@ -37,13 +37,13 @@ def _row(settings: Settings, owner: str, name: str, tid: str | None = None, stat
 
 
 @pytest.fixture
-def served(tmp_path: Path, product_api):  # noqa: ANN001, ANN201
+def served(tmp_path: Path, product_api):
     settings, tokens = _signed_in(tmp_path)
     register(settings)
     return settings, tokens, product_api(settings)
 
 
-def test_a_training_is_named_by_a_unique_id_prefix_or_its_name(served) -> None:  # noqa: ANN001
+def test_a_training_is_named_by_a_unique_id_prefix_or_its_name(served) -> None:
     settings, tokens, url = served
     with Client(url, tokens["admin"]) as gf:
         owner = gf.whoami().name
@@ -68,7 +68,7 @@ def test_a_training_is_named_by_a_unique_id_prefix_or_its_name(served) -> None: 
         assert gf.cancel("beta").status == "cancelled"
 
 
-def test_cancel_of_a_running_training_says_it_is_stopping(served) -> None:  # noqa: ANN001
+def test_cancel_of_a_running_training_says_it_is_stopping(served) -> None:
     settings, tokens, url = served
     with Client(url, tokens["admin"]) as gf:
         tid = _row(settings, gf.whoami().name, "runner", status="running")
@@ -78,11 +78,11 @@ def test_cancel_of_a_running_training_says_it_is_stopping(served) -> None:  # no
         assert listed["stopping"] is True and listed["status"] == "running"
 
 
-def _cli(url: str, token: str, *args: str):  # noqa: ANN202
+def _cli(url: str, token: str, *args: str):
     return CliRunner().invoke(app, list(args), env={"GPUFLEET_SERVER": url, "GPUFLEET_TOKEN": token})
 
 
-def test_the_cli_takes_short_ids_and_names_and_lists_the_matches_when_ambiguous(served) -> None:  # noqa: ANN001
+def test_the_cli_takes_short_ids_and_names_and_lists_the_matches_when_ambiguous(served) -> None:
     settings, tokens, url = served
     with Client(url, tokens["admin"]) as gf:
         owner = gf.whoami().name
@@ -102,7 +102,7 @@ def test_the_cli_takes_short_ids_and_names_and_lists_the_matches_when_ambiguous(
     assert "prefix" in help_text and "name" in help_text
 
 
-def test_a_wrong_field_is_a_gpufleet_error_naming_it(served) -> None:  # noqa: ANN001
+def test_a_wrong_field_is_a_gpufleet_error_naming_it(served) -> None:
     _settings, tokens, url = served
     with Client(url, tokens["alice"]) as gf:
         with pytest.raises(InvalidRequest, match="nmae: unknown field") as bad:
@@ -126,7 +126,7 @@ def _archive() -> bytes:
     return buf.getvalue()
 
 
-def test_usage_groups_quotas_and_code_upload(served) -> None:  # noqa: ANN001
+def test_usage_groups_quotas_and_code_upload(served) -> None:
     settings, tokens, url = served
     group = "team-" + uuid.uuid4().hex[:6]
     with Client(url, tokens["admin"]) as gf:

@@ -151,7 +151,7 @@ def test_a_personal_folder_open_to_others_is_refused_even_when_it_is_ones_own() 
 class _ShellTarget(BaseHTTPRequestHandler):
     """Answers `session shell` as a hostile server would: the GPU, and a PATH and start-up files of its own."""
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:  # http.server's name
         sid = self.path.split("/")[-2]
         body = json.dumps({"id": sid, "host": "sim-host", "account": "x", "ssh": "ssh x", "env": {
             "CUDA_VISIBLE_DEVICES": "3", "GPUFLEET_SESSION_ID": sid, "PATH": "/tmp/evil-bin",

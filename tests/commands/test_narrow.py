@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def fleet(tmp_path_factory: pytest.TempPathFactory):
     data = tmp_path_factory.mktemp("narrow") / "data"
     with serve_process(data, GPUFLEET_SIMULATE="4xH100-80GB", GPUFLEET_EMBEDDED_WORKER="false") as srv:
         env = {**os.environ, **serve_env(data, GPUFLEET_SIMULATE="4xH100-80GB"), "GPUFLEET_SERVER": srv.url}
@@ -38,7 +38,7 @@ def _fits(out: str, cols: int = 80, whole: tuple[str, ...] = ()) -> None:
     assert not over, "\n".join(over)
 
 
-def test_recommend_fits_and_says_each_thing_once(fleet) -> None:  # noqa: ANN001
+def test_recommend_fits_and_says_each_thing_once(fleet) -> None:
     _, env = fleet
     out = in_terminal(["recommend", "--recipe", "mlp"], env=env)
     _fits(out)
@@ -58,7 +58,7 @@ def test_gradients_held_in_ddp_buckets_are_one_row() -> None:
     assert rows == {"gradients": 5, "ddp buckets": 0}
 
 
-def test_top_topology_and_run_help_fit(fleet) -> None:  # noqa: ANN001
+def test_top_topology_and_run_help_fit(fleet) -> None:
     srv, env = fleet
     top = in_terminal(["top", "--once"], env=env)
     _fits(top)
@@ -73,7 +73,7 @@ def test_top_topology_and_run_help_fit(fleet) -> None:  # noqa: ANN001
                for line in helped.splitlines()), helped
 
 
-def test_trainings_show_reads_as_words(fleet, tmp_path: Path) -> None:  # noqa: ANN001
+def test_trainings_show_reads_as_words(fleet, tmp_path: Path) -> None:
     srv, env = fleet
     r = httpx.post(f"{srv.url}/api/v1/trainings", json={"name": "narrow", "recipe": "sae", "world_size": 2},
                    timeout=120)

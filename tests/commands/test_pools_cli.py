@@ -21,7 +21,7 @@ def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa: ANN001,F811
+def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa: F811
     settings = load_settings(data_dir=tmp_path / "data", auth="off", simulate="1xH100-80GB")
     upgrade_database(settings)
     root = tempfile.mkdtemp(prefix="gpufleet-pool-")

@@ -20,7 +20,7 @@ runner = CliRunner()
 DAY = date(2026, 5, 6)
 
 
-def run(*args: str):  # noqa: ANN201
+def run(*args: str):
     return runner.invoke(app, list(args))
 
 

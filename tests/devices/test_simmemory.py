@@ -40,7 +40,7 @@ def _say(proc: subprocess.Popen, word: str) -> None:
     assert proc.stdout.readline().strip() == "ok"
 
 
-def _used(backend, pid: int) -> int:  # noqa: ANN001
+def _used(backend, pid: int) -> int:
     n = backend.nvml
     n.nvmlInit()
     try:

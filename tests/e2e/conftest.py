@@ -141,7 +141,7 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def page(browser, server: ServedProcess) -> Iterator[object]:  # noqa: ANN001
+def page(browser, server: ServedProcess) -> Iterator[object]:
     # 1280 x 800: the narrow laptop screen the dashboard must stay readable on.
     ctx = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 800})
     pg = ctx.new_page()

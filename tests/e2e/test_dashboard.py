@@ -17,11 +17,11 @@ GPU_COUNT = 4
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
-def _cards(page):  # noqa: ANN001, ANN202
+def _cards(page):
     return page.locator("[data-testid^='gpu-card-']")
 
 
-def _wait_status(page, status: str, timeout_s: float, server=None) -> None:  # noqa: ANN001
+def _wait_status(page, status: str, timeout_s: float, server=None) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
@@ -47,7 +47,7 @@ def _wait_status(page, status: str, timeout_s: float, server=None) -> None:  # n
         raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}{log}") from None
 
 
-def _wait_visible(page, test_id: str, timeout_s: float) -> None:  # noqa: ANN001
+def _wait_visible(page, test_id: str, timeout_s: float) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
@@ -57,7 +57,7 @@ def _wait_visible(page, test_id: str, timeout_s: float) -> None:  # noqa: ANN001
         raise AssertionError(f"{test_id} never appeared within {timeout_s} s; the page says:\n{shown}") from None
 
 
-def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None:
     page.goto("/")
     page.wait_for_function(f"document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === {GPU_COUNT}")
     assert page.get_by_test_id("gpu-total").inner_text() == f"{GPU_COUNT} GPUs on 1 host"
@@ -79,7 +79,7 @@ def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None
     page.screenshot(path=str(screenshots / "fleet-per-gpu.png"), full_page=True)
 
 
-def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_toggle_switches_views(page, screenshots: Path) -> None:
     page.goto("/")
     _cards(page).first.wait_for()
     page.get_by_role("button", name="Aggregated").click()
@@ -103,7 +103,7 @@ def test_toggle_switches_views(page, screenshots: Path) -> None:  # noqa: ANN001
     assert _cards(page).count() == GPU_COUNT
 
 
-def test_foreign_process_shows_on_its_gpu(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_foreign_process_shows_on_its_gpu(page, server, screenshots: Path) -> None:
     from gpufleet.config import load_settings
     from gpufleet.devices.simstate import add_foreign_process, remove_foreign_process
 
@@ -126,7 +126,7 @@ def test_foreign_process_shows_on_its_gpu(page, server, screenshots: Path) -> No
         remove_foreign_process(sim, pid)
 
 
-def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:
     # The agent has been storing one sample per GPU per second since the server started.
     page.goto("/history?gpu=sim-host:1&range=1h")
     _wait_visible(page, "history-charts", 40)
@@ -139,7 +139,7 @@ def test_history_page_draws_stored_samples(page, screenshots: Path) -> None:  # 
     page.screenshot(path=str(screenshots / "history.png"), full_page=True)
 
 
-def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path | None = None) -> str:  # noqa: ANN001
+def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path | None = None) -> str:
     page.goto("/trainings/new")
     # The form suggests a name once the server's recipes arrive; typing before that can
     # race it (the suggestion lands between fill's select-all and its typing).
@@ -160,7 +160,7 @@ def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path
     return page.url.rsplit("/", 1)[1]
 
 
-def test_training_from_the_form_succeeds_with_a_loss_curve(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_training_from_the_form_succeeds_with_a_loss_curve(page, server, screenshots: Path) -> None:
     # Two GPUs: a DDP run with two ranks (gloo on the CPU of this simulated fleet).
     tid = _start_training(page, "e2e-sae", steps=40, gpus=2, screenshot=screenshots / "training-new.png")
     assert page.get_by_test_id("training-name").inner_text() == "e2e-sae"
@@ -186,7 +186,7 @@ def test_training_from_the_form_succeeds_with_a_loss_curve(page, server, screens
     page.screenshot(path=str(screenshots / "trainings-list.png"), full_page=True)
 
 
-def test_second_training_is_cancelled_from_the_ui(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_second_training_is_cancelled_from_the_ui(page, server, screenshots: Path) -> None:
     tid = _start_training(page, "e2e-cancel-me", steps=100_000)
     _wait_status(page, "running", 120, server)
     # The fleet page says who holds the GPU: this training, linked.

@@ -12,7 +12,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_gpu_card_title_keeps_model_and_vendor_apart_at_1440(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_gpu_card_title_keeps_model_and_vendor_apart_at_1440(page, screenshots: Path) -> None:
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto("/")
     card = page.locator("[data-testid^='gpu-card-']").first
@@ -27,7 +27,7 @@ def test_gpu_card_title_keeps_model_and_vendor_apart_at_1440(page, screenshots: 
     card.screenshot(path=str(screenshots / "gpu-card-title-1440.png"))
 
 
-def test_a_config_that_can_never_be_placed_is_refused_and_start_is_disabled(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_a_config_that_can_never_be_placed_is_refused_and_start_is_disabled(page, screenshots: Path) -> None:
     page.goto("/trainings/new")
     page.get_by_label("Steps", exact=True).wait_for()
     # The simulated fleet has four GPUs: 64 can never be placed.
@@ -49,7 +49,7 @@ def test_a_config_that_can_never_be_placed_is_refused_and_start_is_disabled(page
     assert page.get_by_role("button", name="Start training").is_enabled()
 
 
-def test_log_panel_wraps_at_spaces_and_breaks_only_overlong_tokens(page, screenshots: Path) -> None:  # noqa: ANN001
+def test_log_panel_wraps_at_spaces_and_breaks_only_overlong_tokens(page, screenshots: Path) -> None:
     page.goto("/")
     page.locator("[data-testid^='gpu-card-']").first.wait_for()
     # A log panel styled by the built stylesheet, with prose and one token longer than the line.

@@ -21,11 +21,11 @@ _STATUS_IS = """code => {
 }"""
 
 
-def _offline_context(browser, url: str):  # noqa: ANN001, ANN202
+def _offline_context(browser, url: str):
     ctx = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
     outside: list[str] = []
 
-    def only_the_server(route) -> None:  # noqa: ANN001
+    def only_the_server(route) -> None:
         if route.request.url.startswith(url):
             route.continue_()
         else:
@@ -36,7 +36,7 @@ def _offline_context(browser, url: str):  # noqa: ANN001, ANN202
     return ctx, outside
 
 
-def test_docs_signs_in_with_a_token_and_runs_a_protected_call_offline(browser, auth_server, screenshots: Path) -> None:  # noqa: ANN001
+def test_docs_signs_in_with_a_token_and_runs_a_protected_call_offline(browser, auth_server, screenshots: Path) -> None:
     srv, token = auth_server
     ctx, outside = _offline_context(browser, srv.url)
     page = ctx.new_page()
@@ -75,7 +75,7 @@ def test_docs_signs_in_with_a_token_and_runs_a_protected_call_offline(browser, a
     assert not errors, f"/docs threw in the browser: {errors}"
 
 
-def test_redoc_renders_offline(browser, auth_server) -> None:  # noqa: ANN001
+def test_redoc_renders_offline(browser, auth_server) -> None:
     srv, _token = auth_server
     ctx, outside = _offline_context(browser, srv.url)
     page = ctx.new_page()

@@ -10,7 +10,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_an_admin_drains_and_undrains_a_gpu_from_its_card(browser, doomed_server, screenshots: Path) -> None:  # noqa: ANN001
+def test_an_admin_drains_and_undrains_a_gpu_from_its_card(browser, doomed_server, screenshots: Path) -> None:
     ctx = browser.new_context(base_url=doomed_server.url, viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     page.set_default_timeout(20_000)

@@ -31,18 +31,18 @@ def shared_box(dashboard_built: Path, tmp_path_factory: pytest.TempPathFactory
             yield srv, people, {"GPUFLEET_UNIX_SOCKET": str(socket_path(data))}
 
 
-def _ok(result) -> str:  # noqa: ANN001
+def _ok(result) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
 
-def test_each_account_is_a_member_of_its_own_name(shared_box) -> None:  # noqa: ANN001
+def test_each_account_is_a_member_of_its_own_name(shared_box) -> None:
     _, (alice, bob), env = shared_box
     for person in (alice, bob):
         assert _ok(run_as(person, "whoami", env=env)).split() == [person.name, "member", "socket"]
 
 
-def test_accounts_cannot_cancel_each_others_trainings(shared_box) -> None:  # noqa: ANN001
+def test_accounts_cannot_cancel_each_others_trainings(shared_box) -> None:
     _, (alice, bob), env = shared_box
     submitted = _ok(run_as(alice, "train", "--recipe", "mlp", "--no-follow", "--name", "alice-run",
                            "--set", "max_steps=1000000", env=env))
@@ -57,7 +57,7 @@ def test_accounts_cannot_cancel_each_others_trainings(shared_box) -> None:  # no
     _ok(run_as(alice, "trainings", "cancel", tid, env=env))
 
 
-def test_loopback_tcp_without_credentials_is_refused(shared_box) -> None:  # noqa: ANN001
+def test_loopback_tcp_without_credentials_is_refused(shared_box) -> None:
     srv, _, _ = shared_box
     r = httpx.get(f"{srv.url}/api/v1/auth/whoami", timeout=10)
     assert r.status_code == 401
@@ -67,7 +67,7 @@ def test_loopback_tcp_without_credentials_is_refused(shared_box) -> None:  # noq
     assert forged.status_code == 401
 
 
-def test_gpufleet_open_signs_the_right_account_in(browser, shared_box) -> None:  # noqa: ANN001
+def test_gpufleet_open_signs_the_right_account_in(browser, shared_box) -> None:
     srv, (alice, _), env = shared_box
     out = _ok(run_as(alice, "open", "--no-browser", env=env))
     link = out.strip().splitlines()[-1].strip()
@@ -93,7 +93,7 @@ def test_gpufleet_open_signs_the_right_account_in(browser, shared_box) -> None: 
     assert again.status_code == 401 and "used already" in again.json()["detail"]
 
 
-def test_an_admin_disables_an_account_and_its_next_call_is_refused(shared_box) -> None:  # noqa: ANN001
+def test_an_admin_disables_an_account_and_its_next_call_is_refused(shared_box) -> None:
     srv, (_, bob), env = shared_box
     cli(srv.data_dir, "users", "disable", bob.name)
     refused = run_as(bob, "whoami", env=env)

@@ -126,7 +126,7 @@ def _state(srv: ServedProcess, mallory: str) -> tuple[object, object, object]:
     return mapped, cap, drained
 
 
-def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powers(browser, fleet) -> None:  # noqa: ANN001
+def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powers(browser, fleet) -> None:
     srv, tokens, names, env = fleet
     mallory = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['mallory']}"}, timeout=60)
     as_mallory = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["mallory"]}

@@ -17,7 +17,7 @@ from gpufleet.db.types import utcnow
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def _waiting(settings, owner: str, name: str, priority: int) -> object:  # noqa: ANN001
+def _waiting(settings, owner: str, name: str, priority: int) -> object:
     """A queued training held back for a day (``not_before``), so the scheduler leaves it queued."""
     with write_session(settings) as sess:
         t = Training(name=name, owner=owner, recipe="mlp", config={}, status="queued", priority=priority,
@@ -27,7 +27,7 @@ def _waiting(settings, owner: str, name: str, priority: int) -> object:  # noqa:
         return t.id
 
 
-def test_trainings_page_shows_queue_places_and_filters_to_mine(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_trainings_page_shows_queue_places_and_filters_to_mine(page, server, screenshots: Path) -> None:
     settings = load_settings(data_dir=server.data_dir)
     me = httpx.get(f"{server.url}/api/v1/auth/whoami", timeout=10).json()["name"]
     ids = [_waiting(settings, "someone-else", "queue-other", 3), _waiting(settings, me, "queue-mine", 0)]

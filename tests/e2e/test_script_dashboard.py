@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_script_training_detail_page_shows_its_loss_curve_and_ranks_log(page, server, screenshots: Path,
-                                                                         tmp_path) -> None:  # noqa: ANN001
+                                                                         tmp_path) -> None:
     project = write_project(tmp_path / "proj", RESUMABLE_SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     res = subprocess.run(

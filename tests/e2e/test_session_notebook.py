@@ -110,13 +110,13 @@ def _notebook_token(srv: ServedProcess, sid: str) -> str:
     return token
 
 
-def _signed_in(browser, srv: ServedProcess, token: str):  # noqa: ANN001, ANN202
+def _signed_in(browser, srv: ServedProcess, token: str):
     ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800})
     assert ctx.request.post("/api/v1/auth/sign-in", data={"token": token}).status == 200
     return ctx
 
 
-def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browser, fleet, screenshots: Path) -> None:  # noqa: ANN001
+def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browser, fleet, screenshots: Path) -> None:
     srv, tokens, env = fleet
     alice = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['alice']}"}, timeout=60)
     as_alice = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["alice"]}

@@ -13,7 +13,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screenshots: Path) -> None:  # noqa: ANN001
+def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screenshots: Path) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     srv, token = auth_server

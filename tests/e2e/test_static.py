@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.static import install_static
 
 
-def _app(settings, static_dir: Path) -> FastAPI:  # noqa: ANN001
+def _app(settings, static_dir: Path) -> FastAPI:
     app = FastAPI()
     router = APIRouter(prefix="/api/v1")
 

@@ -27,7 +27,7 @@ parallel: 4
 """
 
 
-def test_sweep_page_shows_trials_best_curves_and_params(page, server, screenshots: Path, tmp_path: Path) -> None:  # noqa: ANN001
+def test_sweep_page_shows_trials_best_curves_and_params(page, server, screenshots: Path, tmp_path: Path) -> None:
     file = tmp_path / "sweep.yaml"
     file.write_text(SWEEP)
     out = subprocess.run([*gpufleet(), "sweep", "start", str(file), "--json"], capture_output=True, text=True,

@@ -17,7 +17,7 @@ from gpufleet.users.tokens import list_tokens
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_an_admin_runs_the_team_from_the_team_page(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_an_admin_runs_the_team_from_the_team_page(page, server, screenshots: Path) -> None:
     settings = load_settings(data_dir=server.data_dir)
     tag = uuid.uuid4().hex[:4]
     dana, group = f"dana-{tag}", f"nlp-{tag}"
@@ -51,7 +51,7 @@ def test_an_admin_runs_the_team_from_the_team_page(page, server, screenshots: Pa
         assert next(g for g in list_groups(sess) if g.name == group).members == [dana]
 
 
-def test_a_gpu_has_a_page_with_what_runs_on_it_and_its_scheduling(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_a_gpu_has_a_page_with_what_runs_on_it_and_its_scheduling(page, server, screenshots: Path) -> None:
     page.goto("/")
     page.get_by_test_id("gpu-card-sim-host-2").get_by_role("link", name="GPU 2").click()
     page.get_by_test_id("gpu-page").wait_for()
@@ -70,7 +70,7 @@ def test_a_gpu_has_a_page_with_what_runs_on_it_and_its_scheduling(page, server, 
         httpx.post(f"{server.url}/api/v1/system/gpus/sim-host/2/undrain", timeout=10)
 
 
-def test_a_sweep_started_from_the_form_runs_as_its_file_says(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_a_sweep_started_from_the_form_runs_as_its_file_says(page, server, screenshots: Path) -> None:
     name = f"form-sweep-{uuid.uuid4().hex[:4]}"
     page.goto("/sweeps")
     page.get_by_role("link", name="New sweep").first.click()

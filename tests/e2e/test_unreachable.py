@@ -9,7 +9,7 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_server_gone_is_said_plainly(browser, doomed_server, screenshots: Path) -> None:  # noqa: ANN001
+def test_server_gone_is_said_plainly(browser, doomed_server, screenshots: Path) -> None:
     ctx = browser.new_context(base_url=doomed_server.url, viewport={"width": 1280, "height": 800})
     page = ctx.new_page()
     page.set_default_timeout(20_000)
@@ -37,7 +37,7 @@ def test_server_gone_is_said_plainly(browser, doomed_server, screenshots: Path) 
 
 
 def test_the_fleet_page_resumes_after_a_server_restart_without_reload_or_gaps(
-    browser, restartable_server, screenshots: Path  # noqa: ANN001
+    browser, restartable_server, screenshots: Path
 ) -> None:
     first = restartable_server()
     ctx = browser.new_context(base_url=first.url, viewport={"width": 1280, "height": 800})

@@ -17,7 +17,7 @@ from support.sharing import held_training, make_host
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_usage_page_shows_each_users_gpu_hours_per_day(page, server, screenshots: Path) -> None:  # noqa: ANN001
+def test_usage_page_shows_each_users_gpu_hours_per_day(page, server, screenshots: Path) -> None:
     settings = load_settings(data_dir=server.data_dir)
     tag = uuid.uuid4().hex[:4]
     alice, bob, group = f"alice-{tag}", f"bob-{tag}", f"vision-{tag}"
@@ -30,7 +30,7 @@ def test_usage_page_shows_each_users_gpu_hours_per_day(page, server, screenshots
     today = datetime.now(timezone.utc).date()
     yesterday, before = today - timedelta(days=1), today - timedelta(days=2)
 
-    def at(day, hh: int) -> datetime:  # noqa: ANN001
+    def at(day, hh: int) -> datetime:
         return datetime.combine(day, time(hh), tzinfo=timezone.utc)
 
     host = make_host(settings)

@@ -53,7 +53,7 @@ def _app(settings: Settings) -> FastAPI:
 
 
 @pytest.fixture
-def canary(settings: Settings):  # noqa: ANN201
+def canary(settings: Settings):
     # Loopback embedded default: the implicit local admin, no token needed.
     from gpufleet.db.session import upgrade_database
 
@@ -64,23 +64,23 @@ def canary(settings: Settings):  # noqa: ANN201
     return {**ops, "app": app, "raw": schema.raw_schema}
 
 
-def test_a_server_error_fails_the_run(canary) -> None:  # noqa: ANN001
+def test_a_server_error_fails_the_run(canary) -> None:
     # In process the app's exception comes through as is; over HTTP it is a 500.
     with pytest.raises(BaseException, match="bug|Server error"):
         _fuzz(canary["/api/v1/boom"], GenerationMode.POSITIVE, {})
 
 
-def test_a_body_that_breaks_its_schema_fails_the_run(canary) -> None:  # noqa: ANN001
+def test_a_body_that_breaks_its_schema_fails_the_run(canary) -> None:
     with pytest.raises(BaseException, match="violates schema"):
         _fuzz(canary["/api/v1/liar"], GenerationMode.POSITIVE, {})
 
 
-def test_a_correct_route_passes(canary) -> None:  # noqa: ANN001
+def test_a_correct_route_passes(canary) -> None:
     assert _fuzz(canary["/api/v1/fine"], GenerationMode.POSITIVE, {}) >= 1
     assert _fuzz(canary["/api/v1/fine"], GenerationMode.NEGATIVE, {}) >= 1
 
 
-def test_a_route_that_breaks_on_nan_or_infinity_fails_the_run(canary) -> None:  # noqa: ANN001
+def test_a_route_that_breaks_on_nan_or_infinity_fails_the_run(canary) -> None:
     from fastapi.testclient import TestClient
 
     with TestClient(canary["app"], raise_server_exceptions=False) as client:

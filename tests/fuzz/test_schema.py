@@ -145,7 +145,7 @@ def _seed_sweep(settings: Settings, owner: str) -> str:
 NEEDS_A_WORKER = {"POST /api/v1/sessions/{session_id}/shell"}  # tests/sessions/test_shell.py
 
 
-def _order(op) -> tuple[int, int]:  # noqa: ANN001
+def _order(op) -> tuple[int, int]:
     """Deletes last, the deepest path first (a deleted group cannot answer the routes under it);
     before them a session's stop (extend must meet it running)."""
     if op.method.upper() == "DELETE":
@@ -154,7 +154,7 @@ def _order(op) -> tuple[int, int]:  # noqa: ANN001
 
 
 @pytest.fixture
-def live_app(fuzz_settings: Settings):  # noqa: ANN201
+def live_app(fuzz_settings: Settings):
     from gpufleet.api.app import create_app
     from gpufleet.api.routes.selection import warm_estimates
     from gpufleet.telemetry.inventory import register_host
@@ -182,7 +182,7 @@ def live_app(fuzz_settings: Settings):  # noqa: ANN201
     return app, token, ids
 
 
-def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN001
+def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],
           pinned: dict[str, list] | None = None, reached: set[str] | None = None) -> int:
     sent = 0
 
@@ -194,7 +194,7 @@ def _fuzz(operation, mode: GenerationMode, headers: dict[str, str],  # noqa: ANN
         suppress_health_check=list(HealthCheck),
     )
     @given(case=operation.as_strategy(generation_mode=mode))
-    def run(case) -> None:  # noqa: ANN001
+    def run(case) -> None:
         nonlocal sent
         sent += 1
         if pinned:
@@ -222,13 +222,13 @@ def _described(exc: BaseException) -> str:
     return text
 
 
-def _resolve(root: dict[str, Any], node: Any) -> Any:  # noqa: ANN401
+def _resolve(root: dict[str, Any], node: Any) -> Any:
     while isinstance(node, dict) and "$ref" in node:
         node = root["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
     return node
 
 
-def _numeric_properties(root: dict[str, Any], node: Any) -> list[str]:  # noqa: ANN401
+def _numeric_properties(root: dict[str, Any], node: Any) -> list[str]:
     """The properties of a body schema that are numbers (directly or as one choice of anyOf)."""
     node = _resolve(root, node)
     found = []
@@ -240,7 +240,7 @@ def _numeric_properties(root: dict[str, Any], node: Any) -> list[str]:  # noqa: 
     return found
 
 
-def _non_finite(value: Any, pick: int) -> Any:  # noqa: ANN401
+def _non_finite(value: Any, pick: int) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, (int, float)):
@@ -252,7 +252,7 @@ def _non_finite(value: Any, pick: int) -> Any:  # noqa: ANN401
     return value
 
 
-def _fuzz_non_finite(operation, client, headers: dict[str, str], root: dict[str, Any]) -> int:  # noqa: ANN001
+def _fuzz_non_finite(operation, client, headers: dict[str, str], root: dict[str, Any]) -> int:
     """Send the operation's generated bodies with NaN and Infinity in every number; 0 without a JSON body."""
     content = ((root["paths"][operation.path][operation.method.lower()].get("requestBody") or {})
                .get("content") or {})
@@ -264,7 +264,7 @@ def _fuzz_non_finite(operation, client, headers: dict[str, str], root: dict[str,
     @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
-    def run(case) -> None:  # noqa: ANN001
+    def run(case) -> None:
         nonlocal sent
         sent += 1
         # An optional body that was left out: an empty object, to carry the declared numbers.
@@ -282,7 +282,7 @@ def _fuzz_non_finite(operation, client, headers: dict[str, str], root: dict[str,
 
 
 @pytest.mark.slow
-def test_every_operation_answers_within_its_schema(live_app) -> None:  # noqa: ANN001
+def test_every_operation_answers_within_its_schema(live_app) -> None:
     app, token, ids = live_app
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     headers = {"Authorization": f"Bearer {token}"}

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
 class RedisServer:
-    def __init__(self, tmp_path, port: int):  # noqa: ANN001
+    def __init__(self, tmp_path, port: int):
         self.port = port
         self.dir = tmp_path
         self.proc: subprocess.Popen | None = None
@@ -37,7 +37,7 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(30)
 
-    def client(self):  # noqa: ANN201
+    def client(self):
         import redis
 
         return redis.Redis(port=self.port, socket_connect_timeout=1)

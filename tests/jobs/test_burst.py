@@ -29,7 +29,7 @@ SECRET = "burst-secret-" + "x" * 40
 CONFIG = {"max_steps": 10, "global_batch_size": 16}
 
 
-def _forget(settings, owner: str) -> None:  # noqa: ANN001
+def _forget(settings, owner: str) -> None:
     """End this test's trainings: the session's database is shared, and its scheduler loops would place them."""
     with session_scope(settings) as sess:
         sess.execute(update(Training).where(Training.owner == owner, Training.status == "queued")

@@ -13,7 +13,7 @@ from support.fleet import make_settings, register
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
-def _celery(settings, *args: str) -> subprocess.CompletedProcess:  # noqa: ANN001
+def _celery(settings, *args: str) -> subprocess.CompletedProcess:
     from gpufleet.jobs.embedded import settings_env
 
     celery = Path(sys.executable).with_name("celery")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -27,3 +28,65 @@ def test_the_client_imports_without_fastapi_or_the_api_package() -> None:
     out = subprocess.run([sys.executable, "-c", BLOCKED], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "imported"
+
+
+LIGHT = """
+import sys
+import gpufleet.client
+from gpufleet.client import Client
+
+heavy = sorted(m for m in ("sqlalchemy", "celery", "fastapi", "torch", "optuna", "gpufleet.config", "gpufleet.db.models")
+               if m in sys.modules)
+assert heavy == [], heavy
+# The shapes load with the call that reads them, and still without the server.
+import gpufleet.wire as wire
+assert wire.TrainingsPublic.__module__ == "gpufleet.wire.trainings"
+assert "sqlalchemy" not in sys.modules
+print("light")
+"""
+
+
+def test_the_client_loads_nothing_of_the_server() -> None:
+    # `import gpufleet.client` should cost what `import httpx, pydantic` costs (bench/cli_start.py measures it).
+    out = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "light"
+
+
+def test_every_shape_of_wire_is_a_name_of_wire() -> None:
+    import ast
+    from pathlib import Path
+
+    import gpufleet.wire as wire
+
+    package = Path(wire.__file__).parent
+    defined = {(f"gpufleet.wire.{p.stem}", node.name) for p in package.glob("*.py") if p.name != "__init__.py"
+               for node in ast.parse(p.read_text()).body if isinstance(node, ast.ClassDef)
+               and not node.name.startswith("_")}
+    listed = {(module, name) for module, names in wire.HOMES.items() for name in names}
+    assert sorted(defined - listed) == []
+    for module, name in sorted(listed):
+        assert getattr(wire, name).__module__ == module, name
+
+
+CLI_LS = """
+import sys
+from gpufleet.cli import main
+
+try:
+    main()
+except SystemExit:
+    pass
+print(sorted(m for m in ("sqlalchemy", "gpufleet.config", "gpufleet.db.models", "celery", "fastapi", "torch")
+             if m in sys.modules))
+"""
+
+
+def test_a_command_that_talks_to_a_server_loads_nothing_of_the_server(tmp_path) -> None:
+    # A port nothing listens on: the command fails to connect, after loading all it needs to ask.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env["GPUFLEET_DATA_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", CLI_LS, "trainings", "ls", "--server", "http://127.0.0.1:9"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert "cannot reach the server at http://127.0.0.1:9" in out.stderr, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -35,7 +35,7 @@ def _overlaps(intervals):
     far = max((e or s for s, e, _ in intervals), default=None)
     iv = sorted((s, e or far, i) for s, e, i in intervals)
     bad = []
-    for (s1, e1, a), (s2, e2, b) in zip(iv, iv[1:]):
+    for (_, e1, a), (s2, _, b) in zip(iv, iv[1:]):
         if s2 < e1:
             bad.append((a, b))
     return bad

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from gpufleet.db.models import Training, TrainingMetric
@@ -133,7 +134,7 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
         out = []
         for pid in group_members(launcher):
             try:
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
             if pid != launcher and b"spawn_main" in cmd:

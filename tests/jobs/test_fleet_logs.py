@@ -12,7 +12,7 @@ import httpx
 import pytest
 from gpufleet.client import Client
 
-from support.fleet import make_settings, register, unique, wait_for
+from support.fleet import make_settings, register, unique
 from .test_gang import MLP, final, gang_host
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]

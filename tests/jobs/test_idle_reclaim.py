@@ -10,7 +10,7 @@ the machine's speed.
 from __future__ import annotations
 
 import subprocess
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from gpufleet.devices import simstate

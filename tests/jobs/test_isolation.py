@@ -22,6 +22,7 @@ import json, sys
 from pathlib import Path
 from gpufleet.config import load_settings
 from gpufleet.jobs.isolation import IsolationRefused, plan
+from gpufleet.jobs.kinds import work_kind
 from gpufleet.users.runas import RunAccount
 
 member = RunAccount("ann", 4242, 4242, (), "/nonexistent", "same-name")
@@ -29,7 +30,7 @@ out = {}
 for kind, shared in (("script", False), ("script", True), ("recipe", False)):
     s = load_settings(data_dir=Path("/tmp/plan-data"), shared_account_runs=shared)
     try:
-        iso = plan(s, member, kind, Path("/tmp/r"), Path("/tmp/c"))
+        iso = plan(s, member, work_kind(kind).runs_member_code, Path("/tmp/r"), Path("/tmp/c"))
         out[f"{kind} {shared}"] = {"switches": iso.switches, "sandboxed": iso.sandboxed}
     except IsolationRefused as exc:
         out[f"{kind} {shared}"] = str(exc)
@@ -57,9 +58,9 @@ def test_sandbox_bwrap_without_bwrap_is_refused(tmp_path: Path, monkeypatch: pyt
     s = load_settings(data_dir=tmp_path / "data", sandbox="bwrap")
     member = RunAccount("ann", 4242, 4242, (), "/nonexistent", "same-name")
     with pytest.raises(IsolationRefused, match="apt-get install bubblewrap"):
-        plan(s, member, "script", tmp_path / "r", tmp_path / "c")
+        plan(s, member, True, tmp_path / "r", tmp_path / "c")
     auto = load_settings(data_dir=tmp_path / "data")
-    iso = plan(auto, member, "script", tmp_path / "r", tmp_path / "c")
+    iso = plan(auto, member, True, tmp_path / "r", tmp_path / "c")
     assert iso.switches and not iso.sandboxed  # its own account, without the namespaces
     assert any("install bubblewrap" in w for w in startup_warnings(auto))
     assert iso.popen_kwargs() == {"user": 4242, "group": 4242, "extra_groups": []}
@@ -76,7 +77,7 @@ def test_the_training_dirs_become_the_accounts_and_the_rest_stays_closed(tmp_pat
         run, ckpt = s.data_dir / "jobs" / "t1", Path(s.checkpoint_root) / "t1"
         run.mkdir(parents=True)
         (run / "spec-1.json").write_text("{}")  # written by the worker, as root
-        iso = plan(s, account, "script", run, ckpt)
+        iso = plan(s, account, True, run, ckpt)
         assert iso.sandboxed and iso.command(["x"])[0].endswith("bwrap") and iso.command(["x"])[-1] == "x"
         iso.prepare()
         for p in (run, run / "spec-1.json", ckpt, run / "home"):

@@ -83,7 +83,7 @@ def test_what_the_file_dropped_before_it_was_sent_is_named(db_settings):
     log.close()
     LogShipper(db_settings).ship_all()
     text = _stream(db_settings, tid)
-    assert text.startswith(f"[gpufleet: ") and "were dropped before they could be sent]\n" in text
+    assert text.startswith("[gpufleet: ") and "were dropped before they could be sent]\n" in text
     assert text.endswith("line 00999\n") and "line 00998\nline 00999" in text
     # The lines the file still holds are all there, in order.
     kept = text.split("\n", 1)[1].splitlines()

@@ -18,7 +18,7 @@ CONTEXT_MB = 700
 SHAPE = dict(TINY_SAE, max_steps=20, log_every=5, checkpoint_every=100)
 
 
-def _run(c, settings) -> dict:  # noqa: ANN001
+def _run(c, settings) -> dict:
     r = c.post("/api/v1/trainings", json={"name": "mem", "recipe": "sae", "config": SHAPE,
                                           "gpu_ids": [0, 1], "host": settings.host_name})
     assert r.status_code == 201, r.text

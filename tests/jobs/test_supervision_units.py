@@ -162,3 +162,72 @@ def test_an_environment_build_shows_in_the_status_while_it_lasts_and_as_events(d
         events = sess.execute(select(TrainingEvent).where(TrainingEvent.training_id == tid, TrainingEvent.kind ==
                                                           "environment").order_by(TrainingEvent.seq)).scalars().all()
     assert [e.reason for e in events] == [building, ready] and events[1].data["cache_hit"] is False
+
+
+def _kind_branches(source: str) -> list[int]:
+    """Lines that compare something named ``kind`` with the name of a kind of work."""
+    import ast
+
+    names = {"recipe", "script", "session"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named_kind = any((isinstance(s, ast.Attribute) and s.attr.endswith("kind"))
+                         or (isinstance(s, ast.Name) and s.id.endswith("kind")) for s in sides)
+        constants = {c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant)}
+        if named_kind and constants & names:
+            found.append(node.lineno)
+    return found
+
+
+def test_the_worker_asks_the_kind_instead_of_branching_on_it() -> None:
+    from pathlib import Path
+
+    import gpufleet
+
+    root = Path(gpufleet.__file__).parent
+    branches = {f"{p.relative_to(root)}:{line}" for folder in ("jobs", "lifecycle")
+                for p in (root / folder).rglob("*.py") for line in _kind_branches(p.read_text())}
+    assert sorted(branches) == []
+    assert _kind_branches('if t.kind == "script":\n    pass\n') == [1]
+    assert _kind_branches('if kind in ("script", "session"):\n    pass\n') == [1]
+
+
+def test_every_kind_of_work_is_registered_with_its_launcher() -> None:
+    from gpufleet.jobs.kinds import WorkKind, register, registered, unregister, work_kind
+
+    assert registered() == ["recipe", "script", "session"]
+    launchers = {name: work_kind(name).launcher for name in registered()}
+    assert launchers == {"recipe": "gpufleet.training.launch", "script": "gpufleet.trainings.script_launch",
+                         "session": "gpufleet.sessions.launch"}
+    assert work_kind("script").oom_refusal and work_kind("recipe").oom_refusal is None
+    assert not work_kind("recipe").runs_member_code and work_kind("session").runs_member_code
+    try:
+        work_kind("notebook")
+    except ValueError as exc:
+        assert "known: recipe, script, session" in str(exc)
+    else:
+        raise AssertionError("an unknown kind must be refused")
+
+    # A new kind is one class: registered, it is what the supervisor finds for rows of that kind.
+    class NotebookJob(WorkKind):
+        name = "notebook-job"
+        launcher = "gpufleet.sessions.launch"
+
+    try:
+        register(NotebookJob())
+        assert work_kind("notebook-job").launcher == "gpufleet.sessions.launch"
+    finally:
+        unregister("notebook-job")
+
+
+def test_the_supervisors_annotations_resolve() -> None:
+    import typing
+
+    from gpufleet.jobs import supervisor
+
+    # Every name an annotation uses is imported (BoundedLog was not, once).
+    for name in ("run_attempt", "_prepare", "_fail_before_launch", "_start", "_decide", "_finish"):
+        typing.get_type_hints(getattr(supervisor, name))

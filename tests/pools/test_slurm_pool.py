@@ -34,7 +34,7 @@ TINY = {"max_steps": 6, "global_batch_size": 8, "checkpoint_every": 3, "syntheti
 
 
 @pytest.fixture
-def pool_settings(tmp_path: Path, slurm_cluster):  # noqa: ANN001,ANN201,F811
+def pool_settings(tmp_path: Path, slurm_cluster):  # noqa: F811
     s = make_settings(tmp_path, "sqlite")
     root = Path(tempfile.mkdtemp(prefix="gpufleet-pool-"))
     root.chmod(0o755)
@@ -45,7 +45,7 @@ def pool_settings(tmp_path: Path, slurm_cluster):  # noqa: ANN001,ANN201,F811
 
 
 @pytest.fixture
-def member(pool_settings):  # noqa: ANN001,ANN201
+def member(pool_settings):
     name = short_name("sl")
     with unix_account(name) as entry:
         with write_session(pool_settings) as sess:
@@ -53,20 +53,20 @@ def member(pool_settings):  # noqa: ANN001,ANN201
         yield entry
 
 
-def _submit(settings, owner: str, name: str, config: dict, world_size: int = 1) -> uuid.UUID:  # noqa: ANN001
+def _submit(settings, owner: str, name: str, config: dict, world_size: int = 1) -> uuid.UUID:
     req = TrainingCreate(name=name, recipe="mlp", config=config, world_size=world_size, pool="cluster")
     with write_session(settings) as sess:
         return service.create_training(sess, settings, req, owner).id
 
 
-def _row(settings, tid: uuid.UUID) -> Training:  # noqa: ANN001
+def _row(settings, tid: uuid.UUID) -> Training:
     with session_scope(settings) as sess:
         t = sess.get(Training, tid)
         sess.expunge(t)
         return t
 
 
-def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 240) -> Training:  # noqa: ANN001
+def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 240) -> Training:
     def check() -> Training | None:
         loop.step(settings)
         t = _row(settings, tid)
@@ -74,20 +74,20 @@ def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 240) -> Tra
     return wait_for(check, timeout, what, every=0.5)
 
 
-def _events(settings, tid: uuid.UUID) -> list[str]:  # noqa: ANN001
+def _events(settings, tid: uuid.UUID) -> list[str]:
     with session_scope(settings) as sess:
         return [e.reason or "" for e in sess.scalars(select(TrainingEvent).where(
             TrainingEvent.training_id == tid).order_by(TrainingEvent.seq))]
 
 
-def _job(settings, tid: uuid.UUID) -> PoolJob:  # noqa: ANN001
+def _job(settings, tid: uuid.UUID) -> PoolJob:
     with session_scope(settings) as sess:
         job = sess.scalars(select(PoolJob).where(PoolJob.training_id == tid).order_by(PoolJob.attempt.desc())).first()
         sess.expunge(job)
         return job
 
 
-def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm_cluster) -> None:  # noqa: ANN001,F811
+def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm_cluster) -> None:  # noqa: F811
     tid = _submit(pool_settings, member.pw_name, "on-slurm", TINY)
     _until(pool_settings, tid, lambda t: t.status != "queued", "the job to start")
     # slurmctld restarted while the job runs: it recovers its jobs from its saved state, and nothing is lost.
@@ -121,7 +121,7 @@ def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm
     assert [(x["step"], Path(x["path"]).name) for x in lines if x["type"] == "resume"] == [(6, "step-6")]
 
 
-def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings, member) -> None:  # noqa: ANN001
+def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings, member) -> None:
     blocker = slurm("sbatch", "--parsable", "--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 120").strip()
     try:
         tid = _submit(pool_settings, member.pw_name, "waits", TINY)
@@ -142,7 +142,7 @@ def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings
         slurm("scancel", blocker)
 
 
-def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_settings, member) -> None:  # noqa: ANN001
+def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_settings, member) -> None:
     """Two trainings at once on the node's two GPUs: one cancelled in gpufleet, one by scancel outside it."""
     long = {**TINY, "max_steps": 1000000, "checkpoint_every": 1000000}
     ours = _submit(pool_settings, member.pw_name, "ours", long)
@@ -162,7 +162,7 @@ def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_s
     assert "was cancelled outside gpufleet" in t.status_reason
 
 
-def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> None:  # noqa: ANN001
+def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> None:
     name = short_name("nx")
     with write_session(pool_settings) as sess:
         add_user(sess, name, "member")

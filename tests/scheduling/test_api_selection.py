@@ -15,13 +15,13 @@ from scheduling.conftest import sample_into_live
 
 
 @pytest.fixture
-def api(sim_host):  # noqa: ANN001, ANN201
+def api(sim_host):
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     with TestClient(create_app(s)) as c:
         yield s, c
 
 
-def test_recommend_by_memory_returns_a_connected_pair_with_reasons(api) -> None:  # noqa: ANN001
+def test_recommend_by_memory_returns_a_connected_pair_with_reasons(api) -> None:
     s, c = api
     simstate.add_foreign_process(s, 1, 10 * GiB, user="dave")
     sample_into_live(s)
@@ -33,7 +33,7 @@ def test_recommend_by_memory_returns_a_connected_pair_with_reasons(api) -> None:
     assert top["reasons"] and body["wait_reason"] is None
 
 
-def test_recommend_for_a_training_config_shows_the_estimate(api) -> None:  # noqa: ANN001
+def test_recommend_for_a_training_config_shows_the_estimate(api) -> None:
     _s, c = api
     cfg = {"d_in": 256, "n_latents": 4096, "global_batch_size": 512}
     r = c.get("/api/v1/system/gpus/recommend", params={"recipe": "sae", "config": json.dumps(cfg), "count": 2})
@@ -59,14 +59,14 @@ def test_recommend_for_a_training_config_shows_the_estimate(api) -> None:  # noq
         ({"memory_mb": -1}, "greater than or equal"),
     ],
 )
-def test_bad_or_impossible_requests_get_a_4xx_that_says_why(api, params: dict, words: str) -> None:  # noqa: ANN001
+def test_bad_or_impossible_requests_get_a_4xx_that_says_why(api, params: dict, words: str) -> None:
     _s, c = api
     r = c.get("/api/v1/system/gpus/recommend", params=params)
     assert r.status_code == 422, r.text
     assert words in r.text
 
 
-def test_validate_lists_every_problem(api) -> None:  # noqa: ANN001
+def test_validate_lists_every_problem(api) -> None:
     s, c = api
     simstate.add_foreign_process(s, 3, 5 * GiB, user="erin", name="ollama")
     sample_into_live(s)
@@ -83,7 +83,7 @@ def test_validate_lists_every_problem(api) -> None:  # noqa: ANN001
     assert ok.json()["estimate"]["world_size"] == 2
 
 
-def test_validate_refuses_malformed_bodies(api) -> None:  # noqa: ANN001
+def test_validate_refuses_malformed_bodies(api) -> None:
     _s, c = api
     assert c.post("/api/v1/system/gpus/validate", json={"gpu_ids": []}).status_code == 422
     r = c.post("/api/v1/system/gpus/validate", json={"gpu_ids": [0], "memory_mb": 1, "recipe": "mlp"})

@@ -10,7 +10,7 @@ from gpufleet.scheduling.types import AvailabilityPolicy, GiB, GPUObservation, P
 BASE = dict(host="h", index=0, name="H100", memory_total=80 * GiB, memory_free=79 * GiB)
 
 
-def obs(**kw) -> GPUObservation:  # noqa: ANN003
+def obs(**kw) -> GPUObservation:
     return GPUObservation(**{**BASE, **kw})
 
 

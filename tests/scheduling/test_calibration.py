@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
 
 from gpufleet.db.models import GPU, Host, Training, TrainingMetric
 from gpufleet.db.session import session_scope
 from gpufleet.scheduling.calibration import calibration_for, calibration_ratio, record_peak_memory
 from gpufleet.scheduling.inputs import measured_speed
 from gpufleet.scheduling.plan import estimate_for, estimate_training
-from gpufleet.scheduling.types import GiB, GPUAvailability
+from gpufleet.scheduling.types import GPUAvailability
 from gpufleet.scheduling.weights import speed_weights
 
 CFG = {"d_in": 128, "n_latents": 2048, "global_batch_size": 256, "seed": 0}
 
 
-def _run(sess, est, measured: int | None, **kw) -> Training:  # noqa: ANN001
+def _run(sess, est, measured: int | None, **kw) -> Training:
     t = Training(id=uuid.uuid4(), name="r", owner="u", recipe="sae", config=dict(CFG), status="succeeded",
                  estimate=est.to_dict(), estimate_key=est.key, **kw)
     if measured is not None:
@@ -26,7 +25,7 @@ def _run(sess, est, measured: int | None, **kw) -> Training:  # noqa: ANN001
     return t
 
 
-def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -> None:  # noqa: ANN001
+def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -> None:
     # The shared PostgreSQL database: a config of its own (seed does not change the key, lr does not either).
     cfg = {**CFG, "n_latents": 2048 + (uuid.uuid4().int % 64) * 8}
     with session_scope(db_settings) as sess:
@@ -52,7 +51,7 @@ def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -
     assert abs(again.total - (int(base * 1.15) + context + again.margin)) <= 2
 
 
-def test_calibration_converges_on_what_nvml_measured(db_settings) -> None:  # noqa: ANN001
+def test_calibration_converges_on_what_nvml_measured(db_settings) -> None:
     """Measured 1.6x the estimate (context + reserved, as NVML sees a rank): the
     next estimate of the shape is that figure, not further away from it."""
     cfg = {**CFG, "n_latents": 4096 + (uuid.uuid4().int % 64) * 8}
@@ -66,7 +65,7 @@ def test_calibration_converges_on_what_nvml_measured(db_settings) -> None:  # no
     assert second.context_bytes == first.context_bytes
 
 
-def test_a_new_training_row_gets_its_estimate(db_settings) -> None:  # noqa: ANN001
+def test_a_new_training_row_gets_its_estimate(db_settings) -> None:
     with session_scope(db_settings) as sess:
         t = Training(id=uuid.uuid4(), name="n", owner="u", recipe="mlp", config={"global_batch_size": 64},
                      world_size=2)
@@ -85,7 +84,7 @@ def test_odd_runs_are_ignored() -> None:
     assert calibration_ratio(100, {"total": 100, "allocator_bytes": 60}) is None
 
 
-def test_measured_step_times_set_the_speed_weights(db_settings) -> None:  # noqa: ANN001
+def test_measured_step_times_set_the_speed_weights(db_settings) -> None:
     key = f"test-key-{uuid.uuid4().hex[:6]}"
     with session_scope(db_settings) as sess:
         host = Host(name=f"mixed-{uuid.uuid4().hex[:6]}")

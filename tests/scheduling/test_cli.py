@@ -14,14 +14,14 @@ from gpufleet.db.session import session_scope
 
 
 @pytest.fixture
-def run(sim_host, monkeypatch):  # noqa: ANN001, ANN201
+def run(sim_host, monkeypatch):
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     monkeypatch.setenv("GPUFLEET_DATA_DIR", str(s.data_dir))
     monkeypatch.setenv("GPUFLEET_SIMULATE", "4xH100-80GB")
     monkeypatch.setenv("GPUFLEET_HOST_NAME", s.host_name)
     from gpufleet.cli import app
 
-    def invoke(*args: str):  # noqa: ANN202
+    def invoke(*args: str):
         reset_settings_cache()
         return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
@@ -29,7 +29,7 @@ def run(sim_host, monkeypatch):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture(params=["server", "local"])
-def recommend_in(request, run, monkeypatch):  # noqa: ANN001, ANN201
+def recommend_in(request, run, monkeypatch):
     """`gpufleet recommend` asking a live server (the default), or reading the database (--local)."""
     s, invoke = run
     if request.param == "local":
@@ -45,13 +45,13 @@ def recommend_in(request, run, monkeypatch):  # noqa: ANN001, ANN201
         yield s, lambda *args: invoke("recommend", *args)
 
 
-def _drained(s) -> dict[int, tuple[bool, str | None]]:  # noqa: ANN001
+def _drained(s) -> dict[int, tuple[bool, str | None]]:
     with session_scope(s) as sess:
         host = sess.scalar(select(Host).where(Host.name == s.host_name))
         return {g.index: (g.drained, g.drain_reason) for g in sess.scalars(select(GPU).where(GPU.host_id == host.id))}
 
 
-def test_recommend_prints_the_breakdown_and_ranked_sets(recommend_in, tmp_path) -> None:  # noqa: ANN001
+def test_recommend_prints_the_breakdown_and_ranked_sets(recommend_in, tmp_path) -> None:
     s, recommend = recommend_in
     cfg = tmp_path / "run.yaml"
     cfg.write_text("d_in: 256\nn_latents: 4096\nglobal_batch_size: 1024\nprecision: bf16\n")
@@ -66,7 +66,7 @@ def test_recommend_prints_the_breakdown_and_ranked_sets(recommend_in, tmp_path) 
     assert body["estimate"]["micro_batch_size"] == 512
 
 
-def test_recommend_for_ones_own_code_takes_the_memory(recommend_in) -> None:  # noqa: ANN001
+def test_recommend_for_ones_own_code_takes_the_memory(recommend_in) -> None:
     _s, recommend = recommend_in
     r = recommend("--memory", "40GiB", "--count", "2")
     assert r.exit_code == 0, r.output
@@ -87,7 +87,7 @@ def test_recommend_for_ones_own_code_takes_the_memory(recommend_in) -> None:  # 
         (("--recipe", "sae", "--config", "/does/not/exist.yaml"), "does not exist"),
     ],
 )
-def test_recommend_errors_are_one_clear_line(recommend_in, args: tuple, words: str) -> None:  # noqa: ANN001
+def test_recommend_errors_are_one_clear_line(recommend_in, args: tuple, words: str) -> None:
     _s, recommend = recommend_in
     r = recommend(*args)
     assert r.exit_code == 2
@@ -117,7 +117,7 @@ def test_recommend_and_other_read_only_commands_create_no_files(tmp_path, monkey
     assert not (tmp_path / "fresh-home").exists(), sorted(p.name for p in (tmp_path / "fresh-home").rglob("*"))
 
 
-def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:  # noqa: ANN001
+def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:
     s, invoke = run
     r = invoke("gpus", "drain", "1", "3", "--reason", "fan swap")
     assert r.exit_code == 0, r.output
@@ -131,7 +131,7 @@ def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:  # noqa: ANN
     assert _drained(s)[1] == (False, None) and _drained(s)[3][0] is True
 
 
-def test_drain_refuses_unknown_gpus_and_hosts_and_writes_nothing(run) -> None:  # noqa: ANN001
+def test_drain_refuses_unknown_gpus_and_hosts_and_writes_nothing(run) -> None:
     s, invoke = run
     r = invoke("gpus", "drain", "0", "7")
     assert r.exit_code == 2 and "GPU 7 does not exist" in r.output and "0, 1, 2, 3" in r.output

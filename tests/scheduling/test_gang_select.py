@@ -48,14 +48,14 @@ def test_validate_across_names_the_host_of_each_problem():
 
 
 @pytest.fixture
-def two_hosts(sim_host):  # noqa: ANN001, ANN201
+def two_hosts(sim_host):
     a = sim_host("nvlink-pairs", "4xH100-80GB")
     b = sim_host("nvlink-pairs", "4xH100-80GB")
     with TestClient(create_app(a)) as c:
         yield a, b, c
 
 
-def test_the_api_offers_sets_across_hosts_only_when_asked(two_hosts) -> None:  # noqa: ANN001
+def test_the_api_offers_sets_across_hosts_only_when_asked(two_hosts) -> None:
     a, b, c = two_hosts
     url = "/api/v1/system/gpus/recommend"
     r = c.get(url, params={"memory_mb": 1000, "count": 8})
@@ -73,7 +73,7 @@ def test_the_api_offers_sets_across_hosts_only_when_asked(two_hosts) -> None:  #
     assert r.json()["candidates"] and r.json()["across_hosts"] == []  # one host fits: nothing across
 
 
-def test_the_api_validates_a_selection_across_hosts(two_hosts) -> None:  # noqa: ANN001
+def test_the_api_validates_a_selection_across_hosts(two_hosts) -> None:
     a, b, c = two_hosts
     url = "/api/v1/system/gpus/validate"
     r = c.post(url, json={"memory_mb": 1000, "parts": [{"host": a.host_name, "gpu_ids": [0, 1]},

@@ -30,10 +30,10 @@ CASES = [
 ]
 
 
-def _builder(recipe: str, cfg):  # noqa: ANN001, ANN202
+def _builder(recipe: str, cfg):
     r = get_recipe(recipe)
 
-    def build():  # noqa: ANN202
+    def build():
         model, ds, loss_fn = r.build(cfg, None)
         if hasattr(model, "steps_since_fired"):
             # Half the latents dead: the real step takes the AuxK branch, as a
@@ -205,10 +205,10 @@ def _conv() -> torch.nn.Module:
 
 @pytest.mark.parametrize("kind", ["transformer", "conv"])
 def test_traced_peak_matches_a_real_cpu_step_for_a_transformer_block_and_a_convolution(kind: str) -> None:
-    def build():  # noqa: ANN202
+    def build():
         torch.manual_seed(0)
         if kind == "transformer":
-            model, x = _Block(), torch.randn(8, 64, 128)
+            model = _Block()
             return model, None, lambda m, b: {"loss": m(b).pow(2).mean()}
         return _conv(), None, lambda m, b: {"loss": torch.nn.functional.cross_entropy(m(b[0]), b[1])}
 

@@ -14,7 +14,7 @@ from scheduling.queue import BOTH, row, start, submit
 
 
 @BOTH
-def test_queued_trainings_carry_their_position_by_priority_then_age(sim_host) -> None:  # noqa: ANN001
+def test_queued_trainings_carry_their_position_by_priority_then_age(sim_host) -> None:
     s = sim_host("nvlink-pairs", "2xH100-80GB")
     running = submit(s, "fills-the-host", gpus=2)
     schedule_pending(s)
@@ -38,7 +38,7 @@ def test_queued_trainings_carry_their_position_by_priority_then_age(sim_host) ->
 
 
 @BOTH
-def test_an_owner_under_their_fair_share_is_placed_ahead_as_the_scheduler_would(sim_host) -> None:  # noqa: ANN001
+def test_an_owner_under_their_fair_share_is_placed_ahead_as_the_scheduler_would(sim_host) -> None:
     s = sim_host("nvlink-pairs", "2xH100-80GB")
     submit(s, "alice-holds-the-host", gpus=2, owner="alice")
     schedule_pending(s)
@@ -52,7 +52,7 @@ def test_an_owner_under_their_fair_share_is_placed_ahead_as_the_scheduler_would(
 
 
 @pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
-def test_the_owner_filter_lists_only_that_owners_trainings(sim_host) -> None:  # noqa: ANN001
+def test_the_owner_filter_lists_only_that_owners_trainings(sim_host) -> None:
     s = sim_host("nvlink-pairs", "2xH100-80GB")
     submit(s, "alices", owner="alice")
     submit(s, "bobs", owner="bob")
@@ -62,7 +62,7 @@ def test_the_owner_filter_lists_only_that_owners_trainings(sim_host) -> None:  #
 
 
 @BOTH
-def test_the_training_served_next_says_when_the_gpus_it_waits_for_free_up(sim_host) -> None:  # noqa: ANN001
+def test_the_training_served_next_says_when_the_gpus_it_waits_for_free_up(sim_host) -> None:
     s = sim_host("nvlink-pairs", "2xH100-80GB").model_copy(update={"stop_grace_s": 5.0})
     start(s, "bounded", gpus=2, max_runtime_s=600, preemptible=False)
     head = submit(s, "head", gpus=2)
@@ -83,7 +83,7 @@ def test_the_training_served_next_says_when_the_gpus_it_waits_for_free_up(sim_ho
 
 
 @pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
-def test_no_expected_start_when_the_holder_has_no_end_in_sight(sim_host) -> None:  # noqa: ANN001
+def test_no_expected_start_when_the_holder_has_no_end_in_sight(sim_host) -> None:
     s = sim_host("nvlink-pairs", "2xH100-80GB")
     start(s, "unbounded", gpus=2, preemptible=False)
     head = submit(s, "head", gpus=2)
@@ -93,7 +93,7 @@ def test_no_expected_start_when_the_holder_has_no_end_in_sight(sim_host) -> None
     assert one["queue_position"] == 1 and one["expected_start"] is None
 
 
-def _all(s):  # noqa: ANN001, ANN202
+def _all(s):
     from gpufleet.db.models import Training
     from gpufleet.db.session import session_scope
     from sqlalchemy import select

@@ -69,17 +69,17 @@ def test_user_at_gpu_quota_waits_with_the_reason_and_another_user_starts_first(
             wait_status(c_as(c, tok[owner]), tid, FINAL, 120)
 
 
-def create_app_for(settings):  # noqa: ANN001, ANN201
+def create_app_for(settings):
     from gpufleet.api.app import create_app
 
     return create_app(settings)
 
 
-class c_as:  # noqa: N801 - reads like a function at the call site
+class c_as:  # reads like a function at the call site
     """The client with one user's token on every GET (wait helpers take a bare client)."""
 
     def __init__(self, client: TestClient, token: str):
         self.client, self.headers = client, bearer(token)
 
-    def get(self, url: str):  # noqa: ANN201
+    def get(self, url: str):
         return self.client.get(url, headers=self.headers)

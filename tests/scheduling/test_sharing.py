@@ -22,7 +22,7 @@ BOTH = pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql",
                                indirect=True)
 
 
-def _people(s, *names: str) -> list[str]:  # noqa: ANN001
+def _people(s, *names: str) -> list[str]:
     real = [f"{n}{uuid.uuid4().hex[:6]}" for n in names]
     with session_scope(s) as sess:
         for n in real:
@@ -30,7 +30,7 @@ def _people(s, *names: str) -> list[str]:  # noqa: ANN001
     return real
 
 
-def _submit(s, owner: str, name: str, **kw) -> uuid.UUID:  # noqa: ANN001, ANN003
+def _submit(s, owner: str, name: str, **kw) -> uuid.UUID:
     from gpufleet.trainings.request import TrainingCreate
     from gpufleet.trainings.service import create_trainings
 
@@ -40,7 +40,7 @@ def _submit(s, owner: str, name: str, **kw) -> uuid.UUID:  # noqa: ANN001, ANN00
         return row.id
 
 
-def _row(s, tid: uuid.UUID) -> Training:  # noqa: ANN001
+def _row(s, tid: uuid.UUID) -> Training:
     with session_scope(s) as sess:
         t = sess.scalar(select(Training).where(Training.id == tid))
         sess.expunge(t)
@@ -48,7 +48,7 @@ def _row(s, tid: uuid.UUID) -> Training:  # noqa: ANN001
 
 
 @BOTH
-def test_group_quota_counts_every_member_and_outsiders_go_first(sim_host) -> None:  # noqa: ANN001
+def test_group_quota_counts_every_member_and_outsiders_go_first(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "4xH100-80GB")
@@ -71,7 +71,7 @@ def test_group_quota_counts_every_member_and_outsiders_go_first(sim_host) -> Non
 
 
 @BOTH
-def test_weekly_gpu_hours_quota_counts_held_time_of_the_last_seven_days(sim_host) -> None:  # noqa: ANN001
+def test_weekly_gpu_hours_quota_counts_held_time_of_the_last_seven_days(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "2xH100-80GB")
@@ -94,7 +94,7 @@ def test_weekly_gpu_hours_quota_counts_held_time_of_the_last_seven_days(sim_host
 
 
 @BOTH
-def test_fair_share_puts_the_owner_with_less_recent_use_first(sim_host) -> None:  # noqa: ANN001
+def test_fair_share_puts_the_owner_with_less_recent_use_first(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "1xH100-80GB")
@@ -112,7 +112,7 @@ def test_fair_share_puts_the_owner_with_less_recent_use_first(sim_host) -> None:
 
 
 @BOTH
-def test_fair_share_order_places_the_newer_training_of_the_lighter_user(sim_host) -> None:  # noqa: ANN001
+def test_fair_share_order_places_the_newer_training_of_the_lighter_user(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "1xH100-80GB")
@@ -138,10 +138,10 @@ def test_factor_is_slurms_two_to_the_minus_usage_over_share() -> None:
 
 def test_decay_halves_usage_every_half_life() -> None:
     class Sess:
-        def __init__(self, rows):  # noqa: ANN001
+        def __init__(self, rows):
             self.rows = rows
 
-        def execute(self, _stmt):  # noqa: ANN001, ANN202
+        def execute(self, _stmt):
             return self.rows
 
     now = utcnow()
@@ -157,7 +157,7 @@ def test_only_a_preemptible_training_borrows_beyond_its_quota() -> None:
 
 
 @BOTH
-def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_takes_them_back(sim_host) -> None:  # noqa: ANN001
+def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_takes_them_back(sim_host) -> None:
     from gpufleet.db.models import TrainingEvent
     from gpufleet.scheduling.scheduler import schedule_pending
 
@@ -183,7 +183,7 @@ def test_a_preemptible_training_borrows_idle_gpus_and_a_training_within_quota_ta
 
 
 @BOTH
-def test_a_borrower_never_takes_gpus_back_from_another_borrower(sim_host) -> None:  # noqa: ANN001
+def test_a_borrower_never_takes_gpus_back_from_another_borrower(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "1xH100-80GB")
@@ -198,7 +198,7 @@ def test_a_borrower_never_takes_gpus_back_from_another_borrower(sim_host) -> Non
 
 
 @BOTH
-def test_a_long_over_quota_queue_costs_one_check_per_owner_and_pass(sim_host) -> None:  # noqa: ANN001
+def test_a_long_over_quota_queue_costs_one_check_per_owner_and_pass(sim_host) -> None:
     from gpufleet.scheduling.scheduler import schedule_pending
 
     s = sim_host("nvlink-all", "4xH100-80GB")

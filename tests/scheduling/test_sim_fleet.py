@@ -23,12 +23,12 @@ pytestmark = pytest.mark.parametrize(
 )
 
 
-def _fleet(settings, host=None):  # noqa: ANN001, ANN202
+def _fleet(settings, host=None):
     with session_scope(settings) as sess:
         return fleet_state(sess, settings, host=host)
 
 
-def test_nvlink_pairs_two_gpus_get_a_connected_pair(sim_host) -> None:  # noqa: ANN001
+def test_nvlink_pairs_two_gpus_get_a_connected_pair(sim_host) -> None:
     s = sim_host("nvlink-pairs")
     # Someone else's job on GPU 0 leaves GPU 1 without its NVLink partner.
     simstate.add_foreign_process(s, 0, 20 * GiB, user="bob", name="python train.py")
@@ -40,7 +40,7 @@ def test_nvlink_pairs_two_gpus_get_a_connected_pair(sim_host) -> None:  # noqa: 
     assert all(0 not in c.gpu_indexes for c in rec.candidates)
 
 
-def test_pcie_two_gpus_get_a_same_switch_pair(sim_host) -> None:  # noqa: ANN001
+def test_pcie_two_gpus_get_a_same_switch_pair(sim_host) -> None:
     s = sim_host("pcie")
     rec = recommend(SelectionRequest(10 * GiB, 2, host=s.host_name, max_candidates=20), _fleet(s))
     top = rec.top
@@ -49,7 +49,7 @@ def test_pcie_two_gpus_get_a_same_switch_pair(sim_host) -> None:  # noqa: ANN001
     assert any("one PCIe switch" in r for r in top.reasons)
 
 
-def test_foreign_process_makes_a_gpu_foreign_busy(sim_host) -> None:  # noqa: ANN001
+def test_foreign_process_makes_a_gpu_foreign_busy(sim_host) -> None:
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     pid = simstate.add_foreign_process(s, 2, 8 * GiB, user="carol", name="jupyter")
     sample_into_live(s)
@@ -66,7 +66,7 @@ def test_foreign_process_makes_a_gpu_foreign_busy(sim_host) -> None:  # noqa: AN
         assert availability_by_gpu(sess, s)[(s.host_name, 2)].state == "free"
 
 
-def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:  # noqa: ANN001
+def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     simstate.lose_gpu(s, 3)
     sample_into_live(s)
@@ -93,7 +93,7 @@ def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:  # noqa: AN
     assert f"GPU 9 does not exist on host {s.host_name}; it has GPUs 0–3" in [p.message for p in v.problems]
 
 
-def test_never_fitting_request_is_refused(sim_host) -> None:  # noqa: ANN001
+def test_never_fitting_request_is_refused(sim_host) -> None:
     s = sim_host("nvlink-all", "4xH100-80GB")
     fleet = _fleet(s, host=s.host_name)
     assert f"host {s.host_name} has 4" in recommend(SelectionRequest(GiB, 8, host=s.host_name), fleet).refused
@@ -101,7 +101,7 @@ def test_never_fitting_request_is_refused(sim_host) -> None:  # noqa: ANN001
     assert f"the largest GPU on host {s.host_name} has 80.0 GiB" in refused
 
 
-def test_scheduler_hook_skips_foreign_busy_and_keeps_pairs(sim_host) -> None:  # noqa: ANN001
+def test_scheduler_hook_skips_foreign_busy_and_keeps_pairs(sim_host) -> None:
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     simstate.add_foreign_process(s, 2, 30 * GiB)
     sample_into_live(s)
@@ -110,7 +110,7 @@ def test_scheduler_hook_skips_foreign_busy_and_keeps_pairs(sim_host) -> None:  #
     assert choose_for_scheduler([2, 3], 2, GiB, host_name=s.host_name, settings=s) is None
 
 
-def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
+def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:
     from gpufleet.scheduling.inputs import reset_error_baseline
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")
@@ -132,7 +132,7 @@ def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:  # noqa: ANN001
     assert a.state == "unhealthy" and "new XID error" in a.reason
 
 
-def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # noqa: ANN001
+def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:
     from datetime import timedelta
 
     from gpufleet.db.types import utcnow
@@ -146,7 +146,7 @@ def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:  # n
     assert a.state == "unhealthy" and "offline" in a.reason
 
 
-def test_scheduler_wait_reason_says_what_is_missing(sim_host) -> None:  # noqa: ANN001
+def test_scheduler_wait_reason_says_what_is_missing(sim_host) -> None:
     from gpufleet.scheduling.choose import scheduler_wait_reason
 
     s = sim_host("nvlink-pairs", "4xH100-80GB")

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.parametrize("db_settings", ["sqlite", pytest.param("pos
                                      indirect=True)
 
 
-def _grant(settings, name: str) -> None:  # noqa: ANN001
+def _grant(settings, name: str) -> None:
     with session_scope(settings) as sess:
         set_permission(sess, name, "run_code", True)
         sess.commit()

@@ -24,7 +24,7 @@ from support.servers import free_port
 pytestmark = pytest.mark.slow
 
 
-def _wait(fn, timeout: float, what: str):  # noqa: ANN001, ANN202
+def _wait(fn, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (got := fn()):

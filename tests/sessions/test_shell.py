@@ -30,7 +30,7 @@ def open_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _ok(result) -> str:  # noqa: ANN001
+def _ok(result) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

@@ -10,11 +10,11 @@ from gpufleet.sessions.launch import SessionSpec, command, session_env
 from gpufleet.sessions.view import status_of
 
 
-def _row(status: str, **kw):  # noqa: ANN003, ANN202
+def _row(status: str, **kw):
     return SimpleNamespace(status=status, cancel_requested=kw.get("cancel", False), reclaim_requested=False)
 
 
-def _side(**kw):  # noqa: ANN003, ANN202
+def _side(**kw):
     return SimpleNamespace(stop_reason=kw.get("stop"), ready_at=kw.get("ready"))
 
 

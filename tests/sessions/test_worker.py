@@ -64,7 +64,7 @@ def _proc(pid: int) -> tuple[list[str], int, str]:
     return argv, uid, base.joinpath("environ").read_bytes().decode(errors="replace")
 
 
-def holder_process(settings, sid: str) -> tuple[list[str], int, str] | None:  # noqa: ANN001
+def holder_process(settings, sid: str) -> tuple[list[str], int, str] | None:
     """The session's holder (``sleep infinity``) among its launcher's process group."""
     from gpufleet.jobs.procs import group_members
 
@@ -101,7 +101,7 @@ def test_a_shell_session_runs_as_its_owner_waits_for_quota_and_its_stop_hands_th
         assert c.put(f"/api/v1/users/{name}/quota", headers=bearer(root), json={"max_gpus": 1}).status_code == 200
         started = []
 
-        def start(**body) -> str:  # noqa: ANN003
+        def start(**body) -> str:
             r = c.post("/api/v1/sessions", json=body, headers=bearer(tok))
             assert r.status_code == 201, r.text
             started.append(r.json()["id"])
@@ -147,5 +147,5 @@ def test_a_shell_session_runs_as_its_owner_waits_for_quota_and_its_stop_hands_th
             for sid in started:
                 c.post(f"/api/v1/trainings/{sid}/cancel", headers=bearer(root))
             for sid in started:
-                wait_for(lambda: c.get(f"/api/v1/trainings/{sid}", headers=bearer(root)).json()["status"]
+                wait_for(lambda sid=sid: c.get(f"/api/v1/trainings/{sid}", headers=bearer(root)).json()["status"]
                          in ("cancelled", "failed", "succeeded"), 120, "the end")

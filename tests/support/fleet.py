@@ -110,7 +110,7 @@ _beat_lock = threading.Lock()
 _beater: threading.Thread | None = None
 
 
-def register(settings: Settings):  # noqa: ANN201
+def register(settings: Settings):
     from gpufleet.jobs.worker import ensure_host
 
     host_id = ensure_host(settings)
@@ -220,7 +220,7 @@ def scheduler() -> Iterator[Callable[[Settings], threading.Thread]]:
         t.join(10)
 
 
-def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float = 0.1):  # noqa: ANN201
+def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float = 0.1):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

@@ -24,7 +24,7 @@ class Receiver:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
                 owner.got.append(({k.lower(): v for k, v in self.headers.items()}, raw))
                 code = 500 if len(owner.got) <= owner.fail else 204

@@ -31,7 +31,7 @@ def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monke
     with serve_inprocess(create_app(s)) as srv:
         monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
 
-        def cli(*args: str):  # noqa: ANN202
+        def cli(*args: str):
             return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
         r = cli("sweep", "start", str(file), "--json")

@@ -30,7 +30,7 @@ def _utc(d: datetime) -> datetime:
     return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
-def _first_end(c, tid) -> datetime:  # noqa: ANN001
+def _first_end(c, tid) -> datetime:
     """When a trial's training first ended (at its first rung, for one promoted after)."""
     events = c.get(f"/api/v1/trainings/{tid}/events").json()["data"]
     return min(_utc(datetime.fromisoformat(e["time"])) for e in events

@@ -87,7 +87,7 @@ def test_the_round_that_meets_the_stop_is_written_too(agent_settings):
     agent = Agent(s, threading.Event())
     sample = agent.round
 
-    def round_that_meets_the_stop():  # noqa: ANN202
+    def round_that_meets_the_stop():
         if agent.rounds == 3:
             agent.stop_event.set()
             for t in agent._threads:  # the writer has made its last flush and ended

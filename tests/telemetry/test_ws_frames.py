@@ -20,14 +20,14 @@ from .wsutil import build_app, publish
 FRAME = TypeAdapter(LiveMessage)
 
 
-def test_every_kind_of_frame_validates_against_its_model(tmp_path) -> None:  # noqa: ANN001
+def test_every_kind_of_frame_validates_against_its_model(tmp_path) -> None:
     s = load_settings(data_dir=tmp_path / "d")
     upgrade_database(s)
     LOCAL.clear()
     app = build_app(s)
     raw: list[str] = []
 
-    def read_until(ws, kind: str) -> dict:  # noqa: ANN001
+    def read_until(ws, kind: str) -> dict:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             for text in raw:
@@ -38,7 +38,7 @@ def test_every_kind_of_frame_validates_against_its_model(tmp_path) -> None:  # n
             raw.append(ws.recv(timeout=max(0.01, deadline - time.monotonic())))
         raise AssertionError(f"no {kind} frame; got {raw[-3:]}")
 
-    def send(ws, **op) -> None:  # noqa: ANN001, ANN003
+    def send(ws, **op) -> None:
         TypeAdapter(LiveRequest).validate_python(op)  # what the dashboard sends is a LiveRequest too
         ws.send(json.dumps(op))
 

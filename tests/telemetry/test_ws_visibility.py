@@ -22,7 +22,7 @@ from .wsutil import messages
 CONFIG = {"lr": 0.001, "data_path": "private/alice-only.bin"}
 
 
-def _settings(tmp_path, visibility: str) -> Settings:  # noqa: ANN001
+def _settings(tmp_path, visibility: str) -> Settings:
     s = load_settings(data_dir=tmp_path / "d", auth="on", secret_key=SECRET, training_visibility=visibility)
     upgrade_database(s)
     LOCAL.clear()
@@ -62,12 +62,12 @@ def _watch(url: str, token: str, channel: str, **resume: object) -> list[dict]:
 
 
 @pytest.fixture
-def owner_only(tmp_path):  # noqa: ANN001, ANN201
+def owner_only(tmp_path):
     s = _settings(tmp_path, "owner")
     return s, make_people(s)
 
 
-def test_a_reader_refused_on_rest_gets_nothing_on_the_training_channel(owner_only) -> None:  # noqa: ANN001
+def test_a_reader_refused_on_rest_gets_nothing_on_the_training_channel(owner_only) -> None:
     from gpufleet.api.app import create_app
 
     s, team = owner_only
@@ -95,7 +95,7 @@ def test_a_reader_refused_on_rest_gets_nothing_on_the_training_channel(owner_onl
             assert [m["type"] for m in got] == ["error"], (resume, got)
 
 
-def test_the_whole_team_reads_the_channel_by_default(tmp_path) -> None:  # noqa: ANN001
+def test_the_whole_team_reads_the_channel_by_default(tmp_path) -> None:
     from gpufleet.api.app import create_app
 
     s = _settings(tmp_path, "team")

@@ -34,7 +34,7 @@ def _loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[st
     return {"loss": err.pow(2).mean(), "mae": err.abs().mean().detach()}
 
 
-def _opt(params):  # noqa: ANN001, ANN202
+def _opt(params):
     return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
 
 

@@ -20,10 +20,10 @@ class Recorder:
         self.before: list[int] = []
         self.computed: list[tuple[int, float]] = []
 
-    def before_step(self, trainer) -> None:  # noqa: ANN001
+    def before_step(self, trainer) -> None:
         self.before.append(trainer.step)
 
-    def after_compute(self, trainer, seconds: float) -> None:  # noqa: ANN001
+    def after_compute(self, trainer, seconds: float) -> None:
         self.computed.append((trainer.step, seconds))
 
 

@@ -39,7 +39,7 @@ def test_process_start_is_in_the_past() -> None:
     assert len(clock.seconds()) == len(PHASES)
 
 
-def test_a_warm_launchers_phase_counts_from_the_hand_over(monkeypatch) -> None:  # noqa: ANN001
+def test_a_warm_launchers_phase_counts_from_the_hand_over(monkeypatch) -> None:
     import os
     import time
 

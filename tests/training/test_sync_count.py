@@ -27,7 +27,7 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "ba
 STEPS, LOG_EVERY = 40, 20
 
 
-def _ours(frame) -> bool:  # noqa: ANN001
+def _ours(frame) -> bool:
     return "/gpufleet/" in frame.f_code.co_filename.replace("\\", "/")
 
 
@@ -36,7 +36,7 @@ def _count(counts: Counter) -> None:
     for name in HOST_READS:
         real = getattr(torch.Tensor, name)
 
-        def read(self, *a, _real=real, _name=name, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def read(self, *a, _real=real, _name=name, **kw):
             if _ours(sys._getframe(1)):
                 counts[f"read:{_name}"] += 1
             return _real(self, *a, **kw)
@@ -45,7 +45,7 @@ def _count(counts: Counter) -> None:
     for name in COLLECTIVES:
         real = getattr(dist, name)
 
-        def collective(*a, _real=real, _name=name, **kw):  # noqa: ANN002, ANN003, ANN202
+        def collective(*a, _real=real, _name=name, **kw):
             counts[f"collective:{_name}"] += 1
             return _real(*a, **kw)
 

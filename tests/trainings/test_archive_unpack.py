@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 import stat
 import subprocess
 import tarfile
@@ -51,7 +50,7 @@ def _data_filter_refuses(data: bytes, dest: Path) -> bool:
 
 
 @pytest.mark.parametrize(("entries", "entry"), CHAINS)
-def test_a_chain_of_links_that_climbs_out_is_refused_at_upload(entries, entry, tmp_path) -> None:  # noqa: ANN001
+def test_a_chain_of_links_that_climbs_out_is_refused_at_upload(entries, entry, tmp_path) -> None:
     data = tar_of([OK, *entries])
     with pytest.raises(ArchiveError) as refused:
         check_archive(data)
@@ -159,10 +158,10 @@ def test_the_fallback_gives_the_tree_the_data_filter_gives(tmp_path: Path) -> No
         assert ours == _tree(tmp_path / "theirs")
 
 
-def test_unpack_uses_the_fallback_where_tarfile_has_no_data_filter(monkeypatch, tmp_path: Path) -> None:  # noqa: ANN001
+def test_unpack_uses_the_fallback_where_tarfile_has_no_data_filter(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.delattr(tarfile, "data_filter")
 
-    def no_filter_argument(self, path=".", members=None, *, numeric_owner=False):  # noqa: ANN001, ANN202
+    def no_filter_argument(self, path=".", members=None, *, numeric_owner=False):
         raise AssertionError("extractall of Python 3.11.0-3.11.3 takes no filter, and is not to be used unfiltered")
 
     monkeypatch.setattr(tarfile.TarFile, "extractall", no_filter_argument)

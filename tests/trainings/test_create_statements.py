@@ -20,10 +20,10 @@ from support.people import SECRET, bearer, make_people
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 
-def _statements(settings, client: TestClient, body: dict, token: str) -> tuple[int, list[str]]:  # noqa: ANN001
+def _statements(settings, client: TestClient, body: dict, token: str) -> tuple[int, list[str]]:
     seen: list[str] = []
 
-    def statement(_conn, _cursor, sql, *_args) -> None:  # noqa: ANN001, ANN002
+    def statement(_conn, _cursor, sql, *_args) -> None:
         seen.append(" ".join(sql.split())[:160])
 
     engine = engine_for(settings)
@@ -35,7 +35,7 @@ def _statements(settings, client: TestClient, body: dict, token: str) -> tuple[i
     return r.status_code, seen
 
 
-def test_statements_per_create(tmp_path, request) -> None:  # noqa: ANN001
+def test_statements_per_create(tmp_path, request) -> None:
     s = make_settings(tmp_path, "postgresql", request, auth="on", secret_key=SECRET)
     register(s)
     people = make_people(s)

@@ -62,7 +62,7 @@ def _running_group(base: str, token: str, tid: str, uid: int) -> list[int]:
     return members
 
 
-def test_cancel_and_a_killed_worker_leave_no_sandboxed_rank(tmp_path, workers, scheduler, live_server):  # noqa: ANN001
+def test_cancel_and_a_killed_worker_leave_no_sandboxed_rank(tmp_path, workers, scheduler, live_server):
     need_root()
     with unix_account(short_name("mem")) as account:
         settings = make_settings(tmp_path, "sqlite", auth="on", secret_key=SECRET)
@@ -90,7 +90,7 @@ def test_cancel_and_a_killed_worker_leave_no_sandboxed_rank(tmp_path, workers, s
         wait_for(lambda: not any(_uid(p) is not None for p in members), 10, "every sandboxed process to end", 0.05)
 
 
-def test_a_members_recipe_training_runs_its_ranks_as_the_member(tmp_path, workers, scheduler,  # noqa: ANN001
+def test_a_members_recipe_training_runs_its_ranks_as_the_member(tmp_path, workers, scheduler,
                                                                  live_server):
     need_root()
     with unix_account(short_name("mem")) as account:

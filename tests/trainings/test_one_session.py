@@ -34,18 +34,18 @@ class Opened:
 
 
 @contextmanager
-def counting(settings) -> Iterator[Opened]:  # noqa: ANN001
+def counting(settings) -> Iterator[Opened]:
     """Every Session that begins a transaction, and every connection taken from the engine's pool."""
     seen = Opened()
 
-    def began(session, _transaction, _connection) -> None:  # noqa: ANN001
+    def began(session, _transaction, _connection) -> None:
         seen.sessions.add(id(session))
         seen.transactions += 1
 
-    def checkout(*_args) -> None:  # noqa: ANN002
+    def checkout(*_args) -> None:
         seen.checkouts += 1
 
-    def statement(_conn, _cursor, sql, *_args) -> None:  # noqa: ANN001, ANN002
+    def statement(_conn, _cursor, sql, *_args) -> None:
         if sql.startswith("BEGIN"):
             seen.begins.append(sql)
 
@@ -62,7 +62,7 @@ def counting(settings) -> Iterator[Opened]:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_a_create_opens_one_session(tmp_path, request, backend) -> None:  # noqa: ANN001
+def test_a_create_opens_one_session(tmp_path, request, backend) -> None:
     s = make_settings(tmp_path, backend, request, create_rate_per_minute=60, max_queued_per_user=1000)
     register(s)
     # No lifespan: the scheduler loop and the agent (which have sessions of their own) stay off.
@@ -90,7 +90,7 @@ def _crossings(client: TestClient, body: dict) -> list[tuple[str, str, str]]:
     """(caller module, callee module, function) for every call between two gpufleet modules during one POST."""
     seen: list[tuple[str, str, str]] = []
 
-    def profile(frame, event, _arg) -> None:  # noqa: ANN001
+    def profile(frame, event, _arg) -> None:
         if event != "call" or frame.f_back is None:
             return
         callee, caller = frame.f_globals.get("__name__", ""), frame.f_back.f_globals.get("__name__", "")
@@ -109,7 +109,7 @@ def _crossings(client: TestClient, body: dict) -> list[tuple[str, str, str]]:
     return seen
 
 
-def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:  # noqa: ANN001
+def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:
     s = make_settings(tmp_path, "sqlite", request, create_rate_per_minute=60, max_queued_per_user=1000)
     register(s)
     client = TestClient(create_app(s))

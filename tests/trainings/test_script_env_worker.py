@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from support.fleet import make_settings, register
-from trainings.test_script_worker import _get, _run_cli, _submitted_id, _wait
+from trainings.test_script_worker import _run_cli, _submitted_id, _wait
 from support.wheels import make_wheel
 
 pytestmark = pytest.mark.slow

@@ -96,10 +96,12 @@ def test_resume_point(tmp_path):
 
 
 def _attempt(code: int, kind: str) -> outcome.Attempt:
+    from gpufleet.jobs.kinds import work_kind
+
     return outcome.Attempt(exit_code=code, cancel_requested=False, restarts=0, max_restarts=2, allow_rebalance=True,
                            already_rebalanced=False, config={"global_batch_size": 8}, world_size=2,
                            error={"rank": 0, "kind": "oom", "message": "rank 0 exited with code 1: CUDA out of memory"},
-                           kind=kind)
+                           oom_refusal=work_kind(kind).oom_refusal)
 
 
 def test_out_of_memory_is_never_rebalanced_for_scripts():

@@ -21,7 +21,7 @@ from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope
 from support.fleet import make_settings, pids_in_group, register, wait_for
 
-from support.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project
+from support.scripts import RESUMABLE_SCRIPT, write_project
 
 pytestmark = pytest.mark.slow
 FINAL = ("succeeded", "failed", "cancelled", "reclaimed")

@@ -65,7 +65,7 @@ def test_the_run_account_is_no_one_on_the_socket(db_settings: Settings) -> None:
 
 
 def test_where_the_socket_is_for_the_server_and_where_the_cli_looks(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path) -> None:  # noqa: ANN001
+                                                                   tmp_path) -> None:
     from gpufleet import datadir
 
     shared = tmp_path / "run-gpufleet"  # stands for /run/gpufleet, the machine's place

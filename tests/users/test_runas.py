@@ -49,7 +49,7 @@ def test_never_root_and_never_the_server_for_a_member() -> None:
         resolve("no-such-run-x", "alice", "member", None)
 
 
-def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None:  # noqa: ANN001
+def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None:
     name = short_name("u")
     with unix_account(short_name("map")) as mapped:
         with session_scope(db_settings) as sess:
@@ -84,7 +84,7 @@ def test_map_with_the_cli_and_the_api(db_settings: Settings, tmp_path) -> None: 
             assert get_user(sess, name).unix_account == mapped.pw_name
 
 
-def test_mapping_onto_another_users_account_needs_force_and_is_recorded(db_settings: Settings, caplog) -> None:  # noqa: ANN001
+def test_mapping_onto_another_users_account_needs_force_and_is_recorded(db_settings: Settings, caplog) -> None:
     name, other, third = short_name("mf"), short_name("mo"), short_name("mt")
     with unix_account(other) as theirs:
         with session_scope(db_settings) as sess:

@@ -46,7 +46,7 @@ def seeded(db_settings: Settings) -> dict:
     return {"alice": alice, "bob": bob, "carol": carol, "group": group, "host": host}
 
 
-def _by_name(rows, names) -> dict:  # noqa: ANN001
+def _by_name(rows, names) -> dict:
     return {(r.day, r.name): r for r in rows if r.name in names}
 
 

@@ -94,7 +94,7 @@ def install_static(app: FastAPI, settings: Settings, static_dir: Path | None = N
 
 
 class _ImmutableStatic(StaticFiles):
-    async def get_response(self, path: str, scope):  # noqa: ANN001, ANN201
+    async def get_response(self, path: str, scope):
         response = await super().get_response(path, scope)
         if response.status_code == 200:
             response.headers["Cache-Control"] = "public, max-age=31536000, immutable"

@@ -66,7 +66,7 @@ def with_peers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     """A uvicorn protocol class (HTTP or WebSocket) that reads each Unix connection's peer as it is made."""
 
     class PeerProtocol(protocol):  # type: ignore[misc, valid-type]
-        def connection_made(self, transport: Any) -> None:  # noqa: ANN401
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             peer = peer_of(transport.get_extra_info("socket"))
             if peer is not None:
@@ -82,7 +82,7 @@ def quiet_refusals(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     without completing handshake"): a line anyone could add to the log by knocking on a notebook's socket."""
 
     class QuietProtocol(protocol):  # type: ignore[misc, valid-type]
-        async def send(self, message: Any) -> None:  # noqa: ANN401
+        async def send(self, message: Any) -> None:
             await super().send(message)
             if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
                 self.handshake_complete = True  # the refusal is sent and the connection closed

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 
-def is_plain_json(value: Any) -> bool:  # noqa: ANN401
+def is_plain_json(value: Any) -> bool:
     """True when ``value`` is JSON without NaN or Infinity anywhere in it."""
     if isinstance(value, float):
         return math.isfinite(value)
@@ -41,7 +41,7 @@ def _public(error: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def public_errors(errors: Any) -> list[dict[str, Any]]:  # noqa: ANN401
+def public_errors(errors: Any) -> list[dict[str, Any]]:
     """FastAPI's error list, with only values that JSON can carry."""
     return [_public(dict(e)) for e in errors]
 

@@ -21,29 +21,43 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel
 
+from gpufleet import wire
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
 from gpufleet.client.localsocket import check_personal, probe
 from gpufleet.client.localsocket import transport as socket_transport
 from gpufleet.datadir import socket_candidates
-from gpufleet.wire.system import DrainPublic, DrainRequest, GPUsPublic, HostsPublic, TopologyPublic
-from gpufleet.wire.trainings import (
-    TrainingBatchPublic,
-    TrainingEventPublic,
-    TrainingEventsPublic,
-    TrainingFilesPublic,
-    TrainingMetricPublic,
-    TrainingMetricsPublic,
-    TrainingPublic,
-    TrainingsPublic,
+
+if TYPE_CHECKING:
+    from gpufleet.wire.system import (
+        DrainPublic,
+        GPUsPublic,
+        HostsPublic,
+        TopologyPublic,
+    )
+    from gpufleet.wire.trainings import (
+        TrainingBatchCreate,
+        TrainingBatchPublic,
+        TrainingCreate,
+        TrainingEventPublic,
+        TrainingFilesPublic,
+        TrainingMetricPublic,
+        TrainingMetricsPublic,
+        TrainingPublic,
+        TrainingsPublic,
+    )
+from gpufleet.client.errors import (
+    AmbiguousTraining,
+    ServerUnreachable,
+    UnknownTraining,
+    error_for,
+    parse_retry_after,
 )
-from gpufleet.wire.trainings import TrainingBatchCreate, TrainingCreate
-from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, UnknownTraining, error_for, parse_retry_after
 from gpufleet.client.creates import CreateCalls
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
@@ -54,8 +68,10 @@ from gpufleet.client.webhooks import WebhookCalls
 if TYPE_CHECKING:
     from gpufleet.wire.auth import WhoAmI
     from gpufleet.wire.metrics import LivePublic
-    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
     from gpufleet.wire.recipes import RecipesPublic
+    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
+
+    TrainingRef = uuid.UUID | str | TrainingPublic
 
 SERVER_ENV = "GPUFLEET_SERVER"
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -64,11 +80,10 @@ SOCKET_BASE = "http://localhost"
 API = "/api/v1"
 
 M = TypeVar("M", bound=BaseModel)
-TrainingRef = uuid.UUID | str | TrainingPublic
 SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
-def _detail(r: httpx.Response) -> Any:  # noqa: ANN401
+def _detail(r: httpx.Response) -> Any:
     try:
         return r.json().get("detail", r.text)
     except (ValueError, AttributeError):
@@ -155,7 +170,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _send(self, method: str, path: str, *, unanswered_retries: int = 0, **kw: Any) -> httpx.Response:  # noqa: ANN401
+    def _send(self, method: str, path: str, *, unanswered_retries: int = 0, **kw: Any) -> httpx.Response:
         """One request; ``unanswered_retries``: how often to send it again when no answer came (only for a
         request the server recognises as the same one: an ``Idempotency-Key``)."""
         attempt = unanswered = 0
@@ -184,11 +199,11 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
                 raise error_for(r.status_code, _detail(r), method=method, path=path, headers=dict(r.headers))
             return r
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+    def request(self, method: str, path: str, **kw: Any) -> Any:
         """Any API call (``path`` under the server root); the JSON answer. Errors as for every method."""
         return self._send(method, path, **kw).json()
 
-    def _get(self, model: type[M], path: str, **params: Any) -> M:  # noqa: ANN401
+    def _get(self, model: type[M], path: str, **params: Any) -> M:
         clean = {k: v for k, v in params.items() if v is not None}
         return model.model_validate(self._send("GET", path, params=clean).json())
 
@@ -206,7 +221,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     # -- trainings --------------------------------------------------------
 
-    def create_training(self, body: TrainingCreate | None = None, **fields: Any) -> TrainingPublic:  # noqa: ANN401
+    def create_training(self, body: TrainingCreate | None = None, **fields: Any) -> TrainingPublic:
         """Submit one training: a ``TrainingCreate`` or its fields (``recipe=``, ``config=``, ``gpu_ids=`` …).
 
         ``name`` defaults to the recipe and the time. The fields are checked
@@ -214,18 +229,18 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         """
         if body is None:
             fields.setdefault("name", f"{fields.get('recipe', 'training')}-{time.strftime('%Y%m%d-%H%M%S')}")
-            body = checked(TrainingCreate, "create_training", **fields)
-        return self._create(TrainingPublic, f"{API}/trainings", body)
+            body = checked(wire.TrainingCreate, "create_training", **fields)
+        return self._create(wire.TrainingPublic, f"{API}/trainings", body)
 
     def create_batch(self, body: TrainingBatchCreate | dict[str, Any]) -> TrainingBatchPublic:
         if isinstance(body, dict):
-            body = checked(TrainingBatchCreate, "create_batch", **body)
-        return self._create(TrainingBatchPublic, f"{API}/trainings/batch", body)
+            body = checked(wire.TrainingBatchCreate, "create_batch", **body)
+        return self._create(wire.TrainingBatchPublic, f"{API}/trainings/batch", body)
 
     def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
                        limit: int = 50, offset: int = 0, ref: str | None = None) -> TrainingsPublic:
         """Newest first; ``data`` holds one page, ``count`` how many match (only those ``ref`` names, if given)."""
-        return self._get(TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
+        return self._get(wire.TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
                          owner=owner, limit=limit, offset=offset, ref=ref)
 
     def training_id(self, training: TrainingRef) -> str:
@@ -235,7 +250,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         :class:`UnknownTraining` when nothing matches, :class:`AmbiguousTraining`
         (listing the matches) when several do.
         """
-        if isinstance(training, TrainingPublic):
+        if isinstance(training, wire.TrainingPublic):
             return str(training.id)
         if isinstance(training, uuid.UUID):
             return str(training)
@@ -251,19 +266,19 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         return str(page.data[0].id)
 
     def get_training(self, training: TrainingRef) -> TrainingPublic:
-        return self._get(TrainingPublic, f"{API}/trainings/{self.training_id(training)}")
+        return self._get(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}")
 
     def cancel(self, training: TrainingRef) -> TrainingPublic:
         """Ask to stop it (idempotent): a queued one leaves the queue, a running one is stopped with every rank."""
-        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
+        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/cancel")
 
     def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
         """Continue an ended training from its newest checkpoint; ``config``: a recipe's fields to change."""
-        return self._post(TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
+        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
 
     def files(self, training: TrainingRef) -> TrainingFilesPublic:
         """Its checkpoints (``checkpoints/…``) and outputs (``outputs/…``): path, size, modified."""
-        return self._get(TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
+        return self._get(wire.TrainingFilesPublic, f"{API}/trainings/{self.training_id(training)}/files")
 
     def download(self, training: TrainingRef, path: str, dest: str | os.PathLike[str] | None = None, *,
                  start: int | None = None, end: int | None = None) -> Path:
@@ -303,7 +318,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     def metrics(self, training: TrainingRef, *, max_points: int = 500, after_step: int = -1) -> TrainingMetricsPublic:
         """Recorded steps (downsampled to ``max_points``) after ``after_step``."""
-        return self._get(TrainingMetricsPublic, f"{API}/trainings/{self.training_id(training)}/metrics",
+        return self._get(wire.TrainingMetricsPublic, f"{API}/trainings/{self.training_id(training)}/metrics",
                          max_points=max_points, after_step=after_step)
 
     def follow_metrics(self, training: TrainingRef, *, poll_s: float = 1.0) -> Iterator[TrainingMetricPublic]:
@@ -326,7 +341,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         tid = self.training_id(training)
         while True:
             done = follow and self.get_training(tid).status in FINAL_STATUSES
-            page = self._get(TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
+            page = self._get(wire.TrainingEventsPublic, f"{API}/trainings/{tid}/events", after_seq=after_seq)
             yield from page.data
             if page.data:
                 after_seq = page.data[-1].seq
@@ -339,13 +354,13 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     def gpus(self, *, host: str | None = None) -> GPUsPublic:
         """Every GPU with its newest sample and availability (only ``host``'s when given)."""
-        return self._get(GPUsPublic, f"{API}/system/gpus", host=host)
+        return self._get(wire.GPUsPublic, f"{API}/system/gpus", host=host)
 
     def hosts(self) -> HostsPublic:
-        return self._get(HostsPublic, f"{API}/system/hosts")
+        return self._get(wire.HostsPublic, f"{API}/system/hosts")
 
     def topology(self, *, host: str | None = None) -> TopologyPublic:
-        return self._get(TopologyPublic, f"{API}/system/topology", host=host)
+        return self._get(wire.TopologyPublic, f"{API}/system/topology", host=host)
 
     def live(self) -> LivePublic:
         """What ``gpufleet top`` shows: newest samples, aggregates, who holds each GPU."""
@@ -389,10 +404,10 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     def drain(self, host: str, index: int, reason: str | None = None) -> DrainPublic:
         """Stop placing trainings on a GPU (admins); trainings on it keep running."""
-        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/drain", DrainRequest(reason=reason))
+        return self._post(wire.DrainPublic, f"{API}/system/gpus/{host}/{index}/drain", wire.DrainRequest(reason=reason))
 
     def undrain(self, host: str, index: int) -> DrainPublic:
-        return self._post(DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
+        return self._post(wire.DrainPublic, f"{API}/system/gpus/{host}/{index}/undrain")
 
     def clear_health(self, host: str, index: int) -> dict[str, Any]:
         """Put a GPU marked unhealthy back in scheduling (admins); ``cleared`` is the mark removed, or None."""

@@ -22,7 +22,7 @@ class CreateCalls:
     _send: Any
     create_retries: int
 
-    def create(self, path: str, body: dict[str, Any]) -> Any:  # noqa: ANN401
+    def create(self, path: str, body: dict[str, Any]) -> Any:
         """The JSON answer of a create (``POST`` to ``path``), retried with the same key when unanswered."""
         r = self._send("POST", path, json=body, headers={"Idempotency-Key": str(uuid.uuid4())},
                        unanswered_retries=self.create_retries)

@@ -67,7 +67,7 @@ class APIError(GpufleetError):
 
     status: int = 0
 
-    def __init__(self, status: int, detail: Any, *, method: str = "", path: str = "",  # noqa: ANN401
+    def __init__(self, status: int, detail: Any, *, method: str = "", path: str = "",
                  headers: dict[str, str] | None = None):
         self.status = status
         # The server's detail as sent: a sentence, or FastAPI's list of field errors.
@@ -140,14 +140,14 @@ BY_STATUS: dict[int, type[APIError]] = {
 }
 
 
-def error_for(status: int, detail: Any, **kw: Any) -> APIError:  # noqa: ANN401
+def error_for(status: int, detail: Any, **kw: Any) -> APIError:
     cls = BY_STATUS.get(status) or (ServerError if status >= 500 else APIError)
     err = cls(status, detail, **kw)
     err.status = status
     return err
 
 
-def describe_detail(detail: Any) -> str:  # noqa: ANN401
+def describe_detail(detail: Any) -> str:
     if isinstance(detail, list):  # FastAPI's field errors
         parts = []
         for d in detail:

@@ -120,7 +120,7 @@ def probe(path: Path) -> None:
 
 class _PeerCheckedBackend(httpcore.SyncBackend):
     def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Any = None) -> httpcore.NetworkStream:  # noqa: ANN401
+                            socket_options: Any = None) -> httpcore.NetworkStream:
         stream = super().connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
         try:
             check_peer(stream.get_extra_info("socket"), path)
@@ -133,8 +133,8 @@ class _PeerCheckedBackend(httpcore.SyncBackend):
 def transport(path: Path) -> httpx.HTTPTransport:
     """An HTTP transport over the socket at ``path`` that checks the listener at every connection."""
     t = httpx.HTTPTransport(uds=str(path))
-    pool = t._pool  # noqa: SLF001 - httpx exposes no network backend option
+    pool = t._pool  # httpx exposes no network backend option
     if not hasattr(pool, "_network_backend"):
         raise RuntimeError("this httpcore version has no network backend to check the server's socket with")
-    pool._network_backend = _PeerCheckedBackend()  # noqa: SLF001
+    pool._network_backend = _PeerCheckedBackend()
     return t

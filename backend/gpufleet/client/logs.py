@@ -7,8 +7,11 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from gpufleet import wire
 from gpufleet.db import statuses
-from gpufleet.wire.trainings import TrainingLogPublic
+
+if TYPE_CHECKING:
+    from gpufleet.wire.trainings import TrainingLogPublic
 
 if TYPE_CHECKING:
     from gpufleet.wire.trainings import TrainingPublic
@@ -31,7 +34,7 @@ class LogCalls:
     def log_chunk(self, training: TrainingRef, *, offset: int | None = None,
                   tail: int | None = None) -> TrainingLogPublic:
         """One read of the log: from byte ``offset``, or the last ``tail`` lines."""
-        return self._get(TrainingLogPublic, f"{API}/trainings/{self.training_id(training)}/logs",
+        return self._get(wire.TrainingLogPublic, f"{API}/trainings/{self.training_id(training)}/logs",
                          offset=offset, tail=tail)
 
     def logs(self, training: TrainingRef, *, follow: bool = False, tail: int | None = None,

@@ -24,7 +24,7 @@ class PoolCalls:
     def pool(self, name: str) -> PoolPublic:
         return self._get(PoolPublic, f"{API}/{quote(name, safe='')}")
 
-    def add_pool(self, name: str, partition: str, **fields: Any) -> PoolPublic:  # noqa: ANN401
+    def add_pool(self, name: str, partition: str, **fields: Any) -> PoolPublic:
         """Add a Slurm partition as a pool (admins): ``account``, ``gpus_per_node``, ``gpu_model``,
         ``gpu_memory_mb``, ``checkpoint_root``, ``python``."""
         body = checked(PoolCreate, "add_pool", kind="slurm", name=name, partition=partition,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpufleet import wire
 from gpufleet.client.sharing import checked
-from gpufleet.sessions.wire import (
-    SessionCreate,
-    SessionExtend,
-    SessionLimitPublic,
-    SessionLimitSet,
-    SessionList,
-    SessionPublic,
-    ShellTarget,
-)
+
+if TYPE_CHECKING:
+    from gpufleet.sessions.wire import (
+        SessionCreate,
+        SessionLimitPublic,
+        SessionList,
+        SessionPublic,
+        ShellTarget,
+    )
 
 API = "/api/v1/sessions"
 # What a session's shell takes from the server's answer: which GPUs it sees, and which session it is in.
@@ -39,30 +40,30 @@ class SessionCalls:
     _create: Any
     _send: Any
 
-    def start_session(self, body: SessionCreate | None = None, **fields: Any) -> SessionPublic:  # noqa: ANN401
+    def start_session(self, body: SessionCreate | None = None, **fields: Any) -> SessionPublic:
         """Queue a session: ``start_session(gpus=1, jupyter=True, hours=2)``."""
-        body = body or checked(SessionCreate, "session", **fields)
-        return self._create(SessionPublic, API, body)
+        body = body or checked(wire.SessionCreate, "session", **fields)
+        return self._create(wire.SessionPublic, API, body)
 
     def list_sessions(self, *, status: str | list[str] | None = None, owner: str | None = None,
                       limit: int = 50, offset: int = 0) -> SessionList:
-        return self._get(SessionList, API, status=status, owner=owner, limit=limit, offset=offset)
+        return self._get(wire.SessionList, API, status=status, owner=owner, limit=limit, offset=offset)
 
     def get_session(self, session_id: str) -> SessionPublic:
-        return self._get(SessionPublic, f"{API}/{session_id}")
+        return self._get(wire.SessionPublic, f"{API}/{session_id}")
 
     def stop_session(self, session_id: str) -> SessionPublic:
-        return self._post(SessionPublic, f"{API}/{session_id}/stop")
+        return self._post(wire.SessionPublic, f"{API}/{session_id}/stop")
 
     def extend_session(self, session_id: str, hours: float) -> SessionPublic:
-        return self._post(SessionPublic, f"{API}/{session_id}/extend", checked(SessionExtend, "extend", hours=hours))
+        return self._post(wire.SessionPublic, f"{API}/{session_id}/extend", checked(wire.SessionExtend, "extend", hours=hours))
 
     def session_shell(self, session_id: str) -> ShellTarget:
-        return self._post(ShellTarget, f"{API}/{session_id}/shell")
+        return self._post(wire.ShellTarget, f"{API}/{session_id}/shell")
 
     def session_limits(self) -> list[SessionLimitPublic]:
-        return [SessionLimitPublic.model_validate(x) for x in self._send("GET", f"{API}/limits").json()]
+        return [wire.SessionLimitPublic.model_validate(x) for x in self._send("GET", f"{API}/limits").json()]
 
     def set_session_limit(self, kind: str, name: str, max_hours: float) -> SessionLimitPublic:
-        body = checked(SessionLimitSet, "limit", max_hours=max_hours).model_dump(mode="json")
-        return SessionLimitPublic.model_validate(self._send("PUT", f"{API}/limits/{kind}/{name}", json=body).json())
+        body = checked(wire.SessionLimitSet, "limit", max_hours=max_hours).model_dump(mode="json")
+        return wire.SessionLimitPublic.model_validate(self._send("PUT", f"{API}/limits/{kind}/{name}", json=body).json())

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.wire.sweeps import SweepCurvesPublic, SweepDetail, SweepsPublic
+from gpufleet import wire
+
+if TYPE_CHECKING:
+    from gpufleet.sweeps.spec import SweepCreate
+    from gpufleet.wire.sweeps import SweepCurvesPublic, SweepDetail, SweepsPublic
 from gpufleet.client.errors import InvalidRequest
 from gpufleet.client.sharing import SharingCalls, checked
-from gpufleet.sweeps.spec import SweepCreate
 
 API = "/api/v1"
 
@@ -38,21 +41,25 @@ class SweepCalls(SharingCalls):
     def start_sweep(self, body: SweepCreate | dict[str, Any]) -> SweepDetail:
         """Start a sweep (the body of a sweep file); its trials are queued as trainings of yours."""
         if isinstance(body, dict):
+            from gpufleet.sweeps.spec import (
+                SweepCreate,  # the server's own checks, loaded when a sweep starts
+            )
+
             body = checked(SweepCreate, "start_sweep", **body)
-        return self._create(SweepDetail, f"{API}/sweeps", body)
+        return self._create(wire.SweepDetail, f"{API}/sweeps", body)
 
     def sweeps(self, *, owner: str | None = None, limit: int = 50, offset: int = 0) -> SweepsPublic:
-        return self._get(SweepsPublic, f"{API}/sweeps", owner=owner, limit=limit, offset=offset)
+        return self._get(wire.SweepsPublic, f"{API}/sweeps", owner=owner, limit=limit, offset=offset)
 
     def sweep(self, sweep_id: uuid.UUID | str) -> SweepDetail:
-        return self._get(SweepDetail, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}")
+        return self._get(wire.SweepDetail, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}")
 
     def sweep_curves(self, sweep_id: uuid.UUID | str) -> SweepCurvesPublic:
-        return self._get(SweepCurvesPublic, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}/curves")
+        return self._get(wire.SweepCurvesPublic, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}/curves")
 
     def cancel_sweep(self, sweep_id: uuid.UUID | str) -> SweepDetail:
         """Cancel the sweep and every trial of it (idempotent)."""
-        return self._post(SweepDetail, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}/cancel")
+        return self._post(wire.SweepDetail, f"{API}/sweeps/{uuid.UUID(str(sweep_id))}/cancel")
 
 
 __all__ = ["SweepCalls", "checked", "read_sweep_file"]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.wire.webhooks import (
-    WebhookCreate,
-    WebhookCreated,
-    WebhookPublic,
-    WebhooksPublic,
-    WebhookTestPublic,
-    WebhookUpdate,
-)
+from gpufleet import wire
+
+if TYPE_CHECKING:
+    from gpufleet.wire.webhooks import (
+        WebhookCreated,
+        WebhookPublic,
+        WebhooksPublic,
+        WebhookTestPublic,
+    )
 from gpufleet.client.sharing import checked
 
 API = "/api/v1/webhooks"
@@ -25,25 +26,25 @@ class WebhookCalls:
     _send: Any
 
     def webhooks(self) -> WebhooksPublic:
-        return self._get(WebhooksPublic, API)
+        return self._get(wire.WebhooksPublic, API)
 
     def add_webhook(self, url: str, *, format: str = "json", events: list[str] | None = None) -> WebhookCreated:  # noqa: A002
         """Register a webhook; the answer's ``secret`` (the signature's key) is shown this once."""
         fields: dict[str, Any] = {"url": url, "format": format}
         if events is not None:
             fields["events"] = events
-        return self._post(WebhookCreated, API, checked(WebhookCreate, "add_webhook", **fields))
+        return self._post(wire.WebhookCreated, API, checked(wire.WebhookCreate, "add_webhook", **fields))
 
     def webhook(self, hook_id: str) -> WebhookPublic:
-        return self._get(WebhookPublic, f"{API}/{hook_id}")
+        return self._get(wire.WebhookPublic, f"{API}/{hook_id}")
 
-    def update_webhook(self, hook_id: str, **fields: Any) -> WebhookPublic:  # noqa: ANN401
-        body = checked(WebhookUpdate, "update_webhook", **fields)
+    def update_webhook(self, hook_id: str, **fields: Any) -> WebhookPublic:
+        body = checked(wire.WebhookUpdate, "update_webhook", **fields)
         r = self._send("PATCH", f"{API}/{hook_id}", json=body.model_dump(mode="json", exclude_unset=True))
-        return WebhookPublic.model_validate(r.json())
+        return wire.WebhookPublic.model_validate(r.json())
 
     def remove_webhook(self, hook_id: str) -> None:
         self._send("DELETE", f"{API}/{hook_id}")
 
     def test_webhook(self, hook_id: str) -> WebhookTestPublic:
-        return self._post(WebhookTestPublic, f"{API}/{hook_id}/test")
+        return self._post(wire.WebhookTestPublic, f"{API}/{hook_id}/test")

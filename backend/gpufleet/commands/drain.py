@@ -40,7 +40,7 @@ def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: st
     except DrainError as exc:
         hint = " (use --host)" if "not registered" in str(exc) else ""
         _fail(f"{exc}{hint}")
-    except Exception as exc:  # noqa: BLE001 - a database that cannot be reached or is not migrated
+    except Exception as exc:  # a database that cannot be reached or is not migrated
         if type(exc).__module__.startswith("sqlalchemy"):
             _fail(f"cannot update the database ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
                   "run `gpufleet db upgrade` or set GPUFLEET_DATABASE_URL")

@@ -82,7 +82,7 @@ def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
     _show_pools(console, pools, wide)
 
 
-def _show_pools(console, pools: list, wide: bool) -> None:  # noqa: ANN001
+def _show_pools(console, pools: list, wide: bool) -> None:
     """Each pool's nodes and GPUs as Slurm reports them (docs/slurm.md)."""
     for p in pools:
         title = f"GPUs in pool {p.name} (Slurm partition {p.partition})"

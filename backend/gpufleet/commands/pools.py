@@ -26,7 +26,7 @@ OPTIONS = {"gpus_per_node": "--gpus-per-node", "gpu_model": "--gpu-model", "gpu_
            "checkpoint_root": "--checkpoint-root"}
 
 
-def _client(server: str | None):  # noqa: ANN202
+def _client(server: str | None):
     from gpufleet.commands.remote import Client
 
     c = Client(server)
@@ -34,7 +34,7 @@ def _client(server: str | None):  # noqa: ANN202
     return c
 
 
-def _refused(c, exc: Exception) -> None:  # noqa: ANN001
+def _refused(c, exc: Exception) -> None:
     err.print(f"[bold red]error:[/] {c.in_options(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2) from None
 

@@ -31,7 +31,7 @@ def _fail(message: str) -> NoReturn:
 
 
 def _from_server(server: str | None, recipe: str | None, values: dict[str, Any], memory: int | None,
-                 **kw: Any) -> RecommendationPublic:  # noqa: ANN401
+                 **kw: Any) -> RecommendationPublic:
     from gpufleet.client import Client, GpufleetError, ServerUnreachable
 
     try:
@@ -76,7 +76,7 @@ def _from_database(recipe: str | None, values: dict[str, Any], memory: int | Non
                                       policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
     except (ConfigError, EstimateError, ValueError) as exc:
         _fail(str(exc))
-    except Exception as exc:  # noqa: BLE001 - the database may be missing or not migrated
+    except Exception as exc:  # the database may be missing or not migrated
         if type(exc).__module__.startswith("sqlalchemy"):
             _fail(f"cannot read the fleet from the database ({type(exc).__name__}); run `gpufleet db upgrade` "
                   "or set GPUFLEET_DATABASE_URL to the server's database")

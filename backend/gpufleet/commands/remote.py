@@ -37,7 +37,7 @@ class Client(_LibraryClient):
             _fail(str(exc))
         self.base = self.server
 
-    def _send(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+    def _send(self, method: str, path: str, **kw: Any) -> Any:
         try:
             return super()._send(method, path, **kw)
         except ServerUnreachable as exc:
@@ -51,12 +51,12 @@ class Client(_LibraryClient):
         return re.sub(r"\b(?:body\.)?(" + "|".join(map(re.escape, self.options)) + r")\b",
                       lambda m: self.options[m.group(1)], message)
 
-    def training_id(self, training: Any) -> str:  # noqa: ANN401
+    def training_id(self, training: Any) -> str:
         try:
             return super().training_id(training)
         except (UnknownTraining, AmbiguousTraining) as exc:
             _fail(str(exc))
 
-    def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
+    def call(self, method: str, path: str, **kw: Any) -> Any:
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""
         return self.request(method, path, **kw)

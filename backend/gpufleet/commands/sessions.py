@@ -110,7 +110,7 @@ def start(
     _show(s.model_dump(mode="json"), as_json)
 
 
-def _wait(client: Client, sid: str, poll_s: float = 1.0) -> Any:  # noqa: ANN401
+def _wait(client: Client, sid: str, poll_s: float = 1.0) -> Any:
     while True:
         s = client.get_session(sid)
         if s.status not in ("queued", "starting"):

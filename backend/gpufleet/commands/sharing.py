@@ -39,7 +39,7 @@ def _fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _number(option: str, value: str | None, kind: type, current: Any) -> Any:  # noqa: ANN401
+def _number(option: str, value: str | None, kind: type, current: Any) -> Any:
     """The option's value: unchanged when not given, None for 'none', else a number of ``kind``."""
     if value is None:
         return current
@@ -67,7 +67,7 @@ def groups_list() -> None:
 
     views = users._run(list_groups, write=False)
 
-    def fmt(v: Any) -> str:  # noqa: ANN401
+    def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:g}"
 
     users._emit(("name", "members", "max GPUs", "GPU-hours/week", "max priority"),
@@ -94,7 +94,7 @@ def groups_add(name: str, members: Annotated[list[str], typer.Argument(help="use
     if len(set(members)) != len(members):
         _fail(f"a user is named twice in {' '.join(members)}; name each once")
 
-    def work(sess) -> None:  # noqa: ANN001
+    def work(sess) -> None:
         for m in members:
             add_member(sess, name, m)
 
@@ -117,7 +117,7 @@ def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = N
     """Set a group's quota and priority cap (options not given keep their value)."""
     from gpufleet.users.groups import Limits, list_groups, set_group_quota
 
-    def work(sess) -> Limits:  # noqa: ANN001
+    def work(sess) -> Limits:
         have = next((v.limits for v in list_groups(sess) if v.name == name), Limits())
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
                         _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
@@ -136,7 +136,7 @@ def users_set_quota(
     """Set a user's quota, fair share and priority cap (options not given keep their value)."""
     from gpufleet.users.groups import Limits, set_user_quota, user_limits
 
-    def work(sess) -> Limits:  # noqa: ANN001
+    def work(sess) -> Limits:
         have = user_limits(sess, name)
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
                         _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
@@ -148,7 +148,7 @@ def users_set_quota(
     err.print(f"user {name}: {_describe(done)}, share {done.share:g}", highlight=False)
 
 
-def _describe(limits: Any) -> str:  # noqa: ANN401
+def _describe(limits: Any) -> str:
     gpus = "no GPU limit" if limits.max_gpus is None else f"at most {limits.max_gpus} GPUs at once"
     hours = "" if limits.gpu_hours_per_week is None else f", {limits.gpu_hours_per_week:g} GPU-hours a week"
     prio = "" if limits.max_priority is None else f", priority at most {limits.max_priority}"

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sweep_app, name="sweep")
 
 
-def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:  # noqa: ANN401
+def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:
     """Pack and upload the script's ``dir`` (once for every trial) and put its hash in the body."""
     from gpufleet.commands.run import find_requirements, upload
     from gpufleet.trainings.archive import PackTooLarge, pack
@@ -128,7 +128,7 @@ def cancel(sweep: SweepArg, server: ServerOpt = None) -> None:
     out.print(f"sweep {s.id} {s.status}", highlight=False)
 
 
-def _resolve(c: Any, ref: str) -> str:  # noqa: ANN401
+def _resolve(c: Any, ref: str) -> str:
     """A sweep's full ID from its ID, the start of one (as `ls` shows it) or its name, among the newest 500."""
     import uuid
 

@@ -45,7 +45,7 @@ def connect(server: str | None) -> Client:
     return Client(server)
 
 
-def _dump(model: Any) -> dict[str, Any]:  # noqa: ANN401
+def _dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
 

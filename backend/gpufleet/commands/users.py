@@ -28,7 +28,7 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _session(write: bool = True):  # noqa: ANN202
+def _session(write: bool = True):
     """A committing session on a reachable, up-to-date database (or exit with why not).
 
     A write holds SQLite's write lock from its first statement, waiting for it
@@ -61,7 +61,7 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn, write: bool = True):  # noqa: ANN001, ANN202
+def _run(fn, write: bool = True):
     from gpufleet.db.session import is_locked
     from gpufleet.users.accounts import UserError
 
@@ -90,7 +90,7 @@ def users_add(
     from gpufleet.users.accounts import add_user
     from gpufleet.users.tokens import create_token
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         add_user(sess, name, role)
         return create_token(sess, name) if token else None
 
@@ -108,7 +108,7 @@ def users_list() -> None:
     from gpufleet.users.accounts import PERMISSIONS, list_users
     from gpufleet.users.tokens import live_token_counts
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         live = live_token_counts(sess)
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
                  ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
@@ -198,7 +198,7 @@ def users_map(
                   highlight=False)
 
 
-def _print_token(created) -> None:  # noqa: ANN001
+def _print_token(created) -> None:
     expiry = f", expires {created.expires_at:%Y-%m-%d}" if created.expires_at else ""
     err.print(
         f"token {created.prefix}… for {created.user} ({created.name}{expiry}); it is shown once, store it now:",
@@ -225,13 +225,13 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
     """List tokens by prefix (the secrets are not stored)."""
     from gpufleet.users.tokens import list_tokens
 
-    def work(sess):  # noqa: ANN001, ANN202
+    def work(sess):
         return [
             (str(t.id), t.prefix, owner, t.name, t.created_at, t.expires_at, t.revoked_at, t.last_used_at)
             for t, owner in list_tokens(sess, user)
         ]
 
-    def fmt(d) -> str:  # noqa: ANN001
+    def fmt(d) -> str:
         return f"{d:%Y-%m-%d %H:%M}" if d else "-"
 
     _emit(

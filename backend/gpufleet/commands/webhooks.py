@@ -22,7 +22,7 @@ ServerOpt = Annotated[str | None, typer.Option(help="server URL (default: $GPUFL
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
-def _client(server: str | None):  # noqa: ANN202
+def _client(server: str | None):
     from gpufleet.commands.remote import Client
 
     c = Client(server)

@@ -14,12 +14,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.config import ConfigError, Settings
 
-# The migrations ship inside the package, so an installed wheel finds them as a
-# checkout does; alembic.ini at a checkout's root points here too.
-ALEMBIC_DIR = Path(__file__).resolve().parent / "migrations"
+# The migrations live in the checkout's top-level alembic/ (alembic.ini points there); the build
+# maps that folder into the package as gpufleet/db/migrations (setup.py), so an installed wheel
+# finds the same files inside itself.
+_PACKAGED = Path(__file__).resolve().parent / "migrations"
+ALEMBIC_DIR = _PACKAGED if (_PACKAGED / "env.py").is_file() else Path(__file__).resolve().parents[3] / "alembic"
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     # WAL lets the API read while the worker and the agent write.
     cur.execute("PRAGMA journal_mode=WAL")
@@ -43,7 +45,7 @@ def _private_file(path: Path) -> None:
         pass
 
 
-def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
+def make_engine(url: str, **kw) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -57,11 +59,11 @@ def make_engine(url: str, **kw) -> Engine:  # noqa: ANN003
         # Let "BEGIN IMMEDIATE" be issued explicitly by the scheduler: pysqlite's
         # own transaction handling is turned off and SQLAlchemy emits BEGIN.
         @event.listens_for(engine, "connect")
-        def _no_autobegin(dbapi_conn, _record) -> None:  # noqa: ANN001
+        def _no_autobegin(dbapi_conn, _record) -> None:
             dbapi_conn.isolation_level = None
 
         @event.listens_for(engine, "begin")
-        def _begin(conn) -> None:  # noqa: ANN001
+        def _begin(conn) -> None:
             # A write asks for BEGIN IMMEDIATE through the connection's info or its execution options.
             mode = conn.info.pop("sqlite_begin", None) or conn.get_execution_options().get("sqlite_begin", "BEGIN")
             conn.exec_driver_sql(mode)
@@ -184,7 +186,7 @@ def check_database(settings: Settings) -> None:
         raise ConfigError(f"GPUFLEET_DATABASE_URL: cannot connect to {shown}: {first}") from None
 
 
-def alembic_config(url: str):  # noqa: ANN201
+def alembic_config(url: str):
     from alembic.config import Config
 
     cfg = Config()

@@ -24,3 +24,9 @@ FinalStatus = Literal["succeeded", "failed", "cancelled", "reclaimed"]
 TRAINING_STATUSES: tuple[TrainingStatus, ...] = get_args(TrainingStatus)
 ACTIVE_STATUSES: tuple[TrainingStatus, ...] = ("scheduled", "running")
 FINAL_STATUSES: tuple[FinalStatus, ...] = get_args(FinalStatus)
+
+# A sweep: running -> succeeded (a best trial) | failed (no trial completed) | cancelled
+SWEEP_STATUSES = ("running", "succeeded", "failed", "cancelled")
+# A trial. running: its training is queued or runs; rung: it stopped at a rung and waits for the decision;
+# pruned: stopped early (its checkpoint stays); complete: ran every step.
+TRIAL_STATES = ("running", "rung", "pruned", "complete", "failed", "cancelled")

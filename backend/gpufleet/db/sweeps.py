@@ -18,11 +18,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from gpufleet.db.base import Base
 from gpufleet.db.types import JSONDoc, UTCDateTime, utcnow
 
-# running -> succeeded (a best trial) | failed (no trial completed) | cancelled
-SWEEP_STATUSES = ("running", "succeeded", "failed", "cancelled")
-# running: its training is queued or runs; rung: it stopped at a rung and waits for the decision;
-# pruned: stopped early (its checkpoint stays); complete: ran every step.
-TRIAL_STATES = ("running", "rung", "pruned", "complete", "failed", "cancelled")
+from gpufleet.db.statuses import SWEEP_STATUSES, TRIAL_STATES
+
+__all__ = ["SWEEP_STATUSES", "TRIAL_STATES", "Sweep", "SweepTrial"]
 
 
 class Sweep(Base):

@@ -57,7 +57,7 @@ def probe_one(nvml: Any, index: int, timeout_s: float = 120.0) -> int | None:
         finally:
             nvml.nvmlShutdown()
         return used - int(said["reserved"]) if used > int(said["reserved"]) else None
-    except Exception:  # noqa: BLE001 - a probe that fails leaves the estimate's default in place
+    except Exception:  # a probe that fails leaves the estimate's default in place
         log.warning("the CUDA context probe on GPU %d failed", index, exc_info=True)
         return None
     finally:

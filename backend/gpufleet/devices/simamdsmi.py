@@ -72,7 +72,7 @@ class AmdSmiLibraryException(AmdSmiException):
 
 
 class AmdSmiParameterException(AmdSmiException):
-    def __init__(self, receivedValue: Any, expectedType: Any, msg: str | None = None) -> None:  # noqa: N803
+    def __init__(self, receivedValue: Any, expectedType: Any, msg: str | None = None) -> None:
         super().__init__(msg or f"invalid parameter {receivedValue!r}, expected {expectedType}")
 
 
@@ -106,7 +106,7 @@ class AmdSmiTemperatureMetric(IntEnum):
 
 
 @dataclass(frozen=True)
-class processor_handle:  # noqa: N801 - amdsmi's own name for the handle type
+class processor_handle:  # amdsmi's own name for the handle type
     """Opaque handle of one simulated AMD GPU (its fleet index inside)."""
 
     fleet_index: int

@@ -207,7 +207,7 @@ class SimNVML(SimHealthMixin, SimEventsMixin):
 
     # -- live readings ---------------------------------------------------
 
-    def _reading(self, handle: SimHandle, what: str):  # noqa: ANN202
+    def _reading(self, handle: SimHandle, what: str):
         gpu, state = self._dev(handle, what)
         return read_gpu(gpu, simstate.live_processes(state, gpu.index), idle=gpu.index in state.idle)
 

@@ -78,7 +78,7 @@ class SimulatedBackend:
             for rank, index in enumerate(gpu_indexes):
                 simstate.register_process(self.state_dir, index, pid, memory_estimate or RANK_MEMORY,
                                           training_id=training_id, context=self.context, rank=rank)
-        except Exception:  # noqa: BLE001 - telemetry of a simulated GPU must not stop a training
+        except Exception:  # telemetry of a simulated GPU must not stop a training
             log.exception("could not register training %s in the simulated fleet", training_id)
 
     def context_bytes(self, gpus: Sequence[GPUInfo]) -> dict[int, int]:
@@ -87,5 +87,5 @@ class SimulatedBackend:
     def training_ended(self, pid: int) -> None:
         try:
             simstate.unregister_process(self.state_dir, None, pid)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("could not unregister process %s from the simulated fleet", pid)

@@ -138,19 +138,20 @@ def sandbox_available(settings: Settings) -> bool:
     return settings.sandbox != "off" and sandbox.bwrap_path() is not None and sandbox.setpriv_path() is not None
 
 
-def plan(settings: Settings, account: RunAccount, kind: str, run_dir: Path, checkpoint_dir: Path,
+def plan(settings: Settings, account: RunAccount, member_code: bool, run_dir: Path, checkpoint_dir: Path,
          work_dir: Path | None = None) -> Isolation:
-    """How to run a training whose owner's account is ``account`` (``gpufleet.users.runas``)."""
+    """How to run a training whose owner's account is ``account`` (``gpufleet.users.runas``);
+    ``member_code``: it runs the member's own code (its kind says: gpufleet.jobs.kinds)."""
     write = [run_dir, checkpoint_dir] + ([work_dir] if work_dir is not None else [])
     if account.is_server:
         return Isolation(account=None, write=write)
-    if kind in ("script", "session"):
+    if member_code:
         _refuse_open_services(settings)
     if settings.sandbox == "bwrap" and not sandbox_available(settings):
         raise IsolationRefused("GPUFLEET_SANDBOX=bwrap, but bwrap or setpriv is not installed on this host "
                                "(Debian: apt-get install bubblewrap util-linux)")
     if os.geteuid() != 0:
-        if kind in ("script", "session") and not settings.shared_account_runs:
+        if member_code and not settings.shared_account_runs:
             raise IsolationRefused(
                 f"this worker runs as uid {os.geteuid()}, not root, so it cannot run this member's code as "
                 f"Unix account {account.name!r}; run the worker as root (it switches to each owner's account "
@@ -168,20 +169,15 @@ def plan(settings: Settings, account: RunAccount, kind: str, run_dir: Path, chec
                      hidden=hidden, home=home)
 
 
-def for_training(settings: Settings, training_id: uuid.UUID, run_dir: Path, checkpoint_dir: Path,
-                 work_dir: Path | None = None) -> Isolation:
-    """:func:`plan` for a training's owner, read from its row."""
+def for_owner(settings: Settings, training_id: uuid.UUID, owner: str | None, member_code: bool, run_dir: Path,
+              checkpoint_dir: Path, work_dir: Path | None = None) -> Isolation:
+    """:func:`plan` for a training's owner (the account ``gpufleet.users.runas`` maps them to)."""
     from gpufleet.db.session import session_scope
-    from gpufleet.lifecycle.transitions import get_training
-    from gpufleet.users.runas import for_owner
+    from gpufleet.users.runas import for_owner as account_of
 
     with session_scope(settings) as sess:
-        t = get_training(sess, training_id)
-        if t is None:
-            raise IsolationRefused(f"training {training_id} does not exist")
-        owner, kind = t.owner, t.kind
-        account = for_owner(sess, settings.run_account, owner)
-    iso = plan(settings, account, kind, run_dir, checkpoint_dir, work_dir)
+        account = account_of(sess, settings.run_account, owner)
+    iso = plan(settings, account, member_code, run_dir, checkpoint_dir, work_dir)
     if iso.switches:
         log.info("training %s of %s runs as Unix account %s (%s)%s", training_id, owner, account.name,
                  account.source, " in a bwrap sandbox" if iso.sandboxed else "")

@@ -183,7 +183,7 @@ def start_shipper(settings: Settings, stop: threading.Event) -> threading.Thread
                 if failing:
                     log.warning("training logs are being sent again")
                 failing = False
-            except Exception:  # noqa: BLE001 - the database may be away; say so once
+            except Exception:  # the database may be away; say so once
                 if not failing:
                     log.warning("cannot send training logs to the database; retrying", exc_info=True)
                 failing = True

@@ -15,12 +15,13 @@ import os
 import re
 import signal
 import threading
-import uuid
 from pathlib import Path
 from typing import IO
 
-from gpufleet.config import Settings
-from gpufleet.trainings.log_store import READ_LIMIT, LogChunk, from_offset, last_lines
+# Where a training's log file is, and how a read of it goes, are the trainings domain's (the API reads them too).
+from gpufleet.trainings.log_store import log_path, read_log
+
+__all__ = ["BoundedLog", "file_base", "log_path", "open_at_base", "pump", "read_log"]
 
 _MARKER = re.compile(rb"^\[gpufleet: \d+ older bytes dropped to keep the log bounded; it goes on from byte (\d+)\]\n")
 _MARKER_MAX = 200
@@ -38,10 +39,6 @@ def open_at_base(path: Path) -> tuple[IO[bytes], int, int]:
     base, header = file_base(fh.read(_MARKER_MAX))
     fh.seek(header)
     return fh, base, os.fstat(fh.fileno()).st_size - header
-
-
-def log_path(settings: Settings, training_id: uuid.UUID | str) -> Path:
-    return settings.logs_dir / "trainings" / f"{training_id}.log"
 
 
 class BoundedLog:
@@ -99,24 +96,6 @@ def pump(stream: IO[bytes], log: BoundedLog) -> threading.Thread:
     t = threading.Thread(target=run, name="log-pump", daemon=True)
     t.start()
     return t
-
-
-def read_log(path: Path, offset: int | None = None, tail: int | None = None, limit: int = READ_LIMIT) -> LogChunk:
-    """This machine's file of a log: from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes.
-
-    Offsets count the file's bytes; the text has each progress bar's superseded redraws left out.
-    """
-    if not path.exists():
-        return LogChunk(0, 0, 0, "")
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        if tail is not None:
-            start = max(0, size - limit)
-            fh.seek(start)
-            return last_lines(fh.read(), start, size, tail)
-        start = min(max(offset or 0, 0), size)
-        fh.seek(start)
-        return from_offset(fh.read(limit), start, size)
 
 
 def launcher_end(code: int, stopped: str | None = None) -> str:

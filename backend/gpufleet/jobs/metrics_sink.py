@@ -314,7 +314,7 @@ class MetricsSink:
                 "loss": last.loss if last else None,
                 "events": [{"kind": e["kind"], "reason": e["reason"]} for e in events],
             })
-        except Exception:  # noqa: BLE001 - live events are best effort; the tables are the truth
+        except Exception:  # live events are best effort; the tables are the truth
             log.debug("could not publish progress for %s", self.tid, exc_info=True)
 
 

@@ -128,7 +128,7 @@ def resend_unsent(settings: Settings, send: Callable[[uuid.UUID, str], None]) ->
             continue
         try:
             send(tid, host_name)
-        except Exception:  # noqa: BLE001 - still down; the first failure was logged
+        except Exception:  # still down; the first failure was logged
             log.debug("broker still unreachable; training %s waits to be sent", tid, exc_info=True)
             break
         _UNSENT.pop(tid, None)

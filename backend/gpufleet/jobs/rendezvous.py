@@ -74,7 +74,7 @@ def advertised_address(settings: Settings) -> str:
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("0.0.0.0", 0))  # noqa: S104 - the store listens on every interface
+        s.bind(("0.0.0.0", 0))  # the store listens on every interface
         return s.getsockname()[1]
 
 
@@ -122,7 +122,7 @@ def leader_prepare(settings: Settings, t: Training, worker_id: str) -> dict | No
     for m in rows[1:]:
         try:
             send_training(settings, t.id, m.host_name)
-        except Exception:  # noqa: BLE001 - a host that never joins ends the attempt at the rendezvous timeout
+        except Exception:  # a host that never joins ends the attempt at the rendezvous timeout
             log.exception("could not send training %s to host %s", t.id, m.host_name)
     return gang
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -33,14 +32,16 @@ from typing import Any
 from sqlalchemy import func, select
 
 from gpufleet.config import Settings
-from gpufleet.db.models import GPU, GPUAllocation, Training, TrainingEvent
+from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import gang_member, isolation, rendezvous, script_attempt, session_attempt, stops
-from gpufleet.jobs.launch_config import launch_config, seed_clone
+from gpufleet.jobs import gang_member, rendezvous, stops
+from gpufleet.jobs.kinds import AttemptStart, Plan, checkpoint_dir, retries_of, run_dir, sandbox_for, work_kind
+from gpufleet.jobs.launch_config import seed_clone
 from gpufleet.jobs.launcher import launch
 from gpufleet.jobs.log_shipper import ShippedLog
+from gpufleet.jobs.logs import BoundedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.watch import AttemptWatch, attempt_fence, begin_shutdown, stopping
 from gpufleet.lifecycle import outcome
@@ -50,14 +51,6 @@ from gpufleet.training.fence import write_fence
 
 # Where the worker's signal handler and the row's writers find them.
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]
-
-
-def checkpoint_dir(settings: Settings, training_id: uuid.UUID) -> Path:
-    return Path(settings.checkpoint_root) / str(training_id)  # type: ignore[arg-type]
-
-
-def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
-    return settings.data_dir / "jobs" / str(training_id)
 
 
 def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> Training | None:
@@ -98,56 +91,6 @@ def _devices(settings: Settings, t: Training) -> list[str]:
     return [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in order]
 
 
-def _retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
-    with session_scope(settings) as sess:
-        rows = sess.execute(
-            select(TrainingEvent.data).where(TrainingEvent.training_id == tid, TrainingEvent.kind == "retry")
-        ).scalars()
-        return sum(1 for d in rows if d and d.get("retry_kind") == kind)
-
-
-def _write_spec(settings: Settings, t: Training, devices: list[str], on_cpu: bool,
-                gang: dict | None = None) -> tuple[Path, Path]:
-    from gpufleet.training.spec import LaunchSpec
-
-    rdir = run_dir(settings, t.id)
-    rdir.mkdir(parents=True, exist_ok=True)
-    progress = rdir / f"progress-{t.attempt}.jsonl"
-    progress.unlink(missing_ok=True)
-    timeouts = _retries_of(settings, t.id, "timeout")
-    spec = LaunchSpec(
-        recipe=t.recipe,
-        config=launch_config(settings, t),  # the row's config, with first shares for proportional
-        devices=devices,
-        checkpoint_dir=str(checkpoint_dir(settings, t.id)),
-        progress_file=str(progress),
-        data_root=str(settings.data_root),
-        resume=True,
-        # Each collective-timeout retry doubles the timeout (the seed's table).
-        collective_timeout_s=settings.collective_timeout_s * 2**timeouts,
-        training_id=str(t.id),
-        ranks_on_cpu=on_cpu,
-        # A cancel kills the group after CANCEL_GRACE_S anyway; a stopping
-        # worker gives its ranks the whole grace to checkpoint.
-        stop_grace_s=settings.stop_grace_s,
-        attempt=t.attempt,
-        gang=gang,
-    )
-    path = rdir / f"spec-{t.attempt}.json"
-    spec.write(path)
-    return path, progress
-
-
-@dataclass
-class _Plan:
-    """What a launch needs, prepared before anything starts."""
-
-    sandbox: isolation.Isolation
-    spec_path: Path
-    progress_path: Path
-    gang: dict | None = None
-
-
 def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run one attempt of training ``tid`` on this host; returns what happened."""
     if gang_member.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
@@ -176,39 +119,25 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return "lost"
     decision = _decide(settings, t, watch, code)
     _finish(settings, t, worker_id, decision, code, watch.stop.preempted_by if watch.stop else None)
-    if t.kind == "script" and decision.status != "queued":
-        script_attempt.cleanup(settings, tid)
+    if decision.status != "queued":
+        work_kind(t.kind).ended(settings, tid)
     return decision.status
 
 
 def _follow(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:
     """Run this host's ranks of a training across hosts whose rank 0 is elsewhere."""
-    iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid))
+    iso = sandbox_for(settings, tid)
     return gang_member.run_follower(settings, tid, host_id, host_name, worker_id, partial(launch, isolation=iso),
                                    run_dir(settings, tid), checkpoint_dir(settings, tid), stopping)
 
 
-def _prepare(settings: Settings, t: Training, worker_id: str, backend: DeviceBackend, logf: BoundedLog) -> _Plan:
-    """The devices, the sandbox and the spec file of this attempt."""
-    tid = t.id
+def _prepare(settings: Settings, t: Training, worker_id: str, backend: DeviceBackend, logf: BoundedLog) -> Plan:
+    """The devices, the sandbox and the spec file of this attempt, as its kind writes them."""
     devices = _devices(settings, t)
+    seed_clone(settings, t, checkpoint_dir(settings, t.id), logf)
     # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
-    on_cpu = backend.ranks_run_on_cpu(devices)
-    seed_clone(settings, t, checkpoint_dir(settings, tid), logf)
-    iso = isolation.for_training(settings, tid, run_dir(settings, tid), checkpoint_dir(settings, tid),
-                                 script_attempt.work_dir(settings, tid) if t.kind == "script" else None)
-    if t.kind == "script":  # GPUFLEET_OUTPUT_DIR is the training's too, made and given to its account
-        iso.write.append(script_attempt.output_dir(settings, tid))
-        script_attempt.open_env_cache(settings, t, iso)
-        spec_path, progress_path = script_attempt.write_spec(
-            settings, t, devices, on_cpu, run_dir(settings, tid), checkpoint_dir(settings, tid),
-            settings.stop_grace_s)
-        return _Plan(iso, spec_path, progress_path)
-    if t.kind == "session":
-        return _Plan(iso, *session_attempt.write_spec(settings, t, devices, on_cpu, run_dir(settings, tid), iso))
-    gang = rendezvous.leader_prepare(settings, t, worker_id)
-    spec_path, progress_path = _write_spec(settings, t, devices, on_cpu, gang)
-    return _Plan(iso, spec_path, progress_path, gang)
+    start = AttemptStart(settings, t, worker_id, devices, backend.ranks_run_on_cpu(devices))
+    return work_kind(t.kind).prepare(start, sandbox_for(settings, t.id))
 
 
 def _fail_before_launch(settings: Settings, t: Training, worker_id: str, logf: BoundedLog, reason: str) -> str:
@@ -218,7 +147,7 @@ def _fail_before_launch(settings: Settings, t: Training, worker_id: str, logf: B
     return "failed"
 
 
-def _open_sink(settings: Settings, t: Training, worker_id: str, host_name: str, plan: _Plan,
+def _open_sink(settings: Settings, t: Training, worker_id: str, host_name: str, plan: Plan,
                claimed_at: float) -> MetricsSink:
     sink = MetricsSink(settings, t, worker_id, plan.progress_path, host_name)
     sink.renewed_at = claimed_at
@@ -227,21 +156,12 @@ def _open_sink(settings: Settings, t: Training, worker_id: str, host_name: str, 
     return sink
 
 
-def _start(settings: Settings, t: Training, plan: _Plan, sink: MetricsSink, earlier: list[Path],
+def _start(settings: Settings, t: Training, plan: Plan, sink: MetricsSink, earlier: list[Path],
            logf: BoundedLog) -> tuple[subprocess.Popen, int]:
     """Fence older attempts off the checkpoints, then start the launcher (raises OSError when it cannot)."""
     # From here on a launcher of an older attempt may not put a checkpoint in place.
     write_fence(checkpoint_dir(settings, t.id), t.attempt)
-    if t.kind == "script":
-        sink.fill_from_earlier(earlier)
-        return launch(plan.spec_path, logf, t.id, script_attempt.MODULE, script_attempt.launch_env(t.id),
-                      plan.sandbox)
-    if t.kind == "session":
-        return launch(plan.spec_path, logf, t.id, session_attempt.MODULE, session_attempt.launch_env(t.id),
-                      plan.sandbox)
-    sink.trim_after_resume(checkpoint_dir(settings, t.id), earlier)
-    return launch(plan.spec_path, logf, t.id, env=rendezvous.launch_env(settings, t.id) if plan.gang else None,
-                  isolation=plan.sandbox)
+    return work_kind(t.kind).start(settings, t, plan, sink, earlier, logf)
 
 
 def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> outcome.Decision:
@@ -255,11 +175,11 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
         restarts=t.restarts,
         max_restarts=t.max_restarts,
         allow_rebalance=t.allow_rebalance,
-        already_rebalanced=_retries_of(settings, t.id, "oom_rebalance") > 0,
+        already_rebalanced=retries_of(settings, t.id, "oom_rebalance") > 0,
         config=dict(t.config),
         world_size=t.world_size,
         error=sink.last_error,
-        kind=t.kind,
+        oom_refusal=work_kind(t.kind).oom_refusal,
     ))
     verdict = watch.verdict
     if watch.leader is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \

@@ -27,7 +27,8 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import write_session
 from gpufleet.devices.backend import DeviceBackend
-from gpufleet.jobs import procs, rendezvous, script_attempt, stops
+from gpufleet.jobs import procs, rendezvous, stops
+from gpufleet.jobs.kinds import work_kind
 from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.metrics_sink import MetricsSink
 
@@ -187,8 +188,7 @@ class AttemptWatch:
         if asked is not None:
             asked.checkpoints_before = self.sink.checkpoints
             self.logf.line(f"[gpufleet] {asked.note}")
-            if self.t.kind == "script":
-                script_attempt.mark_stop(self.progress_path)  # the marker first, then the signal the ranks get
+            work_kind(self.t.kind).ask_to_stop(self.progress_path)  # before the signal the ranks get
             procs.signal_group(self.pgid, signal.SIGTERM)
         return asked
 

@@ -37,7 +37,7 @@ def ensure_host(settings: Settings) -> uuid.UUID:
         from gpufleet.telemetry.inventory import register_host
 
         return register_host(settings).host_id
-    except Exception:  # noqa: BLE001 - detection trouble must not keep the worker down
+    except Exception:  # detection trouble must not keep the worker down
         log.exception("could not register this host's GPUs; using the host row as it is")
     with session_scope(settings) as sess:
         host = sess.execute(select(Host).where(Host.name == settings.host_name)).scalar_one_or_none()
@@ -56,7 +56,7 @@ def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
         try:
             heartbeat(settings)
             failing = False
-        except Exception:  # noqa: BLE001 - the database may be away; say so once
+        except Exception:  # the database may be away; say so once
             if not failing:
                 log.warning("cannot write this host's heartbeat; retrying", exc_info=True)
             failing = True
@@ -72,7 +72,7 @@ def _worker_beat_loop(settings: Settings, stop: threading.Event) -> None:
     while True:
         try:
             worker_beat(settings)
-        except Exception:  # noqa: BLE001 - the database may be away; the next beat tries again
+        except Exception:  # the database may be away; the next beat tries again
             log.debug("cannot write this worker's beat", exc_info=True)
         if stop.wait(WORKER_BEAT_S):
             return
@@ -87,7 +87,7 @@ def _on_shutting_down(**_: object) -> None:
     begin_shutdown()
 
 
-def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):  # noqa: ANN201
+def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):
     app = make_celery(settings)
     worker_shutting_down.connect(_on_shutting_down, weak=False)
 

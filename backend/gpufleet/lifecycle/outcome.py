@@ -35,7 +35,8 @@ class Attempt:
     config: dict[str, Any]
     world_size: int
     error: dict[str, Any] | None = None
-    kind: str = "recipe"  # recipe | script
+    # Why this kind of work never retries an out-of-memory end with a smaller micro-batch (gpufleet.jobs.kinds).
+    oom_refusal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,8 @@ def decide(a: Attempt) -> Decision:
     if code == ec.SUCCEEDED:
         return Decision("succeeded", "finished")
     if code == ec.OUT_OF_MEMORY:
-        if a.kind == "script":
-            return Decision("failed", f"{detail}; not retried: an OOM rebalance does not apply to scripts (their "
-                                      "batch size is set by their own code); lower it or declare more memory")
+        if a.oom_refusal:
+            return Decision("failed", f"{detail}; {a.oom_refusal}")
         if not a.allow_rebalance:
             return Decision("failed", f"{detail}; not retried: the training does not allow rebalancing")
         if a.already_rebalanced:

@@ -14,12 +14,12 @@ from urllib.parse import urlsplit
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet.bounds import MAX_URL
 from gpufleet.db.notify import Webhook
 from gpufleet.notify.events import EVENTS
 from gpufleet.notify.outbound import AddressRefused, Policy
 
 FORMATS = ("json", "slack")
-MAX_URL = 2000
 
 
 class HookError(ValueError):

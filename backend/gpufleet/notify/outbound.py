@@ -139,7 +139,7 @@ class GuardedBackend(httpcore.SyncBackend):
         self.policy = policy
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Any = None) -> httpcore.NetworkStream:  # noqa: ANN401
+                    socket_options: Any = None) -> httpcore.NetworkStream:
         address = self.policy.resolve(host, port)
         # TLS still checks the certificate against the URL's name: httpcore passes it to start_tls.
         return super().connect_tcp(address, port, timeout=timeout, local_address=local_address,
@@ -153,10 +153,10 @@ def client(policy: Policy, timeout_s: float) -> httpx.Client:
     check, so webhooks are sent directly.
     """
     transport = httpx.HTTPTransport(retries=0)
-    pool = transport._pool  # noqa: SLF001 - httpx exposes no network backend option
+    pool = transport._pool  # httpx exposes no network backend option
     if not hasattr(pool, "_network_backend"):
         raise RuntimeError("this httpcore version has no network backend to guard; webhooks cannot be sent")
-    pool._network_backend = GuardedBackend(policy)  # noqa: SLF001
+    pool._network_backend = GuardedBackend(policy)
     return httpx.Client(transport=transport, timeout=timeout_s, follow_redirects=False, trust_env=False)
 
 

@@ -40,7 +40,7 @@ def start(settings: Settings, stop: threading.Event) -> threading.Thread:
                 if failing:
                     log.warning("the pools' loop works again")
                 failing = False
-            except Exception:  # noqa: BLE001 - Slurm or the database may be away; say so once
+            except Exception:  # Slurm or the database may be away; say so once
                 if not failing:
                     log.warning("the pools' loop failed; trying again", exc_info=True)
                 failing = True

@@ -59,7 +59,7 @@ def poll(settings: Settings) -> int:
         state = states.get(job.job_id) or slurm.accounted(job.job_id)
         try:
             _one(settings, job, t, pool, state)
-        except Exception:  # noqa: BLE001 - one job's trouble must not stop the others' updates
+        except Exception:  # one job's trouble must not stop the others' updates
             log.exception("pool job %s of training %s", job.job_id, t.id)
     return len(live)
 

@@ -177,7 +177,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
         raise
     except ValueError:
         raise  # the recipe's own TrainingConfigError
-    except Exception as exc:  # noqa: BLE001 - a recipe whose model cannot even build
+    except Exception as exc:  # a recipe whose model cannot even build
         raise EstimateError(
             f"cannot build recipe {recipe_obj.name}'s model to measure its memory: {type(exc).__name__}: {exc}"
         ) from exc
@@ -205,7 +205,7 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
             trace = dataclasses.replace(trace, dataset_size=len(dataset))
     except ValueError:
         raise  # the recipe's own TrainingConfigError / BadDataError: it names the field
-    except Exception as exc:  # noqa: BLE001 - any other failure of a recipe's build or step
+    except Exception as exc:  # any other failure of a recipe's build or step
         raise EstimateError(
             f"cannot trace recipe {recipe_obj.name} to measure its memory: {type(exc).__name__}: {exc}"
         ) from exc

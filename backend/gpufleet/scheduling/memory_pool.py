@@ -121,7 +121,7 @@ class TraceFiles:
         digest = hashlib.sha256(f"{trace_key}|{self._versions}".encode()).hexdigest()
         return self.folder / f"{digest}.json"
 
-    def load(self, trace_key: str) -> Any:  # noqa: ANN401
+    def load(self, trace_key: str) -> Any:
         try:
             return _decode_trace(json.loads(self._path(trace_key).read_text()))
         except (OSError, ValueError, TypeError, KeyError):
@@ -165,7 +165,7 @@ class EstimatePool:
             keep_trace(trace_key, found)
         return found is not None
 
-    async def warm(self, recipes: list[str], data_root: Any) -> None:  # noqa: ANN401
+    async def warm(self, recipes: list[str], data_root: Any) -> None:
         """Trace each recipe's default config on one GPU now, so that the first request finds it ready."""
         for name in recipes:
             try:
@@ -175,7 +175,7 @@ class EstimatePool:
 
     def _start(self) -> _Worker:
         self.started += 1
-        proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        proc = subprocess.Popen(  # our own interpreter and module
             [sys.executable, "-m", "gpufleet.scheduling.memory_pool"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=_child_env(),

@@ -151,7 +151,7 @@ class MemoryTracker(TorchDispatchMode):
         self.peak = self.current
         self.peak_by_category = dict(self.by_category)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self._scalars and func is torch.ops.aten._local_scalar_dense.default:
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
@@ -162,10 +162,3 @@ def reserve(
     sess.flush()
     return True
 
-
-def active_allocation_count(sess: Session, training_id: uuid.UUID) -> int:
-    return sess.execute(
-        select(func.count()).select_from(GPUAllocation).where(
-            GPUAllocation.training_id == training_id, GPUAllocation.released_at.is_(None)
-        )
-    ).scalar_one()

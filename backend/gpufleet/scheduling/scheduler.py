@@ -178,7 +178,7 @@ def schedule_pending(
             if send is not None:
                 try:
                     send(tid, placed)
-                except Exception:  # noqa: BLE001 - the recovery loop re-sends stale scheduled rows
+                except Exception:  # the recovery loop re-sends stale scheduled rows
                     log.exception("could not send training %s to host %s", tid, placed)
         elif reason:
             if not quota_memo.waits(row.id):
@@ -314,7 +314,7 @@ def _auto_select(
         if len(chosen_idx) == count and all(i in by_index for i in chosen_idx):
             return [by_index[i] for i in chosen_idx], "", {"chosen": list(chosen_idx), "reason": why, "by": "recommend"}
         log.error("GPU recommendation %s is not %d of the free GPUs %s; using the first free", chosen_idx, count, indexes)
-    except Exception:  # noqa: BLE001 - a selection bug must not stop the queue
+    except Exception:  # a selection bug must not stop the queue
         log.exception("GPU recommendation failed for %s; using the first free GPUs", t.id)
     chosen = list(free[:count])
     return chosen, "", {"chosen": [s.index for s in chosen], "reason": "first free GPUs", "by": "scheduler"}

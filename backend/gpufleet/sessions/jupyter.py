@@ -20,7 +20,7 @@ TIMEOUT_S = 3.0
 def _get(port: int, base_url: str, path: str, token: str) -> Any:
     url = f"http://127.0.0.1:{port}{base_url.rstrip('/')}/{path}?no_track_activity=1"
     req = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 - loopback http only
+    with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # loopback http only
         return json.loads(resp.read())
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpufleet.sessions.jupyter import activity, answers
 from gpufleet.training import exitcodes as ec
-from gpufleet.training.lifeline import die_with_parent, start_launcher
+from gpufleet.training.lifeline import die_with_parent, launcher_main
 from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
 
@@ -57,8 +57,8 @@ class SessionSpec:
         write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
-    def read(cls, path: Path) -> SessionSpec:
-        return cls(**json.loads(path.read_text()))
+    def read(cls, path: str | Path) -> SessionSpec:
+        return cls(**json.loads(Path(path).read_text()))
 
 
 def session_env(spec: SessionSpec, base: dict[str, str]) -> dict[str, str]:
@@ -147,8 +147,8 @@ def run(spec: SessionSpec) -> int:
                    visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated)
     Path(spec.workdir).mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),  # noqa: S603
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)  # noqa: PLW1509
+        proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),
+                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     except OSError as exc:
         progress.write("error", rank=None, kind="missing_file", message=f"cannot start {argv[0]!r}: {exc}")
         progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)
@@ -180,15 +180,7 @@ def run(spec: SessionSpec) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.sessions.launch")
-    if spec_path is None:
-        return ec.LAUNCHER_ERROR
-    try:
-        spec = SessionSpec.read(Path(spec_path))
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"[gpufleet] cannot read the session spec {spec_path}: {exc}", file=sys.stderr)
-        return ec.LAUNCHER_ERROR
-    return run(spec)
+    return launcher_main(argv, "gpufleet.sessions.launch", SessionSpec.read, run)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.trainings import service as trainings
 from gpufleet.trainings.admission.checks import TrainingRequestError, refuse_never_fits
 from gpufleet.lifecycle.transitions import record_event, record_first_event
-from gpufleet.lifecycle.models import FINAL_STATUSES, Training
+from gpufleet.lifecycle.models import FINAL_STATUSES, Training, new_training
 from gpufleet.sessions.limits import max_hours_for
 from gpufleet.users.groups import priority_cap
 from gpufleet.sessions.wire import SessionCreate
@@ -46,12 +46,11 @@ def create(sess: Session, settings: Settings, req: SessionCreate, owner: str) ->
                                             f"({limit.source}); ask for --hours {limit.hours:g} or less")
     tid = uuid.uuid4()
     mode = "jupyter" if req.jupyter else "shell"
-    row = Training(
-        id=tid, name=(req.name or f"{mode}-{owner}-{tid.hex[:6]}").strip(), owner=owner, recipe=RECIPE, kind=KIND,
-        config={}, status="queued", priority=req.priority, gpu_ids=None, distributed=False, world_size=req.gpus,
-        requested_host=req.host, host_id=None, auto_select=True, requested_count=req.gpus, exclusive=True,
-        memory_declared=memory, memory_estimate=memory, max_restarts=0, restarts=0, attempt=0, step=0,
-        event_seq=1, cancel_requested=False, preemptible=req.preemptible, allow_rebalance=False,
+    row = new_training(
+        kind=KIND, recipe=RECIPE, owner=owner, name=req.name or f"{mode}-{owner}-{tid.hex[:6]}",
+        world_size=req.gpus, priority=req.priority, preemptible=req.preemptible, id=tid,
+        distributed=False,  # one process holding the GPUs, however many
+        requested_host=req.host, memory_declared=memory, memory_estimate=memory,
     )
     side = TrainingSession(training_id=tid, jupyter=req.jupyter, hours=hours, ended_recorded=False)
     sess.add(row)

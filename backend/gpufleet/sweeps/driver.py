@@ -28,7 +28,6 @@ import time
 import uuid
 from typing import Any
 
-import optuna
 from optuna.trial import TrialState
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -71,7 +70,7 @@ def advance_all(settings: Settings, *, force: bool = False) -> int:
     for sid in ids:
         try:
             started += advance(settings, sid)
-        except Exception:  # noqa: BLE001 - one broken sweep must not stop the others or the scheduler
+        except Exception:  # one broken sweep must not stop the others or the scheduler
             log.warning("sweep %s: this round failed; it is tried again next round", sid, exc_info=True)
     return started
 
@@ -265,6 +264,3 @@ def advance(settings: Settings, sweep_id: uuid.UUID) -> int:
         r.finish()
         return r.started
 
-
-def study_of(settings: Settings, sweep: Sweep) -> optuna.Study:
-    return studies.load(settings, sweep.study_name, SweepCreate.model_validate(sweep.spec))

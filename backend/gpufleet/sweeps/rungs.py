@@ -54,7 +54,7 @@ class _Peers:
     study: optuna.Study
     hidden: int
 
-    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:  # noqa: ANN401
+    def get_trials(self, deepcopy: bool = True, states: Any = None) -> list[FrozenTrial]:
         return [t for t in self.study.get_trials(deepcopy=deepcopy, states=states) if t.number != self.hidden]
 
     @property
@@ -62,26 +62,26 @@ class _Peers:
         return self.study.direction
 
     @property
-    def _storage(self) -> Any:  # noqa: ANN401 - what the pruner writes its rung records through
-        return self.study._storage  # noqa: SLF001
+    def _storage(self) -> Any:  # what the pruner writes its rung records through
+        return self.study._storage
 
 
 def decide(study: optuna.Study, pruner: optuna.pruners.BasePruner, waiting: dict[int, tuple[int, float]],
            rung: int) -> dict[int, bool]:
     """``waiting``: trial number -> (step, value) at ``rung``. Returns number -> pruned."""
-    storage = study._storage  # noqa: SLF001
+    storage = study._storage
     key = f"completed_rung_{rung}"
     before: dict[int, FrozenTrial] = {}
     for t in study.get_trials(deepcopy=True, states=(TrialState.RUNNING,)):
         if t.number in waiting:
             step, value = waiting[t.number]
-            storage.set_trial_intermediate_value(t._trial_id, step, value)  # noqa: SLF001
+            storage.set_trial_intermediate_value(t._trial_id, step, value)
             attrs = {k: v for k, v in t.system_attrs.items() if k != key}
             before[t.number] = FrozenTrial(
                 number=t.number, state=t.state, value=None, datetime_start=t.datetime_start, datetime_complete=None,
                 params=t.params, distributions=t.distributions, user_attrs=t.user_attrs, system_attrs=attrs,
-                intermediate_values={**t.intermediate_values, step: value}, trial_id=t._trial_id,  # noqa: SLF001
+                intermediate_values={**t.intermediate_values, step: value}, trial_id=t._trial_id,
                 values=None)
     for number, frozen in before.items():  # every value at the rung is on record before any is judged
-        storage.set_trial_system_attr(frozen._trial_id, key, waiting[number][1])  # noqa: SLF001
+        storage.set_trial_system_attr(frozen._trial_id, key, waiting[number][1])
     return {n: bool(pruner.prune(_Peers(study, n), before[n])) for n in sorted(before)}  # type: ignore[arg-type]

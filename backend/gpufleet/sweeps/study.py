@@ -95,14 +95,14 @@ def distributions(spec: SweepCreate) -> dict[str, BaseDistribution]:
     return out
 
 
-def encode(value: Any) -> Any:  # noqa: ANN401
+def encode(value: Any) -> Any:
     """A choice as Optuna stores it: scalars as they are, lists and mappings as JSON text."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return "json:" + json.dumps(value, sort_keys=True)
 
 
-def decode(value: Any) -> Any:  # noqa: ANN401
+def decode(value: Any) -> Any:
     if isinstance(value, str) and value.startswith("json:"):
         return json.loads(value[5:])
     return value
@@ -122,8 +122,8 @@ def open_trials(study: optuna.Study) -> dict[int, dict[str, Any]]:
 
 def tell(study: optuna.Study, number: int, state: TrialState, value: float | None = None) -> None:
     """Finish a trial once: a second call (a driver that repeats a step) changes nothing."""
-    storage = study._storage  # noqa: SLF001 - Optuna's documented Study has no per-trial read by number
-    tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)  # noqa: SLF001
+    storage = study._storage  # Optuna's documented Study has no per-trial read by number
+    tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     if storage.get_trial(tid).state != TrialState.RUNNING:
         return
     try:
@@ -139,7 +139,7 @@ def tell(study: optuna.Study, number: int, state: TrialState, value: float | Non
 
 
 def report(study: optuna.Study, number: int, step: int, value: float) -> None:
-    storage = study._storage  # noqa: SLF001
-    tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)  # noqa: SLF001
+    storage = study._storage
+    tid = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
     if storage.get_trial(tid).state == TrialState.RUNNING:
         storage.set_trial_intermediate_value(tid, step, value)

@@ -59,7 +59,7 @@ def metric_at(sess: Session, training_id: uuid.UUID, name: str, step: int | None
         q = q.where(TrainingMetric.step <= step)
     for s, loss, metrics in sess.execute(q.order_by(TrainingMetric.step.desc()).limit(200)):
         value = loss if name == "loss" else (metrics or {}).get(name)
-        if isinstance(value, (int, float)) and value == value:  # noqa: PLR0124 - NaN is no value
+        if isinstance(value, (int, float)) and value == value:  # NaN is no value
             return s, float(value)
     return None
 
@@ -73,6 +73,6 @@ def curves(sess: Session, training_ids: list[uuid.UUID], name: str, points: int 
         TrainingMetric.training_id.in_(training_ids)).order_by(TrainingMetric.training_id, TrainingMetric.step)
     for tid, step, loss, metrics in sess.execute(q):
         value = loss if name == "loss" else (metrics or {}).get(name)
-        if isinstance(value, (int, float)) and value == value:  # noqa: PLR0124
+        if isinstance(value, (int, float)) and value == value:
             out[tid].append([step, float(value)])
     return {tid: pts[:: max(1, len(pts) // points)] for tid, pts in out.items()}

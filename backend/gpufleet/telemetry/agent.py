@@ -137,7 +137,7 @@ class Agent:
                 ready = self._connect()
                 try:
                     self.round()
-                except Exception:  # noqa: BLE001 - one bad round must not stop the agent
+                except Exception:  # one bad round must not stop the agent
                     self.errors += 1
                     log.exception("sampling round failed")
                 if ready and time.monotonic() - last_beat >= HEARTBEAT_S:

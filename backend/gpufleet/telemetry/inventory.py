@@ -103,7 +103,7 @@ def register_host(settings: Settings) -> Inventory:
     return inv
 
 
-def _write_links(sess: Session, host_id: uuid.UUID, topology) -> None:  # noqa: ANN001
+def _write_links(sess: Session, host_id: uuid.UUID, topology) -> None:
     existing = {(l.gpu_a, l.gpu_b): l for l in sess.scalars(select(GPULink).where(GPULink.host_id == host_id))}
     for (a, b), link in topology.links.items():
         if a >= b:

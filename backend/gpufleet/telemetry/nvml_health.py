@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def read_health(n: Any, g: Any, i: int, h: Any) -> dict[str, Any]:  # noqa: ANN401
+def read_health(n: Any, g: Any, i: int, h: Any) -> dict[str, Any]:
     """The readings of GPU ``i`` (handle ``h``) through NVML module ``n`` and field guard ``g``."""
     out: dict[str, Any] = {}
     vals = g.read(i, "memory_temperature", lambda: n.nvmlDeviceGetFieldValues(h, [n.NVML_FI_DEV_MEMORY_TEMP]))

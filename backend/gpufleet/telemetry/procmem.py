@@ -53,7 +53,7 @@ def used_by(nvml: Any, gpu_indexes: Sequence[int], pids: set[int]) -> list[int] 
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(idx)
                 procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            except Exception:  # noqa: BLE001 - not an NVIDIA GPU, or lost: NVML cannot see its ranks
+            except Exception:  # not an NVIDIA GPU, or lost: NVML cannot see its ranks
                 log.debug("per-process memory of GPU %s could not be read", idx, exc_info=True)
                 out.append(0)
                 continue

@@ -154,7 +154,7 @@ def write_rows(engine: Engine, rows: list[Row]) -> None:
         return
     try:
         copy_rows(engine, rows)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         import psycopg.errors
 
         # A batch whose COPY committed but whose acknowledgement was lost (the

@@ -81,8 +81,8 @@ class TrainingFeed:
         # channel -> (last event seq, last metric step) already published
         self._pos: dict[str, tuple[int, int]] = {}
 
-    def _read(self, fn, *args):  # noqa: ANN001, ANN002, ANN202
-        def run():  # noqa: ANN202
+    def _read(self, fn, *args):
+        def run():
             with session_factory(self.settings)() as sess:
                 return fn(sess, *args)
 

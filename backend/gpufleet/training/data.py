@@ -56,7 +56,7 @@ def load_arrays(path: Path) -> dict[str, Any]:
             raise BadDataError(f"{path.name} must hold a tensor or a dict of tensors")
     except BadDataError:
         raise
-    except Exception as exc:  # a corrupt or foreign file: say which and why
+    except Exception as exc:  # noqa: BLE001 - a corrupt or foreign file: say which and why
         raise BadDataError(f"cannot read {path.name}: {exc}") from None
     raise BadDataError(f"{path.name}: unsupported file type")
 

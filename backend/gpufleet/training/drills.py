@@ -84,11 +84,11 @@ class Fault:
     step: int
     kind: str
 
-    def before_step(self, trainer: Any) -> None:  # noqa: ANN401
+    def before_step(self, trainer: Any) -> None:
         if trainer.rank == self.rank and trainer.step == self.step:
             raise_fault(self.kind, trainer.rank, trainer.step)
 
-    def after_compute(self, trainer: Any, seconds: float) -> None:  # noqa: ANN401
+    def after_compute(self, trainer: Any, seconds: float) -> None:
         pass
 
 
@@ -99,12 +99,12 @@ class Hold:
     step: int
     path: str
 
-    def before_step(self, trainer: Any) -> None:  # noqa: ANN401
+    def before_step(self, trainer: Any) -> None:
         if trainer.step == self.step:
             while not os.path.exists(self.path) and not trainer.should_stop():
                 time.sleep(0.05)
 
-    def after_compute(self, trainer: Any, seconds: float) -> None:  # noqa: ANN401
+    def after_compute(self, trainer: Any, seconds: float) -> None:
         pass
 
 
@@ -114,10 +114,10 @@ class SlowRank:
 
     sleep: Callable[[float], None]
 
-    def before_step(self, trainer: Any) -> None:  # noqa: ANN401
+    def before_step(self, trainer: Any) -> None:
         pass
 
-    def after_compute(self, trainer: Any, seconds: float) -> None:  # noqa: ANN401
+    def after_compute(self, trainer: Any, seconds: float) -> None:
         self.sleep(seconds)  # it finishes its part later, as a slower GPU would
 
 

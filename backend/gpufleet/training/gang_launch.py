@@ -23,7 +23,7 @@ def open_store(spec: LaunchSpec) -> Any:
         return None
     import torch.distributed as dist
 
-    return dist.TCPStore("0.0.0.0", int(gang["master_port"]), int(gang["world_size"]), is_master=True,  # noqa: S104
+    return dist.TCPStore("0.0.0.0", int(gang["master_port"]), int(gang["world_size"]), is_master=True,
                          wait_for_workers=False, timeout=timedelta(seconds=float(gang["rendezvous_timeout_s"])))
 
 

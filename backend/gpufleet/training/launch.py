@@ -34,7 +34,7 @@ from gpufleet.training import exitcodes
 from gpufleet.training.config import TrainingConfigError
 from gpufleet.training.gang_launch import open_store, rank_view
 from gpufleet.training.lifeline import die_with_parent as _die_with_parent
-from gpufleet.training.lifeline import start_launcher
+from gpufleet.training.lifeline import launcher_main
 from gpufleet.training.modes import group_backends, mixed_vendor_warning
 from gpufleet.training.progress import ProgressWriter
 from gpufleet.training.spec import LaunchSpec
@@ -125,7 +125,7 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
                 progress.write("eval", step=result.step, metrics=evaluation)
             _write_json(state_dir / "result.json", {"status": result.status, "step": result.step,
                                                     "checkpoint": result.checkpoint})
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the rank is its error, reported
         _write_json(state_dir / f"rank-{rank}.json", {
             "rank": rank, "kind": classify(exc), "message": f"{type(exc).__name__}: {exc}",
             "time": time.time(), "traceback": traceback.format_exc(),
@@ -236,7 +236,7 @@ def run(spec: LaunchSpec, echo: Any = None) -> int:
                 code, fields = _run_inprocess(spec, run_devices, progress)
             else:
                 code, fields = _run_spawned(spec, run_devices, progress, state_dir)
-        except Exception as exc:  # the launcher itself broke
+        except Exception as exc:  # noqa: BLE001 - the launcher itself broke
             progress.write("error", rank=None, kind="launcher", message=f"{type(exc).__name__}: {exc}")
             return end(exitcodes.LAUNCHER_ERROR)
     return end(code, **fields)
@@ -285,7 +285,7 @@ def _run_inprocess(spec: LaunchSpec, run_devices: list[str], progress: ProgressW
                 progress.write("eval", step=result.step, metrics=evaluation)
             return exitcodes.SUCCEEDED, {"step": result.step, "checkpoint": result.checkpoint}
         return exitcodes.INTERRUPTED, {"step": result.step, "checkpoint": result.checkpoint}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - classified and reported as the rank's error
         kind = classify(exc)
         progress.write("error", rank=0, kind=kind, message=f"{type(exc).__name__}: {exc}")
         return exitcodes.KIND_TO_CODE[kind], {"step": trainer.step}
@@ -356,24 +356,20 @@ def _kill_all(procs: Any) -> None:
         p.join(timeout=5)
 
 
-def main(argv: list[str] | None = None) -> int:
-    # Not bound to the parent by a death signal: the warm pool starts launchers
-    # from its keeper thread, and that signal follows the thread, not the
-    # process. The worker's pipe (--parent-fd) is the lifeline.
-    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.training.launch",
-                               die_with_worker=False)
-    if spec_path is None:
-        return exitcodes.LAUNCHER_ERROR
-    try:
-        spec = LaunchSpec.read(spec_path)
-    except TrainingConfigError as exc:
-        print(f"gpufleet launch: {exc}", file=sys.stderr)
-        return exitcodes.BAD_DATA
+def _run_and_say(spec: LaunchSpec) -> int:
     # Before torch is imported, so the ranks only ever see this training's GPUs.
     os.environ.update(spec.visible_devices_env())
     code = run(spec)
     print(f"gpufleet launch: {exitcodes.describe(code)} (exit {code})", file=sys.stderr)
     return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Not bound to the parent by a death signal: the warm pool starts launchers
+    # from its keeper thread, and that signal follows the thread, not the
+    # process. The worker's pipe (--parent-fd) is the lifeline.
+    return launcher_main(argv, "gpufleet.training.launch", LaunchSpec.read, _run_and_say, die_with_worker=False,
+                         bad_spec=exitcodes.BAD_DATA)
 
 
 if __name__ == "__main__":

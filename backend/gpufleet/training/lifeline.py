@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from gpufleet.training import exitcodes
 
@@ -84,3 +85,18 @@ def start_launcher(argv: list[str], module: str, *, die_with_worker: bool = True
     if parent_fd is not None:
         watch_parent(parent_fd)
     return args[0]
+
+
+def launcher_main(argv: list[str] | None, module: str, read: Callable[[str], Any], run: Callable[[Any], int], *,
+                  die_with_worker: bool = True, bad_spec: int = exitcodes.LAUNCHER_ERROR) -> int:
+    """The ``main`` of every launcher (a recipe's, a script's, a session's): tie this process to its worker,
+    read its spec with ``read`` and run it with ``run``. A spec that cannot be read ends it with ``bad_spec``."""
+    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, module, die_with_worker=die_with_worker)
+    if spec_path is None:
+        return exitcodes.LAUNCHER_ERROR
+    try:
+        spec = read(spec_path)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"[gpufleet] {module}: cannot read the launch spec {spec_path}: {exc}", file=sys.stderr)
+        return bad_spec
+    return run(spec)

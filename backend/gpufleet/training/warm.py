@@ -85,7 +85,7 @@ def _through_fds(job: dict[str, Any], dirs_fd: int) -> dict[str, Any]:
         raise ValueError(f"{len(dirs)} directories named, {len(fds)} descriptors received")
     here = {d.rstrip("/"): f"/proc/{os.getpid()}/fd/{fd}" for d, fd in zip(dirs, fds, strict=True)}
 
-    def moved(value: Any) -> Any:  # noqa: ANN401
+    def moved(value: Any) -> Any:
         if isinstance(value, str):
             for d, p in here.items():
                 if value == d or value.startswith(d + "/"):

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import case, delete, func, insert, select, text
 from sqlalchemy.orm import Session
 
+from gpufleet.config import Settings
 from gpufleet.db.logchunks import TrainingLogChunk as Chunk
 from gpufleet.db.models import Training
 from gpufleet.training.logtext import collapse_cr
@@ -69,6 +71,36 @@ def read(session: Session, training_id: uuid.UUID, offset: int | None = None, ta
     begin = max(lo, first)  # pieces before `first` were dropped to keep the log bounded
     data = b"".join(r.data for r in rows)[begin - first:hi - first]
     return last_lines(data, begin, size, tail) if tail is not None else from_offset(data, begin, size)
+
+
+def read_log(path: Path, offset: int | None = None, tail: int | None = None, limit: int = READ_LIMIT) -> LogChunk:
+    """This machine's file of a log: from ``offset`` (bytes), or the last ``tail`` lines; at most ``limit`` bytes.
+
+    Offsets count the file's bytes; the text has each progress bar's superseded redraws left out.
+    """
+    if not path.exists():
+        return LogChunk(0, 0, 0, "")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if tail is not None:
+            start = max(0, size - limit)
+            fh.seek(start)
+            return last_lines(fh.read(), start, size, tail)
+        start = min(max(offset or 0, 0), size)
+        fh.seek(start)
+        return from_offset(fh.read(limit), start, size)
+
+
+def log_path(settings: Settings, training_id: uuid.UUID | str) -> Path:
+    """This machine's file of a training's log (gpufleet.jobs.logs writes it)."""
+    return settings.logs_dir / "trainings" / f"{training_id}.log"
+
+
+def read_training_log(session: Session, settings: Settings, training_id: uuid.UUID, offset: int | None = None,
+                      tail: int | None = None) -> LogChunk:
+    """What the training's hosts shipped; a log no host shipped yet may be this machine's own file."""
+    return read(session, training_id, offset=offset, tail=tail) \
+        or read_log(log_path(settings, training_id), offset=offset, tail=tail)
 
 
 def append(session: Session, training_id: uuid.UUID, source: str, pieces: list[Piece],

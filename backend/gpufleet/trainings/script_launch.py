@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpufleet.training import exitcodes as ec
-from gpufleet.training.lifeline import die_with_parent, start_launcher
+from gpufleet.training.lifeline import die_with_parent, launcher_main
 from gpufleet.training.logtext import LineSplitter
 from gpufleet.training.ownedfiles import write_new
 from gpufleet.training.progress import ProgressWriter
@@ -86,8 +86,8 @@ class ScriptSpec:
         write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
     @classmethod
-    def read(cls, path: Path) -> ScriptSpec:
-        return cls(**json.loads(path.read_text()))
+    def read(cls, path: str | Path) -> ScriptSpec:
+        return cls(**json.loads(Path(path).read_text()))
 
 
 def free_port() -> int:
@@ -144,10 +144,10 @@ class Ranks:
             if d:
                 Path(d).mkdir(parents=True, exist_ok=True)
         for rank in range(self.spec.world_size):
-            self.procs.append(subprocess.Popen(  # noqa: S603 - argv list, never a shell
+            self.procs.append(subprocess.Popen(  # argv list, never a shell
                 self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, rank, port),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads run yet
+                preexec_fn=die_with_parent,  # no threads run yet
             ))
         self.peaks = [0] * len(self.procs)
         for rank, p in enumerate(self.procs):
@@ -347,15 +347,7 @@ def run(spec: ScriptSpec) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     # The ranks follow this process through their parent-death signal.
-    spec_path = start_launcher(sys.argv[1:] if argv is None else argv, "gpufleet.trainings.script_launch")
-    if spec_path is None:
-        return ec.LAUNCHER_ERROR
-    try:
-        spec = ScriptSpec.read(Path(spec_path))
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"[gpufleet] cannot read the launch spec {spec_path}: {exc}", file=sys.stderr)
-        return ec.LAUNCHER_ERROR
-    return run(spec)
+    return launcher_main(argv, "gpufleet.trainings.script_launch", ScriptSpec.read, run)
 
 
 if __name__ == "__main__":

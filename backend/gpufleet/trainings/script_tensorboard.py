@@ -21,7 +21,7 @@ from gpufleet.training.progress import ProgressWriter
 POLL_EVERY_S = 2.0
 
 
-def _loader() -> Any:  # noqa: ANN401
+def _loader() -> Any:
     try:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util import tensor_util
@@ -72,7 +72,7 @@ class TensorBoardWatch:
         self.progress.write("step", step=step, loss=loss, parts=values, source="tensorboard")
 
 
-def _scalar(v: Any, tensor_util: Any) -> float | None:  # noqa: ANN401
+def _scalar(v: Any, tensor_util: Any) -> float | None:
     kind = v.WhichOneof("value")
     try:
         if kind == "simple_value":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, cast, func, or_, select, update
@@ -24,6 +25,7 @@ from gpufleet.lifecycle.models import (
     Training,
     TrainingEvent,
     TrainingMetric,
+    new_training,
 )
 from gpufleet.lifecycle.transitions import (
     get_training,
@@ -45,6 +47,7 @@ from gpufleet.trainings.admission.checks import (
 )
 from gpufleet.trainings.admission.estimate import check_estimate
 from gpufleet.trainings.admission.gang import gang_request
+from gpufleet.trainings.admission.standing import standing
 from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
@@ -123,14 +126,11 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
     if not req.gpu_ids and count > 1 and gang is None:
         check_world_size(sess, count, req.host)
     common = dict(
-        id=uuid.uuid4(), name=req.name.strip(), owner=owner, status="queued", priority=req.priority,
-        gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1, world_size=count,
-        requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
-        auto_select=not req.gpu_ids, requested_count=count, max_restarts=req.max_restarts,
-        restarts=0, attempt=0, step=0, gang=gang,
-        event_seq=1,  # its queued event, written with it (record_first_event)
-        cancel_requested=False,
+        owner=owner, name=req.name, world_size=count, priority=req.priority,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
+        gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1,
+        requested_host=req.host, host_id=host.id if (host is not None and req.gpu_ids) else None,
+        auto_select=not req.gpu_ids, max_restarts=req.max_restarts, gang=gang,
         max_runtime_s=req.max_runtime_s, resumed_from=resume.source_of(sess, req, owner, admin),
     )
     if req.kind == "script":
@@ -140,8 +140,8 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         # Unequal shares and vendor groups are laid out over one host's ranks.
         raise TrainingRequestError("config.parallel_mode", f"parallel_mode {config.parallel_mode} runs on one "
                                    "host; a training across hosts takes equal shares (parallel_mode equal)")
-    return Training(
-        **common, recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
+    return new_training(
+        **common, kind="recipe", recipe=req.recipe, config=config.to_dict(), exclusive=exclusive,
         memory_estimate=req.memory_mb * 2**20 if req.memory_mb else None,
         allow_rebalance=req.allow_rebalance, checkpoint_every=config.checkpoint_every,
         max_steps=config.max_steps,
@@ -180,7 +180,7 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
     if f.memory_estimate:
         refuse_never_fits(sess, f.memory_estimate, host)
-    return Training(
+    return new_training(
         **common, recipe=script.SCRIPT_RECIPE, kind="script", code_hash=f.code_hash, argv=f.argv, env=f.env,
         memory_declared=f.memory_declared, config={}, exclusive=True, memory_estimate=f.memory_estimate,
         estimate=f.estimate, estimate_key=f"script:{f.code_hash}", allow_rebalance=False,
@@ -241,6 +241,9 @@ class TrainingView:
     gpus: list[GPUAllocation] = field(default_factory=list)
     # A training across hosts: each host's part (gpufleet.trainings.gang_view).
     hosts: list[dict[str, Any]] | None = None
+    # A queued training's place in the queue (1 is next) and, for the next one, its expected start.
+    queue_position: int | None = None
+    expected_start: datetime | None = None
 
 
 def get(sess: Session, training_id: uuid.UUID) -> Training:
@@ -285,7 +288,7 @@ def views(sess: Session, rows: list[Training]) -> list[TrainingView]:
     return out
 
 
-def named_by(ref: str) -> Any:  # noqa: ANN401
+def named_by(ref: str) -> Any:
     """The trainings ``ref`` names: its name, or its ID or a prefix of it (with or without dashes, any case).
 
     The short IDs ``trainings ls`` shows are such prefixes. Compared on the
@@ -311,6 +314,14 @@ def training_names(sess: Session, ids: list[str]) -> dict[str, str]:
         return {}
     rows = sess.execute(select(Training.id, Training.name).where(Training.id.in_(wanted)))
     return {str(tid): name for tid, name in rows}
+
+
+def with_standing(sess: Session, settings: Settings, views: list[TrainingView]) -> list[TrainingView]:
+    """``views`` with each queued one's place in the queue (trainings.admission.standing)."""
+    places = standing(sess, settings, [v.training.id for v in views if v.training.status == "queued"])
+    for v in views:
+        v.queue_position, v.expected_start = places.get(v.training.id, (None, None))
+    return views
 
 
 def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,

@@ -86,7 +86,7 @@ def owner_cache_dir(settings: Settings, owner: str) -> Path:
 
 
 def probe(python: str) -> dict[str, Any]:
-    res = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)  # noqa: S603
+    res = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     if res.returncode != 0:
         raise EnvError(f"cannot inspect the interpreter {python}: {res.stderr.strip()[-500:]}")
     return json.loads(res.stdout)
@@ -177,7 +177,7 @@ class Build:
     def _uv(self, cmd: list[str]) -> None:
         env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1", NO_COLOR="1")
         env.pop("VIRTUAL_ENV", None)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,  # noqa: S603
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=self.req.cache_dir)
         tail: deque[str] = deque(maxlen=12)
         copier = threading.Thread(target=_copy, args=(proc.stdout, tail), daemon=True)
@@ -200,7 +200,7 @@ def _torch_family(ident: dict[str, Any]) -> list[str]:
     return sorted(n for n in ident["installed"] if n in TORCH_FAMILY)
 
 
-def _copy(stream: Any, tail: deque[str]) -> None:  # noqa: ANN401 - a pipe
+def _copy(stream: Any, tail: deque[str]) -> None:  # a pipe
     for raw in iter(stream.readline, b""):
         text = raw.decode(errors="replace").rstrip()
         tail.append(text.strip())
@@ -213,7 +213,7 @@ def log(text: str) -> None:
     sys.stdout.flush()
 
 
-def prepare_launch(spec: Any, progress: ProgressWriter, stopped: Callable[[], bool]) -> int:  # noqa: ANN401
+def prepare_launch(spec: Any, progress: ProgressWriter, stopped: Callable[[], bool]) -> int:
     """Before the ranks start: the report module on their path, and the training's environment.
 
     Returns ``SUCCEEDED`` (``spec.argv`` and this process's environment now

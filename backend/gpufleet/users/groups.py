@@ -19,14 +19,10 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gpufleet.bounds import MAX_PRIORITY
+from gpufleet.bounds import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_PRIORITY, MAX_SHARE
 from gpufleet.db.models import Group, GroupMember, Quota, User
 from gpufleet.users.accounts import UserError, check_name, get_user
 
-# Bounds the database and the scheduler can hold; past them a value is a typo.
-MAX_GPUS_LIMIT = 100_000
-MAX_GPU_HOURS_LIMIT = 10_000_000.0
-MAX_SHARE = 1_000_000.0
 DEFAULT_SHARE = 1.0
 
 

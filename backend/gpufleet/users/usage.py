@@ -73,7 +73,7 @@ def _split_by_day(lo: datetime, hi: datetime) -> list[tuple[date, float]]:
     return out
 
 
-def _overlapping(lo: datetime, hi: datetime):  # noqa: ANN202
+def _overlapping(lo: datetime, hi: datetime):
     return and_(GPUAllocation.allocated_at < hi,
                 or_(GPUAllocation.released_at.is_(None), GPUAllocation.released_at > lo))
 
@@ -97,7 +97,7 @@ def held_seconds(session: Session, lo: datetime, hi: datetime, now: datetime | N
     return out
 
 
-def _minute_before(col, dialect: str):  # noqa: ANN001, ANN202
+def _minute_before(col, dialect: str):
     """``col`` less one minute, in SQL (SQLite keeps timestamps as text)."""
     return func.datetime(col, "-60 seconds") if dialect == "sqlite" else col - literal(BUCKET, Interval())
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, RequestBody
 from gpufleet.trainings.request import CONFIG_SCHEMA, check_config, installed_recipes
@@ -128,7 +128,7 @@ class ValidationPublic(BaseModel):
     estimate: EstimatePublic | None = None
 
 
-def estimate_public(est: Any) -> EstimatePublic:  # noqa: ANN401
+def estimate_public(est: Any) -> EstimatePublic:
     """The API's view of a ``scheduling.memory`` estimate."""
     return EstimatePublic(
         total=est.total, summary=est.summary(), breakdown=est.breakdown(), method=est.method, key=est.key,

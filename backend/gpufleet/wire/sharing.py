@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.bounds import MAX_PRIORITY, RequestBody
-from gpufleet.users.groups import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_SHARE
+from gpufleet.bounds import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_PRIORITY, MAX_SHARE, RequestBody
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 

@@ -1,9 +1,10 @@
-"""Schemas of the trainings resource: what the API answers, and what it accepts.
+"""Schemas of the trainings resource: what the API answers.
 
 What it accepts (``TrainingCreate``, ``TrainingBatchCreate``) is the trainings
 domain's own request model, :mod:`gpufleet.trainings.request` (it validates
-the recipe's config there); it is named here so that the client and the CLI
-take every wire type from one package.
+the recipe's config there); the package names it (``gpufleet.wire.TrainingCreate``)
+and loads it only for a caller that sends one, so reading trainings never
+builds the recipes' config models.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # A training's status, an enum in the schema so generated clients can switch on it.
 from gpufleet.db.statuses import TrainingStatus
-from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate  # noqa: F401 - the request bodies
 
 
 class TrainingGPU(BaseModel):

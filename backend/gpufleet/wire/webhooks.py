@@ -8,9 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from gpufleet.bounds import RequestBody
+from gpufleet.bounds import MAX_URL, RequestBody
 from gpufleet.notify.events import EVENTS
-from gpufleet.notify.hooks import MAX_URL, HookError, check_url
 
 EventName = Literal[EVENTS]  # type: ignore[valid-type]
 Format = Literal["json", "slack"]
@@ -23,6 +22,9 @@ class _URLChecked(RequestBody):
     def _url(cls, v: str | None) -> str | None:
         if v is None:
             return v
+        # The server's own check, loaded when a body is read (the client imports this module without it).
+        from gpufleet.notify.hooks import HookError, check_url
+
         try:
             return check_url(v)
         except HookError as exc:

@@ -20,7 +20,7 @@ from support.servers import serve_inprocess
 from .conftest import ECHO, QUEUED
 
 
-def test_refused_notebook_websockets_log_below_error(proxy_settings, notebooks,  # noqa: ANN001
+def test_refused_notebook_websockets_log_below_error(proxy_settings, notebooks,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     app = create_app(proxy_settings)
     app.state.notebook_locator = lambda _settings, session_id: notebooks.get(session_id)

@@ -220,7 +220,7 @@ def test_absurd_trainings_are_refused_at_create(tmp_path: Path) -> None:
         assert ok.status_code == 201, ok.text
 
 
-async def _stream_until_closed(url: str, revoke, deadline_s: float = 30.0) -> tuple[int, float]:  # noqa: ANN001
+async def _stream_until_closed(url: str, revoke, deadline_s: float = 30.0) -> tuple[int, float]:
     """Open the stream, see frames, call ``revoke()``; the close code and the seconds it took after revoking."""
     import asyncio
 

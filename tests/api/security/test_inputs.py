@@ -25,7 +25,7 @@ class _Exploit:
     def __init__(self, marker: Path):
         self.marker = marker
 
-    def __reduce__(self):  # noqa: ANN204
+    def __reduce__(self):
         return (os.mkdir, (str(self.marker),))
 
 
@@ -38,7 +38,7 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-def _calls(tree: ast.AST):  # noqa: ANN202
+def _calls(tree: ast.AST):
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             yield node
@@ -78,7 +78,7 @@ def test_every_torch_load_is_weights_only_and_nothing_runs_a_shell() -> None:
     assert not problems, problems
 
 
-def test_nul_characters_are_refused_before_any_route(client, people) -> None:  # noqa: ANN001
+def test_nul_characters_are_refused_before_any_route(client, people) -> None:
     from support.people import bearer
 
     h = bearer(people.alice)
@@ -94,7 +94,7 @@ def test_nul_characters_are_refused_before_any_route(client, people) -> None:  #
     r = client.post("/api/v1/echo", content=b'{"a": "\\\\u0000", "b": 2}', headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 200 and r.json() == {"keys": 2}
     # A body read in pieces arrives whole after the check.
-    def chunks():  # noqa: ANN202
+    def chunks():
         yield b'{"a": 1, '
         yield b'"b": 2, "c": 3}'
 

@@ -61,7 +61,7 @@ def _count(settings: Settings, owner: str | None = None) -> int:
         return sess.scalar(q) or 0
 
 
-def _create(api: TestClient, token: str, **extra) -> dict:  # noqa: ANN003
+def _create(api: TestClient, token: str, **extra) -> dict:
     body = {"name": "t-" + uuid.uuid4().hex[:6], "recipe": "mlp", "config": dict(SMALL),
             "host": api.app.state.settings.host_name, **extra}
     r = api.post("/api/v1/trainings", json=body, headers=bearer(token))
@@ -130,7 +130,7 @@ def test_viewer_reads_but_cannot_create_or_cancel(api: TestClient, product: Sett
 
 @pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "ok/../../secret.npy", "link/x.npy"])
 def test_a_data_path_outside_the_data_root_is_refused(api: TestClient, product: Settings, team: People,
-                                                      path: str, tmp_path) -> None:  # noqa: ANN001
+                                                      path: str, tmp_path) -> None:
     root = product.data_root
     root.mkdir(parents=True, exist_ok=True)
     (root / "ok").mkdir(exist_ok=True)

@@ -104,7 +104,7 @@ def _proxy_config(tmp: Path, api_port: int, http_port: int, https_port: int) -> 
     return main
 
 
-async def _ws(url: str, **kw) -> str:  # noqa: ANN003
+async def _ws(url: str, **kw) -> str:
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     try:

@@ -139,7 +139,7 @@ def test_sign_in_from_a_foreign_origin_is_refused(client: TestClient, people: Pe
     assert r.status_code == 200 and "gpufleet_session=" in r.headers["set-cookie"]
 
 
-def test_session_cookie_is_secure_over_https(on_settings, people: People) -> None:  # noqa: ANN001
+def test_session_cookie_is_secure_over_https(on_settings, people: People) -> None:
     from support.people import build_app
 
     with TestClient(build_app(on_settings), base_url="https://testserver") as c:

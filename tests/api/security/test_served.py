@@ -22,7 +22,7 @@ from gpufleet.db.session import session_scope, upgrade_database
 from support.servers import serve_process
 
 
-async def _ws_outcome(url: str, **kw) -> str:  # noqa: ANN003
+async def _ws_outcome(url: str, **kw) -> str:
     try:
         async with websockets.connect(url, open_timeout=10, **kw) as ws:
             await asyncio.wait_for(ws.recv(), timeout=10)

@@ -31,12 +31,12 @@ def _signed_in(client: TestClient, token: str) -> str:
     return client.cookies.get(COOKIE)
 
 
-def _newest_row(sess, user_name: str) -> BrowserSession:  # noqa: ANN001
+def _newest_row(sess, user_name: str) -> BrowserSession:
     return sess.scalars(select(BrowserSession).join(User, User.id == BrowserSession.user_id)
                         .where(User.name == user_name).order_by(BrowserSession.created_at.desc())).first()
 
 
-def _whoami(client: TestClient, cookie: str):  # noqa: ANN202
+def _whoami(client: TestClient, cookie: str):
     client.cookies.clear()
     client.cookies.set(COOKIE, cookie)
     return client.get("/api/v1/auth/whoami")
@@ -160,7 +160,7 @@ def test_a_cookie_costs_one_query_as_a_token_does(client: TestClient, people: Pe
     _signed_in(client, people.alice)
     seen: list[str] = []
 
-    def statement(_conn, _cursor, sql, *_args) -> None:  # noqa: ANN001, ANN002
+    def statement(_conn, _cursor, sql, *_args) -> None:
         seen.append(" ".join(sql.split()))
 
     engine = engine_for(on_settings)

@@ -27,7 +27,7 @@ def _wrong() -> str:
     return "gf_" + secrets.token_urlsafe(32)
 
 
-def test_a_neighbour_hammering_wrong_tokens_never_keeps_the_admin_out(app_client: TestClient, people) -> None:  # noqa: ANN001
+def test_a_neighbour_hammering_wrong_tokens_never_keeps_the_admin_out(app_client: TestClient, people) -> None:
     attacker, admin = [], []
     for round_ in range(3 * LIMIT):
         attacker.append(app_client.post("/api/v1/auth/sign-in", json={"token": _wrong()}).status_code)
@@ -40,7 +40,7 @@ def test_a_neighbour_hammering_wrong_tokens_never_keeps_the_admin_out(app_client
 
 
 def test_failures_meant_for_one_account_are_limited_and_its_owner_still_signs_in(app_client: TestClient,
-                                                                                 people) -> None:  # noqa: ANN001
+                                                                                 people) -> None:
     # Wrong tokens with the admin's shown prefix (`gpufleet tokens list` shows it): meant for the admin.
     per_account = SIGN_IN_ACCOUNT_FAILURES_PER_MINUTE
     aimed = [people.admin[:10] + secrets.token_urlsafe(32)[:33] for _ in range(per_account)]

@@ -13,7 +13,7 @@ from gpufleet.db.models import APIToken, User
 from gpufleet.db.session import get_engine, session_scope
 
 
-def _last_used(settings: Settings, user: str):  # noqa: ANN202
+def _last_used(settings: Settings, user: str):
     with session_scope(settings) as sess:
         return sess.scalar(
             select(APIToken.last_used_at).join(User, User.id == APIToken.user_id).where(User.name == user)

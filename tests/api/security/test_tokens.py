@@ -38,7 +38,7 @@ def test_client_headers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert client_headers("gf_other") == {"Authorization": "Bearer gf_other"}
 
 
-def test_origin_matching_normalises_default_ports_and_case(tmp_path) -> None:  # noqa: ANN001
+def test_origin_matching_normalises_default_ports_and_case(tmp_path) -> None:
     from gpufleet.api.security.origins import origin_allowed
     from gpufleet.config import load_settings
 

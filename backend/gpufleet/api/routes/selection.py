@@ -88,7 +88,7 @@ def get_estimate_pool(app: Any, settings: Any) -> Any:
     return pool
 
 
-async def warm_estimates(app: Any, settings: Any) -> None:  # noqa: ANN401
+async def warm_estimates(app: Any, settings: Any) -> None:
     """Trace every installed recipe's default config in the pool, before the first request asks for one.
 
     Starting the pool's process (importing torch) and a first trace took seconds

@@ -47,7 +47,7 @@ def _status(message: str) -> int:
     return 422
 
 
-def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
+def _write(settings, fn: Callable[..., T]) -> T:
     """One committing transaction; a refusal is a 4xx and nothing is written."""
     try:
         with write_session(settings) as sess:
@@ -89,7 +89,7 @@ def delete_group(name: NamePath, settings: SettingsDep, user: AdminUser) -> Resp
     return Response(status_code=204)
 
 
-def _one(settings, name: str) -> GroupPublic:  # noqa: ANN001
+def _one(settings, name: str) -> GroupPublic:
     with write_session(settings) as sess:
         return _group_public(next(v for v in g.list_groups(sess) if v.name == name))
 

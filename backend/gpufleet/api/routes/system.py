@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 
 import logging
 
 from fastapi import APIRouter, Body, HTTPException, Query, Response
-from sqlalchemy import func, select, text
 
 from gpufleet import __version__
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep
@@ -28,8 +26,9 @@ from gpufleet.wire.system import (
     LinkPublic,
     TopologyPublic,
 )
-from gpufleet.db.models import GPU, GPULink, Host
+from gpufleet.db.models import GPULink
 from gpufleet.db.session import write_session
+from gpufleet.scheduling import fleet_view
 from gpufleet.scheduling.drain import DrainError, set_drained
 from gpufleet.scheduling.hosts import UnknownHost, require_host
 from gpufleet.telemetry.gpu_health import HealthClearError, clear_health
@@ -40,13 +39,13 @@ router = APIRouter(prefix="/api/v1/system", tags=["system"])
 health_router = APIRouter(tags=["health"])
 
 
-def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:  # noqa: ANN001
+def _live_by_gpu(settings) -> dict[tuple[str, int], GPULive]:
     from gpufleet.telemetry.live import read_live_samples
 
     return {(s.host, s.index): GPULive.model_validate(s, from_attributes=True) for s in read_live_samples(settings)}
 
 
-def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:  # noqa: ANN001
+def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilityPublic]:
     from gpufleet.scheduling.inputs import availability_by_gpu
 
     return {
@@ -65,10 +64,7 @@ def list_gpus(
 ) -> GPUsPublic:
     """Every GPU of the fleet with its newest sample and its availability."""
     check_host(sess, host)
-    stmt = select(GPU, Host.name).join(Host, GPU.host_id == Host.id).order_by(Host.name, GPU.index)
-    if host is not None:
-        stmt = stmt.where(Host.name == host)
-    rows = sess.execute(stmt).all()
+    rows = fleet_view.gpus(sess, host)
     live = _live_by_gpu(settings)
     avail = _availability_by_gpu(sess, settings)
     data = [
@@ -96,7 +92,7 @@ def list_gpus(
     return GPUsPublic(data=data, count=len(data), simulated=any(g.simulated for g in data))
 
 
-def _drain(settings, user, host: str, index: int, drained: bool, reason: str | None) -> DrainPublic:  # noqa: ANN001
+def _drain(settings, user, host: str, index: int, drained: bool, reason: str | None) -> DrainPublic:
     # The reason shown with the GPU's state says who drained it.
     shown = f"{reason or 'drained'} (by {user.name})" if drained else None
     try:
@@ -143,15 +139,13 @@ def clear_gpu_health(host: HostPath, index: GPUIndexPath, settings: SettingsDep,
 def list_hosts(sess: SessionDep, settings: SettingsDep) -> HostsPublic:
     from gpufleet.scheduling.inputs import host_offline
 
-    counts = dict(sess.execute(select(GPU.host_id, func.count()).group_by(GPU.host_id)).all())
-    hosts = sess.scalars(select(Host).order_by(Host.name)).all()
     data = [
         HostPublic.model_validate(h, from_attributes=True).model_copy(update={
-            "gpu_count": counts.get(h.id, 0),
+            "gpu_count": gpu_count,
             # A host whose heartbeat stopped is offline, whatever its row last said.
             "status": "offline" if host_offline(h.status, h.last_heartbeat, settings) else h.status,
         })
-        for h in hosts
+        for h, gpu_count in fleet_view.hosts(sess)
     ]
     return HostsPublic(data=data, count=len(data))
 
@@ -171,45 +165,23 @@ def get_topology(
 ) -> TopologyPublic:
     """The GPU link matrix of each host (NVLink link counts, PCIe levels, peer access)."""
     check_host(sess, host)
-    hosts_q = select(Host).order_by(Host.name)
-    if host is not None:
-        hosts_q = hosts_q.where(Host.name == host)
-    gpus_by_host: dict = defaultdict(list)
-    for g in sess.scalars(select(GPU).order_by(GPU.index)):
-        gpus_by_host[g.host_id].append(g.index)
-    links_by_host: dict = defaultdict(dict)
-    for l in sess.scalars(select(GPULink)):
-        links_by_host[l.host_id][(l.gpu_a, l.gpu_b)] = l
     out = []
-    for h in sess.scalars(hosts_q):
-        idx = gpus_by_host.get(h.id, [])
-        links = links_by_host.get(h.id, {})
+    for h in fleet_view.topology(sess, host):
         matrix = [
-            ["X" if a == b else _level(links.get((min(a, b), max(a, b)))) for b in idx] for a in idx
+            ["X" if a == b else _level(h.links.get((min(a, b), max(a, b)))) for b in h.gpus] for a in h.gpus
         ]
-        out.append(
-            HostTopology(
-                host=h.name,
-                gpus=idx,
-                links=[
-                    LinkPublic.model_validate(l, from_attributes=True)
-                    for l in sorted(links.values(), key=lambda l: (l.gpu_a, l.gpu_b))
-                ],
-                matrix=matrix,
-            )
-        )
+        links = [LinkPublic.model_validate(link, from_attributes=True)
+                 for link in sorted(h.links.values(), key=lambda link: (link.gpu_a, link.gpu_b))]
+        out.append(HostTopology(host=h.host.name, gpus=h.gpus, links=links, matrix=matrix))
     return TopologyPublic(hosts=out)
 
 
 @health_router.get("/healthz", response_model=Health, operation_id="health-get",
                    responses={503: {"model": Health, "description": "The database cannot be reached"}})
 def healthz(sess: SessionDep, settings: SettingsDep, response: Response) -> Health:
-    try:
-        sess.execute(text("SELECT 1"))
-        status = "ok"
-    except Exception:  # noqa: BLE001 - any driver error means the database is unreachable
+    status = "ok" if fleet_view.database_answers(sess) else "database unreachable"
+    if status != "ok":
         response.status_code = 503
-        status = "database unreachable"
     return Health(
         status=status,
         version=__version__,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 
 from gpufleet.api.deps import CreatorUser, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel, ensure_can_run_code
-from gpufleet.api.routes.trainings import _http, _load, _publics
+from gpufleet.api.training_answers import http_error, load, publics
 from gpufleet.wire.trainings import TrainingFilePublic, TrainingFilesPublic, TrainingPublic
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_in
@@ -37,16 +37,16 @@ def resume_training(
     The same training: status back to ``queued``, a fresh restart budget; ``config`` may change fields
     of a recipe's config (a larger ``max_steps``) first.
     """
-    t = _load(session, training_id)
+    t = load(session, training_id)
     ensure_can_cancel(user, t.owner)  # the same rule: its owner or an admin
     if t.kind == "script":
         ensure_can_run_code(session, user)
     try:
         with write_in(session, settings) as sess:
             row = resume.resume(sess, training_id, body or TrainingResume(), user.name)
-            [out] = _publics(service.views(sess, [row]))
+            [out] = publics(service.views(sess, [row]))
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
+        raise http_error(exc) from None
     wake()
     return out
 
@@ -60,7 +60,7 @@ def list_files(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: ViewerUser,
 ) -> TrainingFilesPublic:
     """The training's checkpoints (``checkpoints/…``) and outputs (``outputs/…``): its owner and admins."""
-    _ensure_owner_or_admin(user, _load(session, training_id).owner)
+    _ensure_owner_or_admin(user, load(session, training_id).owner)
     data = [TrainingFilePublic(path=f.path, size=f.size, modified=f.modified)
             for f in files.list_files(settings, training_id)]
     return TrainingFilesPublic(data=data, count=len(data))
@@ -78,7 +78,7 @@ def download_file(
     training_id: uuid.UUID, path: str, session: SessionDep, settings: SettingsDep, user: ViewerUser,
 ) -> FileResponse:
     """One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206)."""
-    _ensure_owner_or_admin(user, _load(session, training_id).owner)
+    _ensure_owner_or_admin(user, load(session, training_id).owner)
     try:
         fh, st, name = files.open_file(settings, training_id, path)
     except files.FileRefused as exc:

@@ -6,9 +6,8 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
-from sqlalchemy.orm import Session
 
-from gpufleet.api.auth import AuthUser, ensure_may_read_training, may_read_training
+from gpufleet.api.auth import ensure_may_read_training
 from gpufleet.api.deps import (
     CreatorUser,
     MemberUser,
@@ -22,12 +21,11 @@ from gpufleet.api.deps import (
 )
 from gpufleet.api.hosts import UNKNOWN_HOST
 from gpufleet.api.params import SeqQuery, StepQuery
+from gpufleet.api.training_answers import http_error, load, publics, readable
 from gpufleet.wire.trainings import (
     TrainingBatchPublic,
     TrainingEventPublic,
     TrainingEventsPublic,
-    TrainingGPU,
-    TrainingHostPublic,
     TrainingLogPublic,
     TrainingMetricPublic,
     TrainingMetricsPublic,
@@ -37,56 +35,15 @@ from gpufleet.wire.trainings import (
 )
 from gpufleet.api.security.openapi import error_response
 from gpufleet.bounds import MAX_OFFSET
-from gpufleet.config import Settings
 from gpufleet.db.session import write_in
-from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
-from gpufleet.lifecycle.models import Training
 from gpufleet.pools import service as pools
-from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.trainings import log_store, service
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 # Under GPUFLEET_TRAINING_VISIBILITY=owner (the default) another user's training's events and logs are a 403.
 OWNER_ONLY = {403: error_response("The training is another user's; its events and logs are its owner's and the admins'")}
-
-
-def _http(exc: service.TrainingRequestError) -> HTTPException:
-    if exc.problems:
-        # Every wrong field at once, shaped like FastAPI's own validation errors.
-        return HTTPException(exc.status, [
-            {"loc": ["body", *(int(p) if p.isdigit() else p for p in field.split("."))],
-             "msg": msg, "type": "value_error"}
-            for field, msg in exc.problems
-        ])
-    return HTTPException(exc.status, str(exc))
-
-
-def _load(session: Session, training_id: uuid.UUID) -> Training:
-    try:
-        return service.get(session, training_id)
-    except service.TrainingRequestError as exc:
-        raise _http(exc) from None
-
-
-def _publics(views: list[service.TrainingView], sess: Session | None = None,
-             settings: Settings | None = None) -> list[TrainingPublic]:
-    """The public form of each view; with ``sess`` and ``settings``, queued ones get their queue position."""
-    queued = [v.training.id for v in views if v.training.status == "queued"]
-    positions = queue_positions(sess, settings, queued) if sess is not None and settings is not None else {}
-    out = []
-    for v in views:
-        pub = TrainingPublic.model_validate(v.training)
-        pub.queue_position = positions.get(v.training.id)
-        if pub.queue_position == 1 and sess is not None and settings is not None:
-            pub.expected_start = expected_start(sess, settings, v.training.id)
-        pub.host_name = v.host_name
-        pub.gpus = [TrainingGPU(index=a.gpu_index, exclusive=a.exclusive, allocated_at=a.allocated_at,
-                                released_at=a.released_at) for a in v.gpus]
-        pub.hosts = [TrainingHostPublic(**h) for h in v.hosts] if v.hosts else None
-        out.append(pub)
-    return out
 
 
 @router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create",
@@ -102,9 +59,9 @@ def create_training(
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
             made = pools.create if body.pool else service.create  # a pool's scheduler, or the team's
-            [out] = _publics([made(sess, settings, body, user.name, admin=user.is_admin)])
+            [out] = publics([made(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
+        raise http_error(exc) from None
     except pools.PoolError as exc:
         raise HTTPException(exc.status, str(exc)) from None
     wake()
@@ -124,9 +81,9 @@ def create_batch(
     try:
         with write_in(session, settings) as sess:
             batch_id, views = service.create_batch(sess, settings, body, user.name)
-            data = _publics(views)
+            data = publics(views)
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
+        raise http_error(exc) from None
     wake()
     return TrainingBatchPublic(batch_id=batch_id, strategy=body.strategy, data=data, count=len(data))
 
@@ -148,24 +105,17 @@ def list_trainings(
         views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit,
                                     ref=ref)
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
-    return TrainingsPublic(data=_readable(settings, _user, _publics(views, session, settings)), count=count)
-
-
-def _readable(settings: Settings, user: AuthUser, pubs: list[TrainingPublic]) -> list[TrainingPublic]:
-    """Others' configs left out where only owners and admins may read them."""
-    for pub in pubs:
-        if not may_read_training(settings, user, pub.owner):
-            pub.config = {}
-    return pubs
+        raise http_error(exc) from None
+    data = publics(service.with_standing(session, settings, views))
+    return TrainingsPublic(data=readable(settings, _user, data), count=count)
 
 
 @router.get("/{training_id:uuid}", response_model=TrainingPublic, operation_id="trainings-get")
 def get_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, _user: ViewerUser
 ) -> TrainingPublic:
-    views = service.views(session, [_load(session, training_id)])
-    return _readable(settings, _user, _publics(views, session, settings))[0]
+    views = service.views(session, [load(session, training_id)])
+    return readable(settings, _user, publics(service.with_standing(session, settings, views)))[0]
 
 
 @router.post(
@@ -175,13 +125,13 @@ def get_training(
 def cancel_training(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: MemberUser
 ) -> TrainingPublic:
-    ensure_can_cancel(user, _load(session, training_id).owner)
+    ensure_can_cancel(user, load(session, training_id).owner)
     try:
         with write_in(session, settings) as sess:
             t = service.cancel(sess, training_id, user.name)
-            [out] = _publics(service.views(sess, [t]))
+            [out] = publics(service.views(sess, [t]))
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
+        raise http_error(exc) from None
     wake()  # freed GPUs may start a queued training
     return out
 
@@ -196,7 +146,7 @@ def list_events(
     after_seq: SeqQuery = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> TrainingEventsPublic:
-    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
+    ensure_may_read_training(settings, _user, load(session, training_id).owner)
     rows = service.events(session, training_id, after_seq=after_seq, limit=limit)
     data = [TrainingEventPublic.model_validate(e) for e in rows]
     return TrainingEventsPublic(data=data, count=len(data))
@@ -213,7 +163,7 @@ def list_metrics(
     try:
         rows, total = service.metrics(session, training_id, max_points=max_points, after_step=after_step)
     except service.TrainingRequestError as exc:
-        raise _http(exc) from None
+        raise http_error(exc) from None
     data = [TrainingMetricPublic.model_validate(m) for m in rows]
     return TrainingMetricsPublic(data=data, count=len(data), total=total)
 
@@ -228,10 +178,8 @@ def get_logs(
     offset: Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="the last N lines instead")] = None,
 ) -> TrainingLogPublic:
-    ensure_may_read_training(settings, _user, _load(session, training_id).owner)
+    ensure_may_read_training(settings, _user, load(session, training_id).owner)
     if offset is not None and tail is not None:
         raise HTTPException(422, "give offset or tail, not both")
-    # What the training's hosts shipped; a log no host shipped yet may be this machine's own file.
-    chunk = log_store.read(session, training_id, offset=offset, tail=tail) \
-        or read_log(log_path(settings, training_id), offset=offset, tail=tail)
+    chunk = log_store.read_training_log(session, settings, training_id, offset=offset, tail=tail)
     return TrainingLogPublic(offset=chunk.offset, next_offset=chunk.next_offset, size=chunk.size, text=chunk.text)

@@ -44,7 +44,7 @@ def _status(message: str) -> int:
     return 422
 
 
-def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
+def _write(settings, fn: Callable[..., T]) -> T:
     try:
         with write_session(settings) as sess:
             return fn(sess)
@@ -58,7 +58,7 @@ def _user_public(v: directory.UserView) -> UserPublic:
                       groups=v.groups, created_at=v.created_at)
 
 
-def _token_public(tok, owner: str) -> TokenPublic:  # noqa: ANN001
+def _token_public(tok, owner: str) -> TokenPublic:
     return TokenPublic(id=tok.id, prefix=tok.prefix, user=owner, name=tok.name, created_at=tok.created_at,
                        expires_at=tok.expires_at, revoked_at=tok.revoked_at, last_used_at=tok.last_used_at)
 
@@ -73,7 +73,7 @@ def list_team(sess: SessionDep, user: ViewerUser) -> UsersPublic:
 @router.post("/users", response_model=UserPublic, status_code=201, operation_id="users-create", responses=REFUSALS)
 def create_user(body: UserCreate, settings: SettingsDep, user: AdminUser) -> UserPublic:
     """Add a user (admins only); a name already taken is a 409."""
-    def make(sess) -> UserPublic:  # noqa: ANN001
+    def make(sess) -> UserPublic:
         add_user(sess, body.name, body.role)
         return _user_public(directory.user_view(sess, body.name))
 
@@ -105,7 +105,7 @@ def list_team_tokens(
              responses=REFUSALS)
 def create_team_token(body: TokenCreate, settings: SettingsDep, user: AdminUser) -> TokenCreated:
     """Create a token for a user (admins only); its secret is in this answer only."""
-    def make(sess) -> TokenCreated:  # noqa: ANN001
+    def make(sess) -> TokenCreated:
         made = create_token(sess, body.user, body.name, body.expires_days)
         tok, owner = next((t, o) for t, o in list_tokens(sess, made.user) if t.id == made.id)
         return TokenCreated(**_token_public(tok, owner).model_dump(), secret=made.secret)
@@ -118,7 +118,7 @@ def create_team_token(body: TokenCreate, settings: SettingsDep, user: AdminUser)
 def revoke_team_token(token_id: Annotated[uuid.UUID, Path(description="a token's id")], settings: SettingsDep,
                       user: AdminUser) -> TokenPublic:
     """Revoke a token at once; browser sessions opened with it end too (admins only)."""
-    def revoke(sess) -> TokenPublic:  # noqa: ANN001
+    def revoke(sess) -> TokenPublic:
         tok = revoke_token(sess, str(token_id))
         return next(_token_public(t, o) for t, o in list_tokens(sess) if t.id == tok.id)
 

@@ -44,7 +44,7 @@ def _public(h: Webhook) -> WebhookPublic:
                          enabled=h.enabled, created_at=h.created_at)
 
 
-def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
+def _write(settings, fn: Callable[..., T]) -> T:
     try:
         with write_session(settings) as sess:
             return fn(sess)
@@ -57,7 +57,7 @@ def _write(settings, fn: Callable[..., T]) -> T:  # noqa: ANN001
 @router.post("/webhooks", response_model=WebhookCreated, status_code=201, operation_id="webhooks-create")
 def create_webhook(body: WebhookCreate, settings: SettingsDep, user: MemberUser) -> WebhookCreated:
     """Register a webhook for your own trainings and sessions; its secret is in this answer only."""
-    def make(sess) -> WebhookCreated:  # noqa: ANN001
+    def make(sess) -> WebhookCreated:
         h = hooks.create(sess, user.name, body.url, body.format, body.events, limit=settings.webhooks_per_user,
                          policy=Policy(settings.webhook_allowed_networks))
         return WebhookCreated(**_public(h).model_dump(), secret=h.secret)
@@ -98,7 +98,7 @@ def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> 
     """Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken.
 
     Only the answer's status code comes back, never its body."""
-    def load(sess) -> Webhook:  # noqa: ANN001
+    def load(sess) -> Webhook:
         h = hooks.get_own(sess, user.name, hook_id)
         sess.expunge(h)
         return h

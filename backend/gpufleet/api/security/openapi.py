@@ -104,7 +104,7 @@ def api_routes(app: FastAPI) -> list[tuple[Any, str]]:
             if isinstance(route, APIRoute) and path]
 
 
-def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:  # noqa: ANN401
+def _operations_using(app: FastAPI, *deps: Any) -> set[tuple[str, str]]:
     """(path, method) of every route that depends, at any depth, on one of ``deps``."""
     found: set[tuple[str, str]] = set()
     for route, path in api_routes(app):

@@ -26,7 +26,7 @@ def check_estimate(sess: Session, settings: Settings, row: Training, config: Tra
         estimate_training(sess, row, data_root=settings.data_root, config=config)
     except (TrainingConfigError, EstimateLimitError) as exc:  # the recipe's own checks, or a model past the size limits
         raise TrainingRequestError(f"config.{getattr(exc, 'field', None) or 'recipe'}", str(exc)) from None
-    except Exception:  # noqa: BLE001 - an estimate is advice, never a reason to refuse
+    except Exception:  # an estimate is advice, never a reason to refuse
         log.warning("could not estimate the memory of training %s (%s)", row.name, row.recipe, exc_info=True)
     refused = never_fit_reason(sess, row.memory_estimate, row.requested_host)
     if refused is not None:

@@ -11,7 +11,7 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def include_object(obj, name, type_, reflected, compare_to):  # noqa: ANN001, ANN201
+def include_object(obj, name, type_, reflected, compare_to):
     # Daily partitions of gpu_metrics_history are created at run time by the
     # telemetry storage, not by migrations.
     if type_ == "table" and reflected and compare_to is None and name and name.startswith("gpu_metrics_history_"):
@@ -51,7 +51,7 @@ def run_migrations_online() -> None:
     engine.dispose()
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
