@@ -34,6 +34,7 @@ from gpufleet.config_services import ServiceSettings
 
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.networksettings import NetworkSettings
 from gpufleet.sessionsettings import SessionSettings
 from gpufleet.yamlsource import YamlSource
 
@@ -106,7 +107,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(ServiceSettings, SessionSettings):
+class Settings(ServiceSettings, SessionSettings, NetworkSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",

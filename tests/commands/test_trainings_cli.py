@@ -52,7 +52,7 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     assert r.exit_code == 0 and "succeeded" in r.output and "step-3" in r.output
     assert "priority 2, preemptible" in r.output
     r = runner.invoke(app, ["trainings", "logs", tid])
-    assert r.exit_code == 0 and "launcher exited with 0" in r.output
+    assert r.exit_code == 0 and "ended: succeeded" in r.output
     r = runner.invoke(app, ["trainings", "cancel", tid])
     assert r.exit_code == 0 and f"{tid}: succeeded" in r.output
 
@@ -66,7 +66,7 @@ def test_train_names_the_host_name_and_priority_on_a_fleet_of_several_hosts(monk
     monkeypatch.setenv("GPUFLEET_SERVER", url)
     base = ["train", "--recipe", "mlp", "--gpu-ids", "0", "--set", "max_steps=3", "--no-follow"]
     r = runner.invoke(app, base)
-    assert r.exit_code == 2 and "gpu_ids are per host; say which host (host-a, host-b)" in r.output, r.output
+    assert r.exit_code == 2 and "--gpu-ids are per host; say which host (host-a, host-b)" in r.output, r.output
     r = runner.invoke(app, [*base, "--host", "host-b", "--name", "on-b", "--priority", "7"])
     assert r.exit_code == 0, r.output
     tid = r.output.split("submitted ", 1)[1].split()[0]

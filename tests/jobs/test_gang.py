@@ -50,7 +50,7 @@ def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for
     assert len(body["gpus"]) == 4 and body["world_size"] == 4  # every host's reservation
     # Both hosts ran ranks: host b's worker wrote its part of the log.
     other = (b.logs_dir / "trainings" / f"{tid}-{b.host_name}.log").read_text()
-    assert "ranks 2-3 of 4" in other and "launcher exited with 0" in other
+    assert "ranks 2-3 of 4" in other and "ended: succeeded" in other
     from gpufleet.training.recipes import get_recipe
     from gpufleet.training.trainer import Trainer
 

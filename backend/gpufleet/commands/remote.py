@@ -51,11 +51,12 @@ class Client(_LibraryClient):
         return re.sub(r"\b(?:body\.)?(" + "|".join(map(re.escape, self.options)) + r")\b",
                       lambda m: self.options[m.group(1)], message)
 
-    def training_id(self, training: Any) -> str:  # noqa: ANN401
+    def training_id(self, training: Any, option: str | None = None) -> str:  # noqa: ANN401
+        """The full ID; a refusal names ``option`` (``--from``) when the reference came from one."""
         try:
             return super().training_id(training)
         except (UnknownTraining, AmbiguousTraining) as exc:
-            _fail(str(exc))
+            _fail(f"{option} {training}: {exc}" if option else str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:  # noqa: ANN401
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""

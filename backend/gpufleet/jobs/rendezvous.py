@@ -48,7 +48,8 @@ from gpufleet.jobs.log_shipper import ShippedLog
 from gpufleet.jobs.logs import BoundedLog
 from gpufleet.lifecycle import outcome
 from gpufleet.lifecycle.transitions import get_training
-from gpufleet.trainings.environment import training_environment
+from gpufleet.training import exitcodes
+from gpufleet.trainings.environment import EnvPolicy, training_environment
 from gpufleet.trainings.gang_view import rank_hosts
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ def launch_env(settings: Settings, tid: uuid.UUID) -> dict[str, str]:
     extra = {"PYTHONUNBUFFERED": "1", "GPUFLEET_TRAINING_ID": str(tid)}
     if settings.network_interface:
         extra.update(NCCL_SOCKET_IFNAME=settings.network_interface, GLOO_SOCKET_IFNAME=settings.network_interface)
-    return training_environment(os.environ, **extra)
+    return training_environment(os.environ, EnvPolicy.of(settings), **extra)
 
 
 def spec_gang(settings: Settings, t: Training, rdzv: GangRendezvous, first_rank: int, master: bool) -> dict:
@@ -334,14 +335,14 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     os.close(lifeline)
     backend.training_ended(proc.pid)
     procs.remove_pidfile(settings, host_name, tid)
-    logf.line(f"[gpufleet] launcher exited with {code}")
+    logf.line(f"[gpufleet] {exitcodes.ended(code)}")
     logf.close()
     if code == 0:
         status, message = "succeeded", None
     elif stopped:
         status, message = "stopped", stopped
     else:
-        status, message = "failed", _last_error(progress) or f"the launcher exited with {code}"
+        status, message = "failed", _last_error(progress) or f"its launcher {exitcodes.ended(code)}"
     _set_member(settings, m, t.attempt, status=status, message=message)
     return status
 

@@ -47,6 +47,7 @@ from gpufleet.lifecycle import outcome
 from gpufleet.lifecycle.transitions import get_training, transition
 from gpufleet.training import exitcodes
 from gpufleet.training.fence import write_fence
+from gpufleet.trainings.environment import EnvPolicy
 
 # Where the worker's signal handler and the row's writers find them.
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]
@@ -234,14 +235,14 @@ def _start(settings: Settings, t: Training, plan: _Plan, sink: MetricsSink, earl
     write_fence(checkpoint_dir(settings, t.id), t.attempt)
     if t.kind == "script":
         sink.fill_from_earlier(earlier)
-        return launch(plan.spec_path, logf, t.id, script_attempt.MODULE, script_attempt.launch_env(t.id),
+        return launch(plan.spec_path, logf, t.id, script_attempt.MODULE, script_attempt.launch_env(settings, t.id),
                       plan.sandbox)
     if t.kind == "session":
-        return launch(plan.spec_path, logf, t.id, session_attempt.MODULE, session_attempt.launch_env(t.id),
+        return launch(plan.spec_path, logf, t.id, session_attempt.MODULE, session_attempt.launch_env(settings, t.id),
                       plan.sandbox)
     sink.trim_after_resume(checkpoint_dir(settings, t.id), earlier)
     return launch(plan.spec_path, logf, t.id, env=rendezvous.launch_env(settings, t.id) if plan.gang else None,
-                  isolation=plan.sandbox)
+                  isolation=plan.sandbox, policy=EnvPolicy.of(settings))
 
 
 def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> outcome.Decision:

@@ -33,6 +33,7 @@ import threading
 from dataclasses import dataclass
 
 from gpufleet.jobs.isolation import Isolation
+from gpufleet.trainings.environment import EnvPolicy, training_environment
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +179,12 @@ def _discard(member: Member) -> None:
 _POOL: WarmPool | None = None
 
 
-def start(size: int) -> WarmPool | None:
-    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off)."""
+def start(size: int, policy: EnvPolicy) -> WarmPool | None:
+    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off), its members in the trainings' environment."""
     global _POOL
     if size <= 0 or _POOL is not None:
         return _POOL
-    from gpufleet.trainings.environment import training_environment
-
-    _POOL = WarmPool(size, training_environment(os.environ, PYTHONUNBUFFERED="1"))
+    _POOL = WarmPool(size, training_environment(os.environ, policy, PYTHONUNBUFFERED="1"))
     log.info("keeping %d warm launcher(s) ready", size)
     return _POOL
 

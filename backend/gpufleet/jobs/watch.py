@@ -30,6 +30,7 @@ from gpufleet.devices.backend import DeviceBackend
 from gpufleet.jobs import procs, rendezvous, script_attempt, stops
 from gpufleet.jobs.logs import BoundedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
+from gpufleet.training import exitcodes
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,6 @@ class AttemptWatch:
             self.sink.pump(final=True)
         except DBAPIError:
             log.warning("training %s: the last progress could not be written", self.t.id, exc_info=True)
-        self.logf.line(f"[gpufleet] launcher exited with {code}")
+        self.logf.line(f"[gpufleet] {exitcodes.ended(code)}")
         self.logf.close()
         return code

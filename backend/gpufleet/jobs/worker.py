@@ -27,6 +27,7 @@ from gpufleet.db.models import Host
 from gpufleet.db.session import prepare_database, session_scope
 from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
 from gpufleet.jobs.procs import HostTaken, hold_host_lock, kill_orphans
+from gpufleet.trainings.environment import EnvPolicy
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
         argv.append("--without-heartbeat")  # heartbeats are events: Redis only
     from gpufleet.jobs import warmpool
 
-    warmpool.start(settings.warm_pool_size)  # after scrub_environment: its members inherit no secret
+    warmpool.start(settings.warm_pool_size, EnvPolicy.of(settings))  # after scrub_environment: its members inherit no secret
     try:
         app.worker_main(argv)
     finally:
