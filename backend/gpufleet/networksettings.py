@@ -19,6 +19,10 @@ _PATTERN = re.compile(r"^[A-Za-z_*?\[\]!0-9]{1,128}$")
 
 
 class NetworkSettings(BaseModel):
+    # Where uv finds a training's packages: an index (default PyPI), wheel folders, or no index at all.
+    env_index_url: str | None = None
+    env_find_links: list[str] = Field(default_factory=list)
+    env_no_index: bool = False
     # Environment names (fnmatch patterns, e.g. "WANDB_*") a training and its build get besides the
     # standard ones, and names they never get (the standard proxy and index names included).
     training_env_pass: list[str] = Field(default_factory=list, max_length=256)
@@ -39,11 +43,16 @@ class NetworkSettings(BaseModel):
             raise ValueError(f"{bad[0]!r} is not an environment name or pattern (letters, digits, _ and * ? [ ])")
         return v
 
+    @field_validator("ca_bundle", mode="before")
+    @classmethod
+    def _unset(cls, v: object) -> object:
+        return None if v == "" else v  # GPUFLEET_CA_BUNDLE= (empty): none
+
     @field_validator("ca_bundle")
     @classmethod
     def _absolute(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_absolute():
-            raise ValueError(f"must be an absolute path (each host reads it from its own disk), got {str(v)!r}")
+            raise ValueError("must be an absolute path (each host reads it from its own disk)")
         return v
 
     @field_validator("env_extra_index_urls")

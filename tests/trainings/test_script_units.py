@@ -69,7 +69,7 @@ def test_network_settings_refuse_what_cannot_work(tmp_path, field, value, says):
 
     with pytest.raises(ConfigError) as exc:
         load_settings(data_dir=tmp_path, **{field: value})
-    assert says in str(exc.value) and field in str(exc.value)
+    assert says in str(exc.value) and f"GPUFLEET_{field.upper()}" in str(exc.value)
 
 
 
@@ -158,3 +158,42 @@ def test_out_of_memory_is_never_rebalanced_for_scripts():
     assert d.status == "failed" and "does not apply to scripts" in d.reason and "rank 0" in d.reason
     # A recipe that allows it is still rebalanced.
     assert outcome.decide(_attempt(ec.OUT_OF_MEMORY, "recipe")).retry_kind == "oom_rebalance"
+
+
+def test_a_checkpoint_written_in_place_is_one_event_and_a_rewrite_at_the_same_step_none(tmp_path):
+    import json
+
+    from gpufleet.training.progress import ProgressWriter
+    from gpufleet.trainings.script_reports import CheckpointWatch
+
+    ckpt, progress = tmp_path / "ckpt", tmp_path / "progress.jsonl"
+    ckpt.mkdir()
+    watch = CheckpointWatch(str(ckpt), ProgressWriter(str(progress)))
+    watch.SETTLE_S = 0.2
+
+    def events() -> list[dict]:
+        lines = progress.read_text().splitlines() if progress.exists() else []
+        return [e for e in map(json.loads, lines) if e["type"] == "checkpoint"]
+
+    target = ckpt / "ckpt.pt"
+    with open(target, "wb") as f:  # torch.save into the same file: opened (truncated), then written in pieces
+        f.write(b"x" * 10)
+        f.flush()
+        watch.poll(5)
+        time.sleep(0.05)
+        f.write(b"y" * 1000)
+        f.flush()
+        watch.poll(5)
+    watch.poll(5)
+    assert events() == []  # still being written, as far as anyone can tell
+    time.sleep(0.3)
+    watch.poll(5)
+    watch.poll(5)
+    assert [(e["step"], e["path"]) for e in events()] == [(5, str(target))]
+    target.write_bytes(b"z" * 1000)  # the same step's state written again (a second save before the next step)
+    os.utime(target, (time.time() + 1, time.time() + 1))
+    watch.poll(5, final=True)
+    assert len(events()) == 1
+    target.write_bytes(b"w" * 2000)  # the next checkpoint, in the same file; the ranks ended: counted at once
+    watch.poll(10, final=True)
+    assert [e["step"] for e in events()] == [5, 10]

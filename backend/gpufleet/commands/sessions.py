@@ -193,13 +193,23 @@ def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None
     env = dict(os.environ, **target.env)
     if not argv:
         argv = [os.environ.get("SHELL") or "/bin/bash"]
-        err.print(f"shell in session {target.id} on GPUs {next(iter(target.env.values()), '')}; exit to leave "
+        err.print(f"shell in session {target.id} on {visible_gpus(target.env)}; exit to leave "
                   "(the session keeps running)", highlight=False)
     sys.stdout.flush()
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
         _fail(f"cannot run {argv[0]!r}: {exc}")
+
+
+# The variables a session's GPUs are made visible by, per runtime (as gpufleet.sessions.launch sets them).
+VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+
+
+def visible_gpus(env: dict[str, str]) -> str:
+    """``GPUs 0,2`` (as nvidia-smi numbers them) from the session's environment."""
+    ids = next((env[name] for name in VISIBLE if env.get(name)), "")
+    return f"GPU{'s' if ',' in ids else ''} {ids}" if ids else "no GPU"
 
 
 def _here() -> set[str]:
