@@ -24,7 +24,10 @@ def check_fleet(c: Client, count: int, memory_bytes: int | None, host: str | Non
     """Refuse (one line, exit 2) a request no GPU of the fleet can ever take."""
     from gpufleet.scheduling.validate import memory_never_fits, world_size_never_fits
 
-    gpus = c.gpus().data
+    page = c.optional(c.gpus)
+    if page is None:  # a server that does not show its GPUs to this caller: it checks the request itself
+        return
+    gpus = page.data
     per_host = Counter(g.host for g in gpus)
     if host is not None and per_host and host not in per_host:
         _fail(f"--host {host}: no such host; the fleet has {', '.join(sorted(per_host))}")
@@ -42,3 +45,12 @@ def check_fleet(c: Client, count: int, memory_bytes: int | None, host: str | Non
     why = memory_never_fits(memory_bytes, sizes, f"host {host}" if host else "the fleet")
     if why:
         _fail(f"--memory: {why}")
+
+
+def check_source(c: Client, ref: str, source: str) -> None:
+    """``--from``: a script starts from a script training's checkpoint (a recipe's is `train --from`'s)."""
+    t = c.optional(c.get_training, source)
+    if t is not None and t.kind != "script":
+        what = f"a {t.kind} training" + (f" of recipe {t.recipe}" if t.recipe else "")
+        _fail(f"--from {ref}: training {t.id} is {what}; `gpufleet run --from` starts from a script training's "
+              f"checkpoint (for this one: gpufleet train --recipe {t.recipe or 'NAME'} --from {str(t.id)[:8]})")

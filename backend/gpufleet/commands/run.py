@@ -138,6 +138,8 @@ def run(
     c = connect(server)
     c.options = CLI_OPTIONS
     source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique start of one, or a name
+    if from_training and source:
+        preflight.check_source(c, from_training, source)
     preflight.check_fleet(c, placement.get("world_size", 0), memory_bytes, host, placement.get("gpu_ids"))
     data, req_file = _pack_code(directory, max_mb, requirements, no_env)
     body: dict[str, Any] = {
