@@ -27,6 +27,7 @@ LAYERS = [
     {"wire"},
     {"sweeps"},
     {"jobs"},
+    {"pools"},
     {"api", "client", "commands", "cli"},
 ]
 # The package root is the facade for training code (`gpufleet.report`,
@@ -227,6 +228,7 @@ ENVIRONMENT_READERS = {
     "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
     "gpufleet.training.rankenv": "a rank process: what its launcher or torchrun set",
     "gpufleet.rankpath.gpufleet_report": "a user's interpreter, with the standard library only",
+    "gpufleet.pools.node": "a Slurm task on a cluster node: the job id and the GPUs Slurm granted (SLURM_*, CUDA_*)",
     "gpufleet.trainings.venv": "a launcher puts its training's environment first on PATH and PYTHONPATH",
 }
 

@@ -18,6 +18,7 @@ import typer
 from gpufleet.commands import (
     devices,
     doctor,
+    pools,
     recommend,
     run,
     secret,
@@ -61,7 +62,7 @@ err = make_console(stderr=True)
 # The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
 # register(app) (``gpus drain`` comes with devices' ``gpus`` group).
 COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, sessions, sweeps, worker, recommend, top,
-                  users, sharing, signin, webhooks, doctor)
+                  users, sharing, signin, webhooks, pools, doctor)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -3,6 +3,7 @@ import { useLiveStatus } from './api/useLive';
 import { SignIn, useAuthRequired } from './components/SignIn';
 import { useFleet } from './pages/fleet/useFleet';
 import { FleetPage } from './pages/fleet/FleetPage';
+import { GpuPage } from './pages/fleet/GpuPage';
 import { HistoryPage } from './pages/history/HistoryPage';
 import { CreateTrainingPage } from './pages/trainings/CreateTrainingPage';
 import { TrainingDetailPage } from './pages/trainings/TrainingDetailPage';
@@ -10,7 +11,9 @@ import { TrainingsPage } from './pages/trainings/TrainingsPage';
 import { NewSessionPage } from './pages/sessions/NewSessionPage';
 import { SessionsPage } from './pages/sessions/SessionsPage';
 import { SweepDetailPage } from './pages/sweeps/SweepDetailPage';
+import { NewSweepPage } from './pages/sweeps/NewSweepPage';
 import { SweepsPage } from './pages/sweeps/SweepsPage';
+import { TeamPage } from './pages/team/TeamPage';
 import { UsagePage } from './pages/usage/UsagePage';
 
 function LiveBadge() {
@@ -39,6 +42,7 @@ function AppRoutes() {
   return (
     <Routes>
       <Route path="/" element={<FleetPage />} />
+      <Route path="/gpus/:host/:index" element={<GpuPage />} />
       <Route path="/history" element={<HistoryPage />} />
       <Route path="/trainings" element={<TrainingsPage />} />
       <Route path="/trainings/new" element={<CreateTrainingPage />} />
@@ -46,8 +50,10 @@ function AppRoutes() {
       <Route path="/sessions" element={<SessionsPage />} />
       <Route path="/sessions/new" element={<NewSessionPage />} />
       <Route path="/sweeps" element={<SweepsPage />} />
+      <Route path="/sweeps/new" element={<NewSweepPage />} />
       <Route path="/sweeps/:id" element={<SweepDetailPage />} />
       <Route path="/usage" element={<UsagePage />} />
+      <Route path="/team" element={<TeamPage />} />
       <Route
         path="*"
         element={
@@ -84,8 +90,12 @@ export function App() {
             Sessions
           </NavLink>
           <NavLink to="/sessions/new">New session</NavLink>
-          <NavLink to="/sweeps">Sweeps</NavLink>
+          <NavLink to="/sweeps" end>
+            Sweeps
+          </NavLink>
+          <NavLink to="/sweeps/new">New sweep</NavLink>
           <NavLink to="/usage">Usage</NavLink>
+          <NavLink to="/team">Team</NavLink>
         </nav>
         <LiveBadge />
       </header>

@@ -89,6 +89,9 @@ def _valid_bodies(settings: Settings, admin: str) -> dict[tuple[str, str], Any]:
         ("post", "/api/v1/system/gpus/{host}/{index}/drain"): {"reason": "walk"},
         ("post", "/api/v1/auth/sign-in"): {"token": admin},
         ("post", "/api/v1/webhooks"): {"url": "https://hooks.example.org/walk"},
+        ("post", "/api/v1/users"): {"name": "walk-new", "role": "viewer"},
+        ("patch", "/api/v1/users/{name}"): {"role": "viewer"},
+        ("post", "/api/v1/tokens"): {"user": "walk-viewer", "name": "walk"},
         ("post", "/api/v1/sweeps"): {"name": "walk-s", "recipe": "mlp", "config": {"max_steps": 1},
                                      "space": {"lr": [0.1]}},
     }
@@ -97,10 +100,12 @@ def _valid_bodies(settings: Settings, admin: str) -> dict[tuple[str, str], Any]:
 def _path_variants(path: str, settings: Settings, training: str) -> list[str]:
     good = {"training_id": training, "host": settings.host_name, "index": "0", "code_hash": "0" * 64,
             "name": "walk-group", "member": "walk-member", "path": "checkpoints/step-1.pt",
-            "hook_id": str(uuid.uuid4()), "session_id": training, "kind": "group", "sweep_id": str(uuid.uuid4())}
+            "hook_id": str(uuid.uuid4()), "session_id": training, "kind": "group", "sweep_id": str(uuid.uuid4()),
+            "token_id": str(uuid.uuid4())}
     bad = [{"training_id": str(uuid.uuid4())}, {"training_id": "not-a-uuid"}, {"host": "nope"},
            {"index": "99"}, {"index": "x"}, {"code_hash": "not-a-hash"}, {"path": "checkpoints/%2E%2E/x"},
-           {"hook_id": "not-a-uuid"}, {"session_id": "not-a-uuid"}, {"kind": "team"}, {"sweep_id": "not-a-uuid"}]
+           {"hook_id": "not-a-uuid"}, {"session_id": "not-a-uuid"}, {"kind": "team"}, {"sweep_id": "not-a-uuid"},
+           {"token_id": "not-a-uuid"}]
     out = [path.format(**good)] if "{" in path else [path]
     for b in bad:
         if any("{" + k + "}" in path for k in b):

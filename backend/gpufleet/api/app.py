@@ -25,6 +25,7 @@ from gpufleet.api.routes import (
     auth,
     code,
     metrics,
+    pools,
     recipes,
     runas,
     selection,
@@ -34,6 +35,7 @@ from gpufleet.api.routes import (
     system,
     training_files,
     trainings,
+    users,
     webhooks,
 )
 from gpufleet.api.proxy import SessionProxy
@@ -57,6 +59,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     system.router,
     selection.router,
     trainings.router,
+    pools.router,
     sessions.router,
     training_files.router,
     code.router,
@@ -65,6 +68,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     sweeps.router,
     sharing.router,
     runas.router,
+    users.router,
     webhooks.router,
     ws.router,
 )
@@ -199,6 +203,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     from gpufleet.jobs.notify_loop import start as start_webhooks
 
     threads.append(start_webhooks(settings, stop))
+    from gpufleet.pools.loop import start as start_pools
+
+    threads.append(start_pools(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
     # 4 s here); importing it initialises no device.

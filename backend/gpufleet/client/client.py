@@ -45,6 +45,7 @@ from gpufleet.client.errors import AmbiguousTraining, ServerUnreachable, Unknown
 from gpufleet.client.logs import FINAL_STATUSES, LogCalls
 from gpufleet.client.sessions import SessionCalls
 from gpufleet.client.sweeps import SweepCalls, checked
+from gpufleet.client.pools import PoolCalls
 from gpufleet.client.webhooks import WebhookCalls
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls):
+class Client(LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and

@@ -45,24 +45,47 @@ def _status(g: dict) -> Text:
     return Text.from_markup(text + (" sim" if g["simulated"] else ""))
 
 
+POOL_COLUMNS = (
+    Column("Node"),
+    Column("State", shorten=True, min_width=6),
+    Column("GPUs"),
+    Column("In use"),
+    Column("Model", drop=1, shorten=True, min_width=10),
+)
+
+
 def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
     from gpufleet.commands.remote import Client
 
-    body = Client(server).gpus().model_dump(mode="json")
+    client = Client(server)
+    body = client.gpus().model_dump(mode="json")
+    pools = client.pools().data
     if as_json:
+        body["pools"] = [p.model_dump(mode="json") for p in pools]
         typer.echo(json.dumps(body, indent=2))
         return
     console = make_console()
     if not body["data"]:
         console.print("No GPUs in the fleet (no host has registered any).", highlight=False)
-        return
     by_host = groupby(sorted(body["data"], key=lambda g: (g["host"], g["index"])), key=lambda g: g["host"])
     tables = [(host, [_row(g) for g in gpus]) for host, gpus in by_host]
-    if not console.is_terminal:  # one list for scripts: the host is a column
+    if not console.is_terminal and tables:  # one list for scripts: the host is a column
         print_tsv(console, ["Host", *(c.header for c in COLUMNS)], [[h, *r] for h, rows in tables for r in rows])
-        return
+        tables = []
     for host, rows in tables:
         print_table(console, COLUMNS, rows, wide=wide, title=f"GPUs on {host}")
+    _show_pools(console, pools, wide)
+
+
+def _show_pools(console, pools: list, wide: bool) -> None:  # noqa: ANN001
+    """Each pool's nodes and GPUs as Slurm reports them (docs/slurm.md)."""
+    for p in pools:
+        title = f"GPUs in pool {p.name} (Slurm partition {p.partition})"
+        if p.error:
+            console.print(f"{title}: {p.error}", highlight=False)
+            continue
+        rows = [[n.name, n.state, n.gres, n.gres_used, p.gpu_model or "?"] for n in p.nodes or []]
+        print_table(console, POOL_COLUMNS, rows, wide=wide, title=title)
 
 
 def _row(g: dict) -> list[str | Text]:

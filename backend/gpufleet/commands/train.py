@@ -70,6 +70,8 @@ def train(
     from_training: Annotated[str | None, typer.Option(
         "--from", help="On a server: start from this training's newest checkpoint, with its config and your "
                        "--config/--set changes.")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="On a server: run in this pool (a Slurm partition, "
+                                                            "`gpufleet pools ls`) instead of the team's hosts.")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
@@ -103,9 +105,12 @@ def train(
     if local and (host or name or priority or preemptible is not None or max_runtime is not None or from_training):
         _fail("--host, --name, --priority, --preemptible, --max-runtime and --from are for a training on a server; "
               "--local runs here")
+    if pool and (local or gpu_ids or host or gang):
+        _fail("--pool runs the training where the pool's scheduler puts it: give --world-size (GPUs), and drop "
+              "--local, --gpu-ids, --host, --hosts, --gpus-per-host and --spread")
     if not local:
         submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
-                         preemptible=preemptible, max_runtime=max_runtime, from_training=from_training)
+                         preemptible=preemptible, max_runtime=max_runtime, from_training=from_training, pool=pool)
         return
     if gpu_ids:
         device_list = _fleet_devices(gpu_ids)
@@ -131,7 +136,7 @@ def _fleet_devices(text: str) -> list[str]:
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], gang: dict[str, Any] | None = None,
                      *, host: str | None = None, name: str | None = None, priority: int = 0, follow: bool = True,
                      preemptible: bool | None = None, max_runtime: int | None = None,
-                     from_training: str | None = None) -> None:
+                     from_training: str | None = None, pool: str | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -155,6 +160,8 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], ga
         body["preemptible"] = preemptible
     if max_runtime is not None:
         body["max_runtime_s"] = max_runtime
+    if pool:
+        body["pool"] = pool
     if from_training:
         from gpufleet.commands.trainings import connect
 

@@ -209,6 +209,7 @@ class Training(Base):
     gang: Mapped[dict[str, Any] | None] = mapped_column(JSONDoc)
     resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)  # --from: its first attempt copies that checkpoint
     sweep_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
+    pool: Mapped[str | None] = mapped_column(String(64), index=True)  # runs in this pool (db/pools.py), not on hosts
 
     host: Mapped[Host | None] = relationship()
 
@@ -395,3 +396,4 @@ from gpufleet.db.logchunks import TrainingLogChunk  # noqa: E402,F401
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery  # noqa: E402,F401
 from gpufleet.db.interactive import SessionLimit, TrainingSession  # noqa: E402,F401
 from gpufleet.db.sweeps import Sweep, SweepTrial  # noqa: E402,F401
+from gpufleet.db.pools import Pool, PoolJob  # noqa: E402,F401

@@ -41,7 +41,8 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
             select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select,
                    Training.cancel_requested, Host.name)
             .join(Host, Host.id == Training.host_id, isouter=True)
-            .where(Training.status == "running", Training.lease_expires_at < now)
+            .where(Training.status == "running", Training.lease_expires_at < now,
+                   Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.pools.watch)
         ).all()
     out = []
     for tid, restarts, max_restarts, auto, cancel, host_name in rows:

@@ -27,7 +27,7 @@ def queue_positions(sess: Session, settings: Settings, ids: Iterable[uuid.UUID])
     if not wanted:
         return {}
     rows = list(sess.execute(
-        select(Training).where(Training.status == "queued")
+        select(Training).where(Training.status == "queued", Training.pool.is_(None))
         .order_by(Training.priority.desc(), Training.created_at, Training.id)
     ).scalars())
     owners = {t.owner for t in rows}

@@ -115,6 +115,7 @@ def queued(sess: Session, limit: int) -> list[Any]:
     now = utcnow()
     stmt = select(*_QUEUE_COLUMNS).where(
         Training.status == "queued",
+        Training.pool.is_(None),  # a pool's own scheduler places those (gpufleet.pools)
         or_(Training.not_before.is_(None), Training.not_before <= now),
     )
     stmt = stmt.order_by(Training.priority.desc(), Training.created_at, Training.id).limit(limit)

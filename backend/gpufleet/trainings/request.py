@@ -181,6 +181,9 @@ class TrainingCreate(RequestBody):
     from_training: Annotated[uuid.UUID, Field(strict=False)] | None = Field(  # strict bodies: a UUID comes as text
         default=None, description="start from this training's newest checkpoint (yours, or any as an admin), "
                                   "with this request's config and arguments: a clone with changes")
+    pool: str | None = Field(default=None, min_length=1, max_length=64, pattern="^[a-z0-9][a-z0-9_-]*$",
+                             description="run in this pool (a Slurm partition an admin added) instead of the "
+                                         "team's hosts")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 

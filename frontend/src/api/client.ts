@@ -126,10 +126,10 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
 // the query, body and answer types are the schema's, so a renamed route or
 // parameter fails `tsc` rather than the dashboard.
 
-type Method = 'get' | 'post';
+type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 type Op<P extends keyof paths, M extends Method> = NonNullable<paths[P][M]>;
 type JsonOf<R> = R extends { content: { 'application/json': infer J } } ? J : never;
-type Answer<O> = O extends { responses: infer R } ? JsonOf<R[Extract<keyof R, 200 | 201>]> : never;
+type Answer<O> = O extends { responses: infer R } ? (204 extends keyof R ? null : JsonOf<R[Extract<keyof R, 200 | 201>]>) : never;
 type QueryOf<O> = O extends { parameters: { query?: infer Q } } ? Q : never;
 type PathOf<O> = O extends { parameters: { path: infer A } } ? A : never;
 type BodyOf<O> = O extends { requestBody?: { content: { 'application/json': infer B } } } ? B : never;

@@ -4,7 +4,21 @@
  * the body and the answer all come from the server's OpenAPI document.
  */
 import { call } from './client';
-import type { RecommendBody, Session, SessionCreate, Training, TrainingCreate, ValidateBody } from './types';
+import type {
+  GroupQuota,
+  RecommendBody,
+  Session,
+  SessionCreate,
+  SweepCreate,
+  TokenCreate,
+  Training,
+  TrainingCreate,
+  UserCreate,
+  UserQuota,
+  UserUpdate,
+  ValidateBody,
+  WebhookCreate,
+} from './types';
 
 export type HistoryMetric = 'utilization' | 'memory_used' | 'temperature' | 'power_draw';
 
@@ -72,6 +86,32 @@ export const endpoints = {
   /** From a byte offset, or (offset null) the last `tail` lines. */
   logs: (id: string, offset: number | null, tail = 200, signal?: AbortSignal) =>
     call('get', '/api/v1/trainings/{training_id}/logs', { path: { training_id: id }, query: offset == null ? { tail } : { offset }, signal }),
+  // ---- The team (admins): users, tokens, groups, quotas, Unix accounts ----
+  users: (signal?: AbortSignal) => call('get', '/api/v1/users', { signal }),
+  createUser: (body: UserCreate) => call('post', '/api/v1/users', { body }),
+  updateUser: (name: string, body: UserUpdate) => call('patch', '/api/v1/users/{name}', { path: { name }, body }),
+  setUnixAccount: (name: string, unixAccount: string | null) =>
+    call('put', '/api/v1/users/{name}/unix-account', { path: { name }, body: { unix_account: unixAccount } }),
+  quotas: (signal?: AbortSignal) => call('get', '/api/v1/quotas', { signal }),
+  setUserQuota: (name: string, body: UserQuota) => call('put', '/api/v1/users/{name}/quota', { path: { name }, body }),
+  tokens: (signal?: AbortSignal) => call('get', '/api/v1/tokens', { signal }),
+  createToken: (body: TokenCreate) => call('post', '/api/v1/tokens', { body }),
+  revokeToken: (id: string) => call('post', '/api/v1/tokens/{token_id}/revoke', { path: { token_id: id } }),
+  groups: (signal?: AbortSignal) => call('get', '/api/v1/groups', { signal }),
+  createGroup: (name: string) => call('post', '/api/v1/groups', { body: { name } }),
+  deleteGroup: (name: string) => call('delete', '/api/v1/groups/{name}', { path: { name } }),
+  addGroupMember: (name: string, member: string) =>
+    call('post', '/api/v1/groups/{name}/members/{member}', { path: { name, member } }),
+  removeGroupMember: (name: string, member: string) =>
+    call('delete', '/api/v1/groups/{name}/members/{member}', { path: { name, member } }),
+  setGroupQuota: (name: string, body: GroupQuota) => call('put', '/api/v1/groups/{name}/quota', { path: { name }, body }),
+  /** The caller's own webhooks (every user manages only their own). */
+  webhooks: (signal?: AbortSignal) => call('get', '/api/v1/webhooks', { signal }),
+  createWebhook: (body: WebhookCreate) => call('post', '/api/v1/webhooks', { body }),
+  deleteWebhook: (id: string) => call('delete', '/api/v1/webhooks/{hook_id}', { path: { hook_id: id } }),
+  testWebhook: (id: string) => call('post', '/api/v1/webhooks/{hook_id}/test', { path: { hook_id: id } }),
+  /** Start a sweep: the sweep file's content as JSON (docs/sweeps.md). */
+  createSweep: (body: SweepCreate) => call('post', '/api/v1/sweeps', { body }),
 };
 
 /** Where the browser downloads one of a training's files (the session cookie signs the request). */

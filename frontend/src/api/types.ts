@@ -40,6 +40,21 @@ export type SweepCurves = S['SweepCurvesPublic'];
 
 export type Recipe = S['RecipePublic'];
 
+export type SweepCreate = S['SweepCreate'];
+export type TeamUser = S['UserPublic'];
+export type UserCreate = S['UserCreate'];
+export type UserUpdate = S['UserUpdate'];
+export type Token = S['TokenPublic'];
+export type TokenCreate = S['TokenCreate'];
+export type TokenCreated = S['TokenCreated'];
+export type Group = S['GroupPublic'];
+export type GroupQuota = S['GroupQuota'];
+export type UserQuota = S['UserQuota'];
+export type UserQuotaPublic = S['UserQuotaPublic'];
+export type Webhook = S['WebhookPublic'];
+export type WebhookCreate = S['WebhookCreate'];
+export type WebhookCreated = S['WebhookCreated'];
+
 export type Usage = S['UsagePublic'];
 export type UsageRow = S['UsageRowPublic'];
 export type RecipeField = S['RecipeFieldPublic'];

@@ -42,6 +42,7 @@ from gpufleet.db.session import write_in
 from gpufleet.jobs.logs import log_path, read_log
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.lifecycle.models import Training
+from gpufleet.pools import service as pools
 from gpufleet.scheduling.queue_position import expected_start, queue_positions
 from gpufleet.trainings import log_store, service
 from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
@@ -98,9 +99,12 @@ def create_training(
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
-            [out] = _publics([service.create(sess, settings, body, user.name, admin=user.is_admin)])
+            made = pools.create if body.pool else service.create  # a pool's scheduler, or the team's
+            [out] = _publics([made(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
         raise _http(exc) from None
+    except pools.PoolError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
     wake()
     return out
 

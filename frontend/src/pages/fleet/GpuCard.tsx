@@ -99,7 +99,7 @@ export function ClearHealthButton({ gpu, onChanged }: { gpu: GPU; onChanged?: ()
 }
 
 /** How the server marks a GPU's status reason when its samples took it out of scheduling (telemetry/gpu_health.py). */
-const HEALTH_PREFIX = 'health: ';
+export const HEALTH_PREFIX = 'health: ';
 
 export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: HistorySeries; admin?: boolean; onChanged?: () => void }) {
   const ref = useRef<HTMLElement>(null);
@@ -121,7 +121,9 @@ export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: Hist
       <header className="gpu-card-head">
         <div>
           <span className="gpu-title" data-testid="gpu-title">
-            <span className="gpu-index">GPU {gpu.index}</span>
+            <Link className="gpu-index" to={`/gpus/${encodeURIComponent(gpu.host)}/${gpu.index}`} title="this GPU's page: what runs on it, its health, its history">
+              GPU {gpu.index}
+            </Link>
             <span className="gpu-name" title={gpu.name}>
               {gpu.name}
             </span>

@@ -1,24 +1,11 @@
 import { useEffect, useState } from 'react';
 import { useSearchParams } from 'react-router-dom';
-import { endpoints, type HistoryMetric } from '../../api/endpoints';
+import { endpoints } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
-import { Chart } from '../../components/Chart';
 import { Empty, ErrorState, Loading } from '../../components/States';
 import { useFleet } from '../fleet/useFleet';
-import { byteUnit, columnsFor, maxOf, POINTS, RANGES, type RangeKey } from './history';
-
-const CHARTS: { metric: HistoryMetric; title: string; yMin?: number; yMax?: number; bytes?: boolean; fmt: (v: number) => string }[] = [
-  { metric: 'utilization', title: 'Utilization', yMin: 0, yMax: 100, fmt: (v) => `${Math.round(v)}%` },
-  // Bytes are drawn in one binary unit chosen for the data, so the ticks are round numbers of it.
-  { metric: 'memory_used', title: 'Memory used', yMin: 0, bytes: true, fmt: (v) => `${Math.round(v)}` },
-  { metric: 'temperature', title: 'Temperature', fmt: (v) => `${Math.round(v)}°C` },
-  { metric: 'power_draw', title: 'Power', yMin: 0, fmt: (v) => `${Math.round(v)} W` },
-];
-const SERIES = [
-  { label: 'avg', color: '#4fb3ff' },
-  { label: 'min', color: '#4fb3ff66', width: 1 },
-  { label: 'max', color: '#f5b94599', width: 1 },
-];
+import { HistoryCharts } from './HistoryCharts';
+import { POINTS, RANGES, type RangeKey } from './history';
 
 export function HistoryPage() {
   const [params, setParams] = useSearchParams();
@@ -47,7 +34,6 @@ export function HistoryPage() {
   );
   const isEmpty = !!q.data && (q.data.series ?? []).every((s) => !s.points?.length);
   useEffect(() => setEmpty(isEmpty), [isEmpty]);
-  const xRange: [number, number] | undefined = q.data ? [Date.parse(q.data.start) / 1000, Date.parse(q.data.end) / 1000] : undefined;
 
   return (
     <div className="page">
@@ -89,35 +75,7 @@ export function HistoryPage() {
       ) : isEmpty ? (
         <Empty title="No samples in this range.">The agent stores one sample per GPU per second; pick a longer range or wait a moment.</Empty>
       ) : (
-        <div className="charts-grid" data-testid="history-charts">
-          {CHARTS.map((c) => {
-            let data = columnsFor(q.data, c.metric);
-            let fmt = c.fmt;
-            let unit: string | undefined;
-            if (c.bytes) {
-              const u = byteUnit(maxOf(data));
-              data = columnsFor(q.data, c.metric, 1 / u.div);
-              unit = u.label;
-              fmt = (v) => `${v.toFixed(v >= 100 ? 0 : 1)} ${u.label}`;
-            }
-            return (
-              <div className="panel" key={c.metric}>
-                <h3>{c.title}</h3>
-                <Chart
-                  series={SERIES}
-                  data={data}
-                  height={200}
-                  yFormat={fmt}
-                  yUnit={unit}
-                  yMin={c.yMin}
-                  yMax={c.yMax}
-                  xRange={xRange}
-                  testId={`history-${c.metric}`}
-                />
-              </div>
-            );
-          })}
-        </div>
+        <HistoryCharts data={q.data} />
       )}
     </div>
   );

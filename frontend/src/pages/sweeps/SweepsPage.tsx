@@ -10,10 +10,13 @@ export function SweepsPage() {
     <div className="page">
       <div className="page-head">
         <h2>Sweeps</h2>
+        <Link className="button primary" to="/sweeps/new">
+          New sweep
+        </Link>
       </div>
       <p className="field-help">
-        Start one with <code>gpufleet sweep start FILE</code> (docs: Sweeps). Each trial is a training of yours in the
-        same queue.
+        Start one here (<Link to="/sweeps/new">New sweep</Link>) or with <code>gpufleet sweep start FILE</code> (docs: Sweeps).
+        Each trial is a training of yours in the same queue.
       </p>
       {q.error && <ErrorState error={q.error} onRetry={q.reload} />}
       {!q.data && !q.error && <Loading what="sweeps" />}

@@ -1,0 +1,35 @@
+"""The client's calls for pools (mixed into ``gpufleet.client.Client``)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from gpufleet.client.sharing import checked
+from gpufleet.wire.pools import PoolCreate, PoolPublic, PoolsPublic
+
+API = "/api/v1/pools"
+
+
+class PoolCalls:
+    """Add, list, read and remove pools, over ``Client``'s ``_get``, ``_post`` and ``_send``."""
+
+    _get: Any
+    _post: Any
+    _send: Any
+
+    def pools(self) -> PoolsPublic:
+        return self._get(PoolsPublic, API)
+
+    def pool(self, name: str) -> PoolPublic:
+        return self._get(PoolPublic, f"{API}/{quote(name, safe='')}")
+
+    def add_pool(self, name: str, partition: str, **fields: Any) -> PoolPublic:  # noqa: ANN401
+        """Add a Slurm partition as a pool (admins): ``account``, ``gpus_per_node``, ``gpu_model``,
+        ``gpu_memory_mb``, ``checkpoint_root``, ``python``."""
+        body = checked(PoolCreate, "add_pool", kind="slurm", name=name, partition=partition,
+                       **{k: v for k, v in fields.items() if v is not None})
+        return self._post(PoolPublic, API, body)
+
+    def remove_pool(self, name: str) -> None:
+        self._send("DELETE", f"{API}/{quote(name, safe='')}")

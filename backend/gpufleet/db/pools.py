@@ -1,0 +1,59 @@
+"""Tables of pools: places an existing scheduler owns (a Slurm partition), and the jobs sent there.
+
+A training sent to a pool is an ordinary row of ``trainings`` (``trainings.pool``
+names the pool); ``pool_jobs`` keeps one row per attempt: the job the pool's
+scheduler knows it by, and the state and reason it last reported.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, UniqueConstraint, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from gpufleet.db.base import Base
+from gpufleet.db.types import UTCDateTime, utcnow
+
+POOL_KINDS = ("slurm",)
+
+
+class Pool(Base):
+    __tablename__ = "pools"
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16), default="slurm")
+    partition: Mapped[str] = mapped_column(String(255))
+    account: Mapped[str | None] = mapped_column(String(255))
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    gpu_model: Mapped[str | None] = mapped_column(String(255))
+    gpu_memory: Mapped[int | None] = mapped_column(BigInteger)  # bytes per GPU
+    # A folder both this host and the cluster's nodes see: each training's checkpoints, progress and output.
+    checkpoint_root: Mapped[str] = mapped_column(Text)
+    # The Python with gpufleet installed, at the same path on the nodes.
+    python: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PoolJob(Base):
+    __tablename__ = "pool_jobs"
+    __table_args__ = (UniqueConstraint("training_id", "attempt"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    training_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("trainings.id", ondelete="CASCADE"), index=True)
+    pool_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[str] = mapped_column(String(64))
+    account: Mapped[str] = mapped_column(String(64))  # the Unix account it was submitted as
+    # The pool's own word for the job (PENDING, RUNNING, COMPLETED ...) and its reason.
+    state: Mapped[str] = mapped_column(String(32), default="PENDING", index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    nodes: Mapped[str | None] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    # Where the job's output goes, and how far it has been shipped into the training's log.
+    output: Mapped[str] = mapped_column(Text)
+    output_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    submitted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -1,0 +1,162 @@
+"""Pools: adding and reading them, and sending a training to one.
+
+A pool is a place an existing scheduler owns (a Slurm partition). A training
+sent there is an ordinary ``trainings`` row with ``pool`` set: the team's own
+scheduler leaves it alone, and :mod:`gpufleet.pools.submit` and
+:mod:`gpufleet.pools.watch` carry it through the pool's scheduler.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.config import Settings
+from gpufleet.db.pools import Pool
+from gpufleet.lifecycle.models import Training
+from gpufleet.lifecycle.transitions import record_first_event
+from gpufleet.pools import slurm
+from gpufleet.trainings.admission.checks import TrainingRequestError
+from gpufleet.trainings.request import TrainingCreate
+from gpufleet.trainings.service import TrainingView, prepare
+from gpufleet.users import runas
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class PoolError(ValueError):
+    """A pool request that cannot be met; the message says what to fix. ``status``: the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 422, field: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    partition: str
+    account: str | None = None
+    gpus_per_node: int | None = None
+    gpu_model: str | None = None
+    gpu_memory: int | None = None
+    checkpoint_root: str | None = None
+    python: str | None = None
+
+
+def add(sess: Session, settings: Settings, spec: PoolSpec) -> Pool:
+    """Add a Slurm pool after checking that the cluster answers and has the partition."""
+    if not _NAME.match(spec.name):
+        raise PoolError(f"pool name {spec.name!r}: use 1-63 lowercase letters, digits, '-' or '_'", field="name")
+    if sess.scalar(select(Pool.id).where(Pool.name == spec.name)) is not None:
+        raise PoolError(f"a pool named {spec.name!r} exists already; remove it first or pick another name",
+                        status=409, field="name")
+    root = spec.checkpoint_root or str(Path(settings.data_dir) / "pools" / spec.name)
+    if not os.path.isabs(root):
+        raise PoolError(f"checkpoint root {root!r} must be an absolute path on the cluster's shared file system",
+                        field="checkpoint_root")
+    try:
+        known = slurm.partition_exists(spec.partition)
+    except slurm.SlurmError as exc:
+        raise PoolError(f"cannot reach the Slurm cluster from this host: {exc}", status=409) from None
+    if not known:
+        raise PoolError(f"Slurm has no partition {spec.partition!r} (sinfo lists the partitions)", field="partition")
+    Path(root).mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    pool = Pool(name=spec.name, kind="slurm", partition=spec.partition, account=spec.account,
+                gpus_per_node=spec.gpus_per_node, gpu_model=spec.gpu_model, gpu_memory=spec.gpu_memory,
+                checkpoint_root=root, python=spec.python or sys.executable)
+    sess.add(pool)
+    sess.flush()
+    return pool
+
+
+def listed(sess: Session) -> list[Pool]:
+    return list(sess.scalars(select(Pool).order_by(Pool.name)))
+
+
+def get(sess: Session, name: str) -> Pool:
+    pool = sess.scalar(select(Pool).where(Pool.name == name))
+    if pool is None:
+        have = ", ".join(p.name for p in listed(sess)) or "none"
+        raise PoolError(f"no pool named {name!r} (pools: {have}); an admin adds one with `gpufleet pools add slurm`",
+                        status=404, field="pool")
+    return pool
+
+
+def get_root(settings: Settings, name: str) -> str:
+    """Pool ``name``'s checkpoint root."""
+    from gpufleet.db.session import session_scope
+
+    with session_scope(settings) as sess:
+        return get(sess, name).checkpoint_root
+
+
+def remove(sess: Session, name: str) -> None:
+    pool = get(sess, name)
+    busy = sess.scalar(select(Training.id).where(Training.pool == name,
+                                                 Training.status.in_(["queued", "scheduled", "running"])))
+    if busy is not None:
+        raise PoolError(f"pool {name!r} still has trainings that are queued or running; cancel them first",
+                        status=409)
+    sess.delete(pool)
+
+
+def nodes(pool: Pool) -> list[slurm.NodeState]:
+    try:
+        return slurm.nodes(pool.partition)
+    except slurm.SlurmError as exc:
+        raise PoolError(f"cannot read pool {pool.name!r}'s nodes: {exc}", status=503) from None
+
+
+def member_account(sess: Session, settings: Settings, owner: str) -> runas.RunAccount:
+    """The member's own Unix account, which the cluster runs their jobs as; refused when there is none."""
+    try:
+        acct = runas.for_owner(sess, settings.run_account, owner)
+    except runas.RunAsError as exc:
+        raise PoolError(f"{exc}; a Slurm pool runs a training as its owner's own account", status=403) from None
+    if acct.source not in ("mapped", "same-name") or acct.uid == 0:
+        raise PoolError(
+            f"user {owner!r} has no Unix account of their own on this host, and a Slurm pool submits as the "
+            "member (never as the server or a shared account): create a login account with the user's name, or "
+            f"map the user to their cluster account (`gpufleet users map {owner} --unix ACCOUNT`)", status=403)
+    return acct
+
+
+def create_training(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+                    admin: bool = False) -> Training:
+    """A recipe training for pool ``req.pool``: validated as any, queued for :mod:`.submit`. The caller commits."""
+    pool = get(sess, req.pool or "")
+    if req.kind != "recipe":
+        raise PoolError("a Slurm pool runs recipe trainings so far; run a script on the team's hosts", field="kind")
+    if req.host or req.gpu_ids:
+        raise PoolError("a training in a pool gets its nodes and GPUs from the pool's scheduler: give world_size, "
+                        "not host or gpu_ids", field="host" if req.host else "gpu_ids")
+    member_account(sess, settings, owner)
+    count = req.world_size or 1
+    if pool.gpus_per_node and count > pool.gpus_per_node:
+        raise PoolError(f"pool {pool.name!r} has {pool.gpus_per_node} GPUs per node, and a training on one node "
+                        f"can use at most that many (asked {count})", field="world_size")
+    try:
+        row, _config = prepare(sess, settings, req, owner, admin=admin)
+    except TrainingRequestError as exc:
+        raise PoolError(str(exc), field=exc.field) from None
+    row.pool = pool.name
+    sess.add(row)
+    sess.flush()
+    record_first_event(sess, row, "status", status="queued", user=owner,
+                       reason=f"submitted for {row.world_size} GPU(s) in Slurm pool {pool.name} "
+                              f"(partition {pool.partition})")
+    return row
+
+
+def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *, admin: bool = False) -> TrainingView:
+    """:func:`create_training`, as the trainings API answers it."""
+    return TrainingView(training=create_training(sess, settings, req, owner, admin=admin))

@@ -1,0 +1,377 @@
+import { useState, type FormEvent, type ReactNode } from 'react';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import type { Group, TeamUser, Token, TokenCreated, UserQuotaPublic, WebhookCreated } from '../../api/types';
+import { useQuery } from '../../api/useQuery';
+import { Empty, ErrorState, Loading, Pill } from '../../components/States';
+import { WebhooksSection } from './WebhooksSection';
+
+const ROLES = ['admin', 'member', 'viewer'] as const;
+type Role = (typeof ROLES)[number];
+
+/** Run one change, then reload what it touched; a refusal is shown beside the control, in the server's words. */
+export function useAction(onDone: () => void) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const run = async (fn: () => Promise<unknown>) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await fn();
+      onDone();
+      return true;
+    } catch (e) {
+      setError(e instanceof ApiError ? e.message : String(e));
+      return false;
+    } finally {
+      setBusy(false);
+    }
+  };
+  return { busy, error, run };
+}
+
+function Section({ title, help, children }: { title: string; help: ReactNode; children: ReactNode }) {
+  return (
+    <section className="panel team-section" aria-label={title}>
+      <h3>{title}</h3>
+      <p className="field-help">{help}</p>
+      {children}
+    </section>
+  );
+}
+
+function Refusal({ error }: { error: string | null }) {
+  return error ? (
+    <div className="banner banner-error" role="alert">
+      {error}
+    </div>
+  ) : null;
+}
+
+/** Blank is "no limit" (null); anything else must be a number. */
+function limitValue(text: string): number | null {
+  return text.trim() === '' ? null : Number(text);
+}
+
+function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic; onChanged: () => void }) {
+  const act = useAction(onChanged);
+  const [unix, setUnix] = useState(u.unix_account ?? '');
+  const [cap, setCap] = useState(quota?.max_priority == null ? '' : String(quota.max_priority));
+  const [maxGpus, setMaxGpus] = useState(quota?.max_gpus == null ? '' : String(quota.max_gpus));
+  const [hours, setHours] = useState(quota?.gpu_hours_per_week == null ? '' : String(quota.gpu_hours_per_week));
+  const saveQuota = () =>
+    act.run(() =>
+      endpoints.setUserQuota(u.name, {
+        max_gpus: limitValue(maxGpus),
+        gpu_hours_per_week: limitValue(hours),
+        max_priority: limitValue(cap),
+        share: quota?.share ?? 1,
+      }),
+    );
+  return (
+    <>
+      <tr data-testid={`user-${u.name}`}>
+        <td>
+          <b>{u.name}</b>
+          {u.groups.length > 0 && <div className="muted">{u.groups.join(', ')}</div>}
+        </td>
+        <td>
+          <select aria-label={`role of ${u.name}`} value={u.role} disabled={act.busy}
+            onChange={(e) => act.run(() => endpoints.updateUser(u.name, { role: e.target.value as Role }))}>
+            {ROLES.map((r) => (
+              <option key={r} value={r}>
+                {r}
+              </option>
+            ))}
+          </select>
+        </td>
+        <td>
+          <Pill value={u.disabled ? 'disabled' : 'active'} />{' '}
+          <button type="button" className="btn-small" disabled={act.busy}
+            onClick={() => act.run(() => endpoints.updateUser(u.name, { disabled: !u.disabled }))}>
+            {u.disabled ? 'Enable' : 'Disable'}
+          </button>
+        </td>
+        <td>
+          <label title="run their own code: script trainings and sessions">
+            <input type="checkbox" checked={u.run_code || u.role === 'admin'} disabled={act.busy || u.role === 'admin'}
+              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { run_code: e.target.checked }))} /> run code
+          </label>{' '}
+          <label title="ask for trainings no higher-priority one can preempt">
+            <input type="checkbox" checked={u.non_preemptible || u.role === 'admin'} disabled={act.busy || u.role === 'admin'}
+              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { non_preemptible: e.target.checked }))} /> non-preemptible
+          </label>
+        </td>
+        <td>
+          <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.setUnixAccount(u.name, unix.trim() || null)); }}>
+            <input aria-label={`Unix account of ${u.name}`} value={unix} placeholder={`${u.name} (same name)`} size={12}
+              onChange={(e) => setUnix(e.target.value)} />
+            <button type="submit" className="btn-small" disabled={act.busy || unix.trim() === (u.unix_account ?? '')}>
+              Map
+            </button>
+          </form>
+        </td>
+        <td>
+          <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void saveQuota(); }}>
+            <input aria-label={`GPU limit of ${u.name}`} value={maxGpus} placeholder="∞" size={3} inputMode="numeric"
+              onChange={(e) => setMaxGpus(e.target.value)} title="GPUs held at once; blank: no limit" />
+            <input aria-label={`GPU-hours per week of ${u.name}`} value={hours} placeholder="∞" size={4} inputMode="decimal"
+              onChange={(e) => setHours(e.target.value)} title="GPU-hours over a rolling 7 days; blank: no limit" />
+            <input aria-label={`priority cap of ${u.name}`} value={cap} placeholder="default" size={5} inputMode="numeric"
+              onChange={(e) => setCap(e.target.value)} title="the highest priority they may give a training; blank: the server's default" />
+            <button type="submit" className="btn-small" disabled={act.busy}>
+              Save
+            </button>
+          </form>
+        </td>
+        <td className="num">{u.live_tokens}</td>
+      </tr>
+      {act.error && (
+        <tr>
+          <td colSpan={7}>
+            <Refusal error={act.error} />
+          </td>
+        </tr>
+      )}
+    </>
+  );
+}
+
+function UsersSection() {
+  const users = useQuery('team-users', (s) => endpoints.users(s));
+  const quotas = useQuery('team-quotas', (s) => endpoints.quotas(s));
+  const reload = () => {
+    users.reload();
+    quotas.reload();
+  };
+  const add = useAction(reload);
+  const [name, setName] = useState('');
+  const [role, setRole] = useState<Role>('member');
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    if (await add.run(() => endpoints.createUser({ name: name.trim(), role }))) setName('');
+  };
+  const byUser = new Map((quotas.data?.data ?? []).map((q) => [q.user, q]));
+  return (
+    <Section title="Users" help={<>Who may do what. Members run work, viewers only read; admins do everything. A user's work runs as their Unix account (the same name, unless mapped). Limits left blank are no limit.</>}>
+      <form className="inline-form" onSubmit={submit} aria-label="Add a user">
+        <input aria-label="new user name" value={name} placeholder="name, e.g. alice" onChange={(e) => setName(e.target.value)} />
+        <select aria-label="new user role" value={role} onChange={(e) => setRole(e.target.value as Role)}>
+          {ROLES.map((r) => (
+            <option key={r} value={r}>
+              {r}
+            </option>
+          ))}
+        </select>
+        <button type="submit" className="primary" disabled={add.busy || !name.trim()}>
+          Add user
+        </button>
+      </form>
+      <Refusal error={add.error} />
+      {users.error && <ErrorState error={users.error} onRetry={reload} />}
+      {!users.data && !users.error && <Loading what="users" />}
+      {users.data && users.data.data.length === 0 && <Empty title="No users yet." />}
+      {users.data && users.data.data.length > 0 && (
+        <table className="table" data-testid="users-table">
+          <thead>
+            <tr>
+              <th>User</th>
+              <th>Role</th>
+              <th>State</th>
+              <th>Permissions</th>
+              <th>Unix account</th>
+              <th title="GPUs at once · GPU-hours a week · priority cap">Limits (GPUs · GPU-h/week · priority cap)</th>
+              <th>Tokens</th>
+            </tr>
+          </thead>
+          <tbody>
+            {users.data.data.map((u) => (
+              <UserRow key={`${u.name}:${byUser.get(u.name)?.max_priority ?? ''}:${byUser.get(u.name)?.max_gpus ?? ''}`} u={u}
+                quota={byUser.get(u.name)} onChanged={reload} />
+            ))}
+          </tbody>
+        </table>
+      )}
+    </Section>
+  );
+}
+
+function fmtDate(s: string | null | undefined): string {
+  return s ? new Date(s).toLocaleDateString() : '–';
+}
+
+function TokensSection() {
+  const tokens = useQuery('team-tokens', (s) => endpoints.tokens(s));
+  const act = useAction(tokens.reload);
+  const [user, setUser] = useState('');
+  const [label, setLabel] = useState('');
+  const [days, setDays] = useState('');
+  const [made, setMade] = useState<TokenCreated | null>(null);
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    await act.run(async () => {
+      const t = await endpoints.createToken({ user: user.trim(), name: label.trim() || 'default', expires_days: limitValue(days) });
+      setMade(t);
+    });
+  };
+  const state = (t: Token) => (t.revoked_at ? 'revoked' : t.expires_at && new Date(t.expires_at) < new Date() ? 'expired' : 'live');
+  return (
+    <Section title="API tokens" help={<>A token signs a person (or a script, or CI) in as a user. Its secret is shown once, when it is made; only its first characters are kept to recognise it.</>}>
+      <form className="inline-form" onSubmit={submit} aria-label="Create a token">
+        <input aria-label="token user" value={user} placeholder="user" onChange={(e) => setUser(e.target.value)} />
+        <input aria-label="token label" value={label} placeholder="label, e.g. laptop" onChange={(e) => setLabel(e.target.value)} />
+        <input aria-label="token expires in days" value={days} placeholder="never expires" size={10} inputMode="numeric"
+          onChange={(e) => setDays(e.target.value)} />
+        <button type="submit" className="primary" disabled={act.busy || !user.trim()}>
+          Create token
+        </button>
+      </form>
+      <Refusal error={act.error} />
+      {made && (
+        <div className="banner banner-ok" role="status" data-testid="token-secret">
+          Token for <b>{made.user}</b> ({made.name}). Store it now, it is not shown again: <code>{made.secret}</code>
+        </div>
+      )}
+      {tokens.error && <ErrorState error={tokens.error} onRetry={tokens.reload} />}
+      {tokens.data && (
+        <table className="table" data-testid="tokens-table">
+          <thead>
+            <tr>
+              <th>Prefix</th>
+              <th>User</th>
+              <th>Label</th>
+              <th>Created</th>
+              <th>Expires</th>
+              <th>Last used</th>
+              <th>State</th>
+            </tr>
+          </thead>
+          <tbody>
+            {tokens.data.data.map((t) => (
+              <tr key={t.id}>
+                <td>
+                  <code>{t.prefix}…</code>
+                </td>
+                <td>{t.user}</td>
+                <td>{t.name}</td>
+                <td>{fmtDate(t.created_at)}</td>
+                <td>{fmtDate(t.expires_at)}</td>
+                <td>{fmtDate(t.last_used_at)}</td>
+                <td>
+                  <Pill value={state(t)} />{' '}
+                  {state(t) === 'live' && (
+                    <button type="button" className="btn-small" disabled={act.busy} onClick={() => act.run(() => endpoints.revokeToken(t.id))}>
+                      Revoke
+                    </button>
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </Section>
+  );
+}
+
+function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
+  const act = useAction(onChanged);
+  const [member, setMember] = useState('');
+  const [maxGpus, setMaxGpus] = useState(g.quota.max_gpus == null ? '' : String(g.quota.max_gpus));
+  const [hours, setHours] = useState(g.quota.gpu_hours_per_week == null ? '' : String(g.quota.gpu_hours_per_week));
+  const [cap, setCap] = useState(g.quota.max_priority == null ? '' : String(g.quota.max_priority));
+  return (
+    <div className="group-card" data-testid={`group-${g.name}`}>
+      <div className="group-head">
+        <b>{g.name}</b>
+        <button type="button" className="btn-small" disabled={act.busy} onClick={() => act.run(() => endpoints.deleteGroup(g.name))}
+          title="delete the group and its quota; its users stay">
+          Delete group
+        </button>
+      </div>
+      <ul className="chips">
+        {g.members.map((m) => (
+          <li key={m}>
+            {m}{' '}
+            <button type="button" className="chip-x" aria-label={`remove ${m} from ${g.name}`} disabled={act.busy}
+              onClick={() => act.run(() => endpoints.removeGroupMember(g.name, m))}>
+              ×
+            </button>
+          </li>
+        ))}
+        {g.members.length === 0 && <li className="muted">no members</li>}
+      </ul>
+      <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.addGroupMember(g.name, member.trim())).then((ok) => ok && setMember('')); }}>
+        <input aria-label={`add a member to ${g.name}`} value={member} placeholder="user" size={10} onChange={(e) => setMember(e.target.value)} />
+        <button type="submit" className="btn-small" disabled={act.busy || !member.trim()}>
+          Add member
+        </button>
+      </form>
+      <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.setGroupQuota(g.name, { max_gpus: limitValue(maxGpus), gpu_hours_per_week: limitValue(hours), max_priority: limitValue(cap) })); }}>
+        <label>
+          GPUs <input aria-label={`GPU limit of group ${g.name}`} value={maxGpus} placeholder="∞" size={3} onChange={(e) => setMaxGpus(e.target.value)} />
+        </label>
+        <label>
+          GPU-h/week <input aria-label={`GPU-hours per week of group ${g.name}`} value={hours} placeholder="∞" size={4} onChange={(e) => setHours(e.target.value)} />
+        </label>
+        <label>
+          priority cap <input aria-label={`priority cap of group ${g.name}`} value={cap} placeholder="default" size={5} onChange={(e) => setCap(e.target.value)} />
+        </label>
+        <button type="submit" className="btn-small" disabled={act.busy}>
+          Save quota
+        </button>
+      </form>
+      <Refusal error={act.error} />
+    </div>
+  );
+}
+
+function GroupsSection() {
+  const groups = useQuery('team-groups', (s) => endpoints.groups(s));
+  const act = useAction(groups.reload);
+  const [name, setName] = useState('');
+  return (
+    <Section title="Groups and quotas" help={<>A group shares one quota: GPUs held at once and GPU-hours over a rolling week. A user's own cap wins over their groups'.</>}>
+      <form className="inline-form" aria-label="Create a group"
+        onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.createGroup(name.trim())).then((ok) => ok && setName('')); }}>
+        <input aria-label="new group name" value={name} placeholder="group, e.g. vision" onChange={(e) => setName(e.target.value)} />
+        <button type="submit" className="primary" disabled={act.busy || !name.trim()}>
+          Create group
+        </button>
+      </form>
+      <Refusal error={act.error} />
+      {groups.error && <ErrorState error={groups.error} onRetry={groups.reload} />}
+      {groups.data && groups.data.data.length === 0 && <p className="muted">No groups yet.</p>}
+      <div className="group-grid">
+        {(groups.data?.data ?? []).map((g) => (
+          <GroupCard key={`${g.name}:${JSON.stringify(g.quota)}`} g={g} onChanged={groups.reload} />
+        ))}
+      </div>
+    </Section>
+  );
+}
+
+/** The admin area: the team's users, roles, tokens, groups, quotas, priority caps, Unix accounts, and your webhooks. */
+export function TeamPage() {
+  const me = useQuery('whoami', (s) => endpoints.whoami(s));
+  const [created, setCreated] = useState<WebhookCreated | null>(null);
+  if (me.error) return <div className="page"><ErrorState error={me.error} onRetry={me.reload} /></div>;
+  if (!me.data) return <div className="page"><Loading what="who you are" /></div>;
+  const admin = me.data.role === 'admin';
+  return (
+    <div className="page">
+      <div className="page-head">
+        <h2>Team</h2>
+      </div>
+      {!admin && (
+        <p className="field-help" data-testid="team-not-admin">
+          Only admins manage users, tokens, groups and quotas; ask one of your team's admins. You can manage your own webhooks below.
+        </p>
+      )}
+      {admin && <UsersSection />}
+      {admin && <TokensSection />}
+      {admin && <GroupsSection />}
+      <WebhooksSection created={created} onCreated={setCreated} />
+    </div>
+  );
+}

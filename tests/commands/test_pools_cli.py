@@ -1,0 +1,56 @@
+"""`gpufleet pools add slurm | ls | rm` and `gpufleet train --pool` against a real server and a real Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gpufleet.api.app import create_app
+from gpufleet.config import load_settings
+from gpufleet.db.session import session_scope, upgrade_database
+from gpufleet.lifecycle.models import Training
+from sqlalchemy import select
+from support.servers import gpufleet, serve_env, serve_inprocess
+from support.slurm import PARTITION, slurm_cluster  # noqa: F401 - the fixture
+
+
+def _cli(data_dir: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*gpufleet(), *args], env={**serve_env(data_dir), "GPUFLEET_SERVER": url},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa: ANN001,F811
+    settings = load_settings(data_dir=tmp_path / "data", auth="off", simulate="1xH100-80GB")
+    upgrade_database(settings)
+    root = tempfile.mkdtemp(prefix="gpufleet-pool-")
+    with serve_inprocess(create_app(settings)) as served:
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return _cli(settings.data_dir, served.url, *args)
+
+        wrong = cli("pools", "add", "slurm", "cluster", "--partition", "nosuch", "--checkpoint-root", root)
+        assert wrong.returncode == 2 and "Slurm has no partition 'nosuch'" in wrong.stderr, wrong.stderr
+        added = cli("pools", "add", "slurm", "cluster", "--partition", PARTITION, "--gpus-per-node", "2",
+                    "--gpu-model", "H100-80GB", "--gpu-memory", "80", "--checkpoint-root", root, "--json")
+        assert added.returncode == 0, added.stderr
+        assert json.loads(added.stdout)["gpu_memory"] == 80 * 2**30
+        again = cli("pools", "add", "slurm", "cluster", "--partition", PARTITION)
+        assert again.returncode == 2 and "exists already" in again.stderr
+        listed = cli("pools", "ls")
+        assert "cluster  slurm partition gpu, H100-80GB" in listed.stdout, listed.stdout + listed.stderr
+        assert "sim1" in listed.stdout and "gpus gpu:2" in listed.stdout
+        gpus = cli("gpus")
+        assert "GPUs in pool cluster (Slurm partition gpu)" in gpus.stdout, gpus.stdout + gpus.stderr
+        assert "sim1" in gpus.stdout and "gpu:2" in gpus.stdout and "H100-80GB" in gpus.stdout
+        [pool] = json.loads(cli("gpus", "--json").stdout)["pools"]
+        assert pool["name"] == "cluster" and [n["name"] for n in pool["nodes"]] == ["sim1"]
+        # This server's local admin is the server's own account (root): a pool never submits as it.
+        refused = cli("train", "--recipe", "mlp", "--pool", "cluster", "--no-follow")
+        assert refused.returncode != 0 and "no Unix account of their own" in refused.stderr + refused.stdout
+        with session_scope(settings) as sess:
+            assert sess.scalar(select(Training.id)) is None
+        unknown = cli("train", "--recipe", "mlp", "--pool", "elsewhere", "--no-follow")
+        assert unknown.returncode != 0 and "no pool named 'elsewhere'" in unknown.stderr + unknown.stdout
+        assert cli("pools", "rm", "cluster").returncode == 0
+        assert "no pools" in cli("pools", "ls").stdout

@@ -1,0 +1,173 @@
+"""Trainings on a real Slurm cluster (tests/support/slurm.py), as their owner's own Unix account.
+
+Each test drives the pools' loop step by step (``gpufleet.pools.loop.step``, what
+the API process runs every two seconds) and reads what the training's row,
+events, metrics and log say, and what Slurm itself says of the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from gpufleet.db.pools import PoolJob
+from gpufleet.db.session import session_scope, write_session
+from gpufleet.jobs.logs import log_path
+from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
+from gpufleet.pools import loop, service
+from gpufleet.trainings import service as trainings
+from gpufleet.trainings.request import TrainingCreate, TrainingResume
+from gpufleet.trainings.resume import resume
+from gpufleet.users.accounts import add_user
+from support.fleet import make_settings, wait_for
+from support.slurm import PARTITION, SCRIPT, slurm, slurm_cluster  # noqa: F401 - the fixture
+from support.unix import short_name, unix_account
+
+TINY = {"max_steps": 6, "global_batch_size": 8, "checkpoint_every": 3, "synthetic_samples": 64}
+
+
+@pytest.fixture
+def pool_settings(tmp_path: Path, slurm_cluster):  # noqa: ANN001,ANN201,F811
+    s = make_settings(tmp_path, "sqlite")
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-pool-"))
+    root.chmod(0o755)
+    with write_session(s) as sess:
+        service.add(sess, s, service.PoolSpec(name="cluster", partition=PARTITION, gpus_per_node=2,
+                                              checkpoint_root=str(root)))
+    return s
+
+
+@pytest.fixture
+def member(pool_settings):  # noqa: ANN001,ANN201
+    name = short_name("sl")
+    with unix_account(name) as entry:
+        with write_session(pool_settings) as sess:
+            add_user(sess, name, "member")
+        yield entry
+
+
+def _submit(settings, owner: str, name: str, config: dict, world_size: int = 1) -> uuid.UUID:  # noqa: ANN001
+    req = TrainingCreate(name=name, recipe="mlp", config=config, world_size=world_size, pool="cluster")
+    with write_session(settings) as sess:
+        return service.create_training(sess, settings, req, owner).id
+
+
+def _row(settings, tid: uuid.UUID) -> Training:  # noqa: ANN001
+    with session_scope(settings) as sess:
+        t = sess.get(Training, tid)
+        sess.expunge(t)
+        return t
+
+
+def _until(settings, tid: uuid.UUID, ok, what: str, timeout: float = 240) -> Training:  # noqa: ANN001
+    def check() -> Training | None:
+        loop.step(settings)
+        t = _row(settings, tid)
+        return t if ok(t) else None
+    return wait_for(check, timeout, what, every=0.5)
+
+
+def _events(settings, tid: uuid.UUID) -> list[str]:  # noqa: ANN001
+    with session_scope(settings) as sess:
+        return [e.reason or "" for e in sess.scalars(select(TrainingEvent).where(
+            TrainingEvent.training_id == tid).order_by(TrainingEvent.seq))]
+
+
+def _job(settings, tid: uuid.UUID) -> PoolJob:  # noqa: ANN001
+    with session_scope(settings) as sess:
+        job = sess.scalars(select(PoolJob).where(PoolJob.training_id == tid).order_by(PoolJob.attempt.desc())).first()
+        sess.expunge(job)
+        return job
+
+
+def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm_cluster) -> None:  # noqa: ANN001,F811
+    tid = _submit(pool_settings, member.pw_name, "on-slurm", TINY)
+    _until(pool_settings, tid, lambda t: t.status != "queued", "the job to start")
+    # slurmctld restarted while the job runs: it recovers its jobs from its saved state, and nothing is lost.
+    subprocess.run(["bash", str(SCRIPT), "restart-ctld", str(slurm_cluster)], check=True, timeout=60)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
+    assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid))
+    job = _job(pool_settings, tid)
+    # Slurm ran it as the member's account: its own record says so, and the checkpoints are that account's.
+    assert f"UserId={member.pw_name}({member.pw_uid})" in slurm("scontrol", "show", "job", job.job_id)
+    ckpt = Path(service.get_root(pool_settings, "cluster")) / str(tid) / "checkpoints"
+    steps = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step-"))
+    assert steps and all(os.stat(ckpt / s).st_uid == member.pw_uid for s in steps)
+    events = " | ".join(_events(pool_settings, tid))
+    assert f"as job {job.job_id}, as Unix account {member.pw_name}" in events
+    assert "running in Slurm pool cluster on sim1" in events
+    with session_scope(pool_settings) as sess:
+        steps_seen = sorted(sess.scalars(select(TrainingMetric.step).where(TrainingMetric.training_id == tid)))
+    assert steps_seen and steps_seen[-1] == TINY["max_steps"]
+    assert t.step == TINY["max_steps"] and t.exit_code == 0
+    # The job's output reached the training's log.
+    assert f"Slurm job {job.job_id} on sim1" in log_path(pool_settings, tid).read_text()
+
+    # Resume: a new job, which continues from the newest checkpoint (step 6), not from the start.
+    with write_session(pool_settings) as sess:
+        resume(sess, tid, TrainingResume(config={"max_steps": 9}), member.pw_name)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the resumed job")
+    assert t.status == "succeeded" and t.step == 9, t.status_reason
+    second = _job(pool_settings, tid)
+    assert second.attempt == job.attempt + 1 and second.job_id != job.job_id
+    lines = [json.loads(x) for x in (ckpt.parent / f"progress-{second.attempt}.jsonl").read_text().splitlines()]
+    assert [(x["step"], Path(x["path"]).name) for x in lines if x["type"] == "resume"] == [(6, "step-6")]
+
+
+def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings, member) -> None:  # noqa: ANN001
+    blocker = slurm("sbatch", "--parsable", "--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 120").strip()
+    try:
+        tid = _submit(pool_settings, member.pw_name, "waits", TINY)
+        t = _until(pool_settings, tid, lambda t: t.wait_reason and "pending" in t.wait_reason, "a pending reason")
+        job = _job(pool_settings, tid)
+
+        def slurms_own() -> str:  # what Slurm gives as the reason now (None, then Priority or Resources)
+            return slurm("squeue", "-h", "-j", job.job_id, "-o", "%r").strip()
+        t = _until(pool_settings, tid, lambda t: f"(Slurm: {slurms_own()})" in (t.wait_reason or ""),
+                   "the wait reason to be Slurm's")
+        assert t.status == "queued" and t.wait_reason.startswith(f"Slurm job {job.job_id} is pending: ")
+        assert slurms_own() in ("Resources", "Priority")
+        with write_session(pool_settings) as sess:
+            assert trainings.cancel(sess, tid, member.pw_name).status == "cancelled"
+        wait_for(lambda: loop.step(pool_settings) or "CANCELLED" in slurm(
+            "squeue", "-h", "-t", "all", "-j", job.job_id, "-o", "%T"), 30, "the pending job cancelled in Slurm")
+    finally:
+        slurm("scancel", blocker)
+
+
+def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_settings, member) -> None:  # noqa: ANN001
+    """Two trainings at once on the node's two GPUs: one cancelled in gpufleet, one by scancel outside it."""
+    long = {**TINY, "max_steps": 1000000, "checkpoint_every": 1000000}
+    ours = _submit(pool_settings, member.pw_name, "ours", long)
+    theirs = _submit(pool_settings, member.pw_name, "theirs", long)
+    for tid in (ours, theirs):
+        _until(pool_settings, tid, lambda t: t.status == "running" and t.step > 0, "the job to run and report steps")
+    with write_session(pool_settings) as sess:
+        trainings.cancel(sess, ours, member.pw_name)
+    slurm("scancel", _job(pool_settings, theirs).job_id)
+    t = _until(pool_settings, ours, lambda t: t.status != "running", "the cancelled training to end")
+    assert t.status == "cancelled" and "was signalled and stopped" in t.status_reason, t.status_reason
+    # SIGTERM is the stop contract: the ranks checkpointed before they stopped.
+    ckpt = Path(service.get_root(pool_settings, "cluster")) / str(ours) / "checkpoints"
+    assert any(p.name.startswith("step-") for p in ckpt.iterdir())
+    t = _until(pool_settings, theirs, lambda t: t.status != "running", "the scancelled training to end")
+    assert t.status == "cancelled"
+    assert "was cancelled outside gpufleet" in t.status_reason
+
+
+def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> None:  # noqa: ANN001
+    name = short_name("nx")
+    with write_session(pool_settings) as sess:
+        add_user(sess, name, "member")
+    with pytest.raises(service.PoolError, match="no Unix account of their own") as err:
+        _submit(pool_settings, name, "refused", TINY)
+    assert err.value.status == 403
+    with session_scope(pool_settings) as sess:
+        assert sess.scalar(select(Training.id).where(Training.owner == name)) is None
