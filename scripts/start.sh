@@ -9,6 +9,8 @@ if [ -x .venv/bin/gpufleet ]; then
   check=0; said=$(.venv/bin/gpufleet serve --check "$@" 2>&1) || check=$?
   [ "$check" -eq 2 ] && { echo "$said" >&2; exit 2; }
 fi
+echo "start: installing gpufleet into .venv first (the first time takes a few minutes; later starts skip what is done)"
 bash scripts/install.sh
+echo "start: starting gpufleet serve $*"
 # --link: print a sign-in link for the account that started it (the dashboard needs one).
 exec .venv/bin/gpufleet serve --link "$@"

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 # layer or lower ones.
 LAYERS = [
     {"config", "config_services", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
-     "sessionsettings"},
+     "sessionsettings", "networksettings"},
     {"devices"},
     {"telemetry", "training", "users", "notify"},
     {"lifecycle"},

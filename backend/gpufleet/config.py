@@ -34,6 +34,7 @@ from gpufleet.config_services import ServiceSettings
 
 # ConfigError is defined beside the secrets' source, which raises it too; it is this module's error.
 from gpufleet.secretfiles import ConfigError, SecretFilesSource
+from gpufleet.networksettings import NetworkSettings
 from gpufleet.sessionsettings import SessionSettings
 from gpufleet.yamlsource import YamlSource
 
@@ -106,7 +107,7 @@ def _default_data_dir() -> Path:
     return Path(base) / "gpufleet"
 
 
-class Settings(ServiceSettings, SessionSettings):
+class Settings(ServiceSettings, SessionSettings, NetworkSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",
@@ -203,12 +204,9 @@ class Settings(ServiceSettings, SessionSettings):
     # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
     pythons: dict[str, str] = Field(default_factory=dict)
     # A training's own packages (gpufleet.trainings.venv): the cache of environments on each host (default
-    # <data_dir>/envs) and its size budget, and where uv finds packages (an index, wheel folders, or no index).
+    # <data_dir>/envs) and its size budget; where uv finds packages is in networksettings.py.
     env_cache_dir: Path | None = None
     env_cache_max_bytes: int = Field(default=50 * 1024**3, ge=0)
-    env_index_url: str | None = None
-    env_find_links: list[str] = Field(default_factory=list)
-    env_no_index: bool = False
     # Who a member's training runs as, and where (gpufleet.users.runas, gpufleet.jobs.isolation).
     run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
     sandbox: Literal["auto", "bwrap", "off"] = "auto"

@@ -52,7 +52,7 @@ def test_client_creates_waits_reads_metrics_logs_events_and_cancels(tmp_path, pr
         metrics = gf.metrics(t)
         assert [m.step for m in metrics.data] == [1, 2, 3] and metrics.data[-1].loss is not None
         assert [m.step for m in gf.follow_metrics(t.id)] == [1, 2, 3]
-        assert "launcher exited with 0" in "".join(gf.logs(t.id, follow=True))
+        assert "ended: succeeded" in "".join(gf.logs(t.id, follow=True))
         kinds = [e.kind for e in gf.events(str(t.id), follow=True)]
         statuses = [e.status for e in gf.events(t)]
         assert kinds and statuses[0] == "queued" and statuses[-1] == "succeeded", (kinds, statuses)

@@ -80,7 +80,12 @@ def test_a_second_start_skips_what_is_up_to_date_and_a_start_beside_a_running_on
         first.wait_healthy(600)
     finally:
         first.stop()
-    assert "dashboard built into" in first.said(), first.said()
+    said = first.said()
+    assert "dashboard built into" in said, said
+    # The first start says what it does before each long step, never minutes of silence.
+    steps = ["start: installing gpufleet into .venv first", "install: installing gpufleet and its dependencies",
+             "install: building the dashboard", "dashboard built into", "start: starting gpufleet serve"]
+    assert all(s in said for s in steps) and sorted(steps, key=said.index) == steps, said
     static = root / "backend" / "gpufleet" / "static"
     built_at = (static / "index.html").stat().st_mtime_ns
 

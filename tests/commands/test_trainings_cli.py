@@ -52,7 +52,7 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     assert r.exit_code == 0 and "succeeded" in r.output and "step-3" in r.output
     assert "priority 2, preemptible" in r.output
     r = runner.invoke(app, ["trainings", "logs", tid])
-    assert r.exit_code == 0 and "launcher exited with 0" in r.output
+    assert r.exit_code == 0 and "ended: succeeded" in r.output
     r = runner.invoke(app, ["trainings", "cancel", tid])
     assert r.exit_code == 0 and f"{tid}: succeeded" in r.output
 
@@ -66,7 +66,7 @@ def test_train_names_the_host_name_and_priority_on_a_fleet_of_several_hosts(monk
     monkeypatch.setenv("GPUFLEET_SERVER", url)
     base = ["train", "--recipe", "mlp", "--gpu-ids", "0", "--set", "max_steps=3", "--no-follow"]
     r = runner.invoke(app, base)
-    assert r.exit_code == 2 and "gpu_ids are per host; say which host (host-a, host-b)" in r.output, r.output
+    assert r.exit_code == 2 and "--gpu-ids are per host; say which host (host-a, host-b)" in r.output, r.output
     r = runner.invoke(app, [*base, "--host", "host-b", "--name", "on-b", "--priority", "7"])
     assert r.exit_code == 0, r.output
     tid = r.output.split("submitted ", 1)[1].split()[0]
@@ -76,3 +76,25 @@ def test_train_names_the_host_name_and_priority_on_a_fleet_of_several_hosts(monk
     assert (shown["name"], shown["priority"], shown["requested_host"]) == ("on-b", 7, "host-b"), shown
     r = runner.invoke(app, ["train", "--local", "--recipe", "mlp", "--devices", "cpu", "--host", "host-b"])
     assert r.exit_code == 2 and "--local runs here" in " ".join(r.output.split())
+
+
+def test_train_gpus_lets_the_server_choose_and_from_takes_a_name(monkeypatch, tmp_path, live_api):
+    import httpx
+
+    settings = make_settings(tmp_path, "sqlite", simulate="4xH100-80GB")
+    register(settings)
+    url = live_api(settings)
+    monkeypatch.setenv("GPUFLEET_SERVER", url)
+    # The server's first estimate of a recipe traces it (seconds on a loaded machine): done before the CLI's.
+    src = httpx.post(f"{url}/api/v1/trainings", json={"name": "first", "recipe": "mlp"}, timeout=300).json()
+    r = runner.invoke(app, ["train", "--recipe", "mlp", "--gpus", "2", "--name", "two", "--no-follow"])
+    assert r.exit_code == 0, r.output
+    tid = r.output.split("submitted ", 1)[1].split()[0]
+    shown = httpx.get(f"{url}/api/v1/trainings/{tid}", timeout=10).json()
+    assert (shown["world_size"], shown["auto_select"], shown["gpu_ids"]) == (2, True, None), shown
+    r = runner.invoke(app, ["train", "--recipe", "mlp", "--from", "first", "--set", "lr=0.01", "--no-follow"])
+    assert r.exit_code == 0, r.output
+    clone = r.output.split("submitted ", 1)[1].split()[0]
+    assert httpx.get(f"{url}/api/v1/trainings/{clone}", timeout=10).json()["resumed_from"] == src["id"]
+    r = runner.invoke(app, ["train", "--recipe", "mlp", "--gpus", "2", "--gpu-ids", "0"])
+    assert r.exit_code == 2 and "--gpus asks a server to choose" in r.output

@@ -73,6 +73,27 @@ def test_a_started_training_shows_on_its_simulated_gpus_until_it_ends(make_sim, 
         n.nvmlShutdown()
 
 
+def test_a_sessions_simulated_gpu_idles_until_a_training_runs_beside_it(make_sim, child):
+    """A session's process holds its GPU and runs nothing, as a shell or an idle notebook does on a real one:
+    low utilisation and power, so the idle rule can be seen on a simulated fleet."""
+    backend = device_backend(make_sim("2xH100-80GB"))
+    backend.training_started([0], child.pid, str(uuid.uuid4()), 2**30, busy=False)
+    backend.training_started([1], child.pid, str(uuid.uuid4()), 2**30)
+    n = backend.nvml
+    n.nvmlInit()
+    try:
+        idle, busy = (n.nvmlDeviceGetHandleByIndex(i) for i in (0, 1))
+        assert len(n.nvmlDeviceGetComputeRunningProcesses(idle)) == 1  # it holds the GPU and its memory
+        assert n.nvmlDeviceGetUtilizationRates(idle).gpu == 0
+        limit = n.nvmlDeviceGetPowerManagementLimit(idle)
+        assert n.nvmlDeviceGetPowerUsage(idle) <= 0.15 * limit
+        assert n.nvmlDeviceGetUtilizationRates(busy).gpu >= 70 and n.nvmlDeviceGetPowerUsage(busy) > 0.5 * limit
+        assert backend.process_note(0, child.pid).command == "gpufleet-session"
+    finally:
+        backend.training_ended(child.pid)
+        n.nvmlShutdown()
+
+
 def test_a_broken_simulated_state_never_stops_a_training(make_sim, child, caplog):
     backend = device_backend(make_sim("1xH100-80GB"))
     backend.training_started([-1], child.pid, "t", 2**30)  # refused by the state: logged, not raised

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import typer
@@ -107,13 +108,29 @@ def test_gpus_accepts_sub_commands(cli):
         gpus_app.registered_commands[:] = [c for c in gpus_app.registered_commands if c.name != "hello"]
 
 
+# A terminal (rich reads TTY_COMPATIBLE), without colours so the widths are the text's.
+TERMINAL = {"TTY_COMPATIBLE": "1", "NO_COLOR": "1"}
+
+
 def test_gpus_fits_80_columns_and_wide_shows_whole_uuids(cli):
-    r = cli("gpus", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80")
+    r = cli("gpus", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80", **TERMINAL)
     assert r.exit_code == 0, r.output
-    assert max(len(line) for line in r.output.splitlines()) <= 80, r.output
-    assert "80.0 GiB" in r.output and "GPU-" not in r.output  # no UUID folded over four lines
-    assert "UUID hidden" in r.output and "--wide" in r.output
-    wide = cli("gpus", "--wide", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80")
+    out = re.sub(r"\x1b\[[0-9;]*m", "", r.output)  # bold headers: the terminal's styles, not text
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert "80.0 GiB" in out and "GPU-" not in out  # no UUID folded over four lines
+    assert "UUID hidden" in out and "--wide" in out
+    wide = cli("gpus", "--wide", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80", **TERMINAL)
     uuids = json.loads(cli("gpus", "--json", GPUFLEET_SIMULATE="4xH100-80GB").output)["gpus"]
     for g in uuids:
         assert any(g["uuid"] in line for line in wide.output.splitlines()), wide.output
+
+
+def test_piped_gpus_are_tab_separated_lines_with_every_column(cli):
+    """Into a pipe every list is for a script: one line per GPU, tabs between whole cells, headers first."""
+    r = cli("gpus", GPUFLEET_SIMULATE="4xH100-80GB", COLUMNS="80")
+    assert r.exit_code == 0, r.output
+    lines = [line.split("\t") for line in r.output.splitlines() if "\t" in line]
+    assert lines[0] == ["ID", "Vendor", "Model", "VRAM", "Free", "Backend", "UUID", "Status"]
+    assert [row[0] for row in lines[1:]] == ["0", "1", "2", "3"] and all(len(row) == 8 for row in lines)
+    assert all(row[6].startswith("GPU-") and len(row[6]) == 40 for row in lines[1:])  # whole UUIDs
+    assert all(row[7] == "ok sim" for row in lines[1:]) and "│" not in r.output

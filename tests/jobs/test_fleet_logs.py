@@ -49,7 +49,7 @@ def test_the_api_serves_and_follows_the_log_every_host_wrote(tmp_path, request, 
     other = "".join(line.removeprefix(f"[host {b.host_name}] ")
                     for line in whole.splitlines(keepends=True) if line.startswith(f"[host {b.host_name}] "))
     assert lead == lead_file and other == other_file, whole
-    assert "launcher exited with 0" in lead and "launcher exited with 0" in other and "ranks 2-3 of 4" in other
+    assert "ended: succeeded" in lead and "ended: succeeded" in other and "ranks 2-3 of 4" in other
     assert "".join(followed) == whole
     assert http.get(f"/api/v1/trainings/{tid}/logs", params={"tail": 1}).json()["text"].strip() in (
         lead.splitlines()[-1], f"[host {b.host_name}] {other.splitlines()[-1]}")

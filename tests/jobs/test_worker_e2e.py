@@ -80,7 +80,7 @@ def test_two_rank_ddp_sae_from_post_to_succeeded(fleet_settings, client_for, wor
         m2 = c.get(f"/api/v1/trainings/{tid}/metrics?max_points=2").json()
         assert m2["total"] == 6 and m2["count"] <= 3 and m2["data"][-1]["step"] == m["data"][-1]["step"]
         logs = c.get(f"/api/v1/trainings/{tid}/logs?tail=50").json()["text"]
-        assert "launcher exited with 0" in logs
+        assert "ended: succeeded" in logs
         if backend == "postgresql":
             from gpufleet.jobs.celery_app import make_celery
 

@@ -86,3 +86,22 @@ def test_policy_validates_itself() -> None:
         AvailabilityPolicy(foreign_utilization_threshold=150)
     with pytest.raises(ValueError, match="sustained_samples"):
         AvailabilityPolicy(sustained_samples=0)
+
+
+def test_a_gpu_a_session_holds_is_called_held_by_a_session() -> None:
+    import uuid
+    from types import SimpleNamespace
+
+    from gpufleet.scheduling.reservation import GPUState
+
+    a = assess_gpu(obs(reservations=(Reservation(training_id="t1", training_name="nb-1", owner="alice",
+                                                 kind="session"),)))
+    assert a.state == "busy" and a.reason == "reserved exclusively by session nb-1 of alice"
+    assert a.holders[0]["kind"] == "session"
+    trained = assess_gpu(obs(reservations=(Reservation(training_id="t2", training_name="sae", owner="bob"),)))
+    assert trained.reason == "reserved exclusively by training sae of bob"
+    # The scheduler's wait reason (scheduling/reservation.py) says the same.
+    gpu = SimpleNamespace(index=3, enabled=True, drained=False, status="ok")
+    nb, run = uuid.uuid4(), uuid.uuid4()
+    assert GPUState(gpu, [nb], kinds={nb: "session"}).why_not_exclusive() == f"GPU 3 is held by session {nb}"
+    assert GPUState(gpu, [run], kinds={run: "script"}).why_not_exclusive() == f"GPU 3 is held by training {run}"

@@ -104,3 +104,33 @@ def test_no_fresh_samples_means_no_verdict(sim_host):
     assert idle.watch(s) == []
     assert row(s, tid).idle_since is None and not row(s, tid).reclaim_requested
     assert idle.watch(s.model_copy(update={"idle_action": "off"})) == []
+
+
+@BOTH
+def test_a_just_ended_trainings_busy_samples_are_not_someone_elses_load(sim_host):
+    """A sweep's trial ends and releases its GPU: the busy samples it left in the history were this
+    server's own load (their job_id says so), so the GPU is free, not foreign-busy; the same samples
+    with no gpufleet process on the GPU are someone else's."""
+    from gpufleet.db.models import GPU, Host
+    from gpufleet.db.session import session_scope
+    from gpufleet.scheduling.availability import assess_gpu
+    from gpufleet.scheduling.inputs import gather_observations, policy_from_settings
+
+    s = sim_host("nvlink-all", "2xH100-80GB")
+    policy = policy_from_settings(s)
+    now = utcnow()
+    with write_session(s) as sess:
+        host_id = sess.scalar(select(Host.id).where(Host.name == s.host_name))
+        trial = __import__("uuid").uuid4()
+        for k in range(policy.sustained_samples):
+            at = now - timedelta(seconds=s.sample_interval_s * k)
+            sess.add(GPUMetricsHistory(timestamp=at, host_id=host_id, gpu_index=0, utilization=93, memory_used=2**30,
+                                       memory_total=80 * 2**30, job_id=trial, job_type="training"))
+            sess.add(GPUMetricsHistory(timestamp=at, host_id=host_id, gpu_index=1, utilization=93, memory_used=2**30,
+                                       memory_total=80 * 2**30))
+        assert sess.scalar(select(GPU.id).where(GPU.host_id == host_id, GPU.index == 1))
+    with session_scope(s) as sess:
+        obs, _ = gather_observations(sess, s, host=s.host_name, policy=policy)
+    states = {o.index: assess_gpu(o, policy) for o in obs}
+    assert states[0].state == "free", states[0].reason
+    assert states[1].state == "foreign-busy" and "someone else" in states[1].reason

@@ -41,8 +41,13 @@ def test_a_connected_client_is_use_and_the_launchers_polls_are_not(tmp_path) -> 
     proc = subprocess.Popen(command(spec), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)
     try:
-        _wait(lambda: answers(port, base, token), 90, "the server to answer")
+        _wait(lambda: answers(port, base, token), 180, "the server to answer")
         assert not answers(port, base, "wrong-token")
+        # "Open" lands on JupyterLab (the sessions extra brings it), not a bare "A Jupyter Server is running."
+        home = httpx.get(f"http://127.0.0.1:{port}{base}", headers={"Authorization": f"token {token}"},
+                         follow_redirects=True, timeout=60)
+        assert home.status_code == 200 and str(home.url).endswith(f"{base}lab"), home.url
+        assert "<title>JupyterLab</title>" in home.text
         api = f"http://127.0.0.1:{port}{base}api"
         kernel = httpx.post(f"{api}/kernels", headers={"Authorization": f"token {token}"}, json={"name": "python3"},
                             timeout=60).json()["id"]

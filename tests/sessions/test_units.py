@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import uuid
 from types import SimpleNamespace
 
@@ -59,3 +60,46 @@ def test_the_cli_refuses_bad_options_before_asking_a_server() -> None:
         assert r.exit_code == 2 and says in r.output, (args, r.output)
     r = runner.invoke(app, ["session", "limit", "--max-hours", "3", "--server", "http://127.0.0.1:9"])
     assert r.exit_code == 2 and "exactly one of --user NAME or --group NAME" in r.output, r.output
+
+
+def test_the_shell_banner_names_the_gpus_not_the_numbering_order() -> None:
+    from gpufleet.commands.sessions import visible_gpus
+
+    # The order variable comes first in the environment the server sends; the banner must skip it.
+    assert visible_gpus({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,2"}) == "GPUs 0,2"
+    assert visible_gpus({"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "HIP_VISIBLE_DEVICES": "1"}) == "GPU 1"
+    assert visible_gpus({"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}) == "no GPU"
+
+
+def test_a_session_that_cannot_start_says_why_with_the_fix() -> None:
+    from gpufleet.sessions.launch import why_it_failed
+
+    said = ["Traceback (most recent call last):", '  File "<frozen runpy>", line 189, in _run_module_as_main',
+            "/usr/bin/python3: No module named jupyter_server", ""]
+    reason = why_it_failed(1, said)
+    assert reason.startswith("the session's process exited with 1: /usr/bin/python3: No module named jupyter_server")
+    assert "pip install 'gpufleet[sessions]'" in reason and "shell session" in reason
+    # Any other failure gives the process's own last words, with no fix it does not need.
+    assert why_it_failed(2, ["bind: address in use"]) == "the session's process exited with 2: bind: address in use"
+    assert why_it_failed(3, []) == "the session's process exited with 3"
+
+
+def test_a_notebook_on_a_host_without_jupyter_fails_at_once_naming_the_extra(tmp_path, monkeypatch) -> None:
+    import json
+
+    from gpufleet.sessions import launch
+    from gpufleet.training import exitcodes as ec
+
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name, *a: None)  # a host without Jupyter
+    spec = SessionSpec(session_id="s3", progress_file=str(tmp_path / "p.jsonl"), workdir=str(tmp_path / "w"),
+                       jupyter=True, port=1, token="t")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert launch.run(spec) == ec.CANNOT_RUN
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    lines = [json.loads(x) for x in (tmp_path / "p.jsonl").read_text().splitlines()]
+    error = next(x for x in lines if x["type"] == "error")
+    assert error["message"].startswith("No module named jupyter_server on this host: install gpufleet[sessions]")
+    assert lines[-1] == {**lines[-1], "type": "end", "status": "failed", "exit_code": ec.CANNOT_RUN}

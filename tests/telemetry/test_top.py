@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 import uuid
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
@@ -13,7 +16,7 @@ from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.telemetry.live import LOCAL
 
 from .test_routes import _fleet
-from support.servers import serve_inprocess
+from support.servers import gpufleet, serve_env, serve_inprocess, serve_process, socket_path
 
 from .wsutil import build_app
 
@@ -72,7 +75,7 @@ def test_top_says_what_to_fix_when_the_server_is_unreachable_or_the_options_are_
     res = runner.invoke(app, ["top", "--server", "http://127.0.0.1:9", "--once"])
     assert res.exit_code == 2 and "cannot reach the server at http://127.0.0.1:9" in res.output
     res = runner.invoke(app, ["top", "--server", "127.0.0.1:8000", "--once"])
-    assert res.exit_code == 2 and "must start with http://" in res.output
+    assert res.exit_code == 2 and "--server: the server must be an http:// or https:// URL" in res.output
     res = runner.invoke(app, ["top", "--interval", "0", "--once"])
     assert res.exit_code == 2 and "--interval must be between" in res.output
 
@@ -91,3 +94,27 @@ def test_top_honours_gpufleet_server(tmp_path, monkeypatch):
         LOCAL.clear()
     assert res.exit_code == 0, res.output
     assert f"gpufleet top — {srv.url}" in res.output and "H100 80GB HBM3" in res.output
+
+
+@pytest.mark.slow
+def test_top_reaches_this_machines_server_through_its_socket_on_any_port_without_a_token(tmp_path):
+    """As every other command: no --server and no $GPUFLEET_SERVER means this machine's server, through its
+    socket, so neither the port `serve --port` (or start.sh) chose nor sign-in stands in the way."""
+    data = tmp_path / "data"
+    # Sign-in on (the product's default): over TCP a caller needs a token; on the socket it is known by its uid.
+    with serve_process(data, GPUFLEET_AUTH=None, GPUFLEET_EMBEDDED_WORKER="false") as srv:
+        env = {**serve_env(data, GPUFLEET_AUTH=None), "COLUMNS": "160"}
+        env.pop("GPUFLEET_SERVER", None)
+        assert srv.port != 8000
+        wait = time.monotonic() + 60
+        while True:
+            res = subprocess.run([*gpufleet(), "top", "--once"], env=env, capture_output=True, text=True, timeout=120)
+            if "H100" in res.stdout or time.monotonic() > wait:
+                break
+            time.sleep(0.5)  # the agent's first inventory
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"gpufleet top — {socket_path(data)} (this machine's socket)" in res.stdout, res.stdout
+        assert "2 GPUs" in res.stdout and "H100" in res.stdout, res.stdout
+        tcp = subprocess.run([*gpufleet(), "top", "--once", "--server", srv.url], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert tcp.returncode == 2 and "needs sign-in" in tcp.stderr, tcp.stdout + tcp.stderr

@@ -21,14 +21,65 @@ def test_process_env_drops_gpufleet_secrets_and_service_urls():
     assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C", "CUDA_HOME": "/usr/local/cuda"}
 
 
+LAB = {"SSL_CERT_FILE": "/etc/lab/ca.pem", "SSL_CERT_DIR": "/etc/lab/certs", "REQUESTS_CA_BUNDLE": "/etc/lab/ca.pem",
+       "CURL_CA_BUNDLE": "/etc/lab/ca.pem", "HTTP_PROXY": "http://proxy:3128", "HTTPS_PROXY": "http://proxy:3128",
+       "http_proxy": "http://proxy:3128", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost,.lab",
+       "no_proxy": "localhost,.lab", "UV_INDEX_URL": "https://pypi.lab/simple", "UV_NATIVE_TLS": "1",
+       "PIP_INDEX_URL": "https://pypi.lab/simple", "PIP_EXTRA_INDEX_URL": "https://more.lab/simple"}
 
-def test_the_launcher_and_its_ranks_run_unbuffered():
+
+def test_a_labs_proxy_certificate_authority_and_index_reach_uv_and_the_ranks():
+    base = {"PATH": "/usr/bin", "GPUFLEET_SECRET_KEY": "s", "UV_INDEX_PASSWORD": "p", **LAB}
+    assert script.process_env(base) == {"PATH": "/usr/bin", **LAB}  # an index's password stays out by default
+
+
+def test_an_admin_adds_and_removes_names_and_the_servers_settings_never_pass():
+    from gpufleet.trainings.environment import EnvPolicy
+
+    base = {"PATH": "/usr/bin", "WANDB_API_KEY": "k", "LAB_MIRROR": "m", "GPUFLEET_SECRET_KEY": "s",
+            "GPUFLEET_DATABASE_URL": "pg://", **LAB}
+    policy = EnvPolicy(passed=("WANDB_API_KEY", "LAB_*", "GPUFLEET_*"), blocked=("*_proxy", "PIP_*"))
+    env = script.process_env(base, policy)
+    assert env["WANDB_API_KEY"] == "k" and env["LAB_MIRROR"] == "m"  # named by the admin, credentials word or not
+    assert not {"http_proxy", "https_proxy", "no_proxy", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"} & set(env)
+    assert env["HTTPS_PROXY"] == "http://proxy:3128"  # the patterns are case-sensitive, as the names are
+    assert not [k for k in env if k.startswith("GPUFLEET_")]  # even when an admin's pattern names them
+    assert script.process_env(base, EnvPolicy(blocked=("PATH",))).get("PATH") is None  # a standard name too
+
+
+def test_the_ca_bundle_setting_is_what_python_requests_curl_and_uv_read(tmp_path):
+    from gpufleet.jobs.script_attempt import launch_env
+    from gpufleet.trainings.environment import EnvPolicy
+
+    bundle = tmp_path / "lab-ca.pem"
+    settings = load_settings(data_dir=tmp_path, ca_bundle=bundle, training_env_block=["CURL_CA_BUNDLE"])
+    assert EnvPolicy.of(settings).ca_bundle == str(bundle)
+    env = launch_env(settings, __import__("uuid").uuid4())
+    assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == str(bundle)  # the setting wins over the worker's
+    assert "CURL_CA_BUNDLE" not in env  # and an admin's block still holds
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("ca_bundle", "lab-ca.pem", "absolute path"),
+    ("training_env_pass", ["A B"], "not an environment name"),
+    ("env_extra_index_urls", ["pypi.lab/simple"], "not an index URL"),
+])
+def test_network_settings_refuse_what_cannot_work(tmp_path, field, value, says):
+    from gpufleet.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        load_settings(data_dir=tmp_path, **{field: value})
+    assert says in str(exc.value) and f"GPUFLEET_{field.upper()}" in str(exc.value)
+
+
+
+def test_the_launcher_and_its_ranks_run_unbuffered(tmp_path):
     import uuid
 
     from gpufleet.jobs.script_attempt import launch_env
 
     # Output reaches the log as it is printed, not in blocks when a buffer fills or the rank exits.
-    assert launch_env(uuid.uuid4())["PYTHONUNBUFFERED"] == "1"
+    assert launch_env(load_settings(data_dir=tmp_path), uuid.uuid4())["PYTHONUNBUFFERED"] == "1"
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -109,3 +160,42 @@ def test_out_of_memory_is_never_rebalanced_for_scripts():
     assert d.status == "failed" and "does not apply to scripts" in d.reason and "rank 0" in d.reason
     # A recipe that allows it is still rebalanced.
     assert outcome.decide(_attempt(ec.OUT_OF_MEMORY, "recipe")).retry_kind == "oom_rebalance"
+
+
+def test_a_checkpoint_written_in_place_is_one_event_and_a_rewrite_at_the_same_step_none(tmp_path):
+    import json
+
+    from gpufleet.training.progress import ProgressWriter
+    from gpufleet.trainings.script_reports import CheckpointWatch
+
+    ckpt, progress = tmp_path / "ckpt", tmp_path / "progress.jsonl"
+    ckpt.mkdir()
+    watch = CheckpointWatch(str(ckpt), ProgressWriter(str(progress)))
+    watch.SETTLE_S = 0.2
+
+    def events() -> list[dict]:
+        lines = progress.read_text().splitlines() if progress.exists() else []
+        return [e for e in map(json.loads, lines) if e["type"] == "checkpoint"]
+
+    target = ckpt / "ckpt.pt"
+    with open(target, "wb") as f:  # torch.save into the same file: opened (truncated), then written in pieces
+        f.write(b"x" * 10)
+        f.flush()
+        watch.poll(5)
+        time.sleep(0.05)
+        f.write(b"y" * 1000)
+        f.flush()
+        watch.poll(5)
+    watch.poll(5)
+    assert events() == []  # still being written, as far as anyone can tell
+    time.sleep(0.3)
+    watch.poll(5)
+    watch.poll(5)
+    assert [(e["step"], e["path"]) for e in events()] == [(5, str(target))]
+    target.write_bytes(b"z" * 1000)  # the same step's state written again (a second save before the next step)
+    os.utime(target, (time.time() + 1, time.time() + 1))
+    watch.poll(5, final=True)
+    assert len(events()) == 1
+    target.write_bytes(b"w" * 2000)  # the next checkpoint, in the same file; the ranks ended: counted at once
+    watch.poll(10, final=True)
+    assert [e["step"] for e in events()] == [5, 10]

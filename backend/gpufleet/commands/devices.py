@@ -17,7 +17,7 @@ import typer
 from rich.text import Text
 
 from gpufleet.commands import drain, fleet_devices
-from gpufleet.commands.tables import Column, WideOpt, fmt_size, make_console, print_table
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fmt_size, make_console, print_table
 
 if TYPE_CHECKING:
     from gpufleet.config import Settings
@@ -34,8 +34,6 @@ gpus_app.command("clear-health")(fleet_devices.clear_health)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON for scripts instead of a table")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="this machine's devices, not the server's fleet")]
-ServerOpt = Annotated[str | None, typer.Option("--server", envvar="GPUFLEET_SERVER", show_envvar=False,
-                                               help="server URL (default $GPUFLEET_SERVER, else this machine's)")]
 
 
 def _fail(message: str) -> NoReturn:

@@ -13,7 +13,7 @@ from itertools import groupby
 import typer
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, fmt_size, make_console, print_table
+from gpufleet.commands.tables import SERVER_HELP, Column, fmt_size, make_console, print_table, print_tsv
 
 COLUMNS = (
     Column("ID", justify="right"),
@@ -71,13 +71,12 @@ def show_gpus(server: str | None, as_json: bool, wide: bool) -> None:
     console = make_console()
     if not body["data"]:
         console.print("No GPUs in the fleet (no host has registered any).", highlight=False)
-    for host, gpus in groupby(sorted(body["data"], key=lambda g: (g["host"], g["index"])), key=lambda g: g["host"]):
-        rows = []
-        for g in gpus:
-            free = (g.get("live") or {}).get("memory_free")
-            rows.append([str(g["index"]), {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(g["vendor"], g["vendor"]),
-                         g["name"], fmt_size(g["memory_total"]) if g["memory_total"] is not None else "?",
-                         fmt_size(free) if free is not None else "?", g["backend"], g["uuid"] or "?", _status(g)])
+    by_host = groupby(sorted(body["data"], key=lambda g: (g["host"], g["index"])), key=lambda g: g["host"])
+    tables = [(host, [_row(g) for g in gpus]) for host, gpus in by_host]
+    if not console.is_terminal and tables:  # one list for scripts: the host is a column
+        print_tsv(console, ["Host", *(c.header for c in COLUMNS)], [[h, *r] for h, rows in tables for r in rows])
+        tables = []
+    for host, rows in tables:
         print_table(console, COLUMNS, rows, wide=wide, title=f"GPUs on {host}")
     _show_pools(console, pools, wide)
 
@@ -91,6 +90,13 @@ def _show_pools(console, pools: list, wide: bool) -> None:
             continue
         rows = [[n.name, n.state, n.gres, n.gres_used, p.gpu_model or "?"] for n in p.nodes or []]
         print_table(console, POOL_COLUMNS, rows, wide=wide, title=title)
+
+
+def _row(g: dict) -> list[str | Text]:
+    free = (g.get("live") or {}).get("memory_free")
+    return [str(g["index"]), {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(g["vendor"], g["vendor"]),
+            g["name"], fmt_size(g["memory_total"]) if g["memory_total"] is not None else "?",
+            fmt_size(free) if free is not None else "?", g["backend"], g["uuid"] or "?", _status(g)]
 
 
 def show_topology(server: str | None, as_json: bool) -> None:
@@ -118,7 +124,7 @@ def show_topology(server: str | None, as_json: bool) -> None:
 def clear_health(
     gpu: str = typer.Argument(..., metavar="HOST:INDEX", help="the GPU, e.g. node-a:3"),
     server: str | None = typer.Option(None, "--server", envvar="GPUFLEET_SERVER", show_envvar=False,
-                                      help="server URL (default $GPUFLEET_SERVER, else this machine's)"),
+                                      help=SERVER_HELP),
 ) -> None:
     """Put a GPU marked unhealthy (fatal XID, pending row remap, ECC errors) back in scheduling (admins)."""
     from gpufleet.commands.remote import Client, _fail

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from gpufleet.commands.tables import fmt_size, make_console
+from gpufleet.commands.tables import ServerOpt, fmt_size, make_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,8 +106,7 @@ def recommend(
     top: Annotated[int, typer.Option("--top", min=1, max=50, help="how many sets to show")] = 5,
     sets: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, over the file")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
-    server: Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or "
-                                                                "http://127.0.0.1:8000)")] = None,
+    server: ServerOpt = None,
     local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
                                                         "asking a server")] = False,
 ) -> None:

@@ -29,6 +29,7 @@ class Client(_LibraryClient):
     # The API's field names a command's own options stand for: a refusal then names the options,
     # never fields the person did not type (e.g. {"gpu_ids": "--gpu-ids"}). Set by the command.
     options: dict[str, str] = {}
+    _lenient = False  # a refusal is raised, not printed (optional)
 
     def __init__(self, server: str | None):
         try:
@@ -43,19 +44,40 @@ class Client(_LibraryClient):
         except ServerUnreachable as exc:
             _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
         except GpufleetError as exc:
+            if self._lenient:
+                raise
             _fail(self.in_options(str(exc)))
 
+    def optional(self, call: Any, *args: Any, **kw: Any) -> Any:
+        """``call(*args, **kw)``'s answer, or None when the server refuses it (a check it makes again anyway)."""
+        self._lenient = True
+        try:
+            return call(*args, **kw)
+        except GpufleetError:
+            return None
+        finally:
+            self._lenient = False
+
     def in_options(self, message: str) -> str:
+        """``message`` with the API's field names as this command's options. A name with an underscore
+        (``world_size``) is a field wherever it stands; a plain word (``host``) only where the message
+        names a field (``body.host``, or ``host:`` leading it), since it is also a word of the prose."""
         if not self.options:
             return message
-        return re.sub(r"\b(?:body\.)?(" + "|".join(map(re.escape, self.options)) + r")\b",
-                      lambda m: self.options[m.group(1)], message)
+        named = "|".join(map(re.escape, (f for f in self.options if "_" in f)))
+        plain = "|".join(map(re.escape, (f for f in self.options if "_" not in f)))
+        pattern = "|".join(p for p in (
+            rf"\b(?:body\.)?(?P<named>{named})\b" if named else "",
+            rf"\bbody\.(?P<field>{plain})\b|^(?P<lead>{plain})(?=:)" if plain else "") if p)
+        return re.sub(pattern, lambda m: self.options[m.group("named") or m.group("field") or m.group("lead")]
+                      if m.lastgroup else m.group(0), message)
 
-    def training_id(self, training: Any) -> str:
+    def training_id(self, training: Any, option: str | None = None) -> str:
+        """The full ID; a refusal names ``option`` (``--from``) when the reference came from one."""
         try:
             return super().training_id(training)
         except (UnknownTraining, AmbiguousTraining) as exc:
-            _fail(str(exc))
+            _fail(f"{option} {training}: {exc}" if option else str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpufleet.commands import preflight
 from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, follow_training, out
 
 if TYPE_CHECKING:
@@ -32,8 +33,9 @@ def register(app: typer.Typer) -> None:
 
 
 # The request's fields, as this command's options (what a refusal names).
-CLI_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "memory_mb": "--memory", "max_restarts": "--max-restarts",
-               "max_runtime_s": "--max-runtime"}
+CLI_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "memory_mb": "--memory", "memory": "--memory",
+               "max_restarts": "--max-restarts", "max_runtime_s": "--max-runtime", "from_training": "--from",
+               "requirements": "--requirements", "python": "--python", "env": "--env", "host": "--host"}
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -129,14 +131,24 @@ def run(
                        "and these arguments")] = None,
     server: ServerOpt = None,
 ) -> None:
+    # Everything that can be checked is, before the code is packed and sent.
+    memory_bytes = _memory(memory)
+    placement = _placement(gpus, gpu_ids, host, memory)
+    extra_env = _parse_env(env) if env else None
+    c = connect(server)
+    c.options = CLI_OPTIONS
+    source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique start of one, or a name
+    if from_training and source:
+        preflight.check_source(c, from_training, source)
+    preflight.check_fleet(c, placement.get("world_size", 0), memory_bytes, host, placement.get("gpu_ids"))
     data, req_file = _pack_code(directory, max_mb, requirements, no_env)
     body: dict[str, Any] = {
         "name": name or f"{Path(command[1] if len(command) > 1 else command[0]).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
         "kind": "script", "argv": list(command), "max_restarts": max_restarts,
     }
-    body.update(_placement(gpus, gpu_ids, host, memory))
-    if env:
-        body["env"] = _parse_env(env)
+    body.update(placement)
+    if extra_env:
+        body["env"] = extra_env
     if python:
         body["python"] = python
     if req_file:
@@ -148,15 +160,22 @@ def run(
         body["preemptible"] = preemptible
     if max_runtime is not None:
         body["max_runtime_s"] = max_runtime
-    if from_training:
-        body["from_training"] = from_training
-    c = connect(server)
-    c.options = CLI_OPTIONS
+    if source:
+        body["from_training"] = source
     body["code"] = upload(c, data)
     t = c.create("/api/v1/trainings", body)  # an Idempotency-Key: a timed-out submit is retried safely
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)
     if follow:
         raise typer.Exit(follow_training(c, t["id"]))
+
+
+def _memory(memory: str | None) -> int | None:
+    from gpufleet.trainings.script import ScriptError, parse_memory
+
+    try:
+        return parse_memory(memory)
+    except ScriptError as exc:
+        _fail(f"--memory {memory}: {str(exc).removeprefix('memory ')}")
 
 
 def _pack_code(directory: Path, max_mb: int, requirements: Path | None, no_env: bool) -> tuple[bytes, str | None]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import Column, WideOpt, make_console, print_lines, print_table
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, make_console, print_lines, print_table
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -26,7 +26,6 @@ session_app = typer.Typer(help="Interactive sessions: a shell or a notebook on r
 out = make_console()
 err = make_console(stderr=True)
 
-ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the session as JSON")]
 SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="the session's ID, or the start of it")]
 LIVE = ("queued", "starting", "running", "stopping")
@@ -140,8 +139,9 @@ def ls(
         return
     cols = [Column("id"), Column("owner"), Column("mode"), Column("status"), Column("gpus"), Column("host", drop=2),
             Column("ends", drop=3), Column("reason", drop=1, shorten=True)]
-    rows = [[s["id"][:8], s["owner"], s["mode"], s["status"],
-             ",".join(map(str, s["gpu_ids"])) if s["gpu_ids"] else f"×{s['gpus']}", s["host"] or "-",
+    # The short ID on a terminal (any unique start works), the whole one for scripts; gpus: how many.
+    rows = [[s["id"][:8] if out.is_terminal else s["id"], s["owner"], s["mode"], s["status"], str(s["gpus"]),
+             s["host"] or "-",
              (s["ends_at"] or "-")[:19], s["wait_reason"] or s["end_reason"] or s["url"] or ""] for s in items]
     print_table(out, cols, rows, wide=wide)
 
@@ -198,15 +198,24 @@ def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None
                   "session variables", highlight=False, soft_wrap=True)
     env = dict(os.environ, **given)
     if not argv:
-        gpus = next((v for k, v in given.items() if k.endswith(("_DEVICES", "_MASK"))), "")
         argv = [os.environ.get("SHELL") or "/bin/bash"]
-        err.print(f"shell in session {target.id} on GPUs {gpus}; exit to leave "
+        err.print(f"shell in session {target.id} on {visible_gpus(given)}; exit to leave "
                   "(the session keeps running)", highlight=False)
     sys.stdout.flush()
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
         _fail(f"cannot run {argv[0]!r}: {exc}")
+
+
+# The variables a session's GPUs are made visible by, per runtime (as gpufleet.sessions.launch sets them).
+VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+
+
+def visible_gpus(env: dict[str, str]) -> str:
+    """``GPUs 0,2`` (as nvidia-smi numbers them) from the session's environment."""
+    ids = next((env[name] for name in VISIBLE if env.get(name)), "")
+    return f"GPU{'s' if ',' in ids else ''} {ids}" if ids else "no GPU"
 
 
 def _here() -> set[str]:

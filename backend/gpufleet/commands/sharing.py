@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from gpufleet.commands import users
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import ServerOpt, make_console
 
 groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
 err = make_console(stderr=True)
@@ -60,7 +60,8 @@ def groups_create(name: Annotated[str, typer.Argument(help="lowercase group name
     err.print(f"created group {name}; add people with `gpufleet groups add {name} USER`", highlight=False)
 
 
-@groups_app.command("list")
+@groups_app.command("ls")
+@groups_app.command("list", hidden=True)
 def groups_list() -> None:
     """List groups, their members and quotas."""
     from gpufleet.users.groups import list_groups
@@ -200,8 +201,7 @@ def usage(
     first: Annotated[str | None, typer.Option("--from", help="first UTC day, YYYY-MM-DD (default 6 days before --to)")] = None,
     last: Annotated[str | None, typer.Option("--to", help="last UTC day, YYYY-MM-DD (default today)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
-    server: Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or "
-                                                                "http://127.0.0.1:8000)")] = None,
+    server: ServerOpt = None,
     local: Annotated[bool, typer.Option("--local", help="read the database here instead of asking a server")] = False,
 ) -> None:
     """GPU-hours per UTC day and user (or group, or training): held (reserved) and used (weighted by utilisation)."""

@@ -20,6 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 WideOpt = Annotated[bool, typer.Option("--wide", help="show every column, however wide the table gets")]
+# Every command that talks to a server takes it the same way (gpufleet.client.Client): --server, else
+# $GPUFLEET_SERVER, else this machine's server through its Unix socket (whatever port it listens on).
+SERVER_HELP = ("server URL (default $GPUFLEET_SERVER, else this machine's server through its socket, "
+               "else http://127.0.0.1:8000)")
+ServerOpt = Annotated[str | None, typer.Option("--server", envvar="GPUFLEET_SERVER", show_envvar=False,
+                                               help=SERVER_HELP)]
 
 Cell = str | Text
 
@@ -106,9 +112,26 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     return Fitted(table, hidden, _natural(console, table))
 
 
+def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
+    """One line per row, cells separated by tabs, the headers first: what a script reads (`| cut -f2`)."""
+    def plain(cell: Cell) -> str:
+        text = cell.plain if isinstance(cell, Text) else str(cell)
+        return " ".join(text.split())  # a tab or a line break inside a cell would split it
+
+    for row in (headers, *rows):
+        console.file.write("\t".join(plain(c) for c in row) + "\n")
+    console.file.flush()
+
+
 def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *,
                 wide: bool = False, title: str | None = None) -> None:
-    """Print the table fitted to ``console``'s width (all of it with ``wide``)."""
+    """Print the table fitted to ``console``'s width (all of it with ``wide``) on a terminal; piped or
+    redirected, every list is tab-separated lines instead (:func:`print_tsv`), its title on stderr."""
+    if not console.is_terminal:
+        if title:
+            Console(stderr=True, soft_wrap=True).print(title, highlight=False)
+        print_tsv(console, [c.header for c in columns], rows)
+        return
     fitted = fit_table(columns, rows, console.width, wide=wide, title=title)
     if wide and fitted.width > console.width:
         # Wider than the terminal on purpose: let the terminal scroll, never fold cells.

@@ -1,8 +1,10 @@
 """``gpufleet top``: a live terminal view of a server's GPUs, in the spirit of nvitop.
 
 It reads ``GET /api/v1/system/metrics/live`` through ``gpufleet.client`` from
-a server (``--server``, else ``$GPUFLEET_SERVER``, else this machine's
-configured address) every ``--interval`` seconds and shows, per host and GPU:
+a server, reached as every other command reaches it (``--server``, else
+``$GPUFLEET_SERVER``, else this machine's server through its Unix socket, so
+with no token and whatever port it listens on), every ``--interval`` seconds
+and shows, per host and GPU:
 utilization and memory bars, temperature, power, and who holds the GPU — the
 gpufleet training and its owner, or the foreign processes and their users.
 """
@@ -10,7 +12,7 @@ gpufleet training and its owner, or the foreign processes and their users.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console, Group
@@ -18,7 +20,10 @@ from rich.live import Live
 from rich.measure import Measurement
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, WideOpt, fit_table, fmt_size, make_console
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fit_table, fmt_size, make_console
+
+if TYPE_CHECKING:
+    from gpufleet.client import Client
 
 BAR_WIDTH = 20
 GIB = 1024**3
@@ -131,24 +136,30 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH, width:
     return Group(head, *tables)
 
 
-def fetch(server: str, token: str | None) -> dict[str, Any]:
-    from gpufleet.client import Client, Forbidden, GpufleetError, ServerUnreachable, Unauthorized
+def connect(server: str | None, token: str | None) -> Client:
+    from gpufleet.client import Client
 
     try:
-        with Client(server, token, timeout=5.0) as c:
-            return c.live().model_dump(mode="json")
+        return Client(server, token, timeout=5.0)
+    except ValueError as exc:
+        _fail(f"--server: {exc}")
+
+
+def fetch(c: Client) -> dict[str, Any]:
+    from gpufleet.client import Forbidden, GpufleetError, ServerUnreachable, Unauthorized
+
+    try:
+        return c.live().model_dump(mode="json")
     except ServerUnreachable as exc:
-        _fail(f"{exc}; is `gpufleet serve` running there? (--server URL or GPUFLEET_SERVER)")
+        _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
     except (Unauthorized, Forbidden) as exc:
-        _fail(f"{server} needs sign-in ({exc.status}: {exc.message}): set GPUFLEET_TOKEN or pass --token")
+        _fail(f"{c.server} needs sign-in ({exc.status}: {exc.message}): set GPUFLEET_TOKEN or pass --token")
     except GpufleetError as exc:
-        _fail(f"{server} answered: {exc}")
+        _fail(f"{c.server} answered: {exc}")
 
 
 def top(
-    server: Annotated[str | None, typer.Option(envvar="GPUFLEET_SERVER", show_envvar=False,
-                                               help="the server, e.g. http://a100-01:8000 "
-                                                    "(default $GPUFLEET_SERVER, else this machine's address)")] = None,
+    server: ServerOpt = None,
     interval: Annotated[float, typer.Option(help="seconds between refreshes")] = 1.0,
     once: Annotated[bool, typer.Option("--once", help="print one frame and exit")] = False,
     token: Annotated[str | None, typer.Option(help="API token (default: GPUFLEET_TOKEN)")] = None,
@@ -157,21 +168,11 @@ def top(
     """Watch a server's GPUs live: utilization, memory, temperature, power and who holds each."""
     if not 0.1 <= interval <= 3600:
         _fail(f"--interval must be between 0.1 and 3600 seconds, got {interval}")
-    if server is None:
-        from gpufleet.config import ConfigError, get_settings
-
-        try:
-            s = get_settings()
-        except ConfigError as exc:
-            _fail(str(exc))
-        host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
-        server = f"http://{'[' + host + ']' if ':' in host else host}:{s.port}"
-    if not server.startswith(("http://", "https://")):
-        _fail(f"--server must start with http:// or https://, got {server!r}")
+    c = connect(server, token)
     console = make_console()
 
     def frame() -> Group:
-        return render(fetch(server, token), server, bar_width_for(console.width), console.width, wide)
+        return render(fetch(c), c.server, bar_width_for(console.width), console.width, wide)
 
     first = frame()
     if wide:

@@ -42,6 +42,8 @@ def train(
     recipe: Annotated[str, typer.Option(help="Recipe name (gpufleet.recipes entry point), e.g. sae or mlp.")] = "sae",
     local: Annotated[bool, typer.Option("--local", help="Run here in the foreground instead of on a server.")] = False,
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="GPUs: 0,1 or cuda:0,cuda:1 (hip:N, xpu:N).")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024,
+                                             help="On a server: how many GPUs (one rank each), chosen by the server.")] = None,
     host: Annotated[str | None, typer.Option("--host", help="On a server: the host whose GPUs --gpu-ids names (a fleet of several hosts needs it).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="On a server: the training's name (default: recipe and time).")] = None,
     follow: Annotated[bool, typer.Option(help="On a server: follow the training until it ends.")] = True,
@@ -86,7 +88,10 @@ def train(
         resolved = rec.resolve_config(values)
         if gpu_ids and devices:
             raise TrainingConfigError("devices", "give --gpu-ids or --devices, not both")
-        device_list = parse_devices(gpu_ids or devices or "cpu", world_size)
+        if gpus is not None and (gpu_ids or devices or local):
+            raise TrainingConfigError("gpus", "--gpus asks a server to choose that many GPUs; give --gpu-ids "
+                                              "(or --devices cpu --world-size N) instead, or drop --local")
+        device_list = parse_devices(gpu_ids or devices or "cpu", gpus or world_size)
         if gpu_ids and world_size != 1 and world_size != len(device_list):
             raise TrainingConfigError("world_size", f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
         resolved.batch_layout(len(device_list))
@@ -160,9 +165,11 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], ga
     if from_training:
         from gpufleet.commands.trainings import connect
 
+        c = connect(None)
+        source = c.training_id(from_training, "--from")  # an ID, a unique start of one, or a name
         # The source's config, changed by --config/--set: a clone with changes.
-        body["config"] = {**connect(None).get_training(from_training).config, **config}
-        body["from_training"] = from_training
+        body["config"] = {**c.get_training(source).config, **config}
+        body["from_training"] = source
     raise typer.Exit(code=submit(body, follow=follow))
 
 

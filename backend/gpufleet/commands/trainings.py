@@ -1,12 +1,13 @@
 """`gpufleet trainings ls | show | logs [--follow] | cancel` (resume, files, download: training_files), and submitting.
 
 These talk to a server over its REST API (``--server``, default
-``$GPUFLEET_SERVER`` or http://127.0.0.1:8000), sending
+``$GPUFLEET_SERVER``, else this machine's server through its socket), sending
 ``Authorization: Bearer $GPUFLEET_TOKEN`` when that is set.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -14,7 +15,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gpufleet.commands.tables import Column, WideOpt, fmt_loss, fmt_size, make_console, print_lines, print_table
+from gpufleet.commands.tables import (
+    Column,
+    ServerOpt,
+    WideOpt,
+    fmt_loss,
+    fmt_size,
+    make_console,
+    print_lines,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -23,7 +33,6 @@ trainings_app = typer.Typer(help="Trainings on a gpufleet server.", no_args_is_h
 out = make_console()
 err = make_console(stderr=True)
 
-ServerOpt = Annotated[str | None, typer.Option("--server", help="server URL (default $GPUFLEET_SERVER or http://127.0.0.1:8000)")]
 TrainingArg = Annotated[str, typer.Argument(
     metavar="TRAINING", help="the training's ID, the start of it that `trainings ls` shows (any unique prefix), "
                              "or its name")]
@@ -164,11 +173,15 @@ def host_lines(t: dict[str, Any], rank_times: list[float] | None) -> list[tuple[
 
 
 @trainings_app.command("show")
-def show(training_id: TrainingArg, server: ServerOpt = None) -> None:
+def show(training_id: TrainingArg, server: ServerOpt = None,
+         as_json: Annotated[bool, typer.Option("--json", help="print the training as JSON")] = False) -> None:
     """One training: GPUs, host(s), estimate and reasons, restarts, newest checkpoint, recent events."""
     c = connect(server)
     training_id = c.training_id(training_id)
     t = _dump(c.get_training(training_id))
+    if as_json:
+        print(json.dumps(t, indent=2))
+        return
     extra: list[tuple[str, str]] = []
     if t.get("hosts"):
         steps = [m for m in _dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
@@ -229,9 +242,16 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
     return 0 if t["status"] == "succeeded" else 1
 
 
+# `gpufleet train`'s options for the request's fields (what a refusal names).
+TRAIN_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "from_training": "--from", "host": "--host",
+                 "hosts": "--hosts", "gpus_per_host": "--gpus-per-host", "spread": "--spread",
+                 "max_runtime_s": "--max-runtime", "priority": "--priority"}
+
+
 def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = True) -> int:
     """POST a training; print its id; follow it when asked. Returns the exit code."""
     c = connect(server)
+    c.options = TRAIN_OPTIONS
     from pydantic import ValidationError
 
     from gpufleet.trainings.request import TrainingCreate
@@ -240,7 +260,7 @@ def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = Tr
     try:
         request = TrainingCreate.model_validate(body)
     except ValidationError as exc:
-        _fail(describe_detail(exc.errors(include_url=False)))
+        _fail(c.in_options(describe_detail(exc.errors(include_url=False))))
     t = _dump(c.create_training(request))
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}")
     if not follow:

@@ -102,7 +102,8 @@ def users_add(
         err.print(f"create a token with `gpufleet tokens create {name}`", highlight=False)
 
 
-@users_app.command("list")
+@users_app.command("ls")
+@users_app.command("list", hidden=True)  # the older name, kept for scripts
 def users_list() -> None:
     """List users, their roles, live tokens and granted permissions."""
     from gpufleet.users.accounts import PERMISSIONS, list_users
@@ -220,7 +221,8 @@ def tokens_create(
     _print_token(_run(lambda sess: create_token(sess, user, name, expires_days)))
 
 
-@tokens_app.command("list")
+@tokens_app.command("ls")
+@tokens_app.command("list", hidden=True)
 def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only this user's tokens")] = None) -> None:
     """List tokens by prefix (the secrets are not stored)."""
     from gpufleet.users.tokens import list_tokens

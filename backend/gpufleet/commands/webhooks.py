@@ -12,13 +12,12 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import ServerOpt, make_console
 
 webhooks_app = typer.Typer(help="Your webhooks: notifications of your trainings and sessions.",
                            no_args_is_help=True)
 out = make_console()
 err = make_console(stderr=True)
-ServerOpt = Annotated[str | None, typer.Option(help="server URL (default: $GPUFLEET_SERVER, else this machine's)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 

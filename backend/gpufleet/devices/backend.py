@@ -65,8 +65,9 @@ class DeviceBackend(Protocol):
         """True when ranks given these devices must run on the CPU in their place."""
 
     def training_started(self, gpu_indexes: Sequence[int], pid: int, training_id: str,
-                         memory_estimate: int | None) -> None:
-        """A training's launcher ``pid`` now runs on these GPUs. Never raises."""
+                         memory_estimate: int | None, *, busy: bool = True) -> None:
+        """A training's launcher ``pid`` now runs on these GPUs. Never raises. ``busy=False``: it holds them
+        without running kernels until its owner does (a session's shell or notebook)."""
 
     def training_ended(self, pid: int) -> None:
         """The launcher ``pid`` has exited. Never raises."""

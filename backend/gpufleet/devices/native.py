@@ -57,7 +57,7 @@ class NativeBackend:
 
     # The drivers list a training's processes themselves: nothing to record.
     def training_started(self, gpu_indexes: Sequence[int], pid: int, training_id: str,
-                         memory_estimate: int | None) -> None:
+                         memory_estimate: int | None, *, busy: bool = True) -> None:
         pass
 
     def context_bytes(self, gpus: Sequence[GPUInfo]) -> dict[int, int]:

@@ -21,6 +21,9 @@ BASELINE_USED = 4 * 1024**2
 IDLE_TEMPERATURE_C = 32
 BUSY_UTILIZATION = 88  # percent, before noise
 IDLE_POWER_FRACTION = 0.1
+# The name of a gpufleet process that holds its GPUs and runs no kernels (a session's shell or notebook):
+# its GPU reads idle until something else runs on it.
+IDLE_HOLDER = "gpufleet-session"
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ def read_gpu(gpu: SimGPU, procs: list[SimProcess], now: float | None = None, *, 
     used = min(total, BASELINE_USED + sum(p.used_memory for p in procs))
     limit_mw = spec.power_limit_w * 1000
     idle_mw = int(limit_mw * IDLE_POWER_FRACTION)
-    if procs and not idle:
+    working = [p for p in procs if p.name != IDLE_HOLDER]  # a session's process alone runs nothing
+    if working and not idle:
         util = min(100, BUSY_UTILIZATION - 4 + noise(gpu.index, "util", 13, now))
         mem_util = 35 + noise(gpu.index, "mem", 20, now)
         sm_clock = spec.sm_clock_max_mhz - noise(gpu.index, "clk", 4, now) * 15

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import gpufleet.devices.simmetrics as simmetrics
 import gpufleet.devices.simstate as simstate
 from gpufleet.devices.detect import detect_amd_with, detect_nvidia
 from gpufleet.devices.simamdsmi import SimAmdSmi
@@ -72,11 +73,13 @@ class SimulatedBackend:
         return any(d != "cpu" for d in devices)
 
     def training_started(self, gpu_indexes: Sequence[int], pid: int, training_id: str,
-                         memory_estimate: int | None) -> None:
+                         memory_estimate: int | None, *, busy: bool = True) -> None:
+        # A session's process holds its GPUs and runs nothing on them: an idle GPU, as a real one reads.
+        name = "gpufleet-train" if busy else simmetrics.IDLE_HOLDER
         try:
             # Rank r runs on gpu_indexes[r]; what it holds is modeled (context + its reserved memory).
             for rank, index in enumerate(gpu_indexes):
-                simstate.register_process(self.state_dir, index, pid, memory_estimate or RANK_MEMORY,
+                simstate.register_process(self.state_dir, index, pid, memory_estimate or RANK_MEMORY, name,
                                           training_id=training_id, context=self.context, rank=rank)
         except Exception:  # telemetry of a simulated GPU must not stop a training
             log.exception("could not register training %s in the simulated fleet", training_id)

@@ -171,7 +171,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     elif stopped:
         status, message = "stopped", stopped
     else:
-        status, message = "failed", _last_error(progress) or f"the launcher exited with {code}"
+        status, message = "failed", _last_error(progress) or f"its launcher {launcher_end(code)}"
     _set_member(settings, m, t.attempt, status=status, message=message)
     return status
 

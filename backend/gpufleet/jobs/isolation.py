@@ -160,6 +160,8 @@ def plan(settings: Settings, account: RunAccount, member_code: bool, run_dir: Pa
         return Isolation(account=None, write=write)
     hidden = [settings.data_dir, Path(settings.checkpoint_root)]  # type: ignore[arg-type]
     read = sandbox.read_paths() + [Path(settings.data_root)]  # type: ignore[arg-type]
+    if settings.ca_bundle is not None:  # the lab's authorities, wherever the admin keeps them (/tmp is private)
+        read.append(settings.ca_bundle)
     read = [p for p in read if p.exists()]
     home = Path(account.home) if account.home and os.path.isdir(account.home) else None
     if account.source == "run-account" or home is None:

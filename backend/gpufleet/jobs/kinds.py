@@ -26,6 +26,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs import isolation, rendezvous, script_attempt, session_attempt
 from gpufleet.jobs.launch_config import launch_config
 from gpufleet.jobs.launcher import launch
+from gpufleet.trainings.environment import EnvPolicy
 from gpufleet.jobs.logs import BoundedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.lifecycle.transitions import get_training
@@ -98,7 +99,8 @@ class WorkKind:
     def start(self, settings: Settings, t: Training, plan: Plan, sink: MetricsSink, earlier: list[Path],
               logf: BoundedLog) -> tuple[subprocess.Popen, int]:
         self.before_launch(sink, checkpoint_dir(settings, t.id), earlier)
-        return launch(plan.spec_path, logf, t.id, self.launcher, self.launch_env(settings, t, plan), plan.sandbox)
+        return launch(plan.spec_path, logf, t.id, self.launcher, self.launch_env(settings, t, plan), plan.sandbox,
+                      policy=EnvPolicy.of(settings))
 
     def ask_to_stop(self, progress_path: Path) -> None:
         """What comes before the SIGTERM the launcher's group gets when the attempt is asked to stop."""

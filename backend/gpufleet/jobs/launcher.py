@@ -21,20 +21,17 @@ from pathlib import Path
 from gpufleet.jobs import warmpool
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.jobs.logs import BoundedLog, pump
+from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_environment
 
 
 def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
            module: str = "gpufleet.training.launch", env: dict[str, str] | None = None,
-           isolation: Isolation | None = None) -> tuple[subprocess.Popen, int]:
+           isolation: Isolation | None = None, policy: EnvPolicy = DEFAULT_POLICY) -> tuple[subprocess.Popen, int]:
     """Start a launcher; returns it and the write end of its lifeline (close it once it exited)."""
     # The telemetry agent recognises a training's processes by this variable
     # (the ranks inherit it), so they never count as foreign load.
-    if env is None:
-        from gpufleet.trainings.environment import (
-            training_environment,  # an allow-list: no server secrets
-        )
-
-        env = training_environment(os.environ, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
+    if env is None:  # an allow-list: no server secrets
+        env = training_environment(os.environ, policy, PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
     iso = isolation or Isolation()
     iso.prepare()
     pool = warmpool.for_launch(module, env, iso)

@@ -99,20 +99,18 @@ def pump(stream: IO[bytes], log: BoundedLog) -> threading.Thread:
 
 
 def launcher_end(code: int, stopped: str | None = None) -> str:
-    """The log's last line about a launcher, in words: a signal the worker sent says why it was sent.
+    """The log's last line about a launcher, in words: what its exit means, and who stopped it and why.
 
     ``stopped`` is why this worker stopped the launcher, when it did (a cancel,
     a lost host, the training ended on the rank-0 host); a bare "-9" would
     read as a crash.
     """
-    from gpufleet.training.exitcodes import describe
+    from gpufleet.training.exitcodes import ended
 
-    if code >= 0:
-        return f"launcher exited with {code} ({describe(code)})"
+    if code >= 0 or not stopped:
+        return ended(code) + ("" if code >= 0 else ", not by this worker")
     try:
         name = signal.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
-    if stopped:
-        return f"launcher stopped by this worker ({stopped}; {name})"
-    return f"launcher killed by {name}, not by this worker"
+    return f"ended: stopped by this worker ({stopped}; {name})"

@@ -193,7 +193,8 @@ class MetricsSink:
             self._event("checkpoint", f"checkpoint {at}: {Path(str(line.get('path'))).name}",
                         {"step": line.get("step"), "path": line.get("path")})
         elif kind == "stopped":  # a script's ranks ended on a stop request: not an error
-            self._event("info", f"the ranks stopped on request (last reported step {line.get('step')})",
+            at = f"last reported step {line['step']}" if line.get("step") is not None else "no step reported"
+            self._event("info", f"the ranks stopped on request ({at})",
                         {"step": line.get("step")})
         elif kind == "peak_memory":
             per_rank = [int(x) for x in (line.get("per_rank") or []) if x is not None]

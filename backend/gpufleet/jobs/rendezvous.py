@@ -40,7 +40,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import recovery
 from gpufleet.lifecycle import outcome
-from gpufleet.trainings.environment import training_environment
+from gpufleet.trainings.environment import EnvPolicy, training_environment
 from gpufleet.trainings.gang_view import rank_hosts
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def launch_env(settings: Settings, tid: uuid.UUID) -> dict[str, str]:
     extra = {"PYTHONUNBUFFERED": "1", "GPUFLEET_TRAINING_ID": str(tid)}
     if settings.network_interface:
         extra.update(NCCL_SOCKET_IFNAME=settings.network_interface, GLOO_SOCKET_IFNAME=settings.network_interface)
-    return training_environment(os.environ, **extra)
+    return training_environment(os.environ, EnvPolicy.of(settings), **extra)
 
 
 def spec_gang(settings: Settings, t: Training, rdzv: GangRendezvous, first_rank: int, master: bool) -> dict:

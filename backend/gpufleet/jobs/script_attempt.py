@@ -19,6 +19,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.training import stopfile
 from gpufleet.trainings import code, files, script, venv
+from gpufleet.trainings.environment import EnvPolicy
 from gpufleet.trainings.script_launch import ScriptSpec
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,10 @@ def mark_stop(progress: Path) -> None:
     stopfile.mark(f"{progress}.stop")
 
 
-def launch_env(training_id: uuid.UUID) -> dict[str, str]:
+def launch_env(settings: Settings, training_id: uuid.UUID) -> dict[str, str]:
     """The launcher's environment: the worker's without gpufleet's secrets, plus the training id."""
-    return dict(script.process_env(os.environ), PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id))
+    return dict(script.process_env(os.environ, EnvPolicy.of(settings)), PYTHONUNBUFFERED="1",
+                GPUFLEET_TRAINING_ID=str(training_id))
 
 
 def cleanup(settings: Settings, training_id: uuid.UUID) -> None:

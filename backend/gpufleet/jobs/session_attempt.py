@@ -21,6 +21,7 @@ from gpufleet.jobs.isolation import Isolation
 from gpufleet.sessions.launch import SessionSpec
 from gpufleet.sessions.view import base_url
 from gpufleet.trainings import script
+from gpufleet.trainings.environment import EnvPolicy
 from gpufleet.lifecycle.models import Training
 
 MODULE = "gpufleet.sessions.launch"
@@ -68,7 +69,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     return path, progress
 
 
-def launch_env(training_id: object) -> dict[str, str]:
+def launch_env(settings: Settings, training_id: object) -> dict[str, str]:
     """The launcher's environment: the worker's without gpufleet's secrets, plus the session's id."""
-    return dict(script.process_env(os.environ), PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id),
+    return dict(script.process_env(os.environ, EnvPolicy.of(settings)), PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id),
                 GPUFLEET_SESSION_ID=str(training_id))

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.jobs.isolation import Isolation
+from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_environment
 
 log = logging.getLogger(__name__)
 
@@ -259,19 +260,19 @@ _POOL: WarmPool | None = None
 _MEMBERS: dict[int, WarmPool] = {}  # a member's Unix uid -> that member's pool
 _MEMBER_SIZE = 0
 _MEMBER_KEEP_S = 600.0
+_POLICY = DEFAULT_POLICY  # the trainings' environment rules (GPUFLEET_TRAINING_ENV_PASS/BLOCK, the CA bundle)
 _LOCK = threading.Lock()
 
 
-def start(size: int, member_size: int = 0, member_keep_s: float = 600.0) -> WarmPool | None:
-    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off) and allow members' pools of
-    ``member_size`` launchers each (``GPUFLEET_MEMBER_WARM_POOL_SIZE``; 0: members always start cold)."""
-    global _POOL, _MEMBER_SIZE, _MEMBER_KEEP_S
-    _MEMBER_SIZE, _MEMBER_KEEP_S = member_size, member_keep_s
+def start(size: int, policy: EnvPolicy, member_size: int = 0, member_keep_s: float = 600.0) -> WarmPool | None:
+    """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off), its members in the trainings' environment
+    (``policy``), and allow members' pools of ``member_size`` launchers each (``GPUFLEET_MEMBER_WARM_POOL_SIZE``;
+    0: members always start cold)."""
+    global _POOL, _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY
+    _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY = member_size, member_keep_s, policy
     if size <= 0 or _POOL is not None:
         return _POOL
-    from gpufleet.trainings.environment import training_environment
-
-    _POOL = WarmPool(size, training_environment(os.environ, PYTHONUNBUFFERED="1"))
+    _POOL = WarmPool(size, training_environment(os.environ, policy, PYTHONUNBUFFERED="1"))
     log.info("keeping %d warm launcher(s) ready", size)
     return _POOL
 
@@ -290,7 +291,6 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
     if home is not None and any(home == d or d in home.parents for d in isolation.write):
         return None  # a HOME made for this one training (an account without one): nothing to share
     assert isolation.account is not None
-    from gpufleet.trainings.environment import training_environment
 
     with _LOCK:
         pool = _MEMBERS.get(isolation.account.uid)
@@ -300,7 +300,7 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
         if pool is not None:
             pool.close()
         _MEMBERS[isolation.account.uid] = WarmPool(
-            _MEMBER_SIZE, training_environment(os.environ, PYTHONUNBUFFERED="1"),
+            _MEMBER_SIZE, training_environment(os.environ, _POLICY, PYTHONUNBUFFERED="1"),
             Isolation(account=isolation.account, sandboxed=isolation.sandboxed, keep=isolation.keep,
                       read=isolation.read, hidden=isolation.hidden, home=isolation.home), keep_s=_MEMBER_KEEP_S)
     return None

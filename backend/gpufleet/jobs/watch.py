@@ -119,7 +119,8 @@ class AttemptWatch:
     def _register(self) -> None:
         """Name the launcher where recovery, the drivers' process list and the row can find it."""
         procs.write_pidfile(self.settings, self.host_name, self.t.id, self.pgid, self.worker_id)
-        self.backend.training_started(self.t.gpu_ids or [], self.proc.pid, str(self.t.id), self.t.memory_estimate)
+        self.backend.training_started(self.t.gpu_ids or [], self.proc.pid, str(self.t.id), self.t.memory_estimate,
+                                      busy=self.t.kind != "session")
         self.sink.memory.watch_processes(self.backend.nvml, self.t.gpu_ids or [], self.proc.pid)
         with write_session(self.settings) as sess:
             sess.execute(update(Training).where(*attempt_fence(self.t, self.worker_id))

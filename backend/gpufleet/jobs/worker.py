@@ -27,6 +27,7 @@ from gpufleet.db.models import Host
 from gpufleet.db.session import prepare_database, session_scope
 from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
 from gpufleet.jobs.procs import HostTaken, hold_host_lock, kill_orphans
+from gpufleet.trainings.environment import EnvPolicy
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,8 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     from gpufleet.jobs import warmpool
 
     # After scrub_environment: its members inherit no secret.
-    warmpool.start(settings.warm_pool_size, settings.member_warm_pool_size, settings.member_warm_keep_s)
+    warmpool.start(settings.warm_pool_size, EnvPolicy.of(settings), settings.member_warm_pool_size,
+                   settings.member_warm_keep_s)
     try:
         app.worker_main(argv)
     finally:

@@ -38,6 +38,7 @@ def _reservation_holders(obs: GPUObservation) -> list[dict[str, Any]]:
             "training_id": r.training_id,
             "name": r.training_name,
             "owner": r.owner,
+            "kind": r.kind,
             "exclusive": r.exclusive,
             "reserved_memory": r.reserved_memory,
         }
@@ -66,7 +67,7 @@ def _who(holder: dict[str, Any]) -> str:
         return f"pid {holder['pid']}{cmd} of {user}"
     name = holder.get("name") or holder.get("training_id")
     owner = f" of {holder['owner']}" if holder.get("owner") else ""
-    return f"training {name}{owner}"
+    return f"{'session' if holder.get('kind') == 'session' else 'training'} {name}{owner}"
 
 
 def unreserved_free_memory(obs: GPUObservation) -> int:

@@ -85,9 +85,11 @@ def _recent_utilization(
     # Twice the window the samples should span, so one late sample does not
     # make sustained load look like a blip.
     since = utcnow() - timedelta(seconds=settings.sample_interval_s * samples * 2 + 1)
+    # Only samples no gpufleet process was in: a training that just ended (a sweep's trial, say) leaves
+    # its busy samples behind, and they are this server's load, never someone else's.
     q = (
         select(GPUMetricsHistory.host_id, GPUMetricsHistory.gpu_index, GPUMetricsHistory.utilization)
-        .where(GPUMetricsHistory.timestamp >= since)
+        .where(GPUMetricsHistory.timestamp >= since, GPUMetricsHistory.job_id.is_(None))
         .order_by(GPUMetricsHistory.timestamp)
     )
     if host is not None:  # one host's samples, not the fleet's (the scheduler asks per host)
@@ -150,13 +152,13 @@ def _reservations(sess: Session, host: str | None = None) -> dict[object, list[R
     reservations: dict[object, list[Reservation]] = {}
     aq = (
         select(GPUAllocation.gpu_id, GPUAllocation.training_id, GPUAllocation.exclusive,
-               GPUAllocation.reserved_memory, Training.name, Training.owner)
+               GPUAllocation.reserved_memory, Training.name, Training.owner, Training.kind)
         .join(Training, GPUAllocation.training_id == Training.id)
         .where(GPUAllocation.released_at.is_(None))
     )
     if host is not None:
         aq = aq.join(Host, Host.id == GPUAllocation.host_id).where(Host.name == host)
-    for gpu_id, training_id, exclusive, reserved, tname, owner in sess.execute(aq):
+    for gpu_id, training_id, exclusive, reserved, tname, owner, kind in sess.execute(aq):
         reservations.setdefault(gpu_id, []).append(
             Reservation(
                 training_id=str(training_id),
@@ -164,6 +166,7 @@ def _reservations(sess: Session, host: str | None = None) -> dict[object, list[R
                 reserved_memory=reserved,
                 training_name=tname,
                 owner=owner,
+                kind=kind or "recipe",
             )
         )
     return reservations

@@ -39,6 +39,10 @@ class GPUState:
     shared_holders: list[uuid.UUID] = field(default_factory=list)
     shared_reserved: int = 0
     shared_recipes: list[str] = field(default_factory=list)
+    kinds: dict[uuid.UUID, str] = field(default_factory=dict)  # each holder's kind: a session is called one
+
+    def holder(self, training_id: uuid.UUID) -> str:
+        return f"{'session' if self.kinds.get(training_id) == 'session' else 'training'} {training_id}"
 
     @property
     def index(self) -> int:
@@ -56,7 +60,7 @@ class GPUState:
         if not self.usable:
             return self.unusable_reason()
         if self.exclusive_holders:
-            return f"GPU {self.index} is held by training {self.exclusive_holders[0]}"
+            return f"GPU {self.index} is held by {self.holder(self.exclusive_holders[0])}"
         if self.shared_holders:
             return f"GPU {self.index} is shared by {len(self.shared_holders)} batch training(s)"
         return None
@@ -65,7 +69,7 @@ class GPUState:
         if not self.usable:
             return self.unusable_reason()
         if self.exclusive_holders:
-            return f"GPU {self.index} is held by training {self.exclusive_holders[0]}"
+            return f"GPU {self.index} is held by {self.holder(self.exclusive_holders[0])}"
         if len(self.shared_holders) >= max_models:
             return f"GPU {self.index} already runs {max_models} models (max_models_per_gpu)"
         total = self.gpu.memory_total
@@ -97,12 +101,13 @@ def lock_host_gpus(sess: Session, host_id: uuid.UUID) -> list[GPUState]:
         return []
     rows = sess.execute(
         select(GPUAllocation.gpu_id, GPUAllocation.training_id, GPUAllocation.exclusive,
-               GPUAllocation.reserved_memory, Training.recipe)
+               GPUAllocation.reserved_memory, Training.recipe, Training.kind)
         .join(Training, Training.id == GPUAllocation.training_id)
         .where(GPUAllocation.gpu_id.in_(list(states)), GPUAllocation.released_at.is_(None))
     )
-    for gpu_id, training_id, exclusive, reserved, recipe in rows:
+    for gpu_id, training_id, exclusive, reserved, recipe, kind in rows:
         st = states[gpu_id]
+        st.kinds[training_id] = kind
         if exclusive:
             st.exclusive_holders.append(training_id)
         else:

@@ -65,6 +65,7 @@ class Reservation:
     reserved_memory: int | None = None
     training_name: str | None = None
     owner: str | None = None
+    kind: str = "recipe"  # recipe | script | session: what the holder is called
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from gpufleet.training.progress import ProgressWriter
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.2
 ALIVE_EVERY_S = 5.0
+TAIL_LINES = 20
 
 
 @dataclass
@@ -78,10 +81,33 @@ def session_env(spec: SessionSpec, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# What a host needs for a notebook, and the fix a failed session's reason names.
+NOTEBOOK_FIX = ("install gpufleet[sessions] on the session's host (pip install 'gpufleet[sessions]' in the "
+                "worker's environment: JupyterLab and a Python kernel), or start a shell session instead")
+
+
+def notebook_app() -> str | None:
+    """The notebook server this host can start: JupyterLab, else a bare jupyter_server, else None."""
+    for app in ("jupyterlab", "jupyter_server"):
+        if importlib.util.find_spec(app) is not None:
+            return app
+    return None
+
+
+def why_it_failed(code: int, output: list[str]) -> str:
+    """A failed session's reason: the process's own last words, with the fix when a module is missing."""
+    said = next((line.strip() for line in reversed(output)
+                 if line.strip() and not line.lstrip().startswith(("File ", "Traceback", "^"))), "")
+    reason = f"the session's process exited with {code}" + (f": {said[-300:]}" if said else "")
+    if "No module named" in said and any(m in said for m in ("jupyter", "ipykernel", "notebook")):
+        reason += f": {NOTEBOOK_FIX}"
+    return reason
+
+
 def command(spec: SessionSpec) -> list[str]:
     if not spec.jupyter:
         return ["sleep", "infinity"]
-    app = "jupyterlab" if importlib.util.find_spec("jupyterlab") is not None else "jupyter_server"
+    app = notebook_app() or "jupyter_server"
     return [sys.executable, "-m", app, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={spec.port}",
             "--ServerApp.port_retries=0", f"--ServerApp.base_url={spec.base_url}",
             f"--ServerApp.root_dir={spec.workdir}",
@@ -90,6 +116,23 @@ def command(spec: SessionSpec) -> list[str]:
             "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*",
             # A single-user server runs sessions as its own account, which may be root.
             *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
+
+
+def _cannot_run(progress: ProgressWriter, kind: str, message: str) -> int:
+    print(f"[gpufleet] {message}", flush=True)
+    progress.write("error", rank=None, kind=kind, message=message)
+    progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)
+    return ec.CANNOT_RUN
+
+
+def _copy_output(stream: Any, tail: deque[str]) -> None:  # a pipe
+    """The session process's output into the session's log (this launcher's stdout), its last lines kept."""
+    for raw in iter(stream.readline, b""):
+        text = raw.decode(errors="replace")
+        tail.append(text.rstrip())
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    stream.close()
 
 
 def _end(proc: subprocess.Popen, grace_s: float) -> None:
@@ -145,15 +188,18 @@ def run(spec: SessionSpec) -> int:
     progress.write("start", world_size=1, kind="session", jupyter=spec.jupyter, argv=argv,
                    devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
                    visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated)
+    if spec.jupyter and notebook_app() is None:
+        return _cannot_run(progress, "missing_file", f"No module named jupyter_server on this host: {NOTEBOOK_FIX}")
     Path(spec.workdir).mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.Popen(argv, cwd=spec.workdir, env=session_env(spec, dict(os.environ)),
-                                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
     except OSError as exc:
-        progress.write("error", rank=None, kind="missing_file", message=f"cannot start {argv[0]!r}: {exc}")
-        progress.write("end", status="failed", exit_code=ec.CANNOT_RUN)
-        return ec.CANNOT_RUN
+        return _cannot_run(progress, "missing_file", f"cannot start {argv[0]!r}: {exc}")
     print(f"[gpufleet] session process {proc.pid}: {' '.join(argv)}", flush=True)
+    output: deque[str] = deque(maxlen=TAIL_LINES)
+    threading.Thread(target=_copy_output, args=(proc.stdout, output), daemon=True).start()
     if not spec.jupyter:
         progress.write("session_ready", jupyter=False, gpu_ids=spec.gpu_indexes, pid=proc.pid)
     watch = Watch(spec, progress)
@@ -172,7 +218,8 @@ def run(spec: SessionSpec) -> int:
         return ec.INTERRUPTED
     code = proc.returncode
     if code != 0:
-        progress.write("error", rank=None, kind="error", message=f"the session's process exited with {code}")
+        time.sleep(POLL_S)  # the copier reads the process's last lines
+        progress.write("error", rank=None, kind="error", message=why_it_failed(code, list(output)))
         progress.write("end", status="failed", exit_code=ec.RANK_FAILED)
         return ec.RANK_FAILED
     progress.write("end", status="succeeded", exit_code=ec.SUCCEEDED)

@@ -46,3 +46,15 @@ KIND_TO_CODE: dict[str, int] = {
 
 def describe(code: int) -> str:
     return DESCRIPTIONS.get(code, f"unknown exit code {code}")
+
+
+def ended(code: int) -> str:
+    """The line a training's log ends with: what the exit means, in words (a signal's name when one killed it)."""
+    if code < 0:
+        import signal
+
+        try:
+            return f"ended: killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"ended: killed by signal {-code}"
+    return f"ended: {describe(code)}"

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -21,6 +21,9 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.db.models import CodeBlob, Training
 from gpufleet.training import resumepoint
+
+if TYPE_CHECKING:
+    from gpufleet.trainings.environment import EnvPolicy
 
 MAX_ARGV = 256
 MAX_ARG_LEN = 4096
@@ -198,17 +201,18 @@ def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[s
                         memory_estimate=mem, estimate=estimate)
 
 
-def process_env(base: Mapping[str, str]) -> dict[str, str]:
+def process_env(base: Mapping[str, str], policy: EnvPolicy | None = None) -> dict[str, str]:
     """The environment a script's launcher starts from: the training allow-list, as for recipes.
 
     Only what a Python program, torch and the GPU runtimes need passes
     (``trainings.environment``); gpufleet's settings, the secret key and any database
-    or broker URL never do. The launcher then adds the variables it sets itself,
+    or broker URL never do; a lab's proxy and certificate authority do (``policy``:
+    an admin's changes). The launcher then adds the variables it sets itself,
     and the request's own ``env`` (names the server allows) goes to the ranks.
     """
-    from gpufleet.trainings.environment import training_environment
+    from gpufleet.trainings.environment import DEFAULT_POLICY, training_environment
 
-    return training_environment(base)
+    return training_environment(base, policy or DEFAULT_POLICY)
 
 
 def interpreter(settings: Settings, env: Mapping[str, str] | None) -> str:

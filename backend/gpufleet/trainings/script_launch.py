@@ -309,7 +309,7 @@ def run(spec: ScriptSpec) -> int:
         if stop["requested"]:
             ranks.stop(spec.stop_grace_s)
             reports.poll(final=True)
-            checkpoints.poll(reports.rank0_step)
+            checkpoints.poll(reports.rank0_step, final=True)
             progress.write("stopped", message="stopped by SIGTERM", step=reports.rank0_step)
             code = ec.INTERRUPTED
             break
@@ -336,7 +336,7 @@ def run(spec: ScriptSpec) -> int:
             _write_peaks(progress, spec, ranks)
         time.sleep(POLL_S)
     reports.poll(final=True)
-    checkpoints.poll(reports.rank0_step)
+    checkpoints.poll(reports.rank0_step, final=True)
     if reports.rank0_step is None:
         board.poll(final=True)
     _write_peaks(progress, spec, ranks)

@@ -95,27 +95,50 @@ class ReportMerger:
 
 
 class CheckpointWatch:
-    """A ``checkpoint`` progress line for each new resume point in the checkpoint dir."""
+    """A ``checkpoint`` progress line for each new resume point in the checkpoint dir, once.
+
+    A script that writes its checkpoint in place (``torch.save(state, "ckpt.pt")``)
+    changes the file's time more than once while it writes: the file counts
+    once it has kept its time and size for ``SETTLE_S`` (or at the last poll),
+    and a file rewritten at the step it was already reported for is not news.
+    """
+
+    SETTLE_S = 0.5
 
     def __init__(self, ckpt_dir: str, progress: ProgressWriter):
         self.dir = Path(ckpt_dir)
         self.progress = progress
         self.seen = self._newest()  # what an earlier attempt left is not this attempt's checkpoint
+        self.pending: tuple[tuple[str, float, int], float] | None = None  # (what changed, since when)
+        self.reported: tuple[str, int | None] | None = None
 
-    def _newest(self) -> tuple[str, float] | None:
+    def _newest(self) -> tuple[str, float, int] | None:
         path = newest_resume_point(self.dir)
         if not path:
             return None
         try:
-            return path, Path(path).stat().st_mtime
+            st = Path(path).stat()
         except OSError:
             return None
+        return path, st.st_mtime, st.st_size
 
-    def poll(self, step: int | None) -> None:
-        """``step``: the last step rank 0 reported; without reports, the number in the checkpoint's name."""
+    def poll(self, step: int | None, final: bool = False) -> None:
+        """``step``: the last step rank 0 reported; without reports, the number in the checkpoint's name.
+        ``final``: the ranks have ended, so nothing is being written any more."""
         newest = self._newest()
-        if newest is not None and newest != self.seen:
-            self.seen = newest
-            if step is None and (m := re.search(r"(\d+)", Path(newest[0]).name)):
-                step = int(m.group(1))
-            self.progress.write("checkpoint", step=step, path=newest[0], source="script")
+        if newest is None or newest == self.seen:
+            self.pending = None
+            return
+        now = time.monotonic()
+        if not final and (self.pending is None or self.pending[0] != newest):
+            self.pending = (newest, now)  # still being written, perhaps: look again
+            return
+        if not final and now - self.pending[1] < self.SETTLE_S:  # type: ignore[index]
+            return
+        self.seen, self.pending = newest, None
+        if step is None and (m := re.search(r"(\d+)", Path(newest[0]).name)):
+            step = int(m.group(1))
+        if self.reported == (newest[0], step):
+            return  # the same checkpoint written again
+        self.reported = (newest[0], step)
+        self.progress.write("checkpoint", step=step, path=newest[0], source="script")

@@ -325,9 +325,15 @@ def with_standing(sess: Session, settings: Settings, views: list[TrainingView]) 
 
 
 def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,
-         limit: int, ref: str | None = None) -> tuple[list[TrainingView], int]:
-    """One page of trainings, newest first, and how many match in all (only those ``ref`` names, when given)."""
+         limit: int, ref: str | None = None, sessions: bool = False) -> tuple[list[TrainingView], int]:
+    """One page of trainings, newest first, and how many match in all (only those ``ref`` names, when given).
+
+    Interactive sessions are rows of the same table with statuses of their own
+    (``/api/v1/sessions``): listed only when asked for (``sessions``), or named by ``ref``.
+    """
     where = [named_by(ref)] if ref else []
+    if not sessions and not ref:
+        where.append(Training.kind != "session")
     if statuses:
         bad = [s for s in statuses if s not in TRAINING_STATUSES]
         if bad:

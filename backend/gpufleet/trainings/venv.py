@@ -66,6 +66,8 @@ class EnvRequest:
     index_url: str = ""
     find_links: list[str] = field(default_factory=list)
     no_index: bool = False
+    extra_index_urls: list[str] = field(default_factory=list)
+    native_tls: bool = False  # uv trusts the system's certificate store (a lab's CA installed there)
 
 
 def request_for(settings: Settings, requirements: str | None, python: str, owner: str) -> dict[str, Any] | None:
@@ -77,7 +79,8 @@ def request_for(settings: Settings, requirements: str | None, python: str, owner
     return asdict(EnvRequest(
         requirements=requirements, python=python, cache_dir=str(owner_cache_dir(settings, owner)),
         max_bytes=settings.env_cache_max_bytes, uv=uv.find_uv_bin(), index_url=settings.env_index_url or "",
-        find_links=list(settings.env_find_links), no_index=settings.env_no_index))
+        find_links=list(settings.env_find_links), no_index=settings.env_no_index,
+        extra_index_urls=list(settings.env_extra_index_urls), native_tls=settings.env_native_tls))
 
 
 def owner_cache_dir(settings: Settings, owner: str) -> Path:
@@ -167,6 +170,8 @@ class Build:
                "--excludes", str(excluded)]
         if self.req.index_url:
             cmd += ["--index-url", self.req.index_url]
+        for url in self.req.extra_index_urls:
+            cmd += ["--extra-index-url", url]
         for link in self.req.find_links:
             cmd += ["--find-links", link]
         if self.req.no_index:
@@ -175,7 +180,10 @@ class Build:
         slot.mark_ready({"requirements": self.req.requirements, "python": self.req.python, "built_at": time.time()})
 
     def _uv(self, cmd: list[str]) -> None:
+        # The launcher's environment is the training's: a lab's proxy, CA bundle and index variables are in it.
         env = dict(os.environ, UV_PYTHON_DOWNLOADS="never", UV_NO_PROGRESS="1", NO_COLOR="1")
+        if self.req.native_tls:  # uv's older name and its newer one: each version reads the one it knows
+            env.update(UV_NATIVE_TLS="1", UV_SYSTEM_CERTS="1")
         env.pop("VIRTUAL_ENV", None)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=self.req.cache_dir)
@@ -191,7 +199,19 @@ class Build:
         copier.join(5)
         if proc.returncode != 0:
             lines = [t for t in tail if t and not t.startswith(("Using Python", "Using CPython"))]
-            raise EnvError(" ".join(lines)[-1500:] or f"{cmd[1]} exited with {proc.returncode}")
+            said = " ".join(lines)[-1500:] or f"{cmd[1]} exited with {proc.returncode}"
+            raise EnvError(said + _network_hint(said))
+
+
+def _network_hint(said: str) -> str:
+    """What to set when the build failed on the lab's network rather than on the requirements."""
+    if "UnknownIssuer" in said or "certificate verify failed" in said or "invalid peer certificate" in said:
+        return (" (the index's certificate is signed by an authority uv does not trust: an admin sets "
+                "GPUFLEET_CA_BUNDLE to a PEM bundle holding it, or SSL_CERT_FILE in the worker's environment, "
+                "or GPUFLEET_ENV_NATIVE_TLS=true when it is in the system's store)")
+    if "Connect" in said and ("proxy" in said.lower() or "tunnel" in said.lower()):
+        return " (check the proxy the worker's HTTPS_PROXY/HTTP_PROXY names, and NO_PROXY)"
+    return ""
 
 
 def _torch_family(ident: dict[str, Any]) -> list[str]:

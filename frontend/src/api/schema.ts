@@ -8223,6 +8223,8 @@ export interface operations {
                 owner?: string | null;
                 /** @description only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings ls` shows it, 8 characters); clients resolve a short ID or a name with it */
                 ref?: string | null;
+                /** @description also interactive sessions (listed with their own statuses at /api/v1/sessions); a ref finds them either way */
+                sessions?: boolean;
                 /** @description items per page */
                 limit?: number;
                 /** @description items to skip */

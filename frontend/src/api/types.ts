@@ -99,6 +99,8 @@ export interface Holder {
   training_name?: string | null;
   name?: string | null;
   owner?: string | null;
+  /** recipe | script | session: a session is called a session, and links to the sessions page. */
+  kind?: string | null;
   exclusive?: boolean;
   pid?: number;
   user?: string | null;

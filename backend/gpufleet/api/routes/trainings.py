@@ -100,10 +100,12 @@ def list_trainings(
         min_length=1, max_length=255,
         description="only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings "
                     "ls` shows it, 8 characters); clients resolve a short ID or a name with it")] = None,
+    sessions: Annotated[bool, Query(description="also interactive sessions (listed with their own statuses at "
+                                                "/api/v1/sessions); a ref finds them either way")] = False,
 ) -> TrainingsPublic:
     try:
         views, count = service.page(session, statuses=status, owner=owner, offset=page.offset, limit=page.limit,
-                                    ref=ref)
+                                    ref=ref, sessions=sessions)
     except service.TrainingRequestError as exc:
         raise http_error(exc) from None
     data = publics(service.with_standing(session, settings, views))

@@ -83,11 +83,25 @@ describe('FleetPage', () => {
     expect(within(c0).getByRole('link', { name: 'sae-run' })).toHaveAttribute('href', '/trainings/abcd1234-0000');
     expect(c0).toHaveTextContent('alice');
     expect(c0).toHaveTextContent('busy');
+    expect(c0).toHaveTextContent('training');
     const c1 = screen.getByTestId('gpu-card-h-1');
     expect(c1).toHaveTextContent('pid 4242');
     expect(c1).toHaveTextContent('bob');
     expect(c1).toHaveTextContent('python');
     expect(c1).toHaveTextContent('foreign');
+  });
+
+  it('calls a session a session on its card, and links to the sessions page', () => {
+    installFakeLive();
+    const held = gpu('h', 0, {
+      availability: { state: 'busy', reason: 'held by session nb-1 of alice', holders: [{ training_id: 'feed0000-0000', training_name: 'nb-1', owner: 'alice', kind: 'session' }] },
+    });
+    fleetOf([held]);
+    renderPage();
+    const card = screen.getByTestId('gpu-card-h-0');
+    expect(within(card).getByRole('link', { name: 'nb-1' })).toHaveAttribute('href', '/sessions');
+    expect(within(card).getByText('session')).toHaveClass('holder-kind');
+    expect(within(card).queryByText('training')).toBeNull();
   });
 
   it('subscribes to each card and shows live updates', () => {

@@ -31,13 +31,16 @@ export function Holders({ gpu, live }: { gpu: GPU; live: Partial<GPULive> | null
   if (trainings.size === 0 && foreign.length === 0) return <div className="holders holders-none">No processes</div>;
   return (
     <ul className="holders">
-      {[...trainings.values()].map((h) => (
-        <li key={h.training_id}>
-          <span className="holder-kind">training</span>{' '}
-          <Link to={`/trainings/${h.training_id}`}>{h.training_name ?? h.name ?? shortId(h.training_id!)}</Link>
-          {h.owner && <span className="muted"> · {h.owner}</span>}
-        </li>
-      ))}
+      {[...trainings.values()].map((h) => {
+        const session = h.kind === 'session';
+        return (
+          <li key={h.training_id}>
+            <span className="holder-kind">{session ? 'session' : 'training'}</span>{' '}
+            <Link to={session ? '/sessions' : `/trainings/${h.training_id}`}>{h.training_name ?? h.name ?? shortId(h.training_id!)}</Link>
+            {h.owner && <span className="muted"> · {h.owner}</span>}
+          </li>
+        );
+      })}
       {foreign.map((p) => (
         <li key={p.pid} className="holder-foreign" title={p.command ?? undefined}>
           <span className="holder-kind">foreign</span> pid {p.pid}

@@ -31,6 +31,11 @@ describe('NewSessionPage', () => {
     expect(await screen.findByText('sessions list')).toBeInTheDocument();
   });
 
+  it('says the notebook is JupyterLab and how a host gets it', () => {
+    page();
+    expect(screen.getByText(/JupyterLab, opened in the browser/)).toHaveTextContent("pip install 'gpufleet[sessions]'");
+  });
+
   it('shows the shell and ssh commands after starting a shell session', async () => {
     const s = session({ mode: 'shell', status: 'queued', host: null, url: null, shell: null });
     const create = vi.spyOn(endpoints, 'createSession').mockResolvedValue(s as never);

@@ -103,7 +103,9 @@ export function NewSessionPage() {
                 <input type="radio" name="mode" checked={values.mode === 'shell'} onChange={() => set('mode', 'shell')} /> Shell
               </label>
               <span className="field-help">
-                {values.mode === 'jupyter' ? 'opens in the browser through gpufleet ("Open" on the Sessions page)' : 'you get a command that opens the shell'}
+                {values.mode === 'jupyter'
+                  ? 'JupyterLab, opened in the browser through gpufleet ("Open" on the Sessions page); it needs the sessions extra on the GPU hosts (scripts/install.sh installs it; else pip install \'gpufleet[sessions]\')'
+                  : 'you get a command that opens the shell'}
               </span>
             </fieldset>
           </div>

@@ -54,6 +54,16 @@ describe('TrainingDetailPage', () => {
     await waitFor(() => expect(screen.getByTestId('log')).toHaveTextContent('step 1 loss'));
   });
 
+  it('says a finished script reported no metrics instead of empty charts and 0 / ?', () => {
+    show({ kind: 'script', status: 'succeeded', step: 0, max_steps: null, argv: ['python', 'train.py'] }, []);
+    expect(screen.getByTestId('no-metrics')).toHaveTextContent('No metrics were reported');
+    expect(screen.getByTestId('no-metrics')).toHaveTextContent('gpufleet.report()');
+    expect(screen.getByTestId('no-steps')).toHaveTextContent('no steps reported');
+    expect(screen.queryByText('0 / ?')).toBeNull();
+    expect(screen.queryByTestId('loss-chart')).toBeNull();
+    expect(screen.queryByText('Throughput')).toBeNull();
+  });
+
   it('cancels after confirmation', async () => {
     const { refresh } = show();
     const cancel = vi.spyOn(endpoints, 'cancelTraining').mockResolvedValue(training({ status: 'cancelled' }));

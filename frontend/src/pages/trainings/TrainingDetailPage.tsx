@@ -148,6 +148,21 @@ export function TrainingDetailPage() {
       </div>
       {t.hosts?.length ? <TrainingHosts t={t} metrics={metrics} /> : null}
       <StartupTable events={events} />
+      {FINAL.has(t.status) && metrics.length === 0 ? (
+        <div className="charts-grid">
+          <div className="panel" data-testid="no-metrics">
+            <h3>Metrics</h3>
+            <p className="muted">
+              No metrics were reported, so there is nothing to chart: the {t.kind === 'script' ? 'script' : 'training'} never called{' '}
+              <code>gpufleet.report()</code> (nor wrote TensorBoard scalars into <code>GPUFLEET_OUTPUT_DIR</code>). Its log below shows what it printed.
+            </p>
+          </div>
+          <div className="panel">
+            <h3>GPU utilization during the run</h3>
+            <RunGpuUtilization t={t} />
+          </div>
+        </div>
+      ) : (
       <div className="charts-grid">
         <div className="panel">
           <h3>Loss</h3>
@@ -176,6 +191,7 @@ export function TrainingDetailPage() {
           <RunGpuUtilization t={t} />
         </div>
       </div>
+      )}
       <div className="charts-grid" style={{ marginTop: '1rem' }}>
         <div className="panel">
           <h3>Events</h3>

@@ -11,7 +11,17 @@ import { QueuePlace } from './QueueView';
 const STATUSES = TRAINING_STATUSES;
 const PAGE = 50;
 
+const ENDED = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
+
 export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {
+  // A script that never called gpufleet.report(): no steps to count, which is not "0 of unknown".
+  if (!t.max_steps && !t.step) {
+    return (
+      <span className="muted" data-testid="no-steps" style={{ fontSize: '0.78rem' }}>
+        {ENDED.has(t.status) ? 'no steps reported' : 'no steps reported yet'}
+      </span>
+    );
+  }
   // A run that did not say its total (gpufleet.report(total_steps=…)) and ended well ran all its steps.
   const max = t.max_steps ?? (t.status === 'succeeded' ? (t.step ?? 0) : 0);
   const frac = max ? Math.min(1, (t.step ?? 0) / max) : t.status === 'succeeded' ? 1 : 0;
