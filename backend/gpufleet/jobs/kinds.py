@@ -80,6 +80,9 @@ class WorkKind:
     runs_member_code: ClassVar[bool] = True
     # Why an out-of-memory end is never retried with a smaller micro-batch; None: the row's allow_rebalance says.
     oom_refusal: ClassVar[str | None] = None
+    # Whether it computes from its start: an interactive session waits for its person, so a simulated GPU
+    # it holds idles (low utilisation and power) until something runs on it.
+    busy_from_start: ClassVar[bool] = True
 
     def work_dir(self, settings: Settings, training_id: uuid.UUID) -> Path | None:
         """A folder of its own besides the run and checkpoint folders (a script's unpacked code)."""
@@ -166,6 +169,7 @@ class SessionKind(WorkKind):
 
     name = "session"
     launcher = session_attempt.MODULE
+    busy_from_start = False
 
     def prepare(self, start: AttemptStart, sandbox: isolation.Isolation) -> Plan:
         return Plan(sandbox, *session_attempt.write_spec(start.settings, start.training, start.devices,

@@ -120,7 +120,7 @@ class AttemptWatch:
         """Name the launcher where recovery, the drivers' process list and the row can find it."""
         procs.write_pidfile(self.settings, self.host_name, self.t.id, self.pgid, self.worker_id)
         self.backend.training_started(self.t.gpu_ids or [], self.proc.pid, str(self.t.id), self.t.memory_estimate,
-                                      busy=self.t.kind != "session")
+                                      busy=work_kind(self.t.kind).busy_from_start)
         self.sink.memory.watch_processes(self.backend.nvml, self.t.gpu_ids or [], self.proc.pid)
         with write_session(self.settings) as sess:
             sess.execute(update(Training).where(*attempt_fence(self.t, self.worker_id))
