@@ -87,3 +87,16 @@ def test_parse_simulate_spec() -> None:
     for bad in ("", "x", "0xH100-80GB", "100xH100", "2xH100-0GB"):
         with pytest.raises(ValueError):
             parse_simulate_spec(bad)
+
+
+def test_every_setting_survives_the_trip_to_a_child_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker, a launcher or a gang member rebuilds the settings from ``settings_env``: None goes as "", and
+    every field must read "" back as its default (GPUFLEET_SESSIONS_PORT once did not, and no worker started)."""
+    from gpufleet.jobs.embedded import settings_env
+
+    parent = load_settings(data_dir=tmp_path / "d")
+    for key, value in settings_env(parent).items():
+        if key.startswith("GPUFLEET_") and not key.startswith("GPUFLEET_TEST_"):
+            monkeypatch.setenv(key, value)
+    child = load_settings()
+    assert child.sessions_port is None and child.data_dir == parent.data_dir

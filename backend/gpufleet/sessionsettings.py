@@ -35,6 +35,11 @@ class SessionSettings(BaseModel):
     sessions_port: int | None = Field(default=None, ge=0, le=65535)
     sessions_origin: str = Field(default="", max_length=200)
 
+    @field_validator("sessions_port", mode="before")
+    @classmethod
+    def _port_unset(cls, value: object) -> object:
+        return None if value == "" else value  # GPUFLEET_SESSIONS_PORT= (empty), as a child gets None: the default
+
     @field_validator("sessions_origin")
     @classmethod
     def _origin_shape(cls, value: str) -> str:

@@ -182,8 +182,9 @@ def session_cookie_of(cookies: Mapping[str, str], secure: bool | None = None) ->
 def check_browser_write(method: str, headers: Mapping[str, str], settings: Settings) -> None:
     """Refuse a request that carries the browser's credentials from another origin (403) or not as JSON (415)."""
     if is_cross_site(method, headers, settings):
-        raise AuthError(403, "cross-origin request refused: the browser's sign-in counts only from the dashboard's"
-                             " own origin (or GPUFLEET_CORS_ORIGINS)")
+        raise AuthError(403, "cross-origin request refused: its Origin (or Sec-Fetch-Site) is not the dashboard's,"
+                             " and the browser's sign-in counts only from the dashboard's own origin (or an origin"
+                             " in GPUFLEET_CORS_ORIGINS)")
     if (refused := not_json_refusal(method, headers)) is not None:
         raise AuthError(415, refused)
 
