@@ -264,7 +264,8 @@ _POLICY = DEFAULT_POLICY  # the trainings' environment rules (GPUFLEET_TRAINING_
 _LOCK = threading.Lock()
 
 
-def start(size: int, policy: EnvPolicy, member_size: int = 0, member_keep_s: float = 600.0) -> WarmPool | None:
+def start(size: int, policy: EnvPolicy = DEFAULT_POLICY, member_size: int = 0,
+          member_keep_s: float = 600.0) -> WarmPool | None:
     """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off), its members in the trainings' environment
     (``policy``), and allow members' pools of ``member_size`` launchers each (``GPUFLEET_MEMBER_WARM_POOL_SIZE``;
     0: members always start cold)."""

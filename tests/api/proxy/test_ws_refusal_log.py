@@ -13,7 +13,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from gpufleet.api.app import create_app
+from gpufleet.api.proxy.origin import NotebookOrigin
 from gpufleet.api.unixsocket import peer_protocols
 from support.servers import serve_inprocess
 
@@ -22,13 +22,13 @@ from .conftest import ECHO, QUEUED
 
 def test_refused_notebook_websockets_log_below_error(proxy_settings, notebooks,
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    app = create_app(proxy_settings)
-    app.state.notebook_locator = lambda _settings, session_id: notebooks.get(session_id)
+    # The notebooks' own origin (serve's second listener), where a notebook's WebSockets knock.
+    app = NotebookOrigin(proxy_settings, lambda _settings, session_id: notebooks.get(session_id))
     caplog.set_level(logging.INFO)
     with serve_inprocess(app, **peer_protocols()) as served:
         ws = "ws" + served.url[len("http"):]
         for url, status in ((f"{ws}/sessions/{ECHO}/ws", 403), (f"{ws}/sessions/{QUEUED}/ws", 403),
-                            (f"{ws}/sessions/not-a-session/ws", 403)):
+                            (f"{ws}/sessions/not-a-session/ws", 404)):
             for _ in range(5):
                 with pytest.raises(InvalidStatus) as refused:
                     connect(url, origin=served.url, open_timeout=60)
