@@ -42,7 +42,7 @@ def test_recommend_fits_and_says_each_thing_once(fleet) -> None:
     _, env = fleet
     out = in_terminal(["recommend", "--recipe", "mlp"], env=env)
     _fits(out)
-    assert "method: traced one AdamW step" in out, out
+    assert "method: traced 3 AdamW steps" in out, out
     # Four idle, identical GPUs score the same for the same reason: one row says so.
     assert "0 | 1 | 2 | 3" in out and "4 equal choices; each has" in out, out
     ddp = in_terminal(["recommend", "--recipe", "sae", "--count", "2"], env=env)

@@ -33,7 +33,7 @@ def test_ls_fits_80_columns():
     buf = io.StringIO()
     row = [TRAINING["id"][:8], TRAINING["name"], "lorenzo", "queued", TRAINING["host_name"], "auto×4",
            "0/2000", "needs 4 free GPU(s) with 11.2 GiB free on one host; host a100-node-017 has one free"]
-    print_table(Console(file=buf, width=80), LS_COLUMNS, [row] * 3)
+    print_table(Console(file=buf, width=80, force_terminal=True, color_system=None), LS_COLUMNS, [row] * 3)
     lines = buf.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80, buf.getvalue()
     assert all(line.count("\n") == 0 for line in lines) and "5f0c3a52" in buf.getvalue()
