@@ -29,7 +29,9 @@ def test_gpus_and_topology_ask_the_server_and_local_reads_this_machine(tmp_path,
                                     database_url=a.database_url))
     out = _cli("gpus", "--server", url)
     assert out.returncode == 0, out.stderr
-    assert f"GPUs on {a.host_name}" in out.stdout and f"GPUs on {b.host_name}" in out.stdout, out.stdout
+    # Piped: one tab-separated list with a Host column.
+    hosts = [line.split("\t")[0] for line in out.stdout.splitlines()[1:]]
+    assert sorted(hosts) == [a.host_name, a.host_name, b.host_name], out.stdout
     assert out.stdout.count("H100") == 2 and out.stdout.count("A100") == 1, out.stdout
     body = json.loads(_cli("gpus", "--json", GPUFLEET_SERVER=url).stdout)
     assert sorted((g["host"], g["index"]) for g in body["data"]) == [(a.host_name, 0), (a.host_name, 1), (b.host_name, 0)]
