@@ -67,7 +67,9 @@ def serve_notebooks(settings: Settings, sock: socket.socket) -> Any:
 
     from gpufleet.api.proxy.origin import NotebookOrigin
 
-    config = uvicorn.Config(NotebookOrigin(settings), log_level="warning", lifespan="off",
+    # No log_config or log_level: uvicorn.Config would set the process's uvicorn loggers again, and the
+    # API's access log (GPUFLEET_ACCESS_LOG) would go quiet.
+    config = uvicorn.Config(NotebookOrigin(settings), log_config=None, log_level=None, lifespan="off",
                             proxy_headers=bool(settings.trusted_proxies),
                             forwarded_allow_ips=list(settings.trusted_proxies) or None,
                             ws_per_message_deflate=False, access_log=settings.access_log)
