@@ -21,7 +21,7 @@ ROW = ["1", "a-rather-long-training-name-of-forty-chars", "/data/checkpoints/run
 
 def _render(width: int, wide: bool = False) -> str:
     buf = io.StringIO()
-    print_table(Console(file=buf, width=width, no_color=True), COLUMNS, [ROW], wide=wide)
+    print_table(Console(file=buf, width=width, no_color=True, force_terminal=True, color_system=None), COLUMNS, [ROW], wide=wide)
     return buf.getvalue()
 
 
