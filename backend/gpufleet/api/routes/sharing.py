@@ -7,7 +7,6 @@ rules and who used it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Literal, TypeVar
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
@@ -26,11 +25,11 @@ from gpufleet.wire.sharing import (
     UserQuotasPublic,
 )
 from gpufleet.api.security.openapi import error_response
+from gpufleet.api.user_writes import write
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.trainings.service import training_names
 from gpufleet.users import groups as g
-from gpufleet.users.accounts import UserError
 from gpufleet.users.usage import UsageError, parse_day, usage_report
 
 router = APIRouter(prefix="/api/v1", tags=["sharing"])
@@ -39,21 +38,6 @@ T = TypeVar("T")
 REFUSALS = {404: error_response("No such group or user"), 409: error_response("Already so, or not so")}
 
 
-def _status(message: str) -> int:
-    if message.startswith("no "):
-        return 404
-    if "already" in message or "is not in group" in message:
-        return 409
-    return 422
-
-
-def _write(settings, fn: Callable[..., T]) -> T:
-    """One committing transaction; a refusal is a 4xx and nothing is written."""
-    try:
-        with write_session(settings) as sess:
-            return fn(sess)
-    except UserError as exc:
-        raise HTTPException(_status(str(exc)), str(exc)) from None
 
 
 def _group_public(v: g.GroupView) -> GroupPublic:
@@ -78,14 +62,14 @@ def list_groups(sess: SessionDep, user: ViewerUser) -> GroupsPublic:
              responses=REFUSALS)
 def create_group(body: GroupCreate, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Create an empty group (admins only)."""
-    _write(settings, lambda s: g.create_group(s, body.name))
+    write(settings, lambda s: g.create_group(s, body.name))
     return GroupPublic(name=body.name, members=[], quota=GroupQuotaPublic())
 
 
 @router.delete("/groups/{name}", status_code=204, operation_id="groups-delete", responses=REFUSALS)
 def delete_group(name: NamePath, settings: SettingsDep, user: AdminUser) -> Response:
     """Delete a group and its quota; its users stay (admins only)."""
-    _write(settings, lambda s: g.delete_group(s, name))
+    write(settings, lambda s: g.delete_group(s, name))
     return Response(status_code=204)
 
 
@@ -98,7 +82,7 @@ def _one(settings, name: str) -> GroupPublic:
              responses=REFUSALS)
 def add_member(name: NamePath, member: NamePath, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Add a user to a group (admins only); a user already in it is a 409."""
-    _write(settings, lambda s: g.add_member(s, name, member))
+    write(settings, lambda s: g.add_member(s, name, member))
     return _one(settings, name)
 
 
@@ -106,7 +90,7 @@ def add_member(name: NamePath, member: NamePath, settings: SettingsDep, user: Ad
                responses=REFUSALS)
 def remove_member(name: NamePath, member: NamePath, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Take a user out of a group (admins only)."""
-    _write(settings, lambda s: g.remove_member(s, name, member))
+    write(settings, lambda s: g.remove_member(s, name, member))
     return _one(settings, name)
 
 
@@ -115,7 +99,7 @@ def remove_member(name: NamePath, member: NamePath, settings: SettingsDep, user:
 def set_group_quota(name: NamePath, body: GroupQuota, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Replace a group's quota; a null field is no limit, a null max_priority the default (admins only)."""
     limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, max_priority=body.max_priority)
-    _write(settings, lambda s: g.set_group_quota(s, name, limits, set_by=user.name))
+    write(settings, lambda s: g.set_group_quota(s, name, limits, set_by=user.name))
     return _one(settings, name)
 
 
@@ -131,7 +115,7 @@ def list_user_quotas(sess: SessionDep, user: ViewerUser) -> UserQuotasPublic:
 def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user: AdminUser) -> UserQuotaPublic:
     """Replace a user's quota and share; a null limit is no limit, a null max_priority the default (admins only)."""
     limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share, body.max_priority)
-    return _user_public(name, _write(settings, lambda s: g.set_user_quota(s, name, limits, set_by=user.name)))
+    return _user_public(name, write(settings, lambda s: g.set_user_quota(s, name, limits, set_by=user.name)))
 
 
 @router.get("/usage", response_model=UsagePublic, operation_id="usage-get")

@@ -8,16 +8,15 @@ fix, and nothing is written. Unix-account mappings have their own route
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Path, Query
 
 from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep, ViewerUser
 from gpufleet.api.security.openapi import error_response
-from gpufleet.db.session import write_session
+from gpufleet.api.user_writes import write
 from gpufleet.users import directory
-from gpufleet.users.accounts import UserError, add_user
+from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token, list_tokens, revoke_token
 from gpufleet.wire.users import (
     TokenCreate,
@@ -36,20 +35,6 @@ T = TypeVar("T")
 REFUSALS = {404: error_response("No such user or token"), 409: error_response("Already so, or the last admin")}
 
 
-def _status(message: str) -> int:
-    if message.startswith("no "):
-        return 404
-    if "already" in message or "last active admin" in message:
-        return 409
-    return 422
-
-
-def _write(settings, fn: Callable[..., T]) -> T:
-    try:
-        with write_session(settings) as sess:
-            return fn(sess)
-    except UserError as exc:
-        raise HTTPException(_status(str(exc)), str(exc)) from None
 
 
 def _user_public(v: directory.UserView) -> UserPublic:
@@ -77,7 +62,7 @@ def create_user(body: UserCreate, settings: SettingsDep, user: AdminUser) -> Use
         add_user(sess, body.name, body.role)
         return _user_public(directory.user_view(sess, body.name))
 
-    return _write(settings, make)
+    return write(settings, make)
 
 
 @router.patch("/users/{name}", response_model=UserPublic, operation_id="users-update", responses=REFUSALS)
@@ -85,7 +70,7 @@ def update_user(name: NamePath, body: UserUpdate, settings: SettingsDep, user: A
     """Change a user's role, state or permissions (admins only); the last active admin stays one."""
     change = directory.UserChange(role=body.role, disabled=body.disabled, run_code=body.run_code,
                                   non_preemptible=body.non_preemptible)
-    return _user_public(_write(settings, lambda s: directory.update_user(s, name, change)))
+    return _user_public(write(settings, lambda s: directory.update_user(s, name, change)))
 
 
 @router.get("/tokens", response_model=TokensPublic, operation_id="tokens-list")
@@ -110,7 +95,7 @@ def create_team_token(body: TokenCreate, settings: SettingsDep, user: AdminUser)
         tok, owner = next((t, o) for t, o in list_tokens(sess, made.user) if t.id == made.id)
         return TokenCreated(**_token_public(tok, owner).model_dump(), secret=made.secret)
 
-    return _write(settings, make)
+    return write(settings, make)
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenPublic, operation_id="tokens-revoke",
@@ -122,4 +107,4 @@ def revoke_team_token(token_id: Annotated[uuid.UUID, Path(description="a token's
         tok = revoke_token(sess, str(token_id))
         return next(_token_public(t, o) for t, o in list_tokens(sess) if t.id == tok.id)
 
-    return _write(settings, revoke)
+    return write(settings, revoke)
