@@ -179,12 +179,20 @@ def session_cookie_of(cookies: Mapping[str, str], secure: bool | None = None) ->
     return cookies.get(session_cookie_name(secure))
 
 
-def check_browser_write(method: str, headers: Mapping[str, str], settings: Settings) -> None:
-    """Refuse a request that carries the browser's credentials from another origin (403) or not as JSON (415)."""
+def check_browser_write(method: str, headers: Mapping[str, str], settings: Settings, *, cookie: bool = True) -> None:
+    """Refuse a request that carries the browser's credentials from another origin (403) or not as JSON (415).
+
+    ``cookie=False``: the implicit local admin, which any local client reaches. A
+    request without the headers every browser sets on a write (``Origin``,
+    ``Sec-Fetch-Site``) is a program such as the CLI uploading an archive, not a
+    page, and may send what it likes.
+    """
     if is_cross_site(method, headers, settings):
         raise AuthError(403, "cross-origin request refused: its Origin (or Sec-Fetch-Site) is not the dashboard's,"
                              " and the browser's sign-in counts only from the dashboard's own origin (or an origin"
                              " in GPUFLEET_CORS_ORIGINS)")
+    if not cookie and "origin" not in headers and "sec-fetch-site" not in headers:
+        return
     if (refused := not_json_refusal(method, headers)) is not None:
         raise AuthError(415, refused)
 
@@ -232,7 +240,7 @@ def resolve_user(
                 "this server runs in single-user mode (no sign-in) for loopback use only, and this request came"
                 " through a proxy; set GPUFLEET_AUTH=on (the default) and sign in with a token",
             )
-        check_browser_write(method, headers, settings)
+        check_browser_write(method, headers, settings, cookie=False)
         return LOCAL_ADMIN
 
     raise AuthError(

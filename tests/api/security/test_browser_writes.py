@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.api.security.headers import POLICY
 from gpufleet.config import Settings
-from support.people import People, bearer
+from support.people import People, bearer, build_app
 
 HERE = {"Origin": "http://testserver"}
 
@@ -56,3 +56,17 @@ def test_the_dashboard_sends_its_own_policy(on_settings: Settings, people: Peopl
         assert "frame-ancestors 'none'" in POLICY and "script-src 'self';" in POLICY
         # The API docs keep their own (Swagger UI needs an inline script).
         assert c.get("/docs").headers["content-security-policy"] != POLICY
+
+
+def test_without_sign_in_a_program_may_upload_but_a_page_may_only_send_json(db_settings: Settings) -> None:
+    local = db_settings.model_copy(update={"auth": "off"})
+    with TestClient(build_app(local)) as c:
+        # The CLI uploading a script's archive: no Origin, no Sec-Fetch-*; the implicit local admin.
+        cli = c.post("/api/v1/things/batch", content=b'{"items": [1]}',
+                     headers={"Content-Type": "application/octet-stream"})
+        assert cli.status_code != 415, cli.text
+        # A page on this machine's browser (its own origin even) posting a form gets the 415.
+        form = c.post("/api/v1/things/batch", content=b"items=1",
+                      headers={**HERE, "Content-Type": "application/x-www-form-urlencoded"})
+        assert form.status_code == 415 and "application/json" in form.json()["detail"]
+        assert c.app.state.created == []
