@@ -21,6 +21,7 @@ SMOKE: dict[str, list[str]] = {
     "create_burst.py": ["--n", "4", "--reads", "2", "--workers", "1", "--limit-s", "120"],
     "dashboard_fleet.py": ["--gpus", "4", "--seconds", "1"],
     "ddp_overhead.py": ["--steps", "2", "--rounds", "1", "--no-scaling"],
+    "estimate_accuracy.py": [],
     "env_build.py": ["--rounds", "1", "--packages", "2", "--modules", "2"],
     "fleet_load.py": ["--window", "1", "--sizes", "2"],
 }

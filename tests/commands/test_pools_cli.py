@@ -41,7 +41,8 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
         assert "cluster  slurm partition gpu, H100-80GB" in listed.stdout, listed.stdout + listed.stderr
         assert "sim1" in listed.stdout and "gpus gpu:2" in listed.stdout
         gpus = cli("gpus")
-        assert "GPUs in pool cluster (Slurm partition gpu)" in gpus.stdout, gpus.stdout + gpus.stderr
+        # Piped, each table is tab-separated lines with its title on stderr.
+        assert "GPUs in pool cluster (Slurm partition gpu)" in gpus.stderr, gpus.stdout + gpus.stderr
         assert "sim1" in gpus.stdout and "gpu:2" in gpus.stdout and "H100-80GB" in gpus.stdout
         [pool] = json.loads(cli("gpus", "--json").stdout)["pools"]
         assert pool["name"] == "cluster" and [n["name"] for n in pool["nodes"]] == ["sim1"]

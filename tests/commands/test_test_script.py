@@ -36,7 +36,11 @@ def _script_copy() -> Path:
         shutil.copy(REPO / part, root / part)
     (root / "scripts" / "install.sh").write_text("exit 0\n")
     (root / ".venv" / "bin").mkdir(parents=True)
-    (root / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    # A wrapper, not a link: Python finds its venv (and pytest-split) from the path it was started by,
+    # and a link from a folder without pyvenv.cfg falls back to the bare system interpreter.
+    python = root / ".venv" / "bin" / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     tmp = root / "tmp"
     tmp.mkdir(mode=0o755)
     os.chmod(tmp, 0o755)

@@ -21,8 +21,8 @@ _STATUS_IS = """code => {
 }"""
 
 
-def _offline_context(browser, url: str):
-    ctx = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900})
+def _offline_context(browser, url: str, **options: object):
+    ctx = browser.new_context(base_url=url, viewport={"width": 1280, "height": 900}, **options)
     outside: list[str] = []
 
     def only_the_server(route) -> None:
@@ -77,7 +77,9 @@ def test_docs_signs_in_with_a_token_and_runs_a_protected_call_offline(browser, a
 
 def test_redoc_renders_offline(browser, auth_server) -> None:
     srv, _token = auth_server
-    ctx, outside = _offline_context(browser, srv.url)
+    # Under the page's own policy, as a user's browser loads it: that policy is what keeps ReDoc's
+    # footer logo (an image on its CDN) from being fetched.
+    ctx, outside = _offline_context(browser, srv.url, bypass_csp=False)
     page = ctx.new_page()
     page.set_default_timeout(20_000)
     try:

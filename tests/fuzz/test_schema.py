@@ -141,8 +141,21 @@ def _seed_sweep(settings: Settings, owner: str) -> str:
         return str(service.start(sess, settings, spec, owner, admin=True).id)
 
 
+def _seed_pool(settings: Settings) -> str:
+    """A Slurm pool's row as `gpufleet pools add` leaves one (no cluster answers here: its nodes say why)."""
+    from gpufleet.db.pools import Pool
+
+    name = "pool-" + uuid.uuid4().hex[:6]
+    with session_scope(settings) as sess:
+        sess.add(Pool(name=name, partition="gpu", checkpoint_root="/srv/gpufleet/pool", python="/usr/bin/python3"))
+    return name
+
+
 # Routes that reach 2xx only with a running worker behind them; their own tests run one.
-NEEDS_A_WORKER = {"POST /api/v1/sessions/{session_id}/shell"}  # tests/sessions/test_shell.py
+NEEDS_A_WORKER = {
+    "POST /api/v1/sessions/{session_id}/shell",  # tests/sessions/test_shell.py
+    "POST /api/v1/sessions/{session_id}/open",  # a running notebook: tests/e2e/test_session_notebook.py
+}
 
 
 def _order(op) -> tuple[int, int]:
@@ -167,14 +180,17 @@ def live_app(fuzz_settings: Settings):
         add_user(sess, name, "admin")
         token = create_token(sess, name).secret
         add_user(sess, member, "member")
+        # The member's token, for the revoke route (the fuzzer's own must outlive the run).
+        member_token = str(create_token(sess, member).id)
         add_user(sess, f"viewer-{uuid.uuid4().hex[:6]}", "viewer")
         create_group(sess, group)
     ids = {"training_id": _seed_trainings(fuzz_settings, name), "host": [fuzz_settings.host_name], "index": [0, 1],
            "code_hash": [_seed_code(fuzz_settings, name)],
-           # `name` is a group's or a user's (quota routes); `member` joins the group, then leaves it.
-           "name": [group, member], "member": [member], "path": [SEEDED_FILE],
-           # `kind` pairs with `name` by position: the group's limit, then the member's.
-           "session_id": [_seed_session(fuzz_settings, name)], "kind": ["group", "user"],
+           # `name` is a group's, a user's (quota routes) or a pool's; `member` joins the group, then leaves it.
+           "name": [group, member, _seed_pool(fuzz_settings)], "member": [member], "path": [SEEDED_FILE],
+           # `kind` pairs with `name` by position: the group's limit, then the member's (the pool has none).
+           "session_id": [_seed_session(fuzz_settings, name)], "kind": ["group", "user", "group"],
+           "token_id": [member_token],
            "hook_id": [_seed_hook(fuzz_settings, name)], "sweep_id": [_seed_sweep(fuzz_settings, name)]}
     app = create_app(fuzz_settings)
     # As `serve` does: the estimate process is started, and the defaults traced, before the first request.

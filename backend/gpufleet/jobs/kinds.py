@@ -176,7 +176,7 @@ class SessionKind(WorkKind):
                                                          start.ranks_on_cpu, start.run_dir, sandbox))
 
     def launch_env(self, settings: Settings, t: Training, plan: Plan) -> dict[str, str] | None:
-        return session_attempt.launch_env(t.id)
+        return session_attempt.launch_env(settings, t.id)
 
 
 _KINDS: dict[str, WorkKind] = {}

@@ -71,5 +71,5 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
 
 def launch_env(settings: Settings, training_id: object) -> dict[str, str]:
     """The launcher's environment: the worker's without gpufleet's secrets, plus the session's id."""
-    return dict(script.process_env(os.environ, EnvPolicy.of(settings)), PYTHONUNBUFFERED="1", GPUFLEET_TRAINING_ID=str(training_id),
-                GPUFLEET_SESSION_ID=str(training_id))
+    return dict(script.process_env(os.environ, EnvPolicy.of(settings)), PYTHONUNBUFFERED="1",
+                GPUFLEET_TRAINING_ID=str(training_id), GPUFLEET_SESSION_ID=str(training_id))
