@@ -158,3 +158,23 @@ def test_victims_of_equal_priority_go_furthest_over_their_fair_share_first(sim_h
     # Least work lost alone would stop b (it saved just now); fair share stops ann's first.
     schedule_pending(s)
     assert row(s, a).preempted_by == urgent and row(s, b).preempted_by is None
+
+
+@BOTH
+def test_a_session_that_preempts_is_named_as_a_session(sim_host):
+    from gpufleet.db.session import write_session
+    from gpufleet.sessions import service as sessions
+    from gpufleet.sessions.wire import SessionCreate
+
+    s = sim_host("nvlink-all", "2xH100-80GB")
+    victims = [start(s, f"low-{i}", priority=-5) for i in range(2)]
+    with write_session(s) as sess:
+        notebook, _ = sessions.create(sess, s, SessionCreate(gpus=2, hours=1, priority=10, host=s.host_name),
+                                      "bob")
+        sid = notebook.id
+    result = schedule_pending(s)
+    assert sid in result.waiting
+    for v in victims:
+        assert row(s, v).preempted_by == sid
+        reasons = [r for k, _, r in kinds(s, v) if k == "preempt"]
+        assert reasons and reasons[0].startswith(f"preempted by session {notebook.name} "), reasons

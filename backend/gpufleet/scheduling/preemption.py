@@ -312,9 +312,11 @@ def plan(sess: Session, settings: Settings, t: Training,
         if done.rowcount != 1:
             continue
         borrowed = v.priority == t.priority
-        because = (f"its GPUs were borrowed beyond {v.owner}'s quota and training {short(t)}, within its quota, "
+        # A member's interactive session preempts as a training does; the reason names which it was.
+        what = "session" if t.kind == "session" else "training"
+        because = (f"its GPUs were borrowed beyond {v.owner}'s quota and {what} {short(t)}, within its quota, "
                    f"needs {count} GPU(s)" if borrowed else
-                   f"preempted by training {short(t)} (priority {t.priority}, needs {count} GPU(s))")
+                   f"preempted by {what} {short(t)} (priority {t.priority}, needs {count} GPU(s))")
         record_event(sess, v.id, "preempt", status="running",
                      reason=f"{because}: checkpointing and stopping; it resumes later (not counted as a restart)",
                      data={"preempted_by": str(t.id), "priority": t.priority, "borrowed": borrowed})
