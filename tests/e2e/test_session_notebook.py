@@ -156,6 +156,15 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
         ctx.close()
 
     notebooks = f"http://127.0.0.1:{srv.sessions_port}"
+    # From the CLI: `session open` prints a single-use address; it lets one client in, once.
+    link = cli(srv.data_dir, "session", "open", sid[:8], **as_alice).strip()
+    assert link.startswith(f"{notebooks}{url}"), link
+    with httpx.Client(timeout=60) as visitor:
+        first = visitor.get(link, follow_redirects=True)
+        assert first.status_code == 200 and str(first.url) == notebooks + url and "Jupyter" in first.text, first
+    with httpx.Client(timeout=60) as replay:
+        assert replay.get(link, follow_redirects=True).status_code in (401, 403)
+
     bob = _signed_in(browser, srv, tokens["bob"])
     try:
         assert bob.new_page().goto(notebooks + url).status == 403

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from datetime import timedelta
 
 import pytest
@@ -231,3 +232,21 @@ def test_the_supervisors_annotations_resolve() -> None:
     # Every name an annotation uses is imported (BoundedLog was not, once).
     for name in ("run_attempt", "_prepare", "_fail_before_launch", "_start", "_decide", "_finish"):
         typing.get_type_hints(getattr(supervisor, name))
+
+
+def test_every_kinds_launcher_environment_is_built_with_the_training_id(tmp_path: Path) -> None:
+    """Each kind's launch_env runs as the supervisor calls it (a merge once dropped its settings argument, and
+    every script and session failed at its lease, with no test below the workers' end-to-end ones noticing)."""
+    from gpufleet.config import load_settings
+    from gpufleet.jobs.isolation import Isolation
+    from gpufleet.jobs.kinds import Plan, registered, work_kind
+
+    settings = load_settings(data_dir=tmp_path / "data")
+    for name in registered():
+        t = Training(id=uuid.uuid4(), name="t", kind=name, recipe="mlp", config={}, world_size=1)
+        plan = Plan(Isolation(), tmp_path / "spec.json", tmp_path / "progress.json")
+        env = work_kind(name).launch_env(settings, t, plan)
+        if env is not None:  # None: the trainings' allow-list, built by the launch itself
+            assert env["GPUFLEET_TRAINING_ID"] == str(t.id), name
+            assert not any(k.startswith("GPUFLEET_DATABASE") or k == "GPUFLEET_SECRET_KEY" for k in env), name
+    assert work_kind("script").launch_env(settings, t, plan) is not None

@@ -9,6 +9,7 @@ from gpufleet.client.sharing import checked
 
 if TYPE_CHECKING:
     from gpufleet.sessions.wire import (
+        NotebookOpen,
         SessionCreate,
         SessionLimitPublic,
         SessionList,
@@ -57,6 +58,10 @@ class SessionCalls:
 
     def extend_session(self, session_id: str, hours: float) -> SessionPublic:
         return self._post(wire.SessionPublic, f"{API}/{session_id}/extend", checked(wire.SessionExtend, "extend", hours=hours))
+
+    def open_notebook(self, session_id: str) -> NotebookOpen:
+        """A single-use address of the session's notebook on its own origin (owner and admins)."""
+        return self._post(wire.NotebookOpen, f"{API}/{session_id}/open")
 
     def session_shell(self, session_id: str) -> ShellTarget:
         return self._post(wire.ShellTarget, f"{API}/{session_id}/shell")

@@ -1,4 +1,4 @@
-"""`gpufleet session start | ls | show | stop | extend | shell | limit`: interactive GPU sessions on a server.
+"""`gpufleet session start | ls | show | open | stop | extend | shell | limit`: interactive GPU sessions on a server.
 
 Like `gpufleet trainings`, these talk to a server through ``gpufleet.client``
 (``--server``, else ``$GPUFLEET_SERVER``, else this machine's socket).
@@ -161,6 +161,16 @@ def stop(ref: SessionArg, as_json: JsonOpt = False, server: ServerOpt = None) ->
     if not as_json:
         err.print(f"session {s.id} {s.status}", highlight=False)
     _show(s.model_dump(mode="json"), as_json)
+
+
+@session_app.command("open")
+def open_(ref: SessionArg, server: ServerOpt = None) -> None:
+    """Print a single-use address of the session's notebook (its own origin; works once, within a minute)."""
+    client = connect(server)
+    link = client.open_notebook(resolve(client, ref))
+    err.print(f"open this in your browser within {link.expires_in_s} s; it lets one browser in, once",
+              highlight=False)
+    print(link.url)
 
 
 @session_app.command("extend")

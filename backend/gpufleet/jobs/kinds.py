@@ -152,7 +152,7 @@ class ScriptKind(WorkKind):
         return Plan(sandbox, spec_path, progress_path)
 
     def launch_env(self, settings: Settings, t: Training, plan: Plan) -> dict[str, str] | None:
-        return script_attempt.launch_env(t.id)
+        return script_attempt.launch_env(settings, t.id)
 
     def before_launch(self, sink: MetricsSink, ckpt_dir: Path, earlier: list[Path]) -> None:
         sink.fill_from_earlier(earlier)  # its checkpoints are its own files: the curve keeps what was reported

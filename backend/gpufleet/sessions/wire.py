@@ -21,7 +21,8 @@ class SessionCreate(BaseModel):
                                   description="memory needed per GPU (MiB); places the session by it")
     hours: float | None = Field(default=None, gt=0, le=24 * 365,
                                 description="time limit; default GPUFLEET_SESSION_DEFAULT_HOURS")
-    jupyter: bool = Field(default=False, description="start a Jupyter server, reached at /sessions/{id}/")
+    jupyter: bool = Field(default=False, description="start a Jupyter server, opened on the notebooks' own origin"
+                          " (the dashboard's Open, or POST /api/v1/sessions/{id}/open)")
     host: str | None = Field(default=None, min_length=1, max_length=255, description="run on this host")
     name: str | None = Field(default=None, min_length=1, max_length=200)
     priority: int = Field(default=0, ge=-1000, le=1000)

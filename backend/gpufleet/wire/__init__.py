@@ -34,7 +34,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.webhooks": ("WebhookCreate", "WebhookCreated", "WebhookPublic", "WebhookTestPublic", "WebhookUpdate", "WebhooksPublic",),
     "gpufleet.wire.users": ("TokenCreate", "TokenCreated", "TokenPublic", "TokensPublic", "UserCreate", "UserPublic", "UserUpdate", "UsersPublic",),
     "gpufleet.trainings.request": ("TrainingBatchCreate", "TrainingCreate",),
-    "gpufleet.sessions.wire": ("SessionCreate", "SessionExtend", "SessionLimitPublic", "SessionLimitSet", "SessionList", "SessionPublic", "ShellTarget",),
+    "gpufleet.sessions.wire": ("NotebookOpen", "SessionCreate", "SessionExtend", "SessionLimitPublic", "SessionLimitSet", "SessionList", "SessionPublic", "ShellTarget",),
 }
 _MODULE_OF = {name: module for module, names in HOMES.items() for name in names}
 

@@ -2226,7 +2226,7 @@ export interface components {
             hours?: number | null;
             /**
              * Jupyter
-             * @description start a Jupyter server, reached at /sessions/{id}/
+             * @description start a Jupyter server, opened on the notebooks' own origin (the dashboard's Open, or POST /api/v1/sessions/{id}/open)
              * @default false
              */
             jupyter: boolean;
