@@ -13,6 +13,7 @@ import pytest
 from gpufleet.config import load_settings
 from gpufleet.jobs import sandbox
 from gpufleet.jobs.isolation import IsolationRefused, plan, startup_warnings
+from gpufleet.jobs.kinds import work_kind
 from gpufleet.users.runas import RunAccount
 from support.unix import need_root, short_name, unix_account
 
@@ -95,7 +96,7 @@ def test_in_a_fleet_members_code_is_refused_while_redis_or_postgresql_take_anyon
     def refusal(kind: str = "script", **fleet: object) -> str | None:
         s = load_settings(data_dir=tmp_path / "d", allow_services_without_password=False, **fleet)
         try:
-            plan(s, member, kind, tmp_path / "r", tmp_path / "c")
+            plan(s, member, work_kind(kind).runs_member_code, tmp_path / "r", tmp_path / "c")
         except IsolationRefused as exc:
             return str(exc)
         return None
@@ -114,7 +115,7 @@ def test_in_a_fleet_members_code_is_refused_while_redis_or_postgresql_take_anyon
     # An admin who accepts the risk says so in a setting; the worker still says it at start.
     s = load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
                       allow_services_without_password=True)
-    plan(s, member, "script", tmp_path / "r", tmp_path / "c")
+    plan(s, member, True, tmp_path / "r", tmp_path / "c")
     warned = startup_warnings(load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
                                             allow_services_without_password=False))
     assert any("without a password" in w for w in warned), warned
