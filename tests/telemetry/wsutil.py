@@ -32,7 +32,10 @@ def build_app(settings: Settings, stream_config: StreamConfig | None = None) -> 
         app.include_router(metrics.router)
         app.include_router(ws.router)
     # Who may open the socket is the auth suite's subject; these tests are about the stream.
-    app.state.ws_authenticate = lambda _ws, _s: "tester"
+    from gpufleet.api.auth import AuthUser
+
+    tester = AuthUser(name="tester", role="admin", via="local")
+    app.state.ws_authenticate = lambda _ws, _s: tester
     if stream_config is not None:
         app.state.stream_config = stream_config
     return app
