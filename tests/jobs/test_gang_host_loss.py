@@ -108,5 +108,5 @@ def test_a_gang_is_placed_again_on_live_hosts_and_never_back_on_the_dead_one(tmp
     # The member host's log says why its launcher ended: the cancel, never a bare signal number.
     member = next(h for h in hosts if h.host_name == [x for x in live if x != again["host_name"]][0])
     text = wait_for(lambda: (t := (member.logs_dir / "trainings" / f"{tid}-{member.host_name}.log").read_text())
-                    .count("[gpufleet] launcher") and t, 30, "the member's launcher line", 0.2)
-    assert "ended: stopped by this worker (" in text and "exited with -" not in text, text[-2000:]
+                    .count("[gpufleet] ended: ") and t, 30, "the member's launcher line", 0.2)
+    assert "stopped by this worker (" in text and "exited with -" not in text, text[-2000:]

@@ -250,3 +250,15 @@ def test_every_kinds_launcher_environment_is_built_with_the_training_id(tmp_path
             assert env["GPUFLEET_TRAINING_ID"] == str(t.id), name
             assert not any(k.startswith("GPUFLEET_DATABASE") or k == "GPUFLEET_SECRET_KEY" for k in env), name
     assert work_kind("script").launch_env(settings, t, plan) is not None
+
+
+def test_a_launchers_end_says_who_stopped_it_whatever_its_code() -> None:
+    from gpufleet.jobs.logs import launcher_end
+
+    assert launcher_end(0, "the training ended on host a") == "ended: succeeded"
+    # Killed by this worker: the reason, never a bare signal number.
+    assert launcher_end(-9, "cancel requested") == "ended: stopped by this worker (cancel requested; SIGKILL)"
+    # It heard this worker's stop and checkpointed: both what it did and why it was asked.
+    assert launcher_end(14, "cancel requested") == ("ended: interrupted (checkpointed on SIGTERM); stopped by this"
+                                                    " worker (cancel requested)")
+    assert launcher_end(-15).endswith(", not by this worker")

@@ -107,8 +107,10 @@ def launcher_end(code: int, stopped: str | None = None) -> str:
     """
     from gpufleet.training.exitcodes import ended
 
-    if code >= 0 or not stopped:
+    if code == 0 or not stopped:
         return ended(code) + ("" if code >= 0 else ", not by this worker")
+    if code > 0:  # it heard the stop and ended on its own terms (a checkpoint on SIGTERM is exit 14)
+        return f"{ended(code)}; stopped by this worker ({stopped})"
     try:
         name = signal.Signals(-code).name
     except ValueError:
