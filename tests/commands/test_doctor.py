@@ -46,14 +46,42 @@ def test_the_estimate_lines_of_the_gpu_test_become_rows_judged_by_the_bound() ->
 
     mib = 2**20
     output = "\n".join([
-        estimate_line("mlp", {"hidden": [4096, 4096]}, 4096, "bf16", 1500 * mib, 1562 * mib, "context 1"),
+        estimate_line("mlp", {"hidden": [4096, 4096]}, 4096, "bf16", 1550 * mib, 1562 * mib, "context 1",
+                      first_step=1384 * mib),
         "..",
-        estimate_line("sae", {"d_in": 768}, 256, "fp32", 954 * mib, 1562 * mib, "context 2"),
+        estimate_line("sae", {"d_in": 768}, 256, "fp32", 1500 * mib, 1562 * mib, "context 2"),
+        estimate_line("sae", {"d_in": 768}, 4096, "fp32", 1660 * mib, 1562 * mib, "context 2"),
     ])
-    within, beyond = estimate_rows(output)
-    assert (within.check, within.result, within.ok) == ("estimate mlp b4096 bf16", "1,500 / 1,562 MiB", True)
-    assert "-3.97%" in within.detail
-    assert (beyond.check, beyond.ok) == ("estimate sae b256 fp32", False) and "-38.92%" in beyond.detail
+    within, under, over = estimate_rows(output)
+    assert (within.check, within.result, within.ok) == ("estimate mlp b4096 bf16", "1,550 / 1,562 MiB", True)
+    assert "-0.77%" in within.detail and "after step 1 1,384 MiB" in within.detail
+    # Never under by more than 2 %, never over by more than 5 %: the reference runs' bound.
+    assert (under.check, under.ok) == ("estimate sae b256 fp32", False) and "-3.97%" in under.detail
+    assert (over.check, over.ok) == ("estimate sae b4096 fp32", False) and "+6.27%" in over.detail
     # The GPU tests ran yet printed no estimate (all skipped): the table says so, as a failure.
     (none,) = estimate_rows("12 skipped in 3.2s")
     assert none.ok is False and none.result == "no cases ran"
+
+
+def test_the_gpu_tests_are_collected_alone_so_a_gpu_host_needs_no_test_only_package(tmp_path: Path) -> None:
+    from gpufleet.commands.doctor_checks import estimate_line, gpu_test_files, gpu_tests_rows
+
+    mib = 2**20
+    line = estimate_line("mlp", {}, 256, "fp32", 1000 * mib, 1000 * mib, "context 1", first_step=900 * mib)
+    (tmp_path / "tests" / "gpu").mkdir(parents=True)
+    (tmp_path / "tests" / "web").mkdir()
+    (tmp_path / "tests" / "gpu" / "test_step.py").write_text(
+        "import pytest\n\n\n@pytest.mark.gpu\ndef test_step():\n"
+        f"    print({line!r})\n")
+    # A file of the suite that needs a package this host does not have: collecting it would fail.
+    (tmp_path / "tests" / "web" / "test_browser.py").write_text(
+        "import a_test_only_package_this_host_lacks\n\n\ndef test_page():\n    pass\n")
+    assert gpu_test_files(tmp_path) == ["tests/gpu/test_step.py"]
+    tests, estimate = gpu_tests_rows(tmp_path)
+    assert (tests.check, tests.result, tests.ok) == ("gpu-marked tests", "passed", True), tests.detail
+    assert "1 passed" in tests.detail
+    assert estimate.ok is True and "after step 1 900 MiB" in estimate.detail
+    # A checkout whose tests hold no gpu-marked file says so rather than passing on nothing.
+    (tmp_path / "tests" / "gpu" / "test_step.py").unlink()
+    (nothing,) = gpu_tests_rows(tmp_path)
+    assert nothing.ok is False and nothing.result == "none found"

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ESTIMATE_BOUND = 0.10
+# The estimate's bound on a real GPU, as against the reference runs (tests/scheduling/
+# test_estimate_reference.py): at most 2 % under what NVML measures, at most 5 % over.
+ESTIMATE_UNDER, ESTIMATE_OVER = 0.02, 0.05
 
 
 @dataclass
@@ -99,12 +101,33 @@ def simulated_fleet(settings: Any) -> tuple[Any, list[Any]]:
     return backend, backend.detect_gpus()
 
 
+# The mark as code applies it: a decorator, ``pytestmark = pytest.mark.gpu``, or an item of a pytestmark list.
+_GPU_MARK = re.compile(r"^(?:\s*@|pytestmark\s*=\s*\[?\s*|\s+)pytest\.mark\.gpu\b", re.MULTILINE)
+
+
+def gpu_test_files(root: Path) -> list[str]:
+    """The test files that hold gpu-marked tests, relative to ``root``. The doctor collects
+    only these: collecting the whole suite imports every test-only package (browsers,
+    property testing, …), which a GPU host with only gpufleet's dependencies and pytest lacks."""
+    found = []
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        try:
+            if _GPU_MARK.search(path.read_text(errors="replace")):
+                found.append(str(path.relative_to(root)))
+        except OSError:
+            continue
+    return found
+
+
 def gpu_tests_rows(root: Path | None) -> list[Row]:
     """The gpu-marked tests, and the estimate-versus-measured lines test_memory_gpu prints."""
     if root is None:
         return [Row("gpu-marked tests", "skipped", "no source checkout here (tests/ is not installed)")]
+    files = gpu_test_files(root)
+    if not files:
+        return [Row("gpu-marked tests", "none found", f"no test file under {root / 'tests'} is gpu-marked", False)]
     done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-s", "-p", "no:cacheprovider",
-                           "tests"], cwd=root, capture_output=True, text=True)
+                           *files], cwd=root, capture_output=True, text=True)
     tail = (done.stdout.strip().splitlines() or ["no output"])[-1]
     rows = [Row("gpu-marked tests", "passed" if done.returncode == 0 else f"exit {done.returncode}", tail,
                 done.returncode == 0)]
@@ -112,24 +135,29 @@ def gpu_tests_rows(root: Path | None) -> list[Row]:
 
 
 def estimate_line(recipe: str, values: dict, batch: int, precision: str, estimated: int, measured: int,
-                  detail: str) -> str:
-    """The line tests/scheduling/test_memory_gpu.py prints per case, which the table reads back."""
+                  detail: str, first_step: int | None = None) -> str:
+    """The line tests/scheduling/test_memory_gpu.py prints per case, which the table reads back:
+    ``measured`` is NVML's figure at the steady state (after step 3), ``first_step`` after step 1."""
     signed = (estimated - measured) / measured
-    return (f"ESTIMATE {recipe} {values} batch {batch} {precision}: estimated {estimated} measured {measured} "
-            f"({detail}) error {signed:+.2%}")
+    step1 = f" step1 {first_step}" if first_step is not None else ""
+    return (f"ESTIMATE {recipe} {values} batch {batch} {precision}: estimated {estimated} measured {measured}"
+            f"{step1} ({detail}) error {signed:+.2%}")
 
 
-_ESTIMATE = re.compile(r"ESTIMATE (\S+) (.*?) batch (\d+) (\S+): estimated (\d+) measured (\d+) .* error ([-+][\d.]+)%")
+_ESTIMATE = re.compile(r"ESTIMATE (\S+) (.*?) batch (\d+) (\S+): estimated (\d+) measured (\d+)(?: step1 (\d+))?"
+                       r" .* error ([-+][\d.]+)%")
 
 
 def estimate_rows(output: str) -> list[Row]:
     """One row per estimate line in ``output``; a row saying none came when there is none."""
     rows = []
     for m in _ESTIMATE.finditer(output):
-        recipe, _, batch, precision, est, measured, err = m.groups()
+        recipe, _, batch, precision, est, measured, step1, err = m.groups()
+        first = f"; after step 1 {int(step1) / 2**20:,.0f} MiB" if step1 else ""
         rows.append(Row(f"estimate {recipe} b{batch} {precision}",
                         f"{int(est) / 2**20:,.0f} / {int(measured) / 2**20:,.0f} MiB",
-                        f"estimated / NVML-measured, error {err}%", abs(float(err)) <= ESTIMATE_BOUND * 100))
+                        f"estimated / NVML-measured at step 3, error {err}%{first}",
+                        -ESTIMATE_UNDER * 100 <= float(err) <= ESTIMATE_OVER * 100))
     if not rows:
         rows.append(Row("estimate vs measured", "no cases ran",
                         "tests/scheduling/test_memory_gpu.py printed no estimate (skipped?)", False))
