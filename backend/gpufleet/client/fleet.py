@@ -12,7 +12,7 @@ from gpufleet.client.sharing import checked
 if TYPE_CHECKING:
     from gpufleet.wire.metrics import LivePublic
     from gpufleet.wire.recipes import RecipesPublic
-    from gpufleet.wire.selection import RecommendationPublic, ValidationPublic
+    from gpufleet.wire.selection import FitPublic, RecommendationPublic, ValidationPublic
     from gpufleet.wire.system import DrainPublic, GPUsPublic, HostsPublic, TopologyPublic
 
 API = "/api/v1"
@@ -64,6 +64,15 @@ class FleetCalls:
             return self._post(RecommendationPublic, f"{API}/system/gpus/recommend", body)
         return self._get(RecommendationPublic, f"{API}/system/gpus/recommend", memory_mb=memory_mb, count=count,
                          host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates)
+
+    def fit(self, recipe: str, config: dict[str, Any] | None = None, *, count: int | None = None,
+            host: str | None = None) -> FitPublic:
+        """What fits: ranks, DDP or FSDP, the largest micro-batch and its accumulation passes, keeping the
+        config's global batch. Each layout is traced on the server: give the client a timeout of minutes."""
+        from gpufleet.wire.selection import FitBody, FitPublic
+
+        body = checked(FitBody, "fit", recipe=recipe, config=config or {}, count=count, host=host)
+        return self._post(FitPublic, f"{API}/system/gpus/fit", body)
 
     def validate(self, gpu_ids: list[int], *, host: str | None = None, recipe: str | None = None,
                  config: dict[str, Any] | None = None, memory_mb: int | None = None,

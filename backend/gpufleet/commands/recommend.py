@@ -99,7 +99,8 @@ def recommend(
     memory: Annotated[str | None, typer.Option("--memory", help="instead of --recipe, for your own code: the "
                                                                 "memory one rank needs, e.g. 40GiB")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="YAML/JSON file of recipe fields")] = None,
-    count: Annotated[int, typer.Option("--count", min=1, max=64, help="GPUs (one DDP rank each)")] = 1,
+    count: Annotated[int | None, typer.Option("--count", min=1, max=64, help="GPUs (one DDP rank each; "
+                                                                         "default 1, with --fit: tried)")] = None,
     host: Annotated[str | None, typer.Option("--host", help="only this host")] = None,
     policy: Annotated[str, typer.Option("--policy", help="pack (best fit) or spread")] = "pack",
     shared: Annotated[bool, typer.Option("--shared", help="may share GPUs with other small trainings")] = False,
@@ -109,9 +110,11 @@ def recommend(
     server: ServerOpt = None,
     local: Annotated[bool, typer.Option("--local", help="read the fleet from the database here instead of "
                                                         "asking a server")] = False,
+    fit_: Annotated[bool, typer.Option("--fit", help="choose the layout: how many GPUs, DDP or FSDP, the "
+                                                     "largest micro-batch (the global batch kept)")] = False,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
-    code's memory per rank (--memory)."""
+    code's memory per rank (--memory). With --fit: what fits, and the layout to start it with."""
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.config import parse_overrides, read_config_file
 
@@ -130,6 +133,14 @@ def recommend(
         values.update(parse_overrides(sets or []))
     except (TrainingConfigError, ValueError) as exc:
         _fail(str(exc))
+    if fit_:
+        if recipe is None:
+            _fail("--fit lays out a recipe's config: give --recipe (your own code's memory is what you declare)")
+        if local:
+            _fail("--fit traces each layout in a server's estimate processes: drop --local")
+        _fit(server, recipe, values, count, host, as_json)
+        return
+    count = count or 1
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
     rec = (_from_database(recipe, values, mem_bytes, **kw) if local
            else _from_server(server, recipe, values, mem_bytes, **kw))
@@ -154,6 +165,45 @@ def recommend(
     # Folded at the terminal's width (whole in a pipe): the method says how the figures were found.
     console.print(f"method: {est.method}", highlight=False)
     _candidates(console, rec)
+
+
+def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | None, host: str | None,
+         as_json: bool) -> None:
+    from gpufleet.client import Client, GpufleetError, ServerUnreachable
+
+    try:
+        # Every layout tried is traced on the server: minutes for a large model on a busy machine.
+        with Client(server, timeout=600.0) as c:
+            answer = c.fit(recipe, values, count=count, host=host)
+    except ServerUnreachable as exc:
+        _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
+    except (GpufleetError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(answer.model_dump(mode="json"), indent=2))
+        return
+    from gpufleet.commands.tables import Column, print_table
+
+    console = make_console()
+    columns = [Column("GPUs", justify="right"), Column("strategy"), Column("micro-batch", justify="right"),
+               Column("accum", justify="right"), Column("per rank", justify="right"), Column("fits"),
+               Column("where", shorten=True, min_width=12)]
+    rows = [[str(o.world_size), o.strategy, str(o.micro_batch_size), str(o.grad_accum_steps),
+             fmt_size(o.memory_bytes), o.fits,
+             f"{o.host}: {','.join(map(str, o.gpu_indexes))}" if o.fits == "now" else o.reason]
+            for o in answer.options]
+    print_table(console, columns, rows, title=f"{recipe}, global batch {answer.global_batch_size}: the largest "
+                                              "micro-batch per rank that fits, per layout tried")
+    for line in answer.never:
+        console.print(f"[yellow]never:[/] {line}", highlight=False)
+    if answer.pick is None:
+        console.print(f"[yellow]nothing fits:[/] {answer.why}", highlight=False)
+        raise typer.Exit(1)
+    p = answer.pick
+    console.print(f"[bold]pick:[/] {answer.why}", highlight=False)
+    sets = " ".join(f"--set {k}={v}" for k, v in p.config.items())
+    gpus = f" --gpus {p.world_size}" if p.world_size > 1 else ""
+    console.print(f"start it: gpufleet train --recipe {recipe}{gpus} {sets}", highlight=False, soft_wrap=True)
 
 
 def _candidates(console: Console, rec: RecommendationPublic) -> None:

@@ -76,6 +76,47 @@ class RecommendBody(RequestBody):
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 
 
+class FitBody(RequestBody):
+    """A recipe's config whose layout gpufleet chooses: ranks, strategy, micro-batch, accumulation."""
+
+    recipe: str = Field(min_length=1, max_length=128, json_schema_extra=installed_recipes)
+    config: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA,
+                                   description="the recipe's fields; its global_batch_size is kept, and "
+                                               "micro_batch_size, grad_accum_steps and strategy are chosen")
+    count: int | None = Field(default=None, ge=1, le=MAX_COUNT,
+                              description="exactly this many GPUs; empty: 1, 2, 4, … up to the most one host has")
+    host: str | None = Field(default=None, max_length=MAX_HOST_CHARS, description="only this host")
+
+    _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+
+class FitOptionPublic(BaseModel):
+    """One layout of the global batch and where it fits."""
+
+    world_size: int
+    strategy: str = Field(description="single (one GPU), ddp or fsdp")
+    micro_batch_size: int
+    grad_accum_steps: int
+    memory_bytes: int = Field(description="the estimate per rank (what the scheduler reserves on each GPU)")
+    fits: Literal["now", "later"] = Field(description="now: on GPUs free now; later: once GPUs free up")
+    host: str | None = Field(default=None, description="where it fits now")
+    gpu_indexes: list[int] = Field(default_factory=list)
+    reason: str = ""
+    config: dict[str, Any] = Field(description="the fields to send with the training for this layout "
+                                               "(strategy, micro_batch_size, grad_accum_steps)")
+
+
+class FitPublic(BaseModel):
+    recipe: str
+    global_batch_size: int
+    pick: FitOptionPublic | None = Field(description="the first layout that fits now (fewest GPUs, DDP before "
+                                                     "FSDP, largest micro-batch), else the first that fits later")
+    why: str
+    options: list[FitOptionPublic] = Field(description="each world size and strategy tried, with its largest "
+                                                       "micro-batch that fits")
+    never: list[str] = Field(default_factory=list, description="layouts no host of the fleet can hold")
+
+
 class ValidatePart(RequestBody):
     host: str = Field(min_length=1, max_length=MAX_HOST_CHARS)
     gpu_ids: list[GPUIndex] = Field(min_length=1, max_length=MAX_COUNT)

@@ -588,6 +588,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/system/gpus/fit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fit Config
+         * @description What fits: the largest micro-batch per rank (the global batch kept through gradient accumulation),
+         *     DDP or FSDP, and how many GPUs, on the fleet as it is now.
+         *
+         *     Each layout tried is estimated as a training's would be (traced in the estimate pool, calibrated by
+         *     earlier runs); the answer lists every world size and strategy tried with its largest micro-batch that
+         *     fits, and picks one. A recipe or config that is wrong is a 422; a fleet with no host that can ever
+         *     hold the training is a 200 with no pick and ``why`` saying so.
+         */
+        post: operations["gpus-fit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/system/gpus/recommend": {
         parameters: {
             query?: never;
@@ -1391,6 +1417,117 @@ export interface components {
          * @enum {string}
          */
         FinalStatus: "succeeded" | "failed" | "cancelled" | "reclaimed";
+        /**
+         * FitBody
+         * @description A recipe's config whose layout gpufleet chooses: ranks, strategy, micro-batch, accumulation.
+         */
+        FitBody: {
+            /**
+             * Config
+             * @description the recipe's config fields; numbers anywhere in it are finite (no NaN or Infinity), integers lie within ±9007199254740991, and data_path has at most 1024 characters, 255 per part
+             */
+            config?: {
+                checkpoint_every?: number;
+                data_path?: string | null;
+                ddp_bucket_mb?: number;
+                global_batch_size?: number;
+                grad_accum_steps?: number;
+                grad_clip?: number | null;
+                keep_checkpoints?: number;
+                log_every?: number;
+                lr?: number;
+                max_steps?: number;
+                micro_batch_size?: number | null;
+                seed?: number;
+                warmup_steps?: number;
+                weight_decay?: number;
+            } & {
+                [key: string]: unknown;
+            };
+            /**
+             * Count
+             * @description exactly this many GPUs; empty: 1, 2, 4, … up to the most one host has
+             */
+            count?: number | null;
+            /**
+             * Host
+             * @description only this host
+             */
+            host?: string | null;
+            /**
+             * Recipe
+             * @enum {string}
+             */
+            recipe: "mlp" | "sae";
+        };
+        /**
+         * FitOptionPublic
+         * @description One layout of the global batch and where it fits.
+         */
+        FitOptionPublic: {
+            /**
+             * Config
+             * @description the fields to send with the training for this layout (strategy, micro_batch_size, grad_accum_steps)
+             */
+            config: {
+                [key: string]: unknown;
+            };
+            /**
+             * Fits
+             * @description now: on GPUs free now; later: once GPUs free up
+             * @enum {string}
+             */
+            fits: "now" | "later";
+            /** Gpu Indexes */
+            gpu_indexes?: number[];
+            /** Grad Accum Steps */
+            grad_accum_steps: number;
+            /**
+             * Host
+             * @description where it fits now
+             */
+            host?: string | null;
+            /**
+             * Memory Bytes
+             * @description the estimate per rank (what the scheduler reserves on each GPU)
+             */
+            memory_bytes: number;
+            /** Micro Batch Size */
+            micro_batch_size: number;
+            /**
+             * Reason
+             * @default
+             */
+            reason: string;
+            /**
+             * Strategy
+             * @description single (one GPU), ddp or fsdp
+             */
+            strategy: string;
+            /** World Size */
+            world_size: number;
+        };
+        /** FitPublic */
+        FitPublic: {
+            /** Global Batch Size */
+            global_batch_size: number;
+            /**
+             * Never
+             * @description layouts no host of the fleet can hold
+             */
+            never?: string[];
+            /**
+             * Options
+             * @description each world size and strategy tried, with its largest micro-batch that fits
+             */
+            options: components["schemas"]["FitOptionPublic"][];
+            /** @description the first layout that fits now (fewest GPUs, DDP before FSDP, largest micro-batch), else the first that fits later */
+            pick: components["schemas"]["FitOptionPublic"] | null;
+            /** Recipe */
+            recipe: string;
+            /** Why */
+            why: string;
+        };
         /** GPUAvailabilityPublic */
         GPUAvailabilityPublic: {
             /** Free Memory */
@@ -6958,6 +7095,106 @@ export interface operations {
             };
         };
     };
+    "gpus-fit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FitBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FitPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The host named is not registered; the message lists the known hosts */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "gpus-recommend": {
         parameters: {
             query?: {
@@ -10565,6 +10802,8 @@ export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyAr
 export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
 export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
 export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed"];
+export const fitBodyRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitBody"]["recipe"]> = ["mlp", "sae"];
+export const fitOptionPublicFitsValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitOptionPublic"]["fits"]> = ["now", "later"];
 export const liveBatchTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveBatch"]["type"]> = ["batch"];
 export const liveErrorTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveError"]["type"]> = ["error"];
 export const liveHelloTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveHello"]["type"]> = ["hello"];

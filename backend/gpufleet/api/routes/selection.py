@@ -21,6 +21,9 @@ from gpufleet.wire.selection import (
     MAX_COUNT,
     AcrossHostsPublic,
     CandidatePublic,
+    FitBody,
+    FitOptionPublic,
+    FitPublic,
     ProblemPublic,
     RecommendationPublic,
     RecommendBody,
@@ -236,6 +239,75 @@ async def recommend_for_config(
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
     rec, sets = await run_in_threadpool(_fleet, settings, estimate.key, _across(req, body.across_hosts))
     return _public(rec, estimate, sets)
+
+
+@router.post("/fit", response_model=FitPublic, operation_id="gpus-fit", responses=UNKNOWN_HOST)
+async def fit_config(body: FitBody, request: Request, settings: SettingsDep, user: ViewerUser) -> FitPublic:
+    """What fits: the largest micro-batch per rank (the global batch kept through gradient accumulation),
+    DDP or FSDP, and how many GPUs, on the fleet as it is now.
+
+    Each layout tried is estimated as a training's would be (traced in the estimate pool, calibrated by
+    earlier runs); the answer lists every world size and strategy tried with its largest micro-batch that
+    fits, and picks one. A recipe or config that is wrong is a 422; a fleet with no host that can ever
+    hold the training is a 200 with no pick and ``why`` saying so.
+    """
+    import anyio.from_thread
+
+    from gpufleet.scheduling.fit import fit, fleet_placer, layout_values, most_gpus, world_sizes
+    from gpufleet.scheduling.memory import EstimateError
+    from gpufleet.scheduling.memory_pool import EstimateBusy
+    from gpufleet.scheduling.plan import estimate_for
+    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.training.recipes import get_recipe
+
+    await run_in_threadpool(_known_host, settings, body.host)
+    try:
+        cfg = get_recipe(body.recipe).resolve_config(dict(body.config))
+    except (TrainingConfigError, KeyError, ValueError) as exc:
+        raise HTTPException(422, str(exc)) from None
+    if cfg.parallel_mode != "equal":
+        raise HTTPException(422, f"parallel_mode {cfg.parallel_mode} sets each rank's batch itself; a fit lays "
+                                 "out equal ranks: leave parallel_mode at equal")
+    # One fit is one estimate against the per-user limit, however many layouts it traces.
+    await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
+    pool = get_estimate_pool(request.app, settings)
+
+    def search(fleet: Any) -> Any:
+        most = body.count or most_gpus(fleet, body.host)
+        worlds = [body.count] if body.count else world_sizes(cfg.global_batch_size, most)
+        if not worlds or most == 0:
+            raise HTTPException(422, "no host of the fleet has GPUs to fit on" if most == 0 else
+                                f"global_batch_size {cfg.global_batch_size} does not split over any of "
+                                f"1..{most} GPUs")
+        if body.count and cfg.global_batch_size % body.count:
+            raise HTTPException(422, f"global_batch_size {cfg.global_batch_size} is not divisible by "
+                                     f"--count {body.count}")
+
+        def estimate(world: int, strategy: str, micro: int, accum: int) -> Any:
+            values = layout_values(body.config, strategy, micro, accum)
+            anyio.from_thread.run(pool.trace, body.recipe, values, world, settings.data_root)
+            with session_factory(settings)() as sess:
+                return estimate_for(sess, body.recipe, values, world_size=world, data_root=settings.data_root)
+
+        return fit(cfg.global_batch_size, worlds, estimate, fleet_placer(fleet, body.host))
+
+    try:
+        answer = await run_in_threadpool(_fleet, settings, None, search)
+    except EstimateBusy as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
+    except (TrainingConfigError, EstimateError) as exc:
+        raise HTTPException(422, str(exc)) from None
+
+    def public(o: Any) -> FitOptionPublic:
+        p = o.placement
+        return FitOptionPublic(world_size=o.world_size, strategy=o.strategy, micro_batch_size=o.micro_batch_size,
+                               grad_accum_steps=o.grad_accum_steps, memory_bytes=o.memory_bytes, fits=p.fits,
+                               host=p.host, gpu_indexes=list(p.gpu_indexes), reason=p.reason,
+                               config={k: v for k, v in layout_values({}, o.strategy, o.micro_batch_size,
+                                                                      o.grad_accum_steps).items()})
+    return FitPublic(recipe=body.recipe, global_batch_size=answer.global_batch_size,
+                     pick=public(answer.pick) if answer.pick else None, why=answer.why,
+                     options=[public(o) for o in answer.options], never=list(answer.never))
 
 
 @router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
