@@ -5,6 +5,7 @@
  */
 import { call } from './client';
 import type {
+  FitBody,
   GroupQuota,
   RecommendBody,
   Session,
@@ -31,6 +32,8 @@ export const endpoints = {
     call('get', '/api/v1/system/metrics/history', { query: { ...q, gpu: q.gpu === undefined ? undefined : [q.gpu].flat() }, signal }),
   recommend: (body: Partial<RecommendBody> & Pick<RecommendBody, 'recipe' | 'config' | 'count'>) =>
     call('post', '/api/v1/system/gpus/recommend', { body: body as RecommendBody }),
+  /** What fits: GPUs, DDP or FSDP and the largest micro-batch, the global batch kept; one trace per layout tried. */
+  fit: (body: Partial<FitBody> & Pick<FitBody, 'recipe' | 'config'>) => call('post', '/api/v1/system/gpus/fit', { body: body as FitBody }),
   validate: (body: Partial<ValidateBody> & Pick<ValidateBody, 'gpu_ids'>) => call('post', '/api/v1/system/gpus/validate', { body: body as ValidateBody }),
   /** Take a GPU out of scheduling (admins), or put it back. Trainings on it keep running. */
   drain: (host: string, index: number, reason?: string) =>

@@ -5,7 +5,7 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
 import { candidate, gpu, recipe, recipeField, recipes, recommendation, training, validation } from '../../test/factories';
-import type { Recipe } from '../../api/types';
+import type { FitResponse, Recipe } from '../../api/types';
 import { useFleet } from '../fleet/useFleet';
 import { CreateTrainingPage } from './CreateTrainingPage';
 
@@ -56,6 +56,37 @@ describe('CreateTrainingPage', () => {
     expect(screen.getByLabelText(/sim-host · GPU 0/)).not.toBeChecked();
     // GPU 2 has 6 GiB free: the indicator says it falls short.
     expect(screen.getByTestId('sel-sim-host-2')).toHaveTextContent('short by 4.0 GiB');
+  });
+
+  it('fits the config to the fleet: the pick fills the layout fields and the GPU count', async () => {
+    const { recommend } = setup();
+    const why = '2 GPU(s), ddp, micro-batch 64 x 2 accumulation pass(es) fits now on sim-host GPU(s) 0, 1';
+    const fit = vi.spyOn(endpoints, 'fit').mockResolvedValue({
+      recipe: 'sae', global_batch_size: 256, why, options: [], never: [],
+      pick: { world_size: 2, strategy: 'ddp', micro_batch_size: 64, grad_accum_steps: 2, memory_bytes: 10 * GiB, fits: 'now', host: 'sim-host', gpu_indexes: [0, 1], reason: '', config: { strategy: 'ddp', micro_batch_size: 64, grad_accum_steps: 2 } },
+    } as FitResponse);
+    await preselected();
+    await userEvent.click(screen.getByRole('button', { name: 'Fit to the fleet' }));
+    await waitFor(() => expect(screen.getByTestId('fit-why')).toHaveTextContent(why));
+    // The server lays out the global batch itself: the layout fields the form holds are not sent.
+    expect(fit.mock.calls[0][0]).toMatchObject({ recipe: 'sae', config: expect.objectContaining({ d_in: 64, global_batch_size: 256 }) });
+    expect(fit.mock.calls[0][0].config).not.toHaveProperty('strategy');
+    expect(screen.getByLabelText('GPUs wanted')).toHaveValue(2);
+    expect(screen.getByLabelText('Micro-batch per rank')).toHaveValue('64');
+    expect(screen.getByLabelText('Strategy')).toHaveValue('ddp');
+    // The recommendation follows the picked layout, so the preselected set is where it fits.
+    await waitFor(() => expect(recommend).toHaveBeenLastCalledWith(expect.objectContaining({ count: 2, config: expect.objectContaining({ micro_batch_size: 64, strategy: 'ddp' }) })));
+  });
+
+  it('says why nothing fits and leaves the form as it was', async () => {
+    setup();
+    vi.spyOn(endpoints, 'fit').mockResolvedValue({ recipe: 'sae', global_batch_size: 256, pick: null, options: [], never: [], why: 'nothing fits on any host of the fleet: 1 GPU(s) with single: even a micro-batch of 1 holds more' } as FitResponse);
+    await preselected();
+    await userEvent.click(screen.getByRole('button', { name: 'Fit to the fleet' }));
+    await waitFor(() => expect(screen.getByTestId('fit-why')).toHaveTextContent('nothing fits on any host'));
+    expect(screen.getByTestId('fit-why')).toHaveClass('field-error');
+    expect(screen.getByLabelText('GPUs wanted')).toHaveValue(1);
+    expect(screen.getByLabelText('Strategy')).toHaveValue('auto');
   });
 
   it('shows validation problems inline before submit', async () => {

@@ -2,7 +2,7 @@ import { useEffect, useMemo, useState, type FormEvent } from 'react';
 import { useNavigate } from 'react-router-dom';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
-import type { TrainingCreate } from '../../api/types';
+import type { FitBody, TrainingCreate } from '../../api/types';
 import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
 import { GpuSelector, type Selection } from './GpuSelector';
@@ -71,6 +71,8 @@ export function CreateTrainingPage() {
   const [serverErrors, setServerErrors] = useState<Record<string, string>>({});
   const [submitError, setSubmitError] = useState<string | null>(null);
   const [submitting, setSubmitting] = useState(false);
+  const [fit, setFit] = useState<{ text: string; failed: boolean } | null>(null);
+  const [fitting, setFitting] = useState(false);
 
   const { config, errors } = useMemo(() => (spec ? toConfig(spec, values) : { config: {}, errors: {} }), [spec, values]);
   const ok = spec !== null && Object.keys(errors).length === 0;
@@ -99,6 +101,29 @@ export function CreateTrainingPage() {
   const setField = (k: string, v: string) => {
     setValues((old) => ({ ...old, [k]: v }));
     setServerErrors(({ [k]: _drop, ...rest }) => rest);
+  };
+
+  /** Ask the server what fits this config (the global batch kept) and fill in its pick: the layout
+   * fields, the GPU count, and the recommended set for them. */
+  const fitToFleet = async () => {
+    if (!ok || recipe === null) return;
+    setFitting(true);
+    setFit(null);
+    try {
+      const { micro_batch_size: _m, grad_accum_steps: _a, strategy: _s, ...rest } = config;
+      const answer = await endpoints.fit({ recipe: recipe as FitBody['recipe'], config: rest });
+      const pick = answer.pick;
+      if (pick) {
+        setValues((old) => ({ ...old, ...Object.fromEntries(Object.entries(pick.config).map(([k, v]) => [k, String(v)])) }));
+        setCount(pick.world_size);
+        setTouched(false);
+      }
+      setFit({ text: answer.why, failed: !pick });
+    } catch (err) {
+      setFit({ text: `could not fit: ${(err as ApiError).message}`, failed: true });
+    } finally {
+      setFitting(false);
+    }
   };
 
   const submit = async (e: FormEvent) => {
@@ -206,7 +231,15 @@ export function CreateTrainingPage() {
                 Use recommended
               </button>
             )}
+            <button type="button" onClick={fitToFleet} disabled={!ok || fitting} title="the largest micro-batch, DDP or FSDP, and the fewest GPUs that hold it now">
+              {fitting ? 'Fitting…' : 'Fit to the fleet'}
+            </button>
           </div>
+          {fit && (
+            <div className={fit.failed ? 'field-error' : 'candidates'} data-testid="fit-why">
+              {fit.text}
+            </div>
+          )}
           {top && (
             <div className="candidates">
               Recommended: {top.host} GPU {top.gpu_indexes.join(', ')} ({top.connection}) — {top.reasons.join('; ')}
