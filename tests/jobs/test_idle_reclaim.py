@@ -73,7 +73,9 @@ def test_a_training_left_idle_past_the_window_is_warned_then_reclaimed_with_its_
              "the training to have run longer than the idle window")
     body = get_training(c, tid)
     assert body["status"] == "running" and body["idle_since"] is None and body["idle_warned_at"] is None
-    assert not [e for e in get_events(c, tid) if e["kind"] == "warning"]
+    # (A simulated rank holds its process's memory on top of the context, more than the estimate of a
+    # tiny model reserved: that warning is the reservation's, not the idle rule's.)
+    assert not [e for e in get_events(c, tid) if e["kind"] == "warning" and "reserved for it" not in e["reason"]]
     simstate.set_idle(s, 0)
     body = wait_status(c, tid, FINAL, 120)
     assert body["status"] == "reclaimed", body

@@ -21,11 +21,12 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
-from gpufleet.db.models import Training, TrainingMetric
+from gpufleet.db.models import GPUAllocation, Host, Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.peak_memory import PeakMemory
+from gpufleet.jobs.peak_memory import TRIM_MARGIN, PeakMemory
 from gpufleet.lifecycle.transitions import record_event
+from gpufleet.scheduling.types import fmt_bytes
 from gpufleet.sessions import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 from gpufleet.training.ownedfiles import read_regular
@@ -83,7 +84,10 @@ class MetricsSink:
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
-        self.memory = PeakMemory()
+        self.memory = PeakMemory(reserved=t.memory_estimate, shared=not t.exclusive)
+        self._is_session = t.kind == "session"
+        self._step: int | None = None  # the newest step the ranks reported
+        self._trim_to: int | None = None  # a trimmed reservation not yet written
         self._session_lines: list[dict[str, Any]] = []
 
     # -- setup -------------------------------------------------------------
@@ -176,6 +180,7 @@ class MetricsSink:
                 metrics=metrics, rank_step_times=times,
             )
             self._row["step"] = step
+            self._step = step
             if line.get("loss") is not None:
                 self._row["last_loss"] = float(line["loss"])
             for rank, t, med in self.straggler.observe(times):
@@ -242,6 +247,7 @@ class MetricsSink:
                 self._handle(line)
             except (KeyError, TypeError, ValueError):
                 log.warning("ignoring a malformed progress line for %s: %r", self.tid, line)
+        self._judge_reservation(final)
         now = time.monotonic()
         # The first step is written at once: it is what a person waits for.
         first_step = bool(self._metrics) and not self._wrote_metrics
@@ -249,6 +255,20 @@ class MetricsSink:
             return "ok"
         self._last_flush = now
         return self._flush(final)
+
+    def _judge_reservation(self, final: bool) -> None:
+        """Say a rank above its reservation; trim a reservation the steady state leaves well above its peak
+        (not at the end: the GPUs are about to be released whole)."""
+        if (over := self.memory.overrun()) is not None:
+            who = "the session's process" if self._is_session else f"rank {over['rank']}"
+            self._event("warning", f"{who} holds {fmt_bytes(over['measured'])} on its GPU, over the "
+                        f"{fmt_bytes(over['reserved'])} reserved for it: work placed beside it may run out of "
+                        "memory; the next estimate of this shape counts what this run measures", over)
+        if not final and (trim := self.memory.trim(self._step)) is not None:
+            self._trim_to = trim["to"]
+            self._event("info", f"reservation trimmed from {fmt_bytes(trim['from'])} to {fmt_bytes(trim['to'])} "
+                        f"per GPU: the ranks hold at most {fmt_bytes(trim['measured'])} at step {trim['step']} "
+                        f"(+{TRIM_MARGIN:.0%}); the rest of each GPU can take other work", trim)
 
     def _flush(self, final: bool) -> str:
         if final and (memory := self.memory.summary()) is not None:
@@ -272,6 +292,14 @@ class MetricsSink:
                 sess.rollback()
                 return "lost"
             cancel, preempted_by, reclaim = answer
+            if self._trim_to is not None:
+                # This host's GPUs of this attempt: what the scheduler counts as taken on them.
+                on_this_host = select(Host.id).where(Host.name == self.host_name).scalar_subquery()
+                sess.execute(update(GPUAllocation).where(
+                    GPUAllocation.training_id == self.tid, GPUAllocation.released_at.is_(None),
+                    GPUAllocation.host_id == on_this_host, GPUAllocation.reserved_memory > self._trim_to,
+                ).values(reserved_memory=self._trim_to).execution_options(synchronize_session=False))
+                self._trim_to = None
             self._write(sess, metrics, events)
         if not final:
             self.renewed_at = began

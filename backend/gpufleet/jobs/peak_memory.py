@@ -11,6 +11,7 @@ the ranks (ranks on the CPU, GPUs of other vendors).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,14 +19,40 @@ from typing import Any
 from gpufleet.telemetry.procmem import PeakWatch
 
 SAMPLE_EVERY_S = 0.5
+# A reservation is trimmed to the measured peak plus this margin, once the ranks are in their
+# steady state: at least TRIM_AFTER_STEPS steps reported and TRIM_AFTER_SAMPLES NVML samples taken.
+TRIM_MARGIN = 0.10
+TRIM_AFTER_STEPS = 3
+TRIM_AFTER_SAMPLES = 3
+# Only a trim that frees at least this share of the reservation is made (no churn for a few MiB).
+TRIM_WORTH = 0.10
 
 
 class PeakMemory:
-    def __init__(self) -> None:
+    """The ranks' measured peaks, and the reservation they are held to.
+
+    ``reserved`` is what the scheduler reserved on each of the ranks' GPUs (the
+    estimate, or the memory declared). A rank NVML sees above it is said once
+    (``overrun``): work packed beside the reservation may run out of memory, and
+    the next estimate of the shape counts what this run measured. Once the
+    ranks of a training that shares its GPUs are in their steady state, a
+    reservation well above the measured peak is trimmed to that peak plus a
+    margin (``trim``), so the rest of the GPU can take other work.
+    """
+
+    def __init__(self, reserved: int | None = None, shared: bool = False) -> None:
         self.watch: PeakWatch | None = None
         self.reported: list[int] | None = None  # the ranks' own lines
         self.kind: str | None = None
         self._sampled_at = 0.0
+        self.reserved = reserved
+        # Only a training that shares its GPUs (batches, sweep trials) is trimmed: an exclusive one
+        # holds its GPUs whole, and a smaller reservation would free nothing.
+        self.shared = shared
+        self.samples = 0  # NVML samples that saw the ranks
+        self._overrun: dict[str, int] | None = None
+        self._overrun_said = False
+        self._trimmed = False
 
     def watch_processes(self, nvml: Any, gpu_indexes: Sequence[int], launcher_pid: int) -> None:
         self.watch = PeakWatch(nvml, gpu_indexes, launcher_pid)
@@ -38,9 +65,36 @@ class PeakMemory:
         self._sampled_at = now
         before = list(self.watch.peaks)
         peaks = self.watch.sample()
-        if not peaks or not any(peaks) or peaks == before:
+        if not peaks or not any(peaks):
+            return {}
+        self.samples += 1
+        if self.reserved and not self._overrun_said and max(peaks) > self.reserved:
+            rank = max(range(len(peaks)), key=lambda i: peaks[i])
+            self._overrun = {"rank": rank, "measured": int(peaks[rank]), "reserved": int(self.reserved)}
+            self._overrun_said = True
+        if peaks == before:
             return {}
         return {"peak_memory_per_rank": list(peaks), "measured_peak_memory": max(peaks)}
+
+    def overrun(self) -> dict[str, int] | None:
+        """The first NVML sample above the reservation, once per attempt; else None."""
+        said, self._overrun = self._overrun, None
+        return said
+
+    def trim(self, step: int | None) -> dict[str, int] | None:
+        """``{"from", "to", "measured", "step"}`` once, when the steady state's peak leaves the reservation
+        well above what the ranks hold; else None. Later samples are held to the trimmed figure."""
+        if (self._trimmed or not self.shared or not self.reserved or self.watch is None or not self.watch.measured
+                or step is None or step < TRIM_AFTER_STEPS or self.samples < TRIM_AFTER_SAMPLES):
+            return None
+        measured = max(self.watch.peaks)
+        to = math.ceil(measured * (1 + TRIM_MARGIN))
+        if to > self.reserved * (1 - TRIM_WORTH):
+            return None
+        self._trimmed = True
+        said = {"from": int(self.reserved), "to": int(to), "measured": int(measured), "step": int(step)}
+        self.reserved = to
+        return said
 
     def ranks_reported(self, per_rank: list[int], kind: str | None) -> dict[str, Any]:
         """A ``peak_memory`` line: the breakdown; the measured figure too while NVML has none."""
