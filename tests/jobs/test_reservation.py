@@ -58,7 +58,7 @@ def rank():
     proc.wait()
 
 
-def _training(settings, *, exclusive: bool, reserved: int) -> tuple[uuid.UUID, str]:
+def _training(settings, *, exclusive: bool, reserved: int, declared: bool = False) -> tuple[uuid.UUID, str]:
     tid, worker, host = uuid.uuid4(), f"w-{uuid.uuid4().hex[:6]}", f"h-{uuid.uuid4().hex[:6]}"
     with session_scope(settings) as sess:
         h = Host(name=host)
@@ -67,8 +67,10 @@ def _training(settings, *, exclusive: bool, reserved: int) -> tuple[uuid.UUID, s
         g = GPU(host_id=h.id, index=0, vendor="nvidia", backend="cuda", name="NVIDIA H100 80GB HBM3",
                 memory_total=80 * GiB)
         sess.add(g)
+        # The estimate's own figure is reserved, unless the submitter gave one (``declared``).
+        estimate = {"total": reserved + (GiB if declared else 0), "key": "mlp/x"}
         sess.add(Training(id=tid, name="packed", owner="o", recipe="mlp", config={}, status="running",
-                          exclusive=exclusive, memory_estimate=reserved, lease_owner=worker,
+                          exclusive=exclusive, memory_estimate=reserved, estimate=estimate, lease_owner=worker,
                           lease_expires_at=utcnow() + timedelta(seconds=60)))
         sess.flush()
         sess.add(GPUAllocation(training_id=tid, gpu_id=g.id, host_id=h.id, gpu_index=0, exclusive=exclusive,
@@ -137,11 +139,11 @@ def test_a_shared_trainings_reservation_is_trimmed_in_its_steady_state_and_an_ov
         assert sess.get(Training, tid).measured_peak_memory == 3 * GiB
 
 
-def test_an_exclusive_training_keeps_its_reservation_and_a_near_one_is_left_alone(db_settings, tmp_path, rank,
-                                                                                  monkeypatch) -> None:
+def test_exclusive_declared_and_near_reservations_are_left_alone(db_settings, tmp_path, rank, monkeypatch) -> None:
     monkeypatch.setattr(peak_memory, "SAMPLE_EVERY_S", 0.0)
-    for exclusive, reserved, used in ((True, 8 * GiB, 2 * GiB), (False, 2 * GiB + 100 * MiB, 2 * GiB)):
-        tid, who = _training(db_settings, exclusive=exclusive, reserved=reserved)
+    for exclusive, reserved, declared, used in ((True, 8 * GiB, False, 2 * GiB), (False, 8 * GiB, True, 2 * GiB),
+                                                (False, 2 * GiB + 100 * MiB, False, 2 * GiB)):
+        tid, who = _training(db_settings, exclusive=exclusive, reserved=reserved, declared=declared)
         progress = tmp_path / f"p-{tid}.jsonl"
         progress.touch()
         nvml = _NVML(rank.pid)
@@ -150,5 +152,6 @@ def test_an_exclusive_training_keeps_its_reservation_and_a_near_one_is_left_alon
         _steps(progress, 1, 10)
         _pump(sink, 6)
         got, events = _state(db_settings, tid)
-        # An exclusive training holds its GPU whole; 2.1 GiB for 2.0 measured is within the margin.
+        # An exclusive training holds its GPU whole; 8 GiB a person gave (a sweep's memory_mb) is theirs;
+        # 2.1 GiB for 2.0 measured is within the margin.
         assert got == reserved and not [e for e in events if e[0] == "warning" or "trimmed" in e[1]], events

@@ -51,6 +51,13 @@ def newest_checkpoint_step(ckpt_dir: Path) -> tuple[int, Path] | None:
     return best
 
 
+def _estimated_and_shared(t: Training) -> bool:
+    """Whether ``t`` shares its GPUs and reserves what the estimate said (not memory a person declared)."""
+    est = t.estimate if isinstance(t.estimate, dict) else {}
+    return (t.exclusive is False and t.memory_declared is None and t.memory_estimate is not None
+            and est.get("total") == t.memory_estimate and est.get("source") != "declared")
+
+
 class MetricsSink:
     def __init__(self, settings: Settings, t: Training, worker_id: str, progress: Path, host_name: str):
         self.settings = settings
@@ -84,7 +91,7 @@ class MetricsSink:
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
-        self.memory = PeakMemory(reserved=t.memory_estimate, shared=not t.exclusive)
+        self.memory = PeakMemory(reserved=t.memory_estimate, trimmable=_estimated_and_shared(t))
         self._is_session = t.kind == "session"
         self._step: int | None = None  # the newest step the ranks reported
         self._trim_to: int | None = None  # a trimmed reservation not yet written

@@ -35,20 +35,21 @@ class PeakMemory:
     estimate, or the memory declared). A rank NVML sees above it is said once
     (``overrun``): work packed beside the reservation may run out of memory, and
     the next estimate of the shape counts what this run measured. Once the
-    ranks of a training that shares its GPUs are in their steady state, a
-    reservation well above the measured peak is trimmed to that peak plus a
-    margin (``trim``), so the rest of the GPU can take other work.
+    ranks of a training that shares its GPUs are in their steady state, an
+    estimated reservation well above the measured peak is trimmed to that peak
+    plus a margin (``trim``), so the rest of the GPU can take other work.
     """
 
-    def __init__(self, reserved: int | None = None, shared: bool = False) -> None:
+    def __init__(self, reserved: int | None = None, trimmable: bool = False) -> None:
         self.watch: PeakWatch | None = None
         self.reported: list[int] | None = None  # the ranks' own lines
         self.kind: str | None = None
         self._sampled_at = 0.0
         self.reserved = reserved
-        # Only a training that shares its GPUs (batches, sweep trials) is trimmed: an exclusive one
-        # holds its GPUs whole, and a smaller reservation would free nothing.
-        self.shared = shared
+        # Only an estimated reservation of a training that shares its GPUs (batches, sweep trials) is
+        # trimmed: an exclusive one holds its GPUs whole, so a smaller reservation would free nothing,
+        # and memory a person declared is theirs to know (an evaluation later may need it).
+        self.trimmable = trimmable
         self.samples = 0  # NVML samples that saw the ranks
         self._overrun: dict[str, int] | None = None
         self._overrun_said = False
@@ -84,7 +85,7 @@ class PeakMemory:
     def trim(self, step: int | None) -> dict[str, int] | None:
         """``{"from", "to", "measured", "step"}`` once, when the steady state's peak leaves the reservation
         well above what the ranks hold; else None. Later samples are held to the trimmed figure."""
-        if (self._trimmed or not self.shared or not self.reserved or self.watch is None or not self.watch.measured
+        if (self._trimmed or not self.trimmable or not self.reserved or self.watch is None or not self.watch.measured
                 or step is None or step < TRIM_AFTER_STEPS or self.samples < TRIM_AFTER_SAMPLES):
             return None
         measured = max(self.watch.peaks)
