@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -107,6 +107,7 @@ def client_for() -> Iterator[Callable[[Settings], TestClient]]:
 # training), so a test that runs no agent does not depend on being fast.
 _beating: list[Settings] = []
 _beat_lock = threading.Lock()
+_write_lock = threading.Lock()  # held while the beat thread writes one host's heartbeat
 _beater: threading.Thread | None = None
 
 
@@ -118,6 +119,22 @@ def register(settings: Settings):
         _beating.append(settings)
         _start_heartbeats()
     return host_id
+
+
+@contextmanager
+def heartbeats_paused(settings: Settings) -> Iterator[None]:
+    """No heartbeat is written for ``settings``' host meanwhile: a test that counts its own database
+    sessions does not count the beat thread's (a write every 5 s, which a slow request can meet)."""
+    with _beat_lock:
+        paused = [s for s in _beating if s is settings]
+        _beating[:] = [s for s in _beating if s is not settings]
+    with _write_lock:
+        pass  # a beat already writing ends before the caller goes on
+    try:
+        yield
+    finally:
+        with _beat_lock:
+            _beating.extend(paused)
 
 
 def _start_heartbeats() -> None:
@@ -137,12 +154,17 @@ def _start_heartbeats() -> None:
             with _beat_lock:
                 hosts = list(_beating)
             for s in hosts:
-                try:
-                    # Only the time: a host the test marked offline (or drained) stays so.
-                    with write_session(s) as sess:
-                        sess.execute(update(Host).where(Host.name == s.host_name).values(last_heartbeat=utcnow()))
-                except Exception:  # noqa: BLE001 - a test may stop its database on purpose
-                    pass
+                with _write_lock:
+                    with _beat_lock:
+                        if not any(b is s for b in _beating):
+                            continue  # paused or forgotten meanwhile
+                    try:
+                        # Only the time: a host the test marked offline (or drained) stays so.
+                        with write_session(s) as sess:
+                            sess.execute(update(Host).where(Host.name == s.host_name)
+                                         .values(last_heartbeat=utcnow()))
+                    except Exception:  # noqa: BLE001 - a test may stop its database on purpose
+                        pass
 
     _beater = threading.Thread(target=beat, name="test-heartbeats", daemon=True)
     _beater.start()

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.db.session import engine_for, session_scope
 from gpufleet.lifecycle.models import Training
-from support.fleet import make_settings, register
+from support.fleet import heartbeats_paused, make_settings, register
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
@@ -70,7 +70,7 @@ def test_a_create_opens_one_session(tmp_path, request, backend) -> None:
     body = {"name": "one-session", "recipe": "mlp", "config": {"max_steps": 5, "global_batch_size": 16},
             "host": s.host_name}
     client.post("/api/v1/trainings", json=dict(body, name="warm-up"))  # first-use caches (recipes, pool)
-    with counting(s) as opened:
+    with heartbeats_paused(s), counting(s) as opened:
         r = client.post("/api/v1/trainings", json=body)
     assert r.status_code == 201, r.text
     assert len(opened.sessions) == 1, opened
