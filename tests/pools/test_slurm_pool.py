@@ -162,6 +162,16 @@ def test_cancel_signals_the_ranks_and_scancel_from_outside_ends_cancelled(pool_s
     assert "was cancelled outside gpufleet" in t.status_reason
 
 
+def test_a_pool_training_is_checked_against_the_pools_nodes_not_the_teams_hosts(pool_settings, member) -> None:
+    # The team has no host with two GPUs here (none at all); the pool's nodes have 2 GPUs each.
+    tid = _submit(pool_settings, member.pw_name, "wide", TINY, world_size=2)
+    row = _row(pool_settings, tid)
+    assert (row.status, row.pool, row.world_size) == ("queued", "cluster", 2)
+    with pytest.raises(service.PoolError, match="has 2 GPUs per node") as err:
+        _submit(pool_settings, member.pw_name, "wider", TINY, world_size=3)
+    assert err.value.field == "world_size"
+
+
 def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> None:
     name = short_name("nx")
     with write_session(pool_settings) as sess:

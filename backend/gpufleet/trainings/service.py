@@ -123,7 +123,8 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
     host = resolve_host(sess, req)
     if req.gpu_ids and host is not None:
         check_gpus(sess, host, req.gpu_ids, script=req.kind == "script")
-    if not req.gpu_ids and count > 1 and gang is None:
+    if not req.gpu_ids and count > 1 and gang is None and not req.pool:
+        # A pool's training is checked against the pool's nodes (pools/service.py), not the team's hosts.
         check_world_size(sess, count, req.host)
     common = dict(
         owner=owner, name=req.name, world_size=count, priority=req.priority,
