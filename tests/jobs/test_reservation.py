@@ -132,7 +132,7 @@ def test_a_shared_trainings_reservation_is_trimmed_in_its_steady_state_and_an_ov
     _pump(sink, 3)
     reserved, events = _state(db_settings, tid)
     over = [e for e in events if e[0] == "warning"]
-    assert len(over) == 1 and over[0][1].startswith("rank 0 holds 3.0 GiB on its GPU, over the 2.2 GiB reserved")
+    assert len(over) == 1 and over[0][1].startswith("its process holds 3.0 GiB on its GPU, over the 2.2 GiB reserved")
     assert over[0][2] == {"rank": 0, "measured": 3 * GiB, "reserved": reserved}
     assert len([e for e in events if e[1].startswith("reservation trimmed")]) == 1  # trimmed once
     with session_scope(db_settings) as sess:

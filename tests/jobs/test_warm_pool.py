@@ -238,7 +238,12 @@ def test_a_warm_rank_trains_and_reports_like_a_cold_one(tmp_path, client_for, wo
     assert "is warm launcher" not in cold_log
     for body in (warm_body, cold_body):
         assert body["status"] == "succeeded" and body["step"] == MLP["max_steps"] and body["exit_code"] == 0
-    assert [(e["kind"], e["status"]) for e in warm_events] == [(e["kind"], e["status"]) for e in cold_events]
+    # The same events, but for what the reservation says: the cold run is estimated from what the warm one
+    # measured (calibrated), so only the warm one may find its rank over its first estimate.
+    def said(events: list[dict]) -> list[tuple]:
+        return [(e["kind"], e["status"]) for e in events if "reserved for it" not in (e["reason"] or "")]
+
+    assert said(warm_events) == said(cold_events)
     assert [m["step"] for m in warm_metrics] == [m["step"] for m in cold_metrics] == [1, 2, 3, 4]
     assert all(m["loss"] is not None for m in warm_metrics)
 

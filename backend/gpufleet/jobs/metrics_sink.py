@@ -92,7 +92,7 @@ class MetricsSink:
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
         self.memory = PeakMemory(reserved=t.memory_estimate, trimmable=_estimated_and_shared(t))
-        self._is_session = t.kind == "session"
+        self._ranks = t.world_size or 1
         self._step: int | None = None  # the newest step the ranks reported
         self._trim_to: int | None = None  # a trimmed reservation not yet written
         self._session_lines: list[dict[str, Any]] = []
@@ -267,7 +267,7 @@ class MetricsSink:
         """Say a rank above its reservation; trim a reservation the steady state leaves well above its peak
         (not at the end: the GPUs are about to be released whole)."""
         if (over := self.memory.overrun()) is not None:
-            who = "the session's process" if self._is_session else f"rank {over['rank']}"
+            who = f"rank {over['rank']}" if self._ranks > 1 else "its process"
             self._event("warning", f"{who} holds {fmt_bytes(over['measured'])} on its GPU, over the "
                         f"{fmt_bytes(over['reserved'])} reserved for it: work placed beside it may run out of "
                         "memory; the next estimate of this shape counts what this run measures", over)
