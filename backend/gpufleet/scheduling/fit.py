@@ -108,7 +108,7 @@ def fit(global_batch: int, worlds: Sequence[int], estimate: Callable[[int, str, 
     now = [o for o in options if o.placement.fits == "now"]
     later = [o for o in options if o.placement.fits == "later"]
     pick = now[0] if now else (later[0] if later else None)
-    return FitAnswer(global_batch, options, pick, _why(pick, options, never), never)
+    return FitAnswer(global_batch, options, pick, _why(pick, never), never)
 
 
 def _best_layout(global_batch: int, world: int, strategy: str, estimate: Callable[[int, str, int, int], Any],
@@ -145,7 +145,7 @@ def _best_layout(global_batch: int, world: int, strategy: str, estimate: Callabl
     return probe(best) if best >= 0 else None
 
 
-def _why(pick: FitOption | None, options: list[FitOption], never: list[str]) -> str:
+def _why(pick: FitOption | None, never: list[str]) -> str:
     if pick is None:
         return "nothing fits on any host of the fleet: " + "; ".join(never) if never else "no layout was tried"
     layout = (f"{pick.world_size} GPU(s), {pick.strategy}, micro-batch {pick.micro_batch_size} x "

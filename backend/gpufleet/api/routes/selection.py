@@ -114,17 +114,23 @@ def _check_estimate_rate(app: Any, settings: Any, user: Any) -> None:
 
 async def _estimate(request: Request, settings: Any, user: Any, recipe: str, config: dict[str, Any],
                     count: int) -> Any:
+    """The calibrated estimate, counted against the user's estimate rate (:func:`_traced`)."""
+    await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
+    return await _traced(request, settings, recipe, config, count)
+
+
+async def _traced(request: Request, settings: Any, recipe: str, config: dict[str, Any], count: int) -> Any:
     """The calibrated estimate; its trace runs in the estimate pool, never in this process.
 
     A request waits for a free estimate process without holding a thread, so
-    a burst of large configs cannot starve the other routes.
+    a burst of large configs cannot starve the other routes. A full pool is a
+    429, a config the recipe or the estimator refuses a 422.
     """
     from gpufleet.scheduling.memory import EstimateError
     from gpufleet.scheduling.memory_pool import EstimateBusy
     from gpufleet.scheduling.plan import estimate_for
     from gpufleet.training.config import TrainingConfigError
 
-    await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
     try:
         await get_estimate_pool(request.app, settings).trace(recipe, config, count, settings.data_root)
 
@@ -254,9 +260,6 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
     import anyio.from_thread
 
     from gpufleet.scheduling.fit import fit, fleet_placer, layout_values, most_gpus, world_sizes
-    from gpufleet.scheduling.memory import EstimateError
-    from gpufleet.scheduling.memory_pool import EstimateBusy
-    from gpufleet.scheduling.plan import estimate_for
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.recipes import get_recipe
 
@@ -270,7 +273,6 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
                                  "out equal ranks: leave parallel_mode at equal")
     # One fit is one estimate against the per-user limit, however many layouts it traces.
     await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
-    pool = get_estimate_pool(request.app, settings)
 
     def search(fleet: Any) -> Any:
         most = body.count or most_gpus(fleet, body.host)
@@ -284,27 +286,20 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
                                      f"--count {body.count}")
 
         def estimate(world: int, strategy: str, micro: int, accum: int) -> Any:
-            values = layout_values(body.config, strategy, micro, accum)
-            anyio.from_thread.run(pool.trace, body.recipe, values, world, settings.data_root)
-            with session_factory(settings)() as sess:
-                return estimate_for(sess, body.recipe, values, world_size=world, data_root=settings.data_root)
+            # The same traced, calibrated estimate as recommend's, from this search's thread.
+            return anyio.from_thread.run(_traced, request, settings, body.recipe,
+                                         layout_values(body.config, strategy, micro, accum), world)
 
         return fit(cfg.global_batch_size, worlds, estimate, fleet_placer(fleet, body.host))
 
-    try:
-        answer = await run_in_threadpool(_fleet, settings, None, search)
-    except EstimateBusy as exc:
-        raise HTTPException(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
-    except (TrainingConfigError, EstimateError) as exc:
-        raise HTTPException(422, str(exc)) from None
+    answer = await run_in_threadpool(_fleet, settings, None, search)
 
     def public(o: Any) -> FitOptionPublic:
         p = o.placement
         return FitOptionPublic(world_size=o.world_size, strategy=o.strategy, micro_batch_size=o.micro_batch_size,
                                grad_accum_steps=o.grad_accum_steps, memory_bytes=o.memory_bytes, fits=p.fits,
                                host=p.host, gpu_indexes=list(p.gpu_indexes), reason=p.reason,
-                               config={k: v for k, v in layout_values({}, o.strategy, o.micro_batch_size,
-                                                                      o.grad_accum_steps).items()})
+                               config=layout_values({}, o.strategy, o.micro_batch_size, o.grad_accum_steps))
     return FitPublic(recipe=body.recipe, global_batch_size=answer.global_batch_size,
                      pick=public(answer.pick) if answer.pick else None, why=answer.why,
                      options=[public(o) for o in answer.options], never=list(answer.never))
