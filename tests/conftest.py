@@ -13,6 +13,8 @@ one server.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -195,3 +197,13 @@ def app_client(on_settings: Settings) -> Iterator:
 
     with TestClient(create_app(on_settings)) as c:
         yield c
+
+
+@pytest.fixture
+def standin_rank() -> Iterator[subprocess.Popen]:
+    """A real, idle process to stand for a training's rank: simulated NVML entries and NVML test doubles
+    name its pid, and entries of dead pids are ignored."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield p
+    p.kill()
+    p.wait()

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from sqlalchemy import select
 
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training, TrainingEvent
@@ -48,14 +45,6 @@ class _NVML:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=self.pid, usedGpuMemory=self.used)]
-
-
-@pytest.fixture
-def rank():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    yield proc
-    proc.kill()
-    proc.wait()
 
 
 def _training(settings, *, exclusive: bool, reserved: int, declared: bool = False) -> tuple[uuid.UUID, str]:
@@ -108,13 +97,13 @@ def _state(settings, tid: uuid.UUID) -> tuple[int, list[tuple[str, str, dict]]]:
 
 
 def test_a_shared_trainings_reservation_is_trimmed_in_its_steady_state_and_an_overrun_is_said(
-        db_settings, tmp_path, rank, monkeypatch) -> None:
+        db_settings, tmp_path, standin_rank, monkeypatch) -> None:
     monkeypatch.setattr(peak_memory, "SAMPLE_EVERY_S", 0.0)
     tid, who = _training(db_settings, exclusive=False, reserved=8 * GiB)
     progress = tmp_path / "p.jsonl"
     progress.touch()
-    nvml = _NVML(rank.pid)
-    sink = _sink(db_settings, tid, who, progress, nvml, rank.pid)
+    nvml = _NVML(standin_rank.pid)
+    sink = _sink(db_settings, tid, who, progress, nvml, standin_rank.pid)
     nvml.used = 2 * GiB
     _steps(progress, 1, 2)
     _pump(sink, 5)
@@ -139,16 +128,16 @@ def test_a_shared_trainings_reservation_is_trimmed_in_its_steady_state_and_an_ov
         assert sess.get(Training, tid).measured_peak_memory == 3 * GiB
 
 
-def test_exclusive_declared_and_near_reservations_are_left_alone(db_settings, tmp_path, rank, monkeypatch) -> None:
+def test_exclusive_declared_and_near_reservations_are_left_alone(db_settings, tmp_path, standin_rank, monkeypatch) -> None:
     monkeypatch.setattr(peak_memory, "SAMPLE_EVERY_S", 0.0)
     for exclusive, reserved, declared, used in ((True, 8 * GiB, False, 2 * GiB), (False, 8 * GiB, True, 2 * GiB),
                                                 (False, 2 * GiB + 100 * MiB, False, 2 * GiB)):
         tid, who = _training(db_settings, exclusive=exclusive, reserved=reserved, declared=declared)
         progress = tmp_path / f"p-{tid}.jsonl"
         progress.touch()
-        nvml = _NVML(rank.pid)
+        nvml = _NVML(standin_rank.pid)
         nvml.used = used
-        sink = _sink(db_settings, tid, who, progress, nvml, rank.pid)
+        sink = _sink(db_settings, tid, who, progress, nvml, standin_rank.pid)
         _steps(progress, 1, 10)
         _pump(sink, 6)
         got, events = _state(db_settings, tid)

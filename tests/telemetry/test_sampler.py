@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -20,15 +18,6 @@ from gpufleet.telemetry.vendors import HostSampler
 def mixed(tmp_path):
     return load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB+1xMI300X", host_name="sim-a",
                          slow_sample_interval_s=0.2)
-
-
-@pytest.fixture
-def child():
-    # A real process to stand for a training's rank (simulated entries of dead pids are ignored).
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield p
-    p.kill()
-    p.wait()
 
 
 def by_index(samples):
@@ -91,12 +80,12 @@ def test_xid_and_ecc_errors_are_counted(mixed):
     assert s[0].ecc_errors == 2
 
 
-def test_processes_are_matched_to_trainings_or_marked_foreign(mixed, child):
+def test_processes_are_matched_to_trainings_or_marked_foreign(mixed, standin_rank):
     tid = uuid.uuid4()
     other = uuid.uuid4()
-    simstate.register_process(mixed, 0, child.pid, 10 * 1024**3)  # no training id in the registry
+    simstate.register_process(mixed, 0, standin_rank.pid, 10 * 1024**3)  # no training id in the registry
     fpid = simstate.add_foreign_process(mixed, 1, 3 * 1024**3, user="bob", name="jupyter")
-    simstate.register_process(mixed, 2, child.pid, 1024**3, training_id=str(other))
+    simstate.register_process(mixed, 2, standin_rank.pid, 1024**3, training_id=str(other))
     owners = TrainingOwners(mixed)
     # The training's launcher is this test process, the child's parent: rule 1.
     import os
@@ -105,7 +94,7 @@ def test_processes_are_matched_to_trainings_or_marked_foreign(mixed, child):
     owners.refresh_s = 1e9
     s = by_index(HostSampler(mixed, owners).sample())
     (p0,) = s[0].processes
-    assert p0.pid == child.pid and p0.training_id == tid and not p0.foreign and p0.job_type == "training"
+    assert p0.pid == standin_rank.pid and p0.training_id == tid and not p0.foreign and p0.job_type == "training"
     assert p0.used_memory == 10 * 1024**3 and p0.user and "sleep" in p0.command
     assert s[0].job_id == tid
     (p1,) = s[1].processes
@@ -136,13 +125,13 @@ def test_aggregate_handles_empty_fleets_and_missing_fields():
     assert per_host["a"].gpu_count == 2 and per_host["b"].average_utilization is None
 
 
-def test_nvlink_throughput_is_sampled_on_simulated_nvlink_gpus_and_said_once_where_missing(tmp_path, child, caplog):
+def test_nvlink_throughput_is_sampled_on_simulated_nvlink_gpus_and_said_once_where_missing(tmp_path, standin_rank, caplog):
     import logging
     import time
 
     s = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB+2xL4-24GB", simulate_topology="nvlink-all",
                       host_name="sim-n", slow_sample_interval_s=0.2)
-    simstate.register_process(s, 0, child.pid, 10 * 1024**3)
+    simstate.register_process(s, 0, standin_rank.pid, 10 * 1024**3)
     hs = HostSampler(s)
     caplog.set_level(logging.DEBUG, logger="gpufleet.telemetry.sampler")
     deadline = time.monotonic() + 30
