@@ -66,7 +66,9 @@ def test_the_fleet_page_resumes_after_a_server_restart_without_reload_or_gaps(
             page.wait_for_function(f"{points} > {n}", timeout=15_000)
             stamps.append(page.get_by_test_id("gpu-card-sim-host-0").get_by_test_id("gpu-updated").inner_text())
         assert page.evaluate(points) >= before + 4
-        assert len(set(stamps)) == len(stamps), stamps  # each update a new sample
+        # The card's time (shown to the second) moves on with them. Two samples of a loaded
+        # sampler can land in one displayed second, so each pair is not required to differ.
+        assert stamps[-1] != stamps[0], stamps
         assert page.locator("[data-testid^='gpu-card-']").count() == 4
         page.screenshot(path=str(screenshots / "fleet-after-restart.png"), full_page=True)
     finally:
