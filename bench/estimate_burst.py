@@ -2,11 +2,11 @@
 
 Starts a real `gpufleet serve` (sign-in on, simulated fleet), then probes
 `/healthz` and `GET /api/v1/trainings` every 50 ms: first with nothing else
-going on (the baseline), then while one viewer sends 50 concurrent estimates
+going on (the baseline), then while one viewer sends 50 (``--requests``) concurrent estimates
 of configs near the size limits. Prints the probes' p50/p95/max in both
 phases, the ratio, and what the burst was answered with.
 
-    .venv/bin/python bench/estimate_burst.py [--seconds 20] [--budget 4]
+    .venv/bin/python bench/estimate_burst.py [--seconds 20] [--budget 4] [--requests 50]
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ def _summary(lat: list[float]) -> tuple[float, float, float]:
     return lat[len(lat) // 2] * 1000, lat[int(len(lat) * 0.95)] * 1000, lat[-1] * 1000
 
 
-async def _burst(url: str, headers: dict[str, str]) -> list[int]:
+async def _burst(url: str, headers: dict[str, str], n: int) -> list[int]:
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600) as c:
         rs = await asyncio.gather(*(c.post("/api/v1/system/gpus/recommend", json={
             "recipe": "mlp", "config": {"hidden": [64 + i] * 480, "in_features": 4096, "global_batch_size": 4096}})
-            for i in range(50)))
+            for i in range(n)))
     return [r.status_code for r in rs]
 
 
@@ -66,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0, help="length of the baseline phase")
     ap.add_argument("--budget", type=float, default=4.0, help="GPUFLEET_ESTIMATE_BUDGET_S")
+    ap.add_argument("--requests", type=int, default=50, help="concurrent estimates in the burst")
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp()) / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
@@ -102,7 +103,7 @@ def main() -> None:
             if phase == "baseline":
                 time.sleep(args.seconds)
             else:
-                codes = asyncio.run(_burst(url, headers))
+                codes = asyncio.run(_burst(url, headers, args.requests))
             stop.set()
             t.join()
             phases[phase] = lat

@@ -13,7 +13,7 @@ On one CPU machine this measures the overhead of the cross-host path (the
 external store, two launchers, socket set-up), not a network: docs/scaling.md
 works out what a real network adds.
 
-    python bench/multi_host.py [--steps 120] [--rounds 3]
+    python bench/multi_host.py [--steps 120] [--rounds 3] [--warmup 20]
 
 Throughput is read from the launcher's progress lines after a warm-up, so
 process start-up, imports and the rendezvous are not counted.
@@ -35,7 +35,6 @@ from gpufleet.training.spec import LaunchSpec
 
 CONFIG = dict(in_features=64, hidden=[256, 256], out_features=64, task="regression", synthetic_samples=65536,
               global_batch_size=256, lr=1e-3, log_every=10, checkpoint_every=10**9)
-WARMUP_STEPS = 20
 
 
 def _free_port() -> int:
@@ -54,15 +53,15 @@ def _start(spec: LaunchSpec, path: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def _rate(progress: Path, batch: int) -> float:
+def _rate(progress: Path, batch: int, warmup: int) -> float:
     steps = [json.loads(x) for x in progress.read_text().splitlines() if '"type": "step"' in x]
-    steps = [s for s in steps if s["step"] >= WARMUP_STEPS]
+    steps = [s for s in steps if s["step"] >= warmup]
     if len(steps) < 2:
-        raise SystemExit(f"too few steps reported in {progress}")
+        raise SystemExit(f"too few steps reported in {progress}: run more than --warmup + {CONFIG['log_every']}")
     return batch * (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["time"] - steps[0]["time"])
 
 
-def one_host(tmp: Path, steps: int) -> float:
+def one_host(tmp: Path, steps: int, warmup: int) -> float:
     cfg = {**CONFIG, "max_steps": steps}
     spec = LaunchSpec(recipe="mlp", config=cfg, devices=["cpu"] * 4, checkpoint_dir=str(tmp / "ckpt-1"),
                       progress_file=str(tmp / "one.jsonl"), resume=False)
@@ -70,10 +69,10 @@ def one_host(tmp: Path, steps: int) -> float:
     _, err = p.communicate()
     if p.returncode != 0:
         raise SystemExit(f"one-host run failed: {err[-2000:]}")
-    return _rate(tmp / "one.jsonl", cfg["global_batch_size"])
+    return _rate(tmp / "one.jsonl", cfg["global_batch_size"], warmup)
 
 
-def two_hosts(tmp: Path, steps: int) -> float:
+def two_hosts(tmp: Path, steps: int, warmup: int) -> float:
     cfg = {**CONFIG, "max_steps": steps}
     port = _free_port()
     procs = []
@@ -87,20 +86,21 @@ def two_hosts(tmp: Path, steps: int) -> float:
         _, err = p.communicate()
         if p.returncode != 0:
             raise SystemExit(f"two-host run failed: {err[-2000:]}")
-    return _rate(tmp / "two-a.jsonl", cfg["global_batch_size"])
+    return _rate(tmp / "two-a.jsonl", cfg["global_batch_size"], warmup)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=20, help="steps not counted (start-up, the first allocations)")
     args = ap.parse_args()
     one, two = [], []
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="gpufleet-bench-mh-") as d:
             tmp = Path(d)
-            one.append(one_host(tmp, args.steps))
-            two.append(two_hosts(tmp, args.steps))
+            one.append(one_host(tmp, args.steps, args.warmup))
+            two.append(two_hosts(tmp, args.steps, args.warmup))
         print(f"round {r + 1}: 1 host × 4 ranks {one[-1]:8.0f} samples/s   2 hosts × 2 ranks {two[-1]:8.0f} samples/s")
     a, b = statistics.median(one), statistics.median(two)
     print(f"\nmedian over {args.rounds} rounds, global batch {CONFIG['global_batch_size']}, {args.steps} steps:")
