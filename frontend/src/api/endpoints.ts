@@ -27,6 +27,8 @@ export const endpoints = {
   gpus: (signal?: AbortSignal) => call('get', '/api/v1/system/gpus', { signal }),
   hosts: (signal?: AbortSignal) => call('get', '/api/v1/system/hosts', { signal }),
   topology: (signal?: AbortSignal) => call('get', '/api/v1/system/topology', { signal }),
+  /** Slurm pools, each with its partition's nodes as Slurm reports them now. */
+  pools: (signal?: AbortSignal) => call('get', '/api/v1/pools', { signal }),
   /** `gpu` is host:index (repeatable); `aggregate` folds the GPUs into one series. */
   history: (q: { gpu?: string | string[]; host?: string; aggregate?: boolean; from: string; to: string; points: number }, signal?: AbortSignal) =>
     call('get', '/api/v1/system/metrics/history', { query: { ...q, gpu: q.gpu === undefined ? undefined : [q.gpu].flat() }, signal }),

@@ -52,6 +52,8 @@ export type GroupQuota = S['GroupQuota'];
 export type UserQuota = S['UserQuota'];
 export type UserQuotaPublic = S['UserQuotaPublic'];
 export type Webhook = S['WebhookPublic'];
+export type Pool = S['PoolPublic'];
+export type PoolNode = S['PoolNode'];
 export type WebhookCreate = S['WebhookCreate'];
 export type WebhookCreated = S['WebhookCreated'];
 

@@ -6,6 +6,7 @@ import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading } from '../../components/States';
 import { AggregateView } from './AggregateView';
 import { GpuCard } from './GpuCard';
+import { PoolsSection } from './PoolsSection';
 import { TopologyView } from './TopologyView';
 import { useFleet } from './useFleet';
 
@@ -89,6 +90,7 @@ export function FleetPage() {
       </div>
       {fleet.error && fleet.data && <div className="banner banner-error">Refresh failed: {fleet.error.message} Showing the last known state.</div>}
       {body}
+      {view === 'gpus' && <PoolsSection />}
     </div>
   );
 }
