@@ -4,7 +4,8 @@ The search is a pure function of an estimate and a placement; its tests give it
 a memory that grows with the micro-batch as a traced one does, and count how
 often each is asked. The endpoint's tests run the real estimate (traced in the
 estimate pool) against a simulated fleet, and check each answer with the
-recommendation the scheduler itself uses.
+recommendation the scheduler itself uses; on a Slurm pool, against the GPUs
+its admin declared (no Slurm is asked: a pool's queue is Slurm's).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.devices import simstate
-from gpufleet.scheduling.fit import Placement, fit, micro_batches, world_sizes
+from gpufleet.scheduling.fit import Placement, fit, micro_batches, pool_placer, world_sizes
 from gpufleet.scheduling.types import GiB
 
 from scheduling.conftest import sample_into_live
@@ -97,6 +98,24 @@ def test_nothing_free_now_picks_what_fits_later_and_too_big_says_never() -> None
     huge = fit(64, [1, 2], _Model(fixed=500 * GiB, per_sample=GiB), _fleet([80 * GiB] * 2, 80 * GiB))
     assert huge.pick is None and huge.options == []
     assert "nothing fits on any host" in huge.why and len(huge.never) == 3  # single, ddp, fsdp
+
+
+def test_on_a_pool_the_declared_gpus_decide_one_node_at_most_and_slurm_decides_when() -> None:
+    place = pool_placer("institute", "H100", 80 * GiB, 4)
+    assert place(81 * GiB, 1).fits == "never" and "more than one H100 of pool institute" in place(81 * GiB, 1).reason
+    assert place(GiB, 8).fits == "never" and "4 GPU(s) per node" in place(GiB, 8).reason
+    ok = place(80 * GiB, 4)
+    assert ok.fits == "now" and ok.pool == "institute" and ok.host is None
+    # The layouts: 100 GiB of activations at the whole share do not fit one 80 GiB GPU; two ranks do.
+    answer = fit(64, world_sizes(64, 4), _Model(fixed=10 * GiB, per_sample=GiB + GiB // 2), place,
+                 where="pool institute")
+    assert answer.pick is not None and answer.pick.placement.pool == "institute"
+    assert (answer.pick.world_size, answer.pick.micro_batch_size) == (1, 32)
+    assert "fits pool institute's GPUs" in answer.why and "Slurm decides when it starts" in answer.why
+    # One sample holds more than a GPU of the pool: no layout, and 8 GPUs are more than a node has.
+    huge = fit(64, [1, 2, 4, 8], _Model(fixed=GiB, per_sample=81 * GiB), place, where="pool institute")
+    assert huge.pick is None and huge.why.startswith("nothing fits on pool institute")
+    assert len(huge.never) == 7  # single; ddp and fsdp on 2, 4 and 8
 
 
 @pytest.fixture
@@ -185,12 +204,21 @@ def test_recommend_fit_prints_each_layout_and_the_command_that_starts_the_pick(s
         reset_settings_cache()
         return CliRunner().invoke(app, ["recommend", *args], env={"COLUMNS": "200"})
 
+    _pool(s, "institute", gpus_per_node=8, gpu_model="H100", gpu_memory=80 * GiB)
     with serve_inprocess(create_app(s)) as srv:
         monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
         r = invoke("--recipe", "mlp", "--config", str(config), "--fit")
         assert r.exit_code == 0, r.output
         answer = invoke("--recipe", "mlp", "--config", str(config), "--fit", "--json")
         assert answer.exit_code == 0, answer.output
+        there = invoke("--recipe", "mlp", "--config", str(config), "--fit", "--pool", "institute")
+        assert there.exit_code == 0, there.output
+    # On the pool, the start line sends it there with the layout found for the pool's GPUs.
+    assert "fits pool institute's GPUs" in there.output
+    assert "start it: gpufleet train --recipe mlp --pool institute --world-size 1 --set strategy=auto" in there.output
+    assert [line.split("\t")[-1] for line in there.output.splitlines() if "\t" in line][1:] == ["pool institute"]
+    no_fit = invoke("--recipe", "mlp", "--pool", "institute")
+    assert no_fit.exit_code == 2 and "add --fit" in no_fit.output
     pick = json.loads(answer.output)["pick"]
     assert "pick: 1 GPU(s), single" in r.output
     assert (f"start it: gpufleet train --recipe mlp --set strategy=auto --set micro_batch_size="
@@ -204,3 +232,44 @@ def test_recommend_fit_prints_each_layout_and_the_command_that_starts_the_pick(s
     assert own.exit_code == 2 and "--fit lays out a recipe's config" in own.output
     local = invoke("--recipe", "mlp", "--fit", "--local")
     assert local.exit_code == 2 and "drop --local" in local.output
+
+
+def _pool(s, name: str, **declared) -> None:
+    from gpufleet.db.pools import Pool
+    from gpufleet.db.session import session_scope
+
+    with session_scope(s) as sess:
+        sess.add(Pool(name=name, partition="gpu", checkpoint_root="/shared/gpufleet", python="python3", **declared))
+
+
+def test_the_fit_on_a_pool_uses_its_declared_gpus_not_the_teams_hosts(api) -> None:
+    s, c = api
+    # The team's GPUs are 16 GB V100s; the pool declares 80 GiB H100s, 8 a node.
+    _pool(s, "institute", gpus_per_node=8, gpu_model="H100", gpu_memory=80 * GiB)
+    _pool(s, "small", gpus_per_node=2, gpu_model="T4", gpu_memory=16 * 10**9)
+    here = c.post("/api/v1/system/gpus/fit", json={"recipe": "mlp", "config": BIG, "count": 1}).json()["pick"]
+    r = c.post("/api/v1/system/gpus/fit", json={"recipe": "mlp", "config": BIG, "count": 1, "pool": "institute"})
+    assert r.status_code == 200, r.text
+    there = r.json()["pick"]
+    assert there["pool"] == "institute" and there["host"] is None and there["fits"] == "now"
+    assert there["memory_bytes"] <= 80 * GiB and there["micro_batch_size"] > here["micro_batch_size"]
+    assert "Slurm decides when it starts" in r.json()["why"]
+    # A GPU of the small pool holds what a team GPU holds; its 2 GPUs a node are the most tried.
+    small = c.post("/api/v1/system/gpus/fit", json={"recipe": "mlp", "config": BIG, "pool": "small"}).json()
+    assert {o["world_size"] for o in small["options"]} <= {1, 2} and small["pick"]["pool"] == "small"
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "words"),
+    [
+        ({"pool": "elsewhere"}, 404, "no pool named 'elsewhere'"),
+        ({"pool": "bare"}, 422, "does not declare its GPUs (--gpu-memory and --gpus-per-node)"),
+        ({"pool": "institute", "host": "sim-host"}, 422, "not both"),
+    ],
+)
+def test_a_wrong_pool_fit_is_a_4xx_that_says_what_to_fix(api, payload: dict, status: int, words: str) -> None:
+    s, c = api
+    _pool(s, "bare")
+    r = c.post("/api/v1/system/gpus/fit", json={"recipe": "mlp", **payload})
+    assert r.status_code == status, r.text
+    assert words in json.dumps(r.json())

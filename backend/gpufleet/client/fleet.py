@@ -66,12 +66,13 @@ class FleetCalls:
                          host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates)
 
     def fit(self, recipe: str, config: dict[str, Any] | None = None, *, count: int | None = None,
-            host: str | None = None) -> FitPublic:
+            host: str | None = None, pool: str | None = None) -> FitPublic:
         """What fits: ranks, DDP or FSDP, the largest micro-batch and its accumulation passes, keeping the
-        config's global batch. Each layout is traced on the server: give the client a timeout of minutes."""
+        config's global batch, on the team's hosts or on a Slurm pool's GPUs (``pool``). Each layout is
+        traced on the server: give the client a timeout of minutes."""
         from gpufleet.wire.selection import FitBody, FitPublic
 
-        body = checked(FitBody, "fit", recipe=recipe, config=config or {}, count=count, host=host)
+        body = checked(FitBody, "fit", recipe=recipe, config=config or {}, count=count, host=host, pool=pool)
         return self._post(FitPublic, f"{API}/system/gpus/fit", body)
 
     def validate(self, gpu_ids: list[int], *, host: str | None = None, recipe: str | None = None,

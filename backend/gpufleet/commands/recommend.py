@@ -112,6 +112,8 @@ def recommend(
                                                         "asking a server")] = False,
     fit_: Annotated[bool, typer.Option("--fit", help="choose the layout: how many GPUs, DDP or FSDP, the "
                                                      "largest micro-batch (the global batch kept)")] = False,
+    pool: Annotated[str | None, typer.Option("--pool", help="with --fit: on this Slurm pool's GPUs instead of "
+                                                            "the team's hosts")] = None,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
     code's memory per rank (--memory). With --fit: what fits, and the layout to start it with."""
@@ -138,8 +140,12 @@ def recommend(
             _fail("--fit lays out a recipe's config: give --recipe (your own code's memory is what you declare)")
         if local:
             _fail("--fit traces each layout in a server's estimate processes: drop --local")
-        _fit(server, recipe, values, count, host, as_json)
+        if pool and host:
+            _fail("--pool fits on a Slurm pool's GPUs and --host on one of the team's hosts: give one")
+        _fit(server, recipe, values, count, host, as_json, pool)
         return
+    if pool:
+        _fail("--pool answers with --fit (how many of the pool's GPUs, and the layout): add --fit")
     count = count or 1
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
     rec = (_from_database(recipe, values, mem_bytes, **kw) if local
@@ -168,13 +174,13 @@ def recommend(
 
 
 def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | None, host: str | None,
-         as_json: bool) -> None:
+         as_json: bool, pool: str | None = None) -> None:
     from gpufleet.client import Client, GpufleetError, ServerUnreachable
 
     try:
         # Every layout tried is traced on the server: minutes for a large model on a busy machine.
         with Client(server, timeout=600.0) as c:
-            answer = c.fit(recipe, values, count=count, host=host)
+            answer = c.fit(recipe, values, count=count, host=host, pool=pool)
     except ServerUnreachable as exc:
         _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
     except (GpufleetError, ValueError) as exc:
@@ -190,6 +196,7 @@ def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | N
                Column("where", shorten=True, min_width=12)]
     rows = [[str(o.world_size), o.strategy, str(o.micro_batch_size), str(o.grad_accum_steps),
              fmt_size(o.memory_bytes), o.fits,
+             f"pool {o.pool}" if o.pool else
              f"{o.host}: {','.join(map(str, o.gpu_indexes))}" if o.fits == "now" else o.reason]
             for o in answer.options]
     print_table(console, columns, rows, title=f"{recipe}, global batch {answer.global_batch_size}: the largest "
@@ -202,7 +209,10 @@ def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | N
     p = answer.pick
     console.print(f"[bold]pick:[/] {answer.why}", highlight=False)
     sets = " ".join(f"--set {k}={v}" for k, v in p.config.items())
-    gpus = f" --gpus {p.world_size}" if p.world_size > 1 else ""
+    if p.pool:
+        gpus = f" --pool {p.pool} --world-size {p.world_size}"
+    else:
+        gpus = f" --gpus {p.world_size}" if p.world_size > 1 else ""
     console.print(f"start it: gpufleet train --recipe {recipe}{gpus} {sets}", highlight=False, soft_wrap=True)
 
 

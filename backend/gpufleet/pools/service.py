@@ -91,6 +91,32 @@ def get(sess: Session, name: str) -> Pool:
     return pool
 
 
+@dataclass(frozen=True)
+class DeclaredGpus:
+    """A pool's GPUs as its admin declared them: what a fit lays a training out over."""
+
+    name: str
+    gpu_model: str | None
+    gpu_memory: int
+    gpus_per_node: int
+
+
+def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
+    """Pool ``name``'s GPU model, memory and GPUs per node; a 422 naming the flags it lacks."""
+    from gpufleet.db.session import session_scope
+
+    with session_scope(settings) as sess:
+        p = get(sess, name)
+        missing = [flag for flag, value in (("--gpu-memory", p.gpu_memory), ("--gpus-per-node", p.gpus_per_node))
+                   if not value]
+        if missing:
+            raise PoolError(f"pool {name} does not declare its GPUs ({' and '.join(missing)}), so what fits there "
+                            f"cannot be worked out; an admin adds it again with them: `gpufleet pools rm {name}`, "
+                            f"then `gpufleet pools add slurm {name} --partition {p.partition} "
+                            f"{' '.join(f + ' N' for f in missing)} ...`", field="pool")
+        return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0))
+
+
 def get_root(settings: Settings, name: str) -> str:
     """Pool ``name``'s checkpoint root."""
     from gpufleet.db.session import session_scope

@@ -39,6 +39,7 @@ class Placement:
     host: str | None = None
     gpu_indexes: tuple[int, ...] = ()
     reason: str = ""
+    pool: str | None = None  # a Slurm pool's GPUs hold it: Slurm decides when it starts
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,14 @@ def world_sizes(global_batch: int, most: int) -> list[int]:
 
 
 def fit(global_batch: int, worlds: Sequence[int], estimate: Callable[[int, str, int, int], Any],
-        place: Callable[[int, int], Placement], *, strategies: Sequence[str] = ("ddp", "fsdp")) -> FitAnswer:
+        place: Callable[[int, int], Placement], *, strategies: Sequence[str] = ("ddp", "fsdp"),
+        where: str = "any host of the fleet") -> FitAnswer:
     """Search the layouts of ``global_batch`` over ``worlds``.
 
     ``estimate(world_size, strategy, micro_batch_size, grad_accum_steps)`` returns a
     MemoryEstimate (its ``total`` is the bytes per rank); ``place(memory_bytes, count)``
-    says whether the fleet holds it. Both are called as few times as the search needs.
+    says whether the fleet holds it. Both are called as few times as the search needs. ``where``
+    names what ``place`` answers for, in the answer's words.
     """
     options: list[FitOption] = []
     never: list[str] = []
@@ -95,7 +98,7 @@ def fit(global_batch: int, worlds: Sequence[int], estimate: Callable[[int, str, 
             option = _best_layout(global_batch, world, strategy, estimate, place)
             if option is None:
                 never.append(f"{world} GPU(s) with {strategy}: even a micro-batch of 1 holds more than any "
-                             f"{world} GPU(s) of one host")
+                             f"{world} GPU(s) of one host or node")
                 continue
             options.append(option)
             if option.placement.fits == "now" and option.grad_accum_steps == 1:
@@ -108,7 +111,7 @@ def fit(global_batch: int, worlds: Sequence[int], estimate: Callable[[int, str, 
     now = [o for o in options if o.placement.fits == "now"]
     later = [o for o in options if o.placement.fits == "later"]
     pick = now[0] if now else (later[0] if later else None)
-    return FitAnswer(global_batch, options, pick, _why(pick, never), never)
+    return FitAnswer(global_batch, options, pick, _why(pick, never, where), never)
 
 
 def _best_layout(global_batch: int, world: int, strategy: str, estimate: Callable[[int, str, int, int], Any],
@@ -145,11 +148,15 @@ def _best_layout(global_batch: int, world: int, strategy: str, estimate: Callabl
     return probe(best) if best >= 0 else None
 
 
-def _why(pick: FitOption | None, never: list[str]) -> str:
+def _why(pick: FitOption | None, never: list[str], where: str) -> str:
     if pick is None:
-        return "nothing fits on any host of the fleet: " + "; ".join(never) if never else "no layout was tried"
+        return f"nothing fits on {where}: " + "; ".join(never) if never else "no layout was tried"
     layout = (f"{pick.world_size} GPU(s), {pick.strategy}, micro-batch {pick.micro_batch_size} x "
               f"{pick.grad_accum_steps} accumulation pass(es)")
+    if pick.placement.pool is not None:
+        how = ("the whole per-rank batch in one pass" if pick.grad_accum_steps == 1
+               else "the largest micro-batch that fits its GPUs")
+        return f"{layout} fits pool {pick.placement.pool}'s GPUs ({how}); Slurm decides when it starts"
     if pick.placement.fits == "now":
         where = f"on {pick.placement.host} GPU(s) {', '.join(map(str, pick.placement.gpu_indexes))}"
         how = ("the whole per-rank batch in one pass" if pick.grad_accum_steps == 1
@@ -177,6 +184,28 @@ def fleet_placer(fleet: Any, host: str | None = None) -> Callable[[int, int], Pl
             else:
                 answers[memory, count] = Placement("later", reason=rec.wait_reason or "")
         return answers[memory, count]
+    return place
+
+
+def pool_placer(name: str, gpu_model: str | None, gpu_memory: int, gpus_per_node: int
+                ) -> Callable[[int, int], Placement]:
+    """``place`` for :func:`fit` on a Slurm pool: up to one node's GPUs, each of the pool's declared memory.
+
+    Slurm owns the pool's queue, so the answer is only whether its GPUs can hold the layout ("now" then
+    means: submit it, Slurm starts it when it can), never when.
+    """
+    from gpufleet.scheduling.types import fmt_bytes
+
+    label = gpu_model or "GPU"
+
+    def place(memory: int, count: int) -> Placement:
+        if count > gpus_per_node:
+            return Placement("never", reason=f"pool {name} has {gpus_per_node} GPU(s) per node, and a pool "
+                                             "training runs on one node")
+        if memory > gpu_memory:
+            return Placement("never", reason=f"{fmt_bytes(memory)} per rank is more than one {label} of pool "
+                                             f"{name} has ({fmt_bytes(gpu_memory)})")
+        return Placement("now", reason=f"{count} x {label} of pool {name}; Slurm queues the job", pool=name)
     return place
 
 

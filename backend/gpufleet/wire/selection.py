@@ -86,8 +86,17 @@ class FitBody(RequestBody):
     count: int | None = Field(default=None, ge=1, le=MAX_COUNT,
                               description="exactly this many GPUs; empty: 1, 2, 4, … up to the most one host has")
     host: str | None = Field(default=None, max_length=MAX_HOST_CHARS, description="only this host")
+    pool: str | None = Field(default=None, min_length=1, max_length=63,
+                             description="fit on this Slurm pool's GPUs (its declared GPU model, memory and GPUs "
+                                         "per node) instead of the team's hosts")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+    @model_validator(mode="after")
+    def _one_place(self) -> FitBody:
+        if self.host is not None and self.pool is not None:
+            raise ValueError("give host (one of the team's hosts) or pool (a Slurm pool), not both")
+        return self
 
 
 class FitOptionPublic(BaseModel):
@@ -98,8 +107,10 @@ class FitOptionPublic(BaseModel):
     micro_batch_size: int
     grad_accum_steps: int
     memory_bytes: int = Field(description="the estimate per rank (what the scheduler reserves on each GPU)")
-    fits: Literal["now", "later"] = Field(description="now: on GPUs free now; later: once GPUs free up")
+    fits: Literal["now", "later"] = Field(description="now: on GPUs free now (on a pool: its GPUs hold it, and "
+                                                      "Slurm starts it when it can); later: once GPUs free up")
     host: str | None = Field(default=None, description="where it fits now")
+    pool: str | None = Field(default=None, description="the Slurm pool whose GPUs hold it")
     gpu_indexes: list[int] = Field(default_factory=list)
     reason: str = ""
     config: dict[str, Any] = Field(description="the fields to send with the training for this layout "
@@ -114,7 +125,8 @@ class FitPublic(BaseModel):
     why: str
     options: list[FitOptionPublic] = Field(description="each world size and strategy tried, with its largest "
                                                        "micro-batch that fits")
-    never: list[str] = Field(default_factory=list, description="layouts no host of the fleet can hold")
+    never: list[str] = Field(default_factory=list, description="layouts no host of the fleet (or GPU of the "
+                                                                "pool) can hold")
 
 
 class ValidatePart(RequestBody):

@@ -1455,6 +1455,11 @@ export interface components {
              */
             host?: string | null;
             /**
+             * Pool
+             * @description fit on this Slurm pool's GPUs (its declared GPU model, memory and GPUs per node) instead of the team's hosts
+             */
+            pool?: string | null;
+            /**
              * Recipe
              * @enum {string}
              */
@@ -1474,7 +1479,7 @@ export interface components {
             };
             /**
              * Fits
-             * @description now: on GPUs free now; later: once GPUs free up
+             * @description now: on GPUs free now (on a pool: its GPUs hold it, and Slurm starts it when it can); later: once GPUs free up
              * @enum {string}
              */
             fits: "now" | "later";
@@ -1495,6 +1500,11 @@ export interface components {
             /** Micro Batch Size */
             micro_batch_size: number;
             /**
+             * Pool
+             * @description the Slurm pool whose GPUs hold it
+             */
+            pool?: string | null;
+            /**
              * Reason
              * @default
              */
@@ -1513,7 +1523,7 @@ export interface components {
             global_batch_size: number;
             /**
              * Never
-             * @description layouts no host of the fleet can hold
+             * @description layouts no host of the fleet (or GPU of the pool) can hold
              */
             never?: string[];
             /**

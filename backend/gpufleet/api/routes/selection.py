@@ -259,11 +259,12 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
     """
     import anyio.from_thread
 
-    from gpufleet.scheduling.fit import fit, fleet_placer, layout_values, most_gpus, world_sizes
+    from gpufleet.scheduling.fit import fit, fleet_placer, layout_values, most_gpus, pool_placer, world_sizes
     from gpufleet.training.config import TrainingConfigError
     from gpufleet.training.recipes import get_recipe
 
     await run_in_threadpool(_known_host, settings, body.host)
+    pool = await run_in_threadpool(_fit_pool, settings, body.pool) if body.pool else None
     try:
         cfg = get_recipe(body.recipe).resolve_config(dict(body.config))
     except (TrainingConfigError, KeyError, ValueError) as exc:
@@ -275,7 +276,7 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
     await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
 
     def search(fleet: Any) -> Any:
-        most = body.count or most_gpus(fleet, body.host)
+        most = body.count or (pool.gpus_per_node if pool else most_gpus(fleet, body.host))
         worlds = [body.count] if body.count else world_sizes(cfg.global_batch_size, most)
         if not worlds or most == 0:
             raise HTTPException(422, "no host of the fleet has GPUs to fit on" if most == 0 else
@@ -290,19 +291,33 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
             return anyio.from_thread.run(_traced, request, settings, body.recipe,
                                          layout_values(body.config, strategy, micro, accum), world)
 
+        if pool is not None:
+            placer = pool_placer(pool.name, pool.gpu_model, pool.gpu_memory, pool.gpus_per_node)
+            return fit(cfg.global_batch_size, worlds, estimate, placer, where=f"pool {pool.name}")
         return fit(cfg.global_batch_size, worlds, estimate, fleet_placer(fleet, body.host))
 
-    answer = await run_in_threadpool(_fleet, settings, None, search)
+    # A pool's GPUs are what it declares: the team's fleet is not read for them.
+    answer = await run_in_threadpool(search, None) if pool else await run_in_threadpool(_fleet, settings, None, search)
 
     def public(o: Any) -> FitOptionPublic:
         p = o.placement
         return FitOptionPublic(world_size=o.world_size, strategy=o.strategy, micro_batch_size=o.micro_batch_size,
                                grad_accum_steps=o.grad_accum_steps, memory_bytes=o.memory_bytes, fits=p.fits,
-                               host=p.host, gpu_indexes=list(p.gpu_indexes), reason=p.reason,
+                               host=p.host, pool=p.pool, gpu_indexes=list(p.gpu_indexes), reason=p.reason,
                                config=layout_values({}, o.strategy, o.micro_batch_size, o.grad_accum_steps))
     return FitPublic(recipe=body.recipe, global_batch_size=answer.global_batch_size,
                      pick=public(answer.pick) if answer.pick else None, why=answer.why,
                      options=[public(o) for o in answer.options], never=list(answer.never))
+
+
+def _fit_pool(settings: Any, name: str) -> Any:
+    """Pool ``name``'s GPUs as its admin declared them; its 404 or 422 says what to do."""
+    from gpufleet.pools import service as pools
+
+    try:
+        return pools.declared_gpus(settings, name)
+    except pools.PoolError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
 
 
 @router.post("/validate", response_model=ValidationPublic, operation_id="gpus-validate", responses=UNKNOWN_HOST)
