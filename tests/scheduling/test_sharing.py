@@ -214,3 +214,48 @@ def test_a_long_over_quota_queue_costs_one_check_per_owner_and_pass(sim_host) ->
     # One of them was checked under the lock; the rest, already saying so, were skipped.
     assert len(set(again.waiting) & set(waiting)) == 1
     assert {_row(s, t).wait_reason for t in waiting} == {reason} and _row(s, first).status == "scheduled"
+
+
+@BOTH
+def test_gpus_sent_to_a_slurm_pool_count_against_the_quota_and_a_pool_training_past_it_is_held_back(
+        sim_host) -> None:
+    from sqlalchemy import update
+
+    from gpufleet.db.pools import Pool, PoolJob
+    from gpufleet.pools.submit import submit_waiting
+    from gpufleet.scheduling.scheduler import schedule_pending
+
+    s = sim_host("nvlink-all", "4xH100-80GB")
+    (alice,) = _people(s, "alice")
+    with write_session(s) as sess:
+        set_user_quota(sess, alice, Limits(max_gpus=2))
+        pool = Pool(name="inst" + uuid.uuid4().hex[:6], partition="gpu", gpus_per_node=8,
+                    checkpoint_root="/shared/gpufleet", python="python3")
+        sess.add(pool)
+        sess.flush()
+        # Two GPUs of hers run on the pool (a job Slurm runs), and one more training waits to be sent there.
+        there = Training(name="there", owner=alice, recipe="mlp", config={}, status="running", pool=pool.name,
+                         world_size=2, attempt=1)
+        waiting = Training(name="next", owner=alice, recipe="mlp", config={}, status="queued", pool=pool.name,
+                           world_size=1)
+        sess.add_all([there, waiting])
+        sess.flush()
+        sess.add(PoolJob(training_id=there.id, pool_id=pool.id, attempt=1, job_id="77", account=alice,
+                         state="RUNNING", output="/shared/gpufleet/slurm-77.out"))
+        there_id, waiting_id = there.id, waiting.id
+    here = _submit(s, alice, "here", preemptible=False)
+    schedule_pending(s)
+    full = f"{alice} holds 2 of 2 GPUs in their quota"
+    assert _row(s, here).status == "queued" and _row(s, here).wait_reason.startswith(full)
+    # The pool's submitter holds the pool training back too, before asking Slurm anything.
+    assert submit_waiting(s) == 0
+    held = _row(s, waiting_id)
+    assert held.status == "queued" and held.wait_reason == full
+    with session_scope(s) as sess:
+        assert sess.scalar(select(PoolJob.id).where(PoolJob.training_id == waiting_id)) is None
+    # The pool job ends: its GPUs no longer count, and the team's training is placed.
+    with write_session(s) as sess:
+        sess.execute(update(PoolJob).where(PoolJob.training_id == there_id).values(ended_at=utcnow(),
+                                                                                  state="COMPLETED"))
+    placed = {tid for tid, _ in schedule_pending(s).scheduled}
+    assert here in placed

@@ -25,6 +25,7 @@ from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.pools import slurm
 from gpufleet.pools.service import PoolError, member_account
+from gpufleet.scheduling.quotas import over_quota
 from gpufleet.training.spec import LaunchSpec
 from gpufleet.users.runas import RunAccount
 
@@ -122,6 +123,12 @@ def submit_waiting(settings: Settings) -> int:
             if t is None or sess.scalar(select(PoolJob.id).where(
                     PoolJob.training_id == t.id, PoolJob.attempt == t.attempt, PoolJob.ended_at.is_(None))):
                 continue  # cancelled meanwhile, or another API process sent it
+            if (why := over_quota(sess, t)) is not None:
+                # Past its owner's quota: it stays queued, saying why, and is sent once GPUs are given back.
+                # (No borrowing: gpufleet cannot take back what Slurm runs.)
+                if t.wait_reason != why:
+                    t.wait_reason = why
+                continue
             pool = sess.scalar(select(Pool).where(Pool.name == t.pool))
             try:
                 if pool is None:

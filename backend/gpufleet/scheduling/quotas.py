@@ -9,7 +9,11 @@ user's training starts first.
 
 Limits apply to the owner's own quota and to the quota of every group the
 owner is in. GPUs held counts active allocations (a shared placement counts
-as one GPU). GPU-hours per week counts held time over the last 7 days.
+as one GPU) and the GPUs of every job sent to a Slurm pool and not ended
+(pending there or running): one cap over all gpufleet runs for them, which
+is also how the pool's submitter (:mod:`gpufleet.pools.submit`) holds back a
+training past it. GPU-hours per week counts held time over the last 7 days
+on the team's hosts (a pool's own accounting is not read yet).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPUAllocation, Group, GroupMember, Quota, Training, User
+from gpufleet.db.pools import PoolJob
 from gpufleet.db.types import utcnow
 from gpufleet.users.usage import held_seconds
 
@@ -85,11 +90,17 @@ def _limits_of(sess: Session, owner: str) -> list[tuple[str, Quota, list[str]]]:
 
 
 def _held_gpus(sess: Session, owners: list[str]) -> int:
-    return sess.scalar(
+    team = sess.scalar(
         select(func.count(GPUAllocation.id))
         .join(Training, Training.id == GPUAllocation.training_id)
         .where(GPUAllocation.released_at.is_(None), Training.owner.in_(owners))
     ) or 0
+    sent = sess.scalar(
+        select(func.coalesce(func.sum(Training.world_size), 0))
+        .join(PoolJob, (PoolJob.training_id == Training.id) & (PoolJob.attempt == Training.attempt))
+        .where(PoolJob.ended_at.is_(None), Training.owner.in_(owners))
+    ) or 0
+    return int(team) + int(sent)
 
 
 def _week_hours(sess: Session, owners: list[str], now: datetime) -> float:
