@@ -265,6 +265,7 @@ def test_the_fit_on_a_pool_uses_its_declared_gpus_not_the_teams_hosts(api) -> No
         ({"pool": "elsewhere"}, 404, "no pool named 'elsewhere'"),
         ({"pool": "bare"}, 422, "does not declare its GPUs (--gpu-memory and --gpus-per-node)"),
         ({"pool": "institute", "host": "sim-host"}, 422, "not both"),
+        ({"pool": "Bad pool"}, 422, "pattern"),
     ],
 )
 def test_a_wrong_pool_fit_is_a_4xx_that_says_what_to_fix(api, payload: dict, status: int, words: str) -> None:

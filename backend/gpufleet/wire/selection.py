@@ -86,7 +86,7 @@ class FitBody(RequestBody):
     count: int | None = Field(default=None, ge=1, le=MAX_COUNT,
                               description="exactly this many GPUs; empty: 1, 2, 4, … up to the most one host has")
     host: str | None = Field(default=None, max_length=MAX_HOST_CHARS, description="only this host")
-    pool: str | None = Field(default=None, min_length=1, max_length=63,
+    pool: str | None = Field(default=None, min_length=1, max_length=63, pattern="^[a-z0-9][a-z0-9_-]*$",
                              description="fit on this Slurm pool's GPUs (its declared GPU model, memory and GPUs "
                                          "per node) instead of the team's hosts")
 
