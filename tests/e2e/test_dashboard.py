@@ -149,9 +149,10 @@ def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path
     page.get_by_label("Steps", exact=True).fill(str(steps))
     page.get_by_label("Log every (steps)").fill("2")
     page.get_by_label("Checkpoint every (steps)").fill("20")
-    # The recommended GPU is preselected once the server answered.
+    # The recommended GPU is preselected once the server answered: the first estimate of a shape starts an
+    # estimate process (torch imported) and traces, which on a loaded 2-core machine took more than 15 s.
     page.wait_for_function(
-        "(n) => document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length === n", arg=gpus, timeout=15_000
+        "(n) => document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length === n", arg=gpus, timeout=60_000
     )
     if screenshot is not None:
         page.screenshot(path=str(screenshot), full_page=True)

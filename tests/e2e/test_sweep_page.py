@@ -46,8 +46,11 @@ def test_sweep_page_shows_trials_best_curves_and_params(page, server, screenshot
     table = page.get_by_test_id("trials-table")
     table.wait_for()
     assert table.locator("tbody tr").count() == 4
-    assert sorted(table.locator("tbody tr td:nth-child(4)").all_inner_texts()) == [
-        "complete", "complete", "pruned", "pruned"]
+    # Which trials asynchronous halving stops depends on the order they reach the rung (the first there
+    # always goes on), so the page is held to the server's answer, and the answer to what halving may do.
+    states = sorted(t["state"] for t in body["trials"])
+    assert set(states) <= {"complete", "pruned"} and "complete" in states, states
+    assert sorted(table.locator("tbody tr td:nth-child(4)").all_inner_texts()) == states
     assert f"Best: trial {body['best']['number']}" in page.get_by_test_id("sweep-best").inner_text()
     assert page.get_by_test_id("scatter-lr").locator("circle").count() == 4
     page.get_by_test_id("sweep-curves").locator("canvas").first.wait_for()
