@@ -90,8 +90,9 @@ def ranks_of(tid: str) -> list[int]:
 LONG = {**MLP, "max_steps": 1500, "checkpoint_every": 25, "log_every": 5}
 
 
-def _start_long(tmp_path, request, client_for, workers, scheduler, **b_kw):
-    a, b = gang_host(tmp_path, request, "a"), gang_host(tmp_path, request, "b", **b_kw)
+def _start_long(tmp_path, request, client_for, workers, scheduler, lease_s: float | None = None, **b_kw):
+    both = {} if lease_s is None else {"lease_s": lease_s}
+    a, b = gang_host(tmp_path, request, "a", **both), gang_host(tmp_path, request, "b", **both, **b_kw)
     register(a), register(b)
     wa, wb = workers(a), workers(b)
     scheduler(a)
@@ -161,7 +162,9 @@ def test_a_stopping_worker_checkpoints_the_whole_gang_back_to_the_queue(tmp_path
                                                                          scheduler):
     import signal
 
-    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler)
+    # A lease long enough that a loaded machine's late renewal is not taken for a lost worker: this test
+    # is about a stop, which must cost no restart; a lost lease (tested above) costs one, as designed.
+    a, b, wa, wb, c, tid = _start_long(tmp_path, request, client_for, workers, scheduler, lease_s=15.0)
     _running_past(c, tid, 30)
     leader = wa if c.get(f"/api/v1/trainings/{tid}").json()["host_name"] == a.host_name else wb
     other = wb if leader is wa else wa

@@ -158,11 +158,11 @@ def _why(pick: FitOption | None, never: list[str], where: str) -> str:
                else "the largest micro-batch that fits its GPUs")
         return f"{layout} fits pool {pick.placement.pool}'s GPUs ({how}); Slurm decides when it starts"
     if pick.placement.fits == "now":
-        where = f"on {pick.placement.host} GPU(s) {', '.join(map(str, pick.placement.gpu_indexes))}"
+        at = f"on {pick.placement.host} GPU(s) {', '.join(map(str, pick.placement.gpu_indexes))}"
         how = ("the whole per-rank batch in one pass" if pick.grad_accum_steps == 1
                else "the largest micro-batch that fits one GPU" if pick.world_size == 1
                else "the largest micro-batch that fits; fewer GPUs do not hold it now")
-        return f"{layout} fits now {where}: {how}"
+        return f"{layout} fits now {at}: {how}"
     return f"{layout} fits once GPUs free up ({pick.placement.reason}); no layout fits on the GPUs free now"
 
 
