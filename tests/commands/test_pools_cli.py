@@ -12,6 +12,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.lifecycle.models import Training
 from sqlalchemy import select
+from support.scripts import write_project
 from support.servers import gpufleet, serve_env, serve_inprocess
 from support.slurm import PARTITION, slurm_cluster  # noqa: F401 - the fixture
 
@@ -45,10 +46,19 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
         assert "GPUs in pool cluster (Slurm partition gpu)" in gpus.stderr, gpus.stdout + gpus.stderr
         assert "sim1" in gpus.stdout and "gpu:2" in gpus.stdout and "H100-80GB" in gpus.stdout
         [pool] = json.loads(cli("gpus", "--json").stdout)["pools"]
-        assert pool["name"] == "cluster" and [n["name"] for n in pool["nodes"]] == ["sim1"]
+        assert pool["name"] == "cluster" and [n["name"] for n in pool["nodes"]] == ["sim1", "sim2"]
         # This server's local admin is the server's own account (root): a pool never submits as it.
         refused = cli("train", "--recipe", "mlp", "--pool", "cluster", "--no-follow")
         assert refused.returncode != 0 and "no Unix account of their own" in refused.stderr + refused.stdout
+        with session_scope(settings) as sess:
+            assert sess.scalar(select(Training.id)) is None
+        project = write_project(tmp_path / "proj")
+        script = cli("run", "--dir", str(project), "--pool", "cluster", "--gpus", "2", "--memory", "1GiB",
+                     "--no-follow", "--", "python", "train.py")
+        assert script.returncode != 0 and "no Unix account of their own" in script.stderr + script.stdout
+        placed = cli("run", "--dir", str(project), "--pool", "cluster", "--host", "sim1", "--no-follow", "--",
+                     "python", "train.py")
+        assert placed.returncode == 2 and "give --gpus, and drop --host" in placed.stderr, placed.stderr
         with session_scope(settings) as sess:
             assert sess.scalar(select(Training.id)) is None
         unknown = cli("train", "--recipe", "mlp", "--pool", "elsewhere", "--no-follow")

@@ -22,12 +22,14 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.pools import loop, service
+from gpufleet.trainings import code
 from gpufleet.trainings import service as trainings
 from gpufleet.trainings.request import TrainingCreate, TrainingResume
 from gpufleet.trainings.resume import resume
 from gpufleet.users.accounts import add_user
 from support.fleet import make_settings, wait_for
-from support.slurm import PARTITION, SCRIPT, slurm, slurm_cluster  # noqa: F401 - the fixture
+from support.scripts import RESUMABLE_SCRIPT, STOP_AWARE_SCRIPT, tar_of
+from support.slurm import NODES, PARTITION, SCRIPT, slurm, slurm_cluster  # noqa: F401 - the fixture
 from support.unix import short_name, unix_account
 
 TINY = {"max_steps": 6, "global_batch_size": 8, "checkpoint_every": 3, "synthetic_samples": 64}
@@ -102,13 +104,13 @@ def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm
     assert steps and all(os.stat(ckpt / s).st_uid == member.pw_uid for s in steps)
     events = " | ".join(_events(pool_settings, tid))
     assert f"as job {job.job_id}, as Unix account {member.pw_name}" in events
-    assert "running in Slurm pool cluster on sim1" in events
+    assert any(f"running in Slurm pool cluster on {node} " in events for node in NODES), events
     with session_scope(pool_settings) as sess:
         steps_seen = sorted(sess.scalars(select(TrainingMetric.step).where(TrainingMetric.training_id == tid)))
     assert steps_seen and steps_seen[-1] == TINY["max_steps"]
     assert t.step == TINY["max_steps"] and t.exit_code == 0
     # The job's output reached the training's log.
-    assert f"Slurm job {job.job_id} on sim1" in log_path(pool_settings, tid).read_text()
+    assert f"Slurm job {job.job_id} on {job.nodes}: ranks on cuda:" in log_path(pool_settings, tid).read_text()
 
     # Resume: a new job, which continues from the newest checkpoint (step 6), not from the start.
     with write_session(pool_settings) as sess:
@@ -121,8 +123,21 @@ def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm
     assert [(x["step"], Path(x["path"]).name) for x in lines if x["type"] == "resume"] == [(6, "step-6")]
 
 
+def test_a_job_that_ran_whole_between_two_polls_keeps_its_curve(pool_settings, member) -> None:
+    tid = _submit(pool_settings, member.pw_name, "quick", {**TINY, "log_every": 1})
+    while not _row(pool_settings, tid).lease_owner:  # submitted, and then not looked at until Slurm is done
+        loop.step(pool_settings)
+    job = _job(pool_settings, tid)
+    wait_for(lambda: slurm("squeue", "-h", "-t", "all", "-j", job.job_id, "-o", "%T").strip() == "COMPLETED", 120,
+             "the job to complete in Slurm")
+    t = _until(pool_settings, tid, lambda t: t.status != "queued", "the training to end")
+    assert t.status == "succeeded" and t.step == TINY["max_steps"], t.status_reason
+    assert _steps(pool_settings, tid) == list(range(1, TINY["max_steps"] + 1))
+
+
 def test_a_pending_job_shows_slurms_reason_and_a_cancel_removes_it(pool_settings, member) -> None:
-    blocker = slurm("sbatch", "--parsable", "--gres=gpu:2", "--output=/dev/null", "--wrap", "sleep 120").strip()
+    blocker = slurm("sbatch", "--parsable", f"--nodes={len(NODES)}", "--gres=gpu:2", "--output=/dev/null",
+                    "--wrap", "sleep 120").strip()  # every GPU of every node
     try:
         tid = _submit(pool_settings, member.pw_name, "waits", TINY)
         t = _until(pool_settings, tid, lambda t: t.wait_reason and "pending" in t.wait_reason, "a pending reason")
@@ -167,9 +182,6 @@ def test_a_pool_training_is_checked_against_the_pools_nodes_not_the_teams_hosts(
     tid = _submit(pool_settings, member.pw_name, "wide", TINY, world_size=2)
     row = _row(pool_settings, tid)
     assert (row.status, row.pool, row.world_size) == ("queued", "cluster", 2)
-    with pytest.raises(service.PoolError, match="has 2 GPUs per node") as err:
-        _submit(pool_settings, member.pw_name, "wider", TINY, world_size=3)
-    assert err.value.field == "world_size"
 
 
 def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> None:
@@ -181,3 +193,95 @@ def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> N
     assert err.value.status == 403
     with session_scope(pool_settings) as sess:
         assert sess.scalar(select(Training.id).where(Training.owner == name)) is None
+
+
+def _script(settings, owner: str, name: str, source: str, argv: list[str], world_size: int = 2) -> uuid.UUID:
+    with write_session(settings) as sess:
+        info, _ = code.store(sess, settings, tar_of([("file", "train.py", source),
+                                                     ("file", "salt.txt", uuid.uuid4().hex)]), owner)
+        req = TrainingCreate(kind="script", name=name, code=info.hash, argv=argv, world_size=world_size,
+                             memory="1GiB", pool="cluster")
+        return service.create_training(sess, settings, req, owner).id
+
+
+def _steps(settings, tid: uuid.UUID) -> list[int]:
+    with session_scope(settings) as sess:
+        return sorted(sess.scalars(select(TrainingMetric.step).where(TrainingMetric.training_id == tid)))
+
+
+def test_a_members_script_succeeds_on_the_pool_as_its_owner(pool_settings, member) -> None:
+    """The member's own torchrun-style script (gloo DDP, gpufleet.report, its own checkpoints), unchanged."""
+    tid = _script(pool_settings, member.pw_name, "script-on-slurm", RESUMABLE_SCRIPT,
+                  ["python", "train.py", "--steps", "6"])
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
+    assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid),
+                                     log_path(pool_settings, tid).read_text()[-3000:])
+    job = _job(pool_settings, tid)
+    assert f"UserId={member.pw_name}({member.pw_uid})" in slurm("scontrol", "show", "job", job.job_id)
+    home = Path(service.get_root(pool_settings, "cluster")) / str(tid)
+    # Its code was unpacked for it, as its account; its checkpoints are its own files, its account's.
+    assert os.stat(home / "work" / "train.py").st_uid == member.pw_uid
+    ckpts = sorted((home / "checkpoints").glob("step-*.pt"))
+    assert [p.name for p in ckpts] == ["step-000002.pt", "step-000004.pt", "step-000006.pt"]
+    assert all(p.stat().st_uid == member.pw_uid for p in ckpts)
+    # Its reports reached the charts, and its ranks' output the training's log.
+    assert _steps(pool_settings, tid) == [1, 2, 3, 4, 5, 6] and t.step == 6
+    log = log_path(pool_settings, tid).read_text()
+    assert f"Slurm job {job.job_id} on {job.nodes}: the script's 2 rank(s)" in log and "step 6 loss" in log
+
+    # Resume: the next job's script is handed the newest checkpoint (GPUFLEET_RESUME_FROM).
+    with write_session(pool_settings) as sess:
+        resume(sess, tid, TrainingResume(), member.pw_name)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled") and t.attempt == 2,
+               "the resumed job")
+    assert t.status == "succeeded", t.status_reason
+    assert f"resumed from {home / 'checkpoints' / 'step-000006.pt'} at step 6" in log_path(pool_settings, tid).read_text()
+
+
+def test_a_script_cancelled_on_the_pool_checkpoints_before_it_stops(pool_settings, member) -> None:
+    tid = _script(pool_settings, member.pw_name, "stoppable", STOP_AWARE_SCRIPT,
+                  ["python", "train.py", "--sleep", "0.2"], world_size=1)
+    _until(pool_settings, tid, lambda t: t.status == "running" and t.step >= 3, "the script to report steps")
+    with write_session(pool_settings) as sess:
+        trainings.cancel(sess, tid, member.pw_name)
+    t = _until(pool_settings, tid, lambda t: t.status != "running", "the cancelled script to end")
+    assert t.status == "cancelled" and "was signalled and stopped" in t.status_reason, t.status_reason
+    # The stop file and Slurm's TERM reached it: it saved where it was (not at a 50-step mark) and left.
+    assert "checkpointed on stop at step" in log_path(pool_settings, tid).read_text()
+    home = Path(service.get_root(pool_settings, "cluster")) / str(tid)
+    assert any(int(p.stem.split("-")[1]) % 50 for p in (home / "checkpoints").glob("step-*.pt"))
+
+
+def test_a_recipe_wider_than_a_node_runs_over_two_nodes_as_one_training(pool_settings, member) -> None:
+    """4 GPUs on a pool of 2-GPU nodes: one job over both nodes, one launcher each, one gang of 4 ranks."""
+    tid = _submit(pool_settings, member.pw_name, "two-nodes", {**TINY, "log_every": 1}, world_size=4)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
+    assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid),
+                                     log_path(pool_settings, tid).read_text()[-3000:])
+    job = _job(pool_settings, tid)
+    record = slurm("scontrol", "show", "job", job.job_id)
+    assert "NumNodes=2 " in record and f"UserId={member.pw_name}" in record
+    assert job.nodes == "sim[1-2]"
+    log = log_path(pool_settings, tid).read_text()
+    assert f"Slurm job {job.job_id} on sim1 (task 0 of 2): ranks 0-1 of 4 on cuda:0, cuda:1" in log
+    assert f"Slurm job {job.job_id} on sim2 (task 1 of 2): ranks 2-3 of 4 on cuda:0, cuda:1" in log
+    # One training: rank 0's progress is the curve; the checkpoints are the gang's, in the one folder.
+    assert _steps(pool_settings, tid) == list(range(1, TINY["max_steps"] + 1))
+    home = Path(service.get_root(pool_settings, "cluster")) / str(tid)
+    def start(name: str) -> dict:
+        return next(x for x in map(json.loads, (home / name).read_text().splitlines()) if x["type"] == "start")
+    assert "rank 0 <-> cuda:0, rank 1 <-> cuda:1" in start(f"progress-{job.attempt}.jsonl")["note"]
+    assert "rank 2 <-> cuda:0, rank 3 <-> cuda:1" in start(f"progress-{job.attempt}.task1.jsonl")["note"]
+    assert any(p.name.startswith("step-") for p in (home / "checkpoints").iterdir())
+
+
+def test_a_layout_the_pool_cannot_hold_evenly_is_refused_naming_what_it_can(pool_settings, member) -> None:
+    with pytest.raises(service.PoolError, match="ask for 2 or 4 GPUs") as err:
+        _submit(pool_settings, member.pw_name, "uneven", TINY, world_size=3)
+    assert err.value.field == "world_size"
+    with pytest.raises(service.PoolError, match="need 3 nodes of pool 'cluster', and its partition gpu has 2"):
+        _submit(pool_settings, member.pw_name, "too-wide", TINY, world_size=6)
+    with pytest.raises(service.PoolError, match="a script runs on one node"):
+        _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=4)
+    with session_scope(pool_settings) as sess:
+        assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None

@@ -1,8 +1,9 @@
 """A real Slurm cluster for the tests: munged, slurmctld and slurmd started as root by .ci/slurm.sh.
 
-One node (``sim1``) with two GPUs declared as GRES (device files made with
-mknod; the ranks run on gpufleet's simulated GPUs, on the CPU). Started once
-per test session, in a few seconds, and stopped at its end.
+Two nodes (``sim1``, ``sim2``: two slurmd on this machine, each on a port of
+its own) with two GPUs each declared as GRES (device files made with mknod; the
+ranks run on gpufleet's simulated GPUs, on the CPU). Started once per test
+session, in a few seconds, and stopped at its end.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "slurm.sh"
 PARTITION = "gpu"
+NODES = ("sim1", "sim2")
 
 
 def slurm(*argv: str) -> str:
@@ -53,7 +55,7 @@ def slurm_cluster() -> Iterator[Path]:
         pytest.fail("the Slurm tests start slurmctld and slurmd as root; run the suite as root (CI does)")
     home = Path(tempfile.mkdtemp(prefix="gpufleet-slurm-"))
     home.chmod(0o755)
-    env = {**os.environ, **shadow_for_jobs()}
+    env = {**os.environ, **shadow_for_jobs(), "SLURM_SIM_NODES": str(len(NODES))}
     done = subprocess.run(["bash", str(SCRIPT), "start", str(home)], capture_output=True, text=True, timeout=120,
                           env=env, check=False)
     if done.returncode != 0:

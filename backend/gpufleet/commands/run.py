@@ -35,7 +35,8 @@ def register(app: typer.Typer) -> None:
 # The request's fields, as this command's options (what a refusal names).
 CLI_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "memory_mb": "--memory", "memory": "--memory",
                "max_restarts": "--max-restarts", "max_runtime_s": "--max-runtime", "from_training": "--from",
-               "requirements": "--requirements", "python": "--python", "env": "--env", "host": "--host"}
+               "requirements": "--requirements", "python": "--python", "env": "--env", "host": "--host",
+               "pool": "--pool"}
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -123,6 +124,8 @@ def run(
     preemptible: Annotated[bool | None, typer.Option(
         "--preemptible/--no-preemptible",
         help="may a higher-priority training checkpoint and stop this one (default: the server's)")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="run in this pool (a Slurm partition, `gpufleet pools "
+                                                            "ls`) instead of the team's hosts, on one node")] = None,
     directory: Annotated[Path, typer.Option("--dir", help="the code to upload")] = Path("."),
     max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="refuse to upload more than this")] = 100,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = True,
@@ -133,6 +136,9 @@ def run(
 ) -> None:
     # Everything that can be checked is, before the code is packed and sent.
     memory_bytes = _memory(memory)
+    if pool and (gpu_ids or host):
+        _fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
+              f"{'--gpu-ids' if gpu_ids else '--host'}")
     placement = _placement(gpus, gpu_ids, host, memory)
     extra_env = _parse_env(env) if env else None
     c = connect(server)
@@ -140,13 +146,16 @@ def run(
     source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique start of one, or a name
     if from_training and source:
         preflight.check_source(c, from_training, source)
-    preflight.check_fleet(c, placement.get("world_size", 0), memory_bytes, host, placement.get("gpu_ids"))
+    if not pool:  # a pool's nodes are its scheduler's; the server checks the request against them
+        preflight.check_fleet(c, placement.get("world_size", 0), memory_bytes, host, placement.get("gpu_ids"))
     data, req_file = _pack_code(directory, max_mb, requirements, no_env)
     body: dict[str, Any] = {
         "name": name or f"{Path(command[1] if len(command) > 1 else command[0]).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
         "kind": "script", "argv": list(command), "max_restarts": max_restarts,
     }
     body.update(placement)
+    if pool:
+        body["pool"] = pool
     if extra_env:
         body["env"] = extra_env
     if python:

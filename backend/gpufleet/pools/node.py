@@ -1,44 +1,105 @@
-"""``python -m gpufleet.pools.node SPEC.json``: one Slurm task starts gpufleet's launcher on its node.
+"""``python -m gpufleet.pools.node KIND SPEC.json``: one Slurm task starts gpufleet's launcher on its node.
 
 Runs on the cluster's node, as the member (Slurm's doing). The spec names as
-many GPUs as the job asked for; which ones is Slurm's grant, read from the
-environment it sets (``CUDA_VISIBLE_DEVICES``, from the job's GRES). A node
-without an NVIDIA driver (no ``/dev/nvidiactl``: a simulated cluster) runs the
-ranks on the CPU with the GPU mapping kept, as a simulated fleet's host does.
-Then the launcher replaces this process, so Slurm's signals reach it directly.
-Torch-free.
+many GPUs as the job asked for on each node; which ones is Slurm's grant, read
+from the environment it sets (``CUDA_VISIBLE_DEVICES``, from the job's GRES). A
+node without an NVIDIA driver (no ``/dev/nvidiactl``: a simulated cluster) runs
+the ranks on the CPU with the GPU mapping kept, as a simulated fleet's host
+does. A recipe over several nodes takes its rendezvous from Slurm too: this
+task's number (``SLURM_PROCID``) gives its first rank, the batch host
+(``SLURM_LAUNCH_NODE_IPADDR``, where task 0 runs) holds the store, on a port
+derived from the job's id. Then the kind's launcher replaces this process, so
+Slurm's signals reach it directly. Torch-free.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from gpufleet.training.spec import LaunchSpec
+from gpufleet.trainings.script_launch import ScriptSpec
+
+# The store's port: one per job, below Linux's ephemeral range so no outgoing connection holds it.
+STORE_PORT_BASE, STORE_PORT_SPAN = 20000, 10000
 
 
-def granted(environ: dict[str, str], count: int) -> list[str]:
-    """The GPUs Slurm gave this task, as launcher devices."""
+def granted(environ: Mapping[str, str], count: int) -> list[int]:
+    """The GPUs Slurm gave this task, as device indexes."""
     visible = [v.strip() for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if all(v.isdigit() for v in visible) and len(visible) >= count:
-        return [f"cuda:{v}" for v in visible[:count]]
-    return [f"cuda:{i}" for i in range(count)]
+        return [int(v) for v in visible[:count]]
+    return list(range(count))
+
+
+def task_gang(gang: dict, per_task: int, environ: Mapping[str, str]) -> dict:
+    """A multi-node recipe's rendezvous, for this task, from the job's environment."""
+    task = int(environ.get("SLURM_PROCID", "0"))
+    job = int(environ.get("SLURM_JOB_ID", "0") or 0)
+    return {**gang, "first_rank": task * per_task, "store_master": task == 0,
+            "master_addr": environ.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1",
+            "master_port": STORE_PORT_BASE + job % STORE_PORT_SPAN}
+
+
+def task_file(path: str, environ: Mapping[str, str]) -> str:
+    """Task 0 writes the attempt's progress file (the one gpufleet reads); each other task a file of its own."""
+    task = int(environ.get("SLURM_PROCID", "0"))
+    return path if task == 0 else str(Path(path).with_suffix(f".task{task}.jsonl"))
+
+
+def _where(environ: Mapping[str, str]) -> str:
+    return (f"Slurm job {environ.get('SLURM_JOB_ID', 'local')} on {environ.get('SLURMD_NODENAME', '?')}"
+            + (f" (task {environ['SLURM_PROCID']} of {environ['SLURM_NTASKS']})"
+               if int(environ.get("SLURM_NTASKS", "1") or 1) > 1 else ""))
+
+
+def recipe(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[str, Path]:
+    spec = LaunchSpec.read(spec_path)
+    devices = [f"cuda:{i}" for i in granted(environ, len(spec.devices))]
+    here = replace(spec, devices=devices, ranks_on_cpu=on_cpu,
+                   gang=task_gang(spec.gang, len(devices), environ) if spec.gang else None,
+                   progress_file=task_file(spec.progress_file, environ))
+    ranks = (f"ranks {here.gang['first_rank']}-{here.gang['first_rank'] + len(devices) - 1} of "
+             f"{here.gang['world_size']} " if here.gang else "ranks ")
+    print(f"[gpufleet] {_where(environ)}: {ranks}on {', '.join(devices)}"
+          f"{' (CPU: no NVIDIA driver on this node)' if on_cpu else ''}", flush=True)
+    return "gpufleet.training.launch", here.write(_own_copy(spec_path, environ))
+
+
+def script(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[str, Path]:
+    spec = ScriptSpec.read(spec_path)
+    here = replace(spec, gpu_indexes=granted(environ, spec.world_size), ranks_on_cpu=on_cpu)
+    print(f"[gpufleet] {_where(environ)}: the script's {spec.world_size} rank(s) on GPU(s) "
+          f"{', '.join(map(str, here.gpu_indexes))}{' (CPU: no NVIDIA driver on this node)' if on_cpu else ''}",
+          flush=True)
+    path = _own_copy(spec_path, environ)
+    here.write(path)
+    return "gpufleet.trainings.script_launch", path
+
+
+STARTS: dict[str, Callable[[Path, Mapping[str, str], bool], tuple[str, Path]]] = {
+    "recipe": recipe, "script": script}
+
+
+def _own_copy(spec_path: Path, environ: Mapping[str, str]) -> Path:
+    job, task = environ.get("SLURM_JOB_ID", "local"), environ.get("SLURM_PROCID", "0")
+    return spec_path.with_name(f"{spec_path.stem}-job{job}-task{task}.json")
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m gpufleet.pools.node SPEC.json", file=sys.stderr)
+    if len(argv) == 1:  # a job submitted before scripts ran on pools
+        argv = ["recipe", *argv]
+    if len(argv) != 2 or argv[0] not in STARTS:
+        print(f"usage: python -m gpufleet.pools.node {{{','.join(STARTS)}}} SPEC.json", file=sys.stderr)
         return 2
-    spec = LaunchSpec.read(argv[0])
-    job = os.environ.get("SLURM_JOB_ID", "local")
     on_cpu = not Path("/dev/nvidiactl").exists()
-    here = replace(spec, devices=granted(dict(os.environ), len(spec.devices)), ranks_on_cpu=on_cpu)
-    path = here.write(Path(argv[0]).with_name(f"spec-{spec.attempt}-job{job}.json"))
-    print(f"[gpufleet] Slurm job {job} on {os.environ.get('SLURMD_NODENAME', '?')}: ranks on "
-          f"{', '.join(here.devices)}{' (CPU: no NVIDIA driver on this node)' if on_cpu else ''}", flush=True)
-    os.execv(sys.executable, [sys.executable, "-m", "gpufleet.training.launch", str(path)])
+    slurms = {name: os.environ[name] for name in os.environ if name.startswith(("SLURM", "CUDA_VISIBLE"))}
+    module, path = STARTS[argv[0]](Path(argv[1]), slurms, on_cpu)
+    os.environ["GPUFLEET_TRAINING_ID"] = path.parent.name
+    os.execv(sys.executable, [sys.executable, "-m", module, str(path)])
     return 0  # not reached
 
 

@@ -8,6 +8,7 @@ scheduler leaves it alone, and :mod:`gpufleet.pools.submit` and
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -135,6 +136,25 @@ def remove(sess: Session, name: str) -> None:
     sess.delete(pool)
 
 
+def layout(pool: Pool, world_size: int) -> tuple[int, int]:
+    """How a training of ``world_size`` GPUs is laid out on the pool: (nodes, GPUs per node).
+
+    One node while one holds it; else the fewest nodes that do, each with the same share (one launcher per
+    node, the ranks' rendezvous taken from Slurm's environment). A share that is not even is refused, naming
+    the sizes that are.
+    """
+    per = pool.gpus_per_node
+    if not per or world_size <= per:
+        return 1, world_size
+    count = math.ceil(world_size / per)
+    if world_size % count:
+        lower, upper = count * (world_size // count), count * math.ceil(world_size / count)
+        raise PoolError(f"pool {pool.name!r} has {per} GPUs per node, so {world_size} GPUs need {count} nodes, and "
+                        f"a training over several nodes takes the same number of GPUs on each: ask for {lower} or "
+                        f"{upper} GPUs", field="world_size")
+    return count, world_size // count
+
+
 def nodes(pool: Pool) -> list[slurm.NodeState]:
     try:
         return slurm.nodes(pool.partition)
@@ -158,22 +178,27 @@ def member_account(sess: Session, settings: Settings, owner: str) -> runas.RunAc
 
 def create_training(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
                     admin: bool = False) -> Training:
-    """A recipe training for pool ``req.pool``: validated as any, queued for :mod:`.submit`. The caller commits."""
+    """A training (a recipe, or a member's script) for pool ``req.pool``: validated as any, queued for
+    :mod:`.submit`. The caller commits."""
     pool = get(sess, req.pool or "")
-    if req.kind != "recipe":
-        raise PoolError("a Slurm pool runs recipe trainings so far; run a script on the team's hosts", field="kind")
     if req.host or req.gpu_ids:
         raise PoolError("a training in a pool gets its nodes and GPUs from the pool's scheduler: give world_size, "
                         "not host or gpu_ids", field="host" if req.host else "gpu_ids")
     member_account(sess, settings, owner)
     count = req.world_size or 1
-    if pool.gpus_per_node and count > pool.gpus_per_node:
-        raise PoolError(f"pool {pool.name!r} has {pool.gpus_per_node} GPUs per node, and a training on one node "
-                        f"can use at most that many (asked {count})", field="world_size")
+    node_count, _per_node = layout(pool, count)
+    if node_count > 1:
+        _check_node_count(pool, node_count, count)
+        if req.kind != "recipe":
+            raise PoolError(f"a script runs on one node; pool {pool.name!r} has {pool.gpus_per_node} GPUs per node "
+                            f"(asked {count})", field="world_size")
     try:
-        row, _config = prepare(sess, settings, req, owner, admin=admin)
+        row, config = prepare(sess, settings, req, owner, admin=admin)
     except TrainingRequestError as exc:
         raise PoolError(str(exc), field=exc.field) from None
+    if node_count > 1 and config is not None and config.parallel_mode != "equal":
+        raise PoolError(f"parallel_mode {config.parallel_mode} runs on one node; a training over {node_count} nodes "
+                        "takes equal shares (parallel_mode equal)", field="config.parallel_mode")
     row.pool = pool.name
     sess.add(row)
     sess.flush()
@@ -181,6 +206,17 @@ def create_training(sess: Session, settings: Settings, req: TrainingCreate, owne
                        reason=f"submitted for {row.world_size} GPU(s) in Slurm pool {pool.name} "
                               f"(partition {pool.partition})")
     return row
+
+
+def _check_node_count(pool: Pool, wanted: int, world_size: int) -> None:
+    """Refuse a layout wider than the partition (when Slurm answers; else Slurm's sbatch says it)."""
+    try:
+        have = len({n.name for n in slurm.nodes(pool.partition)})
+    except slurm.SlurmError:
+        return
+    if have and wanted > have:
+        raise PoolError(f"{world_size} GPUs need {wanted} nodes of pool {pool.name!r}, and its partition "
+                        f"{pool.partition} has {have}", field="world_size")
 
 
 def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *, admin: bool = False) -> TrainingView:

@@ -5,6 +5,12 @@ host and the nodes see), owned by the member's account: the launch spec, the
 batch script, the job's output, the ranks' progress lines and the checkpoints.
 The job runs ``srun`` over :mod:`gpufleet.pools.node`, which takes the GPUs
 Slurm granted and starts gpufleet's own launcher, as on a team host.
+
+The pool is a place, not a kind of work: a recipe and a member's script both
+run there. What differs between them on a pool (the spec their node reads, what
+comes before the stop signal) is one :class:`OnPool` per kind, found by the
+row's ``kind``; what a pool does with any job (sbatch, the layout over nodes,
+the folder) is written once.
 """
 
 from __future__ import annotations
@@ -13,8 +19,11 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from sqlalchemy import select, update
 
@@ -24,9 +33,14 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.pools import slurm
-from gpufleet.pools.service import PoolError, member_account
+from gpufleet.pools.service import PoolError, layout, member_account
 from gpufleet.scheduling.quotas import over_quota
+from gpufleet.training import stopfile
+from gpufleet.training.ownedfiles import write_new
+from gpufleet.training.resumepoint import newest_resume_point
 from gpufleet.training.spec import LaunchSpec
+from gpufleet.trainings import code, script, venv
+from gpufleet.trainings.script_launch import ScriptSpec
 from gpufleet.users.runas import RunAccount
 
 log = logging.getLogger(__name__)
@@ -43,23 +57,64 @@ def progress_file(pool: Pool, training_id: uuid.UUID | str, attempt: int) -> Pat
 
 
 def _own(path: Path, acct: RunAccount) -> None:
+    """A folder of the member's. The folder above may be the member's too: a link planted there is refused,
+    never followed (root would hand its target to the member)."""
     path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise PoolError(f"{path} is not a folder (a link or a file is in its place); remove it and resubmit")
     if os.geteuid() == 0:
-        os.chown(path, acct.uid, acct.gid)
+        os.lchown(path, acct.uid, acct.gid)
     os.chmod(path, 0o755)
 
 
 def _give(path: Path, acct: RunAccount, mode: int = 0o644) -> None:
-    os.chmod(path, mode)
-    if os.geteuid() == 0:
-        os.chown(path, acct.uid, acct.gid)
+    """A file just written into the member's folder, made theirs; through no link put in its place since."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, mode)
+        if os.geteuid() == 0:
+            os.fchown(fd, acct.uid, acct.gid)
+    finally:
+        os.close(fd)
+
+
+def _own_tree(path: Path, acct: RunAccount) -> None:
+    """``path`` and everything under it, the member's (unpacked code the member's own script may write to)."""
+    if os.geteuid() != 0:
+        return
+    for folder, dirs, files in os.walk(path):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.lchown(name, acct.uid, acct.gid)
+
+
+def _unpack(settings: Settings, a: Attempt, work: Path) -> None:
+    """The code as uploaded, as ``work``: unpacked where only this host's root writes, given to the member,
+    then moved into the member's folder (where nothing is written through a name the member controls)."""
+    staging = Path(a.pool.checkpoint_root) / ".staging"
+    staging.mkdir(exist_ok=True)
+    os.chmod(staging, 0o700)
+    fresh = staging / f"{a.training.id}-{a.number}"
+    shutil.rmtree(fresh, ignore_errors=True)
+    try:
+        with session_scope(settings) as sess:
+            code.prepare_workdir(settings, sess, a.training.code_hash or "", fresh)
+        _own_tree(fresh, a.account)
+        if work.is_symlink() or work.is_file():
+            work.unlink()
+        elif work.exists():
+            shutil.rmtree(work)  # the last attempt's copy: every attempt starts from the code as uploaded
+        os.rename(fresh, work)
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 def sbatch_args(settings: Settings, pool: Pool, t: Training, output: Path) -> list[str]:
-    """What the job asks Slurm for: one node, the training's GPUs, its time limit and the stop signal."""
+    """What the job asks Slurm for: its nodes and GPUs on each, its time limit and the stop signal."""
     grace = max(1, int(settings.stop_grace_s))
-    args = [f"--job-name={JOB_NAME.format(tid=t.id)}", f"--partition={pool.partition}", "--nodes=1",
-            "--ntasks-per-node=1", f"--gres=gpu:{t.world_size}", f"--output={output}", "--export=NONE",
+    node_count, per_node = layout(pool, t.world_size)
+    # One task per node: gpufleet's launcher there starts one rank per GPU it was granted.
+    args = [f"--job-name={JOB_NAME.format(tid=t.id)}", f"--partition={pool.partition}", f"--nodes={node_count}",
+            "--ntasks-per-node=1", f"--gres=gpu:{per_node}", f"--output={output}", "--export=NONE",
             # Slurm's stop contract as gpufleet's: SIGTERM (checkpoint and stop) before the time limit's kill.
             f"--signal=TERM@{grace}"]
     if pool.account:
@@ -69,37 +124,127 @@ def sbatch_args(settings: Settings, pool: Pool, t: Training, output: Path) -> li
     return args
 
 
-def _script(pool: Pool, spec: Path) -> str:
-    node = f"{shlex.quote(pool.python)} -m gpufleet.pools.node {shlex.quote(str(spec))}"
+def _batch_script(pool: Pool, kind: str, spec: Path) -> str:
+    node = f"{shlex.quote(pool.python)} -m gpufleet.pools.node {kind} {shlex.quote(str(spec))}"
     return ("#!/bin/sh\n"
             "# One task per node; gpufleet's launcher starts one rank per GPU Slurm granted.\n"
             "export SLURM_EXPORT_ENV=ALL PYTHONUNBUFFERED=1\n"
             f"exec srun --kill-on-bad-exit=1 {node}\n")
 
 
-def _spec(settings: Settings, pool: Pool, t: Training, attempt: int) -> LaunchSpec:
-    home = training_dir(pool, t.id)
-    return LaunchSpec(
-        recipe=t.recipe, config=dict(t.config), devices=[f"cuda:{i}" for i in range(t.world_size)],
-        checkpoint_dir=str(home / "checkpoints"), progress_file=str(progress_file(pool, t.id, attempt)),
-        data_root=str(settings.data_root), resume=True, collective_timeout_s=settings.collective_timeout_s,
-        training_id=str(t.id), stop_grace_s=settings.stop_grace_s, attempt=attempt)
+@dataclass
+class Attempt:
+    """One attempt of a pool training: where its files go and whose they are."""
+
+    settings: Settings
+    pool: Pool
+    training: Training
+    number: int
+    account: RunAccount
+
+    @property
+    def home(self) -> Path:
+        return training_dir(self.pool, self.training.id)
+
+    @property
+    def progress(self) -> Path:
+        return progress_file(self.pool, self.training.id, self.number)
+
+
+class OnPool:
+    """What one kind of work runs on a pool's node. Subclasses write the spec their node start reads."""
+
+    name: ClassVar[str]
+
+    def write_spec(self, a: Attempt, path: Path) -> None:
+        raise NotImplementedError
+
+    def ask_to_stop(self, progress: Path) -> None:
+        """What comes before the TERM Slurm sends the job's steps when the training is asked to stop."""
+
+
+class RecipeOnPool(OnPool):
+    """A recipe: gpufleet's launcher, spread over the job's nodes when one does not hold it."""
+
+    name = "recipe"
+
+    def write_spec(self, a: Attempt, path: Path) -> None:
+        settings, t = a.settings, a.training
+        node_count, per_node = layout(a.pool, t.world_size)
+        gang = None
+        if node_count > 1:
+            # Filled in on each node from Slurm's environment (gpufleet.pools.node): this task's first rank,
+            # the batch host's address, a port from the job's id, and which task opens the store.
+            gang = {"world_size": t.world_size, "first_rank": 0, "master_addr": "", "master_port": 0,
+                    "store_master": False, "rendezvous_timeout_s": settings.rendezvous_timeout_s}
+        LaunchSpec(
+            recipe=t.recipe, config=dict(t.config), devices=[f"cuda:{i}" for i in range(per_node)],
+            checkpoint_dir=str(a.home / "checkpoints"), progress_file=str(a.progress),
+            data_root=str(settings.data_root), resume=True, collective_timeout_s=settings.collective_timeout_s,
+            training_id=str(t.id), stop_grace_s=settings.stop_grace_s, attempt=a.number, gang=gang).write(path)
+
+
+class ScriptOnPool(OnPool):
+    """A member's own script: its code unpacked into the training's folder, its environment built on the node
+    (into a cache of the member's under the pool's root), run by the script launcher as on a team host."""
+
+    name = "script"
+
+    def write_spec(self, a: Attempt, path: Path) -> None:
+        settings, t = a.settings, a.training
+        if not t.code_hash or not t.argv:
+            raise PoolError("the training has no code or argv")
+        work, output = a.home / "work", a.home / "output"
+        _unpack(settings, a, work)
+        _own(output, a.account)
+        env = dict(t.env or {})
+        python = script.interpreter(settings, env)
+        env.pop("GPUFLEET_PYTHON", None)
+        environment = venv.request_for(settings, env.pop(script.REQUIREMENTS_KEY, None), python, t.owner or "local")
+        if environment is not None:
+            caches = Path(a.pool.checkpoint_root) / ".envs"
+            caches.mkdir(exist_ok=True)
+            os.chmod(caches, 0o755)
+            _own(caches / (t.owner or "local"), a.account)
+            environment["cache_dir"] = str(caches / (t.owner or "local"))  # the nodes see it; the member's own
+        a.progress.unlink(missing_ok=True)
+        Path(f"{a.progress}.stop").unlink(missing_ok=True)
+        ScriptSpec(
+            training_id=str(t.id), argv=script.resolve_argv(list(t.argv), python), workdir=str(work),
+            progress_file=str(a.progress), checkpoint_dir=str(a.home / "checkpoints"),
+            resume_from=newest_resume_point(a.home / "checkpoints"), env=env,
+            gpu_indexes=list(range(t.world_size)), backend="cuda", world_size=t.world_size,
+            stop_grace_s=settings.stop_grace_s, output_dir=str(output), environment=environment).write(path)
+
+    def ask_to_stop(self, progress: Path) -> None:
+        stopfile.mark(f"{progress}.stop")  # the script's report() sees it, as on a team host
+
+
+ON_POOL: dict[str, OnPool] = {k.name: k for k in (RecipeOnPool(), ScriptOnPool())}
+
+
+def on_pool(kind: str) -> OnPool:
+    try:
+        return ON_POOL[kind]
+    except KeyError:
+        raise PoolError(f"a Slurm pool runs {' and '.join(sorted(ON_POOL))} trainings, not {kind}s",
+                        field="kind") from None
 
 
 def submit_one(settings: Settings, t: Training, pool: Pool, acct: RunAccount) -> PoolJob:
     """Write the attempt's files and ``sbatch`` them as the member; the job's row (not added)."""
-    attempt = t.attempt + 1
-    home = training_dir(pool, t.id)
+    attempt = Attempt(settings, pool, t, t.attempt + 1, acct)
+    home = attempt.home
     _own(home, acct)
     _own(home / "checkpoints", acct)
-    spec_path = home / f"spec-{attempt}.json"
-    _give(_spec(settings, pool, t, attempt).write(spec_path), acct)
-    script = home / f"job-{attempt}.sh"
-    script.write_text(_script(pool, spec_path))
-    _give(script, acct, 0o755)
-    output = home / f"slurm-{attempt}.out"
-    job_id = slurm.submit(str(script), acct.name, sbatch_args(settings, pool, t, output), str(home))
-    return PoolJob(training_id=t.id, pool_id=pool.id, attempt=attempt, job_id=job_id, account=acct.name,
+    spec_path = home / f"spec-{attempt.number}.json"
+    on_pool(t.kind).write_spec(attempt, spec_path)  # written through no link (ownedfiles.write_new)
+    _give(spec_path, acct)
+    batch = write_new(home / f"job-{attempt.number}.sh", _batch_script(pool, t.kind, spec_path))
+    _give(batch, acct, 0o755)
+    output = home / f"slurm-{attempt.number}.out"
+    job_id = slurm.submit(str(batch), acct.name, sbatch_args(settings, pool, t, output), str(home))
+    return PoolJob(training_id=t.id, pool_id=pool.id, attempt=attempt.number, job_id=job_id, account=acct.name,
                    state="PENDING", output=str(output), output_offset=0)
 
 

@@ -66,7 +66,7 @@ def poll(settings: Settings) -> int:
 
 def _one(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm.JobState | None) -> None:
     if t.attempt != job.attempt or t.status not in ACTIVE or t.cancel_requested:
-        _stop(settings, job, t, state)
+        _stop(settings, job, t, pool, state)
     if state is None:
         _end(settings, job, t, "failed", f"Slurm no longer knows job {job.job_id} (it ended with no record: is "
                                          "accounting, sacct, configured?)", None)
@@ -80,8 +80,10 @@ def _one(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm
         _finished(settings, job, t, pool, state)
 
 
-def _stop(settings: Settings, job: PoolJob, t: Training, state: slurm.JobState | None) -> None:
+def _stop(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm.JobState | None) -> None:
     """A cancel asked in gpufleet (or an attempt superseded): TERM first, the kill after the grace."""
+    from gpufleet.pools.submit import on_pool, progress_file
+
     if state is None or state.state not in ("PENDING", *RUNNING_STATES):
         return
     first = _SIGNALLED.get(job.job_id)
@@ -89,6 +91,7 @@ def _stop(settings: Settings, job: PoolJob, t: Training, state: slurm.JobState |
         if state.state == "PENDING":
             slurm.cancel(job.job_id, account=job.account)
         elif first is None:
+            on_pool(t.kind).ask_to_stop(progress_file(pool, t.id, job.attempt))
             slurm.cancel(job.job_id, signal="TERM", account=job.account)
             _SIGNALLED[job.job_id] = time.monotonic()
         elif time.monotonic() - first > settings.stop_grace_s:
@@ -139,10 +142,14 @@ def _sink(settings: Settings, job: PoolJob, t: Training, pool: Pool) -> MetricsS
 def _pump(settings: Settings, job: PoolJob, t: Training, pool: Pool, *, final: bool) -> None:
     sink = _sink(settings, job, t, pool)
     if sink.pump(final=final) == "cancel":
-        _stop(settings, job, t, slurm.JobState(job.job_id, "RUNNING", "", "", None, None))
+        _stop(settings, job, t, pool, slurm.JobState(job.job_id, "RUNNING", "", "", None, None))
 
 
 def _finished(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm.JobState) -> None:
+    if t.status == "queued" and t.attempt == job.attempt and state.nodes and state.nodes != "(null)" \
+            and state.state not in REQUEUED_STATES:
+        # It ran whole between two polls: the record says it ran, where, and keeps its progress.
+        _running(settings, job, t, pool, state)
     if t.status == "running" and t.attempt == job.attempt:
         _pump(settings, job, t, pool, final=True)
     code = state.exit_code
