@@ -12,6 +12,7 @@ import os
 import subprocess
 import tempfile
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,10 @@ from gpufleet.db.pools import PoolJob
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
-from gpufleet.pools import loop, service
+from gpufleet.db.types import utcnow
+from gpufleet.pools import loop, service, watch
+from gpufleet.scheduling.quotas import _week_hours
+from gpufleet.users.usage import usage_report
 from gpufleet.trainings import code
 from gpufleet.trainings import service as trainings
 from gpufleet.trainings.request import TrainingCreate, TrainingResume
@@ -121,6 +125,29 @@ def test_a_recipe_succeeds_on_the_pool_as_its_owner(pool_settings, member, slurm
     assert second.attempt == job.attempt + 1 and second.job_id != job.job_id
     lines = [json.loads(x) for x in (ckpt.parent / f"progress-{second.attempt}.jsonl").read_text().splitlines()]
     assert [(x["step"], Path(x["path"]).name) for x in lines if x["type"] == "resume"] == [(6, "step-6")]
+
+    # Usage: each job's GPUs from Slurm's start to its end, as Slurm's own accounting has it (this cluster
+    # keeps its job-completion log, jobcomp/filetxt), in the usage report beside the team's hosts and in
+    # the weekly GPU-hour quota's count.
+    assert watch.account(pool_settings) == 2
+    held = 0.0
+    for attempt in (job, second):
+        with session_scope(pool_settings) as sess:
+            row = sess.get(PoolJob, attempt.id)
+        assert (row.accounted_by, row.gpus) == ("jobcomp", 1)
+        [record] = [x for x in (slurm_cluster / "jobcomp.log").read_text().splitlines()
+                    if f"JobId={row.job_id} " in x]
+        for field, value in (("StartTime", row.run_start), ("EndTime", row.run_end)):
+            assert f"{field}={value.astimezone().strftime('%Y-%m-%dT%H:%M:%S')} " in record
+        held += (row.run_end - row.run_start).total_seconds() * row.gpus
+    assert held > 0
+    today = utcnow().date()
+    with session_scope(pool_settings) as sess:
+        rows = [r for r in usage_report(sess, "user", today - timedelta(days=1), today) if r.name == member.pw_name]
+        week = _week_hours(sess, [member.pw_name], utcnow())
+    assert sum(r.gpu_seconds_pool for r in rows) == pytest.approx(held)
+    assert sum(r.gpu_seconds_held for r in rows) == pytest.approx(held)
+    assert week * 3600 == pytest.approx(held)
 
 
 def test_a_job_that_ran_whole_between_two_polls_keeps_its_curve(pool_settings, member) -> None:

@@ -185,6 +185,7 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
         {"day": str(r.day), "name": r.name, "gpu_seconds_held": r.gpu_seconds_held,
          "gpu_seconds_used": r.gpu_seconds_used, "gpu_hours_held": round(r.gpu_seconds_held / 3600, 4),
          "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings,
+         "gpu_seconds_pool": r.gpu_seconds_pool, "gpu_hours_pool": round(r.gpu_seconds_pool / 3600, 4),
          "training_name": names.get(r.name)} for r in rows]}
 
 
@@ -211,9 +212,12 @@ def usage(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    users._emit(("day", by, "GPU-hours held", "GPU-hours used", "trainings"),
+    # Beside the team's hosts, what ran on Slurm pools (part of held; Slurm reports no utilisation).
+    pools = any(r.get("gpu_seconds_pool") for r in report["data"])
+    users._emit(("day", by, "GPU-hours held", "GPU-hours used", "trainings", *(["of held, on pools"] if pools else [])),
                 [(r["day"], _row_name(r), f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
-                  str(r["trainings"])) for r in report["data"]])
+                  str(r["trainings"]), *([f"{r.get('gpu_hours_pool', 0):.2f}"] if pools else []))
+                 for r in report["data"]])
     if not report["data"]:
         err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)
 

@@ -57,3 +57,10 @@ class PoolJob(Base):
     output_offset: Mapped[int] = mapped_column(BigInteger, default=0)
     submitted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # What the usage report counts: when Slurm started and ended the job and the GPUs it held. Set from
+    # squeue while it runs; from Slurm's accounting (sacct, or its job-completion log) once it ended,
+    # which ``accounted_by`` names (None: Slurm kept no record, and squeue's figures stand).
+    run_start: Mapped[datetime | None] = mapped_column(UTCDateTime, index=True)
+    run_end: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    accounted_by: Mapped[str | None] = mapped_column(String(16))

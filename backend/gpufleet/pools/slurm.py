@@ -11,8 +11,11 @@ environment, as for any Slurm client.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import threading
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 TIMEOUT_S = 20.0
 # Slurm's pending reasons in words (squeue's %r), for the wait reason a member reads.
@@ -46,6 +49,7 @@ class JobState:
     nodes: str
     exit_code: int | None
     signal: int | None
+    start: datetime | None = None  # when it started running (None while pending)
 
 
 @dataclass(frozen=True)
@@ -111,29 +115,121 @@ def jobs(job_ids: list[str]) -> dict[str, JobState]:
     if not job_ids:
         return {}
     out = _run(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-O",
-                "JobID:|,State:|,Reason:|,NodeList:|,exit_code:"])
+                "JobID:|,State:|,Reason:|,NodeList:|,exit_code:|,StartTime:"])
     found = {}
     for line in out.splitlines():
-        parts = _split(line.rstrip(), 5)
+        parts = _split(line.rstrip(), 6)
         if parts is None:
             continue
         code, sig = _exit(parts[4].strip())
         found[parts[0].strip()] = JobState(parts[0].strip(), parts[1].strip(), parts[2].strip(),
-                                           parts[3].strip(), code, sig)
+                                           parts[3].strip(), code, sig, slurm_time(parts[5]))
     return found
+
+
+def slurm_time(text: str) -> datetime | None:
+    """Slurm's ``2026-11-29T06:40:18`` (the cluster's local time, as this host's clock reads it) in UTC;
+    None for ``Unknown``, ``None`` and the like."""
+    try:
+        return datetime.fromisoformat(text.strip()).astimezone(timezone.utc)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Accounted:
+    """A finished job as Slurm's accounting keeps it: what the usage report counts."""
+
+    start: datetime | None
+    end: datetime | None
+    gpus: int | None  # None: the record does not say (jobcomp without gres/gpu as a TRES)
+    nodes: int | None
+    source: str  # "sacct" or "jobcomp"
+
+
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+
+
+def _gpus_of(tres: str) -> int | None:
+    m = _GPU_TRES.search(tres)
+    return int(m.group(1)) if m else None
+
+
+def usage_record(job_id: str) -> Accounted | None:
+    """The job's record in Slurm's accounting: ``sacct`` where the cluster keeps accounting (slurmdbd), else
+    its job-completion log where that is a file this host reads (``JobCompType=jobcomp/filetxt``); None
+    when Slurm keeps neither (or has not written it yet)."""
+    try:
+        out = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,Start,End,AllocTRES,NNodes"])
+    except SlurmError:
+        out = ""
+    for line in out.splitlines():
+        parts = _split(line, 5)
+        if parts and parts[0] == job_id:
+            return Accounted(slurm_time(parts[1]), slurm_time(parts[2]), _gpus_of(parts[3]),
+                             int(parts[4]) if parts[4].isdigit() else None, "sacct")
+    path = _jobcomp_file()
+    return _JOBCOMP.record(path, job_id) if path else None
+
+
+def _jobcomp_file() -> str | None:
+    try:
+        conf = _run(["scontrol", "show", "config"])
+    except SlurmError:
+        return None
+    values = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", conf, re.MULTILINE))
+    if values.get("JobCompType") != "jobcomp/filetxt":
+        return None
+    loc = values.get("JobCompLoc", "")
+    return loc if loc.startswith("/") and os.access(loc, os.R_OK) else None
+
+
+class _JobCompLog:
+    """Slurm's job-completion file, read forward from where the last read stopped (it only grows), keeping
+    the records of gpufleet's jobs (named ``gpufleet-...``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, tuple[int, int, dict[str, Accounted]]] = {}  # path: (inode, offset, records)
+
+    def record(self, path: str, job_id: str) -> Accounted | None:
+        with self._lock:
+            try:
+                st = os.stat(path)
+                inode, offset, records = self._files.get(path, (st.st_ino, 0, {}))
+                if inode != st.st_ino or st.st_size < offset:  # rotated: start over
+                    inode, offset, records = st.st_ino, 0, {}
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read()
+            except OSError:
+                return None
+            done = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+            for line in data[:done].decode("utf-8", "replace").splitlines():
+                fields = dict(re.findall(r"(\w+)=(\S*)", line))
+                if fields.get("Name", "").startswith("gpufleet-") and fields.get("JobId"):
+                    nodes = fields.get("NodeCnt", "")
+                    records[fields["JobId"]] = Accounted(
+                        slurm_time(fields.get("StartTime", "")), slurm_time(fields.get("EndTime", "")),
+                        _gpus_of(fields.get("Tres", "")), int(nodes) if nodes.isdigit() else None, "jobcomp")
+            self._files[path] = (inode, offset + done, records)
+            return records.get(job_id)
+
+
+_JOBCOMP = _JobCompLog()
 
 
 def accounted(job_id: str) -> JobState | None:
     """The job from Slurm's accounting (``sacct``), once slurmctld has forgotten it; None without accounting."""
     try:
-        out = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Reason,NodeList,ExitCode"])
+        out = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Reason,NodeList,ExitCode,Start"])
     except SlurmError:
         return None
     for line in out.splitlines():
-        parts = _split(line, 5)
+        parts = _split(line, 6)
         if parts and parts[0] == job_id:
             code, sig = _exit(parts[4])
-            return JobState(job_id, parts[1].split()[0], parts[2], parts[3], code, sig)
+            return JobState(job_id, parts[1].split()[0], parts[2], parts[3], code, sig, slurm_time(parts[5]))
     return None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import select, update
@@ -51,6 +52,12 @@ def _live_jobs(settings: Settings) -> list[tuple[PoolJob, Training, Pool]]:
 
 def poll(settings: Settings) -> int:
     """One pass over the live pool jobs; returns how many there were."""
+    if time.monotonic() - _ACCOUNTED[0] >= ACCOUNT_EVERY_S:
+        _ACCOUNTED[0] = time.monotonic()
+        try:
+            account(settings)
+        except slurm.SlurmError as exc:
+            log.warning("could not read Slurm's accounting: %s", exc)
     live = _live_jobs(settings)
     if not live:
         return 0
@@ -117,7 +124,8 @@ def _running(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: s
     if t.status == "queued" and t.attempt == job.attempt:
         with write_session(settings) as sess:
             sess.execute(update(PoolJob).where(PoolJob.id == job.id)
-                         .values(state=state.state, reason=None, nodes=state.nodes))
+                         .values(state=state.state, reason=None, nodes=state.nodes, gpus=t.world_size,
+                                 run_start=state.start or utcnow()))
             transition(sess, t.id, ["queued"], "running", extra_where=[Training.attempt == job.attempt],
                        reason=f"running in Slurm pool {pool.name} on {state.nodes} as job {job.job_id} "
                               f"(account {job.account}, attempt {job.attempt})",
@@ -173,9 +181,13 @@ def _finished(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: 
 
 def _end(settings: Settings, job: PoolJob, t: Training, status: str, reason: str, code: int | None,
          slurm_state: str = "UNKNOWN") -> None:
+    now = utcnow()
     with write_session(settings) as sess:
         sess.execute(update(PoolJob).where(PoolJob.id == job.id)
-                     .values(state=slurm_state, exit_code=code, ended_at=utcnow()))
+                     .values(state=slurm_state, exit_code=code, ended_at=now))
+        # Until Slurm's accounting has the job (account() below), it ran until now, as far as this host saw.
+        sess.execute(update(PoolJob).where(PoolJob.id == job.id, PoolJob.run_start.is_not(None),
+                                           PoolJob.run_end.is_(None)).values(run_end=now))
         if t.attempt == job.attempt:
             values = {"exit_code": code} if status != "queued" else {}
             transition(sess, t.id, ["queued", "running"], status, reason=reason,
@@ -183,6 +195,34 @@ def _end(settings: Settings, job: PoolJob, t: Training, status: str, reason: str
                        extra_where=[Training.attempt == job.attempt], data={"job_id": job.job_id}, **values)
     _SINKS.pop((t.id, job.attempt), None)
     _SIGNALLED.pop(job.job_id, None)
+
+
+# How long after a job's end its record is looked for in Slurm's accounting (slurmdbd may lag behind),
+# and how often (each look runs sacct, and scontrol where sacct has nothing).
+ACCOUNT_WINDOW = timedelta(hours=1)
+ACCOUNT_EVERY_S = 15.0
+_ACCOUNTED = [float("-inf")]
+
+
+def account(settings: Settings, limit: int = 20) -> int:
+    """Take the start, end and GPUs of recently ended jobs from Slurm's own accounting (sacct, or its
+    job-completion log): the usage report counts those. Returns how many records were taken."""
+    with session_scope(settings) as sess:
+        rows = list(sess.execute(select(PoolJob.id, PoolJob.job_id).where(
+            PoolJob.ended_at.is_not(None), PoolJob.ended_at > utcnow() - ACCOUNT_WINDOW,
+            PoolJob.run_start.is_not(None), PoolJob.accounted_by.is_(None)).order_by(PoolJob.ended_at).limit(limit)))
+    taken = 0
+    for row_id, job_id in rows:
+        rec = slurm.usage_record(job_id)
+        if rec is None or rec.start is None or rec.end is None:
+            continue
+        values = {"run_start": rec.start, "run_end": rec.end, "accounted_by": rec.source}
+        if rec.gpus is not None:
+            values["gpus"] = rec.gpus
+        with write_session(settings) as sess:
+            sess.execute(update(PoolJob).where(PoolJob.id == row_id).values(**values))
+        taken += 1
+    return taken
 
 
 def _ship_output(settings: Settings, job: PoolJob) -> None:

@@ -5,6 +5,9 @@ Two measures:
 - **held**: the time a GPU was reserved for a training, from its allocation
   (``gpu_allocations.allocated_at`` to ``released_at``, or now while held).
   One GPU for one hour is 3600 GPU-seconds, whatever the training did with it.
+  A training on a Slurm pool holds its job's GPUs from Slurm's start of the job
+  to its end, as Slurm's own accounting records them (``pool_jobs``; see
+  gpufleet.pools.watch.account); that part is also reported on its own.
 - **used**: held time weighted by the GPU's utilisation, from the one-minute
   rollups of the metrics history (``utilization_avg`` / 100 × the seconds of
   each rolled-up minute that the allocation held). It lags by the maintenance interval
@@ -29,6 +32,7 @@ from sqlalchemy import Interval, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPUAllocation, GPUMetricsRollup, Training, UsageDaily
+from gpufleet.db.pools import PoolJob
 from gpufleet.db.types import utcnow
 
 BY = ("user", "group", "training")
@@ -49,6 +53,7 @@ class TrainingUsage:
     owner: str
     held: float = 0.0
     used: float = 0.0
+    pool: float = 0.0  # the part of held that was on a Slurm pool (no utilisation is known there)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class UsageRow:
     gpu_seconds_held: float
     gpu_seconds_used: float
     trainings: int
+    gpu_seconds_pool: float = 0.0
 
 
 def day_start(d: date) -> datetime:
@@ -94,7 +100,25 @@ def held_seconds(session: Session, lo: datetime, hi: datetime, now: datetime | N
         a, b = max(start, lo), min(end or now, hi)
         for day, seconds in _split_by_day(a, b):
             out.setdefault((day, tid), TrainingUsage(owner)).held += seconds
+    _add_pool_seconds(session, out, lo, hi, now, owners)
     return out
+
+
+def _add_pool_seconds(session: Session, out: dict[Key, TrainingUsage], lo: datetime, hi: datetime, now: datetime,
+                      owners: list[str] | None) -> None:
+    """The GPU-seconds of jobs sent to a Slurm pool: its GPUs, from Slurm's start of the job to its end."""
+    j = PoolJob
+    stmt = (select(j.training_id, Training.owner, j.run_start, j.run_end, j.gpus)
+            .join(Training, Training.id == j.training_id)
+            .where(j.run_start.is_not(None), j.run_start < hi, or_(j.run_end.is_(None), j.run_end > lo)))
+    if owners is not None:
+        stmt = stmt.where(Training.owner.in_(owners))
+    for tid, owner, start, end, gpus in session.execute(stmt):
+        a, b = max(start, lo), min(end or now, hi)
+        for day, seconds in _split_by_day(a, b):
+            u = out.setdefault((day, tid), TrainingUsage(owner))
+            u.held += seconds * (gpus or 0)
+            u.pool += seconds * (gpus or 0)
 
 
 def _minute_before(col, dialect: str):
@@ -148,6 +172,7 @@ def merged_usage(session: Session, first: date, last: date, now: datetime | None
             out[key] = live
         else:
             have.held, have.used = max(have.held, live.held), max(have.used, live.used)
+            have.pool = live.pool
     return out
 
 
@@ -194,7 +219,7 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
     check_range(by, first, last)
     per = merged_usage(session, first, last, now)
     groups = groups_of_users(session, sorted({u.owner for u in per.values()})) if by == "group" else {}
-    sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for (day, tid), u in per.items():
         names = {"user": [u.owner], "training": [str(tid)]}.get(by) or groups.get(u.owner) or [NO_GROUP]
         for name in names:
@@ -202,7 +227,9 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
             s[0] += u.held
             s[1] += u.used
             s[2] += 1
-    return [UsageRow(day, name, round(h, 3), round(u, 3), int(n)) for (day, name), (h, u, n) in sorted(sums.items())]
+            s[3] += u.pool
+    return [UsageRow(day, name, round(h, 3), round(u, 3), int(n), round(p, 3))
+            for (day, name), (h, u, n, p) in sorted(sums.items())]
 
 
 def totals_by_user(session: Session) -> dict[str, tuple[float, float]]:

@@ -68,6 +68,9 @@ class UsageRowPublic(BaseModel):
     gpu_hours_held: float
     gpu_hours_used: float
     trainings: int = Field(description="trainings that held a GPU that day")
+    gpu_seconds_pool: float = Field(default=0.0, description="the part of gpu_seconds_held on Slurm pools, from "
+                                    "Slurm's own accounting (its job's GPUs from its start to its end)")
+    gpu_hours_pool: float = 0.0
     training_name: str | None = Field(default=None, description="by training: the training's name")
 
 

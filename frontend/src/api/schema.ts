@@ -3466,6 +3466,11 @@ export interface components {
             day: string;
             /** Gpu Hours Held */
             gpu_hours_held: number;
+            /**
+             * Gpu Hours Pool
+             * @default 0
+             */
+            gpu_hours_pool: number;
             /** Gpu Hours Used */
             gpu_hours_used: number;
             /**
@@ -3473,6 +3478,12 @@ export interface components {
              * @description GPU-seconds reserved (allocation time)
              */
             gpu_seconds_held: number;
+            /**
+             * Gpu Seconds Pool
+             * @description the part of gpu_seconds_held on Slurm pools, from Slurm's own accounting (its job's GPUs from its start to its end)
+             * @default 0
+             */
+            gpu_seconds_pool: number;
             /**
              * Gpu Seconds Used
              * @description GPU-seconds weighted by utilisation (telemetry rollups)

@@ -143,6 +143,7 @@ def get_usage(
     data = [UsageRowPublic(day=r.day, name=r.name, gpu_seconds_held=r.gpu_seconds_held,
                            gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
                            gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings,
+                           gpu_seconds_pool=r.gpu_seconds_pool, gpu_hours_pool=round(r.gpu_seconds_pool / 3600, 4),
                            training_name=names.get(r.name))
             for r in rows]
     return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data))

@@ -7,8 +7,9 @@ import type { Usage, UsageRow } from '../../api/types';
 import { rangeOf } from './usage';
 import { UsagePage } from './UsagePage';
 
-function row(day: string, name: string, held: number): UsageRow {
-  return { day, name, gpu_hours_held: held, gpu_hours_used: held / 4, gpu_seconds_held: held * 3600, gpu_seconds_used: held * 900, trainings: 2 };
+function row(day: string, name: string, held: number, pool = 0): UsageRow {
+  return { day, name, gpu_hours_held: held, gpu_hours_used: held / 4, gpu_seconds_held: held * 3600, gpu_seconds_used: held * 900, trainings: 2,
+           gpu_hours_pool: pool, gpu_seconds_pool: pool * 3600 };
 }
 
 function answer(by: 'user' | 'group', data: UsageRow[]): Usage {
@@ -38,6 +39,21 @@ describe('UsagePage', () => {
     await userEvent.click(screen.getByRole('button', { name: 'By group' }));
     await waitFor(() => expect(usage.mock.lastCall![0]).toMatchObject({ by: 'group' }));
     await waitFor(() => expect(within(screen.getByTestId('usage-table')).getByText('vision')).toBeInTheDocument());
+    expect(screen.queryByText('Of held, on pools')).not.toBeInTheDocument(); // no pool use: no column
+  });
+
+  it('shows the part held on Slurm pools when there is some', async () => {
+    const { to } = rangeOf(7);
+    vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', [row(to, 'alice', 3, 2), row(to, 'bob', 1)]));
+    render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    const table = await screen.findByTestId('usage-table');
+    expect(within(table).getByText('Of held, on pools')).toBeInTheDocument();
+    const alice = table.querySelector('tr[data-name="alice"]')!;
+    expect([...alice.querySelectorAll('td')].map((td) => td.textContent)).toEqual([to, 'alice', '3.00', '0.75', '2', '2.00']);
   });
 
   it('says so when nobody held a GPU', async () => {

@@ -22,6 +22,8 @@ export function UsagePage() {
   const range = rangeOf(days);
   const q = useQuery(`${by}|${range.from}|${range.to}`, (signal) => endpoints.usage({ by, ...range }, signal), 60_000);
   const grid = q.data ? toGrid(q.data.data, q.data.from, q.data.to, measure) : null;
+  // Beside the team's hosts, what ran on Slurm pools (a part of held: Slurm reports no utilisation).
+  const onPools = !!q.data?.data.some((r) => r.gpu_seconds_pool > 0);
 
   return (
     <div className="page">
@@ -51,6 +53,7 @@ export function UsagePage() {
                 <th>GPU-hours held</th>
                 <th>GPU-hours used</th>
                 <th>Trainings</th>
+                {onPools && <th title="The part of held that ran on Slurm pools, from Slurm's own accounting">Of held, on pools</th>}
               </tr>
             </thead>
             <tbody>
@@ -61,13 +64,14 @@ export function UsagePage() {
                   <td>{fmtHours(r.gpu_hours_held)}</td>
                   <td>{fmtHours(r.gpu_hours_used)}</td>
                   <td>{r.trainings}</td>
+                  {onPools && <td>{fmtHours(r.gpu_hours_pool)}</td>}
                 </tr>
               ))}
             </tbody>
             <tfoot>
               <tr>
                 <th colSpan={2}>Total ({MEASURES[measure].toLowerCase()})</th>
-                <th colSpan={3}>{fmtHours(grid.totals.reduce((a, b) => a + b, 0))} GPU-hours</th>
+                <th colSpan={onPools ? 4 : 3}>{fmtHours(grid.totals.reduce((a, b) => a + b, 0))} GPU-hours</th>
               </tr>
             </tfoot>
           </table>
