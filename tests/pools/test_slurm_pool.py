@@ -16,9 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from gpufleet.db.pools import PoolJob
+from gpufleet.db.pools import Pool, PoolJob
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
@@ -312,3 +312,10 @@ def test_a_layout_the_pool_cannot_hold_evenly_is_refused_naming_what_it_can(pool
         _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=4)
     with session_scope(pool_settings) as sess:
         assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None
+
+
+def test_the_fit_on_a_pool_counts_its_partitions_nodes(pool_settings) -> None:
+    with write_session(pool_settings) as sess:
+        sess.execute(update(Pool).where(Pool.name == "cluster").values(gpu_memory=80 * 2**30, gpu_model="H100"))
+    declared = service.declared_gpus(pool_settings, "cluster")
+    assert (declared.gpus_per_node, declared.nodes) == (2, len(NODES))

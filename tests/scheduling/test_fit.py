@@ -100,10 +100,17 @@ def test_nothing_free_now_picks_what_fits_later_and_too_big_says_never() -> None
     assert "nothing fits on any host" in huge.why and len(huge.never) == 3  # single, ddp, fsdp
 
 
-def test_on_a_pool_the_declared_gpus_decide_one_node_at_most_and_slurm_decides_when() -> None:
-    place = pool_placer("institute", "H100", 80 * GiB, 4)
+def test_on_a_pool_the_declared_gpus_decide_and_slurm_decides_when() -> None:
+    place = pool_placer("institute", "H100", 80 * GiB, 4)  # a partition of one node
     assert place(81 * GiB, 1).fits == "never" and "more than one H100 of pool institute" in place(81 * GiB, 1).reason
-    assert place(GiB, 8).fits == "never" and "4 GPU(s) per node" in place(GiB, 8).reason
+    assert place(GiB, 8).fits == "never"
+    assert "8 GPUs need 2 nodes of pool institute (4 GPU(s) each), and its partition has 1" in place(GiB, 8).reason
+    # Over several nodes: the same number of GPUs on each, as a pool training runs (pools.service.layout).
+    wide = pool_placer("institute", "H100", 80 * GiB, 4, nodes=3)
+    assert wide(GiB, 8).fits == "now" and "over 2 nodes" in wide(GiB, 8).reason
+    assert wide(GiB, 6).fits == "now" and wide(GiB, 12).fits == "now"
+    assert wide(GiB, 10).fits == "never" and "do not split evenly over 3 nodes" in wide(GiB, 10).reason
+    assert wide(GiB, 16).fits == "never" and "its partition has 3" in wide(GiB, 16).reason
     ok = place(80 * GiB, 4)
     assert ok.fits == "now" and ok.pool == "institute" and ok.host is None
     # The layouts: 100 GiB of activations at the whole share do not fit one 80 GiB GPU; two ranks do.
@@ -239,7 +246,9 @@ def _pool(s, name: str, **declared) -> None:
     from gpufleet.db.session import session_scope
 
     with session_scope(s) as sess:
-        sess.add(Pool(name=name, partition="gpu", checkpoint_root="/shared/gpufleet", python="python3", **declared))
+        # A partition no Slurm of these tests has: its node count is unknown here, so the fit stays on one node.
+        sess.add(Pool(name=name, partition="fit-test-partition", checkpoint_root="/shared/gpufleet", python="python3",
+                      **declared))
 
 
 def test_the_fit_on_a_pool_uses_its_declared_gpus_not_the_teams_hosts(api) -> None:

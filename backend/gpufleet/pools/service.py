@@ -100,6 +100,7 @@ class DeclaredGpus:
     gpu_model: str | None
     gpu_memory: int
     gpus_per_node: int
+    nodes: int = 1  # the partition's nodes, as sinfo counts them (1 when Slurm does not answer)
 
 
 def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
@@ -115,7 +116,11 @@ def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
                             f"cannot be worked out; an admin adds it again with them: `gpufleet pools rm {name}`, "
                             f"then `gpufleet pools add slurm {name} --partition {p.partition} "
                             f"{' '.join(f + ' N' for f in missing)} ...`", field="pool")
-        return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0))
+        try:
+            count = len({n.name for n in slurm.nodes(p.partition)}) or 1
+        except slurm.SlurmError:
+            count = 1  # the fit stays within one node, which every pool has
+        return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0), count)
 
 
 def get_root(settings: Settings, name: str) -> str:

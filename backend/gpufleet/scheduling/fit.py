@@ -187,9 +187,10 @@ def fleet_placer(fleet: Any, host: str | None = None) -> Callable[[int, int], Pl
     return place
 
 
-def pool_placer(name: str, gpu_model: str | None, gpu_memory: int, gpus_per_node: int
+def pool_placer(name: str, gpu_model: str | None, gpu_memory: int, gpus_per_node: int, nodes: int = 1
                 ) -> Callable[[int, int], Placement]:
-    """``place`` for :func:`fit` on a Slurm pool: up to one node's GPUs, each of the pool's declared memory.
+    """``place`` for :func:`fit` on a Slurm pool: one node's GPUs, or the same number on each of several nodes
+    (up to the partition's ``nodes``), each GPU of the pool's declared memory.
 
     Slurm owns the pool's queue, so the answer is only whether its GPUs can hold the layout ("now" then
     means: submit it, Slurm starts it when it can), never when.
@@ -199,13 +200,17 @@ def pool_placer(name: str, gpu_model: str | None, gpu_memory: int, gpus_per_node
     label = gpu_model or "GPU"
 
     def place(memory: int, count: int) -> Placement:
-        if count > gpus_per_node:
-            return Placement("never", reason=f"pool {name} has {gpus_per_node} GPU(s) per node, and a pool "
-                                             "training runs on one node")
+        need = -(-count // gpus_per_node)
+        if need > nodes:
+            return Placement("never", reason=f"{count} GPUs need {need} nodes of pool {name} "
+                                             f"({gpus_per_node} GPU(s) each), and its partition has {nodes}")
+        if count % need:
+            return Placement("never", reason=f"{count} GPUs do not split evenly over {need} nodes of pool {name}")
         if memory > gpu_memory:
             return Placement("never", reason=f"{fmt_bytes(memory)} per rank is more than one {label} of pool "
                                              f"{name} has ({fmt_bytes(gpu_memory)})")
-        return Placement("now", reason=f"{count} x {label} of pool {name}; Slurm queues the job", pool=name)
+        where = f" over {need} nodes" if need > 1 else ""
+        return Placement("now", reason=f"{count} x {label} of pool {name}{where}; Slurm queues the job", pool=name)
     return place
 
 

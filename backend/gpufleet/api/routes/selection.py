@@ -276,7 +276,7 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
     await run_in_threadpool(_check_estimate_rate, request.app, settings, user)
 
     def search(fleet: Any) -> Any:
-        most = body.count or (pool.gpus_per_node if pool else most_gpus(fleet, body.host))
+        most = body.count or (pool.gpus_per_node * pool.nodes if pool else most_gpus(fleet, body.host))
         worlds = [body.count] if body.count else world_sizes(cfg.global_batch_size, most)
         if not worlds or most == 0:
             raise HTTPException(422, "no host of the fleet has GPUs to fit on" if most == 0 else
@@ -292,7 +292,7 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
                                          layout_values(body.config, strategy, micro, accum), world)
 
         if pool is not None:
-            placer = pool_placer(pool.name, pool.gpu_model, pool.gpu_memory, pool.gpus_per_node)
+            placer = pool_placer(pool.name, pool.gpu_model, pool.gpu_memory, pool.gpus_per_node, pool.nodes)
             return fit(cfg.global_batch_size, worlds, estimate, placer, where=f"pool {pool.name}")
         return fit(cfg.global_batch_size, worlds, estimate, fleet_placer(fleet, body.host))
 

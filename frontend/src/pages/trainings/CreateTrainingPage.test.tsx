@@ -5,14 +5,14 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
 import { candidate, gpu, recipe, recipeField, recipes, recommendation, training, validation } from '../../test/factories';
-import type { FitResponse, Recipe } from '../../api/types';
+import type { FitResponse, Pool, Recipe } from '../../api/types';
 import { useFleet } from '../fleet/useFleet';
 import { CreateTrainingPage } from './CreateTrainingPage';
 
 vi.mock('../fleet/useFleet', () => ({ useFleet: vi.fn() }));
 const GiB = 1024 ** 3;
 
-function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError } = {}) {
+function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError; pools?: Pool[] } = {}) {
   const gpus = [
     gpu('sim-host', 0),
     gpu('sim-host', 1),
@@ -26,6 +26,7 @@ function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError } = {}) 
       : validation('sim-host', gpu_ids ?? []),
   );
   const create = vi.spyOn(endpoints, 'createTraining');
+  vi.spyOn(endpoints, 'pools').mockResolvedValue({ data: opts.pools ?? [], count: opts.pools?.length ?? 0 });
   const listRecipes = vi.spyOn(endpoints, 'recipes');
   if (opts.recipesError) listRecipes.mockRejectedValue(opts.recipesError);
   else listRecipes.mockResolvedValue(recipes(...(opts.extraRecipes ?? [])));
@@ -115,6 +116,36 @@ describe('CreateTrainingPage', () => {
     await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
     await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
     expect(create.mock.calls[0][0]).toMatchObject({ recipe: 'sae', gpu_ids: [0, 1], host: 'sim-host', distributed: true, config: expect.objectContaining({ max_steps: 200 }) });
+  });
+
+  it('sends a training to a Slurm pool with only how many GPUs, and fits it to the pool', async () => {
+    const cluster = { name: 'cluster', kind: 'slurm', partition: 'gpu', gpus_per_node: 2, gpu_model: 'H100-80GB', gpu_memory: 80 * GiB,
+                      checkpoint_root: '/shared', python: '/usr/bin/python3', created_at: '2026-11-29T00:00:00Z', nodes: [] } as unknown as Pool;
+    const { create } = setup({ pools: [cluster] });
+    create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
+    const fit = vi.spyOn(endpoints, 'fit').mockResolvedValue({
+      recipe: 'sae', global_batch_size: 256, why: "4 GPU(s) of pool cluster hold it; Slurm decides when it starts", options: [], never: [],
+      pick: { world_size: 4, strategy: 'ddp', micro_batch_size: 64, grad_accum_steps: 1, memory_bytes: 10 * GiB, fits: 'now', host: null, gpu_indexes: [], pool: 'cluster', reason: '', config: { strategy: 'ddp', micro_batch_size: 64, grad_accum_steps: 1 } },
+    } as unknown as FitResponse);
+    await preselected();
+    await userEvent.selectOptions(screen.getByLabelText('Where'), 'cluster');
+    // The team's GPU picker gives way to the pool's own scheduler.
+    expect(screen.queryByLabelText(/sim-host · GPU 0/)).not.toBeInTheDocument();
+    await userEvent.click(screen.getByRole('button', { name: 'Fit to the pool' }));
+    await waitFor(() => expect(screen.getByTestId('fit-why')).toHaveTextContent('Slurm decides when it starts'));
+    expect(fit.mock.calls[0][0]).toMatchObject({ recipe: 'sae', pool: 'cluster' });
+    expect(screen.getByTestId('on-pool')).toHaveTextContent('4 GPUs in Slurm pool cluster: Slurm decides when and on which nodes it runs (over 2 nodes of 2 GPUs)');
+    await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
+    await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
+    expect(create.mock.calls[0][0]).toMatchObject({ recipe: 'sae', pool: 'cluster', world_size: 4, distributed: true });
+    expect(create.mock.calls[0][0]).not.toHaveProperty('gpu_ids');
+    expect(create.mock.calls[0][0]).not.toHaveProperty('host');
+  });
+
+  it('offers no choice of place when the team has no pool', async () => {
+    setup();
+    await preselected();
+    expect(screen.queryByLabelText('Where')).not.toBeInTheDocument();
   });
 
   it('puts a refused field next to its input', async () => {

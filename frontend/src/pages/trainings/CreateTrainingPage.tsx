@@ -2,6 +2,7 @@ import { useEffect, useMemo, useState, type FormEvent } from 'react';
 import { useNavigate } from 'react-router-dom';
 import { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
+import { useQuery } from '../../api/useQuery';
 import type { FitBody, TrainingCreate } from '../../api/types';
 import { fmtBytes } from '../../lib/format';
 import { useFleet } from '../fleet/useFleet';
@@ -73,6 +74,10 @@ export function CreateTrainingPage() {
   const [submitting, setSubmitting] = useState(false);
   const [fit, setFit] = useState<{ text: string; failed: boolean } | null>(null);
   const [fitting, setFitting] = useState(false);
+  // Where it runs: the team's hosts (''), or a Slurm pool by name.
+  const [pool, setPool] = useState('');
+  const pools = useQuery('pools', (signal) => endpoints.pools(signal), 60_000).data?.data ?? [];
+  const onPool = pools.find((p) => p.name === pool) ?? null;
 
   const { config, errors } = useMemo(() => (spec ? toConfig(spec, values) : { config: {}, errors: {} }), [spec, values]);
   const ok = spec !== null && Object.keys(errors).length === 0;
@@ -111,7 +116,7 @@ export function CreateTrainingPage() {
     setFit(null);
     try {
       const { micro_batch_size: _m, grad_accum_steps: _a, strategy: _s, ...rest } = config;
-      const answer = await endpoints.fit({ recipe: recipe as FitBody['recipe'], config: rest });
+      const answer = await endpoints.fit({ recipe: recipe as FitBody['recipe'], config: rest, ...(onPool ? { pool: onPool.name } : {}) });
       const pick = answer.pick;
       if (pick) {
         setValues((old) => ({ ...old, ...Object.fromEntries(Object.entries(pick.config).map(([k, v]) => [k, String(v)])) }));
@@ -128,19 +133,21 @@ export function CreateTrainingPage() {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    if (!ok || advice.refused || submitting || recipe === null) return;
+    if (!ok || (advice.refused && !onPool) || submitting || recipe === null) return;
     setSubmitting(true);
     setSubmitError(null);
     try {
-      const t = await endpoints.createTraining({
-        name: name.trim(),
-        // The schema lists the recipes installed when it was generated; the page offers what the server has now.
-        recipe: recipe as TrainingCreate['recipe'],
-        config,
-        gpu_ids: selection.indexes.length ? selection.indexes : null,
-        host: selection.host,
-        distributed: selection.indexes.length > 1,
-      });
+      // The schema lists the recipes installed when it was generated; the page offers what the server has now.
+      const common = { name: name.trim(), recipe: recipe as TrainingCreate['recipe'], config };
+      const t = await endpoints.createTraining(onPool
+        // The pool's scheduler picks the nodes and GPUs: only how many.
+        ? { ...common, pool: onPool.name, world_size: count, distributed: count > 1 }
+        : {
+            ...common,
+            gpu_ids: selection.indexes.length ? selection.indexes : null,
+            host: selection.host,
+            distributed: selection.indexes.length > 1,
+          });
       navigate(`/trainings/${t.id}`);
     } catch (err) {
       const ae = err as ApiError;
@@ -157,7 +164,7 @@ export function CreateTrainingPage() {
     <ConfigField key={f.name} f={f} value={values[f.name] ?? ''} error={errors[f.name] ?? serverErrors[f.name]} onChange={(v) => setField(f.name, v)} />
   );
   const more = spec?.fields.filter((f) => f.more) ?? [];
-  const selErr = serverErrors.gpu_ids ?? serverErrors.host ?? serverErrors.world_size;
+  const selErr = serverErrors.gpu_ids ?? serverErrors.host ?? serverErrors.world_size ?? serverErrors.pool;
   return (
     <div className="page">
       <div className="page-head">
@@ -209,6 +216,19 @@ export function CreateTrainingPage() {
         </div>
         <div className="panel">
           <h3>GPUs</h3>
+          {pools.length > 0 && (
+            <div className="field" style={{ marginBottom: '0.75rem' }}>
+              <label htmlFor="t-where">Where</label>
+              <select id="t-where" value={pool} onChange={(e) => { setPool(e.target.value); setFit(null); setServerErrors({}); }}>
+                <option value="">The team&apos;s hosts</option>
+                {pools.map((p) => (
+                  <option key={p.name} value={p.name}>
+                    Slurm pool {p.name} (partition {p.partition}{p.gpu_model ? `, ${p.gpu_model}` : ''})
+                  </option>
+                ))}
+              </select>
+            </div>
+          )}
           <div className="estimate" data-testid="estimate">
             <span>
               {/* The server's own words and number, so the page and the API never disagree by a rounding. */}
@@ -226,13 +246,14 @@ export function CreateTrainingPage() {
               <label htmlFor="t-count">GPUs wanted</label>
               <input id="t-count" type="number" min={1} max={64} value={count} style={{ width: '5rem' }} onChange={(e) => setCount(Math.max(1, Number(e.target.value) || 1))} />
             </span>
-            {touched && top && (
+            {!onPool && touched && top && (
               <button type="button" onClick={() => setTouched(false)}>
                 Use recommended
               </button>
             )}
-            <button type="button" onClick={fitToFleet} disabled={!ok || fitting} title="the largest micro-batch, DDP or FSDP, and the fewest GPUs that hold it now">
-              {fitting ? 'Fitting…' : 'Fit to the fleet'}
+            <button type="button" onClick={fitToFleet} disabled={!ok || fitting}
+                    title={onPool ? "the largest micro-batch, DDP or FSDP, on the pool's declared GPUs" : 'the largest micro-batch, DDP or FSDP, and the fewest GPUs that hold it now'}>
+              {fitting ? 'Fitting…' : onPool ? 'Fit to the pool' : 'Fit to the fleet'}
             </button>
           </div>
           {fit && (
@@ -240,34 +261,44 @@ export function CreateTrainingPage() {
               {fit.text}
             </div>
           )}
-          {top && (
-            <div className="candidates">
-              Recommended: {top.host} GPU {top.gpu_indexes.join(', ')} ({top.connection}) — {top.reasons.join('; ')}
-            </div>
+          {onPool ? (
+            <p className="candidates" data-testid="on-pool">
+              {count} GPU{count > 1 ? 's' : ''} in Slurm pool {onPool.name}: Slurm decides when and on which nodes it runs
+              {onPool.gpus_per_node && count > onPool.gpus_per_node ? ` (over ${Math.ceil(count / onPool.gpus_per_node)} nodes of ${onPool.gpus_per_node} GPUs)` : ''},
+              and it runs as your own Unix account there.
+            </p>
+          ) : (
+            <>
+            {top && (
+              <div className="candidates">
+                Recommended: {top.host} GPU {top.gpu_indexes.join(', ')} ({top.connection}) — {top.reasons.join('; ')}
+              </div>
+            )}
+            {advice.refused && (
+              <div className="banner-error" data-testid="refused">
+                {advice.refused}
+              </div>
+            )}
+            {!advice.refused && advice.waitReason && <div className="candidates">Nothing fits now: {advice.waitReason}</div>}
+            {advice.adviceError && <div className="field-help">Could not get a recommendation: {advice.adviceError}</div>}
+            <GpuSelector
+              gpus={fleet.gpus}
+              selection={selection}
+              onChange={(s) => {
+                setTouched(true);
+                setSelection(s);
+                setServerErrors(({ gpu_ids: _a, host: _b, world_size: _c, ...rest }) => rest);
+              }}
+              needBytes={advice.needBytes}
+              recommended={top}
+              problems={advice.problems}
+              warnings={advice.warnings}
+            />
+            </>
           )}
-          {advice.refused && (
-            <div className="banner-error" data-testid="refused">
-              {advice.refused}
-            </div>
-          )}
-          {!advice.refused && advice.waitReason && <div className="candidates">Nothing fits now: {advice.waitReason}</div>}
-          {advice.adviceError && <div className="field-help">Could not get a recommendation: {advice.adviceError}</div>}
-          <GpuSelector
-            gpus={fleet.gpus}
-            selection={selection}
-            onChange={(s) => {
-              setTouched(true);
-              setSelection(s);
-              setServerErrors(({ gpu_ids: _a, host: _b, world_size: _c, ...rest }) => rest);
-            }}
-            needBytes={advice.needBytes}
-            recommended={top}
-            problems={advice.problems}
-            warnings={advice.warnings}
-          />
           {selErr && <div className="field-error">{selErr}</div>}
           <p className="field-help">
-            {selection.indexes.length === 0
+            {onPool ? `The pool's scheduler owns its queue: the training waits there with Slurm's reason.` : selection.indexes.length === 0
               ? 'No GPU selected: the server chooses when the training is scheduled.'
               : `${selection.indexes.length} GPU${selection.indexes.length > 1 ? 's (distributed, one rank per GPU)' : ''} on ${selection.host}.`}
           </p>
@@ -278,11 +309,11 @@ export function CreateTrainingPage() {
           </div>
         )}
         <div className="actions">
-          <button type="submit" className="primary" disabled={!ok || !!advice.refused || submitting || !name.trim()}>
+          <button type="submit" className="primary" disabled={!ok || (!!advice.refused && !onPool) || submitting || !name.trim()}>
             {submitting ? 'Starting…' : 'Start training'}
           </button>
           {!ok && <span className="field-error">Fix the highlighted fields.</span>}
-          {ok && advice.refused && <span className="field-error">Change the request: the server can never place it.</span>}
+          {ok && advice.refused && !onPool && <span className="field-error">Change the request: the server can never place it.</span>}
         </div>
       </form>
     </div>
