@@ -29,9 +29,9 @@ LAYERS = [
     {"scheduling"},
     {"trainings", "sessions"},
     {"wire"},
+    {"pools"},
     {"sweeps"},
     {"jobs"},
-    {"pools"},
     {"api", "client", "commands", "cli"},
 ]
 # The package root is the facade for training code (`gpufleet.report`,

@@ -1,6 +1,6 @@
 """Trainings on a real Slurm cluster (tests/support/slurm.py), as their owner's own Unix account.
 
-Each test drives the pools' loop step by step (``gpufleet.pools.loop.step``, what
+Each test drives the pools' loop step by step (``gpufleet.jobs.pool_loop.step``, what
 the API process runs every two seconds) and reads what the training's row,
 events, metrics and log say, and what Slurm itself says of the job.
 """
@@ -23,7 +23,8 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.db.types import utcnow
-from gpufleet.pools import loop, service, watch
+from gpufleet.jobs import pool_loop as loop, pool_watch as watch
+from gpufleet.pools import service
 from gpufleet.scheduling.quotas import _week_hours
 from gpufleet.users.usage import usage_report
 from gpufleet.trainings import code
@@ -319,3 +320,54 @@ def test_the_fit_on_a_pool_counts_its_partitions_nodes(pool_settings) -> None:
         sess.execute(update(Pool).where(Pool.name == "cluster").values(gpu_memory=80 * 2**30, gpu_model="H100"))
     declared = service.declared_gpus(pool_settings, "cluster")
     assert (declared.gpus_per_node, declared.nodes) == (2, len(NODES))
+
+
+def test_a_sweep_on_the_pool_runs_its_trials_as_the_members_slurm_jobs_and_a_stop_is_scancel(
+        pool_settings, member) -> None:
+    from gpufleet.db.sweeps import Sweep
+    from gpufleet.sweeps import service as sweeps
+    from gpufleet.sweeps.driver import advance_all
+    from gpufleet.sweeps.spec import SweepCreate
+
+    def sweep(name: str, config: dict, lrs: list[float]) -> uuid.UUID:
+        spec = SweepCreate(name=name, recipe="mlp", config=config, space={"lr": lrs}, parallel=2, pool="cluster")
+        with write_session(pool_settings) as sess:
+            return sweeps.start(sess, pool_settings, spec, member.pw_name).id
+
+    def trials(sid: uuid.UUID) -> list[Training]:
+        with session_scope(pool_settings) as sess:
+            rows = list(sess.scalars(select(Training).where(Training.sweep_id == sid).order_by(Training.created_at)))
+            sess.expunge_all()
+            return rows
+
+    def status(sid: uuid.UUID) -> str:
+        advance_all(pool_settings, force=True)
+        loop.step(pool_settings)
+        with session_scope(pool_settings) as sess:
+            return sess.get(Sweep, sid).status
+
+    done = sweep("lr-on-slurm", {**TINY, "log_every": 1}, [0.05, 0.01])
+    wait_for(lambda: status(done) != "running", 240, "the sweep to end", every=0.5)
+    assert status(done) == "succeeded", [t.status_reason for t in trials(done)]
+    rows = trials(done)
+    assert len(rows) == 2 and {t.pool for t in rows} == {"cluster"} and {t.status for t in rows} == {"succeeded"}
+    for t in rows:  # each trial was a Slurm job of the member's own account
+        assert f"UserId={member.pw_name}({member.pw_uid})" in slurm("scontrol", "show", "job", _job(pool_settings,
+                                                                                                  t.id).job_id)
+        assert _steps(pool_settings, t.id)[-1] == TINY["max_steps"]
+
+    # A stop (here the whole sweep's cancel; an early stop cancels one trial the same way) is scancel.
+    long = sweep("long-on-slurm", {**TINY, "max_steps": 1000000, "checkpoint_every": 1000000}, [0.05, 0.01])
+    wait_for(lambda: status(long) == "running" and len(rows := trials(long)) == 2
+             and all(t.status == "running" for t in rows), 240, "both trials to run", every=0.5)
+    with write_session(pool_settings) as sess:
+        sweeps.cancel(sess, long, member.pw_name)
+    sweeps.stop_trials(pool_settings, long, member.pw_name)
+    jobs = [_job(pool_settings, t.id).job_id for t in trials(long)]
+    wait_for(lambda: loop.step(pool_settings) or {t.status for t in trials(long)} == {"cancelled"}, 120,
+             "both trials cancelled")
+    assert all("was signalled and stopped" in (t.status_reason or "") for t in trials(long))
+    # Slurm ended both jobs (scancel --signal=TERM: the ranks checkpointed and left; a plain scancel after the
+    # grace otherwise); nothing of the sweep still runs there.
+    states = {slurm("squeue", "-h", "-t", "all", "-j", j, "-o", "%T").strip() for j in jobs}
+    assert not states & {"PENDING", "RUNNING", "COMPLETING"}, states

@@ -208,7 +208,7 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     from gpufleet.jobs.notify_loop import start as start_webhooks
 
     threads.append(start_webhooks(settings, stop))
-    from gpufleet.pools.loop import start as start_pools
+    from gpufleet.jobs.pool_loop import start as start_pools
 
     threads.append(start_pools(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load

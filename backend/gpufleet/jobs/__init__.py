@@ -4,6 +4,8 @@ In the API process (``gpufleet serve``), never in a worker:
 
 - :mod:`.scheduler_loop`: the scheduling and recovery loop, woken by the routes;
 - :mod:`.notify_loop`: the thread that sends webhooks;
+- :mod:`.pool_loop` and :mod:`.pool_watch`: Slurm pools' jobs submitted and
+  followed (gpufleet.pools holds what is sent);
 - :mod:`.embedded`: the embedded default's worker, a child process of ``serve``
   that then runs the worker's side below.
 
@@ -19,4 +21,4 @@ webhook sender.
 """
 
 # The modules that run only in the API process; every other module of jobs runs in a worker.
-API_PROCESS = frozenset({"scheduler_loop", "notify_loop", "embedded"})
+API_PROCESS = frozenset({"scheduler_loop", "notify_loop", "embedded", "pool_loop", "pool_watch"})

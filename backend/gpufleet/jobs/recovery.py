@@ -65,7 +65,7 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
                    Training.cancel_requested, Host.name)
             .join(Host, Host.id == Training.host_id, isouter=True)
             .where(Training.status == "running", Training.lease_expires_at < now,
-                   Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.pools.watch)
+                   Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.jobs.pool_watch)
         ).all()
     out = []
     for tid, restarts, max_restarts, auto, cancel, host_name in rows:

@@ -3,7 +3,7 @@
 A pool is a place an existing scheduler owns (a Slurm partition). A training
 sent there is an ordinary ``trainings`` row with ``pool`` set: the team's own
 scheduler leaves it alone, and :mod:`gpufleet.pools.submit` and
-:mod:`gpufleet.pools.watch` carry it through the pool's scheduler.
+:mod:`gpufleet.jobs.pool_watch` carry it through the pool's scheduler.
 """
 
 from __future__ import annotations
@@ -181,10 +181,9 @@ def member_account(sess: Session, settings: Settings, owner: str) -> runas.RunAc
     return acct
 
 
-def create_training(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-                    admin: bool = False) -> Training:
-    """A training (a recipe, or a member's script) for pool ``req.pool``: validated as any, queued for
-    :mod:`.submit`. The caller commits."""
+def check_request(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+                  admin: bool = False) -> tuple[Pool, Training]:
+    """Validate a training for pool ``req.pool`` as any (nothing is written): the pool and the row (not added)."""
     pool = get(sess, req.pool or "")
     if req.host or req.gpu_ids:
         raise PoolError("a training in a pool gets its nodes and GPUs from the pool's scheduler: give world_size, "
@@ -204,6 +203,14 @@ def create_training(sess: Session, settings: Settings, req: TrainingCreate, owne
     if node_count > 1 and config is not None and config.parallel_mode != "equal":
         raise PoolError(f"parallel_mode {config.parallel_mode} runs on one node; a training over {node_count} nodes "
                         "takes equal shares (parallel_mode equal)", field="config.parallel_mode")
+    return pool, row
+
+
+def create_training(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+                    admin: bool = False) -> Training:
+    """A training (a recipe, or a member's script) for pool ``req.pool``: validated as any, queued for
+    :mod:`.submit`. The caller commits."""
+    pool, row = check_request(sess, settings, req, owner, admin=admin)
     row.pool = pool.name
     sess.add(row)
     sess.flush()

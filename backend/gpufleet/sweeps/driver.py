@@ -36,6 +36,7 @@ from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
+from gpufleet.pools import service as pools
 from gpufleet.sweeps import rungs, study as studies
 from gpufleet.sweeps.service import stop_trials
 from gpufleet.sweeps.spec import SweepCreate
@@ -218,11 +219,15 @@ class Round:
         req = trial_request(self.spec, f"{self.sweep.name}-{number}", params, max_steps=max_steps)
         try:
             with self.sess.begin_nested():
-                # Scripts hold their GPUs exclusively (gpufleet's rule for a user's code); recipes share them.
-                [row] = trainings.create_trainings(
-                    self.sess, self.settings, [req], self.sweep.owner, exclusive=self.spec.script is not None,
-                    admin=self.sweep.admin,
-                    selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
+                if self.spec.pool:  # a Slurm job of the owner's; a stop at a rung cancels it (scancel)
+                    row = pools.create_training(self.sess, self.settings, req, self.sweep.owner,
+                                                admin=self.sweep.admin)
+                else:
+                    # Scripts hold their GPUs exclusively (gpufleet's rule for a user's code); recipes share them.
+                    [row] = trainings.create_trainings(
+                        self.sess, self.settings, [req], self.sweep.owner, exclusive=self.spec.script is not None,
+                        admin=self.sweep.admin,
+                        selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
                 row.sweep_id, trial.training_id = self.sweep.id, row.id
         except Exception as exc:  # noqa: BLE001 - a trial that cannot start fails alone, with the reason
             trial.state, trial.reason = "failed", f"could not start: {exc}"

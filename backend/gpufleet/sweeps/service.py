@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
+from gpufleet.pools import service as pools
 from gpufleet.sweeps import study as studies
 from gpufleet.sweeps.spec import SpaceRange, SweepCreate
 from gpufleet.sweeps.trials import trial_request
@@ -60,13 +61,17 @@ def check(sess: Session, settings: Settings, spec: SweepCreate, owner: str, admi
             req = trial_request(spec, f"{spec.name}-check", params, max_steps=None)
             if spec.recipe is not None:
                 get_recipe(spec.recipe).resolve_config(req.config)
-            if i == 0:  # the fleet's side (host, code, memory) is the same for every trial
+            if i == 0 and spec.pool:  # the pool's side (its nodes, the member's account) is the same for every trial
+                pools.check_request(sess, settings, req, owner, admin=admin)
+            elif i == 0:  # the fleet's side (host, code, memory) is the same for every trial
                 trainings.prepare(sess, settings, req, owner, exclusive=spec.script is not None, admin=admin)
         except (TrainingConfigError, ValidationError) as exc:
             where = ", ".join(f"{n}={v!r}" for n, v in params.items())
             raise SweepRequestError("space", f"the trial with {where} is not a valid config: {exc}") from None
         except TrainingRequestError as exc:
             raise SweepRequestError(exc.field or "space", str(exc), exc.status) from None
+        except pools.PoolError as exc:
+            raise SweepRequestError(exc.field or "pool", str(exc), exc.status) from None
 
 
 def start(sess: Session, settings: Settings, spec: SweepCreate, owner: str, *, admin: bool = False) -> Sweep:

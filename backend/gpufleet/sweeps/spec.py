@@ -115,6 +115,9 @@ class SweepCreate(RequestBody):
     parallel: int = Field(default=4, ge=1, le=256, description="trials queued or running at once")
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     host: str | None = Field(default=None, max_length=255)
+    pool: str | None = Field(default=None, min_length=1, max_length=64, pattern="^[a-z0-9][a-z0-9_-]*$",
+                             description="run every trial in this pool (a Slurm partition an admin added) as a Slurm "
+                                         "job of the owner's; early stopping cancels the job")
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     memory_mb: int | None = Field(default=None, ge=1, le=MAX_MEMORY_MB, description="memory of one trial, if known")
     max_restarts: int = Field(default=2, ge=0, le=100)
@@ -123,6 +126,8 @@ class SweepCreate(RequestBody):
     def _coherent(self) -> SweepCreate:
         if (self.recipe is None) == (self.script is None):
             raise ValueError("name a recipe (with its config) or a script, not both and not neither")
+        if self.host and self.pool:
+            raise ValueError("give host (one of the team's hosts) or pool (a Slurm pool), not both")
         if self.script is not None:
             if self.config:
                 raise ValueError("a script sweep has no config: its parameters go into script.argv as {name}")

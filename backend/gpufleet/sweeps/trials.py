@@ -23,7 +23,7 @@ def _fill(arg: str, params: dict[str, Any]) -> str:
 
 def trial_request(spec: SweepCreate, name: str, params: dict[str, Any], *, max_steps: int | None) -> TrainingCreate:
     """The training of one trial: the template with the parameters in place (``max_steps``: stop at a rung)."""
-    common: dict[str, Any] = dict(name=name[:255], host=spec.host, priority=spec.priority,
+    common: dict[str, Any] = dict(name=name[:255], host=spec.host, pool=spec.pool, priority=spec.priority,
                                   max_restarts=spec.max_restarts)
     if spec.script is not None:
         s = spec.script

@@ -7,7 +7,7 @@ Two measures:
   One GPU for one hour is 3600 GPU-seconds, whatever the training did with it.
   A training on a Slurm pool holds its job's GPUs from Slurm's start of the job
   to its end, as Slurm's own accounting records them (``pool_jobs``; see
-  gpufleet.pools.watch.account); that part is also reported on its own.
+  gpufleet.jobs.pool_watch.account); that part is also reported on its own.
 - **used**: held time weighted by the GPU's utilisation, from the one-minute
   rollups of the metrics history (``utilization_avg`` / 100 × the seconds of
   each rolled-up minute that the allocation held). It lags by the maintenance interval

@@ -2610,6 +2610,11 @@ export interface components {
              */
             parallel: number;
             /**
+             * Pool
+             * @description run every trial in this pool (a Slurm partition an admin added) as a Slurm job of the owner's; early stopping cancels the job
+             */
+            pool?: string | null;
+            /**
              * Priority
              * @default 0
              */

@@ -15,7 +15,8 @@ from sqlalchemy import select
 from gpufleet.config import Settings
 from gpufleet.db.pools import Pool
 from gpufleet.db.session import session_scope
-from gpufleet.pools import submit, watch
+from gpufleet.jobs import pool_watch as watch
+from gpufleet.pools import submit
 
 log = logging.getLogger(__name__)
 
