@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpufleet.training.distributed import DistributedTrainer, find_free_port
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine.distributed import DistributedTrainer, find_free_port
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 # --size: "small" (the default), or "gpu", a model big enough that a GPU's step is
 # dominated by compute, where a host that waits for the device every step shows

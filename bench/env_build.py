@@ -34,7 +34,7 @@ import uv
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.wheels import make_wheel
 
-from gpufleet.training.progress import ProgressWriter
+from gpufleet.engine.progress import ProgressWriter
 from gpufleet.trainings import venv
 
 

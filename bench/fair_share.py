@@ -92,7 +92,7 @@ def _prepare(s: Settings, shares: dict[str, float]) -> None:
 
 
 def _submit(s: Settings, owners: list[str]) -> None:
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
     from gpufleet.trainings.service import create_trainings
 
     for owner in owners:  # Alice's all first, then Bob's: Alice's are the older ones

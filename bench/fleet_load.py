@@ -40,7 +40,7 @@ from gpufleet.db.models import Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.embedded import settings_env, worker_command
 from gpufleet.trainings import service
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 
 CONFIG = {"in_features": 8, "hidden": [16], "out_features": 3, "task": "classification", "max_steps": 100000,
           "global_batch_size": 16, "log_every": 5, "checkpoint_every": 200}

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpufleet.training.rankenv import SPEED_ENV
+from gpufleet.engine.rankenv import SPEED_ENV
 
 
 def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] | None]:
@@ -43,7 +43,7 @@ def _run(tmp: Path, mode: str, a: argparse.Namespace) -> tuple[float, list[int] 
             "collective_timeout_s": 300.0}
     (run / "spec.json").write_text(json.dumps(spec))
     env = {**os.environ, SPEED_ENV: "1:0.5"}
-    done = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(run / "spec.json")],
+    done = subprocess.run([sys.executable, "-m", "gpufleet.engine.launch", str(run / "spec.json")],
                           env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{mode}: the launcher failed (exit {done.returncode}):\n{done.stderr[-2000:]}")

@@ -13,7 +13,7 @@ a warm round the bench waits until the pool has refilled (trials that come one
 after another find it so); the refill of the member a round took runs during
 that round, as it would in use.
 The direct baseline writes the same LaunchSpec and runs
-``python -m gpufleet.training.launch`` itself, timing until the first ``step``
+``python -m gpufleet.engine.launch`` itself, timing until the first ``step``
 line appears in the progress file: what a cold start costs without gpufleet.
 
     python bench/launch_latency.py [--rounds 5] [--recipe mlp]
@@ -63,7 +63,7 @@ def direct(recipe: str, workdir: Path, data_root: Path) -> float:
             "data_root": str(data_root), "resume": False}
     (workdir / "direct.json").write_text(json.dumps(spec))
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(workdir / "direct.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(workdir / "direct.json")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while True:

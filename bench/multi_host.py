@@ -2,7 +2,7 @@
 
 Same model (the ``mlp`` recipe), same data, same global batch, same steps.
 Both layouts run through gpufleet's launcher (``python -m
-gpufleet.training.launch``): the one-host run as one launcher with four ranks;
+gpufleet.engine.launch``): the one-host run as one launcher with four ranks;
 the across-hosts run as two launchers, one per "host", the first opening the
 c10d TCPStore that every rank joins as a client, gloo over the loopback
 interface (``GLOO_SOCKET_IFNAME=lo``), exactly as two workers start them. The
@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpufleet.training.spec import LaunchSpec
+from gpufleet.engine.spec import LaunchSpec
 
 CONFIG = dict(in_features=64, hidden=[256, 256], out_features=64, task="regression", synthetic_samples=65536,
               global_batch_size=256, lr=1e-3, log_every=10, checkpoint_every=10**9)
@@ -49,7 +49,7 @@ def _env() -> dict[str, str]:
 
 def _start(spec: LaunchSpec, path: Path) -> subprocess.Popen:
     spec.write(path)
-    return subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(path)], env=_env(),
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(path)], env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

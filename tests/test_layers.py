@@ -24,11 +24,11 @@ LAYERS = [
     {"config", "config_services", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
      "sessionsettings", "networksettings"},
     {"devices"},
-    {"telemetry", "training", "users", "notify"},
+    {"telemetry", "engine", "users", "notify"},
+    {"wire"},
     {"lifecycle"},
     {"scheduling"},
-    {"trainings", "sessions"},
-    {"wire"},
+    {"trainings", "interactive"},
     {"pools"},
     {"sweeps"},
     {"jobs"},
@@ -288,19 +288,19 @@ def test_the_function_rule_can_fail() -> None:
 def test_the_import_rule_sees_import_module_and_the_roots_lazy_names(tmp_path: Path) -> None:
     modules = _modules()
     lazy = _lazy_names()
-    assert "gpufleet.training.backend" in lazy["TrainingBackend"]
+    assert "gpufleet.engine.backend" in lazy["TrainingBackend"]
     for source in ('import importlib\nm = importlib.import_module("gpufleet.jobs.worker")\n',
                    'from importlib import import_module\nm = import_module("gpufleet.jobs.worker")\n'):
         (tmp_path / "m.py").write_text(source)
         assert _imports("gpufleet.devices.m", tmp_path / "m.py", modules, lazy) == {"gpufleet.jobs.worker"}
     (tmp_path / "m.py").write_text("import gpufleet\nB = gpufleet.TrainingBackend\n")
-    assert "gpufleet.training.backend" in _imports("gpufleet.devices.m", tmp_path / "m.py", modules, lazy)
+    assert "gpufleet.engine.backend" in _imports("gpufleet.devices.m", tmp_path / "m.py", modules, lazy)
     (tmp_path / "m.py").write_text("from gpufleet import make_backend\n")
-    assert "gpufleet.training.backend" in _imports("gpufleet.config.m", tmp_path / "m.py", modules, lazy)
+    assert "gpufleet.engine.backend" in _imports("gpufleet.config.m", tmp_path / "m.py", modules, lazy)
 
 
 # The modules that read a value from the process environment, and why; everything else is
-# given Settings (config.py) or, inside a rank, asks training/rankenv.py. Passing the
+# given Settings (config.py) or, inside a rank, asks engine/rankenv.py. Passing the
 # environment on to a child process (a copy, an allow-list) is not reading it.
 ENVIRONMENT_READERS = {
     "gpufleet.config": "the server's settings",
@@ -311,7 +311,7 @@ ENVIRONMENT_READERS = {
     "gpufleet.client.localsocket": "the client's own setting, GPUFLEET_SERVER_ACCOUNT (who may answer on a socket)",
     "gpufleet.commands.signin": "whether this desktop can open a browser (DISPLAY, BROWSER)",
     "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
-    "gpufleet.training.rankenv": "a rank process: what its launcher or torchrun set",
+    "gpufleet.engine.rankenv": "a rank process: what its launcher or torchrun set",
     "gpufleet.rankpath.gpufleet_report": "a user's interpreter, with the standard library only",
     "gpufleet.pools.node": "a Slurm task on a cluster node: the job id and the GPUs Slurm granted (SLURM_*, CUDA_*)",
     "gpufleet.trainings.venv": "a launcher puts its training's environment first on PATH and PYTHONPATH",
@@ -356,9 +356,9 @@ def test_the_checker_sees_a_circle_and_an_upward_import(graph: dict[str, set[str
         ["gpufleet.devices.a -> gpufleet.jobs.b"]
     assert _circles(fake) == [["gpufleet.devices.a", "gpufleet.jobs.b"]]
     # Two packages importing each other through different modules: no module circle, a package one.
-    crossed = {"gpufleet.lifecycle.a": {"gpufleet.training.b"}, "gpufleet.training.c": {"gpufleet.lifecycle.d"},
-               "gpufleet.training.b": set(), "gpufleet.lifecycle.d": set()}
+    crossed = {"gpufleet.lifecycle.a": {"gpufleet.engine.b"}, "gpufleet.engine.c": {"gpufleet.lifecycle.d"},
+               "gpufleet.engine.b": set(), "gpufleet.lifecycle.d": set()}
     assert _circles(crossed) == []
-    assert _circles(_package_graph(crossed)) == [["lifecycle", "training"]]
+    assert _circles(_package_graph(crossed)) == [["engine", "lifecycle"]]
     # And the real graph is read: the app imports its routers.
     assert "gpufleet.api.routes.trainings" in graph["gpufleet.api.app"]

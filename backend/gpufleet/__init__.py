@@ -17,11 +17,11 @@ __all__ = ["TrainingBackend", "make_backend", "report", "stop_requested", "watch
 def __getattr__(name: str) -> Any:
     # Importing gpufleet must stay cheap (the CLI and the web app never load torch).
     if name in ("TrainingBackend", "make_backend"):
-        from gpufleet.training import backend
+        from gpufleet.engine import backend
 
         return getattr(backend, name)
     if name in ("stop_requested", "watch_stop"):
-        from gpufleet.training import stopfile
+        from gpufleet.engine import stopfile
 
         return stopfile.stop_requested if name == "stop_requested" else stopfile.watch
     raise AttributeError(f"module 'gpufleet' has no attribute {name!r}")

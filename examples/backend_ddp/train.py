@@ -19,7 +19,7 @@ import time
 import torch
 
 import gpufleet
-from gpufleet.training.backend import make_backend
+from gpufleet import make_backend  # the public name; the module behind it is gpufleet.engine.backend
 
 
 def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -15,10 +15,10 @@ from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope
-from gpufleet.training import recipes as registry
-from gpufleet.training.config import TrainConfig, option
-from gpufleet.training.recipes.mlp import MLPConfig
-from gpufleet.training.recipes.sae import SAEConfig
+from gpufleet.engine import recipes as registry
+from gpufleet.engine.config import TrainConfig, option
+from gpufleet.engine.recipes.mlp import MLPConfig
+from gpufleet.engine.recipes.sae import SAEConfig
 
 
 def _by_name(body: dict) -> dict[str, dict]:
@@ -126,7 +126,7 @@ def test_recipes_need_a_signed_in_user(sim_app_settings: Settings) -> None:
 
 def test_listing_recipes_does_not_import_torch() -> None:
     code = ("import sys; from gpufleet.api.routes.recipes import recipe_public; "
-            "from gpufleet.training.recipes import get_recipe, recipe_names; "
+            "from gpufleet.engine.recipes import get_recipe, recipe_names; "
             "[recipe_public(get_recipe(n)) for n in recipe_names()]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

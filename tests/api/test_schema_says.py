@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from gpufleet.training.recipes import recipe_names
+from gpufleet.engine.recipes import recipe_names
 
 UUID = "00000000-0000-4000-8000-000000000000"
 

@@ -123,7 +123,7 @@ def test_from_training_links_a_new_training_to_a_source_of_its_own_kind(app_clie
 
 
 def test_a_clone_first_attempt_starts_from_a_copy_of_the_newest_checkpoint(tmp_path):
-    from gpufleet.training.resumepoint import newest_resume_point, seed_from
+    from gpufleet.engine.resumepoint import newest_resume_point, seed_from
 
     src, dst = tmp_path / "src", tmp_path / "dst"
     (src / "step-4").mkdir(parents=True)

@@ -9,7 +9,7 @@ from rich.console import Console
 from gpufleet.commands.tables import print_table
 from gpufleet.commands.train import _summary
 from gpufleet.commands.trainings import LS_COLUMNS, show_fields
-from gpufleet.training.spec import LaunchSpec
+from gpufleet.engine.spec import LaunchSpec
 
 TRAINING = {
     "id": "5f0c3a52-9a1e-4a77-8d0e-2b7f0c1d9e11", "name": "sae-sweep-lr-3e-4-with-a-long-name",

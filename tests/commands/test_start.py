@@ -24,7 +24,7 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 
 # What no command may load before it runs: a command imports these inside its function.
 HEAVY = {"gpufleet.config", "gpufleet.db", "gpufleet.api", "gpufleet.client", "gpufleet.jobs", "gpufleet.scheduling",
-         "gpufleet.training", "sqlalchemy", "celery", "fastapi", "httpx", "pydantic", "yaml", "torch", "numpy"}
+         "gpufleet.engine", "sqlalchemy", "celery", "fastapi", "httpx", "pydantic", "yaml", "torch", "numpy"}
 
 
 def _modules_after(*argv: str) -> tuple[set[str], str]:

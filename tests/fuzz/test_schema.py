@@ -68,7 +68,7 @@ def _seed_trainings(settings: Settings, owner: str) -> list[str]:
     from gpufleet.jobs.logs import log_path
     from gpufleet.lifecycle.transitions import record_event
     from gpufleet.trainings import service
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
 
     with write_session(settings) as sess:
         rows = service.create_trainings(sess, settings, [
@@ -114,8 +114,8 @@ def _seed_code(settings: Settings, owner: str) -> str:
 def _seed_session(settings: Settings, owner: str) -> str:
     """A queued session (stop and extend then meet a real one)."""
     from gpufleet.db.session import write_session
-    from gpufleet.sessions import service
-    from gpufleet.sessions.wire import SessionCreate
+    from gpufleet.interactive import service
+    from gpufleet.wire.sessions import SessionCreate
 
     with write_session(settings) as sess:
         row, _ = service.create(sess, settings, SessionCreate(gpus=1, hours=1), owner)
@@ -134,7 +134,7 @@ def _seed_sweep(settings: Settings, owner: str) -> str:
     """A running sweep; no driver runs here, so its trials are never made (show, curves and cancel meet it)."""
     from gpufleet.db.session import write_session
     from gpufleet.sweeps import service
-    from gpufleet.sweeps.spec import SweepCreate
+    from gpufleet.wire.sweep_requests import SweepCreate
 
     spec = SweepCreate(name="seed-sweep", recipe="mlp", config={"max_steps": 5}, space={"lr": [0.01, 0.1]})
     with write_session(settings) as sess:

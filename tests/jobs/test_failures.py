@@ -76,7 +76,7 @@ def _reference_losses(settings, cfg, tmp_path):
             "checkpoint_dir": str(tmp_path / "ref-ckpt"), "progress_file": str(tmp_path / "ref.jsonl"),
             "data_root": str(settings.data_root), "resume": False}
     (tmp_path / "ref.json").write_text(json.dumps(spec))
-    subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "ref.json")],
+    subprocess.run([sys.executable, "-m", "gpufleet.engine.launch", str(tmp_path / "ref.json")],
                    check=True, capture_output=True, timeout=120)
     lines = [json.loads(x) for x in (tmp_path / "ref.jsonl").read_text().splitlines() if x.strip()]
     return {x["step"]: x["loss"] for x in lines if x["type"] == "step"}

@@ -16,7 +16,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.supervisor import _finish
 from gpufleet.lifecycle import outcome
-from gpufleet.training.fence import write_fence
+from gpufleet.engine.fence import write_fence
 from sqlalchemy import select
 
 from support.fleet import TINY_SAE
@@ -29,7 +29,7 @@ def test_a_fenced_launcher_puts_no_checkpoint_in_place(tmp_path):
             "ranks_on_cpu": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
             "attempt": 1}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    r = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],
+    r = subprocess.run([sys.executable, "-m", "gpufleet.engine.launch", str(tmp_path / "spec.json")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0
     assert not list(ckpt.glob("step-*")), list(ckpt.iterdir())
@@ -44,7 +44,7 @@ def test_the_same_attempt_still_checkpoints(tmp_path):
             "ranks_on_cpu": True, "checkpoint_dir": str(ckpt), "progress_file": str(tmp_path / "p.jsonl"),
             "attempt": 3}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    r = subprocess.run([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],
+    r = subprocess.run([sys.executable, "-m", "gpufleet.engine.launch", str(tmp_path / "spec.json")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads((ckpt / "step-4" / "meta.json").read_text())["attempt"] == 3

@@ -54,8 +54,8 @@ def test_four_ranks_on_two_hosts_match_one_process(tmp_path, request, client_for
     # The other host's launcher names its ranks by their global numbers, and a clean end reads as one.
     assert "rank 2 <-> cuda:0, rank 3 <-> cuda:1" in other and "rank 0 <->" not in other, other
     assert "-15" not in other and "stopped by this worker" not in other, other
-    from gpufleet.training.recipes import get_recipe
-    from gpufleet.training.trainer import Trainer
+    from gpufleet.engine.recipes import get_recipe
+    from gpufleet.engine.trainer import Trainer
 
     recipe = get_recipe("mlp")
     single = Trainer(recipe, recipe.resolve_config(MLP), devices=["cpu"])

@@ -48,7 +48,7 @@ def test_second_run_is_estimated_at_what_the_first_measured(tmp_path, client_for
     (over,) = [e for e in get_events(c, first["id"]) if e["kind"] == "warning" and "reserved for it" in e["reason"]]
     assert over["data"]["reserved"] == first["memory_estimate"] < over["data"]["measured"] <= max(per_rank)
 
-    # The start-up breakdown of each rank (training/startup.py), for the dashboard's table.
+    # The start-up breakdown of each rank (engine/startup.py), for the dashboard's table.
     (startup,) = [e["data"]["startup"] for e in get_events(c, first["id"]) if (e["data"] or {}).get("startup")]
     assert startup["phases"] == ["launcher", "imports", "device", "process_group", "model", "first_step"]
     assert len(startup["per_rank"]) == 2 and all(len(r) == 6 and sum(r) > 0 for r in startup["per_rank"])

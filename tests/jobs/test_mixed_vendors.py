@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpufleet.training import checkpoint as ckpt
+from gpufleet.engine import checkpoint as ckpt
 
 from support.fleet import FINAL, get_events, make_settings, register, wait_status
 

@@ -1,6 +1,6 @@
 """What a member's code leaves in its own folders never makes the root worker write, read or give away
 anything else: links named like the next attempt's files, a link where its home folder was, a FIFO as its
-progress file, a link in a checkpoint another training is cloned from (gpufleet.training.ownedfiles)."""
+progress file, a link in a checkpoint another training is cloned from (gpufleet.engine.ownedfiles)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from gpufleet.config import load_settings
 from gpufleet.jobs.isolation import plan
 from gpufleet.jobs.metrics_sink import _unmerged_reports
-from gpufleet.sessions.launch import SessionSpec
-from gpufleet.training import stopfile
-from gpufleet.training.fence import FENCE, write_fence
-from gpufleet.training.resumepoint import seed_from
-from gpufleet.training.spec import LaunchSpec
+from gpufleet.interactive.launch import SessionSpec
+from gpufleet.engine import stopfile
+from gpufleet.engine.fence import FENCE, write_fence
+from gpufleet.engine.resumepoint import seed_from
+from gpufleet.engine.spec import LaunchSpec
 from gpufleet.trainings.progress import ProgressReader
 from gpufleet.trainings.script_launch import ScriptSpec
 from gpufleet.users.runas import RunAccount

@@ -37,7 +37,7 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
             "devices": ["cuda:0", "cuda:1"], "ranks_on_cpu": True, "checkpoint_dir": str(tmp_path / "ckpt"),
             "progress_file": str(progress)}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(tmp_path / "spec.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(tmp_path / "spec.json")],
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, progress
 

@@ -55,7 +55,7 @@ def launcher_groups(tid: str) -> dict[int, int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"gpufleet.training.launch" not in cmd:
+        if b"gpufleet.engine.launch" not in cmd:
             continue
         spec = next((a.decode() for a in cmd if tid.encode() in a and a.endswith(b".json")), None)
         if spec is None:

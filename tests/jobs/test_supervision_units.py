@@ -201,8 +201,8 @@ def test_every_kind_of_work_is_registered_with_its_launcher() -> None:
 
     assert registered() == ["recipe", "script", "session"]
     launchers = {name: work_kind(name).launcher for name in registered()}
-    assert launchers == {"recipe": "gpufleet.training.launch", "script": "gpufleet.trainings.script_launch",
-                         "session": "gpufleet.sessions.launch"}
+    assert launchers == {"recipe": "gpufleet.engine.launch", "script": "gpufleet.trainings.script_launch",
+                         "session": "gpufleet.interactive.launch"}
     assert work_kind("script").oom_refusal and work_kind("recipe").oom_refusal is None
     assert not work_kind("recipe").runs_member_code and work_kind("session").runs_member_code
     try:
@@ -215,11 +215,11 @@ def test_every_kind_of_work_is_registered_with_its_launcher() -> None:
     # A new kind is one class: registered, it is what the supervisor finds for rows of that kind.
     class NotebookJob(WorkKind):
         name = "notebook-job"
-        launcher = "gpufleet.sessions.launch"
+        launcher = "gpufleet.interactive.launch"
 
     try:
         register(NotebookJob())
-        assert work_kind("notebook-job").launcher == "gpufleet.sessions.launch"
+        assert work_kind("notebook-job").launcher == "gpufleet.interactive.launch"
     finally:
         unregister("notebook-job")
 

@@ -1,5 +1,5 @@
 """POST /api/v1/trainings: a rank on an unsupported backend is refused, writing nothing; GPUs of several
-vendors are taken by a recipe training (training/parallel.py) and refused for a script training."""
+vendors are taken by a recipe training (engine/parallel.py) and refused for a script training."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker's warm launchers (gpufleet.jobs.warmpool, gpufleet.training.warm).
+"""The worker's warm launchers (gpufleet.jobs.warmpool, gpufleet.engine.warm).
 
 Real processes throughout: the pool's members are real interpreters that
 import torch; the end-to-end test runs a real worker, once with the pool and
@@ -29,8 +29,8 @@ def _env() -> dict[str, str]:
 
 
 def test_preload_leaves_cuda_uninitialised() -> None:
-    code = ("import torch; from gpufleet.training.warm import preload; preload(); "
-            "import sys; print(sys.modules.get('gpufleet.training.trainer') is not None, torch.cuda.is_initialized())")
+    code = ("import torch; from gpufleet.engine.warm import preload; preload(); "
+            "import sys; print(sys.modules.get('gpufleet.engine.trainer') is not None, torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split() == ["True", "False"]
 
@@ -136,7 +136,7 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
             [pid] = pool.pids()  # bwrap; the launcher is the interpreter inside its namespaces
             tree = _tree(pid)
-            [python] = [p for p in tree if "gpufleet.training.warm" in Path(f"/proc/{p}/cmdline").read_text()
+            [python] = [p for p in tree if "gpufleet.engine.warm" in Path(f"/proc/{p}/cmdline").read_text()
                         and Path(f"/proc/{p}/exe").resolve().name.startswith("python")]
             assert _uids(python) == {str(entry.pw_uid)}
             for p in tree:  # nothing in the member's sandbox holds a secret, in its environment or open
@@ -258,4 +258,4 @@ def _is_warm_child(pid: int, parent: int) -> bool:
         ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
     except (OSError, ValueError, IndexError):
         return False
-    return ppid == parent and b"gpufleet.training.warm" in cmd
+    return ppid == parent and b"gpufleet.engine.warm" in cmd

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.lifecycle import outcome
-from gpufleet.training import exitcodes as ec
+from gpufleet.engine import exitcodes as ec
 
 CFG = {"global_batch_size": 16, "micro_batch_size": None, "grad_accum_steps": 1}
 

@@ -29,7 +29,7 @@ from gpufleet.scheduling.quotas import _week_hours
 from gpufleet.users.usage import usage_report
 from gpufleet.trainings import code
 from gpufleet.trainings import service as trainings
-from gpufleet.trainings.request import TrainingCreate, TrainingResume
+from gpufleet.wire.training_requests import TrainingCreate, TrainingResume
 from gpufleet.trainings.resume import resume
 from gpufleet.users.accounts import add_user
 from support.fleet import make_settings, wait_for
@@ -327,7 +327,7 @@ def test_a_sweep_on_the_pool_runs_its_trials_as_the_members_slurm_jobs_and_a_sto
     from gpufleet.db.sweeps import Sweep
     from gpufleet.sweeps import service as sweeps
     from gpufleet.sweeps.driver import advance_all
-    from gpufleet.sweeps.spec import SweepCreate
+    from gpufleet.wire.sweep_requests import SweepCreate
 
     def sweep(name: str, config: dict, lrs: list[float]) -> uuid.UUID:
         spec = SweepCreate(name=name, recipe="mlp", config=config, space={"lr": lrs}, parallel=2, pool="cluster")

@@ -14,7 +14,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.scheduling.scheduler import schedule_pending
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 from gpufleet.trainings.service import create_trainings
 from sqlalchemy import select, update
 

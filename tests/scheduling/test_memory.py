@@ -20,7 +20,7 @@ import torch
 from gpufleet.scheduling.estimate import CONTEXT_BYTES, Calibration, estimate_memory_requirement
 from gpufleet.scheduling.memory import EstimateError
 from gpufleet.scheduling.memtrace import BLOCK, trace_step
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.recipes import get_recipe
 
 CASES = [
     ("sae", {"d_in": 256, "n_latents": 4096, "variant": "topk"}),
@@ -142,7 +142,7 @@ def test_calibration_corrects_and_says_so() -> None:
 
 
 def test_bad_configs_are_refused_naming_the_field() -> None:
-    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.engine.config import TrainingConfigError
 
     with pytest.raises(TrainingConfigError, match="n_latents"):
         estimate_memory_requirement("sae", {"n_latents": 0})
@@ -156,7 +156,7 @@ def test_configs_reading_a_data_file_are_estimated_from_one_real_micro_batch(tmp
     import numpy as np
     from safetensors.torch import save_file
 
-    from gpufleet.training.data import BadDataError
+    from gpufleet.engine.data import BadDataError
 
     save_file({"activations": torch.randn(600, 64)}, str(tmp_path / "acts.safetensors"))
     np.save(tmp_path / "rows.npy", np.random.randn(600, 17).astype("float32"))

@@ -25,7 +25,7 @@ import torch
 
 from gpufleet.commands.doctor_checks import ESTIMATE_OVER, ESTIMATE_UNDER, estimate_line
 from gpufleet.scheduling.estimate import estimate_memory_requirement
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.recipes import get_recipe
 
 pytestmark = [
     pytest.mark.gpu,
@@ -44,7 +44,7 @@ MEASURE = """
 import json, os, sys
 import pynvml
 import torch
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.recipes import get_recipe
 
 recipe, values, batch, precision = json.loads(sys.argv[1])
 dev = torch.device("cuda", 0)

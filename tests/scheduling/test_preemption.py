@@ -163,8 +163,8 @@ def test_victims_of_equal_priority_go_furthest_over_their_fair_share_first(sim_h
 @BOTH
 def test_a_session_that_preempts_is_named_as_a_session(sim_host):
     from gpufleet.db.session import write_session
-    from gpufleet.sessions import service as sessions
-    from gpufleet.sessions.wire import SessionCreate
+    from gpufleet.interactive import service as sessions
+    from gpufleet.wire.sessions import SessionCreate
 
     s = sim_host("nvlink-all", "2xH100-80GB")
     victims = [start(s, f"low-{i}", priority=-5) for i in range(2)]

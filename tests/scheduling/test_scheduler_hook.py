@@ -16,7 +16,7 @@ from scheduling.conftest import sample_into_live
 @pytest.mark.parametrize("sim_host", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
                          indirect=True)
 def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> None:
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
     from gpufleet.trainings.service import create_trainings
     from gpufleet.scheduling.scheduler import schedule_pending
 
@@ -40,7 +40,7 @@ def test_auto_selected_training_gets_a_connected_pair_and_says_why(sim_host) -> 
 
 @pytest.mark.parametrize("sim_host", ["sqlite"], indirect=True)
 def test_a_training_that_cannot_be_placed_waits_with_the_reason_in_words(sim_host) -> None:
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
     from gpufleet.trainings.service import create_trainings
     from gpufleet.scheduling.scheduler import schedule_pending
 

@@ -31,7 +31,7 @@ def _people(s, *names: str) -> list[str]:
 
 
 def _submit(s, owner: str, name: str, **kw) -> uuid.UUID:
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
     from gpufleet.trainings.service import create_trainings
 
     with write_session(s) as sess:

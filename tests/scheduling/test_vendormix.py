@@ -6,7 +6,7 @@ from gpufleet.scheduling.recommend import recommend
 from gpufleet.scheduling.types import GiB, SelectionRequest
 from gpufleet.scheduling.validate import validate_selection
 from gpufleet.scheduling.vendormix import mixed_vendor_message, script_mixed_reason, unsupported_backend_reason
-from gpufleet.training.modes import recommended_mode
+from gpufleet.engine.modes import recommended_mode
 
 from scheduling.fleets import fleet, host, pcie_links
 
@@ -28,7 +28,7 @@ def test_unsupported_backend_is_a_problem_with_its_reason() -> None:
 def test_mixed_vendors_are_usable_and_say_the_cost_and_the_mode() -> None:
     f = fleet(host("h", 4, links=pcie_links(4), g2=AMD, g3=AMD))
     v = validate_selection(f, [1, 2])
-    assert v.ok and not v.problems  # a mixed set is usable: one gloo process group, training/parallel.py
+    assert v.ok and not v.problems  # a mixed set is usable: one gloo process group, engine/parallel.py
     (w,) = [w for w in v.warnings if w.code == "mixed-vendors"]
     assert "GPUs of amd and nvidia in one training" in w.message
     assert "gloo" in w.message and "through host memory" in w.message  # the cost

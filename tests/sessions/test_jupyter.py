@@ -17,8 +17,8 @@ import httpx
 import pytest
 import websockets
 
-from gpufleet.sessions.jupyter import activity, answers
-from gpufleet.sessions.launch import SessionSpec, command
+from gpufleet.interactive.jupyter import activity, answers
+from gpufleet.interactive.launch import SessionSpec, command
 from support.servers import free_port
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from support.fleet import make_settings, register, wait_for
 from gpufleet.api.app import create_app
 from gpufleet.db.session import session_scope
 from gpufleet.devices import simstate
-from gpufleet.sessions.notebook import may_open, notebook_target
+from gpufleet.interactive.notebook import may_open, notebook_target
 from gpufleet.telemetry.live import read_live_samples
 from gpufleet.telemetry.prometheus import render
 from gpufleet.users.runas import for_owner

@@ -7,8 +7,8 @@ import uuid
 from types import SimpleNamespace
 
 from gpufleet.commands.top import _holder
-from gpufleet.sessions.launch import SessionSpec, command, session_env
-from gpufleet.sessions.view import status_of
+from gpufleet.interactive.launch import SessionSpec, command, session_env
+from gpufleet.interactive.view import status_of
 
 
 def _row(status: str, **kw):
@@ -72,7 +72,7 @@ def test_the_shell_banner_names_the_gpus_not_the_numbering_order() -> None:
 
 
 def test_a_session_that_cannot_start_says_why_with_the_fix() -> None:
-    from gpufleet.sessions.launch import why_it_failed
+    from gpufleet.interactive.launch import why_it_failed
 
     said = ["Traceback (most recent call last):", '  File "<frozen runpy>", line 189, in _run_module_as_main',
             "/usr/bin/python3: No module named jupyter_server", ""]
@@ -87,8 +87,8 @@ def test_a_session_that_cannot_start_says_why_with_the_fix() -> None:
 def test_a_notebook_on_a_host_without_jupyter_fails_at_once_naming_the_extra(tmp_path, monkeypatch) -> None:
     import json
 
-    from gpufleet.sessions import launch
-    from gpufleet.training import exitcodes as ec
+    from gpufleet.interactive import launch
+    from gpufleet.engine import exitcodes as ec
 
     monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name, *a: None)  # a host without Jupyter
     spec = SessionSpec(session_id="s3", progress_file=str(tmp_path / "p.jsonl"), workdir=str(tmp_path / "w"),

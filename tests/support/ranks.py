@@ -4,7 +4,7 @@ A gloo rank that returns into interpreter teardown can abort there
 (``terminate called without an active exception``: a gloo thread still
 joinable when its object is destroyed), which ``torch.multiprocessing``
 reports as the rank dying of SIGABRT although its work was done and written.
-``training/launch.py`` ends its ranks with ``os._exit(0)`` for this reason;
+``engine/launch.py`` ends its ranks with ``os._exit(0)`` for this reason;
 tests that spawn ranks themselves do the same.
 """
 

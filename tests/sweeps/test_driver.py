@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from gpufleet.db.models import Training, TrainingMetric
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.sweeps.driver import advance_all
-from gpufleet.training import exitcodes
+from gpufleet.engine import exitcodes
 from support.fleet import make_settings, register
 
 from .conftest import TINY_MLP

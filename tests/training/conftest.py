@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.training.progress import read_progress
+from gpufleet.engine.progress import read_progress
 
 
 def tiny_sae(**over: Any) -> dict[str, Any]:
@@ -49,7 +49,7 @@ class Launch:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Launch":
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(self.spec_path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(self.spec_path)],
                                      env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return self
 

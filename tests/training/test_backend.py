@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import gpufleet
-from gpufleet.training.backend import make_backend
+from gpufleet.engine.backend import make_backend
 from support.ranks import leave
 from support.servers import free_port
 
@@ -154,8 +154,8 @@ def test_accumulation_schedule_and_post_step_run_in_the_backend():
 
 
 def test_the_recipe_trainer_runs_on_the_backend():
-    from gpufleet.training.recipes import get_recipe
-    from gpufleet.training.trainer import Trainer
+    from gpufleet.engine.recipes import get_recipe
+    from gpufleet.engine.trainer import Trainer
 
     from .conftest import tiny_mlp
 

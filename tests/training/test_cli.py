@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from gpufleet.commands.train import register
-from gpufleet.training.checkpoint import newest_checkpoint
+from gpufleet.engine.checkpoint import newest_checkpoint
 
 
 def _app() -> typer.Typer:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from gpufleet.training import compat
+from gpufleet.engine import compat
 
 
 def _params(fn) -> set[str]:
@@ -60,7 +60,7 @@ def test_real_ddp_accepts_them_in_a_gloo_world(tmp_path) -> None:
     # that made them when it is collected, and that process must not be pytest's.
     script = f"""
 import torch, torch.distributed as dist
-from gpufleet.training import compat
+from gpufleet.engine import compat
 dist.init_process_group("gloo", init_method="file://{tmp_path / 'rdv'}", rank=0, world_size=1)
 model = torch.nn.Linear(4, 2)
 wrapped = compat.ddp_class()(model, **compat.ddp_kwargs(False, None, 1.0))
@@ -76,8 +76,8 @@ print("ok")
 
 def test_an_out_of_memory_error_is_known_without_torch_s_top_level_alias(monkeypatch: pytest.MonkeyPatch) -> None:
     # torch.OutOfMemoryError is new (device-neutral); older releases of the range have torch.cuda's only.
-    from gpufleet.training import drills
-    from gpufleet.training.launch import classify
+    from gpufleet.engine import drills
+    from gpufleet.engine.launch import classify
 
     monkeypatch.delattr(torch, "OutOfMemoryError")
     assert compat.out_of_memory_error() is torch.cuda.OutOfMemoryError

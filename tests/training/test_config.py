@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
-from gpufleet.training.paths import DataPathError, resolve_data_path
-from gpufleet.training.recipes import get_recipe, recipe_names
-from gpufleet.training.spec import LaunchSpec, parse_devices
+from gpufleet.engine.config import TrainingConfigError, parse_overrides, read_config_file
+from gpufleet.engine.paths import DataPathError, resolve_data_path
+from gpufleet.engine.recipes import get_recipe, recipe_names
+from gpufleet.engine.spec import LaunchSpec, parse_devices
 
 
 def test_registry_finds_builtin_recipes_through_entry_points():
@@ -24,9 +24,9 @@ def test_registry_finds_builtin_recipes_through_entry_points():
 
 
 def test_torch_free_modules_do_not_import_torch():
-    code = ("import sys; import gpufleet.training.recipes as r, gpufleet.training.spec, "
-            "gpufleet.training.paths, gpufleet.training.exitcodes, gpufleet.training.launch, "
-            "gpufleet.training.progress; r.get_recipe('sae').resolve_config({'max_steps': 3}); "
+    code = ("import sys; import gpufleet.engine.recipes as r, gpufleet.engine.spec, "
+            "gpufleet.engine.paths, gpufleet.engine.exitcodes, gpufleet.engine.launch, "
+            "gpufleet.engine.progress; r.get_recipe('sae').resolve_config({'max_steps': 3}); "
             "r.get_recipe('mlp').resolve_config({}); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -115,7 +115,7 @@ def test_device_forms_and_launch_spec_validation(tmp_path: Path):
     assert spec.visible_devices_env() == {"CUDA_VISIBLE_DEVICES": "3,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     sim = LaunchSpec(devices=["cuda:3", "cuda:5"], ranks_on_cpu=True, **base)
     assert sim.run_devices() == ["cpu", "cpu"] and sim.visible_devices_env() == {}
-    # GPUs of several vendors are one training (training/parallel.py); the CPU with GPUs is not.
+    # GPUs of several vendors are one training (engine/parallel.py); the CPU with GPUs is not.
     assert LaunchSpec(devices=["cuda:0", "xpu:0"], **base).mixed_vendors
     with pytest.raises(TrainingConfigError, match="mix the CPU with GPUs"):
         LaunchSpec(devices=["cuda:0", "cpu"], **base)
@@ -156,7 +156,7 @@ def test_the_example_configs_are_valid_and_the_readme_points_to_them():
     assert sweeps
     for path in sweeps:
         from gpufleet.client.sweeps import read_sweep_file
-        from gpufleet.sweeps.spec import SweepCreate
+        from gpufleet.wire.sweep_requests import SweepCreate
 
         body = read_sweep_file(path)
         if "script" in body:  # the CLI uploads script.dir and sends its hash

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.training import drills
-from gpufleet.training.rankenv import FAULT_ENV, HOLD_ENV, SPEED_ENV
+from gpufleet.engine import drills
+from gpufleet.engine.rankenv import FAULT_ENV, HOLD_ENV, SPEED_ENV
 
 from .conftest import tiny_mlp
 
@@ -28,8 +28,8 @@ class Recorder:
 
 
 def test_the_trainer_calls_its_hooks_around_every_step() -> None:
-    from gpufleet.training.recipes import get_recipe
-    from gpufleet.training.trainer import Trainer
+    from gpufleet.engine.recipes import get_recipe
+    from gpufleet.engine.trainer import Trainer
 
     r = get_recipe("mlp")
     hook = Recorder()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 from .conftest import tiny_mlp, tiny_sae
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from gpufleet.devices.ops import backend_ops
-from gpufleet.training import exitcodes
-from gpufleet.training.distributed import DistributedTrainer
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine import exitcodes
+from gpufleet.engine.distributed import DistributedTrainer
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 from .conftest import tiny_sae
 

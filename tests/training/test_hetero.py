@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpufleet.training.distributed import find_free_port
-from gpufleet.training.hetero import proportional_shares, rank_slices, retune_shares, weighted_step
+from gpufleet.engine.distributed import find_free_port
+from gpufleet.engine.hetero import proportional_shares, rank_slices, retune_shares, weighted_step
 from support.ranks import leave
 
 GLOBAL = 256
@@ -96,7 +96,7 @@ def test_retuning_moves_shares_toward_measured_speed():
 
 
 def test_slow_rank_hook_halves_only_the_named_rank(monkeypatch):
-    from gpufleet.training import drills
+    from gpufleet.engine import drills
 
     slept: list[float] = []
     monkeypatch.setattr(drills.time, "sleep", slept.append)
@@ -110,7 +110,7 @@ def test_slow_rank_hook_halves_only_the_named_rank(monkeypatch):
 
 
 def test_shares_change_only_at_checkpoint_boundaries_and_resume_exactly():
-    from gpufleet.training.hetero import ShareTuner
+    from gpufleet.engine.hetero import ShareTuner
 
     t = ShareTuner.from_speeds([1, 1], 256, gain=1.0)
     assert t.shares == [128, 128]

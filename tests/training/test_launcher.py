@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.training import exitcodes
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine import exitcodes
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 from .conftest import tiny_sae
 

@@ -1,4 +1,4 @@
-"""What every launcher shares at its start (training/lifeline.start_launcher), on real processes."""
+"""What every launcher shares at its start (engine/lifeline.start_launcher), on real processes."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.training import exitcodes
+from gpufleet.engine import exitcodes
 
-LAUNCHERS = ["gpufleet.training.launch", "gpufleet.trainings.script_launch", "gpufleet.sessions.launch"]
+LAUNCHERS = ["gpufleet.engine.launch", "gpufleet.trainings.script_launch", "gpufleet.interactive.launch"]
 
 # A launcher's start, then a long wait: only its lifeline ends it.
 HOLD = """
 import os, sys, time
 from pathlib import Path
-from gpufleet.training.lifeline import start_launcher
+from gpufleet.engine.lifeline import start_launcher
 Path(sys.argv[1]).write_text(str(os.getpid()))
 spec = start_launcher(sys.argv[2:], "hold")
 print("spec", spec, flush=True)

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpufleet.training import checkpoint as ckpt
-from gpufleet.training.distributed import find_free_port
-from gpufleet.training.localsgd import average_replicas, merge_checkpoints, merge_states
+from gpufleet.engine import checkpoint as ckpt
+from gpufleet.engine.distributed import find_free_port
+from gpufleet.engine.localsgd import average_replicas, merge_checkpoints, merge_states
 from support.ranks import leave
 
 H = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.training.logtext import LineSplitter, collapse_cr
+from gpufleet.engine.logtext import LineSplitter, collapse_cr
 
 
 def test_redraws_are_cut_at_carriage_returns_and_throttled():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpufleet.training import checkpoint as ckpt
-from gpufleet.training import exitcodes
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine import checkpoint as ckpt
+from gpufleet.engine import exitcodes
+from gpufleet.engine.recipes import get_recipe
 
 from .conftest import tiny_mlp
 
@@ -113,7 +113,7 @@ def test_each_rank_of_a_mixed_set_gets_its_backends_device_variable_and_gloo(lau
 
 
 def test_a_rank_takes_fp16_where_its_gpu_has_no_bf16(monkeypatch):
-    from gpufleet.training.parallel import rank_precision
+    from gpufleet.engine.parallel import rank_precision
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     assert rank_precision("bf16", torch.device("cuda", 0)) == "fp16"
@@ -124,7 +124,7 @@ def test_a_rank_takes_fp16_where_its_gpu_has_no_bf16(monkeypatch):
 
 
 def test_the_launch_spec_gives_each_vendor_its_variable():
-    from gpufleet.training.spec import LaunchSpec
+    from gpufleet.engine.spec import LaunchSpec
 
     spec = LaunchSpec(recipe="mlp", config={}, devices=["cuda:2", "hip:1", "xpu:0", "hip:0"],
                       checkpoint_dir="c", progress_file="p")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 
 @pytest.mark.slow

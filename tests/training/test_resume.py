@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
-from gpufleet.training import checkpoint as ckpt
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine import checkpoint as ckpt
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 
 from .conftest import tiny_mlp, tiny_sae
 
@@ -64,7 +64,7 @@ def test_resume_with_half_the_micro_batch_matches(tmp_path: Path):
 def test_resume_refuses_a_checkpoint_of_another_shape(tmp_path: Path):
     import pytest
 
-    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.engine.config import TrainingConfigError
 
     cfg = {**tiny_mlp(), "max_steps": 4, "checkpoint_every": 2}
     _run("mlp", cfg, tmp_path)

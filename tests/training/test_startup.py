@@ -1,13 +1,13 @@
-"""A rank's start-up, phase by phase, in the progress file (training/startup.py)."""
+"""A rank's start-up, phase by phase, in the progress file (engine/startup.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.training.progress import ProgressWriter, read_progress
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.startup import PHASES, StartupClock, process_start
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine.progress import ProgressWriter, read_progress
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.startup import PHASES, StartupClock, process_start
+from gpufleet.engine.trainer import Trainer
 
 from .conftest import tiny_mlp
 
@@ -43,7 +43,7 @@ def test_a_warm_launchers_phase_counts_from_the_hand_over(monkeypatch) -> None:
     import os
     import time
 
-    from gpufleet.training import rankenv
+    from gpufleet.engine import rankenv
 
     # A rank of a pool launcher: its parent process started long ago, its training 1.5 s before this rank.
     began = process_start(os.getpid())

@@ -15,9 +15,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gpufleet.training.distributed import DistributedTrainer, find_free_port
-from gpufleet.training.recipes import get_recipe
-from gpufleet.training.trainer import Trainer
+from gpufleet.engine.distributed import DistributedTrainer, find_free_port
+from gpufleet.engine.recipes import get_recipe
+from gpufleet.engine.trainer import Trainer
 from support.ranks import leave
 
 pytestmark = pytest.mark.slow

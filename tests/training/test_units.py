@@ -12,9 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 from gpufleet.devices.ops import backend_ops, move_to_device
-from gpufleet.training import checkpoint as ckpt
-from gpufleet.training.data import BadDataError, SyntheticSparseActivations, feature_recovery
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine import checkpoint as ckpt
+from gpufleet.engine.data import BadDataError, SyntheticSparseActivations, feature_recovery
+from gpufleet.engine.recipes import get_recipe
 
 
 def test_move_to_device_walks_containers():

@@ -125,7 +125,7 @@ def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:
     # The service is entered from nowhere else, and nothing lower calls back up.
     into_service = [c for c in calls if c[1] == "gpufleet.trainings.service" and c[0] != route]
     assert into_service == [], into_service
-    upward = [c for c in calls if c[0].startswith(("gpufleet.lifecycle.", "gpufleet.scheduling.", "gpufleet.training."))
+    upward = [c for c in calls if c[0].startswith(("gpufleet.lifecycle.", "gpufleet.scheduling.", "gpufleet.engine."))
               and c[1].startswith(("gpufleet.api.", "gpufleet.jobs.", "gpufleet.trainings."))]
     assert upward == [], upward
     # It did reach scheduling (the fleet checks and the estimate), only through admission,
@@ -133,5 +133,5 @@ def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:
     into_scheduling = {c[0] for c in calls if c[1].startswith("gpufleet.scheduling.")
                        and not c[0].startswith("gpufleet.scheduling.")}
     assert into_scheduling and all(m.startswith("gpufleet.trainings.admission.") for m in into_scheduling), calls
-    validated = [c for c in calls if c[1] == "gpufleet.training.recipes" and c[2] == "resolve_config"]
+    validated = [c for c in calls if c[1] == "gpufleet.engine.recipes" and c[2] == "resolve_config"]
     assert [c[0] for c in validated] == ["gpufleet.trainings.service"], validated

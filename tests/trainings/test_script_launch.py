@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.trainings.progress import ProgressReader
-from gpufleet.training import exitcodes as ec
+from gpufleet.engine import exitcodes as ec
 from gpufleet.trainings.script_launch import ScriptSpec
 
 from support.scripts import DDP_SCRIPT, RESUMABLE_SCRIPT, write_project

@@ -1,7 +1,7 @@
 """The stop contract, resume and files with a real worker: `gpufleet run`, a real server, scheduler, Celery
 worker and rank processes (simulated GPUs: the ranks run on CPU with gloo).
 
-The script keeps the contract as docs/README say (training/stopfile.py): it records SIGTERM, looks at the
+The script keeps the contract as docs/README say (engine/stopfile.py): it records SIGTERM, looks at the
 stop marker every step and checkpoints when asked.
 """
 

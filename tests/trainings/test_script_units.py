@@ -9,7 +9,7 @@ import time
 import pytest
 from gpufleet.config import load_settings
 from gpufleet.lifecycle import outcome
-from gpufleet.training import exitcodes as ec
+from gpufleet.engine import exitcodes as ec
 from gpufleet.trainings import script
 from gpufleet.trainings.script import ScriptError
 
@@ -165,7 +165,7 @@ def test_out_of_memory_is_never_rebalanced_for_scripts():
 def test_a_checkpoint_written_in_place_is_one_event_and_a_rewrite_at_the_same_step_none(tmp_path):
     import json
 
-    from gpufleet.training.progress import ProgressWriter
+    from gpufleet.engine.progress import ProgressWriter
     from gpufleet.trainings.script_reports import CheckpointWatch
 
     ckpt, progress = tmp_path / "ckpt", tmp_path / "progress.jsonl"

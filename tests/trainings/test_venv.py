@@ -14,8 +14,8 @@ import pytest
 import torch
 import uv
 
-from gpufleet.training import exitcodes as ec
-from gpufleet.training.progress import ProgressWriter
+from gpufleet.engine import exitcodes as ec
+from gpufleet.engine.progress import ProgressWriter
 from gpufleet.trainings import venv, venvcache
 from gpufleet.trainings.venv_reqs import EnvError
 from support.fleet import wait_for

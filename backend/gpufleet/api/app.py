@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 
 from gpufleet import __version__
 from gpufleet.api import ws
-from gpufleet.api.admission import Admission, DatabaseOutage, pool_timeout, request_capacity
+from gpufleet.api.loadshed import Admission, DatabaseOutage, pool_timeout, request_capacity
 from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
 from gpufleet.api.routes import (

@@ -4,7 +4,7 @@ A request is authenticated, in this order, by ``Authorization: Bearer <token>``,
 by the Unix account that connected to the server's socket (its peer
 credentials, :mod:`gpufleet.api.unixsocket`), by the dashboard's signed
 HTTP-only session cookie (which counts only while its row in
-``browser_sessions`` is live: :mod:`gpufleet.users.sessions`), or — only in
+``browser_sessions`` is live: :mod:`gpufleet.users.signin`), or — only in
 single-user mode (see
 :func:`~gpufleet.api.security.policy.auth_required`) — as the implicit local
 admin ``local``. Every refusal carries a reason a person can act on.
@@ -36,7 +36,7 @@ from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.users.accounts import LOCAL_USER_NAME, UserError, may_write
 from gpufleet.users.local import local_account_user
-from gpufleet.users.sessions import SessionOwner, check_session, open_session
+from gpufleet.users.signin import SessionOwner, check_session, open_session
 from gpufleet.users.tokens import TokenOwner, authenticate_token, check_session_owner, mark_token_used
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class AuthUser:
     # How the request proved it: token | session | ticket | socket | local
     via: str = "token"
     token_id: uuid.UUID | None = None
-    # The browser session (gpufleet.users.sessions) it came through, if any.
+    # The browser session (gpufleet.users.signin) it came through, if any.
     session_id: uuid.UUID | None = None
 
     @property

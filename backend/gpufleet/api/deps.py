@@ -28,7 +28,7 @@ from gpufleet.api.security.gate import STATE_KEY
 from gpufleet.api.security.ratelimits import check_create_allowed, requested_count
 from gpufleet.config import Settings
 from gpufleet.db.session import session_factory
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 
 
 def get_settings_dep(request: Request) -> Settings:

@@ -1,6 +1,6 @@
 """Admission slots shared fairly between callers, so one caller's flood slows only that caller.
 
-A process serves ``capacity`` requests at once (:mod:`gpufleet.api.admission`
+A process serves ``capacity`` requests at once (:mod:`gpufleet.api.loadshed`
 says why). Counted for everyone together, a viewer with 16 threads held every
 slot and everyone else got 429. Here each caller (one credential: see
 :func:`caller_key`) has a fair part: the capacity divided by the callers with a

@@ -164,7 +164,7 @@ RECHECK_S = 2.0
 def _still_valid(settings: Settings, user: Any) -> str | None:
     """Why ``user``'s credentials (its browser session, or its token) no longer hold, or None."""
     from gpufleet.db.session import session_scope
-    from gpufleet.users.sessions import check_session
+    from gpufleet.users.signin import check_session
     from gpufleet.users.tokens import check_session_owner
 
     with session_scope(settings) as sess:

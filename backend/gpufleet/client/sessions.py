@@ -8,7 +8,7 @@ from gpufleet import wire
 from gpufleet.client.sharing import checked
 
 if TYPE_CHECKING:
-    from gpufleet.sessions.wire import (
+    from gpufleet.wire.sessions import (
         NotebookOpen,
         SessionCreate,
         SessionLimitPublic,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from gpufleet import wire
 
 if TYPE_CHECKING:
-    from gpufleet.sweeps.spec import SweepCreate
+    from gpufleet.wire.sweep_requests import SweepCreate
     from gpufleet.wire.sweeps import SweepCurvesPublic, SweepDetail, SweepsPublic
 from gpufleet.client.errors import InvalidRequest
 from gpufleet.client.sharing import SharingCalls, checked
@@ -41,7 +41,7 @@ class SweepCalls(SharingCalls):
     def start_sweep(self, body: SweepCreate | dict[str, Any]) -> SweepDetail:
         """Start a sweep (the body of a sweep file); its trials are queued as trainings of yours."""
         if isinstance(body, dict):
-            from gpufleet.sweeps.spec import (
+            from gpufleet.wire.sweep_requests import (
                 SweepCreate,  # the server's own checks, loaded when a sweep starts
             )
 

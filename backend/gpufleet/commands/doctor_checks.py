@@ -43,7 +43,7 @@ def checkout() -> Path | None:
 def torch_row() -> Row:
     import torch
 
-    from gpufleet.training.compat import OLDEST_TORCH
+    from gpufleet.engine.compat import OLDEST_TORCH
 
     cuda = torch.version.cuda or "none"
     have = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])

@@ -117,8 +117,8 @@ def recommend(
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
     code's memory per rank (--memory). With --fit: what fits, and the layout to start it with."""
-    from gpufleet.training.config import TrainingConfigError
-    from gpufleet.training.config import parse_overrides, read_config_file
+    from gpufleet.engine.config import TrainingConfigError
+    from gpufleet.engine.config import parse_overrides, read_config_file
 
     from gpufleet.trainings.script import ScriptError, parse_memory
 

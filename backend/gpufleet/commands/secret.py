@@ -41,7 +41,7 @@ def secret_rotate(
 ) -> None:
     """End every dashboard session now, and give the servers a new secret (written to its file, or printed)."""
     from gpufleet.secretfiles import file_for
-    from gpufleet.users.sessions import end_sessions
+    from gpufleet.users.signin import end_sessions
 
     named = file_for("secret_key")
     target = write or (named[1] if named and named[0] == "GPUFLEET_SECRET_KEY_FILE" else None)

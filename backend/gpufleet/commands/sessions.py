@@ -218,7 +218,7 @@ def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None
         _fail(f"cannot run {argv[0]!r}: {exc}")
 
 
-# The variables a session's GPUs are made visible by, per runtime (as gpufleet.sessions.launch sets them).
+# The variables a session's GPUs are made visible by, per runtime (as gpufleet.interactive.launch sets them).
 VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
 
 

@@ -1,7 +1,7 @@
 """``gpufleet train``: run a training in the foreground (``--local``).
 
 ``--local`` writes a LaunchSpec and runs the same launcher the server's worker
-runs (``python -m gpufleet.training.launch``) as a child process, showing its
+runs (``python -m gpufleet.engine.launch``) as a child process, showing its
 progress lines as a progress bar and ending with a summary. Without
 ``--local`` the training is submitted to a server (not yet: see
 ``submit_to_server``).
@@ -24,7 +24,7 @@ from rich.text import Text
 from gpufleet.commands.tables import fmt_loss, fmt_size, make_console
 
 if TYPE_CHECKING:
-    from gpufleet.training.spec import LaunchSpec
+    from gpufleet.engine.spec import LaunchSpec
 
 console = make_console(stderr=True)
 
@@ -74,15 +74,15 @@ def train(
                                                             "`gpufleet pools ls`) instead of the team's hosts.")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
-    from gpufleet.training.config import TrainingConfigError, parse_overrides, read_config_file
-    from gpufleet.training.spec import parse_devices
+    from gpufleet.engine.config import TrainingConfigError, parse_overrides, read_config_file
+    from gpufleet.engine.spec import parse_devices
 
     values: dict[str, Any] = {}
     try:
         if config is not None:
             values.update(read_config_file(config))
         values.update(parse_overrides(set_ or []))
-        from gpufleet.training.recipes import get_recipe
+        from gpufleet.engine.recipes import get_recipe
 
         rec = get_recipe(recipe)
         resolved = rec.resolve_config(values)
@@ -182,8 +182,8 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
               data_root: Path | None, resume: bool, max_steps: int) -> int:
     from gpufleet.config import ConfigError, load_settings
     from gpufleet.devices.backend import device_backend
-    from gpufleet.training.config import TrainingConfigError
-    from gpufleet.training.spec import LaunchSpec
+    from gpufleet.engine.config import TrainingConfigError
+    from gpufleet.engine.spec import LaunchSpec
 
     try:
         settings = load_settings()
@@ -205,7 +205,7 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
     except TrainingConfigError as exc:
         _fail(str(exc))
     spec_path = spec.write(run_dir / "spec.json")
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.training.launch", str(spec_path)])
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(spec_path)])
     records = _watch(proc, Path(spec.progress_file), max_steps)
     code = proc.wait()
     _summary(records, code, spec)
@@ -213,7 +213,7 @@ def run_local(recipe: str, config: dict[str, Any], devices: list[str], *, checkp
 
 
 def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[dict[str, Any]]:
-    from gpufleet.training.progress import follow_progress
+    from gpufleet.engine.progress import follow_progress
 
     records: list[dict[str, Any]] = []
     offset = 0
@@ -249,7 +249,7 @@ def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[
 
 def summary_lines(records: list[dict[str, Any]], code: int, spec: LaunchSpec) -> list[tuple[str, str]]:
     """The end-of-run summary as (label, value) lines; losses to 4 significant digits."""
-    from gpufleet.training import exitcodes
+    from gpufleet.engine import exitcodes
 
     last = {r["type"]: r for r in records}
     lines = [("status", f"{exitcodes.describe(code)} (exit {code})")]

@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _parse_sets(items: list[str]) -> dict[str, object]:
-    from gpufleet.training.config import TrainingConfigError, parse_overrides
+    from gpufleet.engine.config import TrainingConfigError, parse_overrides
 
     try:
         return parse_overrides(items)

@@ -254,7 +254,7 @@ def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = Tr
     c.options = TRAIN_OPTIONS
     from pydantic import ValidationError
 
-    from gpufleet.trainings.request import TrainingCreate
+    from gpufleet.wire.training_requests import TrainingCreate
     from gpufleet.client.errors import describe_detail
 
     try:

@@ -32,7 +32,7 @@ class Sweep(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)  # the owner's role at start (the trials' defaults)
     status: Mapped[str] = mapped_column(String(32), default="running", index=True)
     status_reason: Mapped[str | None] = mapped_column(Text)
-    # The request as validated (gpufleet.sweeps.spec.SweepCreate), the template of every trial.
+    # The request as validated (gpufleet.wire.sweep_requests.SweepCreate), the template of every trial.
     spec: Mapped[dict[str, Any]] = mapped_column(JSONDoc)
     total_trials: Mapped[int] = mapped_column(Integer)
     study_name: Mapped[str] = mapped_column(String(255))

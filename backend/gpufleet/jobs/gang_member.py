@@ -132,7 +132,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
         return "failed"
     if not _join(settings, t, m, worker_id):
         return "skipped"
-    from gpufleet.training.spec import LaunchSpec
+    from gpufleet.engine.spec import LaunchSpec
 
     backend = device_backend(settings)
     devices = _local_devices(settings, host_id, list(m.gpu_ids))

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpufleet.config import Settings
 from gpufleet.jobs import sandbox
-from gpufleet.training import ownedfiles
+from gpufleet.engine import ownedfiles
 from gpufleet.users.runas import RunAccount, RunAsError
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Isolation:
             return
         assert self.account is not None
         uid, gid = self.account.uid, self.account.gid
-        for d in self.write:  # never through a link the training's code left in them (training/ownedfiles.py)
+        for d in self.write:  # never through a link the training's code left in them (engine/ownedfiles.py)
             ownedfiles.hand_over(d, uid, gid)
         for d in self.keep:
             d.mkdir(parents=True, exist_ok=True)

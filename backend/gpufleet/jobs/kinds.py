@@ -31,7 +31,7 @@ from gpufleet.jobs.logs import BoundedLog
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.lifecycle.transitions import get_training
 
-RECIPE_LAUNCHER = "gpufleet.training.launch"
+RECIPE_LAUNCHER = "gpufleet.engine.launch"
 
 
 def checkpoint_dir(settings: Settings, training_id: uuid.UUID) -> Path:
@@ -227,7 +227,7 @@ def retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
 
 
 def _recipe_spec(start: AttemptStart, gang: dict | None) -> tuple[Path, Path]:
-    from gpufleet.training.spec import LaunchSpec
+    from gpufleet.engine.spec import LaunchSpec
 
     settings, t = start.settings, start.training
     rdir = start.run_dir

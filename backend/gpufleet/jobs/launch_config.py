@@ -19,8 +19,8 @@ from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.logs import BoundedLog
 from gpufleet.scheduling.weights import spec_tflops
-from gpufleet.training.resumepoint import seed_from
-from gpufleet.training.modes import proportional_shares
+from gpufleet.engine.resumepoint import seed_from
+from gpufleet.engine.modes import proportional_shares
 
 # A GPU whose model and generation are unknown counts as this many TFLOPS.
 _UNKNOWN_TFLOPS = 60.0

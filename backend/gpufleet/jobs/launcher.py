@@ -25,7 +25,7 @@ from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_e
 
 
 def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
-           module: str = "gpufleet.training.launch", env: dict[str, str] | None = None,
+           module: str = "gpufleet.engine.launch", env: dict[str, str] | None = None,
            isolation: Isolation | None = None, policy: EnvPolicy = DEFAULT_POLICY) -> tuple[subprocess.Popen, int]:
     """Start a launcher; returns it and the write end of its lifeline (close it once it exited)."""
     # The telemetry agent recognises a training's processes by this variable

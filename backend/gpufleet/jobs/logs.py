@@ -105,7 +105,7 @@ def launcher_end(code: int, stopped: str | None = None) -> str:
     a lost host, the training ended on the rank-0 host); a bare "-9" would
     read as a crash.
     """
-    from gpufleet.training.exitcodes import ended
+    from gpufleet.engine.exitcodes import ended
 
     if code == 0 or not stopped:
         return ended(code) + ("" if code >= 0 else ", not by this worker")

@@ -27,9 +27,9 @@ from gpufleet.db.types import utcnow
 from gpufleet.jobs.peak_memory import TRIM_MARGIN, PeakMemory
 from gpufleet.lifecycle.transitions import record_event
 from gpufleet.scheduling.types import fmt_bytes
-from gpufleet.sessions import progress as session_progress
+from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
-from gpufleet.training.ownedfiles import read_regular
+from gpufleet.engine.ownedfiles import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class MetricsSink:
                                           f"running on host {self.host_name} (attempt {self.attempt}); {message}")
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
-        elif kind == "startup":  # where each rank's start-up went (training/startup.py)
+        elif kind == "startup":  # where each rank's start-up went (engine/startup.py)
             per_rank = line.get("per_rank") or []
             slowest = max((sum(r) for r in per_rank), default=0.0)
             self._event("info", f"start-up: {slowest:.1f} s to the first step (slowest rank)",

@@ -5,7 +5,7 @@ outcome: :mod:`gpufleet.jobs.supervisor`). Before it starts its launcher it
 picks a free port, publishes ``address:port`` and the token of a marker file
 under the checkpoint root in ``gang_rendezvous`` for this attempt, and sends
 a Celery task to each other member host's queue. Its launcher opens the c10d
-TCPStore on that port (:mod:`gpufleet.training.gang_launch`).
+TCPStore on that port (:mod:`gpufleet.engine.gang_launch`).
 
 Every other member host's worker (:func:`gpufleet.jobs.gang_member.run_follower`)
 waits for the rendezvous of the running attempt, checks that it sees the marker (the

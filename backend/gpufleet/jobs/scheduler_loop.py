@@ -23,7 +23,7 @@ from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling import idle
-from gpufleet.sessions import watch as session_watch
+from gpufleet.interactive import watch as session_watch
 from gpufleet.scheduling.scheduler import PassResult, schedule_pending
 from gpufleet.sweeps import driver as sweeps
 

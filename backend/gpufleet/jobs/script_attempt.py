@@ -17,7 +17,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.isolation import Isolation
-from gpufleet.training import stopfile
+from gpufleet.engine import stopfile
 from gpufleet.trainings import code, files, script, venv
 from gpufleet.trainings.environment import EnvPolicy
 from gpufleet.trainings.script_launch import ScriptSpec

@@ -1,6 +1,6 @@
 """The worker's side of a session: choose the notebook's port and token, write the launcher's spec.
 
-The supervisor runs ``python -m gpufleet.sessions.launch`` for a row of kind
+The supervisor runs ``python -m gpufleet.interactive.launch`` for a row of kind
 ``session``, as its owner's account in the trainings' sandbox; lease,
 progress, cancel and the end are the same as for a training.
 """
@@ -18,13 +18,13 @@ from gpufleet.config import Settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs.isolation import Isolation
-from gpufleet.sessions.launch import SessionSpec
-from gpufleet.sessions.view import base_url
+from gpufleet.interactive.launch import SessionSpec
+from gpufleet.interactive.view import base_url
 from gpufleet.trainings import script
 from gpufleet.trainings.environment import EnvPolicy
 from gpufleet.lifecycle.models import Training
 
-MODULE = "gpufleet.sessions.launch"
+MODULE = "gpufleet.interactive.launch"
 ACTIVITY_EVERY_S = 5.0
 
 

@@ -1,7 +1,7 @@
 """Asking a running training to checkpoint and stop, and what its end then means.
 
 Every stop goes the same way: SIGTERM to the launcher's group and the stop
-file (``GPUFLEET_STOP_FILE``, training/stopfile.py) for a script's ranks; the
+file (``GPUFLEET_STOP_FILE``, engine/stopfile.py) for a script's ranks; the
 ranks checkpoint and exit 14 within ``stop_grace_s``, else the group is
 killed. The end's event says whether a checkpoint came within the grace and
 the step the training will resume from.

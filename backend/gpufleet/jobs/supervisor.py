@@ -46,8 +46,8 @@ from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.jobs.watch import AttemptWatch, attempt_fence, begin_shutdown, stopping
 from gpufleet.lifecycle import outcome
 from gpufleet.lifecycle.transitions import get_training, transition
-from gpufleet.training import exitcodes
-from gpufleet.training.fence import write_fence
+from gpufleet.engine import exitcodes
+from gpufleet.engine.fence import write_fence
 
 # Where the worker's signal handler and the row's writers find them.
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]

@@ -1,6 +1,6 @@
 """The worker's pool of warm launchers: interpreters that have already imported torch and gpufleet.
 
-Each member is ``python -m gpufleet.training.warm``, started like a cold
+Each member is ``python -m gpufleet.engine.warm``, started like a cold
 launcher (same interpreter, its own session, a lifeline pipe to this worker,
 the training environment's allow-list: none of the server's secrets), that
 waits for one training. :func:`take` hands a ready member out in place of
@@ -9,7 +9,7 @@ a member that died is replaced the same way.
 
 Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
 
-- recipe trainings (``gpufleet.training.launch``) only. A script training
+- recipe trainings (``gpufleet.engine.launch``) only. A script training
   runs its own interpreter, often a per-training uv venv, whose imports the
   pool cannot have made;
 - only a launch that would run as the pool's account, unsandboxed. The
@@ -22,7 +22,7 @@ Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
   nothing here for ``member_keep_s`` (recent work only; it counts against
   nobody else's). A sandbox made ahead cannot bind a training's own
   directories: :meth:`WarmPool.take` passes them to the member as open
-  descriptors (``gpufleet.training.warm``);
+  descriptors (``gpufleet.engine.warm``);
 - only with the environment the member was started with, but for the
   per-training variables (``GPUFLEET_TRAINING_ID``, ``PYTHONUNBUFFERED``):
   variables read at import time (thread counts, library paths) must match.
@@ -46,7 +46,7 @@ from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_e
 
 log = logging.getLogger(__name__)
 
-MODULE = "gpufleet.training.launch"
+MODULE = "gpufleet.engine.launch"
 # Set per training on top of the pool's environment; any other difference is another interpreter.
 PER_TRAINING = ("GPUFLEET_TRAINING_ID", "PYTHONUNBUFFERED")
 KEEP_S = 1.0  # how often the keeper looks for dead members
@@ -179,7 +179,7 @@ class WarmPool:
 
     def _start(self) -> Member:
         lifeline_r, lifeline_w = os.pipe()
-        argv = [sys.executable, "-m", "gpufleet.training.warm", "--parent-fd", str(lifeline_r)]
+        argv = [sys.executable, "-m", "gpufleet.engine.warm", "--parent-fd", str(lifeline_r)]
         ours, theirs = socket.socketpair() if self.iso.sandboxed else (None, None)
         if theirs is not None:
             argv += ["--dirs-fd", str(theirs.fileno())]
@@ -217,7 +217,7 @@ class WarmPool:
 
 def _await_ready(member: Member) -> None:
     """Read the member's first line; its later output is the training's log (pumped by the launcher)."""
-    from gpufleet.training.warm import READY
+    from gpufleet.engine.warm import READY
 
     assert member.proc.stdout is not None
     line = member.proc.stdout.readline()

@@ -110,7 +110,7 @@ def build_app(settings: Settings, host_id: uuid.UUID, worker_id: str):
 
 def watch_parent(fd: int) -> None:
     """Stop as on SIGTERM once the pipe from ``serve`` reads EOF (``serve`` is gone, however it died)."""
-    from gpufleet.training.lifeline import on_pipe_closed
+    from gpufleet.engine.lifeline import on_pipe_closed
 
     def gone() -> None:
         log.warning("the server that started this worker is gone; stopping")

@@ -12,6 +12,6 @@
 It sits below :mod:`gpufleet.scheduling` (the reservation, gang placement,
 preemption and idle reclaim write through it) and below
 :mod:`gpufleet.trainings` and :mod:`gpufleet.jobs`, which use the same
-transitions. It imports only the base layer and :mod:`gpufleet.training`'s
+transitions. It imports only the base layer and :mod:`gpufleet.engine`'s
 exit codes.
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.training import exitcodes as ec
+from gpufleet.engine import exitcodes as ec
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0

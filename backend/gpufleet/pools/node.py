@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from gpufleet.training.spec import LaunchSpec
+from gpufleet.engine.spec import LaunchSpec
 from gpufleet.trainings.script_launch import ScriptSpec
 
 # The store's port: one per job, below Linux's ephemeral range so no outgoing connection holds it.
@@ -66,7 +66,7 @@ def recipe(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[s
              f"{here.gang['world_size']} " if here.gang else "ranks ")
     print(f"[gpufleet] {_where(environ)}: {ranks}on {', '.join(devices)}"
           f"{' (CPU: no NVIDIA driver on this node)' if on_cpu else ''}", flush=True)
-    return "gpufleet.training.launch", here.write(_own_copy(spec_path, environ))
+    return "gpufleet.engine.launch", here.write(_own_copy(spec_path, environ))
 
 
 def script(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[str, Path]:

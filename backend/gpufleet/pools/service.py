@@ -24,7 +24,7 @@ from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_first_event
 from gpufleet.pools import slurm
 from gpufleet.trainings.admission.checks import TrainingRequestError
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 from gpufleet.trainings.service import TrainingView, prepare
 from gpufleet.users import runas
 

@@ -35,10 +35,10 @@ from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.pools import slurm
 from gpufleet.pools.service import PoolError, layout, member_account
 from gpufleet.scheduling.quotas import over_quota
-from gpufleet.training import stopfile
-from gpufleet.training.ownedfiles import write_new
-from gpufleet.training.resumepoint import newest_resume_point
-from gpufleet.training.spec import LaunchSpec
+from gpufleet.engine import stopfile
+from gpufleet.engine.ownedfiles import write_new
+from gpufleet.engine.resumepoint import newest_resume_point
+from gpufleet.engine.spec import LaunchSpec
 from gpufleet.trainings import code, script, venv
 from gpufleet.trainings.script_launch import ScriptSpec
 from gpufleet.users.runas import RunAccount

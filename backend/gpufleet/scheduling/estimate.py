@@ -130,7 +130,7 @@ class MemoryEstimate:
 
 def check_dataset_size(samples: int | None, micro: int, accum: int, world_size: int) -> None:
     """The launcher's rule, before anything is queued: every rank needs one whole step's samples."""
-    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.engine.config import TrainingConfigError
 
     if samples is None:
         return

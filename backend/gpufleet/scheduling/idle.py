@@ -65,7 +65,7 @@ def watch(settings: Settings, now: datetime | None = None) -> list[tuple[uuid.UU
             select(Training.id, GPUAllocation.host_id, GPUAllocation.gpu_index, Training.idle_since,
                    Training.idle_warned_at, Training.reclaim_requested)
             .join(GPUAllocation, GPUAllocation.training_id == Training.id)
-            .where(Training.status == "running", Training.kind != "session",  # sessions: gpufleet.sessions.watch
+            .where(Training.status == "running", Training.kind != "session",  # sessions: gpufleet.interactive.watch
                    GPUAllocation.released_at.is_(None))):
             gpus.setdefault(tid, []).append((host_id, index))
             marks[tid] = tuple(mark)

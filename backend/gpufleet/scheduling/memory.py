@@ -146,7 +146,7 @@ class TracePlan:
 
 def plan_trace(recipe: str, config: Mapping[str, Any] | Any, world_size: int, data_root: Any) -> TracePlan:
     """Resolve the config and name its trace; cheap, imports no torch. Raises the recipe's TrainingConfigError."""
-    from gpufleet.training.recipes import get_recipe
+    from gpufleet.engine.recipes import get_recipe
 
     if world_size < 1:
         raise EstimateError(f"world size must be >= 1, got {world_size}")

@@ -248,7 +248,7 @@ class EstimatePool:
                 self.files.save(plan.trace_key, payload)
             return
         if status == "config":
-            from gpufleet.training.config import TrainingConfigError
+            from gpufleet.engine.config import TrainingConfigError
 
             field, message = payload
             error = TrainingConfigError(None, message)
@@ -268,7 +268,7 @@ def _serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     os.nice(10)
     import gpufleet.scheduling.memtrace  # noqa: F401 - torch, before saying ready
     from gpufleet.scheduling.memory import trace_for
-    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.engine.config import TrainingConfigError
 
     _write(stdout, ["ready", None])
     while True:

@@ -237,7 +237,7 @@ def _example_batch(dataset: Any, n: int) -> Any:
     else:
         batch = torch.utils.data.default_collate([dataset[i] for i in idx])
     if len(idx) < n:
-        from gpufleet.training.config import TrainingConfigError
+        from gpufleet.engine.config import TrainingConfigError
 
         raise TrainingConfigError(
             "global_batch_size",

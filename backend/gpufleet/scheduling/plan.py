@@ -36,7 +36,7 @@ def estimate_for(
     backend: str = "cuda", data_root: Any = None,
 ) -> MemoryEstimate:
     """The estimate, corrected by earlier runs of the same recipe and shape."""
-    from gpufleet.training.recipes import get_recipe
+    from gpufleet.engine.recipes import get_recipe
 
     cfg = get_recipe(recipe).resolve_config(dict(config)) if isinstance(config, Mapping) else config
     micro, accum = cfg.batch_layout(world_size)

@@ -156,7 +156,7 @@ def _gpu_problems(gpu: GPUAvailability, memory_bytes: int, exclusive: bool) -> l
 
 def _vendor_warnings(chosen: Sequence[GPUAvailability]) -> list[Problem]:
     mixed = mixed_vendor_message([g.vendor for g in chosen], [g.name for g in chosen])
-    # Usable (training/parallel.py), at a cost the warning names with the mode gpufleet would use.
+    # Usable (engine/parallel.py), at a cost the warning names with the mode gpufleet would use.
     return [] if mixed is None else [Problem("mixed-vendors", mixed)]
 
 

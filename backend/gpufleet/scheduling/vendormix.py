@@ -3,7 +3,7 @@
 NCCL (NVIDIA), RCCL (AMD) and oneCCL (Intel) only talk within their own
 vendor. A recipe training across vendors runs its ranks in one gloo process
 group (through host memory) in one of three ``parallel_mode``s
-(``training/modes.py``, run by ``training/parallel.py``): one job with equal
+(``engine/modes.py``, run by ``engine/parallel.py``): one job with equal
 micro-batches, one job with speed-proportional micro-batches, or independent
 training per vendor group with the replicas averaged every ``merge_every``
 steps. Validation and recommendation say that a set mixes vendors, what that
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufleet.devices.types import BACKENDS, VENDOR_OF_BACKEND
-from gpufleet.training.modes import MODE_COST, MODE_WORDS, recommended_mode
+from gpufleet.engine.modes import MODE_COST, MODE_WORDS, recommended_mode
 
 SUPPORTED_VENDORS = tuple(VENDOR_OF_BACKEND.values())
 

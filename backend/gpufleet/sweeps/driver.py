@@ -39,13 +39,13 @@ from gpufleet.db.types import utcnow
 from gpufleet.pools import service as pools
 from gpufleet.sweeps import rungs, study as studies
 from gpufleet.sweeps.service import stop_trials
-from gpufleet.sweeps.spec import SweepCreate
+from gpufleet.wire.sweep_requests import SweepCreate
 from gpufleet.sweeps.trials import full_steps, metric_at, trial_request
-from gpufleet.training import exitcodes
+from gpufleet.engine import exitcodes
 from gpufleet.trainings import resume, service as trainings
 from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.lifecycle.models import Training
-from gpufleet.trainings.request import TrainingResume
+from gpufleet.wire.training_requests import TrainingResume
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
 from gpufleet.pools import service as pools
 from gpufleet.sweeps import study as studies
-from gpufleet.sweeps.spec import SpaceRange, SweepCreate
+from gpufleet.wire.sweep_requests import SpaceRange, SweepCreate
 from gpufleet.sweeps.trials import trial_request
-from gpufleet.training.config import TrainingConfigError
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.config import TrainingConfigError
+from gpufleet.engine.recipes import get_recipe
 from gpufleet.trainings import service as trainings
 from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.lifecycle.models import Training

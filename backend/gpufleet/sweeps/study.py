@@ -20,7 +20,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from gpufleet.config import Settings
-from gpufleet.sweeps.spec import SpaceRange, SweepCreate
+from gpufleet.wire.sweep_requests import SpaceRange, SweepCreate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.sweeps.spec import SweepCreate
+from gpufleet.wire.sweep_requests import SweepCreate
 from gpufleet.lifecycle.models import TrainingMetric
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 
 
 def _fill(arg: str, params: dict[str, Any]) -> str:
@@ -43,7 +43,7 @@ UNBOUNDED_STEPS = 2**62
 def full_steps(spec: SweepCreate, params: dict[str, Any]) -> int:
     """A trial's whole length: a recipe's max_steps (searched, set in the config, or the recipe's default),
     a script's ``asha.max_steps`` (unbounded when not given: its steps are its own)."""
-    from gpufleet.training.recipes import get_recipe
+    from gpufleet.engine.recipes import get_recipe
 
     if spec.script is not None:
         return (spec.asha.max_steps if spec.asha is not None else None) or UNBOUNDED_STEPS

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpufleet.config import Settings
-from gpufleet.training.resumepoint import OWN_FILES
+from gpufleet.engine.resumepoint import OWN_FILES
 
 MAX_LISTED = 10000
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.db.logchunks import TrainingLogChunk as Chunk
 from gpufleet.db.models import Training
-from gpufleet.training.logtext import collapse_cr
+from gpufleet.engine.logtext import collapse_cr
 
 READ_LIMIT = 256 * 1024
 _LOCK_CLASS = 0x6C6F6773  # pg_advisory_xact_lock(class, key): one training's log at a time
@@ -44,7 +44,7 @@ class Piece:
 
 
 def from_offset(data: bytes, start: int, size: int) -> LogChunk:
-    """``data``, the log's bytes from ``start``, as one read (redraws collapsed, training/logtext.py)."""
+    """``data``, the log's bytes from ``start``, as one read (redraws collapsed, engine/logtext.py)."""
     return LogChunk(start, start + len(data), size, collapse_cr(data.decode(errors="replace")))
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import User
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 from gpufleet.users.groups import priority_cap
 
 

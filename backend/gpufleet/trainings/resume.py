@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import get_training, transition
-from gpufleet.training.config import TrainingConfigError
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.config import TrainingConfigError
+from gpufleet.engine.recipes import get_recipe
 from gpufleet.trainings.admission.checks import TrainingRequestError
-from gpufleet.trainings.request import TrainingCreate, TrainingResume
+from gpufleet.wire.training_requests import TrainingCreate, TrainingResume
 
 RESUMABLE = ("succeeded", "failed", "cancelled", "reclaimed")
 

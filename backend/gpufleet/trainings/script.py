@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.config import Settings
 from gpufleet.db.models import CodeBlob, Training
-from gpufleet.training import resumepoint
+from gpufleet.engine import resumepoint
 
 if TYPE_CHECKING:
     from gpufleet.trainings.environment import EnvPolicy

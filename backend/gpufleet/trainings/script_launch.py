@@ -14,14 +14,14 @@ the GPUs made visible, and gpufleet's own variables
 - Each line a rank writes to stdout or stderr is copied to the launcher's
   stdout (the training's log) prefixed ``[rank N]``; a progress bar's
   ``\r`` redraws go there as they come, at most one a second
-  (``training/logtext.py``).
+  (``engine/logtext.py``).
 - A rank that exits with an error stops the others (SIGTERM, then SIGKILL
   after the grace) and the launcher exits with ``RANK_FAILED`` (or
   ``OUT_OF_MEMORY`` when the rank's output says so), naming the rank.
 - SIGTERM (a stop, preemption, reclaim, max_runtime, cancel, lease lost)
   creates the stop file and is passed to every rank; after the grace the
   rest are killed and the launcher exits with ``INTERRUPTED``
-  (``training/stopfile.py`` is the contract). A new checkpoint in the
+  (``engine/stopfile.py`` is the contract). A new checkpoint in the
   checkpoint dir is written as a ``checkpoint`` line (``script_reports``).
 
 Progress lines (``start``, ``ranks``, ``peak_memory``, ``error``, ``end``)
@@ -45,12 +45,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from gpufleet.training import exitcodes as ec
-from gpufleet.training.lifeline import die_with_parent, launcher_main
-from gpufleet.training.logtext import LineSplitter
-from gpufleet.training.ownedfiles import write_new
-from gpufleet.training.progress import ProgressWriter
-from gpufleet.training.stopfile import STOP_FILE_ENV, mark
+from gpufleet.engine import exitcodes as ec
+from gpufleet.engine.lifeline import die_with_parent, launcher_main
+from gpufleet.engine.logtext import LineSplitter
+from gpufleet.engine.ownedfiles import write_new
+from gpufleet.engine.progress import ProgressWriter
+from gpufleet.engine.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import venv
 from gpufleet.trainings.script_errors import ErrorWatch
 from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's

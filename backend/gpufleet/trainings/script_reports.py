@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.training.progress import ProgressWriter
-from gpufleet.training.resumepoint import newest_resume_point
+from gpufleet.engine.progress import ProgressWriter
+from gpufleet.engine.resumepoint import newest_resume_point
 
 def step_fields(report_line: dict[str, Any]) -> dict[str, Any]:
     """The fields of a ``step`` progress line that one ``gpufleet.report`` line gives."""

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.training.progress import ProgressWriter
+from gpufleet.engine.progress import ProgressWriter
 
 POLL_EVERY_S = 2.0
 

@@ -33,9 +33,9 @@ from gpufleet.lifecycle.transitions import (
     record_first_event,
     transition,
 )
-from gpufleet.training.config import TrainConfig, TrainingConfigError
-from gpufleet.training.paths import resolve_data_path
-from gpufleet.training.recipes import get_recipe
+from gpufleet.engine.config import TrainConfig, TrainingConfigError
+from gpufleet.engine.paths import resolve_data_path
+from gpufleet.engine.recipes import get_recipe
 from gpufleet.trainings import resume, script
 from gpufleet.trainings.admission.checks import (
     TrainingRequestError,
@@ -49,7 +49,7 @@ from gpufleet.trainings.admission.estimate import check_estimate
 from gpufleet.trainings.admission.gang import gang_request
 from gpufleet.trainings.admission.standing import standing
 from gpufleet.trainings.gang_view import add_hosts
-from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
+from gpufleet.wire.training_requests import TrainingBatchCreate, TrainingCreate
 
 __all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_batch", "create_trainings",
            "events", "get", "metrics", "page", "views"]

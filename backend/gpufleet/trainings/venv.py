@@ -31,13 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.training import exitcodes as ec
+from gpufleet.engine import exitcodes as ec
 from gpufleet.trainings import venvcache
 from gpufleet.trainings.venv_reqs import EnvError, check_torch, requirement_files
 
 if TYPE_CHECKING:
     from gpufleet.config import Settings
-    from gpufleet.training.progress import ProgressWriter
+    from gpufleet.engine.progress import ProgressWriter
 
 RANK_PATH = Path(__file__).resolve().parents[1] / "rankpath"  # gpufleet_report.py, dependency-free
 HEARTBEAT_S = 5.0

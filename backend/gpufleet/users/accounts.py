@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import User
-from gpufleet.users.sessions import end_sessions
+from gpufleet.users.signin import end_sessions
 
 ROLES = ("admin", "member", "viewer")
 # Roles that may change things (create trainings, cancel their own); viewers only read.

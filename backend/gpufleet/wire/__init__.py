@@ -17,8 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# Where each shape is defined. A training's and a session's request bodies are checked by their
-# domain (recipes, limits); they are shapes on the wire all the same.
+# Where each shape is defined: here, and nowhere else. A training's, a sweep's and a session's request
+# bodies are checked further by their domain (recipes, the fleet, limits) before anything is written.
 HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.auth": ("SignIn", "SignInLink", "SignedOut", "WSTicket", "WhoAmI",),
     "gpufleet.wire.code": ("CodePublic", "CodeUploadPublic",),
@@ -33,8 +33,9 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.trainings": ("TrainingBatchPublic", "TrainingEventPublic", "TrainingEventsPublic", "TrainingFilePublic", "TrainingFilesPublic", "TrainingGPU", "TrainingHostPublic", "TrainingLogPublic", "TrainingMetricPublic", "TrainingMetricsPublic", "TrainingPublic", "TrainingsPublic",),
     "gpufleet.wire.webhooks": ("WebhookCreate", "WebhookCreated", "WebhookPublic", "WebhookTestPublic", "WebhookUpdate", "WebhooksPublic",),
     "gpufleet.wire.users": ("TokenCreate", "TokenCreated", "TokenPublic", "TokensPublic", "UserCreate", "UserPublic", "UserUpdate", "UsersPublic",),
-    "gpufleet.trainings.request": ("TrainingBatchCreate", "TrainingCreate",),
-    "gpufleet.sessions.wire": ("NotebookOpen", "SessionCreate", "SessionExtend", "SessionLimitPublic", "SessionLimitSet", "SessionList", "SessionPublic", "ShellTarget",),
+    "gpufleet.wire.training_requests": ("BatchItem", "TrainingBatchCreate", "TrainingCreate", "TrainingResume",),
+    "gpufleet.wire.sweep_requests": ("Asha", "ScriptTemplate", "SpaceRange", "SweepCreate",),
+    "gpufleet.wire.sessions": ("NotebookOpen", "SessionCreate", "SessionExtend", "SessionLimitPublic", "SessionLimitSet", "SessionList", "SessionPublic", "ShellTarget",),
 }
 _MODULE_OF = {name: module for module, names in HOMES.items() for name in names}
 

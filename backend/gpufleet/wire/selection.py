@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, RequestBody
-from gpufleet.trainings.request import CONFIG_SCHEMA, check_config, installed_recipes
+from gpufleet.wire.training_requests import CONFIG_SCHEMA, check_config, installed_recipes
 
 MAX_COUNT = 64
 

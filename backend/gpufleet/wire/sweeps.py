@@ -1,4 +1,4 @@
-"""Schemas of the sweeps resource: what the API answers (it accepts :class:`gpufleet.sweeps.spec.SweepCreate`)."""
+"""Schemas of the sweeps resource: what the API answers (it accepts :class:`.sweep_requests.SweepCreate`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Schemas of the trainings resource: what the API answers.
 
 What it accepts (``TrainingCreate``, ``TrainingBatchCreate``) is the trainings
-domain's own request model, :mod:`gpufleet.trainings.request` (it validates
+domain's own request model, :mod:`gpufleet.wire.training_requests` (it validates
 the recipe's config there); the package names it (``gpufleet.wire.TrainingCreate``)
 and loads it only for a caller that sends one, so reading trainings never
 builds the recipes' config models.

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gpufleet
-from gpufleet.training.data import BadDataError, load_arrays
+from gpufleet.engine.data import BadDataError, load_arrays
 
 PACKAGE = Path(gpufleet.__file__).resolve().parent
 

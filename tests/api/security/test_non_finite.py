@@ -19,7 +19,7 @@ from gpufleet.api.security.ratelimits import SIGN_IN_FAILURES_PER_MINUTE
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
 from gpufleet.telemetry.inventory import register_host
-from gpufleet.training.recipes import get_recipe, recipe_names
+from gpufleet.engine.recipes import get_recipe, recipe_names
 
 JSON = {"content-type": "application/json"}
 

@@ -150,7 +150,7 @@ def test_a_data_path_outside_the_data_root_is_refused(api: TestClient, product: 
 
 def test_recipes_come_only_from_installed_entry_points(api: TestClient, product: Settings, team: People) -> None:
     before = _count(product)
-    for recipe in ("os:system", "gpufleet.training.launch", "../mlp", "builtins.eval"):
+    for recipe in ("os:system", "gpufleet.engine.launch", "../mlp", "builtins.eval"):
         r = api.post("/api/v1/trainings", headers=bearer(team.alice), json={"name": "r", "recipe": recipe})
         assert r.status_code == 422 and "installed recipes" in r.json()["detail"], recipe
     assert _count(product) == before

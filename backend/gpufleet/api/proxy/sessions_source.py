@@ -20,7 +20,7 @@ def notebook_of_session(settings: Settings, session_id: str) -> Notebook | None:
     A session that is not running a notebook (queued, ended, a shell) still
     says whose it is and its status, so a stranger gets 403 and its owner 409.
     """
-    from gpufleet.sessions.notebook import notebook_target
+    from gpufleet.interactive.notebook import notebook_target
 
     try:
         sid = uuid.UUID(session_id)

@@ -37,7 +37,7 @@ from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import count_sign_in_failure
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.users.tokens import attempted_owner
-from gpufleet.users.sessions import end_session
+from gpufleet.users.signin import end_session
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
 

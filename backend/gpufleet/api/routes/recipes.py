@@ -17,8 +17,8 @@ from fastapi import APIRouter
 
 from gpufleet.api.deps import CurrentUser
 from gpufleet.wire.recipes import RecipeFieldPublic, RecipePublic, RecipesPublic
-from gpufleet.training import recipes as registry
-from gpufleet.training.config import TrainConfig
+from gpufleet.engine import recipes as registry
+from gpufleet.engine.config import TrainConfig
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from gpufleet.api.security.ratelimits import get_limiter, too_many
 from gpufleet.bounds import MAX_MEMORY_MB
 from gpufleet.db.session import session_factory
 from gpufleet.scheduling.types import MiB, Recommendation, SelectionRequest
-from gpufleet.trainings.request import check_config, installed_recipes
+from gpufleet.wire.training_requests import check_config, installed_recipes
 
 router = APIRouter(prefix="/api/v1/system/gpus", tags=["selection"])
 
@@ -97,7 +97,7 @@ async def warm_estimates(app: Any, settings: Any) -> None:
     Starting the pool's process (importing torch) and a first trace took seconds
     on a busy machine: the first ``recommend?recipe=sae`` paid them all.
     """
-    from gpufleet.training.recipes import recipe_names
+    from gpufleet.engine.recipes import recipe_names
 
     await get_estimate_pool(app, settings).warm(recipe_names(), settings.data_root)
 
@@ -129,7 +129,7 @@ async def _traced(request: Request, settings: Any, recipe: str, config: dict[str
     from gpufleet.scheduling.memory import EstimateError
     from gpufleet.scheduling.memory_pool import EstimateBusy
     from gpufleet.scheduling.plan import estimate_for
-    from gpufleet.training.config import TrainingConfigError
+    from gpufleet.engine.config import TrainingConfigError
 
     try:
         await get_estimate_pool(request.app, settings).trace(recipe, config, count, settings.data_root)
@@ -260,8 +260,8 @@ async def fit_config(body: FitBody, request: Request, settings: SettingsDep, use
     import anyio.from_thread
 
     from gpufleet.scheduling.fit import fit, fleet_placer, layout_values, most_gpus, pool_placer, world_sizes
-    from gpufleet.training.config import TrainingConfigError
-    from gpufleet.training.recipes import get_recipe
+    from gpufleet.engine.config import TrainingConfigError
+    from gpufleet.engine.recipes import get_recipe
 
     await run_in_threadpool(_known_host, settings, body.host)
     pool = await run_in_threadpool(_fit_pool, settings, body.pool) if body.pool else None

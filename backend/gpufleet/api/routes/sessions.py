@@ -28,8 +28,8 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
-from gpufleet.sessions import limits, service, shell, view
-from gpufleet.sessions.wire import (
+from gpufleet.interactive import limits, service, shell, view
+from gpufleet.wire.sessions import (
     NotebookOpen,
     SessionCreate,
     SessionExtend,

@@ -31,7 +31,7 @@ from gpufleet.wire.sweeps import (
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.sweeps import service
-from gpufleet.sweeps.spec import SweepCreate
+from gpufleet.wire.sweep_requests import SweepCreate
 from gpufleet.sweeps.trials import curves, trial_request
 
 router = APIRouter(prefix="/api/v1/sweeps", tags=["sweeps"])

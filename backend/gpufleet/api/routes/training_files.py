@@ -14,7 +14,7 @@ from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.trainings import files, resume, service
-from gpufleet.trainings.request import TrainingResume
+from gpufleet.wire.training_requests import TrainingResume
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 

@@ -39,7 +39,7 @@ from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.pools import service as pools
 from gpufleet.trainings import log_store, service
-from gpufleet.trainings.request import TrainingBatchCreate, TrainingCreate
+from gpufleet.wire.training_requests import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 # Under GPUFLEET_TRAINING_VISIBILITY=owner (the default) another user's training's events and logs are a 403.

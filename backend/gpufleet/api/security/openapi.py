@@ -212,11 +212,11 @@ def _refusals(path: str, method: str, op: dict[str, Any], creators: set[tuple[st
     if op.get("operationId") in ESTIMATING_OPERATIONS:
         extra["429"] = _ref("Over the memory-estimate rate, or too many estimates waiting")
     if is_gated(path):
-        # Admission (api/admission.py) answers any gated request past capacity at once.
+        # Admission (api/loadshed.py) answers any gated request past capacity at once.
         extra.setdefault("429", _ref("The server is serving as many requests as it takes; "
                                      "retry after Retry-After seconds"))
     if path.startswith("/api/"):
-        # DatabaseOutage (api/admission.py): the database is unreachable, nothing was done.
+        # DatabaseOutage (api/loadshed.py): the database is unreachable, nothing was done.
         extra.setdefault("503", _ref("The database is unavailable now; nothing was done; "
                                      "retry after Retry-After seconds"))
     return extra

@@ -17,7 +17,7 @@ from gpufleet.scheduling.vendormix import (
     script_mixed_reason,
     unsupported_backend_reason,
 )
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 
 
 class TrainingRequestError(ValueError):
@@ -94,7 +94,7 @@ def resolve_host(sess: Session, req: TrainingCreate) -> Host | None:
 
 def check_gpus(sess: Session, host: Host, gpu_ids: list[int], *, script: bool = False) -> None:
     """Every GPU exists on ``host`` and can hold a rank; a script's set is of one vendor
-    (a recipe training runs across vendors: ``training/parallel.py``)."""
+    (a recipe training runs across vendors: ``engine/parallel.py``)."""
     have = sorted(sess.execute(select(GPU.index).where(GPU.host_id == host.id)).scalars())
     for i in gpu_ids:
         if i not in have:

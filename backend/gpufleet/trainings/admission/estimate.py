@@ -10,7 +10,7 @@ from gpufleet.config import Settings
 from gpufleet.lifecycle.models import Training
 from gpufleet.scheduling.memory import EstimateLimitError
 from gpufleet.scheduling.plan import estimate_training, never_fit_reason
-from gpufleet.training.config import TrainConfig, TrainingConfigError
+from gpufleet.engine.config import TrainConfig, TrainingConfigError
 from gpufleet.trainings.admission.checks import TrainingRequestError
 
 log = logging.getLogger(__name__)

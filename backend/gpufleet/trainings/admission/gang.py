@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.trainings.admission.checks import TrainingRequestError
-from gpufleet.trainings.request import TrainingCreate
+from gpufleet.wire.training_requests import TrainingCreate
 
 
 def gang_request(sess: Session, req: TrainingCreate, count: int) -> tuple[dict[str, Any] | None, int]:

@@ -1,0 +1,147 @@
+"""``python -m gpufleet.engine.warm --parent-fd N``: a launcher that has already imported torch.
+
+A worker keeps a few of these ready (``gpufleet.jobs.warmpool``). Each one
+imports torch, the trainer and every installed recipe, then says ``ready`` on
+its stdout and waits for one line on stdin: the JSON ``{"spec": PATH, "env":
+{...}}`` of the training it is to run. It then takes that environment as its
+own and runs ``gpufleet.engine.launch`` in this same process, so the
+training's rank (or its launcher, for several ranks) skips the imports.
+
+CUDA is never initialised before the training's devices are known: nothing
+here calls into ``torch.cuda`` (importing torch does not initialise it; the
+CUDA runtime reads ``CUDA_VISIBLE_DEVICES`` only when it initialises), and
+this process checks ``torch.cuda.is_initialized()`` both after the imports
+and again after taking the training's environment: if it ever were, it
+refuses the training (exit code ``LAUNCHER_ERROR``) and the pool replaces it,
+rather than run ranks on GPUs chosen before the spec was read.
+
+The process is one use: it becomes the training's launcher and exits with it.
+
+A member's warm launcher runs in that member's sandbox (``--dirs-fd N``),
+made before any training of theirs was known, so the training's own
+directories are not bound in it. The worker passes them as open
+descriptors over the socket N with the job, and this process reaches them
+as ``/proc/<its pid>/fd/<fd>`` (which its ranks, children of the same
+account in the same PID namespace, can reach too): the spec is read
+through them and a copy of it, with those paths in place of the
+directories', is what the launcher runs. Nothing else of the data dir
+becomes visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from gpufleet.engine import exitcodes, rankenv
+from gpufleet.engine.lifeline import watch_parent
+
+READY = "gpufleet-warm ready"
+
+
+def preload() -> None:
+    """Import what a recipe training's first step needs, without touching a GPU."""
+    from importlib.metadata import entry_points
+
+    import torch  # noqa: F401
+
+    import gpufleet.engine.launch
+    import gpufleet.engine.trainer  # noqa: F401
+    from gpufleet.engine.recipes import ENTRY_POINT_GROUP, get_recipe
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            get_recipe(ep.name)
+        except Exception:  # noqa: BLE001 - a broken recipe fails its own trainings, as it does cold
+            continue
+
+
+def cuda_initialised() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_initialized())
+
+
+def _take_job(line: str) -> dict[str, Any]:
+    job = json.loads(line)
+    if not isinstance(job, dict) or not isinstance(job.get("spec"), str) or not isinstance(job.get("env"), dict):
+        raise ValueError("a job is {\"spec\": PATH, \"env\": {...}}")
+    return job
+
+
+def _through_fds(job: dict[str, Any], dirs_fd: int) -> dict[str, Any]:
+    """The job with its directories (passed as descriptors on ``dirs_fd``) reached through /proc."""
+    import socket
+
+    dirs = job.get("dirs") or []
+    if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
+        raise ValueError("a job's dirs are absolute paths")
+    with socket.socket(fileno=dirs_fd) as sock:
+        _, fds, _, _ = socket.recv_fds(sock, 64, len(dirs))
+    if len(fds) != len(dirs):
+        raise ValueError(f"{len(dirs)} directories named, {len(fds)} descriptors received")
+    here = {d.rstrip("/"): f"/proc/{os.getpid()}/fd/{fd}" for d, fd in zip(dirs, fds, strict=True)}
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, str):
+            for d, p in here.items():
+                if value == d or value.startswith(d + "/"):
+                    return p + value[len(d):]
+            return value
+        if isinstance(value, list):
+            return [moved(v) for v in value]
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        return value
+
+    with open(moved(job["spec"])) as fh:
+        spec = moved(json.load(fh))
+    path = os.path.join("/tmp", f"gpufleet-spec-{os.getpid()}.json")  # the sandbox's own /tmp
+    with open(path, "w") as fh:
+        json.dump(spec, fh)
+    return dict(job, spec=path, env=moved(job["env"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    dirs_fd = None
+    if len(argv) == 4 and argv[2] == "--dirs-fd" and argv[3].isdigit():
+        dirs_fd, argv = int(argv[3]), argv[:2]
+    if len(argv) != 2 or argv[0] != "--parent-fd" or not argv[1].isdigit():
+        print("usage: python -m gpufleet.engine.warm --parent-fd N [--dirs-fd M]", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    watch_parent(int(argv[1]))
+    preload()
+    if cuda_initialised():
+        print("gpufleet warm: CUDA was initialised by the imports; this process cannot serve", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    print(READY, flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        return 0  # the pool closed: nothing to run
+    job = _take_job(line)
+    if dirs_fd is not None:
+        job = _through_fds(job, dirs_fd)
+    # As a cold launcher: no input, and exactly the environment the worker gave this training.
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in job["env"].items()})
+    # The ranks count their launcher's start-up from now, not from this process's start in the pool.
+    os.environ[rankenv.LAUNCH_BEGAN_ENV] = repr(time.time())
+    if cuda_initialised():
+        print("gpufleet warm: CUDA is initialised; refusing the training", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    from gpufleet.engine.launch import main as launch_main
+
+    return launch_main([job["spec"]])
+
+
+if __name__ == "__main__":
+    from gpufleet.engine.warm import main as _main
+
+    sys.exit(_main())
