@@ -57,8 +57,11 @@ def test_the_installed_torch_is_in_the_declared_range() -> None:
 
 def test_real_ddp_accepts_them_in_a_gloo_world(tmp_path) -> None:
     # In a process of its own: a DDP reducer outliving its gloo group can hang the process
-    # that made them when it is collected, and that process must not be pytest's.
+    # that made them when it is collected, and that process must not be pytest's. It leaves
+    # with os._exit, as the launcher's ranks do (engine/launch.py): gloo's threads can abort an
+    # interpreter's teardown ("terminate called without an active exception") after all went well.
     script = f"""
+import os, sys
 import torch, torch.distributed as dist
 from gpufleet.engine import compat
 dist.init_process_group("gloo", init_method="file://{tmp_path / 'rdv'}", rank=0, world_size=1)
@@ -69,6 +72,8 @@ assert model.weight.grad is not None
 del wrapped
 dist.destroy_process_group()
 print("ok")
+sys.stdout.flush()
+os._exit(0)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
