@@ -123,9 +123,11 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["cancel_requested"] is True
     wait_for(lambda: not pids_in_group(pgid), 5, "every rank to be gone")
-    body = wait_status(c, tid, FINAL, 5 - (time.monotonic() - t0))
+    assert time.monotonic() - t0 < 5  # the bound: every rank gone within 5 s of the cancel
+    # The record follows from the worker. On a machine loaded past its cores (CI's two, load 4-5) the worker
+    # can be starved for seconds after the kill; a late write is not a rank left running.
+    body = wait_status(c, tid, FINAL, 20)
     assert body["status"] == "cancelled"
-    assert time.monotonic() - t0 < 5
     assert not _active_allocations(fleet_settings, uuid.UUID(tid))
     assert [p for p in simstate.read_state(fleet_settings).gpufleet if p.pid == pgid] == []  # and it ended
     # Idempotent.
