@@ -29,6 +29,7 @@ from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.pools import slurm
+from gpufleet.pools.submit import on_pool, progress_file
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,6 @@ def _one(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm
 
 def _stop(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm.JobState | None) -> None:
     """A cancel asked in gpufleet (or an attempt superseded): TERM first, the kill after the grace."""
-    from gpufleet.pools.submit import on_pool, progress_file
-
     if state is None or state.state not in ("PENDING", *RUNNING_STATES):
         return
     first = _SIGNALLED.get(job.job_id)
@@ -137,8 +136,6 @@ def _running(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: s
 
 
 def _sink(settings: Settings, job: PoolJob, t: Training, pool: Pool) -> MetricsSink:
-    from gpufleet.pools.submit import progress_file
-
     key = (t.id, job.attempt)
     if key not in _SINKS:
         t.attempt = job.attempt
@@ -211,9 +208,10 @@ def account(settings: Settings, limit: int = 20) -> int:
         rows = list(sess.execute(select(PoolJob.id, PoolJob.job_id).where(
             PoolJob.ended_at.is_not(None), PoolJob.ended_at > utcnow() - ACCOUNT_WINDOW,
             PoolJob.run_start.is_not(None), PoolJob.accounted_by.is_(None)).order_by(PoolJob.ended_at).limit(limit)))
+    records = slurm.usage_records([job_id for _, job_id in rows])
     taken = 0
     for row_id, job_id in rows:
-        rec = slurm.usage_record(job_id)
+        rec = records.get(job_id)
         if rec is None or rec.start is None or rec.end is None:
             continue
         values = {"run_start": rec.start, "run_end": rec.end, "accounted_by": rec.source}

@@ -20,7 +20,6 @@ from gpufleet.jobs.isolation import Isolation
 from gpufleet.engine import stopfile
 from gpufleet.trainings import code, files, script, venv
 from gpufleet.trainings.environment import EnvPolicy
-from gpufleet.trainings.script_launch import ScriptSpec
 
 log = logging.getLogger(__name__)
 
@@ -42,30 +41,11 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
     rdir.mkdir(parents=True, exist_ok=True)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     progress = rdir / f"progress-{t.attempt}.jsonl"
-    progress.unlink(missing_ok=True)
-    Path(f"{progress}.stop").unlink(missing_ok=True)
-    backend = devices[0].split(":", 1)[0] if devices else "cuda"
-    env = dict(t.env or {})
-    python = script.interpreter(settings, env)
-    env.pop("GPUFLEET_PYTHON", None)
-    requirements = env.pop(script.REQUIREMENTS_KEY, None)
-    spec = ScriptSpec(
-        training_id=str(t.id),
-        argv=script.resolve_argv(list(t.argv), python),
-        workdir=str(wdir),
-        progress_file=str(progress),
-        checkpoint_dir=str(ckpt_dir),
-        resume_from=script.newest_resume_point(ckpt_dir),
-        env=env,
-        gpu_indexes=[int(d.split(":", 1)[1]) for d in devices],
-        backend=backend,
-        world_size=len(devices),
-        ranks_on_cpu=ranks_on_cpu,
-        stop_grace_s=stop_grace_s,
-        output_dir=str(files.output_dir(settings, t.id)),
-        # Built by the launcher, in the training's own process context, before its ranks start.
-        environment=venv.request_for(settings, requirements, python, t.owner or "local"),
-    )
+    spec = script.attempt_spec(
+        settings, t, workdir=wdir, progress=progress, checkpoint_dir=ckpt_dir,
+        output_dir=files.output_dir(settings, t.id), gpu_indexes=[int(d.split(":", 1)[1]) for d in devices],
+        backend=devices[0].split(":", 1)[0] if devices else "cuda", ranks_on_cpu=ranks_on_cpu,
+        stop_grace_s=stop_grace_s)
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)
     return path, progress

@@ -155,21 +155,27 @@ def _gpus_of(tres: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def usage_record(job_id: str) -> Accounted | None:
-    """The job's record in Slurm's accounting: ``sacct`` where the cluster keeps accounting (slurmdbd), else
-    its job-completion log where that is a file this host reads (``JobCompType=jobcomp/filetxt``); None
-    when Slurm keeps neither (or has not written it yet)."""
+def usage_records(job_ids: list[str]) -> dict[str, Accounted]:
+    """These jobs' records in Slurm's accounting, one question for all: ``sacct`` where the cluster keeps
+    accounting (slurmdbd), else its job-completion log where that is a file this host reads
+    (``JobCompType=jobcomp/filetxt``). A job Slurm keeps no record of (or has not written yet) is missing."""
+    if not job_ids:
+        return {}
     try:
-        out = _run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,Start,End,AllocTRES,NNodes"])
+        out = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,Start,End,AllocTRES,NNodes"])
     except SlurmError:
         out = ""
+    found = {}
     for line in out.splitlines():
         parts = _split(line, 5)
-        if parts and parts[0] == job_id:
-            return Accounted(slurm_time(parts[1]), slurm_time(parts[2]), _gpus_of(parts[3]),
-                             int(parts[4]) if parts[4].isdigit() else None, "sacct")
-    path = _jobcomp_file()
-    return _JOBCOMP.record(path, job_id) if path else None
+        if parts and parts[0] in job_ids:
+            found[parts[0]] = Accounted(slurm_time(parts[1]), slurm_time(parts[2]), _gpus_of(parts[3]),
+                                        int(parts[4]) if parts[4].isdigit() else None, "sacct")
+    missing = [j for j in job_ids if j not in found]
+    path = _jobcomp_file() if missing else None
+    if path:
+        found.update({j: rec for j in missing if (rec := _JOBCOMP.record(path, j)) is not None})
+    return found
 
 
 def _jobcomp_file() -> str | None:

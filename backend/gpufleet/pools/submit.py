@@ -37,10 +37,8 @@ from gpufleet.pools.service import PoolError, layout, member_account
 from gpufleet.scheduling.quotas import over_quota
 from gpufleet.engine import stopfile
 from gpufleet.engine.ownedfiles import write_new
-from gpufleet.engine.resumepoint import newest_resume_point
 from gpufleet.engine.spec import LaunchSpec
-from gpufleet.trainings import code, script, venv
-from gpufleet.trainings.script_launch import ScriptSpec
+from gpufleet.trainings import code, script
 from gpufleet.users.runas import RunAccount
 
 log = logging.getLogger(__name__)
@@ -197,24 +195,17 @@ class ScriptOnPool(OnPool):
         work, output = a.home / "work", a.home / "output"
         _unpack(settings, a, work)
         _own(output, a.account)
-        env = dict(t.env or {})
-        python = script.interpreter(settings, env)
-        env.pop("GPUFLEET_PYTHON", None)
-        environment = venv.request_for(settings, env.pop(script.REQUIREMENTS_KEY, None), python, t.owner or "local")
-        if environment is not None:
+        cache = None
+        if (t.env or {}).get(script.REQUIREMENTS_KEY):
             caches = Path(a.pool.checkpoint_root) / ".envs"
             caches.mkdir(exist_ok=True)
             os.chmod(caches, 0o755)
-            _own(caches / (t.owner or "local"), a.account)
-            environment["cache_dir"] = str(caches / (t.owner or "local"))  # the nodes see it; the member's own
-        a.progress.unlink(missing_ok=True)
-        Path(f"{a.progress}.stop").unlink(missing_ok=True)
-        ScriptSpec(
-            training_id=str(t.id), argv=script.resolve_argv(list(t.argv), python), workdir=str(work),
-            progress_file=str(a.progress), checkpoint_dir=str(a.home / "checkpoints"),
-            resume_from=newest_resume_point(a.home / "checkpoints"), env=env,
-            gpu_indexes=list(range(t.world_size)), backend="cuda", world_size=t.world_size,
-            stop_grace_s=settings.stop_grace_s, output_dir=str(output), environment=environment).write(path)
+            cache = caches / (t.owner or "local")  # the nodes see it; the member's own
+            _own(cache, a.account)
+        script.attempt_spec(
+            settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
+            output_dir=output, gpu_indexes=list(range(t.world_size)), backend="cuda", ranks_on_cpu=False,
+            stop_grace_s=settings.stop_grace_s, env_cache=cache).write(path)
 
     def ask_to_stop(self, progress: Path) -> None:
         stopfile.mark(f"{progress}.stop")  # the script's report() sees it, as on a team host

@@ -24,6 +24,7 @@ from gpufleet.engine import resumepoint
 
 if TYPE_CHECKING:
     from gpufleet.trainings.environment import EnvPolicy
+    from gpufleet.trainings.script_launch import ScriptSpec
 
 MAX_ARGV = 256
 MAX_ARG_LEN = 4096
@@ -230,3 +231,30 @@ def resolve_argv(argv: list[str], python: str) -> list[str]:
 
 
 newest_resume_point = resumepoint.newest_resume_point
+
+
+def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Path, checkpoint_dir: Path,
+                 output_dir: Path, gpu_indexes: list[int], backend: str, ranks_on_cpu: bool, stop_grace_s: float,
+                 env_cache: Path | None = None) -> ScriptSpec:
+    """The script launcher's spec for the next attempt of ``t``, on a team host or a pool's node alike: the
+    interpreter and environment its request chose, and the newest checkpoint to resume from. The attempt's
+    progress file and stop marker from an earlier run are cleared. ``env_cache``: where the environment is
+    built (default: the owner's cache on this host)."""
+    from gpufleet.trainings import venv
+    from gpufleet.trainings.script_launch import ScriptSpec
+
+    progress.unlink(missing_ok=True)
+    Path(f"{progress}.stop").unlink(missing_ok=True)
+    env = dict(t.env or {})
+    python = interpreter(settings, env)
+    env.pop("GPUFLEET_PYTHON", None)
+    # Built by the launcher, in the training's own process context, before its ranks start.
+    environment = venv.request_for(settings, env.pop(REQUIREMENTS_KEY, None), python, t.owner or "local")
+    if environment is not None and env_cache is not None:
+        environment["cache_dir"] = str(env_cache)
+    return ScriptSpec(
+        training_id=str(t.id), argv=resolve_argv(list(t.argv or []), python), workdir=str(workdir),
+        progress_file=str(progress), checkpoint_dir=str(checkpoint_dir),
+        resume_from=newest_resume_point(checkpoint_dir), env=env, gpu_indexes=gpu_indexes, backend=backend,
+        world_size=len(gpu_indexes), ranks_on_cpu=ranks_on_cpu, stop_grace_s=stop_grace_s,
+        output_dir=str(output_dir), environment=environment)
