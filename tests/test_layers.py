@@ -21,8 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 # Lowest first, each top-level package or module of gpufleet once. A module may import its own
 # layer or lower ones.
 LAYERS = [
-    {"config", "config_services", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
-     "sessionsettings", "networksettings"},
+    {"config", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
     {"devices"},
     {"telemetry", "engine", "users", "notify"},
     {"wire"},
@@ -300,10 +299,10 @@ def test_the_import_rule_sees_import_module_and_the_roots_lazy_names(tmp_path: P
 
 
 # The modules that read a value from the process environment, and why; everything else is
-# given Settings (config.py) or, inside a rank, asks engine/rankenv.py. Passing the
+# given Settings (gpufleet.config) or, inside a rank, asks engine/rankenv.py. Passing the
 # environment on to a child process (a copy, an allow-list) is not reading it.
 ENVIRONMENT_READERS = {
-    "gpufleet.config": "the server's settings",
+    "gpufleet.config.store": "the data dir's default place (XDG_DATA_HOME), while the settings are built",
     "gpufleet.yamlsource": "the settings' YAML file (GPUFLEET_CONFIG), read while the settings are built",
     "gpufleet.datadir": "the socket's place, which the CLI needs before (and without) the server's settings",
     "gpufleet.client.client": "the client's own setting, GPUFLEET_SERVER: it never loads the server's settings",

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.config import ConfigError, Settings
+from gpufleet.config import ConfigError, StoreSettings
 
 # The migrations live in the checkout's top-level alembic/ (alembic.ini points there); the build
 # maps that folder into the package as gpufleet/db/migrations (setup.py), so an installed wheel
@@ -81,13 +81,13 @@ def get_engine(url: str, pool_size: int = 10, max_overflow: int = 20, pool_timeo
     return make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout)
 
 
-def engine_for(settings: Settings) -> Engine:
+def engine_for(settings: StoreSettings) -> Engine:
     """The process's engine for ``settings``, its pool sized by ``GPUFLEET_DB_POOL_*``."""
     return get_engine(settings.effective_database_url, settings.db_pool_size, settings.db_max_overflow,
                       settings.db_pool_timeout_s)
 
 
-def missing_sqlite_file(settings: Settings) -> Path | None:
+def missing_sqlite_file(settings: StoreSettings) -> Path | None:
     """The embedded SQLite file when it does not exist yet, else ``None``.
 
     Opening SQLite creates the file; a command that only reads checks this
@@ -101,7 +101,7 @@ def missing_sqlite_file(settings: Settings) -> Path | None:
     return Path(path)
 
 
-def session_factory(settings: Settings) -> sessionmaker[Session]:
+def session_factory(settings: StoreSettings) -> sessionmaker[Session]:
     return sessionmaker(engine_for(settings), expire_on_commit=False)
 
 
@@ -118,7 +118,7 @@ def _committing(sess: Session) -> Iterator[Session]:
 
 
 @contextmanager
-def session_scope(settings: Settings) -> Iterator[Session]:
+def session_scope(settings: StoreSettings) -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
     with _committing(session_factory(settings)()) as sess:
         yield sess
@@ -130,7 +130,7 @@ def is_locked(exc: BaseException) -> bool:
 
 
 @contextmanager
-def write_session(settings: Settings, busy_timeout_s: float | None = None) -> Iterator[Session]:
+def write_session(settings: StoreSettings, busy_timeout_s: float | None = None) -> Iterator[Session]:
     """A session whose transaction holds the write lock from its first statement.
 
     On SQLite a transaction that reads and then writes can fail at once with
@@ -159,7 +159,7 @@ def write_session(settings: Settings, busy_timeout_s: float | None = None) -> It
 
 
 @contextmanager
-def write_in(session: Session, settings: Settings) -> Iterator[Session]:
+def write_in(session: Session, settings: StoreSettings) -> Iterator[Session]:
     """Write through a request's own session: one session and one connection per request.
 
     On PostgreSQL the session goes on in its transaction and commits at the
@@ -174,7 +174,7 @@ def write_in(session: Session, settings: Settings) -> Iterator[Session]:
         yield sess
 
 
-def check_database(settings: Settings) -> None:
+def check_database(settings: StoreSettings) -> None:
     """Connect once; raise ConfigError with one clear line when that fails."""
     url = settings.effective_database_url
     try:
@@ -196,19 +196,19 @@ def alembic_config(url: str):
     return cfg
 
 
-def upgrade_database(settings: Settings, revision: str = "head") -> None:
+def upgrade_database(settings: StoreSettings, revision: str = "head") -> None:
     from alembic import command
 
     command.upgrade(alembic_config(settings.effective_database_url), revision)
 
 
-def downgrade_database(settings: Settings, revision: str = "base") -> None:
+def downgrade_database(settings: StoreSettings, revision: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(settings.effective_database_url), revision)
 
 
-def current_revision(settings: Settings) -> str | None:
+def current_revision(settings: StoreSettings) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
     with engine_for(settings).connect() as conn:
@@ -221,7 +221,7 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 
-def prepare_database(settings: Settings) -> None:
+def prepare_database(settings: StoreSettings) -> None:
     """Reachable and at this version's schema, or one clear ConfigError line.
 
     The embedded SQLite file is created or upgraded here; a shared database is

@@ -23,7 +23,7 @@ from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpufleet.networksettings import NetworkSettings
+    from gpufleet.config import CodeSettings
 
 # Exact names passed through.
 ALLOWED_NAMES = frozenset({
@@ -73,7 +73,7 @@ class EnvPolicy:
     ca_bundle: str | None = None
 
     @classmethod
-    def of(cls, settings: NetworkSettings) -> EnvPolicy:
+    def of(cls, settings: CodeSettings) -> EnvPolicy:
         return cls(passed=tuple(settings.training_env_pass), blocked=tuple(settings.training_env_block),
                    ca_bundle=str(settings.ca_bundle) if settings.ca_bundle else None)
 

@@ -1,8 +1,5 @@
-"""The settings of interactive sessions (``GPUFLEET_SESSION_*``), a part of :class:`gpufleet.config.Settings`.
-
-Kept beside ``config.py`` so that file stays readable; ``Settings`` inherits
-these fields, so they are read, checked and documented the same way.
-"""
+"""Section ``sessions``: interactive sessions (``GPUFLEET_SESSION_*``) — their time limits, the idle rule, and where
+notebooks are served."""
 
 from __future__ import annotations
 

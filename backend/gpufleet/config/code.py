@@ -1,24 +1,45 @@
-"""The settings of a lab's network, a part of :class:`gpufleet.config.Settings`.
+"""Section ``code``: members' own code — its size limits, what a script may set, which interpreters and
+environments it runs in, whose account and sandbox, and how a lab's network reaches its packages.
 
-Which of the worker's environment variables reach a training and its
-environment build (``gpufleet.trainings.environment``: a proxy, a certificate
-authority, a package index are passed by default), the certificate bundle
-trainings and ``uv`` trust, and how ``uv`` finds packages beyond
-``GPUFLEET_ENV_INDEX_URL``. Kept beside ``config.py`` so that file stays
-readable; ``Settings`` inherits these fields.
+The network part: which of the worker's environment variables reach a training and its environment build
+(``gpufleet.trainings.environment``: a proxy, a certificate authority, a package index are passed by
+default), the certificate bundle trainings and ``uv`` trust, and how ``uv`` finds packages beyond
+``GPUFLEET_ENV_INDEX_URL``.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 _PATTERN = re.compile(r"^[A-Za-z_*?\[\]!0-9]{1,128}$")
 
 
-class NetworkSettings(BaseModel):
+class CodeSettings(BaseModel):
+    # Users' own code (script trainings, gpufleet.trainings): the upload, unpacked, and its files.
+    code_max_bytes: int = Field(default=100 * 1024 * 1024, ge=1024, le=4 * 1024**3)
+    code_max_unpacked_bytes: int = Field(default=1024**3, ge=1024, le=64 * 1024**3)
+    code_max_files: int = Field(default=20000, ge=1, le=1_000_000)
+    # Environment variables a script request may set (fnmatch patterns).
+    script_env_allow: list[str] = Field(default_factory=lambda: [
+        "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM", "PYTHONHASHSEED",
+        "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "TORCH_DISTRIBUTED_DEBUG", "TORCH_SHOW_CPP_STACKTRACES",
+        "HF_*", "WANDB_*", "TRAIN_*",
+    ])
+    # Other interpreters a script may choose by name: {"py312": "/opt/venvs/py312/bin/python"}.
+    pythons: dict[str, str] = Field(default_factory=dict)
+    # A training's own packages (gpufleet.trainings.venv): the cache of environments on each host (default
+    # <data_dir>/envs) and its size budget.
+    env_cache_dir: Path | None = None
+    env_cache_max_bytes: int = Field(default=50 * 1024**3, ge=0)
+    # Who a member's training runs as, and where (gpufleet.users.runas, gpufleet.jobs.isolation).
+    run_account: str = Field(default="gpufleet-run", min_length=1, max_length=32)
+    sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    shared_account_runs: bool = False
+
     # Where uv finds a training's packages: an index (default PyPI), wheel folders, or no index at all.
     env_index_url: str | None = None
     env_find_links: list[str] = Field(default_factory=list)
