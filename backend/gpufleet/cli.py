@@ -1,39 +1,22 @@
 """The `gpufleet` command line: serve, db, and each domain's commands.
 
-Every command group is imported here, but a group's module loads only typer
-and rich: what a command needs (the settings, the database, the server, an
-HTTP client, torch) it imports when it runs. Every command starts a fresh
-process, and its start-up is part of what the user waits for, so
-``gpufleet run`` and ``gpufleet --help`` load no server, database or torch
-(tests/cli/test_start.py holds every group to that).
+Every command starts a fresh process, and its start-up is part of what the
+user waits for. So `gpufleet NAME ...` imports only the command modules that
+add NAME (``COMMAND_GROUPS``; help imports them all), and a command module
+loads only typer and rich: what a command needs (the settings, the database,
+the server, an HTTP client, torch) it imports when it runs. ``gpufleet run``
+and ``gpufleet --help`` load no server, database or torch
+(tests/commands/test_start.py holds every group to that).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from gpufleet.commands import (
-    devices,
-    doctor,
-    pools,
-    recommend,
-    run,
-    secret,
-    sessions,
-    sharing,
-    signin,
-    sweeps,
-    top,
-    train,
-    training_files,
-    trainings,
-    users,
-    webhooks,
-    worker,
-)
 from gpufleet.commands.tables import make_console
 
 if TYPE_CHECKING:
@@ -43,7 +26,9 @@ if TYPE_CHECKING:
     from gpufleet.api.unixsocket import UnixListener
     from gpufleet.config import Settings
 
-app = typer.Typer(
+# serve and db; every other command comes from a module of gpufleet/commands/ (COMMAND_GROUPS), added by
+# with_groups(). ``cli.app`` is this with every group added (see __getattr__ below).
+base = typer.Typer(
     name="gpufleet",
     help="A team-shared GPU training server.",
     no_args_is_help=True,
@@ -54,15 +39,59 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-app.add_typer(db_app, name="db")
+base.add_typer(db_app, name="db")
 
 console = make_console()
 err = make_console(stderr=True)
 
-# The command modules of gpufleet/commands/, in the order help lists them; each adds its commands with
-# register(app) (``gpus drain`` comes with devices' ``gpus`` group).
-COMMAND_GROUPS = (secret, devices, train, run, trainings, training_files, sessions, sweeps, worker, recommend, top,
-                  users, sharing, signin, webhooks, pools, doctor)
+# The command modules of gpufleet/commands/, in the order help lists them, each with the top-level commands it
+# adds with register(app) (``gpus drain`` comes with devices' ``gpus`` group; training_files adds to ``trainings``).
+# `gpufleet NAME ...` imports only the modules that add NAME: each command starts a fresh process, and a group's
+# import is part of what its user waits for. tests/commands/test_start.py checks these names against register().
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "secret": ("secret",),
+    "devices": ("gpus", "topology"),
+    "train": ("train",),
+    "run": ("run",),
+    "trainings": ("trainings",),
+    "training_files": ("trainings",),
+    "sessions": ("session",),
+    "sweeps": ("sweep",),
+    "worker": ("worker",),
+    "recommend": ("recommend",),
+    "top": ("top",),
+    "users": ("users", "tokens"),
+    "sharing": ("groups", "usage"),
+    "signin": ("open", "whoami"),
+    "webhooks": ("webhooks",),
+    "pools": ("pools",),
+    "doctor": ("doctor",),
+}
+_added: set[str] = set()
+
+
+def with_groups(modules: list[str] | tuple[str, ...] | None = None) -> typer.Typer:
+    """The CLI with the named command modules added (all of them by default); each is added once."""
+    for name in COMMAND_GROUPS if modules is None else modules:
+        if name not in _added:
+            importlib.import_module(f"gpufleet.commands.{name}").register(base)
+            _added.add(name)
+    return base
+
+
+def modules_for(argv: list[str]) -> list[str] | None:
+    """The command modules `gpufleet ARGV` needs: those adding its command, none for serve and db, all for help."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    if name in ("serve", "db"):
+        return []
+    needed = [module for module, names in COMMAND_GROUPS.items() if name in names]
+    return needed or None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":
+        return with_groups()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -80,7 +109,7 @@ def settings_or_exit() -> Settings:
         fail(str(exc))
 
 
-@app.command()
+@base.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="address to bind (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
@@ -267,10 +296,6 @@ def db_current() -> None:
     console.print(current_revision(settings) or "empty (run `gpufleet db upgrade`)")
 
 
-for group in COMMAND_GROUPS:
-    group.register(app)
-
-
 def main() -> None:
     import os
 
@@ -281,7 +306,7 @@ def main() -> None:
     os.umask(os.umask(0o077) | 0o077)
     configure_logging()
     try:
-        app()
+        with_groups(modules_for(sys.argv[1:]))()
     except Exception as exc:
         # A ConfigError can only come from gpufleet.config, so a command that
         # never loaded the settings does not pay for importing them here.

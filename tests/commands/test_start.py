@@ -7,6 +7,9 @@ import pkgutil
 import subprocess
 import sys
 
+import typer
+import typer.main
+
 import gpufleet.commands
 from gpufleet import cli
 
@@ -36,14 +39,33 @@ def _heavy(loaded: set[str]) -> set[str]:
     return {m for m in loaded if m in HEAVY or m.split(".")[0] in HEAVY or ".".join(m.split(".")[:2]) in HEAVY}
 
 
-def test_every_command_module_is_a_group_of_the_cli():
-    # A module with register(app) that cli.COMMAND_GROUPS forgot would add no command.
+def test_every_command_module_is_a_group_of_the_cli_with_the_names_it_adds():
+    # A module with register(app) that cli.COMMAND_GROUPS forgot would add no command; one whose names are
+    # wrong there would not be loaded for its own command.
     registering = set()
     for info in pkgutil.iter_modules(gpufleet.commands.__path__):
         module = __import__(f"gpufleet.commands.{info.name}", fromlist=["register"])
         if hasattr(module, "register"):
-            registering.add(module)
+            registering.add(info.name)
     assert registering == set(cli.COMMAND_GROUPS)
+    for name, names in cli.COMMAND_GROUPS.items():
+        alone = typer.Typer()
+        alone.callback()(lambda: None)
+        module = __import__(f"gpufleet.commands.{name}", fromlist=["register"])
+        module.register(alone)
+        added = set(typer.main.get_command(alone).commands)
+        assert added == set(names) or (not added and names == ("trainings",)), (name, added)
+
+
+def test_a_command_loads_only_the_modules_that_add_it():
+    loaded, out = _modules_after("trainings", "ls", "--help")
+    assert "List trainings, newest first." in out
+    commands = {m.rsplit(".", 1)[1] for m in loaded if m.startswith("gpufleet.commands.")}
+    assert {"trainings", "training_files"} <= commands
+    assert not commands & {"devices", "sessions", "sweeps", "pools", "doctor", "users", "recommend", "run"}, commands
+    assert cli.modules_for(["serve", "--port", "1"]) == []
+    assert cli.modules_for(["--help"]) is None
+    assert cli.modules_for(["no-such-command"]) is None
 
 
 def test_run_starts_without_the_server_the_database_or_torch():

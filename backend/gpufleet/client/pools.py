@@ -1,12 +1,15 @@
-"""The client's calls for pools (mixed into ``gpufleet.client.Client``)."""
+"""The client's calls for pools (mixed into ``gpufleet.client.Client``); the shapes load when a call needs them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from gpufleet import wire
 from gpufleet.client.sharing import checked
-from gpufleet.wire.pools import PoolCreate, PoolPublic, PoolsPublic
+
+if TYPE_CHECKING:
+    from gpufleet.wire.pools import PoolPublic, PoolsPublic
 
 API = "/api/v1/pools"
 
@@ -19,17 +22,17 @@ class PoolCalls:
     _send: Any
 
     def pools(self) -> PoolsPublic:
-        return self._get(PoolsPublic, API)
+        return self._get(wire.PoolsPublic, API)
 
     def pool(self, name: str) -> PoolPublic:
-        return self._get(PoolPublic, f"{API}/{quote(name, safe='')}")
+        return self._get(wire.PoolPublic, f"{API}/{quote(name, safe='')}")
 
     def add_pool(self, name: str, partition: str, **fields: Any) -> PoolPublic:
         """Add a Slurm partition as a pool (admins): ``account``, ``gpus_per_node``, ``gpu_model``,
         ``gpu_memory_mb``, ``checkpoint_root``, ``python``."""
-        body = checked(PoolCreate, "add_pool", kind="slurm", name=name, partition=partition,
+        body = checked(wire.PoolCreate, "add_pool", kind="slurm", name=name, partition=partition,
                        **{k: v for k, v in fields.items() if v is not None})
-        return self._post(PoolPublic, API, body)
+        return self._post(wire.PoolPublic, API, body)
 
     def remove_pool(self, name: str) -> None:
         self._send("DELETE", f"{API}/{quote(name, safe='')}")
