@@ -303,14 +303,42 @@ def test_a_recipe_wider_than_a_node_runs_over_two_nodes_as_one_training(pool_set
     assert any(p.name.startswith("step-") for p in (home / "checkpoints").iterdir())
 
 
+def test_a_members_script_wider_than_a_node_runs_over_two_nodes_as_one_torchrun_world(pool_settings, member) -> None:
+    """4 ranks of an unchanged gloo DDP script on a pool of 2-GPU nodes: one launcher per node, the variables
+    torchrun --nnodes 2 gives, one world of 4 (DDP's all-reduce needs every rank), one curve, one checkpoint folder."""
+    tid = _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT, ["python", "train.py", "--steps", "6"],
+                  world_size=4)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
+    log = log_path(pool_settings, tid).read_text()
+    assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid), log[-3000:])
+    job = _job(pool_settings, tid)
+    record = slurm("scontrol", "show", "job", job.job_id)
+    assert "NumNodes=2 " in record and f"UserId={member.pw_name}" in record and job.nodes == "sim[1-2]"
+    port = 20000 + int(job.job_id) % 10000
+    assert f"Slurm job {job.job_id} on sim1 (task 0 of 2): node 0 of 2: ranks 0-1 of 4, meeting at" in log
+    assert f"Slurm job {job.job_id} on sim2 (task 1 of 2): node 1 of 2: ranks 2-3 of 4, meeting at" in log
+    assert f":{port}, on GPU(s) 0, 1" in log
+    assert all(f"[rank {r}] step 6 loss" in log for r in range(4)), log[-3000:]
+    home = Path(service.get_root(pool_settings, "cluster")) / str(tid)
+    starts = [next(x for x in map(json.loads, (home / name).read_text().splitlines()) if x["type"] == "start")
+              for name in (f"progress-{job.attempt}.jsonl", f"progress-{job.attempt}.task1.jsonl")]
+    assert [(x["world_size"], x["nnodes"], x["node_rank"], x["first_rank"], x["master_port"]) for x in starts] == [
+        (4, 2, 0, 0, port), (4, 2, 1, 2, port)]
+    # Rank 0's reports are the curve; its checkpoints are in the one folder both nodes see, the member's files.
+    assert _steps(pool_settings, tid) == [1, 2, 3, 4, 5, 6]
+    ckpts = sorted((home / "checkpoints").glob("step-*.pt"))
+    assert [p.name for p in ckpts] == ["step-000002.pt", "step-000004.pt", "step-000006.pt"]
+    assert all(p.stat().st_uid == member.pw_uid for p in ckpts)
+
+
 def test_a_layout_the_pool_cannot_hold_evenly_is_refused_naming_what_it_can(pool_settings, member) -> None:
     with pytest.raises(service.PoolError, match="ask for 2 or 4 GPUs") as err:
         _submit(pool_settings, member.pw_name, "uneven", TINY, world_size=3)
     assert err.value.field == "world_size"
     with pytest.raises(service.PoolError, match="need 3 nodes of pool 'cluster', and its partition gpu has 2"):
         _submit(pool_settings, member.pw_name, "too-wide", TINY, world_size=6)
-    with pytest.raises(service.PoolError, match="a script runs on one node"):
-        _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=4)
+    with pytest.raises(service.PoolError, match="ask for 2 or 4 GPUs"):
+        _script(pool_settings, member.pw_name, "uneven-script", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=3)
     with session_scope(pool_settings) as sess:
         assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None
 

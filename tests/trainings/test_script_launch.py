@@ -78,6 +78,38 @@ def test_rank_env_is_torchrun_env_plus_gpufleet_variables(tmp_path):
     assert envs[0]["GPUFLEET_TRAINING_ID"] == "t-1" and envs[0]["TRAIN_MODE"] == "x"
 
 
+def test_two_launchers_as_two_nodes_run_one_world_with_torchruns_multi_node_variables(tmp_path):
+    """What a Slurm pool's job over two nodes does (pools/node.py gives each node's launcher its share): here
+    both "nodes" are this machine, so the world of 4 meets at 127.0.0.1 on one port."""
+    from gpufleet.trainings.script_launch import free_port
+
+    port, procs, outs = free_port(), [], []
+    for node in (0, 1):
+        home = tmp_path / f"node{node}"
+        spec = ScriptSpec.read(_spec(home, ["train.py", "--steps", "3"]))
+        spec.world_size, spec.nnodes, spec.node_rank, spec.first_rank = 4, 2, node, 2 * node
+        spec.master_addr, spec.master_port = "127.0.0.1", port
+        spec.write(home / "node.json")
+        procs.append(_launch(home / "node.json"))
+    for proc in procs:
+        out, _ = proc.communicate(timeout=180)
+        outs.append(out.decode())
+        assert proc.returncode == 0, out.decode()[-3000:]
+    # Node 1's ranks are ranks 2 and 3 of the world (DDP_SCRIPT checks RANK and WORLD_SIZE against the group),
+    # local ranks 0 and 1 on its own GPUs.
+    assert "[rank 0] step 2 loss" in outs[0] and "[rank 1] step 2 loss" in outs[0] and "[rank 2]" not in outs[0]
+    assert "[rank 2] step 2 loss" in outs[1] and "local_rank 0" in outs[1] and "[rank 3] step 2 loss" in outs[1]
+    starts = [ProgressReader(tmp_path / f"node{n}" / "progress.jsonl").read()[0] for n in (0, 1)]
+    assert [(s["world_size"], s["nnodes"], s["node_rank"], s["first_rank"], s["master_port"]) for s in starts] == [
+        (4, 2, 0, 0, port), (4, 2, 1, 2, port)]
+    from gpufleet.trainings.script_launch import rank_env
+
+    env = rank_env(ScriptSpec.read(tmp_path / "node1" / "node.json"), {}, 1, port)
+    assert (env["RANK"], env["LOCAL_RANK"], env["GROUP_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"],
+            env["GROUP_WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == (
+        "3", "1", "1", "4", "2", "2", "127.0.0.1", str(port))
+
+
 def test_rank_death_stops_the_others_and_names_the_rank(tmp_path):
     proc = _launch(_spec(tmp_path, ["train.py", "--steps", "1000", "--fail-rank", "1", "--sleep", "0.05"]))
     out, _ = proc.communicate(timeout=180)

@@ -5,10 +5,10 @@ many GPUs as the job asked for on each node; which ones is Slurm's grant, read
 from the environment it sets (``CUDA_VISIBLE_DEVICES``, from the job's GRES). A
 node without an NVIDIA driver (no ``/dev/nvidiactl``: a simulated cluster) runs
 the ranks on the CPU with the GPU mapping kept, as a simulated fleet's host
-does. A recipe over several nodes takes its rendezvous from Slurm too: this
-task's number (``SLURM_PROCID``) gives its first rank, the batch host
-(``SLURM_LAUNCH_NODE_IPADDR``, where task 0 runs) holds the store, on a port
-derived from the job's id. Then the kind's launcher replaces this process, so
+does. A training over several nodes, a recipe or a script, takes its
+rendezvous from Slurm too: this task's number (``SLURM_PROCID``) gives its
+node's rank and its first rank, the batch host (``SLURM_LAUNCH_NODE_IPADDR``,
+where task 0 runs) holds the store, on a port derived from the job's id. Then the kind's launcher replaces this process, so
 Slurm's signals reach it directly. Torch-free.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpufleet.engine.spec import LaunchSpec
-from gpufleet.trainings.script_launch import ScriptSpec
+from gpufleet.trainings.script_launch import ScriptSpec, stop_file
 
 # The store's port: one per job, below Linux's ephemeral range so no outgoing connection holds it.
 STORE_PORT_BASE, STORE_PORT_SPAN = 20000, 10000
@@ -35,13 +35,18 @@ def granted(environ: Mapping[str, str], count: int) -> list[int]:
     return list(range(count))
 
 
-def task_gang(gang: dict, per_task: int, environ: Mapping[str, str]) -> dict:
-    """A multi-node recipe's rendezvous, for this task, from the job's environment."""
+def rendezvous(environ: Mapping[str, str]) -> tuple[int, str, int]:
+    """This task's number, and the address and port every task's ranks meet at, from the job's environment."""
     task = int(environ.get("SLURM_PROCID", "0"))
     job = int(environ.get("SLURM_JOB_ID", "0") or 0)
-    return {**gang, "first_rank": task * per_task, "store_master": task == 0,
-            "master_addr": environ.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1",
-            "master_port": STORE_PORT_BASE + job % STORE_PORT_SPAN}
+    return task, environ.get("SLURM_LAUNCH_NODE_IPADDR") or "127.0.0.1", STORE_PORT_BASE + job % STORE_PORT_SPAN
+
+
+def task_gang(gang: dict, per_task: int, environ: Mapping[str, str]) -> dict:
+    """A multi-node recipe's rendezvous, for this task, from the job's environment."""
+    task, addr, port = rendezvous(environ)
+    return {**gang, "first_rank": task * per_task, "store_master": task == 0, "master_addr": addr,
+            "master_port": port}
 
 
 def task_file(path: str, environ: Mapping[str, str]) -> str:
@@ -71,8 +76,17 @@ def recipe(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[s
 
 def script(spec_path: Path, environ: Mapping[str, str], on_cpu: bool) -> tuple[str, Path]:
     spec = ScriptSpec.read(spec_path)
-    here = replace(spec, gpu_indexes=granted(environ, spec.world_size), ranks_on_cpu=on_cpu)
-    print(f"[gpufleet] {_where(environ)}: the script's {spec.world_size} rank(s) on GPU(s) "
+    here = replace(spec, gpu_indexes=granted(environ, spec.local_world), ranks_on_cpu=on_cpu)
+    ranks = f"the script's {spec.world_size} rank(s)"
+    if spec.nnodes > 1:
+        task, addr, port = rendezvous(environ)
+        # One stop file and one report folder for every node; task 0's progress file is the attempt's.
+        here = replace(here, node_rank=task, first_rank=task * spec.local_world, master_addr=addr, master_port=port,
+                       stop_file=stop_file(spec), report_file=spec.report_file or spec.progress_file + ".report",
+                       progress_file=task_file(spec.progress_file, environ))
+        ranks = (f"node {task} of {spec.nnodes}: ranks {here.first_rank}-{here.first_rank + spec.local_world - 1} "
+                 f"of {spec.world_size}, meeting at {addr}:{port},")
+    print(f"[gpufleet] {_where(environ)}: {ranks} on GPU(s) "
           f"{', '.join(map(str, here.gpu_indexes))}{' (CPU: no NVIDIA driver on this node)' if on_cpu else ''}",
           flush=True)
     path = _own_copy(spec_path, environ)

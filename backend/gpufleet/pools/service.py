@@ -193,9 +193,6 @@ def check_request(sess: Session, settings: Settings, req: TrainingCreate, owner:
     node_count, _per_node = layout(pool, count)
     if node_count > 1:
         _check_node_count(pool, node_count, count)
-        if req.kind != "recipe":
-            raise PoolError(f"a script runs on one node; pool {pool.name!r} has {pool.gpus_per_node} GPUs per node "
-                            f"(asked {count})", field="world_size")
     try:
         row, config = prepare(sess, settings, req, owner, admin=admin)
     except TrainingRequestError as exc:

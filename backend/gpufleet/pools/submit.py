@@ -21,7 +21,7 @@ import os
 import shlex
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -202,10 +202,13 @@ class ScriptOnPool(OnPool):
             os.chmod(caches, 0o755)
             cache = caches / (t.owner or "local")  # the nodes see it; the member's own
             _own(cache, a.account)
-        script.attempt_spec(
+        node_count, per_node = layout(a.pool, t.world_size)
+        spec = script.attempt_spec(
             settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
-            output_dir=output, gpu_indexes=list(range(t.world_size)), backend="cuda", ranks_on_cpu=False,
-            stop_grace_s=settings.stop_grace_s, env_cache=cache).write(path)
+            output_dir=output, gpu_indexes=list(range(per_node)), backend="cuda", ranks_on_cpu=False,
+            stop_grace_s=settings.stop_grace_s, env_cache=cache)
+        # Over several nodes each node's task takes its share and the rendezvous from Slurm (pools/node.py).
+        replace(spec, world_size=t.world_size, nnodes=node_count).write(path)
 
     def ask_to_stop(self, progress: Path) -> None:
         stopfile.mark(f"{progress}.stop")  # the script's report() sees it, as on a team host

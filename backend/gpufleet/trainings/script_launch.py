@@ -24,6 +24,12 @@ the GPUs made visible, and gpufleet's own variables
   (``engine/stopfile.py`` is the contract). A new checkpoint in the
   checkpoint dir is written as a ``checkpoint`` line (``script_reports``).
 
+A training over several nodes (a Slurm pool's job: ``gpufleet.pools.node``
+starts one launcher per node) gives each launcher its share: ``nnodes``, this
+node's ``node_rank`` and ``first_rank``, and the rendezvous every node's
+ranks meet at (``master_addr``, ``master_port``), so the ranks see the same
+variables as under ``torchrun --nnodes``.
+
 Progress lines (``start``, ``ranks``, ``peak_memory``, ``error``, ``end``)
 go to the spec's progress file, the same format the recipe launcher writes;
 ``gpufleet.report`` writes one file per rank, which the launcher merges into
@@ -81,6 +87,18 @@ class ScriptSpec:
     stop_file: str = ""  # created when the training is asked to stop (GPUFLEET_STOP_FILE)
     output_dir: str = ""  # GPUFLEET_OUTPUT_DIR: files to keep besides checkpoints (listed and downloadable)
     environment: dict[str, Any] | None = None  # a venv.EnvRequest to build (or reuse) before the ranks start
+    # Over several nodes: world_size counts every node's ranks, this launcher runs world_size // nnodes of them
+    # from first_rank on, and rank 0 (on the node of node_rank 0) holds the store at master_addr:master_port.
+    nnodes: int = 1
+    node_rank: int = 0
+    first_rank: int = 0
+    master_addr: str = ""
+    master_port: int = 0  # 0: a free port of this host (one node)
+
+    @property
+    def local_world(self) -> int:
+        """The ranks this launcher starts."""
+        return self.world_size // self.nnodes
 
     def write(self, path: Path) -> None:
         write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
@@ -100,14 +118,17 @@ def stop_file(spec: ScriptSpec) -> str:
     return spec.stop_file or spec.progress_file + ".stop"
 
 
-def rank_env(spec: ScriptSpec, base: dict[str, str], rank: int, port: int) -> dict[str, str]:
-    n = spec.world_size
+def rank_env(spec: ScriptSpec, base: dict[str, str], local: int, port: int) -> dict[str, str]:
+    """The environment of this launcher's ``local``-th rank: torchrun's variables and gpufleet's."""
+    n, rank = spec.world_size, spec.first_rank + local
     env = dict(base)
     env.update(spec.env)
     env.update({
-        "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
-        "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(n), "ROLE_WORLD_SIZE": str(n),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": spec.training_id,
+        "RANK": str(rank), "LOCAL_RANK": str(local), "GROUP_RANK": str(spec.node_rank), "ROLE_RANK": str(rank),
+        "WORLD_SIZE": str(n), "LOCAL_WORLD_SIZE": str(spec.local_world), "ROLE_WORLD_SIZE": str(n),
+        "GROUP_WORLD_SIZE": str(spec.nnodes),
+        "MASTER_ADDR": spec.master_addr or "127.0.0.1", "MASTER_PORT": str(port),
+        "TORCHELASTIC_RUN_ID": spec.training_id,
         # cuda:N in the script is the N-th of its GPUs, numbered as NVML does.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         VISIBILITY.get(spec.backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(i) for i in spec.gpu_indexes),
@@ -143,9 +164,9 @@ class Ranks:
         for d in (self.spec.checkpoint_dir, self.spec.output_dir):
             if d:
                 Path(d).mkdir(parents=True, exist_ok=True)
-        for rank in range(self.spec.world_size):
+        for local in range(self.spec.local_world):
             self.procs.append(subprocess.Popen(  # argv list, never a shell
-                self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, rank, port),
+                self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, local, port),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 preexec_fn=die_with_parent,  # no threads run yet
             ))
@@ -174,7 +195,7 @@ class Ranks:
         stream.close()
 
     def _emit(self, rank: int, is_err: bool, lines: list[bytes]) -> None:
-        prefix = f"[rank {rank}] ".encode()
+        prefix = f"[rank {self.spec.first_rank + rank}] ".encode()
         for line in lines:
             text = line.decode(errors="replace").rstrip()
             if is_err:
@@ -279,8 +300,10 @@ def run(spec: ScriptSpec) -> int:
     if code != ec.SUCCEEDED:
         progress.write("end", status="interrupted" if code == ec.INTERRUPTED else "failed", exit_code=code)
         return code
-    port = free_port()
-    progress.write("start", world_size=spec.world_size, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
+    port = spec.master_port or free_port()
+    across = {"nnodes": spec.nnodes, "node_rank": spec.node_rank, "first_rank": spec.first_rank,
+              "master_addr": spec.master_addr} if spec.nnodes > 1 else {}
+    progress.write("start", world_size=spec.world_size, **across, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
                    visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.ranks_on_cpu,
                    kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
                    note="simulated GPUs: the ranks run on CPU" if spec.ranks_on_cpu else None)
@@ -294,7 +317,8 @@ def run(spec: ScriptSpec) -> int:
         print(f"[gpufleet] cannot start {spec.argv[0]!r}: {exc}", flush=True)
         return ec.CANNOT_RUN
     progress.write("ranks", pids=[p.pid for p in ranks.procs])
-    reports = ReportMerger(spec.report_file or spec.progress_file + ".report", spec.world_size, progress)
+    reports = ReportMerger(spec.report_file or spec.progress_file + ".report",
+                           range(spec.first_rank, spec.first_rank + spec.local_world), progress)
     checkpoints = CheckpointWatch(spec.checkpoint_dir, progress)
     board = TensorBoardWatch(spec.output_dir, progress)
     last_peak = 0.0
@@ -315,11 +339,12 @@ def run(spec: ScriptSpec) -> int:
             break
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            rank, rc = failed[0]
-            tail = ranks.last_words(rank)
-            oom = rank in ranks.oom
-            fatal = None if oom else ranks.errors[rank].verdict(rc, spec.argv)  # a failure no retry can fix
+            local, rc = failed[0]
+            tail = ranks.last_words(local)
+            oom = local in ranks.oom
+            fatal = None if oom else ranks.errors[local].verdict(rc, spec.argv)  # a failure no retry can fix
             kind = "oom" if oom else fatal[0] if fatal else "error"
+            rank = spec.first_rank + local
             message = f"rank {rank} {_how(rc)}" + (f": {fatal[1]}" if fatal else f": {tail}" if tail else "")
             progress.write("error", rank=rank, kind=kind, message=message)
             print(f"[gpufleet] {message}; stopping the other ranks", flush=True)

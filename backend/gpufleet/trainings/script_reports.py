@@ -35,13 +35,17 @@ class ReportMerger:
 
     MERGE_WAIT_S = 1.0
 
-    def __init__(self, report_file: str, world_size: int, progress: ProgressWriter):
-        self.paths = [Path(f"{report_file}.rank{r}") for r in range(world_size)]
-        self.offsets = [0] * world_size
-        self.partial = [b""] * world_size
+    def __init__(self, report_file: str, ranks: int | range, progress: ProgressWriter):
+        """``ranks``: the ranks this launcher runs (``range(n)``, or a node's share of a training over several
+        nodes, whose first rank's line stands in for rank 0's); an int ``n`` is ``range(n)``."""
+        ranks = range(ranks) if isinstance(ranks, int) else ranks
+        n = len(ranks)
+        self.paths = [Path(f"{report_file}.rank{r}") for r in ranks]
+        self.offsets = [0] * n
+        self.partial = [b""] * n
         self.progress = progress
-        self.newest = [-1] * world_size
-        self.times: list[dict[int, float]] = [{} for _ in range(world_size)]
+        self.newest = [-1] * n
+        self.times: list[dict[int, float]] = [{} for _ in range(n)]
         self.pending: list[tuple[float, dict[str, Any]]] = []
 
     def _read(self, r: int) -> list[dict[str, Any]]:
