@@ -12,6 +12,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.lifecycle.models import Training
 from sqlalchemy import select
+from support.fleet import register
 from support.scripts import write_project
 from support.servers import gpufleet, serve_env, serve_inprocess
 from support.slurm import PARTITION, slurm_cluster  # noqa: F401 - the fixture
@@ -63,5 +64,22 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
             assert sess.scalar(select(Training.id)) is None
         unknown = cli("train", "--recipe", "mlp", "--pool", "elsewhere", "--no-follow")
         assert unknown.returncode != 0 and "no pool named 'elsewhere'" in unknown.stderr + unknown.stdout
+        # --or-pool: the team's one host (1 GPU) can never hold 4, so the server sends it to the pool, which
+        # refuses this account as it refused --pool: the answer names both.
+        register(settings)
+        wide = cli("train", "--recipe", "mlp", "--world-size", "4", "--or-pool", "cluster", "--no-follow")
+        said = wide.stderr + wide.stdout
+        assert wide.returncode != 0 and "the team's hosts can never hold it (" in said and "4 needs 4 GPUs on one host" in said, said
+        assert "pool 'cluster' cannot either" in said and "no Unix account of their own" in said, said
+        wide_script = cli("run", "--dir", str(project), "--or-pool", "cluster", "--gpus", "4", "--memory", "1GiB",
+                          "--no-follow", "--", "python", "train.py")
+        said = wide_script.stderr + wide_script.stdout
+        assert wide_script.returncode != 0 and "the team's hosts can never hold it" in said, said
+        both = cli("train", "--recipe", "mlp", "--or-pool", "cluster", "--pool", "cluster", "--no-follow")
+        assert both.returncode == 2 and "drop --pool, --local, --gpu-ids and --host" in both.stderr, both.stderr
+        nowhere = cli("train", "--recipe", "mlp", "--or-pool", "elsewhere", "--no-follow")
+        assert nowhere.returncode != 0 and "no pool named 'elsewhere'" in nowhere.stderr + nowhere.stdout
+        with session_scope(settings) as sess:
+            assert sess.scalar(select(Training.id)) is None
         assert cli("pools", "rm", "cluster").returncode == 0
         assert "no pools" in cli("pools", "ls").stdout

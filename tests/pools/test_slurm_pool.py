@@ -29,10 +29,11 @@ from gpufleet.scheduling.quotas import _week_hours
 from gpufleet.users.usage import usage_report
 from gpufleet.trainings import code
 from gpufleet.trainings import service as trainings
+from gpufleet.trainings.admission.checks import FleetCannotHold
 from gpufleet.wire.training_requests import TrainingCreate, TrainingResume
 from gpufleet.trainings.resume import resume
 from gpufleet.users.accounts import add_user
-from support.fleet import make_settings, wait_for
+from support.fleet import make_settings, register, wait_for
 from support.scripts import RESUMABLE_SCRIPT, STOP_AWARE_SCRIPT, tar_of
 from support.slurm import NODES, PARTITION, SCRIPT, slurm, slurm_cluster  # noqa: F401 - the fixture
 from support.unix import short_name, unix_account
@@ -223,13 +224,15 @@ def test_a_member_without_an_account_of_their_own_is_refused(pool_settings) -> N
         assert sess.scalar(select(Training.id).where(Training.owner == name)) is None
 
 
-def _script(settings, owner: str, name: str, source: str, argv: list[str], world_size: int = 2) -> uuid.UUID:
+def _script(settings, owner: str, name: str, source: str, argv: list[str], world_size: int = 2,
+            **where: str) -> uuid.UUID:
+    """The script as a training of ``owner``'s, in the pool (or where ``where`` says: ``or_pool``, ``memory``)."""
     with write_session(settings) as sess:
         info, _ = code.store(sess, settings, tar_of([("file", "train.py", source),
                                                      ("file", "salt.txt", uuid.uuid4().hex)]), owner)
-        req = TrainingCreate(kind="script", name=name, code=info.hash, argv=argv, world_size=world_size,
-                             memory="1GiB", pool="cluster")
-        return service.create_training(sess, settings, req, owner).id
+        fields = {"memory": "1GiB", **where} if where else {"memory": "1GiB", "pool": "cluster"}
+        req = TrainingCreate(kind="script", name=name, code=info.hash, argv=argv, world_size=world_size, **fields)
+        return service.create_placed(sess, settings, req, owner).training.id
 
 
 def _steps(settings, tid: uuid.UUID) -> list[int]:
@@ -341,6 +344,53 @@ def test_a_layout_the_pool_cannot_hold_evenly_is_refused_naming_what_it_can(pool
         _script(pool_settings, member.pw_name, "uneven-script", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=3)
     with session_scope(pool_settings) as sess:
         assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None
+
+
+def test_a_training_the_teams_hosts_can_never_hold_goes_to_the_pool_its_request_allows(pool_settings, member) -> None:
+    """or_pool: the team's hosts first; the pool only where none of them can ever hold the training."""
+    register(pool_settings)  # the team's one host: 2 simulated H100s of 80 GB
+    wide = TrainingCreate(name="too-wide", recipe="mlp", config=TINY, world_size=4)
+    with write_session(pool_settings) as sess, pytest.raises(FleetCannotHold, match="needs 4 GPUs on one host"):
+        service.create_placed(sess, pool_settings, wide, member.pw_name)
+    with write_session(pool_settings) as sess, pytest.raises(service.PoolError, match="no pool named 'nope'") as err:
+        service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "nope"}), member.pw_name)
+    assert err.value.field == "or_pool"
+    with write_session(pool_settings) as sess, pytest.raises(service.PoolError, match="without pool, host"):
+        service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster", "pool": "cluster"}),
+                              member.pw_name)
+    with session_scope(pool_settings) as sess:
+        assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None  # nothing written
+
+    # What a host holds stays on the team's hosts; what none can goes to the pool, and says why.
+    with write_session(pool_settings) as sess:
+        fits = service.create_placed(sess, pool_settings, wide.model_copy(update={"name": "fits", "world_size": 2,
+                                                                                  "or_pool": "cluster"}),
+                                     member.pw_name).training.id
+        sent = service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster"}),
+                                     member.pw_name).training.id
+    assert _row(pool_settings, fits).pool is None and _row(pool_settings, sent).pool == "cluster"
+    [first] = _events(pool_settings, sent)
+    assert first.startswith("submitted for 4 GPU(s) in Slurm pool cluster (partition gpu), as the request allowed: "
+                            "the team's hosts can never hold it (world_size 4 needs 4 GPUs on one host"), first
+    # A script whose memory no GPU of the team's has goes there too, and Slurm takes both.
+    big = _script(pool_settings, member.pw_name, "too-big", RESUMABLE_SCRIPT, ["python", "train.py"], world_size=1,
+                  memory="100GiB", or_pool="cluster")
+    assert _row(pool_settings, big).pool == "cluster" and "largest GPU in the fleet has 80" in _events(
+        pool_settings, big)[0]
+    def submitted(t: Training) -> bool:
+        with session_scope(pool_settings) as sess:
+            return sess.scalar(select(PoolJob.job_id).where(PoolJob.training_id == t.id)) is not None
+
+    for tid in (sent, big):
+        _until(pool_settings, tid, submitted, "the Slurm job")
+        with write_session(pool_settings) as sess:
+            trainings.cancel(sess, tid, member.pw_name)
+    # A pool's GPUs are its own: what its admin declared is what a training there is checked against.
+    with write_session(pool_settings) as sess:
+        sess.execute(update(Pool).where(Pool.name == "cluster").values(gpu_memory=80 * 2**30))
+    with pytest.raises(service.PoolError, match="needs 100.0 GiB per GPU, and pool 'cluster' declares GPUs of 80.0"):
+        _script(pool_settings, member.pw_name, "too-big-there", RESUMABLE_SCRIPT, ["python", "train.py"],
+                world_size=1, memory="100GiB", pool="cluster")
 
 
 def test_the_fit_on_a_pool_counts_its_partitions_nodes(pool_settings) -> None:

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
 CLI_OPTIONS = {"gpu_ids": "--gpu-ids", "world_size": "--gpus", "memory_mb": "--memory", "memory": "--memory",
                "max_restarts": "--max-restarts", "max_runtime_s": "--max-runtime", "from_training": "--from",
                "requirements": "--requirements", "python": "--python", "env": "--env", "host": "--host",
-               "pool": "--pool"}
+               "pool": "--pool", "or_pool": "--or-pool"}
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
@@ -125,7 +125,10 @@ def run(
         "--preemptible/--no-preemptible",
         help="may a higher-priority training checkpoint and stop this one (default: the server's)")] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="run in this pool (a Slurm partition, `gpufleet pools "
-                                                            "ls`) instead of the team's hosts, on one node")] = None,
+                                                            "ls`) instead of the team's hosts")] = None,
+    or_pool: Annotated[str | None, typer.Option(
+        "--or-pool", help="the team's hosts, or this pool when they can never hold the script (more GPUs or "
+                          "memory than any of them has)")] = None,
     directory: Annotated[Path, typer.Option("--dir", help="the code to upload")] = Path("."),
     max_mb: Annotated[int, typer.Option("--max-mb", min=1, help="refuse to upload more than this")] = 100,
     follow: Annotated[bool, typer.Option("--follow/--no-follow", help="follow the log until it ends")] = True,
@@ -139,6 +142,9 @@ def run(
     if pool and (gpu_ids or host):
         _fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
               f"{'--gpu-ids' if gpu_ids else '--host'}")
+    if or_pool and (pool or gpu_ids or host):
+        _fail("--or-pool sends the script to that pool only when the team's hosts can never hold it: drop "
+              f"{'--pool' if pool else '--gpu-ids' if gpu_ids else '--host'}")
     placement = _placement(gpus, gpu_ids, host, memory)
     extra_env = _parse_env(env) if env else None
     c = connect(server)
@@ -146,7 +152,7 @@ def run(
     source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique start of one, or a name
     if from_training and source:
         preflight.check_source(c, from_training, source)
-    if not pool:  # a pool's nodes are its scheduler's; the server checks the request against them
+    if not (pool or or_pool):  # a pool's nodes are its scheduler's; the server checks the request against them
         preflight.check_fleet(c, placement.get("world_size", 0), memory_bytes, host, placement.get("gpu_ids"))
     data, req_file = _pack_code(directory, max_mb, requirements, no_env)
     body: dict[str, Any] = {
@@ -156,6 +162,8 @@ def run(
     body.update(placement)
     if pool:
         body["pool"] = pool
+    if or_pool:
+        body["or_pool"] = or_pool
     if extra_env:
         body["env"] = extra_env
     if python:

@@ -72,6 +72,9 @@ def train(
                        "--config/--set changes.")] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="On a server: run in this pool (a Slurm partition, "
                                                             "`gpufleet pools ls`) instead of the team's hosts.")] = None,
+    or_pool: Annotated[str | None, typer.Option(
+        "--or-pool", help="On a server: the team's hosts, or this pool when they can never hold the training "
+                          "(more GPUs or memory than any of them has).")] = None,
 ) -> None:
     # Loaded here, not with the CLI: every other command starts without them.
     from gpufleet.engine.config import TrainingConfigError, parse_overrides, read_config_file
@@ -108,9 +111,13 @@ def train(
     if pool and (local or gpu_ids or host or gang):
         _fail("--pool runs the training where the pool's scheduler puts it: give --world-size (GPUs), and drop "
               "--local, --gpu-ids, --host, --hosts, --gpus-per-host and --spread")
+    if or_pool and (pool or local or gpu_ids or host):
+        _fail("--or-pool sends the training to that pool only when the team's hosts can never hold it: drop "
+              "--pool, --local, --gpu-ids and --host")
     if not local:
         submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
-                         preemptible=preemptible, max_runtime=max_runtime, from_training=from_training, pool=pool)
+                         preemptible=preemptible, max_runtime=max_runtime, from_training=from_training, pool=pool,
+                         or_pool=or_pool)
         return
     if gpu_ids:
         device_list = _fleet_devices(gpu_ids)
@@ -136,7 +143,8 @@ def _fleet_devices(text: str) -> list[str]:
 def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], gang: dict[str, Any] | None = None,
                      *, host: str | None = None, name: str | None = None, priority: int = 0, follow: bool = True,
                      preemptible: bool | None = None, max_runtime: int | None = None,
-                     from_training: str | None = None, pool: str | None = None) -> None:
+                     from_training: str | None = None, pool: str | None = None,
+                     or_pool: str | None = None) -> None:
     """Submit the training to a gpufleet server ($GPUFLEET_SERVER) and follow it.
 
     GPU devices become ``gpu_ids``; CPU devices only say how many GPUs the
@@ -162,6 +170,8 @@ def submit_to_server(recipe: str, config: dict[str, Any], devices: list[str], ga
         body["max_runtime_s"] = max_runtime
     if pool:
         body["pool"] = pool
+    if or_pool:
+        body["or_pool"] = or_pool
     if from_training:
         from gpufleet.commands.trainings import connect
 

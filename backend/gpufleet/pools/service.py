@@ -23,8 +23,9 @@ from gpufleet.db.pools import Pool
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_first_event
 from gpufleet.pools import slurm
-from gpufleet.trainings.admission.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import FleetCannotHold, TrainingRequestError
 from gpufleet.wire.training_requests import TrainingCreate
+from gpufleet.trainings import service as trainings
 from gpufleet.trainings.service import TrainingView, prepare
 from gpufleet.users import runas
 
@@ -197,6 +198,9 @@ def check_request(sess: Session, settings: Settings, req: TrainingCreate, owner:
         row, config = prepare(sess, settings, req, owner, admin=admin)
     except TrainingRequestError as exc:
         raise PoolError(str(exc), field=exc.field) from None
+    if pool.gpu_memory and row.memory_estimate and row.memory_estimate > pool.gpu_memory:
+        raise PoolError(f"it needs {row.memory_estimate / 2**30:.1f} GiB per GPU, and pool {pool.name!r} declares "
+                        f"GPUs of {pool.gpu_memory / 2**30:.1f} GiB", field="memory")
     if node_count > 1 and config is not None and config.parallel_mode != "equal":
         raise PoolError(f"parallel_mode {config.parallel_mode} runs on one node; a training over {node_count} nodes "
                         "takes equal shares (parallel_mode equal)", field="config.parallel_mode")
@@ -204,17 +208,42 @@ def check_request(sess: Session, settings: Settings, req: TrainingCreate, owner:
 
 
 def create_training(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-                    admin: bool = False) -> Training:
+                    admin: bool = False, why: str = "") -> Training:
     """A training (a recipe, or a member's script) for pool ``req.pool``: validated as any, queued for
-    :mod:`.submit`. The caller commits."""
+    :mod:`.submit`. ``why``: how it came to the pool, for its first event. The caller commits."""
     pool, row = check_request(sess, settings, req, owner, admin=admin)
     row.pool = pool.name
     sess.add(row)
     sess.flush()
     record_first_event(sess, row, "status", status="queued", user=owner,
                        reason=f"submitted for {row.world_size} GPU(s) in Slurm pool {pool.name} "
-                              f"(partition {pool.partition})")
+                              f"(partition {pool.partition}){why}")
     return row
+
+
+def create_placed(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
+                  admin: bool = False) -> TrainingView:
+    """Where a training request goes: its pool, the team's hosts, or, when those can never hold it and the
+    request allows it (``or_pool``), that pool. The caller commits; a refusal writes nothing."""
+    if req.pool:
+        return create(sess, settings, req, owner, admin=admin)
+    if req.or_pool is None:
+        return trainings.create(sess, settings, req, owner, admin=admin)
+    try:  # a pool that does not exist is a mistake to say now, not when the hosts fall short
+        get(sess, req.or_pool)
+    except PoolError as exc:
+        raise PoolError(str(exc), exc.status, "or_pool") from None
+    try:
+        return trainings.create(sess, settings, req, owner, admin=admin)
+    except FleetCannotHold as exc:
+        there = req.model_copy(update={"pool": req.or_pool, "or_pool": None})
+        try:
+            row = create_training(sess, settings, there, owner, admin=admin,
+                                  why=f", as the request allowed: the team's hosts can never hold it ({exc})")
+        except PoolError as refused:
+            raise PoolError(f"the team's hosts can never hold it ({exc}), and pool {req.or_pool!r} cannot either: "
+                            f"{refused}", refused.status, refused.field) from None
+        return TrainingView(training=row)
 
 
 def _check_node_count(pool: Pool, wanted: int, world_size: int) -> None:

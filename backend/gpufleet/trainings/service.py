@@ -179,7 +179,7 @@ def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, coun
                            python=req.python, requirements=req.requirements)
     except script.ScriptError as exc:
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
-    if f.memory_estimate:
+    if f.memory_estimate and not req.pool:  # a pool's GPUs are not the team's: pools/service.py checks those
         refuse_never_fits(sess, f.memory_estimate, host)
     return new_training(
         **common, recipe=script.SCRIPT_RECIPE, kind="script", code_hash=f.code_hash, argv=f.argv, env=f.env,

@@ -184,6 +184,10 @@ class TrainingCreate(RequestBody):
     pool: str | None = Field(default=None, min_length=1, max_length=64, pattern="^[a-z0-9][a-z0-9_-]*$",
                              description="run in this pool (a Slurm partition an admin added) instead of the "
                                          "team's hosts")
+    or_pool: str | None = Field(default=None, min_length=1, max_length=64, pattern="^[a-z0-9][a-z0-9_-]*$",
+                                description="run on the team's hosts, or in this pool when no GPU (set) of the "
+                                            "team's hosts can ever hold it (too many GPUs, too much memory); "
+                                            "not with pool, host or gpu_ids")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
 

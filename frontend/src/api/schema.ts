@@ -3033,6 +3033,11 @@ export interface components {
             /** Name */
             name: string;
             /**
+             * Or Pool
+             * @description run on the team's hosts, or in this pool when no GPU (set) of the team's hosts can ever hold it (too many GPUs, too much memory); not with pool, host or gpu_ids
+             */
+            or_pool?: string | null;
+            /**
              * Pool
              * @description run in this pool (a Slurm partition an admin added) instead of the team's hosts
              */

@@ -35,12 +35,20 @@ class TrainingRequestError(ValueError):
         super().__init__(message)
 
 
+class FleetCannotHold(TrainingRequestError):
+    """No GPU, or set of GPUs, of the team's hosts can ever hold the training (not: none is free now). A request
+    that allows a pool (``or_pool``) is sent there instead (``gpufleet.pools.service.create_placed``)."""
+
+
 def check_request(req: TrainingCreate) -> int:
     """The request's fields against each other; returns how many GPUs (ranks) it asks for."""
     if req.kind == "recipe" and req.recipe is None:
         raise TrainingRequestError("recipe", "recipe: a training of kind 'recipe' needs the recipe's name")
     if not req.name.strip():
         raise TrainingRequestError("name", "name must not be empty")
+    if req.or_pool and (req.pool or req.host or req.gpu_ids):
+        raise TrainingRequestError("or_pool", "or_pool is where the server sends a training the team's hosts can "
+                                              "never hold: give it without pool, host or gpu_ids")
     if req.kind == "recipe" and any(v is not None for v in (req.code, req.argv, req.env, req.memory,
                                                             req.requirements)):
         raise TrainingRequestError("kind", "code, argv, env, memory and requirements belong to kind 'script'")
@@ -120,7 +128,7 @@ def check_world_size(sess: Session, count: int, host: str | None) -> None:
     ).all())
     why = world_size_never_fits(count, per_host, host)
     if why:
-        raise TrainingRequestError("world_size", why)
+        raise (TrainingRequestError if host else FleetCannotHold)("world_size", why)
 
 
 def refuse_never_fits(sess: Session, memory: int, host: Host | None) -> None:
@@ -129,6 +137,6 @@ def refuse_never_fits(sess: Session, memory: int, host: Host | None) -> None:
     largest = sess.scalar(select(func.max(GPU.memory_total)).where(GPU.enabled.is_(True), *where))
     if largest and memory > largest:
         place = f"on host {host.name}" if host is not None else "in the fleet"
-        raise TrainingRequestError(
+        raise (TrainingRequestError if host is not None else FleetCannotHold)(
             "memory", f"this training can never be placed: it needs {fmt_bytes(memory)} per GPU; the largest GPU "
                       f"{place} has {fmt_bytes(largest)}")

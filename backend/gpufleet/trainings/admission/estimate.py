@@ -11,7 +11,7 @@ from gpufleet.lifecycle.models import Training
 from gpufleet.scheduling.memory import EstimateLimitError
 from gpufleet.scheduling.plan import estimate_training, never_fit_reason
 from gpufleet.engine.config import TrainConfig, TrainingConfigError
-from gpufleet.trainings.admission.checks import TrainingRequestError
+from gpufleet.trainings.admission.checks import FleetCannotHold, TrainingRequestError
 
 log = logging.getLogger(__name__)
 
@@ -31,4 +31,5 @@ def check_estimate(sess: Session, settings: Settings, row: Training, config: Tra
     refused = never_fit_reason(sess, row.memory_estimate, row.requested_host)
     if refused is not None:
         given = row.estimate is None or row.memory_estimate != row.estimate.get("total")
-        raise TrainingRequestError("memory_mb" if given else "config", f"{row.name}: {refused}")
+        refusal = TrainingRequestError if row.requested_host else FleetCannotHold
+        raise refusal("memory_mb" if given else "config", f"{row.name}: {refused}")

@@ -142,6 +142,24 @@ describe('CreateTrainingPage', () => {
     expect(create.mock.calls[0][0]).not.toHaveProperty('host');
   });
 
+  it('lets a training the team\'s hosts can never hold go to the pool the member allows (or_pool)', async () => {
+    const cluster = { name: 'cluster', kind: 'slurm', partition: 'gpu', gpus_per_node: 2, gpu_model: 'H100-80GB', gpu_memory: 80 * GiB,
+                      checkpoint_root: '/shared', python: '/usr/bin/python3', created_at: '2026-11-29T00:00:00Z', nodes: [] } as unknown as Pool;
+    const { create, recommend } = setup({ pools: [cluster] });
+    create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
+    recommend.mockRejectedValue(new ApiError(422, 'needs 120.0 GiB per GPU; the largest GPU in the fleet has 80.0 GiB'));
+    await waitFor(() => expect(screen.getByTestId('refused')).toHaveTextContent('the largest GPU in the fleet has 80.0 GiB'));
+    // The team's hosts alone: the form stops, saying the request can never be placed.
+    expect(screen.getByRole('button', { name: 'Start training' })).toBeDisabled();
+    await userEvent.selectOptions(screen.getByLabelText('Where'), "The team's hosts, or pool cluster when they can never hold it");
+    expect(screen.getByTestId('refused')).toHaveTextContent("The team's hosts can never hold it (needs 120.0 GiB per GPU; the largest GPU in the fleet has 80.0 GiB): it goes to Slurm pool cluster.");
+    await userEvent.click(screen.getByRole('button', { name: 'Start training' }));
+    await waitFor(() => expect(screen.getByTestId('detail')).toBeInTheDocument());
+    expect(create.mock.calls[0][0]).toMatchObject({ recipe: 'sae', or_pool: 'cluster', world_size: 1, distributed: false });
+    expect(create.mock.calls[0][0]).not.toHaveProperty('pool');
+    expect(create.mock.calls[0][0]).not.toHaveProperty('gpu_ids');
+  });
+
   it('offers no choice of place when the team has no pool', async () => {
     setup();
     await preselected();

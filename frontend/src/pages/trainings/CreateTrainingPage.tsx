@@ -74,14 +74,18 @@ export function CreateTrainingPage() {
   const [submitting, setSubmitting] = useState(false);
   const [fit, setFit] = useState<{ text: string; failed: boolean } | null>(null);
   const [fitting, setFitting] = useState(false);
-  // Where it runs: the team's hosts (''), or a Slurm pool by name.
+  // Where it runs: the team's hosts (''), a Slurm pool by name, or the team's hosts and that pool when none of
+  // them can ever hold it ('or:NAME', the request's or_pool).
   const [pool, setPool] = useState('');
   const pools = useQuery('pools', (signal) => endpoints.pools(signal), 60_000).data?.data ?? [];
   const onPool = pools.find((p) => p.name === pool) ?? null;
+  const orPool = pools.find((p) => `or:${p.name}` === pool) ?? null;
 
   const { config, errors } = useMemo(() => (spec ? toConfig(spec, values) : { config: {}, errors: {} }), [spec, values]);
   const ok = spec !== null && Object.keys(errors).length === 0;
   const advice = useSelectionAdvice(recipe ?? '', ok ? config : null, count, selection);
+  // The team's refusal stops the form only where there is no pool to go to.
+  const blocked = !!advice.refused && !onPool && !orPool;
   const top = advice.candidates[0] ?? null;
 
   // Preselect the recommended set until the person picks GPUs themselves.
@@ -133,7 +137,7 @@ export function CreateTrainingPage() {
 
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    if (!ok || (advice.refused && !onPool) || submitting || recipe === null) return;
+    if (!ok || blocked || submitting || recipe === null) return;
     setSubmitting(true);
     setSubmitError(null);
     try {
@@ -144,9 +148,12 @@ export function CreateTrainingPage() {
         ? { ...common, pool: onPool.name, world_size: count, distributed: count > 1 }
         : {
             ...common,
-            gpu_ids: selection.indexes.length ? selection.indexes : null,
-            host: selection.host,
-            distributed: selection.indexes.length > 1,
+            // With or_pool the server chooses: the team's hosts, or the pool when they can never hold it.
+            ...(orPool ? { or_pool: orPool.name, world_size: count, distributed: count > 1 } : {
+              gpu_ids: selection.indexes.length ? selection.indexes : null,
+              host: selection.host,
+              distributed: selection.indexes.length > 1,
+            }),
           });
       navigate(`/trainings/${t.id}`);
     } catch (err) {
@@ -226,6 +233,11 @@ export function CreateTrainingPage() {
                     Slurm pool {p.name} (partition {p.partition}{p.gpu_model ? `, ${p.gpu_model}` : ''})
                   </option>
                 ))}
+                {pools.map((p) => (
+                  <option key={`or:${p.name}`} value={`or:${p.name}`}>
+                    The team&apos;s hosts, or pool {p.name} when they can never hold it
+                  </option>
+                ))}
               </select>
             </div>
           )}
@@ -275,8 +287,8 @@ export function CreateTrainingPage() {
               </div>
             )}
             {advice.refused && (
-              <div className="banner-error" data-testid="refused">
-                {advice.refused}
+              <div className={orPool ? 'candidates' : 'banner-error'} data-testid="refused">
+                {orPool ? `The team's hosts can never hold it (${advice.refused}): it goes to Slurm pool ${orPool.name}.` : advice.refused}
               </div>
             )}
             {!advice.refused && advice.waitReason && <div className="candidates">Nothing fits now: {advice.waitReason}</div>}
@@ -309,11 +321,11 @@ export function CreateTrainingPage() {
           </div>
         )}
         <div className="actions">
-          <button type="submit" className="primary" disabled={!ok || (!!advice.refused && !onPool) || submitting || !name.trim()}>
+          <button type="submit" className="primary" disabled={!ok || blocked || submitting || !name.trim()}>
             {submitting ? 'Starting…' : 'Start training'}
           </button>
           {!ok && <span className="field-error">Fix the highlighted fields.</span>}
-          {ok && advice.refused && !onPool && <span className="field-error">Change the request: the server can never place it.</span>}
+          {ok && blocked && <span className="field-error">Change the request: the server can never place it.</span>}
         </div>
       </form>
     </div>
