@@ -81,5 +81,23 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
         assert nowhere.returncode != 0 and "no pool named 'elsewhere'" in nowhere.stderr + nowhere.stdout
         with session_scope(settings) as sess:
             assert sess.scalar(select(Training.id)) is None
+        # The recommendation on the pool: the layout over its declared GPUs and the partition's nodes now.
+        rec = cli("recommend", "--memory", "10GiB", "--count", "4", "--pool", "cluster")
+        assert rec.returncode == 0, rec.stderr
+        assert ("pool cluster: 4 x H100-80GB (80.0 GiB each) hold it, 2 on each of 2 node(s); Slurm decides when "
+                "and where it starts") in rec.stdout, rec.stdout
+        assert "sim1" in rec.stdout and "sim2" in rec.stdout and "gpu:2" in rec.stdout
+        assert "send it there: gpufleet run ... --pool cluster --gpus 4" in rec.stdout
+        as_json = json.loads(cli("recommend", "--recipe", "mlp", "--count", "2", "--pool", "cluster", "--json").stdout)
+        assert as_json["candidates"] == [] and as_json["estimate"]["total"] == as_json["memory_bytes"] > 0
+        assert (as_json["pool"]["pool"], as_json["pool"]["nodes"], as_json["pool"]["gpus_per_node"]) == ("cluster", 1, 2)
+        assert [n["name"] for n in as_json["pool"]["partition_nodes"]] == ["sim1", "sim2"]
+        too_big = cli("recommend", "--memory", "100GiB", "--pool", "cluster")
+        assert too_big.returncode == 2 and "can never be placed on pool cluster: 100.0 GiB per rank is more than one " \
+            "H100-80GB of pool cluster has (80.0 GiB)" in too_big.stderr, too_big.stderr
+        uneven = cli("recommend", "--memory", "1GiB", "--count", "3", "--pool", "cluster")
+        assert uneven.returncode == 2 and "3 GPUs do not split evenly over 2 nodes" in uneven.stderr, uneven.stderr
+        mixed = cli("recommend", "--memory", "1GiB", "--pool", "cluster", "--host", "vm")
+        assert mixed.returncode == 2 and "drop --host" in mixed.stderr
         assert cli("pools", "rm", "cluster").returncode == 0
         assert "no pools" in cli("pools", "ls").stdout

@@ -49,8 +49,9 @@ class FleetCalls:
     def recommend(self, *, recipe: str | None = None, config: dict[str, Any] | None = None,
                   memory_mb: int | None = None, count: int = 1, host: str | None = None,
                   policy: Literal["pack", "spread"] = "pack", exclusive: bool = True,
-                  max_candidates: int = 5) -> RecommendationPublic:
-        """Ranked GPU sets for ``recipe`` (+ ``config``: memory from its estimate) or for ``memory_mb`` per GPU.
+                  max_candidates: int = 5, pool: str | None = None) -> RecommendationPublic:
+        """Ranked GPU sets for ``recipe`` (+ ``config``: memory from its estimate) or for ``memory_mb`` per GPU;
+        with ``pool``, the layout on that Slurm pool's GPUs instead (the answer's ``pool``).
 
         Give one of the two, not both.
         """
@@ -60,10 +61,11 @@ class FleetCalls:
             raise ValueError("give recipe (and optionally config) or memory_mb, not both and not neither")
         if recipe is not None:
             body = checked(RecommendBody, "recommend", recipe=recipe, config=config or {}, count=count, host=host,
-                           policy=policy, exclusive=exclusive, max_candidates=max_candidates)
+                           policy=policy, exclusive=exclusive, max_candidates=max_candidates, pool=pool)
             return self._post(RecommendationPublic, f"{API}/system/gpus/recommend", body)
         return self._get(RecommendationPublic, f"{API}/system/gpus/recommend", memory_mb=memory_mb, count=count,
-                         host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates)
+                         host=host, policy=policy, exclusive=str(exclusive).lower(), max_candidates=max_candidates,
+                         pool=pool)
 
     def fit(self, recipe: str, config: dict[str, Any] | None = None, *, count: int | None = None,
             host: str | None = None, pool: str | None = None) -> FitPublic:

@@ -112,8 +112,8 @@ def recommend(
                                                         "asking a server")] = False,
     fit_: Annotated[bool, typer.Option("--fit", help="choose the layout: how many GPUs, DDP or FSDP, the "
                                                      "largest micro-batch (the global batch kept)")] = False,
-    pool: Annotated[str | None, typer.Option("--pool", help="with --fit: on this Slurm pool's GPUs instead of "
-                                                            "the team's hosts")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="on this Slurm pool's declared GPUs instead of the "
+                                                            "team's hosts")] = None,
 ) -> None:
     """Print the memory breakdown per rank and the ranked GPU sets for a recipe's config, or for your own
     code's memory per rank (--memory). With --fit: what fits, and the layout to start it with."""
@@ -144,12 +144,12 @@ def recommend(
             _fail("--pool fits on a Slurm pool's GPUs and --host on one of the team's hosts: give one")
         _fit(server, recipe, values, count, host, as_json, pool)
         return
-    if pool:
-        _fail("--pool answers with --fit (how many of the pool's GPUs, and the layout): add --fit")
+    if pool and (host or local):
+        _fail("--pool answers for a Slurm pool's GPUs, from the server: drop " + ("--host" if host else "--local"))
     count = count or 1
     kw: dict[str, Any] = dict(count=count, host=host, exclusive=not shared, policy=policy, max_candidates=top)
     rec = (_from_database(recipe, values, mem_bytes, **kw) if local
-           else _from_server(server, recipe, values, mem_bytes, **kw))
+           else _from_server(server, recipe, values, mem_bytes, **kw, **({"pool": pool} if pool else {})))
     if as_json:
         typer.echo(json.dumps(rec.model_dump(mode="json"), indent=2))
         raise typer.Exit(0)
@@ -217,6 +217,9 @@ def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | N
 
 
 def _candidates(console: Console, rec: RecommendationPublic) -> None:
+    if rec.pool is not None:
+        _on_pool(console, rec)
+        return
     if not rec.candidates:
         console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False)
         return
@@ -226,6 +229,27 @@ def _candidates(console: Console, rec: RecommendationPublic) -> None:
     for i, (c, gpus, why) in enumerate(collapse_equal(rec.candidates), 1):
         table.add_row(str(i), c.host, gpus, c.connection, f"{c.score:.0f}", why)
     console.print(table)
+
+
+def _on_pool(console: Console, rec: RecommendationPublic) -> None:
+    """A pool's answer: the layout Slurm is asked for, the partition's nodes now, and the command that sends it."""
+    p = rec.pool
+    assert p is not None
+    console.print(f"pool {p.pool}: {rec.count} x {p.gpu_model or 'GPU'} ({fmt_size(p.gpu_memory)} each) hold it, "
+                  f"{p.gpus_per_node} on each of {p.nodes} node(s); Slurm decides when and where it starts",
+                  highlight=False)
+    if p.partition_nodes is None:
+        console.print("[yellow]Slurm did not answer:[/] the partition's nodes are not shown", highlight=False)
+    else:
+        table = Table(show_header=True, header_style="bold")
+        for col in ("node", "state", "gpus", "in use"):
+            table.add_column(col)
+        for n in p.partition_nodes:
+            table.add_row(n.name, n.state, n.gres, n.gres_used)
+        console.print(table)
+    what = f"--world-size {rec.count}" if rec.estimate is not None else f"--gpus {rec.count}"
+    console.print(f"send it there: gpufleet {'train' if rec.estimate is not None else 'run'} ... --pool {p.pool} "
+                  f"{what}", highlight=False)
 
 
 def breakdown_rows(breakdown: dict[str, int]) -> list[tuple[str, int]]:

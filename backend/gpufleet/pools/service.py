@@ -102,6 +102,7 @@ class DeclaredGpus:
     gpu_memory: int
     gpus_per_node: int
     nodes: int = 1  # the partition's nodes, as sinfo counts them (1 when Slurm does not answer)
+    node_states: tuple[slurm.NodeState, ...] | None = None  # sinfo's lines for them (None: Slurm did not answer)
 
 
 def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
@@ -118,10 +119,34 @@ def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
                             f"then `gpufleet pools add slurm {name} --partition {p.partition} "
                             f"{' '.join(f + ' N' for f in missing)} ...`", field="pool")
         try:
-            count = len({n.name for n in slurm.nodes(p.partition)}) or 1
+            states: tuple[slurm.NodeState, ...] | None = tuple(slurm.nodes(p.partition))
+            count = len({n.name for n in states}) or 1
         except slurm.SlurmError:
-            count = 1  # the fit stays within one node, which every pool has
-        return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0), count)
+            states, count = None, 1  # the fit stays within one node, which every pool has
+        return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0), count, states)
+
+
+@dataclass(frozen=True)
+class PoolFit:
+    """How ``count`` ranks of ``memory`` bytes each lay out on a pool: its answer to a recommendation."""
+
+    gpus: DeclaredGpus
+    nodes: int  # nodes the job takes
+    gpus_per_node: int  # GPUs it takes on each
+    reason: str
+
+
+def fit_on(settings: Settings, name: str, memory: int, count: int) -> PoolFit:
+    """Whether pool ``name``'s declared GPUs hold ``count`` ranks of ``memory`` bytes each, and over how many
+    nodes; a 422 saying why they never can. Slurm owns the queue, so when it starts is Slurm's answer."""
+    from gpufleet.scheduling.fit import pool_placer
+
+    d = declared_gpus(settings, name)
+    placement = pool_placer(d.name, d.gpu_model, d.gpu_memory, d.gpus_per_node, d.nodes)(memory, count)
+    if placement.fits == "never":
+        raise PoolError(f"this request can never be placed on pool {name}: {placement.reason}", field="count")
+    nodes = -(-count // d.gpus_per_node)
+    return PoolFit(d, nodes, count // nodes, placement.reason)
 
 
 def get_root(settings: Settings, name: str) -> str:

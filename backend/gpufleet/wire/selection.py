@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpufleet.bounds import MAX_HOST_CHARS, MAX_MEMORY_MB, GPUIndex, RequestBody
+from gpufleet.wire.pools import PoolNode
 from gpufleet.wire.training_requests import CONFIG_SCHEMA, check_config, installed_recipes
 
 MAX_COUNT = 64
@@ -49,6 +50,20 @@ class AcrossHostsPublic(BaseModel):
     reasons: list[str]
 
 
+class PoolFitPublic(BaseModel):
+    """A recommendation on a Slurm pool: the job's layout over the pool's declared GPUs. Slurm owns its queue,
+    so when the job starts, and on which nodes, is Slurm's answer; the partition's nodes show how busy it is."""
+
+    pool: str
+    nodes: int = Field(description="nodes the job takes")
+    gpus_per_node: int = Field(description="GPUs it takes on each")
+    gpu_model: str | None
+    gpu_memory: int = Field(description="bytes of one of the pool's GPUs, as its admin declared")
+    reason: str
+    partition_nodes: list[PoolNode] | None = Field(
+        default=None, description="the partition's nodes now, as sinfo reports them; null: Slurm did not answer")
+
+
 class RecommendationPublic(BaseModel):
     memory_bytes: int
     count: int
@@ -59,6 +74,8 @@ class RecommendationPublic(BaseModel):
     estimate: EstimatePublic | None = None
     across_hosts: list[AcrossHostsPublic] = Field(
         default_factory=list, description="with across_hosts: sets on the fewest hosts when no single host fits")
+    pool: PoolFitPublic | None = Field(default=None, description="with pool: the layout on that Slurm pool "
+                                                                 "(candidates, which name the team's GPUs, stay empty)")
 
 
 class RecommendBody(RequestBody):
@@ -72,8 +89,16 @@ class RecommendBody(RequestBody):
     exclusive: bool = True
     max_candidates: int = Field(default=5, ge=1, le=50)
     across_hosts: bool = Field(default=False, description="when no single host fits, offer sets across hosts")
+    pool: str | None = Field(default=None, min_length=1, max_length=63, pattern="^[a-z0-9][a-z0-9_-]*$",
+                             description="on this Slurm pool's declared GPUs instead of the team's hosts")
 
     _config = field_validator("config")(classmethod(lambda cls, v: check_config(v)))
+
+    @model_validator(mode="after")
+    def _one_place(self) -> RecommendBody:
+        if self.pool is not None and (self.host is not None or self.across_hosts):
+            raise ValueError("give host or across_hosts (the team's hosts) or pool (a Slurm pool), not both")
+        return self
 
 
 class FitBody(RequestBody):

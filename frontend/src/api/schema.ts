@@ -2128,6 +2128,39 @@ export interface components {
              */
             python?: string | null;
         };
+        /**
+         * PoolFitPublic
+         * @description A recommendation on a Slurm pool: the job's layout over the pool's declared GPUs. Slurm owns its queue,
+         *     so when the job starts, and on which nodes, is Slurm's answer; the partition's nodes show how busy it is.
+         */
+        PoolFitPublic: {
+            /**
+             * Gpu Memory
+             * @description bytes of one of the pool's GPUs, as its admin declared
+             */
+            gpu_memory: number;
+            /** Gpu Model */
+            gpu_model: string | null;
+            /**
+             * Gpus Per Node
+             * @description GPUs it takes on each
+             */
+            gpus_per_node: number;
+            /**
+             * Nodes
+             * @description nodes the job takes
+             */
+            nodes: number;
+            /**
+             * Partition Nodes
+             * @description the partition's nodes now, as sinfo reports them; null: Slurm did not answer
+             */
+            partition_nodes?: components["schemas"]["PoolNode"][] | null;
+            /** Pool */
+            pool: string;
+            /** Reason */
+            reason: string;
+        };
         /** PoolNode */
         PoolNode: {
             /**
@@ -2304,6 +2337,11 @@ export interface components {
              */
             policy: "pack" | "spread";
             /**
+             * Pool
+             * @description on this Slurm pool's declared GPUs instead of the team's hosts
+             */
+            pool?: string | null;
+            /**
              * Recipe
              * @enum {string}
              */
@@ -2327,6 +2365,8 @@ export interface components {
             memory_bytes: number;
             /** Policy */
             policy: string;
+            /** @description with pool: the layout on that Slurm pool (candidates, which name the team's GPUs, stay empty) */
+            pool?: components["schemas"]["PoolFitPublic"] | null;
             /** Wait Reason */
             wait_reason?: string | null;
         };
@@ -7247,6 +7287,8 @@ export interface operations {
                 config?: string | null;
                 /** @description When no single host fits, offer sets across hosts (fewest hosts first). */
                 across_hosts?: boolean;
+                /** @description On this Slurm pool's declared GPUs instead of the team's hosts: the answer's `pool` says the layout; not with `host` or `across_hosts`. */
+                pool?: string | null;
             };
             header?: never;
             path?: never;

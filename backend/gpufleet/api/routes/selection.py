@@ -24,6 +24,7 @@ from gpufleet.wire.selection import (
     FitBody,
     FitOptionPublic,
     FitPublic,
+    PoolFitPublic,
     ProblemPublic,
     RecommendationPublic,
     RecommendBody,
@@ -77,6 +78,26 @@ def _public(rec: Recommendation, estimate: Any = None, sets: Any = ()) -> Recomm
         across_hosts=[AcrossHostsPublic(hosts=c.hosts, parts=[_candidate(p) for p in c.parts],
                                         reasons=list(c.reasons)) for c in sets],
     )
+
+
+def _on_pool(settings: Any, name: str, memory: int, count: int, policy: str,
+             estimate: Any = None) -> RecommendationPublic:
+    """The recommendation on Slurm pool ``name``: the layout over its declared GPUs, and its nodes now."""
+    from gpufleet.pools import service as pools
+    from gpufleet.wire.pools import PoolNode
+
+    try:
+        f = pools.fit_on(settings, name, memory, count)
+    except pools.PoolError as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    d = f.gpus
+    nodes = None if d.node_states is None else [
+        PoolNode(name=n.name, state=n.state, gres=n.gres, gres_used=n.gres_used, cpus=n.cpus) for n in d.node_states]
+    return RecommendationPublic(
+        memory_bytes=memory, count=count, host=None, policy=policy, candidates=[],
+        estimate=estimate_public(estimate) if estimate is not None else None,
+        pool=PoolFitPublic(pool=d.name, nodes=f.nodes, gpus_per_node=f.gpus_per_node, gpu_model=d.gpu_model,
+                           gpu_memory=d.gpu_memory, reason=f.reason, partition_nodes=nodes))
 
 
 def get_estimate_pool(app: Any, settings: Any) -> Any:
@@ -197,6 +218,9 @@ async def recommend_gpus(
     ),
     across_hosts: bool = Query(default=False, description="When no single host fits, offer sets across hosts "
                                                           "(fewest hosts first)."),
+    pool: str | None = Query(default=None, min_length=1, max_length=63, pattern="^[a-z0-9][a-z0-9_-]*$",
+                             description="On this Slurm pool's declared GPUs instead of the team's hosts: the "
+                                         "answer's `pool` says the layout; not with `host` or `across_hosts`."),
 ) -> RecommendationPublic:
     """Ranked GPU sets on one host for ``count`` GPUs.
 
@@ -207,6 +231,8 @@ async def recommend_gpus(
     """
     if (memory_mb is None) == (recipe is None):
         raise HTTPException(422, "give memory_mb, or recipe (and optionally config as JSON), but not both")
+    if pool is not None and (host is not None or across_hosts):
+        raise HTTPException(422, "give host or across_hosts (the team's hosts) or pool (a Slurm pool), not both")
     await run_in_threadpool(_known_host, settings, host)
     estimate = None
     if recipe is not None:
@@ -226,6 +252,8 @@ async def recommend_gpus(
         raise HTTPException(422, "config needs recipe: name the recipe the config is for")
     else:
         memory = int(memory_mb or 0) * MiB
+    if pool is not None:
+        return await run_in_threadpool(_on_pool, settings, pool, memory, count, policy, estimate)
     req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
     rec, sets = await run_in_threadpool(_fleet, settings, estimate.key if estimate else None,
@@ -241,6 +269,9 @@ async def recommend_for_config(
     """Ranked GPU sets for a full training config: its estimate, then the sets that hold it."""
     await run_in_threadpool(_known_host, settings, body.host)
     estimate = await _estimate(request, settings, user, body.recipe, body.config, body.count)
+    if body.pool is not None:
+        return await run_in_threadpool(_on_pool, settings, body.pool, estimate.total, body.count, body.policy,
+                                       estimate)
     req = SelectionRequest(memory_bytes=estimate.total, count=body.count, host=body.host,
                            exclusive=body.exclusive, policy=body.policy, max_candidates=body.max_candidates)
     rec, sets = await run_in_threadpool(_fleet, settings, estimate.key, _across(req, body.across_hosts))
