@@ -165,6 +165,47 @@ def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_
     assert r.status_code in (404, 422) and b"the server's" not in r.content, (r.status_code, r.content)
 
 
+def test_a_pool_trainings_files_are_its_folder_on_the_pool_and_a_link_there_serves_nothing(
+        app_client, on_settings, people, tmp_path):
+    """A Slurm pool's training keeps its checkpoints and outputs under the pool's root, in folders its owner's
+    account owns: they are listed and served from there, and one swapped for a link serves nothing."""
+    from sqlalchemy import update
+
+    from gpufleet.db.pools import Pool
+    from gpufleet.db.session import write_session
+    from gpufleet.lifecycle.models import Training
+
+    t = _create(app_client, people.alice)
+    root = tmp_path / "pool-root"
+    with write_session(on_settings) as sess:
+        sess.add(Pool(name="cluster", partition="gpu", checkpoint_root=str(root), python="/usr/bin/python3"))
+        sess.execute(update(Training).where(Training.id == uuid.UUID(t["id"])).values(pool="cluster"))
+    home = root / t["id"]
+    (home / "checkpoints").mkdir(parents=True)
+    (home / "checkpoints" / "step-3.pt").write_bytes(b"ckpt")
+    (home / "output").mkdir()
+    (home / "output" / "samples.txt").write_text("hello")
+    (home / "slurm-1.out").write_text("the job's output is the log, not a file of the training's")
+    base = f"/api/v1/trainings/{t['id']}/files"
+    listed = app_client.get(base, headers=_as(people.alice)).json()["data"]
+    assert [(f["path"], f["size"]) for f in listed] == [("checkpoints/step-3.pt", 4), ("outputs/samples.txt", 5)]
+    assert app_client.get(f"{base}/checkpoints/step-3.pt", headers=_as(people.alice)).content == b"ckpt"
+    assert app_client.get(f"{base}/outputs/samples.txt", headers=_as(people.alice)).content == b"hello"
+    assert app_client.get(base, headers=_as(people.bob)).status_code == 403
+
+    # The member owns home/: swapping checkpoints/ for a link to another's folder shows and serves nothing of it.
+    other = tmp_path / "someone-elses"
+    other.mkdir()
+    (other / "step-3.pt").write_bytes(b"not yours")
+    (home / "checkpoints" / "step-3.pt").unlink()
+    (home / "checkpoints").rmdir()
+    (home / "checkpoints").symlink_to(other)
+    listed = app_client.get(base, headers=_as(people.alice)).json()["data"]
+    assert [f["path"] for f in listed] == ["outputs/samples.txt"]
+    r = app_client.get(f"{base}/checkpoints/step-3.pt", headers=_as(people.alice))
+    assert r.status_code in (404, 422) and b"not yours" not in r.content, (r.status_code, r.content)
+
+
 def test_by_default_a_trainings_logs_and_events_are_its_owners_and_the_admins(app_client, people):
     # Logs often hold what a script printed, secrets included: another member sees the training, not its contents.
     t = _create(app_client, people.alice)

@@ -149,6 +149,15 @@ def fit_on(settings: Settings, name: str, memory: int, count: int) -> PoolFit:
     return PoolFit(d, nodes, count // nodes, placement.reason)
 
 
+def training_home(sess: Session, t: Training) -> Path | None:
+    """A pool training's folder on the pool's shared file system (its checkpoints and outputs); None for a
+    training of the team's hosts, or one whose pool was removed."""
+    if not t.pool:
+        return None
+    pool = sess.scalar(select(Pool).where(Pool.name == t.pool))
+    return None if pool is None else Path(pool.checkpoint_root) / str(t.id)
+
+
 def get_root(settings: Settings, name: str) -> str:
     """Pool ``name``'s checkpoint root."""
     from gpufleet.db.session import session_scope

@@ -13,6 +13,7 @@ from gpufleet.wire.trainings import TrainingFilePublic, TrainingFilesPublic, Tra
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
+from gpufleet.pools import service as pools
 from gpufleet.trainings import files, resume, service
 from gpufleet.wire.training_requests import TrainingResume
 
@@ -60,9 +61,10 @@ def list_files(
     training_id: uuid.UUID, session: SessionDep, settings: SettingsDep, user: ViewerUser,
 ) -> TrainingFilesPublic:
     """The training's checkpoints (``checkpoints/…``) and outputs (``outputs/…``): its owner and admins."""
-    _ensure_owner_or_admin(user, load(session, training_id).owner)
+    t = load(session, training_id)
+    _ensure_owner_or_admin(user, t.owner)
     data = [TrainingFilePublic(path=f.path, size=f.size, modified=f.modified)
-            for f in files.list_files(settings, training_id)]
+            for f in files.list_files(settings, training_id, pools.training_home(session, t))]
     return TrainingFilesPublic(data=data, count=len(data))
 
 
@@ -78,9 +80,10 @@ def download_file(
     training_id: uuid.UUID, path: str, session: SessionDep, settings: SettingsDep, user: ViewerUser,
 ) -> FileResponse:
     """One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206)."""
-    _ensure_owner_or_admin(user, load(session, training_id).owner)
+    t = load(session, training_id)
+    _ensure_owner_or_admin(user, t.owner)
     try:
-        fh, st, name = files.open_file(settings, training_id, path)
+        fh, st, name = files.open_file(settings, training_id, path, pools.training_home(session, t))
     except files.FileRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     # Served from the file opened above (the name may lead elsewhere by now); it closes with the response.

@@ -185,6 +185,7 @@ export function RunGpuUtilization({ t }: { t: Training }) {
     const xs = [...new Set(cols.flatMap((c) => c[0] as number[]))].sort((a, b) => a - b);
     return [xs, ...cols.map((c) => xs.map((x) => c[1][(c[0] as number[]).indexOf(x)] ?? null))];
   }, [q.data, gpus]);
+  if (t.pool) return <p className="muted">Slurm pool {t.pool} reports no GPU utilization for its jobs.</p>;
   if (gpus.length === 0) return <p className="muted">No GPUs assigned yet.</p>;
   if (q.error && !q.data) return <p className="field-error">GPU history unavailable: {q.error.message}</p>;
   if (!q.data) return <p className="muted">Loading GPU history…</p>;

@@ -26,5 +26,6 @@ describe('gpuText', () => {
     const { gpuText } = await import('./TrainingsPage');
     expect(gpuText(training({ hosts }))).toBe('a: 0, 1 + b: 2, 3');
     expect(gpuText(training({ host_name: 'h', gpu_ids: [3] }))).toBe('h: 3');
+    expect(gpuText(training({ pool: 'cluster' }))).toBe('Slurm pool cluster');
   });
 });

@@ -40,6 +40,8 @@ export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'stat
 export function gpuText(t: Training): string {
   // A training across hosts: every host's GPUs, rank 0's host first.
   if (t.hosts?.length) return t.hosts.map((h) => `${h.host}: ${h.gpu_ids.join(', ')}`).join(' + ');
+  // A pool's scheduler chose its nodes and GPUs; its events name the nodes.
+  if (t.pool) return `Slurm pool ${t.pool}`;
   if (!t.gpu_ids?.length) return 'auto';
   return `${t.host_name ? `${t.host_name}: ` : ''}${t.gpu_ids.join(', ')}`;
 }
