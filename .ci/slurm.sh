@@ -45,6 +45,10 @@ write_conf() {
 ClusterName=gpufleet-sim
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$ctl_port
+# Job ids from the controller's (free, so per-cluster) port: two test clusters on one machine (one per test
+# shard) number their jobs apart, so the rendezvous port a job over several nodes derives from its id
+# (gpufleet.pools.node) is not one another cluster's job takes at the same time.
+FirstJobId=$ctl_port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
