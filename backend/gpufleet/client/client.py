@@ -141,6 +141,11 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
             base = SOCKET_BASE
         elif not base.startswith(("http://", "https://")):
             raise ValueError(f"the server must be an http:// or https:// URL, got {base!r}")
+        elif base.startswith("http://") and transport is None:
+            # Plain HTTP needs no TLS: without this httpx loads the system's CA bundle (about 25 ms of every CLI
+            # command) for a context it never uses. No redirect is followed (httpx's default, kept here), so
+            # nothing this client sends reaches an https:// address through this transport.
+            transport = httpx.HTTPTransport(verify=False)
         self.server = base if sock is None else f"{sock} (this machine's socket)"
         self.rate_limit_retries = rate_limit_retries
         self.max_retry_wait_s = max_retry_wait_s
