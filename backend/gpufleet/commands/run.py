@@ -99,6 +99,16 @@ def upload(c: Client, data: bytes) -> str:
     return res["hash"]
 
 
+def _check_where(pool: str | None, or_pool: str | None, gpu_ids: str | None, host: str | None) -> None:
+    """--pool and --or-pool leave the GPUs to the server and the pool's scheduler."""
+    if pool and (gpu_ids or host):
+        _fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
+              f"{'--gpu-ids' if gpu_ids else '--host'}")
+    if or_pool and (pool or gpu_ids or host):
+        _fail("--or-pool sends the script to that pool only when the team's hosts can never hold it: drop "
+              f"{'--pool' if pool else '--gpu-ids' if gpu_ids else '--host'}")
+
+
 def run(
     command: Annotated[list[str], typer.Argument(help="the command after --, e.g. python train.py --lr 3e-4")],
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024, help="how many GPUs (one rank each)")] = None,
@@ -139,12 +149,7 @@ def run(
 ) -> None:
     # Everything that can be checked is, before the code is packed and sent.
     memory_bytes = _memory(memory)
-    if pool and (gpu_ids or host):
-        _fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
-              f"{'--gpu-ids' if gpu_ids else '--host'}")
-    if or_pool and (pool or gpu_ids or host):
-        _fail("--or-pool sends the script to that pool only when the team's hosts can never hold it: drop "
-              f"{'--pool' if pool else '--gpu-ids' if gpu_ids else '--host'}")
+    _check_where(pool, or_pool, gpu_ids, host)
     placement = _placement(gpus, gpu_ids, host, memory)
     extra_env = _parse_env(env) if env else None
     c = connect(server)
@@ -160,10 +165,7 @@ def run(
         "kind": "script", "argv": list(command), "max_restarts": max_restarts,
     }
     body.update(placement)
-    if pool:
-        body["pool"] = pool
-    if or_pool:
-        body["or_pool"] = or_pool
+    body.update({k: v for k, v in (("pool", pool), ("or_pool", or_pool)) if v})
     if extra_env:
         body["env"] = extra_env
     if python:

@@ -102,18 +102,10 @@ def train(
         _fail(str(exc))
     gang = {k: v for k, v in (("hosts", hosts), ("gpus_per_host", gpus_per_host),
                               ("spread", "auto" if spread else None)) if v is not None}
-    if gang and (local or gpu_ids or host):
-        _fail("--hosts, --gpus-per-host and --spread place a training across a server's hosts; "
-              "drop --local, --gpu-ids and --host")
     if local and (host or name or priority or preemptible is not None or max_runtime is not None or from_training):
         _fail("--host, --name, --priority, --preemptible, --max-runtime and --from are for a training on a server; "
               "--local runs here")
-    if pool and (local or gpu_ids or host or gang):
-        _fail("--pool runs the training where the pool's scheduler puts it: give --world-size (GPUs), and drop "
-              "--local, --gpu-ids, --host, --hosts, --gpus-per-host and --spread")
-    if or_pool and (pool or local or gpu_ids or host):
-        _fail("--or-pool sends the training to that pool only when the team's hosts can never hold it: drop "
-              "--pool, --local, --gpu-ids and --host")
+    _check_where(local, gpu_ids, host, gang, pool, or_pool)
     if not local:
         submit_to_server(recipe, values, device_list, gang, host=host, name=name, priority=priority, follow=follow,
                          preemptible=preemptible, max_runtime=max_runtime, from_training=from_training, pool=pool,
@@ -124,6 +116,20 @@ def train(
     code = run_local(recipe, values, device_list, checkpoint_dir=checkpoint_dir, data_root=data_root,
                      resume=resume, max_steps=resolved.max_steps)
     raise typer.Exit(code=code)
+
+
+def _check_where(local: bool, gpu_ids: str | None, host: str | None, gang: dict[str, Any], pool: str | None,
+                 or_pool: str | None) -> None:
+    """Where the training goes: the options that choose it exclude each other."""
+    if gang and (local or gpu_ids or host):
+        _fail("--hosts, --gpus-per-host and --spread place a training across a server's hosts; "
+              "drop --local, --gpu-ids and --host")
+    if pool and (local or gpu_ids or host or gang):
+        _fail("--pool runs the training where the pool's scheduler puts it: give --world-size (GPUs), and drop "
+              "--local, --gpu-ids, --host, --hosts, --gpus-per-host and --spread")
+    if or_pool and (pool or local or gpu_ids or host):
+        _fail("--or-pool sends the training to that pool only when the team's hosts can never hold it: drop "
+              "--pool, --local, --gpu-ids and --host")
 
 
 def _fleet_devices(text: str) -> list[str]:

@@ -286,6 +286,17 @@ def _write_peaks(progress: ProgressWriter, spec: ScriptSpec, ranks: Ranks) -> No
         progress.write("alive")  # the heartbeat alone
 
 
+def _write_start(progress: ProgressWriter, spec: ScriptSpec, port: int) -> None:
+    """The attempt's ``start`` line: its world, this launcher's GPUs, and (over several nodes) its share."""
+    across = {"nnodes": spec.nnodes, "node_rank": spec.node_rank, "first_rank": spec.first_rank,
+              "master_addr": spec.master_addr} if spec.nnodes > 1 else {}
+    progress.write("start", world_size=spec.world_size, **across,
+                   devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
+                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.ranks_on_cpu,
+                   kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
+                   note="simulated GPUs: the ranks run on CPU" if spec.ranks_on_cpu else None)
+
+
 def run(spec: ScriptSpec) -> int:
     progress = ProgressWriter(spec.progress_file)
     stop = {"requested": False}
@@ -301,12 +312,7 @@ def run(spec: ScriptSpec) -> int:
         progress.write("end", status="interrupted" if code == ec.INTERRUPTED else "failed", exit_code=code)
         return code
     port = spec.master_port or free_port()
-    across = {"nnodes": spec.nnodes, "node_rank": spec.node_rank, "first_rank": spec.first_rank,
-              "master_addr": spec.master_addr} if spec.nnodes > 1 else {}
-    progress.write("start", world_size=spec.world_size, **across, devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
-                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.ranks_on_cpu,
-                   kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
-                   note="simulated GPUs: the ranks run on CPU" if spec.ranks_on_cpu else None)
+    _write_start(progress, spec, port)
     ranks = Ranks(spec, sys.stdout.buffer)
     try:
         ranks.start(port)

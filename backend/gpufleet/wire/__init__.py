@@ -26,7 +26,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "gpufleet.wire.metrics": ("HistoryPoint", "HistoryPublic", "HistorySeries", "LivePublic",),
     "gpufleet.wire.pools": ("PoolCreate", "PoolNode", "PoolPublic", "PoolsPublic",),
     "gpufleet.wire.recipes": ("RecipeFieldPublic", "RecipePublic", "RecipesPublic",),
-    "gpufleet.wire.selection": ("AcrossHostsPublic", "CandidatePublic", "EstimatePublic", "FitBody", "FitOptionPublic", "FitPublic", "ProblemPublic", "RecommendBody", "RecommendationPublic", "ValidateBody", "ValidatePart", "ValidationPublic",),
+    "gpufleet.wire.selection": ("AcrossHostsPublic", "CandidatePublic", "EstimatePublic", "FitBody", "FitOptionPublic", "FitPublic", "PoolFitPublic", "ProblemPublic", "RecommendBody", "RecommendationPublic", "ValidateBody", "ValidatePart", "ValidationPublic",),
     "gpufleet.wire.sharing": ("GroupCreate", "GroupPublic", "GroupQuota", "GroupQuotaPublic", "GroupsPublic", "UsagePublic", "UsageRowPublic", "UserQuota", "UserQuotaPublic", "UserQuotasPublic",),
     "gpufleet.wire.sweeps": ("SweepCurve", "SweepCurvesPublic", "SweepDetail", "SweepPublic", "SweepTrialPublic", "SweepsPublic",),
     "gpufleet.wire.system": ("DrainPublic", "DrainRequest", "GPUAvailabilityPublic", "GPULive", "GPUProcessPublic", "GPUPublic", "GPUsPublic", "Health", "HealthClearedPublic", "HostPublic", "HostTopology", "HostsPublic", "LinkPublic", "TopologyPublic",),

@@ -58,8 +58,9 @@ def create_training(
         # The request's own session (the auth and rate-limit checks read
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
-            # A pool's scheduler, the team's, or the pool when the team's hosts can never hold it (or_pool).
-            [out] = publics([pools.create_placed(sess, settings, body, user.name, admin=user.is_admin)])
+            # The team's scheduler; or a pool's, asked for, or when the team's hosts can never hold it (or_pool).
+            made = pools.create_placed if body.pool or body.or_pool else service.create
+            [out] = publics([made(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
         raise http_error(exc) from None
     except pools.PoolError as exc:

@@ -11,6 +11,9 @@ import { CreateTrainingPage } from './CreateTrainingPage';
 
 vi.mock('../fleet/useFleet', () => ({ useFleet: vi.fn() }));
 const GiB = 1024 ** 3;
+/** A Slurm pool of 2-GPU nodes, as GET /pools lists it. */
+const CLUSTER = { name: 'cluster', kind: 'slurm', partition: 'gpu', gpus_per_node: 2, gpu_model: 'H100-80GB', gpu_memory: 80 * GiB,
+                  checkpoint_root: '/shared', python: '/usr/bin/python3', created_at: '2026-11-29T00:00:00Z', nodes: [] } as unknown as Pool;
 
 function setup(opts: { extraRecipes?: Recipe[]; recipesError?: ApiError; pools?: Pool[] } = {}) {
   const gpus = [
@@ -119,9 +122,7 @@ describe('CreateTrainingPage', () => {
   });
 
   it('sends a training to a Slurm pool with only how many GPUs, and fits it to the pool', async () => {
-    const cluster = { name: 'cluster', kind: 'slurm', partition: 'gpu', gpus_per_node: 2, gpu_model: 'H100-80GB', gpu_memory: 80 * GiB,
-                      checkpoint_root: '/shared', python: '/usr/bin/python3', created_at: '2026-11-29T00:00:00Z', nodes: [] } as unknown as Pool;
-    const { create } = setup({ pools: [cluster] });
+    const { create } = setup({ pools: [CLUSTER] });
     create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
     const fit = vi.spyOn(endpoints, 'fit').mockResolvedValue({
       recipe: 'sae', global_batch_size: 256, why: "4 GPU(s) of pool cluster hold it; Slurm decides when it starts", options: [], never: [],
@@ -143,9 +144,7 @@ describe('CreateTrainingPage', () => {
   });
 
   it('lets a training the team\'s hosts can never hold go to the pool the member allows (or_pool)', async () => {
-    const cluster = { name: 'cluster', kind: 'slurm', partition: 'gpu', gpus_per_node: 2, gpu_model: 'H100-80GB', gpu_memory: 80 * GiB,
-                      checkpoint_root: '/shared', python: '/usr/bin/python3', created_at: '2026-11-29T00:00:00Z', nodes: [] } as unknown as Pool;
-    const { create, recommend } = setup({ pools: [cluster] });
+    const { create, recommend } = setup({ pools: [CLUSTER] });
     create.mockResolvedValue(training({ id: 'new-id', status: 'queued' }));
     recommend.mockRejectedValue(new ApiError(422, 'needs 120.0 GiB per GPU; the largest GPU in the fleet has 80.0 GiB'));
     await waitFor(() => expect(screen.getByTestId('refused')).toHaveTextContent('the largest GPU in the fleet has 80.0 GiB'));
