@@ -130,10 +130,13 @@ def test_cancel_mid_run_stops_every_rank_within_5s(fleet_settings, client_for, w
     assert body["status"] == "cancelled"
     assert not _active_allocations(fleet_settings, uuid.UUID(tid))
     assert [p for p in simstate.read_state(fleet_settings).gpufleet if p.pid == pgid] == []  # and it ended
-    # Idempotent.
+    # Idempotent: a second cancel answers the same and writes nothing. (The first wrote one "cancel" event, or
+    # two where a starved worker's lease ran out first and recovery ended it: "cancelled; the worker ... stopped
+    # renewing its lease".)
+    cancels = [e["kind"] for e in get_events(c, tid)].count("cancel")
     r = c.post(f"/api/v1/trainings/{tid}/cancel")
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
-    assert [e["kind"] for e in get_events(c, tid)].count("cancel") == 1
+    assert 1 <= cancels == [e["kind"] for e in get_events(c, tid)].count("cancel")
     # A queued training (one of the host's two GPUs is drained) leaves the queue at once.
     from gpufleet.db.session import write_session
     from gpufleet.scheduling.drain import set_drained
