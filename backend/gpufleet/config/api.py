@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from gpufleet.config.networks import ip_networks
+
 DEFAULT_SECRET = "change-me"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -52,12 +54,7 @@ class ApiSettings(BaseModel):
     @field_validator("trusted_proxies")
     @classmethod
     def _check_proxies(cls, v: list[str]) -> list[str]:
-        for item in v:
-            try:
-                ipaddress.ip_network(item.strip(), strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP address or network (e.g. 172.28.0.1 or 10.0.0.0/8)") from None
-        return [item.strip() for item in v]
+        return ip_networks(v, "an IP address or network (e.g. 172.28.0.1 or 10.0.0.0/8)")
 
     @field_validator("allowed_hosts")
     @classmethod

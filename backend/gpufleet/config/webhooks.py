@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 from pydantic import BaseModel, Field, field_validator
+
+from gpufleet.config.networks import ip_networks
 
 
 class WebhookSettings(BaseModel):
@@ -21,9 +21,4 @@ class WebhookSettings(BaseModel):
     @field_validator("webhook_allowed_networks")
     @classmethod
     def _check_networks(cls, v: list[str]) -> list[str]:
-        for item in v:
-            try:
-                ipaddress.ip_network(item.strip(), strict=False)
-            except ValueError:
-                raise ValueError(f"{item!r} is not an IP network (e.g. 10.1.2.0/24 or fd12::/64)") from None
-        return [item.strip() for item in v]
+        return ip_networks(v, "an IP network (e.g. 10.1.2.0/24 or fd12::/64)")
