@@ -13,11 +13,12 @@ one server.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,31 @@ def pg_migrated_url(pg_url: str) -> str:
     return pg_url
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedded database upgraded to head once for the session; each test gets a copy.
+
+    Running the migrations for each of the ~200 SQLite-side tests cost about a quarter of a
+    second each (more on a loaded machine); the migrations themselves are tested in
+    tests/db/, from an empty file and step by step.
+    """
+    from gpufleet.db.session import upgrade_database
+
+    data = tmp_path_factory.mktemp("sqlite-template") / "gpufleet-data"
+    upgrade_database(load_settings(data_dir=data))
+    return data / "gpufleet.db"
+
+
+def copy_sqlite(template: Path, data_dir: Path) -> None:
+    """The template's pages into ``data_dir``'s embedded database, private as the product makes it."""
+    data_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+    target = data_dir / "gpufleet.db"
+    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    # SQLite's backup copies a consistent database whatever its write-ahead log holds.
+    with closing(sqlite3.connect(template)) as src, closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """Settings on a migrated database: the embedded SQLite file, then PostgreSQL.
@@ -150,11 +176,9 @@ def db_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     The PostgreSQL database is shared by the session; tests that use it must
     not assume an empty table (use unique names and ids).
     """
-    from gpufleet.db.session import upgrade_database
-
     if request.param == "sqlite":
         s = load_settings(data_dir=tmp_path / "gpufleet-data")
-        upgrade_database(s)
+        copy_sqlite(request.getfixturevalue("sqlite_template"), s.data_dir)
         return s
     url = request.getfixturevalue("pg_migrated_url")
     return load_settings(data_dir=tmp_path / "gpufleet-data", database_url=url)
