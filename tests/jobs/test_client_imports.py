@@ -90,3 +90,41 @@ def test_a_command_that_talks_to_a_server_loads_nothing_of_the_server(tmp_path) 
                          capture_output=True, text=True, timeout=300, env=env)
     assert "cannot reach the server at http://127.0.0.1:9" in out.stderr, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+CLI_LS_SERVED = """
+import sys
+from gpufleet.cli import main
+
+try:
+    main()
+except SystemExit:
+    pass
+print(sorted(m for m in ("pydantic.main", "gpufleet.wire.trainings", "sqlalchemy", "torch") if m in sys.modules))
+"""
+
+
+def test_trainings_ls_prints_the_servers_page_without_building_its_shapes(tmp_path) -> None:
+    # bench/cli_start.py times it: the typed page (13 shapes, and pydantic's model machinery) cost the
+    # command more than its request, and a listing needs only the fields' text.
+    import httpx
+
+    from support.servers import serve_env, serve_process
+
+    data = tmp_path / "data"
+    with serve_process(data, GPUFLEET_EMBEDDED_WORKER="false") as srv:
+        items = [{"name": f"listed-{i}", "recipe": "mlp", "memory_mb": 1024} for i in range(3)]
+        r = httpx.post(f"{srv.url}/api/v1/trainings/batch", json={"items": items}, timeout=120)
+        assert r.status_code == 201, r.text
+        out = subprocess.run([sys.executable, "-c", CLI_LS_SERVED, "trainings", "ls", "--server", srv.url,
+                              "--status", "queued", "--status", "scheduled"],
+                             capture_output=True, text=True, timeout=300, env=serve_env(data))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].split("\t") == ["ID", "NAME", "OWNER", "STATUS", "HOST", "GPUS", "STEP", "REASON"], lines
+    listed = [line.split("\t") for line in lines[1:-1]]
+    # No worker here: the scheduler has placed them on the two simulated GPUs, or one still waits.
+    assert sorted(row[1] for row in listed) == ["listed-0", "listed-1", "listed-2"], (lines, out.stderr)
+    assert all(row[2] == "local" and row[3] in ("queued", "scheduled") and row[6].startswith("0/")
+               for row in listed), listed
+    assert lines[-1] == "[]", lines

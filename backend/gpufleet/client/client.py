@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
 
 from gpufleet import wire
 from gpufleet.client.credentials import TOKEN_ENV, client_headers
@@ -34,6 +33,8 @@ from gpufleet.client.localsocket import transport as socket_transport
 from gpufleet.datadir import socket_candidates
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gpufleet.wire.trainings import (
         TrainingBatchCreate,
         TrainingBatchPublic,
@@ -71,7 +72,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8000"
 SOCKET_BASE = "http://localhost"
 API = "/api/v1"
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")  # pydantic: loaded by the calls that build shapes (client/sharing.py)
 SHOWN_MATCHES = 10  # how many matches an ambiguous reference lists
 
 
@@ -205,7 +206,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         return model.model_validate(self._send("GET", path, params=clean).json())
 
     def _post(self, model: type[M], path: str, body: BaseModel | dict[str, Any] | None = None) -> M:
-        payload = body.model_dump(mode="json", exclude_unset=True) if isinstance(body, BaseModel) else body
+        payload = body.model_dump(mode="json", exclude_unset=True) if hasattr(body, "model_dump") else body
         kw = {"json": payload} if payload is not None else {}
         return model.model_validate(self._send("POST", path, **kw).json())
 

@@ -9,11 +9,12 @@ first answer instead of creating a second training, session or sweep
 from __future__ import annotations
 
 import uuid
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 
 class CreateCalls:
@@ -29,5 +30,5 @@ class CreateCalls:
         return r.json()
 
     def _create(self, model: type[M], path: str, body: BaseModel | dict[str, Any]) -> M:
-        payload = body.model_dump(mode="json", exclude_unset=True) if isinstance(body, BaseModel) else body
+        payload = body if isinstance(body, dict) else body.model_dump(mode="json", exclude_unset=True)
         return model.model_validate(self.create(path, payload))

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote
 
-from pydantic import BaseModel, ValidationError
-
 from gpufleet import wire
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from gpufleet.wire.code import CodePublic, CodeUploadPublic
     from gpufleet.wire.sharing import (
         GroupPublic,
@@ -23,11 +23,15 @@ if TYPE_CHECKING:
 from gpufleet.client.errors import InvalidRequest, NotFound
 
 API = "/api/v1"
-B = TypeVar("B", bound=BaseModel)
+# pydantic is imported by the calls that build a shape, never by the import of the client: a command
+# that prints the JSON it gets (`gpufleet trainings ls`) starts without it.
+B = TypeVar("B", bound="BaseModel")
 
 
 def checked(model: type[B], what: str, **fields: Any) -> B:
     """``model(**fields)``, or :class:`InvalidRequest` naming each wrong field (before anything is sent)."""
+    from pydantic import ValidationError
+
     try:
         return model(**fields)
     except ValidationError as exc:

@@ -91,13 +91,16 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     # shortening alone could not make the table fit.
     droppable = sorted((i for i, c in enumerate(columns) if c.drop > 0), key=lambda i: (-columns[i].drop, -i))
     hidden: list[str] = []
-    while _natural(console, table) > width and droppable and narrowest(keep) > width:
+    # Measuring a table renders every cell (most of a listing's time), so each table is measured once.
+    natural = _natural(console, table)
+    while natural > width and droppable and narrowest(keep) > width:
         i = droppable.pop(0)
         keep.remove(i)
         hidden.append(columns[i].header)
         table = _build(columns, rows, keep, limits, title)
+        natural = _natural(console, table)
     # Then shorten the widest shortenable column, a character at a time.
-    excess = _natural(console, table) - width
+    excess = natural - width
     if excess > 0:
         left = {i: w for i, w in widths.items() if i in keep}
         while excess > 0 and left:
@@ -109,7 +112,8 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
             limits[i] = left[i]
             excess -= 1
         table = _build(columns, rows, keep, limits, title)
-    return Fitted(table, hidden, _natural(console, table))
+        natural = _natural(console, table)
+    return Fitted(table, hidden, natural)
 
 
 def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:

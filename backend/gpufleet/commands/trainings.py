@@ -86,7 +86,12 @@ def ls(
     wide: WideOpt = False,
 ) -> None:
     """List trainings, newest first."""
-    page = _dump(connect(server).list_trainings(status=status or None, owner=owner or None, limit=limit))
+    # The page as the server sent it: building the typed shapes (13 models) would cost this command
+    # more than its request does, and a table needs only the fields' text.
+    from gpufleet.client.client import API
+
+    params = {"status": status or None, "owner": owner or None, "limit": limit}
+    page = connect(server).request("GET", f"{API}/trainings", params={k: v for k, v in params.items() if v})
     rows = [
         [t["id"], t["name"], t["owner"], t["status"], _host(t), _gpus(t),
          f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
