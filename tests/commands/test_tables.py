@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import random
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.text import Text
 
 from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, print_table
 
@@ -46,6 +49,26 @@ def test_wide_keeps_every_column_whole():
 def test_fit_reports_hidden_columns_least_important_first():
     fitted = fit_table(COLUMNS, [ROW], 70)
     assert fitted.hidden[0] == "EXTRA" and fitted.width <= 70
+
+
+def _rich_width(table) -> int:
+    console = Console(width=10_000)
+    return Measurement.get(console, console.options.update(max_width=10_000), table).maximum
+
+
+def test_the_counted_width_is_the_width_rich_measures():
+    # fit_table counts widths instead of asking rich to measure (which renders every cell); a rich that
+    # laid tables out otherwise would fail here, not fold a person's terminal.
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(1, 8)
+        columns = tuple(Column("H" * rng.randint(1, 8), drop=rng.choice([0, 1, 2]), shorten=rng.random() < 0.5,
+                               min_width=rng.randint(1, 10)) for _ in range(n))
+        rows = [[rng.choice([str, Text])("é" * rng.randint(0, 3) + "x" * rng.randint(0, 30) + "界" * rng.randint(0, 2))
+                 for _ in range(n)] for _ in range(rng.randint(0, 5))]
+        for width in (rng.randint(10, 120), 10_000):
+            fitted = fit_table(columns, rows, width, wide=width == 10_000, title=rng.choice([None, "host"]))
+            assert fitted.width == _rich_width(fitted.table), (columns, rows, width)
 
 
 def test_sizes_are_binary_and_losses_have_four_significant_digits():

@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 import typer
 from rich import box
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -61,59 +60,56 @@ def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
     return table
 
 
-def _natural(console: Console, table: Table) -> int:
-    options = console.options.update(max_width=10_000)
-    return Measurement.get(console, options, table).maximum
+def natural_width(cells: dict[int, int], keep: Sequence[int], limits: dict[int, int]) -> int:
+    """The width rich gives the table ``_build`` makes of the columns ``keep`` (``cells``: each column's
+    widest cell, header included): each column at that width cut to its limit, one space of padding
+    on either side of a column but the table's first and last, a divider between columns and an edge
+    on either side. Counting it costs nothing, where rich measures by rendering every cell: most of a
+    listing's time. tests/commands/test_tables.py holds it to rich's own measure."""
+    return sum(min(cells[i], limits.get(i, cells[i])) for i in keep) + 3 * len(keep) - 1 if keep else 1
 
 
 def _cell_width(cell: Cell) -> int:
-    return Text(cell).cell_len if isinstance(cell, str) else cell.cell_len
+    from rich.cells import cell_len
+
+    text = cell if isinstance(cell, str) else cell.plain
+    return max((cell_len(line) for line in text.split("\n")), default=0)
 
 
 def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int, *,
-              wide: bool = False, title: str | None = None, console: Console | None = None) -> Fitted:
+              wide: bool = False, title: str | None = None) -> Fitted:
     """The table for ``width`` columns: drop by priority, then shorten; ``wide`` keeps all."""
-    console = console or Console(width=10_000)
     keep = list(range(len(columns)))
     limits: dict[int, int] = {}
-    table = _build(columns, rows, keep, limits, title)
+    cells = {i: max([_cell_width(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)}
     if wide:
-        return Fitted(table, [], _natural(console, table))
-    widths = {i: max([_cell_width(columns[i].header)] + [_cell_width(r[i]) for r in rows])
-              for i, c in enumerate(columns) if c.shorten}
+        return Fitted(_build(columns, rows, keep, limits, title), [], natural_width(cells, keep, limits))
+    widths = {i: w for i, w in cells.items() if columns[i].shorten}
 
     def narrowest(keep: list[int]) -> int:
         # The width with every shortenable column cut to its minimum.
-        floor = {i: min(w, columns[i].min_width) for i, w in widths.items()}
-        return _natural(console, _build(columns, rows, keep, floor, title))
+        return natural_width(cells, keep, {i: min(w, columns[i].min_width) for i, w in widths.items()})
 
     # Drop the least important columns (the last of equals first) only while
     # shortening alone could not make the table fit.
     droppable = sorted((i for i, c in enumerate(columns) if c.drop > 0), key=lambda i: (-columns[i].drop, -i))
     hidden: list[str] = []
-    # Measuring a table renders every cell (most of a listing's time), so each table is measured once.
-    natural = _natural(console, table)
-    while natural > width and droppable and narrowest(keep) > width:
+    while natural_width(cells, keep, limits) > width and droppable and narrowest(keep) > width:
         i = droppable.pop(0)
         keep.remove(i)
         hidden.append(columns[i].header)
-        table = _build(columns, rows, keep, limits, title)
-        natural = _natural(console, table)
     # Then shorten the widest shortenable column, a character at a time.
-    excess = natural - width
-    if excess > 0:
-        left = {i: w for i, w in widths.items() if i in keep}
-        while excess > 0 and left:
-            i = max(left, key=lambda k: left[k])
-            if left[i] <= columns[i].min_width:
-                del left[i]
-                continue
-            left[i] -= 1
-            limits[i] = left[i]
-            excess -= 1
-        table = _build(columns, rows, keep, limits, title)
-        natural = _natural(console, table)
-    return Fitted(table, hidden, natural)
+    excess = natural_width(cells, keep, limits) - width
+    left = {i: w for i, w in widths.items() if i in keep}
+    while excess > 0 and left:
+        i = max(left, key=lambda k: left[k])
+        if left[i] <= columns[i].min_width:
+            del left[i]
+            continue
+        left[i] -= 1
+        limits[i] = left[i]
+        excess -= 1
+    return Fitted(_build(columns, rows, keep, limits, title), hidden, natural_width(cells, keep, limits))
 
 
 def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
