@@ -16,7 +16,11 @@ The direct baseline writes the same LaunchSpec and runs
 ``python -m gpufleet.engine.launch`` itself, timing until the first ``step``
 line appears in the progress file: what a cold start costs without gpufleet.
 
-    python bench/launch_latency.py [--rounds 5] [--recipe mlp]
+    python bench/launch_latency.py [--rounds 5] [--recipe mlp] [--ranks 1]
+
+``--ranks N``: trainings of N ranks (N simulated GPUs; the ranks run on the
+CPU with gloo). A cold launcher spawns them, each importing torch; a warm one
+forks them from its rank server, which has.
 
 Rounds alternate between the three paths; medians are printed, and the ratio
 warm / cold (goal: at most 0.5).
@@ -53,12 +57,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def direct(recipe: str, workdir: Path, data_root: Path) -> float:
+def direct(recipe: str, workdir: Path, data_root: Path, ranks: int) -> float:
     """Seconds from starting the launcher to its first step line."""
     progress = workdir / "direct.jsonl"
     progress.unlink(missing_ok=True)
     shutil.rmtree(workdir / "direct-ckpt", ignore_errors=True)
-    spec = {"recipe": recipe, "config": CONFIG, "devices": ["cuda:0"], "ranks_on_cpu": True,
+    spec = {"recipe": recipe, "config": CONFIG, "devices": [f"cuda:{i}" for i in range(ranks)], "ranks_on_cpu": True,
             "checkpoint_dir": str(workdir / "direct-ckpt"), "progress_file": str(progress),
             "data_root": str(data_root), "resume": False}
     (workdir / "direct.json").write_text(json.dumps(spec))
@@ -76,7 +80,7 @@ def direct(recipe: str, workdir: Path, data_root: Path) -> float:
         proc.wait()
 
 
-def via_server(http: httpx.Client, recipe: str, data_dir: Path) -> tuple[float, float]:
+def via_server(http: httpx.Client, recipe: str, data_dir: Path, ranks: int) -> tuple[float, float]:
     """Seconds from POST to the first metrics row the API returns, and gpufleet's own share of them.
 
     The share is measured on both sides of the launcher, so the launcher's own
@@ -85,7 +89,8 @@ def via_server(http: httpx.Client, recipe: str, data_dir: Path) -> tuple[float, 
     visible through the API.
     """
     wall0, t0 = time.time(), time.perf_counter()
-    r = http.post("/api/v1/trainings", json={"name": "latency", "recipe": recipe, "config": CONFIG, "gpu_ids": [0]})
+    r = http.post("/api/v1/trainings", json={"name": "latency", "recipe": recipe, "config": CONFIG,
+                                             "gpu_ids": list(range(ranks))})
     r.raise_for_status()
     tid = r.json()["id"]
     while True:
@@ -112,7 +117,7 @@ def via_server(http: httpx.Client, recipe: str, data_dir: Path) -> tuple[float, 
 class Stack:
     """One embedded server (API, scheduler loop, worker) on a data dir of its own."""
 
-    def __init__(self, workdir: Path, name: str, pool: int) -> None:
+    def __init__(self, workdir: Path, name: str, pool: int, ranks: int) -> None:
         import uvicorn
         from fastapi import FastAPI
 
@@ -121,7 +126,8 @@ class Stack:
         from gpufleet.jobs.scheduler_loop import start as start_scheduler
         from gpufleet.jobs.worker import ensure_host
 
-        self.settings = load_settings(data_dir=workdir / name, simulate="1xH100-80GB", host_name=f"bench-{name}",
+        self.ranks = ranks
+        self.settings = load_settings(data_dir=workdir / name, simulate=f"{ranks}xH100-80GB", host_name=f"bench-{name}",
                                       auth="off", warm_pool_size=pool)
         upgrade_database(self.settings)
         ensure_host(self.settings)
@@ -147,7 +153,7 @@ class Stack:
             while (log.read_text(errors="replace").count("is ready") if log.exists() else 0) <= self.taken:
                 time.sleep(POLL_S)
             self.taken += 1
-        return via_server(self.http, recipe, self.settings.data_dir)
+        return via_server(self.http, recipe, self.settings.data_dir, self.ranks)
 
     def close(self) -> None:
         self.stop.set()
@@ -161,29 +167,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--recipe", default="mlp")
+    ap.add_argument("--ranks", type=int, default=1, help="ranks (simulated GPUs) per training")
     args = ap.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-latency-"))
     stacks: list[Stack] = []
     try:
-        cold = Stack(workdir, "cold", pool=0)
+        cold = Stack(workdir, "cold", pool=0, ranks=args.ranks)
         stacks.append(cold)
-        warm = Stack(workdir, "warm", pool=1)
+        warm = Stack(workdir, "warm", pool=1, ranks=args.ranks)
         stacks.append(warm)
         data_root = cold.settings.data_root
         # Warm-up: each worker's first task, the page cache.
         cold.run(args.recipe)
         warm.run(args.recipe)
-        direct(args.recipe, workdir, data_root)
+        direct(args.recipe, workdir, data_root, args.ranks)
         base: list[float] = []
         colds: list[float] = []
         warms: list[float] = []
         for i in range(args.rounds):
-            base.append(direct(args.recipe, workdir, data_root))
+            base.append(direct(args.recipe, workdir, data_root, args.ranks))
             colds.append(cold.run(args.recipe)[0])
             warms.append(warm.run(args.recipe)[0])
             print(f"round {i + 1}: direct {base[-1]:.3f}s  cold {colds[-1]:.3f}s  warm {warms[-1]:.3f}s", flush=True)
         b, c, w = statistics.median(base), statistics.median(colds), statistics.median(warms)
+        print(f"{args.ranks} rank(s) per training")
         print(f"launcher directly (baseline):  {b:.3f}s to the first step (median of {args.rounds})")
         print(f"POST /trainings, pool off:      {c:.3f}s to the first step (median of {args.rounds})")
         print(f"POST /trainings, warm launcher: {w:.3f}s to the first step (median of {args.rounds})")

@@ -39,7 +39,7 @@ SMOKE: dict[str, list[str]] = {
 SLOW: dict[str, tuple[list[str], int]] = {
     "estimate_burst.py": (["--seconds", "1", "--requests", "2", "--budget", "1"], 49),
     "hetero_batches.py": (["--steps", "10", "--global-batch", "64", "--width", "16", "--rounds", "1"], 57),
-    "launch_latency.py": (["--rounds", "1"], 56),
+    "launch_latency.py": (["--rounds", "1", "--ranks", "2"], 56),
     "multi_host.py": (["--steps", "20", "--warmup", "0", "--rounds", "1"], 78),
     "script_launch.py": (["--rounds", "1"], 58),
     "sweep.py": (["--lrs", "2", "--widths", "1", "--steps", "4", "--min-steps", "2", "--gpus", "2"], 90),

@@ -69,6 +69,49 @@ def test_pool_refills_and_replaces_a_dead_member(tmp_path: Path) -> None:
     assert all(not _alive(p) for p in (first, second))
 
 
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_warm_launchers_ranks_fork_from_its_rank_server_and_take_the_trainings_environment(
+        tmp_path: Path) -> None:
+    import json
+
+    from gpufleet.engine.progress import read_progress
+
+    pool = warmpool.WarmPool(1, _env())
+    try:
+        wait_for(lambda: pool.ready_count() == 1, 300, "a ready member")
+        [pid] = pool.pids()
+        # Ready means its rank server has imported torch and answered a fork: it is the launcher's child.
+        [server] = [p for p in _tree(pid) if p != pid and b"forkserver" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert _ppid(server) == pid
+        run = tmp_path / "run"
+        run.mkdir()
+        spec = {"recipe": "mlp", "config": dict(MLP, max_steps=6), "devices": ["cuda:0", "cuda:1"],
+                "ranks_on_cpu": True, "checkpoint_dir": str(tmp_path / "ckpt"),
+                "progress_file": str(run / "progress-1.jsonl"), "resume": False}
+        (run / "spec-1.json").write_text(json.dumps(spec))
+        # Only the training's environment asks rank 1 to fail at step 3: the rank server started without it,
+        # so a rank that kept the server's environment would train to the end.
+        env = dict(_env(), GPUFLEET_TRAINING_ID="t", GPUFLEET_TRAIN_FAULT="1:3")
+        assert "GPUFLEET_TRAIN_FAULT" not in pool.env
+        proc, lifeline = pool.take(env, str(run / "spec-1.json"))
+        assert proc.pid == pid
+        out = proc.stdout.read().decode()
+        code = proc.wait(300)
+        os.close(lifeline)
+    finally:
+        pool.close()
+    lines = read_progress(run / "progress-1.jsonl")
+    [ranks] = [x for x in lines if x["type"] == "ranks"]
+    assert ranks["start"] == "forkserver", ranks
+    errors = [x for x in lines if x["type"] == "error"]
+    assert code != 0 and errors and "injected failure on rank 1" in errors[-1]["message"], (code, errors, out)
+    assert max((x["step"] for x in lines if x["type"] == "step"), default=0) < 6
+    assert not _alive(pid) and not _alive(server)
+
+
 def _fd_targets(pid: int) -> list[str]:
     out = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -154,7 +197,9 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             assert warmpool.for_launch(warmpool.MODULE, env, iso) is pool
             assert not pool.serves(warmpool.MODULE, env, Isolation(account=account, home=home))  # not sandboxed
             iso.prepare()
-            spec = {"recipe": "mlp", "config": MLP, "devices": ["cuda:0"], "ranks_on_cpu": True,
+            # Two ranks: forked from the launcher's rank server, in the same sandbox, as the member; they reach
+            # the training's directories through the launcher's descriptors as the launcher does.
+            spec = {"recipe": "mlp", "config": MLP, "devices": ["cuda:0", "cuda:1"], "ranks_on_cpu": True,
                     "checkpoint_dir": str(ckpt), "progress_file": str(run / "progress-1.jsonl"), "resume": False}
             (run / "spec-1.json").write_text(json.dumps(spec))
             proc, lifeline = pool.take(iso.env(env), str(run / "spec-1.json"), iso.write)
@@ -164,6 +209,7 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             os.close(lifeline)
             progress = run / "progress-1.jsonl"
             assert '"type": "step"' in progress.read_text() and progress.stat().st_uid == entry.pw_uid
+            assert '"start": "forkserver"' in progress.read_text()
         finally:
             warmpool.stop()
         assert not _alive(pid)

@@ -9,6 +9,11 @@ to ``spec.progress_file`` and exits with a code from ``exitcodes``.
 - SIGTERM/SIGINT: ranks agree to stop at their next report, checkpoint and
   exit (code 14); after ``stop_grace_s`` (or a second signal) they are killed.
 - Ranks die with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
+- In a warm launcher (``engine/warm.py``) the ranks are forked from its rank
+  server, which imported torch, the trainer and the recipes before the
+  training was known (multiprocessing's forkserver): they start warm too. A
+  forked rank takes this launcher's environment as its own before anything
+  reads it; it dies with the rank server, which exits with this launcher.
 - ``--parent-fd N``: the read end of a pipe whose write end only the worker
   holds. When the worker dies (even by SIGKILL) the pipe reads EOF and the
   launcher exits at once, taking its ranks with it: a training never runs on
@@ -45,6 +50,15 @@ FAILURE_GRACE_S = 1.0
 POLL_S = 0.25
 # How long ranks may take to exit once rank 0 has reported the training done.
 EXIT_GRACE_S = 30.0
+# How this launcher starts its ranks: "spawn" (each imports torch itself), or "forkserver" once a warm
+# launcher has started its rank server (use_rank_server).
+_rank_start = "spawn"
+
+
+def use_rank_server() -> None:
+    """Start this launcher's ranks from multiprocessing's forkserver, already started and preloaded."""
+    global _rank_start
+    _rank_start = "forkserver"
 
 
 def classify(exc: BaseException) -> str:
@@ -93,7 +107,12 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
 
 
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
-    """One rank, in its own spawned process."""
+    """One rank, in its own spawned process (or forked from the warm launcher's rank server)."""
+    if "env" in payload:
+        # Forked from a rank server that started before this training's environment was known: this
+        # launcher's environment, as a spawned rank inherits it, before anything here reads a variable.
+        os.environ.clear()
+        os.environ.update(payload["env"])
     _die_with_parent()
     requested = {"stop": False}
     from gpufleet.engine import checkpoint
@@ -301,16 +320,18 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
 
     from gpufleet.engine.distributed import find_free_port
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(_rank_start)
     stop_event = ctx.Event()
     flag = _StopFlag(on_first=stop_event.set)
     previous = flag.install()
     store = open_store(spec)  # noqa: F841 - the rank-0 host's rendezvous, open while this launcher runs
     payload = {"spec": json.loads(spec.to_json()), "run_devices": run_devices, "state_dir": str(state_dir),
                "master_port": int(spec.gang["master_port"]) if spec.gang else find_free_port()}
+    if _rank_start == "forkserver":
+        payload["env"] = dict(os.environ)
     procs = mp.start_processes(_rank_main, args=(payload, stop_event), nprocs=spec.world_size,
-                               join=False, start_method="spawn")
-    progress.write("ranks", pids=[p.pid for p in procs.processes])
+                               join=False, start_method=_rank_start)
+    progress.write("ranks", pids=[p.pid for p in procs.processes], start=_rank_start)
     finished_at: float | None = None
     try:
         while True:

@@ -17,6 +17,15 @@ rather than run ranks on GPUs chosen before the spec was read.
 
 The process is one use: it becomes the training's launcher and exits with it.
 
+Its ranks start warm too. Before saying ``ready`` it starts a rank server
+(multiprocessing's forkserver) that imports the same (``engine/rankpreload``)
+and answers one fork, so that a training of several ranks forks them from it
+instead of spawning interpreters that import torch again. The rank server is
+this process's child, in the same sandbox and account, with the same
+allow-listed environment and no CUDA; a forked rank takes the training's
+environment from the launcher before anything reads it (``engine/launch``),
+and the server exits when this process does.
+
 A member's warm launcher runs in that member's sandbox (``--dirs-fd N``),
 made before any training of theirs was known, so the training's own
 directories are not bound in it. The worker passes them as open
@@ -38,31 +47,27 @@ from typing import Any
 
 from gpufleet.engine import exitcodes, rankenv
 from gpufleet.engine.lifeline import watch_parent
+from gpufleet.engine.preload import cuda_initialised, nothing, preload
+
+__all__ = ["READY", "cuda_initialised", "main", "preload", "start_rank_server"]
 
 READY = "gpufleet-warm ready"
 
 
-def preload() -> None:
-    """Import what a recipe training's first step needs, without touching a GPU."""
-    from importlib.metadata import entry_points
+def start_rank_server() -> None:
+    """Start multiprocessing's forkserver with the rank preload and wait for its first fork."""
+    import multiprocessing
 
-    import torch  # noqa: F401
+    from gpufleet.engine.launch import use_rank_server
 
-    import gpufleet.engine.launch
-    import gpufleet.engine.trainer  # noqa: F401
-    from gpufleet.engine.recipes import ENTRY_POINT_GROUP, get_recipe
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            get_recipe(ep.name)
-        except Exception:  # noqa: BLE001 - a broken recipe fails its own trainings, as it does cold
-            continue
-
-
-def cuda_initialised() -> bool:
-    import torch
-
-    return bool(torch.cuda.is_initialized())
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["gpufleet.engine.rankpreload"])
+    probe = ctx.Process(target=nothing, name="gpufleet-rank-server-probe")
+    probe.start()  # starts the server, whose imports this fork waits for
+    probe.join()
+    if probe.exitcode != 0:
+        raise RuntimeError(f"the rank server's first fork exited with {probe.exitcode}")
+    use_rank_server()
 
 
 def _take_job(line: str) -> dict[str, Any]:
@@ -118,7 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_initialised():
         print("gpufleet warm: CUDA was initialised by the imports; this process cannot serve", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
+    try:
+        start_rank_server()
+        no_server = None
+    except Exception as exc:  # noqa: BLE001 - its ranks start as a cold launcher's do
+        no_server = f"{type(exc).__name__}: {exc}"
     print(READY, flush=True)
+    if no_server:  # after READY, the pool's first line: this goes to the log of the training it takes
+        print(f"gpufleet warm: no rank server ({no_server}); ranks are spawned", file=sys.stderr, flush=True)
     line = sys.stdin.readline()
     if not line:
         return 0  # the pool closed: nothing to run
