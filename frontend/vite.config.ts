@@ -25,5 +25,7 @@ export default defineConfig({
     setupFiles: ['./src/test/setup.ts'],
     include: ['src/**/*.test.{ts,tsx}'],
     css: false,
+    // Per test; the waits inside are bounded by src/test/setup.ts (a loaded machine, not a hang).
+    testTimeout: 60_000,
   },
 });

@@ -1,7 +1,12 @@
 import '@testing-library/jest-dom/vitest';
-import { cleanup } from '@testing-library/react';
+import { cleanup, configure } from '@testing-library/react';
 import { afterEach, vi } from 'vitest';
 import { setLiveClient } from '../api/live';
+
+// waitFor and findBy wait for what the page shows, never for a time. The dashboard's tests run beside
+// the Python test shards at a lower priority (scripts/test.sh), where an answer can take seconds, not
+// testing-library's default of one.
+configure({ asyncUtilTimeout: 15_000 });
 
 // jsdom has no canvas: uPlot is replaced by a recorder of what it was given,
 // so tests can check the data a chart receives.
