@@ -50,8 +50,7 @@ FAILURE_GRACE_S = 1.0
 POLL_S = 0.25
 # How long ranks may take to exit once rank 0 has reported the training done.
 EXIT_GRACE_S = 30.0
-# How this launcher starts its ranks: "spawn" (each imports torch itself), or "forkserver" once a warm
-# launcher has started its rank server (use_rank_server).
+# "spawn": each rank imports torch itself; "forkserver": a warm launcher's rank server (use_rank_server).
 _rank_start = "spawn"
 
 
