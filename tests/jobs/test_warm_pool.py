@@ -128,7 +128,7 @@ def _tree(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                ppid = _ppid(int(entry))
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
@@ -301,7 +301,7 @@ def _pids() -> list[int]:
 def _is_warm_child(pid: int, parent: int) -> bool:
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        ppid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        ppid = _ppid(pid)
     except (OSError, ValueError, IndexError):
         return False
     return ppid == parent and b"gpufleet.engine.warm" in cmd

@@ -206,7 +206,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
         return model.model_validate(self._send("GET", path, params=clean).json())
 
     def _post(self, model: type[M], path: str, body: BaseModel | dict[str, Any] | None = None) -> M:
-        payload = body.model_dump(mode="json", exclude_unset=True) if hasattr(body, "model_dump") else body
+        payload = body if body is None or isinstance(body, dict) else body.model_dump(mode="json", exclude_unset=True)
         kw = {"json": payload} if payload is not None else {}
         return model.model_validate(self._send("POST", path, **kw).json())
 
