@@ -47,7 +47,7 @@ from typing import Any
 
 from gpufleet.engine import exitcodes, rankenv
 from gpufleet.engine.lifeline import watch_parent
-from gpufleet.engine.preload import cuda_initialised, nothing, preload
+from gpufleet.engine.preload import SERVER_PARENT_ENV, cuda_initialised, nothing, preload
 
 __all__ = ["READY", "cuda_initialised", "main", "preload", "start_rank_server"]
 
@@ -63,7 +63,12 @@ def start_rank_server() -> None:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["gpufleet.engine.rankpreload"])
     probe = ctx.Process(target=nothing, name="gpufleet-rank-server-probe")
-    probe.start()  # starts the server, whose imports this fork waits for
+    # The server dies with this process; it checks it is still this process's child once tied to it.
+    os.environ[SERVER_PARENT_ENV] = str(os.getpid())
+    try:
+        probe.start()  # starts the server, whose imports this fork waits for
+    finally:
+        del os.environ[SERVER_PARENT_ENV]
     probe.join()
     if probe.exitcode != 0:
         raise RuntimeError(f"the rank server's first fork exited with {probe.exitcode}")
