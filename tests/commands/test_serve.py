@@ -10,9 +10,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.fleet import wait_for
 from support.servers import free_port, serve_env, serve_process
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli"]
+
+
+def _loaded_torch(pid: int) -> bool:
+    """Whether the process has torch's library mapped (imported torch)."""
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
 @pytest.mark.parametrize(
@@ -47,8 +53,9 @@ def test_bad_configuration_stops_serve_with_one_line(tmp_path: Path, extra: dict
 
 @pytest.mark.slow
 def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
+    # The product's default warm-up on (the tests' environment turns it off).
     with serve_process(tmp_path / "data", GPUFLEET_SIMULATE="4xH100-80GB", GPUFLEET_HOST_NAME="sim-a",
-                       ready_timeout=90) as srv:
+                       GPUFLEET_ESTIMATE_WARM="true", ready_timeout=90) as srv:
         base = srv.url
         gpus = httpx.get(f"{base}/api/v1/system/gpus", timeout=10).json()
         assert gpus["count"] == 4 and gpus["simulated"] is True
@@ -69,6 +76,9 @@ def test_serve_on_a_simulated_fleet(tmp_path: Path) -> None:
         assert topo["hosts"][0]["matrix"][0][1].startswith("NV")
         # The embedded database was created and upgraded by serve itself.
         assert (tmp_path / "data" / "gpufleet.db").exists()
+        # Warming up, it traces the recipes' defaults and loads torch for the first training's estimate.
+        wait_for(lambda: list((tmp_path / "data" / "estimates").glob("*.json")), 120, "the recipes' traces", 0.5)
+        wait_for(lambda: _loaded_torch(srv.proc.pid), 120, "torch loaded in serve", 0.5)
     out = srv.log_tail(1 << 20)
     assert srv.url in out
     assert "4 GPU(s) (simulated)" in out
@@ -85,6 +95,10 @@ def test_serve_without_gpus_says_where_trainings_run(tmp_path: Path) -> None:
     with serve_process(tmp_path / "data", GPUFLEET_SIMULATE="", ready_timeout=90) as srv:
         if httpx.get(f"{srv.url}/api/v1/system/gpus", timeout=10).json()["count"]:
             pytest.skip("this machine has GPUs")
+        # Without the warm-up (GPUFLEET_ESTIMATE_WARM=false) nothing loads torch or traces ahead of use.
+        time.sleep(2)
+        assert not _loaded_torch(srv.proc.pid)
+        assert not list((tmp_path / "data" / "estimates").glob("*.json"))
         r = httpx.post(f"{srv.url}/api/v1/trainings", json={"name": "cpu-box", "recipe": "mlp"}, timeout=120)
         assert r.status_code == 201, r.text
         log = srv.log_tail(1 << 20)

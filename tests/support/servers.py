@@ -68,7 +68,8 @@ def serve_env(data_dir: Path, **extra: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     env.update(GPUFLEET_DATA_DIR=str(data_dir), GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_HOST_NAME="sim-host",
                GPUFLEET_AUTH="off", GPUFLEET_UNIX_SOCKET=str(socket_path(data_dir)), PYTHONUNBUFFERED="1",
-               GPUFLEET_WARM_POOL_SIZE="0", GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD="true")
+               GPUFLEET_WARM_POOL_SIZE="0", GPUFLEET_ESTIMATE_WARM="false",
+               GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD="true")
     for key, value in extra.items():
         if value is None:
             env.pop(key, None)

@@ -213,8 +213,9 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     threads.append(start_pools(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch beside a running server rather than inside the first POST (about
-    # 4 s here); importing it initialises no device.
-    threading.Thread(target=_warm_torch, name="gpufleet-warm-torch", daemon=True).start()
+    # 4 s here); importing it initialises no device. Off with the estimates' warm-up.
+    if settings.estimate_warm:
+        threading.Thread(target=_warm_torch, name="gpufleet-warm-torch", daemon=True).start()
     return threads
 
 

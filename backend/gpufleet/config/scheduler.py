@@ -25,7 +25,8 @@ class SchedulerSettings(BaseModel):
     foreign_memory_threshold_mb: int = Field(default=1024, ge=0)
     # Memory estimates of the recommend/validate endpoints (gpufleet.scheduling.memory_pool):
     # processes that trace, the most seconds one trace may take, and requests per user a minute; `serve`
-    # traces every recipe's default config at start, so the first estimate asked for is ready.
+    # traces every recipe's default config at start, so the first estimate asked for is ready, and loads
+    # torch for the first new training's estimate (estimate_warm off: both wait for their first use).
     estimate_workers: int = Field(default=2, ge=1, le=64)
     estimate_budget_s: float = Field(default=20.0, gt=0, le=600)
     estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
