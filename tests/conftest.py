@@ -13,12 +13,11 @@ one server.
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from gpufleet.config import Settings, load_settings, reset_settings_cache
+from support.templates import copy_sqlite, migrated_sqlite
 
 # The fleet helpers' fixtures (workers, scheduler, live_api, ...) for every folder.
 pytest_plugins = ["support.fleet"]
@@ -61,6 +61,9 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     monkeypatch.setenv("GPUFLEET_ALLOWED_HOSTS", '["testserver"]')
     # Workers keep no warm launchers (each costs a torch import on a loaded machine); the pool's tests ask.
     monkeypatch.setenv("GPUFLEET_WARM_POOL_SIZE", "0")
+    # A server started here traces no recipe and loads no torch ahead of its first estimate (about 6 s of
+    # CPU per start, in three processes); the tests of the warm-up ask for it.
+    monkeypatch.setenv("GPUFLEET_ESTIMATE_WARM", "false")
     # The test PostgreSQL and Redis take connections without a password; a worker refuses members' code
     # then (the tests of that refusal turn this off).
     monkeypatch.setenv("GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD", "true")
@@ -81,13 +84,14 @@ def pg_control() -> tuple[str, str]:
 
 
 @contextmanager
-def _pg_database(server_url: str) -> Iterator[str]:
+def _pg_database(server_url: str, template: str | None = None) -> Iterator[str]:
+    """A database of its own on the test server, empty or a copy of ``template``; dropped afterwards."""
     url = make_url(server_url)
     name = f"gpufleet_t_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     # pre-ping: tests restart the server (outage tests); teardown must reconnect.
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     try:
         yield url.set(database=name).render_as_string(hide_password=False)
     finally:
@@ -110,6 +114,35 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
 def fresh_pg_url(pg_server_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test."""
     with _pg_database(pg_server_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server_url: str) -> Iterator[str]:
+    """A database upgraded to head once for the session, that ``fresh_migrated_pg_url`` copies.
+
+    PostgreSQL copies a template's files (``CREATE DATABASE … TEMPLATE``) in a fraction of what
+    running the 18 migrations costs each test that starts a fleet; the migrations are tested in
+    tests/db/. Nothing stays connected to it, as a copy requires.
+    """
+    from gpufleet.db.session import get_engine, upgrade_database
+
+    with _pg_database(pg_server_url) as url:
+        upgrade_database(load_settings(database_url=url, data_dir=Path("/tmp")))
+        get_engine.cache_clear()
+        name = make_url(url).database
+        admin = create_engine(make_url(pg_server_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE datname = :name AND pid <> pg_backend_pid()"), {"name": name})
+        admin.dispose()
+        yield name
+
+
+@pytest.fixture
+def fresh_migrated_pg_url(pg_server_url: str, pg_template: str) -> Iterator[str]:
+    """A PostgreSQL database of one test's own, at head: a copy of the session's template."""
+    with _pg_database(pg_server_url, pg_template) as url:
         yield url
 
 
@@ -145,28 +178,9 @@ def pg_migrated_url(pg_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An embedded database upgraded to head once for the session; each test gets a copy.
-
-    Running the migrations for each of the ~200 SQLite-side tests cost about a quarter of a
-    second each (more on a loaded machine); the migrations themselves are tested in
-    tests/db/, from an empty file and step by step.
-    """
-    from gpufleet.db.session import upgrade_database
-
-    data = tmp_path_factory.mktemp("sqlite-template") / "gpufleet-data"
-    upgrade_database(load_settings(data_dir=data))
-    return data / "gpufleet.db"
-
-
-def copy_sqlite(template: Path, data_dir: Path) -> None:
-    """The template's pages into ``data_dir``'s embedded database, private as the product makes it."""
-    data_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
-    target = data_dir / "gpufleet.db"
-    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    # SQLite's backup copies a consistent database whatever its write-ahead log holds.
-    with closing(sqlite3.connect(template)) as src, closing(sqlite3.connect(target)) as dst:
-        src.backup(dst)
+def sqlite_template() -> Path:
+    """An embedded database upgraded to head once for the session; each test gets a copy."""
+    return migrated_sqlite()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -311,6 +311,7 @@ ENVIRONMENT_READERS = {
     "gpufleet.commands.signin": "whether this desktop can open a browser (DISPLAY, BROWSER)",
     "gpufleet.commands.sessions": "the user's own shell (SHELL) for a session's terminal",
     "gpufleet.engine.rankenv": "a rank process: what its launcher or torchrun set",
+    "gpufleet.engine.rankpreload": "a warm launcher's rank server: the launcher it must die with",
     "gpufleet.rankpath.gpufleet_report": "a user's interpreter, with the standard library only",
     "gpufleet.pools.node": "a Slurm task on a cluster node: the job id and the GPUs Slurm granted (SLURM_*, CUDA_*)",
     "gpufleet.trainings.venv": "a launcher puts its training's environment first on PATH and PYTHONPATH",

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
 from support.servers import serve_inprocess
+from support.templates import copy_sqlite, migrated_sqlite
 
 TINY_SAE = {
     "max_steps": 6,
@@ -55,16 +56,17 @@ def make_settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest |
     base.update(kw)
     if backend == "postgresql":
         assert request is not None
-        # A database of the test's own: a queue other tests left behind (hundreds of
+        # A database of the test's own, at head: a queue other tests left behind (hundreds of
         # trainings the fuzzer and the API tests created) must not decide what this
         # test's scheduler passes see. Hosts of one test share it.
-        base["database_url"] = request.getfixturevalue("fresh_pg_url")
+        base["database_url"] = request.getfixturevalue("fresh_migrated_pg_url")
         base["redis_url"] = request.getfixturevalue("redis_url")
-        s = load_settings(**base)
-        upgrade_database(s)
+        return load_settings(**base)
+    s = load_settings(**base)
+    if s.database_url is None and not (s.data_dir / "gpufleet.db").exists():
+        copy_sqlite(migrated_sqlite(), s.data_dir)  # the migrations, run once per test process
     else:
-        s = load_settings(**base)
-        upgrade_database(s)
+        upgrade_database(s)  # a second host on this data dir, or a database the test named
     return s
 
 
