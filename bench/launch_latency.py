@@ -19,8 +19,9 @@ line appears in the progress file: what a cold start costs without gpufleet.
     python bench/launch_latency.py [--rounds 5] [--recipe mlp] [--ranks 1]
 
 ``--ranks N``: trainings of N ranks (N simulated GPUs; the ranks run on the
-CPU with gloo). A cold launcher spawns them, each importing torch; a warm one
-forks them from its rank server, which has.
+CPU with gloo). A cold launcher first starts a rank server, which imports
+torch once, and forks them from it; a warm one forks them from the server it
+started before the training came.
 
 Rounds alternate between the three paths; medians are printed, and the ratio
 warm / cold (goal: at most 0.5).

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from gpufleet.db.models import Training, TrainingMetric
@@ -129,19 +128,11 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
                                             "gpu_ids": [0, 1], "max_restarts": 0}).json()["id"]
     body = wait_for(lambda: (b := get_training(c, tid))["step"] >= 2 and b, 120, "progress", 0.2)
     launcher = body["launcher_pid"]
-
-    def ranks():
-        out = []
-        for pid in group_members(launcher):
-            try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if pid != launcher and b"spawn_main" in cmd:
-                out.append(pid)
-        return out
-
-    stopped = sorted(wait_for(lambda: len(ranks()) >= 2 and ranks(), 10, "two ranks"))[-1]
+    # The launcher names its ranks in the progress it writes (forked from its rank server, or spawned).
+    progress = settings.data_dir / "jobs" / tid / "progress-1.jsonl"
+    [line] = [x for x in map(json.loads, progress.read_text().splitlines()) if x["type"] == "ranks"]
+    assert len(line["pids"]) == 2 and set(line["pids"]) <= set(group_members(launcher)), line
+    stopped = line["pids"][1]
     os.kill(stopped, signal.SIGSTOP)
     t0 = time.monotonic()
     body = wait_status(c, tid, FINAL, 90)

@@ -1,19 +1,18 @@
 """``python -m gpufleet.engine.launch SPEC.json``: run one training.
 
 Sets the visible devices before anything touches a GPU, starts one rank per
-device with ``torch.multiprocessing`` (spawn), streams progress as JSON lines
-to ``spec.progress_file`` and exits with a code from ``exitcodes``.
+device, streams progress as JSON lines to ``spec.progress_file`` and exits
+with a code from ``exitcodes``. One rank runs in this process.
 
 - One rank dies: the others are terminated within seconds (a short grace,
   then SIGTERM, then SIGKILL), never left waiting for a collective timeout.
 - SIGTERM/SIGINT: ranks agree to stop at their next report, checkpoint and
   exit (code 14); after ``stop_grace_s`` (or a second signal) they are killed.
-- Ranks die with the launcher (PR_SET_PDEATHSIG), so no rank outlives it.
-- In a warm launcher (``engine/warm.py``) the ranks are forked from its rank
-  server, which imported torch, the trainer and the recipes before the
-  training was known (multiprocessing's forkserver): they start warm too. A
-  forked rank takes this launcher's environment as its own before anything
-  reads it; it dies with the rank server, which exits with this launcher.
+- Several ranks fork from a rank server (``engine/rankserver.py``) that imported
+  torch, the trainer and the recipes once; a warm launcher's started before its
+  training was known, so a forked rank first takes this launcher's environment.
+- Ranks die with their parent (PR_SET_PDEATHSIG): this launcher, or the rank
+  server, which dies with it. No rank outlives the launcher.
 - ``--parent-fd N``: the read end of a pipe whose write end only the worker
   holds. When the worker dies (even by SIGKILL) the pipe reads EOF and the
   launcher exits at once, taking its ranks with it: a training never runs on
@@ -35,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gpufleet.engine import exitcodes
+from gpufleet.engine import exitcodes, rankenv, rankserver
 from gpufleet.engine.config import TrainingConfigError
 from gpufleet.engine.gang_launch import open_store, rank_view
 from gpufleet.engine.lifeline import die_with_parent as _die_with_parent
@@ -50,7 +49,7 @@ FAILURE_GRACE_S = 1.0
 POLL_S = 0.25
 # How long ranks may take to exit once rank 0 has reported the training done.
 EXIT_GRACE_S = 30.0
-# "spawn": each rank imports torch itself; "forkserver": a warm launcher's rank server (use_rank_server).
+# "spawn": each rank imports torch itself; "forkserver": from the rank server (use_rank_server).
 _rank_start = "spawn"
 
 
@@ -118,11 +117,8 @@ def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:
 
     checkpoint.set_attempt(payload["spec"].get("attempt"))
 
-    def on_signal(signum: int, frame: Any) -> None:
-        requested["stop"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: requested.update(stop=True))
     state_dir = Path(payload["state_dir"])
     spec = LaunchSpec.from_dict(payload["spec"])
     # Across vendors each rank sees only its own GPU, through its backend's variable,
@@ -318,7 +314,10 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
     from torch.multiprocessing.spawn import ProcessException
 
     from gpufleet.engine.distributed import find_free_port
+    from gpufleet.engine.startup import process_start
 
+    if _rank_start == "spawn" and spec.world_size > 1 and rankserver.start_or_say("gpufleet launch"):
+        use_rank_server()
     ctx = mp.get_context(_rank_start)
     stop_event = ctx.Event()
     flag = _StopFlag(on_first=stop_event.set)
@@ -326,8 +325,8 @@ def _run_spawned(spec, run_devices, progress, state_dir) -> tuple[int, dict[str,
     store = open_store(spec)  # noqa: F841 - the rank-0 host's rendezvous, open while this launcher runs
     payload = {"spec": json.loads(spec.to_json()), "run_devices": run_devices, "state_dir": str(state_dir),
                "master_port": int(spec.gang["master_port"]) if spec.gang else find_free_port()}
-    if _rank_start == "forkserver":
-        payload["env"] = dict(os.environ)
+    if _rank_start == "forkserver":  # the launch began at this process's start, unless a warm one was handed it
+        payload["env"] = {rankenv.LAUNCH_BEGAN_ENV: repr(process_start(os.getpid()) or time.time()), **os.environ}
     procs = mp.start_processes(_rank_main, args=(payload, stop_event), nprocs=spec.world_size,
                                join=False, start_method=_rank_start)
     progress.write("ranks", pids=[p.pid for p in procs.processes], start=_rank_start)

@@ -8,9 +8,6 @@ was already imported there; the server imports this module, never that one.
 
 from __future__ import annotations
 
-# The pid of the launcher starting a rank server, for the server to check it is still its child.
-SERVER_PARENT_ENV = "GPUFLEET_RANK_SERVER_PARENT"
-
 
 def preload() -> None:
     """Import what a recipe training's first step needs, without touching a GPU."""
@@ -34,6 +31,3 @@ def cuda_initialised() -> bool:
 
     return bool(torch.cuda.is_initialized())
 
-
-def nothing() -> None:
-    """What the rank server's first fork runs: it shows the server has finished its imports."""

@@ -44,7 +44,8 @@ def spawned_by_launcher() -> bool:
 
 
 def launch_began() -> float | None:
-    """When a warm launcher was handed this training (Unix seconds); None for a cold launcher."""
+    """When the launch began, for a rank forked from a rank server (a warm launcher: when it was handed the
+    training; a cold one: its own start), in Unix seconds; None for a spawned rank."""
     try:
         return float(os.environ[LAUNCH_BEGAN_ENV])
     except (KeyError, ValueError):

@@ -1,4 +1,4 @@
-"""Imported by a warm launcher's rank server (``engine/warm.py``): torch, the trainer and every
+"""Imported by a launcher's rank server (``engine/rankserver.py``): torch, the trainer and every
 installed recipe, so the ranks forked from that server start with them imported. Nothing here
 touches a GPU: the server forks ranks that choose their devices afterwards.
 
@@ -9,11 +9,17 @@ shutdown with torch loaded: a second or more in which the ranks outlived a kille
 """
 
 import os
+import signal
 
 from gpufleet.engine.lifeline import die_with_parent
-from gpufleet.engine.preload import SERVER_PARENT_ENV, preload
+from gpufleet.engine.preload import preload
+from gpufleet.engine.rankserver import SERVER_PARENT_ENV
 
 die_with_parent()
 if os.environ.get(SERVER_PARENT_ENV) not in (None, str(os.getppid())):
     os._exit(1)  # the launcher ended before the line above took effect
+# A stop is SIGTERM to the launcher's process group, which the server shares: the ranks checkpoint
+# on it, and the server must outlive them (their parent: its end would SIGKILL them mid-checkpoint).
+# It ignores SIGINT already; each rank sets its own handlers when it starts.
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 preload()

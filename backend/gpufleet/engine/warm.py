@@ -47,32 +47,12 @@ from typing import Any
 
 from gpufleet.engine import exitcodes, rankenv
 from gpufleet.engine.lifeline import watch_parent
-from gpufleet.engine.preload import SERVER_PARENT_ENV, cuda_initialised, nothing, preload
+from gpufleet.engine import rankserver
+from gpufleet.engine.preload import cuda_initialised, preload
 
-__all__ = ["READY", "cuda_initialised", "main", "preload", "start_rank_server"]
+__all__ = ["READY", "cuda_initialised", "main", "preload"]
 
 READY = "gpufleet-warm ready"
-
-
-def start_rank_server() -> None:
-    """Start multiprocessing's forkserver with the rank preload and wait for its first fork."""
-    import multiprocessing
-
-    from gpufleet.engine.launch import use_rank_server
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["gpufleet.engine.rankpreload"])
-    probe = ctx.Process(target=nothing, name="gpufleet-rank-server-probe")
-    # The server dies with this process; it checks it is still this process's child once tied to it.
-    os.environ[SERVER_PARENT_ENV] = str(os.getpid())
-    try:
-        probe.start()  # starts the server, whose imports this fork waits for
-    finally:
-        del os.environ[SERVER_PARENT_ENV]
-    probe.join()
-    if probe.exitcode != 0:
-        raise RuntimeError(f"the rank server's first fork exited with {probe.exitcode}")
-    use_rank_server()
 
 
 def _take_job(line: str) -> dict[str, Any]:
@@ -128,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_initialised():
         print("gpufleet warm: CUDA was initialised by the imports; this process cannot serve", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
-    try:
-        start_rank_server()
-        no_server = None
-    except Exception as exc:  # noqa: BLE001 - its ranks start as a cold launcher's do
-        no_server = f"{type(exc).__name__}: {exc}"
+    no_server = rankserver.try_start()
+    if no_server is None:
+        from gpufleet.engine.launch import use_rank_server
+
+        use_rank_server()
     print(READY, flush=True)
     if no_server:  # after READY, the pool's first line: this goes to the log of the training it takes
         print(f"gpufleet warm: no rank server ({no_server}); ranks are spawned", file=sys.stderr, flush=True)
