@@ -3,7 +3,7 @@ import { endpoints } from '../../api/endpoints';
 import type { WebhookCreate, WebhookCreated } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { ErrorState, Pill } from '../../components/States';
-import { useAction } from './TeamPage';
+import { useAction } from './parts';
 
 const FORMATS: WebhookCreate['format'][] = ['json', 'slack'];
 
