@@ -45,9 +45,8 @@ import sys
 import time
 from typing import Any
 
-from gpufleet.engine import exitcodes, rankenv
+from gpufleet.engine import exitcodes, rankenv, rankserver
 from gpufleet.engine.lifeline import watch_parent
-from gpufleet.engine import rankserver
 from gpufleet.engine.preload import cuda_initialised, preload
 
 __all__ = ["READY", "cuda_initialised", "main", "preload"]
