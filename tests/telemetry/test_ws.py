@@ -116,9 +116,13 @@ def test_bad_subscriptions_get_errors_that_say_what_to_fix(embedded):
     s = embedded
     with session_scope(s) as sess:
         sess.add(Host(name="h1"))
-    with serve_inprocess(build_app(s)) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
+    app = build_app(s)
+    with serve_inprocess(app) as srv, connect(f"ws://{srv.addr}/api/v1/ws") as ws:
         r = Reader(ws)
         publish(s, "h1", 2, 1.0)
+        # The hub takes the batch off the bus in the server's loop; the error names the GPUs it knows.
+        hub = app.state.live_stream.hub
+        wait_until(lambda: {("h1", 0), ("h1", 1)} <= set(hub.latest))
         r.send(op="subscribe", channel="gpu:h1:9")
         assert "GPU 9 does not exist on host h1; it has GPUs 0–1" in r.until(lambda m: m["type"] == "error")["message"]
         r.got.clear()
