@@ -8,11 +8,15 @@ what was saved without timing it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.api.routes.selection import warm_estimates
-from gpufleet.config import Settings
+from gpufleet.config import Settings, load_settings
+from gpufleet.db.session import upgrade_database
 from gpufleet.scheduling.memory import forget_traces
 
 
@@ -51,3 +55,28 @@ def test_a_restarted_server_reads_the_trace_from_disk(sim_app_settings: Settings
         assert (pool.started, pool.traced) == (0, 0)
     assert after.json()["estimate"] == before.json()["estimate"]
     assert list((sim_app_settings.data_dir / "estimates").glob("*.json"))
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_serve_loads_torch_ahead_only_with_the_warm_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       warm: bool) -> None:
+    """`serve`'s background threads (start_background) start torch's import beside the API only when
+    GPUFLEET_ESTIMATE_WARM is on. The import is held open here, so its thread is seen whatever the timing."""
+    import threading
+
+    from gpufleet.api import app as app_module
+
+    release = threading.Event()
+    monkeypatch.setattr(app_module, "_warm_torch", release.wait)
+    settings = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB", estimate_warm=warm)
+    upgrade_database(settings)
+    stop = threading.Event()
+    threads = app_module.start_background(settings, stop)
+    try:
+        importing = [t for t in threading.enumerate() if t.name == "gpufleet-warm-torch" and t.is_alive()]
+        assert len(importing) == (1 if warm else 0), importing
+    finally:
+        release.set()
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
