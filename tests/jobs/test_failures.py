@@ -116,6 +116,7 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
     import os
     import signal
 
+    from gpufleet.jobs.kinds import run_dir
     from gpufleet.jobs.procs import group_members
 
     settings = make_settings(tmp_path, "sqlite", collective_timeout_s=4.0)
@@ -129,7 +130,7 @@ def test_hung_collective_fails_the_job_with_the_rank_and_reason(tmp_path, client
     body = wait_for(lambda: (b := get_training(c, tid))["step"] >= 2 and b, 120, "progress", 0.2)
     launcher = body["launcher_pid"]
     # The launcher names its ranks in the progress it writes (forked from its rank server, or spawned).
-    progress = settings.data_dir / "jobs" / tid / "progress-1.jsonl"
+    progress = run_dir(settings, tid) / "progress-1.jsonl"
     [line] = [x for x in map(json.loads, progress.read_text().splitlines()) if x["type"] == "ranks"]
     assert len(line["pids"]) == 2 and set(line["pids"]) <= set(group_members(launcher)), line
     stopped = line["pids"][1]
