@@ -1,7 +1,6 @@
-import { useState } from 'react';
-import type { ApiError } from '../../api/client';
 import { endpoints } from '../../api/endpoints';
 import type { Session } from '../../api/types';
+import { useAction } from '../../api/useAction';
 import { Pill } from '../../components/States';
 import { gpusText, idleText, isLive, shellCommands, timeLeft } from './sessionText';
 
@@ -43,20 +42,7 @@ function ShellHint({ s }: { s: Session }) {
 }
 
 export function SessionRow({ s, onChanged }: { s: Session; onChanged: () => void }) {
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | null>(null);
-  const act = async (what: () => Promise<unknown>) => {
-    setBusy(true);
-    setError(null);
-    try {
-      await what();
-      onChanged();
-    } catch (e) {
-      setError((e as ApiError).message);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const { busy, error, run: act } = useAction(onChanged);
   const live = isLive(s) || s.status === 'queued';
   return (
     <tr data-testid={`session-row-${s.id}`}>

@@ -1,9 +1,10 @@
 import { useState } from 'react';
 import { endpoints } from '../../api/endpoints';
 import type { Group } from '../../api/types';
+import { useAction } from '../../api/useAction';
 import { useQuery } from '../../api/useQuery';
 import { ErrorState } from '../../components/States';
-import { limitValue, Refusal, Section, useAction } from './parts';
+import { limitValue, Refusal, Section } from './parts';
 
 function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
   const act = useAction(onChanged);

@@ -1,10 +1,11 @@
 import { useState, type FormEvent } from 'react';
 import { endpoints } from '../../api/endpoints';
 import type { TeamUser, Token, TokenCreated, UserQuotaPublic, WebhookCreated } from '../../api/types';
+import { useAction } from '../../api/useAction';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { GroupsSection } from './GroupsSection';
-import { limitValue, Refusal, Section, useAction } from './parts';
+import { limitValue, Refusal, Section } from './parts';
 import { WebhooksSection } from './WebhooksSection';
 
 const ROLES = ['admin', 'member', 'viewer'] as const;

@@ -1,9 +1,9 @@
 import { useState, type FormEvent } from 'react';
 import { endpoints } from '../../api/endpoints';
 import type { WebhookCreate, WebhookCreated } from '../../api/types';
+import { useAction } from '../../api/useAction';
 import { useQuery } from '../../api/useQuery';
 import { ErrorState, Pill } from '../../components/States';
-import { useAction } from './parts';
 
 const FORMATS: WebhookCreate['format'][] = ['json', 'slack'];
 

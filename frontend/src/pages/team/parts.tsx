@@ -1,27 +1,5 @@
-/** The Team page's shared pieces: a section's frame, a refusal shown beside its control, a limit field's value, and one change at a time. */
-import { useState, type ReactNode } from 'react';
-import { ApiError } from '../../api/client';
-
-/** Run one change, then reload what it touched; a refusal is shown beside the control, in the server's words. */
-export function useAction(onDone: () => void) {
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<string | null>(null);
-  const run = async (fn: () => Promise<unknown>) => {
-    setBusy(true);
-    setError(null);
-    try {
-      await fn();
-      onDone();
-      return true;
-    } catch (e) {
-      setError(e instanceof ApiError ? e.message : String(e));
-      return false;
-    } finally {
-      setBusy(false);
-    }
-  };
-  return { busy, error, run };
-}
+/** The Team page's shared pieces: a section's frame, a refusal shown beside its control, and a limit field's value. */
+import type { ReactNode } from 'react';
 
 export function Section({ title, help, children }: { title: string; help: ReactNode; children: ReactNode }) {
   return (
@@ -45,4 +23,3 @@ export function Refusal({ error }: { error: string | null }) {
 export function limitValue(text: string): number | null {
   return text.trim() === '' ? null : Number(text);
 }
-
