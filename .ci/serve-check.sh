@@ -18,8 +18,9 @@ stop() {
   wait "$server" 2>/dev/null || true
 }
 trap stop EXIT
+# This check runs niced beside the test shards, so a slow answer is not a failure here: a generous timeout.
 fetch() {
-  "$venv/bin/python" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())" "$1"
+  "$venv/bin/python" -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=60).read().decode())" "$1"
 }
 healthy=""
 for _ in $(seq 1 90); do

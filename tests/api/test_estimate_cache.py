@@ -80,3 +80,35 @@ def test_serve_loads_torch_ahead_only_with_the_warm_up(tmp_path: Path, monkeypat
         stop.set()
         for t in threads:
             t.join(timeout=10)
+
+
+def test_serve_answers_only_once_torch_is_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ready means warm: the lifespan waits for torch's import before the first request is answered,
+    so a server that said it was up does not then stall for as long as the import holds the GIL.
+    The import is replaced by one that ends only when released."""
+    import threading
+    import time
+
+    from gpufleet.api import app as app_module
+
+    release = threading.Event()
+    loaded: list[float] = []
+
+    def importing() -> None:
+        release.wait(30)
+        loaded.append(time.monotonic())
+
+    monkeypatch.setattr(app_module, "_warm_torch", importing)
+    settings = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB", estimate_warm=True)
+    upgrade_database(settings)
+    # The recipes' warm-up traces are not what this is about; they start after the wait, in the pool.
+    monkeypatch.setattr("gpufleet.api.routes.selection.warm_estimates", _nothing)
+    threading.Timer(0.5, release.set).start()
+    with TestClient(create_app(settings, background=True)) as client:
+        answered = time.monotonic()
+        assert client.get("/healthz").status_code == 200
+    assert loaded and loaded[0] <= answered
+
+
+async def _nothing(*_: object) -> None:
+    return None

@@ -120,6 +120,11 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
         warming = None
         if background:
             threads.extend(start_background(settings, stop))
+            warm = next((t for t in threads if t.name == WARM_THREAD), None)
+            if warm is not None:
+                # Ready means warm: torch's import holds the GIL for up to a second at a
+                # time, so a server that answered before it would stall just after.
+                await asyncio.to_thread(warm.join)
             if settings.estimate_warm:
                 warming = asyncio.create_task(selection.warm_estimates(app, settings))
         try:
@@ -193,6 +198,9 @@ def _document_wire_types(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+WARM_THREAD = "gpufleet-warm-torch"
+
+
 def start_background(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
     """The threads `serve` runs beside the API: the agent (embedded), the scheduler, the webhooks' sender."""
     from gpufleet.jobs.scheduler_loop import start as start_scheduler
@@ -212,10 +220,13 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
 
     threads.append(start_pools(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
-    # torch beside a running server rather than inside the first POST (about
-    # 4 s here); importing it initialises no device. Off with the estimates' warm-up.
+    # torch while the rest starts rather than inside the first POST (about 4 s
+    # here); importing it initialises no device. The lifespan waits for it before
+    # the API answers. Off with the estimates' warm-up.
     if settings.estimate_warm:
-        threading.Thread(target=_warm_torch, name="gpufleet-warm-torch", daemon=True).start()
+        warm = threading.Thread(target=_warm_torch, name=WARM_THREAD, daemon=True)
+        warm.start()
+        threads.append(warm)
     return threads
 
 
