@@ -7,6 +7,7 @@ import random
 
 from rich.console import Console
 from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 
 from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, print_table
@@ -56,9 +57,26 @@ def _rich_width(table) -> int:
     return Measurement.get(console, console.options.update(max_width=10_000), table).maximum
 
 
+def _measured_by_rich(table: Table) -> Table:
+    """The same table with no column's width given: each only capped, so rich measures every cell itself."""
+    again = Table(title=table.title, title_justify=table.title_justify, box=table.box, pad_edge=table.pad_edge,
+                  header_style=table.header_style)
+    for c in table.columns:
+        again.add_column(c.header, justify=c.justify, no_wrap=c.no_wrap, overflow=c.overflow, max_width=c.width)
+    for row in zip(*(c._cells for c in table.columns), strict=True):
+        again.add_row(*row)
+    return again
+
+
+def _drawn(table: Table, width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system="standard")
+    console.print(table)
+    return console.file.getvalue()
+
+
 def test_the_counted_width_is_the_width_rich_measures():
-    # fit_table counts widths instead of asking rich to measure (which renders every cell); a rich that
-    # laid tables out otherwise would fail here, not fold a person's terminal.
+    # fit_table counts widths instead of asking rich to measure (which renders every cell), and gives
+    # them to rich; a rich that laid tables out otherwise would fail here, not fold a person's terminal.
     rng = random.Random(7)
     for _ in range(300):
         n = rng.randint(1, 8)
@@ -68,7 +86,10 @@ def test_the_counted_width_is_the_width_rich_measures():
                  for _ in range(n)] for _ in range(rng.randint(0, 5))]
         for width in (rng.randint(10, 120), 10_000):
             fitted = fit_table(columns, rows, width, wide=width == 10_000, title=rng.choice([None, "host"]))
-            assert fitted.width == _rich_width(fitted.table), (columns, rows, width)
+            measured = _measured_by_rich(fitted.table)
+            assert fitted.width == _rich_width(measured), (columns, rows, width)
+            # The widths given are the ones rich would have found: the table is drawn the same, cut alike.
+            assert _drawn(fitted.table, max(width, fitted.width)) == _drawn(measured, max(width, fitted.width))
 
 
 def test_sizes_are_binary_and_losses_have_four_significant_digits():

@@ -48,13 +48,15 @@ class Fitted:
 
 
 def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int],
-           limits: dict[int, int], title: str | None) -> Table:
+           limits: dict[int, int], title: str | None, cells: dict[int, int]) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   header_style="bold")
     for i in keep:
         c = columns[i]
+        # Each column's width is known (its widest cell, cut to its limit): given, rich does not
+        # measure every cell again by rendering it, most of a listing's time.
         table.add_column(c.header, justify=c.justify, no_wrap=True,
-                         overflow="ellipsis", max_width=limits.get(i))
+                         overflow="ellipsis", width=min(cells[i], limits.get(i, cells[i])))
     for row in rows:
         table.add_row(*(row[i] for i in keep))
     return table
@@ -83,7 +85,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     limits: dict[int, int] = {}
     cells = {i: max([_cell_width(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)}
     if wide:
-        return Fitted(_build(columns, rows, keep, limits, title), [], natural_width(cells, keep, limits))
+        return Fitted(_build(columns, rows, keep, limits, title, cells), [], natural_width(cells, keep, limits))
     widths = {i: w for i, w in cells.items() if columns[i].shorten}
 
     def narrowest(keep: list[int]) -> int:
@@ -109,7 +111,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
         left[i] -= 1
         limits[i] = left[i]
         excess -= 1
-    return Fitted(_build(columns, rows, keep, limits, title), hidden, natural_width(cells, keep, limits))
+    return Fitted(_build(columns, rows, keep, limits, title, cells), hidden, natural_width(cells, keep, limits))
 
 
 def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
