@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 if TYPE_CHECKING:
     import socket
@@ -96,7 +96,7 @@ def __getattr__(name: str) -> typer.Typer:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print one clear line and exit non-zero."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -177,8 +177,10 @@ def _serve(settings: Settings, socks: tuple[socket.socket, socket.socket | None]
     console.print(f"gpufleet {_version()} — {mode}; data dir {settings.data_dir}")
     console.print(f"database: {_safe_url(settings.effective_database_url)}")
     console.print(inventory)
-    console.print(f"listening on [bold]http://{_url_host(settings.host)}:{settings.port}[/] "
-                  f"(dashboard at /, API docs at /docs)")
+    from rich.text import Text
+
+    console.print(Text.assemble("listening on ", (f"http://{_url_host(settings.host)}:{settings.port}", "bold"),
+                                " (dashboard at /, API docs at /docs)"))
     sock, notebooks = socks
     if notebooks is not None:
         console.print(f"sessions' notebooks on their own origin: port {notebooks.getsockname()[1]}"
@@ -313,7 +315,7 @@ def main() -> None:
         config = sys.modules.get("gpufleet.config")
         if config is None or not isinstance(exc, config.ConfigError):
             raise
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(labelled("error:", exc), highlight=False)
         sys.exit(2)
 
 

@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, print_table
+from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, labelled, print_table
 
 COLUMNS = (
     Column("ID"),
@@ -102,3 +102,17 @@ def test_sizes_are_binary_and_losses_have_four_significant_digits():
     assert fmt_loss(0.123456789012345) == "0.1235"
     assert fmt_loss(1.23456789e-05) == "1.235e-05"
     assert fmt_loss(None) == "-"
+
+
+def test_cells_titles_and_messages_are_text_never_markup():
+    # Even on a console that reads markup: a cell holds what a member wrote.
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=True, color_system="standard")
+    print_table(console, COLUMNS[:2], [["[link=https://evil.example]x[/link]", "[bold]y[/]"]], title="[red]t[/]")
+    console.print(labelled("error:", "no training [b]z[/b]"))
+    out = buf.getvalue()
+    for written in ("[link=https://evil.example]x[/link]", "[bold]y[/]", "[red]t[/]", "no training [b]z[/b]"):
+        assert written in out, out
+    assert "\x1b]8;" not in out
+    # The label keeps its style.
+    assert "\x1b[1;31merror:" in out

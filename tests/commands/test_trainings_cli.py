@@ -98,3 +98,27 @@ def test_train_gpus_lets_the_server_choose_and_from_takes_a_name(monkeypatch, tm
     assert httpx.get(f"{url}/api/v1/trainings/{clone}", timeout=10).json()["resumed_from"] == src["id"]
     r = runner.invoke(app, ["train", "--recipe", "mlp", "--gpus", "2", "--gpu-ids", "0"])
     assert r.exit_code == 2 and "--gpus asks a server to choose" in r.output
+
+
+def test_what_a_member_wrote_reaches_a_terminal_as_written_never_as_markup(tmp_path, live_api):
+    """A training's name is a member's words, shown in everyone's `trainings ls` and `show`. Console
+    markup in it must stay those characters: not a link planted in an admin's terminal, not a hidden word."""
+    import httpx
+
+    from support.terminal import in_terminal
+
+    settings = make_settings(tmp_path, "sqlite", simulate="1xH100-80GB")
+    register(settings)
+    url = live_api(settings)
+    name = "[link=https://evil.example]pay-here[/link] [bold red]urgent[/]"
+    r = httpx.post(f"{url}/api/v1/trainings", json={"name": name, "recipe": "mlp", "memory_mb": 1024,
+                                                    "config": {"max_steps": 3}}, timeout=30)
+    assert r.status_code == 201, r.text
+    env = {"GPUFLEET_SERVER": url}
+    import os
+
+    env = {**os.environ, **env}
+    for args in (["trainings", "ls", "--wide"], ["trainings", "show", r.json()["id"]]):
+        shown = in_terminal(args, env=env, cols=250)
+        assert name in shown, shown
+        assert "\x1b]8;" not in shown  # no hyperlink was drawn

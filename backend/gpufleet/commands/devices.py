@@ -17,7 +17,7 @@ import typer
 from rich.text import Text
 
 from gpufleet.commands import drain, fleet_devices
-from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fmt_size, make_console, print_table
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fmt_size, labelled, make_console, print_table
 
 if TYPE_CHECKING:
     from gpufleet.config import Settings
@@ -37,7 +37,7 @@ LocalOpt = Annotated[bool, typer.Option("--local", help="this machine's devices,
 
 
 def _fail(message: str) -> NoReturn:
-    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -88,9 +88,9 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False, lo
         title += f" ({backend.description})"
     rows = []
     for g in found:
-        status = "ok" if g.healthy else f"[red]unhealthy: {g.error}[/]"
+        status = Text("ok") if g.healthy else Text(f"unhealthy: {g.error}", style="red")
         if g.simulated:
-            status += " sim"
+            status.append(" sim")
         rows.append([
             str(g.index),
             {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}.get(g.vendor, g.vendor),

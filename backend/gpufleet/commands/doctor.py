@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, print_table
+from gpufleet.commands.tables import Column, labelled, print_table
 
 QuickOpt = Annotated[bool, typer.Option("--quick", help="skip the tests and the benchmark (seconds, not minutes)")]
 
@@ -22,11 +22,11 @@ def doctor(quick: QuickOpt = False) -> None:
     from gpufleet.config import ConfigError, get_settings
     from gpufleet.devices.backend import device_backend
 
-    console = Console()
+    console = Console(markup=False)
     try:
         settings = get_settings()
     except ConfigError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        Console(stderr=True, markup=False).print(labelled("error:", exc), highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     backend = device_backend(settings)
     gpus = [g for g in backend.detect_gpus() if g.healthy]

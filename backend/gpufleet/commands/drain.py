@@ -13,14 +13,14 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="host name (default: this machine)")]
 
 
 def _fail(message: str) -> NoReturn:
-    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -41,12 +41,13 @@ def asks_server(server: str | None, local: bool) -> bool:
 
 
 def _status(g: dict) -> Text:
-    text = "ok" if g["status"] == "ok" else f"[red]{g['status']}[/]"
+    # The server's words are text, never markup: a reason with "[link=…]" in it is shown as written.
+    text = Text("ok") if g["status"] == "ok" else Text(str(g["status"]), style="red")
     if g.get("status_reason"):
-        text += f"[red]: {g['status_reason']}[/]"
+        text.append(f": {g['status_reason']}", style="red")
     if g.get("drained"):
-        text += " [yellow]drained[/]"
-    return Text.from_markup(text + (" sim" if g["simulated"] else ""))
+        text.append(" ").append("drained", style="yellow")
+    return text.append(" sim" if g["simulated"] else "")
 
 
 POOL_COLUMNS = (

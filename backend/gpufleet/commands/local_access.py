@@ -59,15 +59,16 @@ def sockets(tcp: socket.socket, unix: UnixListener | None) -> list[socket.socket
 
 def warn_single_user(err: Console) -> None:
     """Single-user mode makes every account on this machine the admin: say so where that means others."""
+    from gpufleet.commands.tables import labelled
     from gpufleet.users.local import human_accounts
 
     people = human_accounts()
     if len(people) > 1:
         err.print(
-            f"[bold yellow]warning:[/] single-user mode (GPUFLEET_AUTH=off): every account on this machine that "
-            f"reaches 127.0.0.1 is the admin, and {len(people)} people have accounts here "
-            f"({', '.join(people[:8])}{', …' if len(people) > 8 else ''}); unset GPUFLEET_AUTH so each signs in "
-            "as themselves (docs/operations.md, \"Security model\")",
+            labelled("warning:", "single-user mode (GPUFLEET_AUTH=off): every account on this machine that "
+                     f"reaches 127.0.0.1 is the admin, and {len(people)} people have accounts here "
+                     f"({', '.join(people[:8])}{', …' if len(people) > 8 else ''}); unset GPUFLEET_AUTH so each "
+                     "signs in as themselves (docs/operations.md, \"Security model\")", style="bold yellow"),
             highlight=False, soft_wrap=True,
         )
 
@@ -84,7 +85,7 @@ def sign_in_hint(settings: Settings, link: bool) -> str:
         return f"{local}a browser signs in with the link `gpufleet open` prints, or with an API token"
     url, ttl = own_sign_in_link(settings)
     return (f"{local}sign in as {_me()} (once, within {ttl // 60 or 1} min; `gpufleet open` prints another):\n"
-            f"  [bold]{url}[/]")
+            f"  {url}")
 
 
 def own_sign_in_link(settings: Settings) -> tuple[str, int]:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 pools_app = typer.Typer(help="Pools: Slurm partitions trainings can run in, beside the team's hosts.",
                         no_args_is_help=True)
@@ -35,7 +35,7 @@ def _client(server: str | None):
 
 
 def _refused(c, exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {c.in_options(str(exc))}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", c.in_options(str(exc))), highlight=False, soft_wrap=True)
     raise typer.Exit(2) from None
 
 

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from gpufleet.commands.tables import ServerOpt, fmt_size, make_console
+from gpufleet.commands.tables import ServerOpt, fmt_size, labelled, make_console
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _fail(message: str) -> NoReturn:
-    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -159,14 +160,14 @@ def recommend(
         _candidates(console, rec)
         return
     est = rec.estimate
-    console.print(f"[bold]{recipe}[/] on {count} GPU(s), {est.strategy}, {est.precision}, "
-                  f"micro-batch {est.micro_batch_size} per rank: {est.summary}", highlight=False)
+    console.print(Text.assemble((recipe, "bold"), f" on {count} GPU(s), {est.strategy}, {est.precision}, "
+                                f"micro-batch {est.micro_batch_size} per rank: {est.summary}"), highlight=False)
     breakdown = Table(show_header=True, header_style="bold")
     breakdown.add_column("per rank")
     breakdown.add_column("bytes", justify="right")
     for name, value in breakdown_rows(est.breakdown):
         breakdown.add_row(name, fmt_size(value))
-    breakdown.add_row("[bold]total[/]", f"[bold]{fmt_size(est.total)}[/]")
+    breakdown.add_row(Text("total", style="bold"), Text(fmt_size(est.total), style="bold"))
     console.print(breakdown)
     # Folded at the terminal's width (whole in a pipe): the method says how the figures were found.
     console.print(f"method: {est.method}", highlight=False)
@@ -202,12 +203,12 @@ def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | N
     print_table(console, columns, rows, title=f"{recipe}, global batch {answer.global_batch_size}: the largest "
                                               "micro-batch per rank that fits, per layout tried")
     for line in answer.never:
-        console.print(f"[yellow]never:[/] {line}", highlight=False)
+        console.print(labelled("never:", line, style="yellow"), highlight=False)
     if answer.pick is None:
-        console.print(f"[yellow]nothing fits:[/] {answer.why}", highlight=False)
+        console.print(labelled("nothing fits:", answer.why, style="yellow"), highlight=False)
         raise typer.Exit(1)
     p = answer.pick
-    console.print(f"[bold]pick:[/] {answer.why}", highlight=False)
+    console.print(labelled("pick:", answer.why, style="bold"), highlight=False)
     sets = " ".join(f"--set {k}={v}" for k, v in p.config.items())
     if p.pool:
         gpus = f" --pool {p.pool} --world-size {p.world_size}"
@@ -221,7 +222,7 @@ def _candidates(console: Console, rec: RecommendationPublic) -> None:
         _on_pool(console, rec)
         return
     if not rec.candidates:
-        console.print(f"[yellow]nothing fits now:[/] {rec.wait_reason}", highlight=False)
+        console.print(labelled("nothing fits now:", rec.wait_reason, style="yellow"), highlight=False)
         return
     table = Table(show_header=True, header_style="bold")
     for col in ("#", "host", "GPUs", "link", "score", "why"):
@@ -239,7 +240,8 @@ def _on_pool(console: Console, rec: RecommendationPublic) -> None:
                   f"{p.gpus_per_node} on each of {p.nodes} node(s); Slurm decides when and where it starts",
                   highlight=False)
     if p.partition_nodes is None:
-        console.print("[yellow]Slurm did not answer:[/] the partition's nodes are not shown", highlight=False)
+        console.print(labelled("Slurm did not answer:", "the partition's nodes are not shown", style="yellow"),
+                      highlight=False)
     else:
         table = Table(show_header=True, header_style="bold")
         for col in ("node", "state", "gpus", "in use"):

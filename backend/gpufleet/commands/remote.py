@@ -13,13 +13,13 @@ import typer
 
 from gpufleet.client import Client as _LibraryClient
 from gpufleet.client import AmbiguousTraining, GpufleetError, ServerUnreachable, UnknownTraining
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 err = make_console(stderr=True)
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

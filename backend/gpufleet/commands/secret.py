@@ -16,7 +16,7 @@ from rich.console import Console
 from gpufleet.commands import users
 
 secret_app = typer.Typer(help="The server's signing secret (GPUFLEET_SECRET_KEY).")
-err = Console(stderr=True)
+err = Console(stderr=True, markup=False)
 
 
 def _new_secret() -> str:

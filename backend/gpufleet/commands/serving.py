@@ -186,6 +186,6 @@ def register_this_host(settings: Settings) -> str:
     lines = [f"host {inv.host_name}: {len(gpus)} GPU(s){sim}"]
     for g in gpus:
         mem = f"{g.memory_total / 2**30:.0f} GiB" if g.memory_total else "? GiB"
-        state = "" if g.healthy else f"  [red]unhealthy: {g.error}[/]"
+        state = "" if g.healthy else f"  unhealthy: {g.error}"
         lines.append(f"  {g.backend}:{g.device_id}  {g.name}  {mem}{state}")
     return "\n".join(lines)

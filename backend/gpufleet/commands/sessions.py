@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from gpufleet.commands.tables import Column, ServerOpt, WideOpt, make_console, print_lines, print_table
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, labelled, make_console, print_lines, print_table
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from gpufleet.commands import users
-from gpufleet.commands.tables import ServerOpt, make_console
+from gpufleet.commands.tables import ServerOpt, labelled, make_console
 
 groups_app = typer.Typer(help="Groups of users and their quotas (admins).", no_args_is_help=True)
 err = make_console(stderr=True)
@@ -35,7 +35,7 @@ def _admin_here() -> str:
 
 
 def _fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -13,11 +13,13 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-out = Console(highlight=False, soft_wrap=True)
+from gpufleet.commands.tables import labelled
+
+out = Console(highlight=False, soft_wrap=True, markup=False)
 
 
 def _fail(message: str) -> NoReturn:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    Console(stderr=True, markup=False).print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -49,8 +49,10 @@ class Fitted:
 
 def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int],
            limits: dict[int, int], title: str | None, cells: dict[int, int]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                  header_style="bold")
+    # Cells and titles are text, never console markup: they hold what members wrote (names, reasons),
+    # and "[link=…]" in a training's name must not become a link in an admin's terminal.
+    table = Table(title=_plain(title) if title is not None else None, title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False, header_style="bold")
     for i in keep:
         c = columns[i]
         # Each column's width is known (its widest cell, cut to its limit): given, rich does not
@@ -58,8 +60,13 @@ def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
         table.add_column(c.header, justify=c.justify, no_wrap=True,
                          overflow="ellipsis", width=min(cells[i], limits.get(i, cells[i])))
     for row in rows:
-        table.add_row(*(row[i] for i in keep))
+        table.add_row(*(_plain(row[i]) for i in keep))
     return table
+
+
+def _plain(cell: Cell) -> Text:
+    """A cell as text: a ``str`` is shown as written (a styled ``Text`` keeps its styles)."""
+    return cell if isinstance(cell, Text) else Text(cell)
 
 
 def natural_width(cells: dict[int, int], keep: Sequence[int], limits: dict[int, int]) -> int:
@@ -131,18 +138,19 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
     redirected, every list is tab-separated lines instead (:func:`print_tsv`), its title on stderr."""
     if not console.is_terminal:
         if title:
-            Console(stderr=True, soft_wrap=True).print(title, highlight=False)
+            Console(stderr=True, soft_wrap=True, markup=False).print(title, highlight=False)
         print_tsv(console, [c.header for c in columns], rows)
         return
     fitted = fit_table(columns, rows, console.width, wide=wide, title=title)
     if wide and fitted.width > console.width:
         # Wider than the terminal on purpose: let the terminal scroll, never fold cells.
         Console(width=fitted.width, file=console.file, force_terminal=console.is_terminal,
-                no_color=console.no_color).print(fitted.table)
+                no_color=console.no_color, markup=False).print(fitted.table)
     else:
         console.print(fitted.table)
     if fitted.hidden:
-        console.print(f"[dim]({', '.join(fitted.hidden)} hidden to fit {console.width} columns; --wide shows all)[/]",
+        console.print(Text(f"({', '.join(fitted.hidden)} hidden to fit {console.width} columns; --wide shows all)",
+                           style="dim"),
                       highlight=False)
 
 
@@ -182,6 +190,12 @@ def print_lines(console: Console, rows: Sequence[Sequence[str]], *, label: bool 
         console.print(grid)
 
 
+def labelled(label: str, message: object, *, style: str = "bold red") -> Text:
+    """``label message`` with the label styled. The message is shown as written, never read as console
+    markup: it holds what the server or a member wrote ("[link=…]" in a name stays those characters)."""
+    return Text.assemble((label, style), " ", str(message))
+
+
 def make_console(stderr: bool = False) -> Console:
     """The console a command prints on: lines wrap at the terminal's width, and only on a terminal.
 
@@ -189,7 +203,7 @@ def make_console(stderr: bool = False) -> Console:
     default width there), cutting a URL or an id in two for whoever reads the
     log or greps it. Tables still fit the console's width (``--wide`` shows all).
     """
-    console = Console(stderr=stderr)
+    console = Console(stderr=stderr, markup=False)  # what it prints holds members' words: styles are Text's
     console.soft_wrap = not console.is_terminal
     return console
 

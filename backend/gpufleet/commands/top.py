@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.measure import Measurement
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fit_table, fmt_size, make_console
+from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fit_table, fmt_size, labelled, make_console
 
 if TYPE_CHECKING:
     from gpufleet.client import Client
@@ -30,7 +30,7 @@ GIB = 1024**3
 
 
 def _fail(message: str) -> NoReturn:
-    make_console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    make_console(stderr=True).print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -178,7 +178,7 @@ def top(
     if wide:
         # Every column, wider than the terminal if need be: it scrolls instead of folding cells.
         need = Measurement.get(console, console.options.update(max_width=10_000), first).maximum
-        console = Console(width=max(console.width, need))
+        console = Console(width=max(console.width, need), markup=False)
     if once:
         console.print(first)
         return

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from gpufleet.commands.tables import fmt_loss, fmt_size, make_console
+from gpufleet.commands.tables import fmt_loss, fmt_size, labelled, make_console
 
 if TYPE_CHECKING:
     from gpufleet.engine.spec import LaunchSpec
@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(labelled("error:", message, style="red"))
     raise typer.Exit(code=2)
 
 
@@ -234,8 +234,9 @@ def _watch(proc: subprocess.Popen, progress_file: Path, max_steps: int) -> list[
     records: list[dict[str, Any]] = []
     offset = 0
     interrupts = 0
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    # The fields are text, never markup: the info line holds the ranks' own words.
+    columns = (TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[info]}", markup=False), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("training", total=max_steps, info="starting ranks")
         while True:

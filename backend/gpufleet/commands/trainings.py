@@ -19,6 +19,7 @@ from gpufleet.commands.tables import (
     Column,
     ServerOpt,
     WideOpt,
+    labelled,
     fmt_loss,
     fmt_size,
     make_console,
@@ -43,7 +44,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

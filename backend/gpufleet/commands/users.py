@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 users_app = typer.Typer(help="People who use this server, and their roles.", no_args_is_help=True)
 tokens_app = typer.Typer(help="API tokens (shown once at creation, stored hashed).", no_args_is_help=True)
@@ -24,7 +24,7 @@ RoleOpt = Annotated[str, typer.Option("--role", help="admin | member | viewer")]
 
 
 def _fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.commands.tables import ServerOpt, make_console
+from gpufleet.commands.tables import ServerOpt, labelled, make_console
 
 webhooks_app = typer.Typer(help="Your webhooks: notifications of your trainings and sessions.",
                            no_args_is_help=True)
@@ -46,7 +46,7 @@ def add(
         try:
             hook = c.add_webhook(url, format=format, events=chosen)
         except GpufleetError as exc:  # refused here, before anything was sent
-            err.print(f"[bold red]error:[/] {c.in_options(str(exc))}", highlight=False, soft_wrap=True)
+            err.print(labelled("error:", c.in_options(str(exc))), highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
     if as_json:
         out.print_json(hook.model_dump_json())

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpufleet.commands.tables import make_console
+from gpufleet.commands.tables import labelled, make_console
 
 err = make_console(stderr=True)
 
@@ -31,14 +31,15 @@ def worker(
     try:
         settings = load_settings(**({"host_name": host_name} if host_name else {}))
         if settings.redis_url is None:
-            err.print("[yellow]note:[/] no GPUFLEET_REDIS_URL: using the embedded filesystem broker under "
-                      f"{settings.data_dir}; only a server on this machine can reach this worker")
+            err.print(labelled("note:", "no GPUFLEET_REDIS_URL: using the embedded filesystem broker under "
+                               f"{settings.data_dir}; only a server on this machine can reach this worker",
+                               style="yellow"))
         # Sessions' notebooks here, for a gpufleet server on another machine (when configured).
         start_relay(settings, threading.Event())
         run_worker(settings, concurrency=concurrency, agent=agent)
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(labelled("error:", exc), highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except HostTaken as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(labelled("error:", exc), highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
