@@ -100,7 +100,9 @@ def main() -> None:
     cases = dict(CASES)
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-        env.update(GPUFLEET_DATA_DIR=tmp, GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_HOST_NAME="cli-bench")
+        # No estimate warm-up: its processes would trace recipes on these cores while the commands are timed.
+        env.update(GPUFLEET_DATA_DIR=tmp, GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_HOST_NAME="cli-bench",
+                   GPUFLEET_ESTIMATE_WARM="false")
         proc = None
         if not args.smoke:
             proc, token = _serve(Path(tmp), env)

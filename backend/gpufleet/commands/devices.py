@@ -99,7 +99,7 @@ def gpus(ctx: typer.Context, as_json: JsonOpt = False, wide: WideOpt = False, lo
             fmt_size(g.memory_free) if g.memory_free is not None else "?",
             g.label,
             g.uuid or "?",
-            Text.from_markup(status),
+            status,
         ])
     print_table(console, GPU_COLUMNS, rows, wide=wide, title=title)
 
