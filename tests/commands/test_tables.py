@@ -82,7 +82,8 @@ def test_the_counted_width_is_the_width_rich_measures():
         n = rng.randint(1, 8)
         columns = tuple(Column("H" * rng.randint(1, 8), drop=rng.choice([0, 1, 2]), shorten=rng.random() < 0.5,
                                min_width=rng.randint(1, 10)) for _ in range(n))
-        rows = [[rng.choice([str, Text])("é" * rng.randint(0, 3) + "x" * rng.randint(0, 30) + "界" * rng.randint(0, 2))
+        rows = [[rng.choice([str, Text])("é" * rng.randint(0, 3) + "x" * rng.randint(0, 30) + "界" * rng.randint(0, 2)
+                                         + rng.choice(["", "\t", "\x1b[2J", "\r\x07"]))
                  for _ in range(n)] for _ in range(rng.randint(0, 5))]
         for width in (rng.randint(10, 120), 10_000):
             fitted = fit_table(columns, rows, width, wide=width == 10_000, title=rng.choice([None, "host"]))
@@ -110,9 +111,14 @@ def test_cells_titles_and_messages_are_text_never_markup():
     console = Console(file=buf, width=120, force_terminal=True, color_system="standard")
     print_table(console, COLUMNS[:2], [["[link=https://evil.example]x[/link]", "[bold]y[/]"]], title="[red]t[/]")
     console.print(labelled("error:", "no training [b]z[/b]"))
+    # Nor do a member's control characters reach the terminal: an escape sequence (a link, clearing the
+    # screen), a carriage return that would draw over the line, a bell; each is one visible character.
+    print_table(console, COLUMNS[:1], [["a\x1b]8;;https://evil.example\x1b\\b\re\x07"], [Text("c\x1b[2Jd", style="red")]])
+    console.print(labelled("error:", "f\x1b[2Jg"))
     out = buf.getvalue()
-    for written in ("[link=https://evil.example]x[/link]", "[bold]y[/]", "[red]t[/]", "no training [b]z[/b]"):
+    for written in ("[link=https://evil.example]x[/link]", "[bold]y[/]", "[red]t[/]", "no training [b]z[/b]",
+                    "a\ufffd]8;;https://evil.example\ufffd\\b\ufffde\ufffd", "c\ufffd[2Jd", "f\ufffd[2Jg"):
         assert written in out, out
-    assert "\x1b]8;" not in out
+    assert "\x1b]8;" not in out and "\x1b[2J" not in out and "\r" not in out and "\x07" not in out
     # The label keeps its style.
     assert "\x1b[1;31merror:" in out

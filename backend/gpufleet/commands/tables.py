@@ -64,9 +64,28 @@ def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
     return table
 
 
+# Control characters (escape sequences, a bell, a carriage return) in what the server sends would act on
+# the reader's terminal: each shows as one replacement character, so widths and styles stay as counted.
+_CONTROLS = {c: "\ufffd" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
+_CONTROLS[0x09] = " "
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but the line break made harmless (a tab is a space)."""
+    return text.translate(_CONTROLS)
+
+
 def _plain(cell: Cell) -> Text:
-    """A cell as text: a ``str`` is shown as written (a styled ``Text`` keeps its styles)."""
-    return cell if isinstance(cell, Text) else Text(cell)
+    """A cell as text: a ``str`` is shown as written (a styled ``Text`` keeps its styles), never as
+    markup, and its control characters cannot reach the terminal."""
+    if not isinstance(cell, Text):
+        return Text(printable(cell))
+    clean = printable(cell.plain)
+    if clean == cell.plain:
+        return cell
+    cell = cell.copy()
+    cell.plain = clean  # as long as before: the styles' spans still fit
+    return cell
 
 
 def natural_width(cells: dict[int, int], keep: Sequence[int], limits: dict[int, int]) -> int:
@@ -90,6 +109,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     """The table for ``width`` columns: drop by priority, then shorten; ``wide`` keeps all."""
     keep = list(range(len(columns)))
     limits: dict[int, int] = {}
+    rows = [[_plain(c) for c in row] for row in rows]  # measured as they will be drawn
     cells = {i: max([_cell_width(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)}
     if wide:
         return Fitted(_build(columns, rows, keep, limits, title, cells), [], natural_width(cells, keep, limits))
@@ -125,7 +145,7 @@ def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[
     """One line per row, cells separated by tabs, the headers first: what a script reads (`| cut -f2`)."""
     def plain(cell: Cell) -> str:
         text = cell.plain if isinstance(cell, Text) else str(cell)
-        return " ".join(text.split())  # a tab or a line break inside a cell would split it
+        return " ".join(printable(text).split())  # a tab or a line break inside a cell would split it
 
     for row in (headers, *rows):
         console.file.write("\t".join(plain(c) for c in row) + "\n")
@@ -160,6 +180,7 @@ def print_lines(console: Console, rows: Sequence[Sequence[str]], *, label: bool 
     under itself (a hanging indent), never back to column 0; elsewhere each row is
     one line. ``label``: the first cell is a bold, right-aligned label. A row whose
     first cell is in ``whole`` (a path) is never folded, so it can be copied."""
+    rows = [[printable(c) for c in row] for row in rows]
     widths = [max(Text(r[i]).cell_len for r in rows) for i in range(len(rows[0]) - 1)] if rows else []
 
     def line(row: Sequence[str]) -> Text:
@@ -193,7 +214,7 @@ def print_lines(console: Console, rows: Sequence[Sequence[str]], *, label: bool 
 def labelled(label: str, message: object, *, style: str = "bold red") -> Text:
     """``label message`` with the label styled. The message is shown as written, never read as console
     markup: it holds what the server or a member wrote ("[link=…]" in a name stays those characters)."""
-    return Text.assemble((label, style), " ", str(message))
+    return Text.assemble((label, style), " ", printable(str(message)))
 
 
 def make_console(stderr: bool = False) -> Console:
