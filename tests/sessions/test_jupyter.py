@@ -52,7 +52,15 @@ def test_a_connected_client_is_use_and_the_launchers_polls_are_not(tmp_path) -> 
         kernel = httpx.post(f"{api}/kernels", headers={"Authorization": f"token {token}"}, json={"name": "python3"},
                             timeout=60).json()["id"]
         _wait(lambda: (a := activity(port, base, token)) and a["busy_kernels"] == 0 and a, 60, "an idle kernel")
-        quiet = activity(port, base, token)["active_at"]
+
+        def settled() -> str | None:
+            # A new kernel's last messages can land just after it reports idle (CI saw one 0.3 s later):
+            # the time counts once it held for a second. Were a poll use, it would never hold.
+            first = activity(port, base, token)["active_at"]
+            time.sleep(1.0)
+            return first if activity(port, base, token)["active_at"] == first else None
+
+        quiet = _wait(settled, 60, "the kernel's start to settle")
         # Polling again and again is not use: the reported time stands still.
         for _ in range(3):
             assert activity(port, base, token)["active_at"] == quiet
