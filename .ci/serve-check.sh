@@ -5,12 +5,15 @@
 set -euo pipefail
 venv=${1:?usage: .ci/serve-check.sh VENV WORKDIR}
 work=${2:?usage: .ci/serve-check.sh VENV WORKDIR}
-port=$("$venv/bin/python" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+free_port() { "$venv/bin/python" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+port=$(free_port)
+# The notebooks' origin on a port of its own: by default it takes the API's port + 1, which may be taken here.
+notebooks_port=$(free_port)
 log="$work/clean-serve.log"
 # exec: $! is then the server itself, so the trap below stops it (not only a subshell).
 # Its own socket: the default one (/run/gpufleet as root) is the machine's.
 (cd "$work" && exec env -u GPUFLEET_DATABASE_URL -u GPUFLEET_REDIS_URL GPUFLEET_DATA_DIR="$work/clean-serve-data" \
-  GPUFLEET_UNIX_SOCKET="$work/clean-serve.sock" GPUFLEET_SIMULATE=1xH100-80GB \
+  GPUFLEET_UNIX_SOCKET="$work/clean-serve.sock" GPUFLEET_SIMULATE=1xH100-80GB GPUFLEET_SESSIONS_PORT="$notebooks_port" \
   "$venv/bin/gpufleet" serve --port "$port" >"$log" 2>&1) &
 server=$!
 stop() {

@@ -101,8 +101,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
         # No estimate warm-up: its processes would trace recipes on these cores while the commands are timed.
+        # No notebooks' listener: it would take the port after the API's, which another process may hold.
         env.update(GPUFLEET_DATA_DIR=tmp, GPUFLEET_SIMULATE="2xH100-80GB", GPUFLEET_HOST_NAME="cli-bench",
-                   GPUFLEET_ESTIMATE_WARM="false")
+                   GPUFLEET_ESTIMATE_WARM="false", GPUFLEET_SESSIONS_PORT="0")
         proc = None
         if not args.smoke:
             proc, token = _serve(Path(tmp), env)

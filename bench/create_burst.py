@@ -183,6 +183,7 @@ def run(server_url: str, redis_url: str, n: int, reads: int, capacity: int | Non
             GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=SECRET, GPUFLEET_DATA_DIR=tmp,
             GPUFLEET_SIMULATE="8xH100-80GB", GPUFLEET_HOST_NAME="burst-host",
             GPUFLEET_CREATE_RATE_PER_MINUTE="10000", GPUFLEET_MAX_QUEUED_PER_USER="100000",
+            GPUFLEET_SESSIONS_PORT="0",  # no notebooks' listener on the port after the API's, which may be taken
         )
         env["GPUFLEET_MAX_CONCURRENT_REQUESTS"] = str(capacity or 0)
         gpufleet = [sys.executable, "-m", "gpufleet.cli"]

@@ -62,19 +62,24 @@ def main() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     # Single-user mode: the page opens on the fleet, not on a sign-in form.
+    # No notebooks' listener: it would take the port after the API's, which another process may hold.
     env.update(GPUFLEET_SIMULATE=f"{args.gpus}xH100-80GB", GPUFLEET_DATA_DIR=str(data), GPUFLEET_HOST_NAME="sim-host",
-               GPUFLEET_AUTH="off")
+               GPUFLEET_AUTH="off", GPUFLEET_SESSIONS_PORT="0")
     exe = Path(sys.executable).with_name("gpufleet")
     proc = subprocess.Popen([str(exe), "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
+            if proc.poll() is not None:
+                raise SystemExit(f"gpufleet serve exited with {proc.returncode} before it answered")
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.3)
+        else:
+            raise SystemExit(f"gpufleet serve did not answer {base}/healthz")
         results = {}
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)

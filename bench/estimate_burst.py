@@ -72,7 +72,8 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     env.update(GPUFLEET_DATA_DIR=str(data), GPUFLEET_AUTH="on", GPUFLEET_SECRET_KEY=secrets.token_urlsafe(48),
                GPUFLEET_EMBEDDED_WORKER="false", GPUFLEET_SIMULATE="2xH100-80GB",
-               GPUFLEET_ESTIMATE_BUDGET_S=str(args.budget))
+               GPUFLEET_ESTIMATE_BUDGET_S=str(args.budget),
+               GPUFLEET_SESSIONS_PORT="0")  # no notebooks' listener on the port after the API's, which may be taken
     _gpufleet(env, "db", "upgrade")
     _gpufleet(env, "users", "add", "vic", "--role", "viewer")
     token = _gpufleet(env, "tokens", "create", "vic").strip().splitlines()[-1].strip()
