@@ -60,7 +60,7 @@ def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list
         table.add_column(c.header, justify=c.justify, no_wrap=True,
                          overflow="ellipsis", width=min(cells[i], limits.get(i, cells[i])))
     for row in rows:
-        table.add_row(*(_plain(row[i]) for i in keep))
+        table.add_row(*(row[i] for i in keep))  # fit_table made each cell text already
     return table
 
 
