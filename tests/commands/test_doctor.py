@@ -49,14 +49,15 @@ def test_the_estimate_lines_of_the_gpu_test_become_rows_judged_by_the_bound() ->
         estimate_line("mlp", {"hidden": [4096, 4096]}, 4096, "bf16", 1550 * mib, 1562 * mib, "context 1",
                       first_step=1384 * mib),
         "..",
-        estimate_line("sae", {"d_in": 768}, 256, "fp32", 1500 * mib, 1562 * mib, "context 2"),
+        estimate_line("sae", {"d_in": 768, "variant": "topk"}, 256, "fp32", 1500 * mib, 1562 * mib, "context 2"),
         estimate_line("sae", {"d_in": 768}, 4096, "fp32", 1660 * mib, 1562 * mib, "context 2"),
     ])
     within, under, over = estimate_rows(output)
     assert (within.check, within.result, within.ok) == ("estimate mlp b4096 bf16", "1,550 / 1,562 MiB", True)
     assert "-0.77%" in within.detail and "after step 1 1,384 MiB" in within.detail
     # Never under by more than 2 %, never over by more than 5 %: the reference runs' bound.
-    assert (under.check, under.ok) == ("estimate sae b256 fp32", False) and "-3.97%" in under.detail
+    # An SAE's variant is named, so topk and relu cases are told apart.
+    assert (under.check, under.ok) == ("estimate sae topk b256 fp32", False) and "-3.97%" in under.detail
     assert (over.check, over.ok) == ("estimate sae b4096 fp32", False) and "+6.27%" in over.detail
     # The GPU tests ran yet printed no estimate (all skipped): the table says so, as a failure.
     (none,) = estimate_rows("12 skipped in 3.2s")

@@ -152,9 +152,12 @@ def estimate_rows(output: str) -> list[Row]:
     """One row per estimate line in ``output``; a row saying none came when there is none."""
     rows = []
     for m in _ESTIMATE.finditer(output):
-        recipe, _, batch, precision, est, measured, step1, err = m.groups()
+        recipe, values, batch, precision, est, measured, step1, err = m.groups()
         first = f"; after step 1 {int(step1) / 2**20:,.0f} MiB" if step1 else ""
-        rows.append(Row(f"estimate {recipe} b{batch} {precision}",
+        # The variant tells apart cases of one recipe (an SAE's topk and relu).
+        variant = re.search(r"'variant': '([\w-]+)'", values)
+        name = f"{recipe} {variant.group(1)}" if variant else recipe
+        rows.append(Row(f"estimate {name} b{batch} {precision}",
                         f"{int(est) / 2**20:,.0f} / {int(measured) / 2**20:,.0f} MiB",
                         f"estimated / NVML-measured at step 3, error {err}%{first}",
                         -ESTIMATE_UNDER * 100 <= float(err) <= ESTIMATE_OVER * 100))
