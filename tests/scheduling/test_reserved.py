@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.scheduling.allocator import CachingAllocator, replay, round_size
+from gpufleet.scheduling.allocator import LT_WORKSPACE, CachingAllocator, replay, round_size
 from gpufleet.scheduling.estimate import estimate_memory_requirement
 
 MiB = 2**20
@@ -59,8 +59,9 @@ def test_the_estimate_counts_the_reserve_and_workspaces_on_a_gpu_not_on_a_cpu() 
     gpu = estimate_memory_requirement("mlp", cfg, backend="cuda", context_bytes=900 * MiB, workspace_bytes=8 * MiB)
     cpu = estimate_memory_requirement("mlp", cfg, backend="cpu")
     assert gpu.allocator_cache > 0 and cpu.allocator_cache == 0
-    # One workspace for the forward's thread, one for autograd's.
-    assert gpu.blas_workspace == 16 * MiB and cpu.blas_workspace == 0
+    # One cuBLAS workspace for the forward's thread, one for autograd's; the forward's linear
+    # layers (addmm with a bias) run on cuBLASLt, which takes its own 1 MiB.
+    assert gpu.blas_workspace == 16 * MiB + LT_WORKSPACE and cpu.blas_workspace == 0
     assert gpu.context_bytes == 900 * MiB
     assert gpu.total == gpu.allocator_bytes + 900 * MiB + gpu.margin and gpu.margin > 0
     assert gpu.total == sum(gpu.breakdown().values())

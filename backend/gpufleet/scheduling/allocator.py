@@ -185,20 +185,40 @@ def replay(events: Iterable[tuple[int, int]]) -> Replay:
                   small.peak_reserved, large.peak_reserved)
 
 
+# cuBLASLt's workspace (CUBLASLT_WORKSPACE_SIZE, 1 MiB by default), taken at the first op of a
+# thread that runs on it, after cuBLAS's own: both seen on an H200 with torch 2.11.
+LT_WORKSPACE = 1 << 20
+# Event ids of kernels' scratch: below the workspaces' (-1, -2) and DDP's buckets (-100 down).
+_SCRATCH_IDS = -(1 << 40)
+
+
 def device_events(trace: object, *, workspace: int = 0, ddp: bool = False,
                   bucket_bytes: int = 25 << 20) -> list[tuple[int, int]]:
     """A trace's allocation sequence as a GPU runs it.
 
     ``workspace``: the bytes of the cuBLAS workspace each thread allocates at its first BLAS op
-    (the forward's and the backward's, ``trace.blas_marks``). ``ddp``: gradients are views into
+    (the forward's and the backward's, ``trace.blas_marks``), and cuBLASLt's where it runs
+    (``trace.lt_marks``); a GPU without a workspace (``workspace=0``, the CPU) has neither. The scratch CUDA kernels allocate
+    while they run (``trace.scratch``) is taken and given back in its place. ``ddp``: gradients are views into
     DDP's buckets, allocated when the model is wrapped (``bucket_bytes`` each, as
     ``bucket_cap_mb`` says), so their own allocations are left out.
     """
     events = [(int(e), int(n)) for e, n in getattr(trace, "events", ())]
     marks = dict(getattr(trace, "blas_marks", {}) or {})
+    lt = dict(getattr(trace, "lt_marks", {}) or {})
+    inserts: list[tuple[int, int, list[tuple[int, int]]]] = []
     if workspace > 0:
-        for i, pos in sorted(((i, int(p)) for i, p in enumerate(marks.values())), key=lambda x: -x[1]):
-            events.insert(pos, (-(i + 1), workspace))
+        inserts += [(int(pos), 1, [(-(i + 1), workspace)]) for i, pos in enumerate(marks.values())]
+        inserts += [(int(pos), 2, [(-(i + 11), LT_WORKSPACE)]) for i, pos in enumerate(lt.values())]
+    # A kernel's scratch is taken after its output and given back, last first, as it returns.
+    for k, (pos, sizes) in enumerate(getattr(trace, "scratch", ()) or ()):
+        ids = [_SCRATCH_IDS - 8 * k - j for j in range(len(sizes))]
+        taken = list(zip(ids, (int(n) for n in sizes), strict=True))
+        inserts.append((int(pos), 0, taken + [(e, -n) for e, n in reversed(taken)]))
+    # From the last place back, so that each index still means the original sequence; at one
+    # place: a kernel's scratch, cuBLAS's workspace, cuBLASLt's.
+    for pos, _, seq in sorted(inserts, key=lambda x: (-x[0], -x[1])):
+        events[pos:pos] = seq
     if ddp:
         grads = {int(g) for g in getattr(trace, "gradient_ids", ())}
         events = [(e, n) for e, n in events if e not in grads]

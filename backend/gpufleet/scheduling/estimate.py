@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpufleet.scheduling.allocator import LT_WORKSPACE
 from gpufleet.scheduling.memory import plan_trace, trace_for
 from gpufleet.scheduling.types import MiB, fmt_bytes
 
@@ -171,7 +172,8 @@ def estimate_memory_requirement(
     gpu = backend != "cpu"
     context = (context_bytes if context_bytes is not None else CONTEXT_BYTES.get(backend, 0)) if gpu else 0
     workspace = (workspace_bytes if workspace_bytes is not None else WORKSPACE_BYTES.get(backend, 0)) if gpu else 0
-    workspaces = workspace * len(getattr(trace, "blas_marks", {}) or {})
+    workspaces = (workspace * len(getattr(trace, "blas_marks", {}) or {})
+                  + (LT_WORKSPACE * len(getattr(trace, "lt_marks", {}) or {}) if workspace else 0))
     reserved = _reserved(trace, parts, plan.strategy, workspace) if gpu else parts.held
     cache = max(0, reserved - parts.held - workspaces)
     # What the caching allocator will reserve; the context comes on top.

@@ -103,6 +103,10 @@ def estimate_key(recipe: str, config: Mapping[str, Any], *, micro_batch: int, ac
     return f"{recipe}/mb{micro_batch}{acc}/{precision}/{strategy}{world_size}/{digest}"
 
 
+# What a trace records, as a number: a trace kept on disk by another one is traced again. 2: the
+# kernels' scratch, cuBLASLt's workspace, autograd's in-place sum of gradients.
+TRACE_FORMAT = 2
+
 # Traces are deterministic for a key; keep the last few (a queue re-estimates often).
 _cache_lock = threading.Lock()
 _trace_cache: OrderedDict[str, Any] = OrderedDict()

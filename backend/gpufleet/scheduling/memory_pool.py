@@ -34,7 +34,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, BinaryIO
 
-from gpufleet.scheduling.memory import EstimateError, TracePlan, cached_trace, keep_trace, plan_trace
+from gpufleet.scheduling.memory import (
+    TRACE_FORMAT,
+    EstimateError,
+    TracePlan,
+    cached_trace,
+    keep_trace,
+    plan_trace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +108,7 @@ def _child_env() -> dict[str, str]:
 
 
 def _versions() -> str:
-    found = []
+    found = [f"trace={TRACE_FORMAT}"]
     for package in ("gpufleet", "torch"):
         try:
             found.append(f"{package}={version(package)}")
@@ -111,7 +118,7 @@ def _versions() -> str:
 
 
 class TraceFiles:
-    """Traces on disk, one JSON file per trace key and versions of gpufleet and torch."""
+    """Traces on disk, one JSON file per trace key, versions of gpufleet and torch, and trace format."""
 
     def __init__(self, folder: Path):
         self.folder = folder

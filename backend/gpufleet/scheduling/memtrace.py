@@ -15,155 +15,21 @@ fake trace against a real step on the CPU.
 
 from __future__ import annotations
 
-import math
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-# The CUDA caching allocator hands out blocks in multiples of 512 bytes.
-BLOCK = 512
+from gpufleet.scheduling.memtracker import BLOCK, MemoryTracker, block_rounded
+
+__all__ = ["BLOCK", "STEPS", "MemoryTracker", "PhasePeak", "StepTrace", "trace_step"]
+
 # Optimizer steps traced: the first creates AdamW's states, the next ones run with them;
 # the reference runs (tests/scheduling/data) measure after the third.
 STEPS = 3
-
-
-def _round(n: int) -> int:
-    return int(math.ceil(n / BLOCK) * BLOCK) if n > 0 else 0
-
-
-# The ops that run on cuBLAS on a GPU: the first one on a thread allocates that
-# thread's cuBLAS workspace through the caching allocator, and it stays (the
-# forward on the caller's thread, the backward on autograd's device thread).
-_BLAS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "_scaled_mm"}
-
-
-class MemoryTracker(TorchDispatchMode):
-    """Live and peak bytes of the storages created while it is active.
-
-    Storages that already exist can be added with :meth:`tag`. A storage is
-    counted once however many views share it, and leaves the count when
-    Python frees it. Each storage has a category ("other" until tagged); the
-    totals per category at the peak are kept. ``scalars``: what data-dependent
-    reads (``.item()``, ``int(t)``) return under fake tensors, namely 1, so
-    optional branches such as "if any latent is dead" are taken and the trace
-    covers the larger path.
-    """
-
-    def __init__(self, scalars: bool = False) -> None:
-        super().__init__()
-        self.live: dict[int, tuple[int, str]] = {}
-        self.by_category: dict[str, int] = {}
-        self.current = 0
-        self.peak = 0
-        self.peak_by_category: dict[str, int] = {}
-        self._refs: dict[int, weakref.ref] = {}
-        self._scalars = scalars
-        self._eid: dict[int, int] = {}
-        self._next_eid = 0
-        # From start_events() on: every device allocation (eid, bytes) and free (eid, -bytes)
-        # in order, for the caching allocator's replay (scheduling/allocator.py).
-        self.events: list[tuple[int, int]] | None = None
-        self.host_eids: set[int] = set()
-        self.gradient_eids: set[int] = set()
-        # Where in ``events`` the first BLAS op of the forward / the backward ran.
-        self.blas_marks: dict[str, int] = {}
-
-    def start_events(self) -> None:
-        """Record allocations from now on, starting with what lives on the device (in creation order)."""
-        self.events = [(self._eid[key], size) for key, (size, cat) in self.live.items() if cat != "host"]
-
-    def _free(self, key: int) -> None:
-        size, cat = self.live.pop(key, (0, "other"))
-        self._refs.pop(key, None)
-        eid = self._eid.pop(key, None)
-        if self.events is not None and eid is not None and size:
-            self.events.append((eid, -size))
-        self.current -= size
-        self.by_category[cat] = self.by_category.get(cat, 0) - size
-
-    def _note(self, key: int, category: str) -> None:
-        eid = self._eid.get(key)
-        if eid is None:
-            return
-        if category == "host":
-            self.host_eids.add(eid)
-        elif category == "gradients":
-            self.gradient_eids.add(eid)
-
-    def _add(self, st: torch.UntypedStorage, category: str = "other") -> None:
-        key = id(st)
-        size = _round(st.nbytes())
-        if key in self.live:
-            old, cat = self.live[key]
-            if category != "other" and category != cat:
-                self.by_category[cat] -= old
-                self.by_category[category] = self.by_category.get(category, 0) + old
-                cat = category
-            # Storages can grow in place (resize_): on a GPU a new block, then the old one freed.
-            if size > old:
-                self.current += size - old
-                self.by_category[cat] += size - old
-                new = self._new_eid(key)
-                if self.events is not None:
-                    self.events += [(new, size), (self._eid.get(key, new), -old)]
-                self._eid[key] = new
-            self.live[key] = (max(size, old), cat)
-            self._note(key, cat)
-        elif size > 0:
-            self.live[key] = (size, category)
-            self._eid[key] = eid = self._new_eid(key)
-            if self.events is not None:
-                self.events.append((eid, size))
-            self._note(key, category)
-            self.current += size
-            self.by_category[category] = self.by_category.get(category, 0) + size
-            self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
-        if self.current > self.peak:
-            self.peak = self.current
-            self.peak_by_category = dict(self.by_category)
-
-    def _new_eid(self, key: int) -> int:
-        self._next_eid += 1
-        return self._next_eid
-
-    def tag(self, tensors: Iterable[Any], category: str) -> None:
-        """Count ``tensors`` (already existing or not) under ``category``."""
-        for t in tensors:
-            if isinstance(t, torch.Tensor):
-                self._add(t.untyped_storage(), category)
-
-    def retag(self, old: str, new: str) -> None:
-        """Move every live storage of category ``old`` to ``new``."""
-        for key, (size, cat) in list(self.live.items()):
-            if cat == old:
-                self.live[key] = (size, new)
-                self._note(key, new)
-                self.by_category[old] -= size
-                self.by_category[new] = self.by_category.get(new, 0) + size
-
-    def reset_peak(self) -> None:
-        self.peak = self.current
-        self.peak_by_category = dict(self.by_category)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self._scalars and func is torch.ops.aten._local_scalar_dense.default:
-            t = args[0]
-            return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
-        if self.events is not None and func.__name__.split(".")[0] in _BLAS:
-            where = "backward" if torch._C._current_autograd_node() is not None else "forward"
-            self.blas_marks.setdefault(where, len(self.events))
-        out = func(*args, **(kwargs or {}))
-        flat, _ = tree_flatten(out)
-        for t in flat:
-            if isinstance(t, torch.Tensor):
-                self._add(t.untyped_storage())
-        return out
 
 
 @dataclass(frozen=True)
@@ -211,9 +77,13 @@ class StepTrace:
     # the batch on: what ``allocator.replay`` turns into the reserved peak.
     events: tuple[tuple[int, int], ...] = ()
     # Index in ``events`` where each step ends, and where the first BLAS op of the forward
-    # and of the backward ran (each allocates a cuBLAS workspace on a GPU).
+    # and of the backward ran (each allocates a cuBLAS workspace on a GPU), and the first
+    # that runs on cuBLASLt (its own workspace).
     step_ends: tuple[int, ...] = ()
     blas_marks: dict[str, int] = field(default_factory=dict)
+    lt_marks: dict[str, int] = field(default_factory=dict)
+    # What CUDA kernels allocate while they run: (index in ``events``, bytes of each allocation).
+    scratch: tuple[tuple[int, tuple[int, ...]], ...] = ()
     # Allocations that are parameter gradients (views into DDP's buckets under DDP).
     gradient_ids: tuple[int, ...] = ()
 
@@ -301,8 +171,8 @@ def trace_step(
             return StepTrace(
                 forward_backward=phases[0],
                 optimizer_step=phases[1],
-                parameter_bytes=sum(_round(p.numel() * p.element_size()) for p in param_list),
-                gradient_bytes=sum(_round(p.numel() * p.element_size()) for p in params),
+                parameter_bytes=sum(block_rounded(p.numel() * p.element_size()) for p in param_list),
+                gradient_bytes=sum(block_rounded(p.numel() * p.element_size()) for p in params),
                 parameter_count=sum(p.numel() for p in param_list),
                 fake=fake,
                 forward_saved=phases[2],
@@ -313,6 +183,8 @@ def trace_step(
                 events=tuple((e, 0 if e in tracker.host_eids else n) for e, n in tracker.events or ()),
                 step_ends=tuple(ends),
                 blas_marks=dict(tracker.blas_marks),
+                lt_marks=dict(tracker.lt_marks),
+                scratch=tuple((pos, tuple(sizes)) for pos, sizes in tracker.scratch),
                 gradient_ids=tuple(sorted(tracker.gradient_eids)),
             )
     finally:
