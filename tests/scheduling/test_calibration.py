@@ -7,7 +7,7 @@ import uuid
 
 from gpufleet.db.models import GPU, Host, Training, TrainingMetric
 from gpufleet.db.session import session_scope
-from gpufleet.scheduling.calibration import calibration_for, calibration_ratio, record_peak_memory
+from gpufleet.scheduling.calibration import calibration_for, measured_allocator, record_peak_memory
 from gpufleet.scheduling.inputs import measured_speed
 from gpufleet.scheduling.plan import estimate_for, estimate_training
 from gpufleet.scheduling.types import GPUAvailability
@@ -41,14 +41,13 @@ def test_estimates_are_corrected_by_measured_runs_of_the_same_key(db_settings) -
         _run(sess, first, 0)  # a CPU run measured nothing: not used
     with session_scope(db_settings) as sess:
         cal = calibration_for(sess, first.key)
-        assert cal is not None and cal.runs == 3 and abs(cal.ratio - 1.15) < 1e-6
+        assert cal is not None and cal.runs == 3 and cal.allocator_bytes == int(base * 1.15)
         again = estimate_for(sess, "sae", {**cfg, "lr": 0.01})
     assert again.key == first.key
     assert again.summary().endswith("calibrated from 3 runs")
-    # The ratio comes back from integer byte counts: equal to within a byte or two. The margin
-    # is now the spread of the runs: the highest (1.20) above the median (1.15).
+    # The margin is now the spread of the runs: the highest (1.20) above the median (1.15).
     assert abs(again.margin - base * (1.20 - 1.15)) <= 2
-    assert abs(again.total - (int(base * 1.15) + context + again.margin)) <= 2
+    assert again.total == int(base * 1.15) + context + again.margin
 
 
 def test_calibration_converges_on_what_nvml_measured(db_settings) -> None:
@@ -76,12 +75,12 @@ def test_a_new_training_row_gets_its_estimate(db_settings) -> None:
 
 def test_odd_runs_are_ignored() -> None:
     est = {"total": 100, "context_bytes": 40, "allocator_bytes": 60}
-    assert calibration_ratio(100, est) == 1.0
-    assert calibration_ratio(130, est) == 1.5
+    assert measured_allocator(100, est) == 60
+    assert measured_allocator(130, est) == 90
     for measured in (0, None, 1, 30, 900):  # nothing, a crash at start, less than the context, someone else's
-        assert calibration_ratio(measured, est) is None
+        assert measured_allocator(measured, est) is None
     # Estimates stored before the context was counted measured another quantity.
-    assert calibration_ratio(100, {"total": 100, "allocator_bytes": 60}) is None
+    assert measured_allocator(100, {"total": 100, "allocator_bytes": 60}) is None
 
 
 def test_measured_step_times_set_the_speed_weights(db_settings) -> None:
@@ -110,3 +109,24 @@ def test_measured_step_times_set_the_speed_weights(db_settings) -> None:
     spec = speed_weights(gpus)
     # The data sheets: 312 vs 71 dense TFLOPS.
     assert [w.source for w in spec] == ["spec", "spec"] and abs(spec[0].weight - 312 / 383) < 1e-9
+
+
+def test_a_better_estimate_of_a_shape_is_corrected_to_what_its_runs_measured_not_by_the_old_error(
+        db_settings) -> None:
+    """Runs recorded under an older estimate that was 20 % short: once gpufleet estimates the shape
+    better (an upgrade), the next estimate is what the runs measured, not the new one 20 % higher."""
+    cfg = {**CFG, "n_latents": 6144 + (uuid.uuid4().int % 64) * 8}
+    with session_scope(db_settings) as sess:
+        now = estimate_for(sess, "sae", cfg)
+        older = {**now.to_dict(), "allocator_bytes": int(now.allocator_bytes / 1.2)}
+        older["total"] = older["allocator_bytes"] + now.context_bytes
+        measured = now.context_bytes + now.allocator_bytes  # the truth: what the newer estimate says
+        for _ in range(2):
+            t = Training(id=uuid.uuid4(), name="r", owner="u", recipe="sae", config=dict(cfg), status="succeeded",
+                         estimate=older, estimate_key=now.key)
+            record_peak_memory(t, [measured])
+            sess.add(t)
+    with session_scope(db_settings) as sess:
+        again = estimate_for(sess, "sae", cfg)
+    assert again.calibrated_from == 2
+    assert again.total == measured  # runs that agree: no spread, no margin

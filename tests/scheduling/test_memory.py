@@ -133,8 +133,11 @@ def test_ddp_adds_buckets_and_splits_the_batch_and_context_is_counted_on_cuda() 
 
 def test_calibration_corrects_and_says_so() -> None:
     base = estimate_memory_requirement("mlp", {"global_batch_size": 128})
-    cal = estimate_memory_requirement("mlp", {"global_batch_size": 128}, calibration=Calibration(runs=3, ratio=1.5))
-    assert cal.total == int(base.allocator_bytes * 1.5) + CONTEXT_BYTES["cuda"] + cal.margin
+    held = int(base.allocator_bytes * 1.5)
+    cal = estimate_memory_requirement("mlp", {"global_batch_size": 128},
+                                      calibration=Calibration(runs=3, allocator_bytes=held))
+    # What the runs held replaces the allocator's part.
+    assert cal.total == held + CONTEXT_BYTES["cuda"] + cal.margin
     assert cal.summary().endswith("calibrated from 3 runs")
     assert cal.uncalibrated_total == base.total - base.margin
     # Calibrated with no spread between its runs: no margin; never measured: a margin, said so.

@@ -5,15 +5,17 @@ Every training stores its estimate (``trainings.estimate``: ``total``, the
 ``estimate_key``. When it runs, the host's agent reads NVML's used memory for
 each rank's process (``telemetry/procmem.py``): ``peak_memory_per_rank``, and
 ``measured_peak_memory`` = the largest. That is the same quantity the estimate's
-total stands for, so the ratio (measured - context) / allocator part of the
-latest runs with the same key corrects the next estimate's allocator part, and
-a second run of a shape is estimated at what the first one measured:
-"estimated 11.2 GiB, calibrated from 3 runs".
+total stands for, so what the latest runs with the same key held beyond their
+context (the caching allocator's part, in bytes) replaces the next estimate's
+allocator part, and a second run of a shape is estimated at what the first one
+measured: "estimated 11.2 GiB, calibrated from 3 runs". Bytes, not the ratio of
+measured to estimated: after an upgrade that estimates the shape better, a ratio
+taken from the older estimate would correct the newer one by the older error.
 
-The median of the ratios, so one odd run (a rank that died early) does not
-swing the figure; runs that measured nothing (CPU ranks report 0) are skipped,
-and so are estimates stored before the context was part of them (their runs
-measured the allocator's peak alone, another quantity).
+The median of the runs, so one odd run (a rank that died early) does not swing
+the figure; runs that measured nothing (CPU ranks report 0) are skipped, and so
+are estimates stored before the context was part of them (their runs measured
+the allocator's peak alone, another quantity).
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from gpufleet.scheduling.estimate import Calibration
 _SANE = (0.2, 5.0)
 
 
-def calibration_ratio(measured: int | None, estimate: dict | None) -> float | None:
-    """(measured - context) / allocator part for one run, or None when it cannot be used."""
+def measured_allocator(measured: int | None, estimate: dict | None) -> int | None:
+    """What one run's process held beyond the context its estimate counted, or None when the
+    run cannot be used."""
     est = estimate or {}
     if not measured or measured <= 0 or "context_bytes" not in est:
         return None
@@ -42,7 +45,7 @@ def calibration_ratio(measured: int | None, estimate: dict | None) -> float | No
         return None
     if not _SANE[0] <= measured / total <= _SANE[1]:
         return None
-    return (measured - context) / allocator
+    return measured - context
 
 
 def calibration_for(sess: Session, key: str | None, *, limit: int = 20) -> Calibration | None:
@@ -55,12 +58,12 @@ def calibration_for(sess: Session, key: str | None, *, limit: int = 20) -> Calib
         .order_by(Training.created_at.desc())
         .limit(limit)
     ).all()
-    ratios = [r for measured, est in rows if (r := calibration_ratio(measured, est)) is not None]
-    if not ratios:
+    held = [b for measured, est in rows if (b := measured_allocator(measured, est)) is not None]
+    if not held:
         return None
-    mid = median(ratios)
+    mid = median(held)
     # The margin kept: how far the highest run went above the median (none for one run).
-    return Calibration(runs=len(ratios), ratio=mid, spread=max(0.0, max(ratios) / mid - 1))
+    return Calibration(runs=len(held), allocator_bytes=int(mid), spread=max(0.0, max(held) / mid - 1))
 
 
 def record_peak_memory(training: Training, per_rank: list[int]) -> None:

@@ -49,12 +49,15 @@ UNMEASURED_MARGIN = 0.03
 
 @dataclass(frozen=True)
 class Calibration:
-    """What earlier runs of the same key measured, relative to their estimates."""
+    """What earlier runs of the same key measured: bytes, not ratios to the estimates they had,
+    so a newer estimate of the same shape is corrected to what they measured, not by how far
+    an older estimate was off."""
 
     runs: int
-    # Median of (measured process memory - context) / estimated allocator part.
-    ratio: float
-    # The largest ratio's distance above the median, relative to it: the margin kept.
+    # Median of the runs' measured process memory minus the context each counted: what the
+    # caching allocator held.
+    allocator_bytes: int
+    # The largest run's distance above the median, relative to it: the margin kept.
     spread: float = 0.0
 
 
@@ -178,10 +181,11 @@ def estimate_memory_requirement(
     cache = max(0, reserved - parts.held - workspaces)
     # What the caching allocator will reserve; the context comes on top.
     allocator = parts.held + workspaces + cache
-    runs, ratio, spread = 0, 1.0, UNMEASURED_MARGIN
-    if calibration is not None and calibration.runs > 0 and calibration.ratio > 0:
-        runs, ratio, spread = calibration.runs, calibration.ratio, calibration.spread
-    margin = int(allocator * ratio * spread) if gpu else 0
+    runs, corrected, spread = 0, allocator, UNMEASURED_MARGIN
+    if calibration is not None and calibration.runs > 0 and calibration.allocator_bytes > 0 and allocator > 0:
+        runs, corrected, spread = calibration.runs, calibration.allocator_bytes, calibration.spread
+    ratio = corrected / allocator if allocator else 1.0
+    margin = int(corrected * spread) if gpu else 0
     method = (
         f"traced {len(getattr(trace, 'step_peaks', ()) or ()) or 1} AdamW steps of the recipe's model under fake"
         f" tensors (micro-batch {plan.micro}, {plan.config.precision}, peak in the {parts.peak_phase})"
@@ -194,7 +198,7 @@ def estimate_memory_requirement(
     if margin:
         method += (f"; {spread:.0%} margin for the {'spread of the measured runs' if runs else 'shape not yet measured'}")
     return MemoryEstimate(
-        total=int(allocator * ratio) + context + margin,
+        total=corrected + context + margin,
         parameters=parts.parameters,
         gradients=parts.gradients,
         optimizer_states=parts.states,
