@@ -72,3 +72,30 @@ def test_a_kept_first_gradient_makes_the_sum_a_storage_of_its_own(fake: bool) ->
     # Both gradients of h are kept, so autograd's sum of them is a third; then w's.
     assert allocations == 4
     assert peak >= 3 * SIZE
+
+
+class _Twice(torch.autograd.Function):
+    """h * 5, whose backward adds two gradients it made itself: an add of a formula, never in place."""
+
+    @staticmethod
+    def forward(ctx, h):
+        return h * 5
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = grad * 2, grad * 3
+        return a + b
+
+
+@pytest.mark.parametrize("fake", [True, False], ids=["fake", "real"])
+def test_an_add_inside_a_backward_formula_is_a_storage_of_its_own(fake: bool) -> None:
+    with FakeTensorMode() if fake else nullcontext():
+        tracker = MemoryTracker()
+        with tracker:
+            w = torch.randn(N, N, requires_grad=True)
+            loss = _Twice.apply(w * 2).sum()
+            tracker.start_events()
+            start = len(tracker.events or ())
+            loss.backward()
+    # a, b, their sum, then w's gradient: the sum is counted although a dies right after it.
+    assert sum(1 for _, n in (tracker.events or ())[start:] if n == SIZE) == 4

@@ -161,6 +161,7 @@ def trace_step(
             peaks, ends, phases = [], [], (PhasePeak(), PhasePeak(), 0)
             for i in range(max(2, steps)):
                 fb, st, saved = step()
+                tracker.settle()
                 peaks.append(max(fb.peak, st.peak))
                 ends.append(len(tracker.events or ()))
                 # The steady state: the highest step once AdamW's states exist (step 1 creates

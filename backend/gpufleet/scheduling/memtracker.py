@@ -24,6 +24,8 @@ from gpufleet.scheduling.cuda_kernels import reduction_scratch
 
 # The CUDA caching allocator hands out blocks in multiples of 512 bytes.
 BLOCK = 512
+
+
 def block_rounded(n: int) -> int:
     return int(math.ceil(n / BLOCK) * BLOCK) if n > 0 else 0
 
@@ -72,6 +74,9 @@ class MemoryTracker(TorchDispatchMode):
         # A gradient sum autograd makes in place on a GPU (``_accumulate``): the sum's storage,
         # the first gradient's, where the sum's allocation goes in ``events``, the bytes then live.
         self._pending: tuple[int, int, int, int] | None = None
+        # The autograd node running when each storage was made (0: none), and the one now.
+        self._born: dict[int, int] = {}
+        self._node = 0
 
     def start_events(self) -> None:
         """Record allocations from now on, starting with what lives on the device (in creation order)."""
@@ -84,11 +89,13 @@ class MemoryTracker(TorchDispatchMode):
             self.live.pop(key, None)
             self._refs.pop(key, None)
             self._eid.pop(key, None)
+            self._born.pop(key, None)
             return
         if self._pending is not None and key == self._pending[0]:
-            self._settle()
+            self.settle()
         size, cat = self.live.pop(key, (0, "other"))
         self._refs.pop(key, None)
+        self._born.pop(key, None)
         eid = self._eid.pop(key, None)
         if self.events is not None and eid is not None and size:
             self.events.append((eid, -size))
@@ -125,6 +132,7 @@ class MemoryTracker(TorchDispatchMode):
             self._note(key, cat)
         elif size > 0:
             self.live[key] = (size, category)
+            self._born[key] = self._node
             self._eid[key] = eid = self._new_eid(key)
             if self.events is not None:
                 self.events.append((eid, size))
@@ -148,25 +156,30 @@ class MemoryTracker(TorchDispatchMode):
         mode, and always for fake tensors, it adds out of place, and the first dies at once.
         On a GPU the sum of an SAE's latent gradients is thus no new 256 MiB (the reference's
         sae relu b4096 case). Should the first gradient still be alive at the next op, the
-        sum was a new storage after all, and counts as one (``_settle``).
+        sum was a new storage after all, and counts as one (``settle``). The first gradient
+        comes from another node than the one that just ran: an add inside a backward formula,
+        of two tensors that node made, stays out of place.
         """
-        if (func is not torch.ops.aten.add.Tensor or torch._C._current_autograd_node() is None
+        if (func is not torch.ops.aten.add.Tensor or not self._node
                 or not isinstance(out, torch.Tensor) or len(args) < 2 or not out.is_contiguous()
                 or not all(isinstance(a, torch.Tensor) and a.shape == out.shape for a in args[:2])
                 or args[0].dtype != out.dtype):
             return False
         first, st = id(args[0].untyped_storage()), out.untyped_storage()
         key = id(st)
-        if first not in self.live or key in self.live or self.live[first][0] != block_rounded(st.nbytes()):
+        if (first not in self.live or key in self.live or self._born.get(first) == self._node
+                or self.live[first][0] != block_rounded(st.nbytes())):
             return False
         self.live[key] = self.live[first]
         self._eid[key] = self._eid[first]
+        self._born[key] = self._node
         self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
         self._pending = (key, first, len(self.events or ()), self.current)
         return True
 
-    def _settle(self) -> None:
-        """The pending sum's first gradient outlived it: the sum was a storage of its own."""
+    def settle(self) -> None:
+        """Count a pending gradient sum whose first gradient outlived it as a storage of its own
+        (at each op, and before a step's end is read)."""
         if self._pending is None:
             return
         key, _, pos, then = self._pending
@@ -201,7 +214,9 @@ class MemoryTracker(TorchDispatchMode):
         self.peak_by_category = dict(self.by_category)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self._settle()
+        self.settle()
+        node = torch._C._current_autograd_node()
+        self._node = id(node) if node is not None else 0
         if self._scalars and func is torch.ops.aten._local_scalar_dense.default:
             t = args[0]
             return True if t.dtype == torch.bool else (1.0 if t.is_floating_point() else 1)
@@ -216,7 +231,7 @@ class MemoryTracker(TorchDispatchMode):
         if name in _BLAS:
             # cuBLAS takes its workspace once the op's output exists; an addmm with a bias
             # (a linear layer) runs on cuBLASLt, which takes a workspace of its own too.
-            where = "backward" if torch._C._current_autograd_node() is not None else "forward"
+            where = "backward" if self._node else "forward"
             self.blas_marks.setdefault(where, len(self.events))
             if name == "addmm" and isinstance(args[0], torch.Tensor) and args[0].dim() == 1:
                 self.lt_marks.setdefault(where, len(self.events))
