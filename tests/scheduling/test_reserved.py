@@ -65,3 +65,15 @@ def test_the_estimate_counts_the_reserve_and_workspaces_on_a_gpu_not_on_a_cpu() 
     assert gpu.context_bytes == 900 * MiB
     assert gpu.total == gpu.allocator_bytes + 900 * MiB + gpu.margin and gpu.margin > 0
     assert gpu.total == sum(gpu.breakdown().values())
+
+
+def test_the_kernels_scratch_at_the_peak_is_its_own_part_of_the_breakdown() -> None:
+    """The bias gradients' column sums of a 4096-wide mlp at batch 4096 stage 128 MiB (and a
+    512-byte semaphore block) at the allocated peak, as an H200 showed; at batch 256 nothing."""
+    cfg = {"in_features": 256, "hidden": [4096, 4096], "out_features": 100, "task": "classification"}
+    big = estimate_memory_requirement("mlp", {**cfg, "global_batch_size": 4096}, backend="cuda")
+    small = estimate_memory_requirement("mlp", {**cfg, "global_batch_size": 256}, backend="cuda")
+    cpu = estimate_memory_requirement("mlp", {**cfg, "global_batch_size": 4096}, backend="cpu")
+    assert big.kernel_scratch == 128 * MiB + 512
+    assert small.kernel_scratch == 0 and cpu.kernel_scratch == 0
+    assert big.total == sum(big.breakdown().values()) and "kernel_scratch" in big.breakdown()

@@ -193,13 +193,14 @@ _SCRATCH_IDS = -(1 << 40)
 
 
 def device_events(trace: object, *, workspace: int = 0, ddp: bool = False,
-                  bucket_bytes: int = 25 << 20) -> list[tuple[int, int]]:
+                  bucket_bytes: int = 25 << 20, kernels: bool = True) -> list[tuple[int, int]]:
     """A trace's allocation sequence as a GPU runs it.
 
     ``workspace``: the bytes of the cuBLAS workspace each thread allocates at its first BLAS op
     (the forward's and the backward's, ``trace.blas_marks``), and cuBLASLt's where it runs
     (``trace.lt_marks``); a GPU without a workspace (``workspace=0``, the CPU) has neither. The scratch CUDA kernels allocate
-    while they run (``trace.scratch``) is taken and given back in its place. ``ddp``: gradients are views into
+    while they run (``trace.scratch``) is taken and given back in its place, unless ``kernels``
+    is false. ``ddp``: gradients are views into
     DDP's buckets, allocated when the model is wrapped (``bucket_bytes`` each, as
     ``bucket_cap_mb`` says), so their own allocations are left out.
     """
@@ -211,7 +212,7 @@ def device_events(trace: object, *, workspace: int = 0, ddp: bool = False,
         inserts += [(int(pos), 1, [(-(i + 1), workspace)]) for i, pos in enumerate(marks.values())]
         inserts += [(int(pos), 2, [(-(i + 11), LT_WORKSPACE)]) for i, pos in enumerate(lt.values())]
     # A kernel's scratch is taken after its output and given back, last first, as it returns.
-    for k, (pos, sizes) in enumerate(getattr(trace, "scratch", ()) or ()):
+    for k, (pos, sizes) in enumerate((getattr(trace, "scratch", ()) or ()) if kernels else ()):
         ids = [_SCRATCH_IDS - 8 * k - j for j in range(len(sizes))]
         taken = list(zip(ids, (int(n) for n in sizes), strict=True))
         inserts.append((int(pos), 0, taken + [(e, -n) for e, n in reversed(taken)]))

@@ -94,6 +94,9 @@ class MemoryEstimate:
     allocator_cache: int = 0
     # The cuBLAS workspaces (the forward's thread and autograd's), inside the allocator.
     blas_workspace: int = 0
+    # What CUDA kernels take for themselves while they run (a reduction's staging buffer), by
+    # how much it raises the allocated peak.
+    kernel_scratch: int = 0
     # Added where the estimate is less sure: a shape never measured, or the spread of its runs.
     margin: int = 0
     # The allocated peak of each traced step (step 1 has no optimizer states yet).
@@ -120,6 +123,7 @@ class MemoryEstimate:
             "temporaries": self.temporaries,
             "ddp_buckets": self.ddp_buckets,
             "blas_workspace": self.blas_workspace,
+            "kernel_scratch": self.kernel_scratch,
             "allocator_cache": self.allocator_cache,
             "framework_overhead": self.framework_overhead,
             "margin": self.margin,
@@ -178,9 +182,10 @@ def estimate_memory_requirement(
     workspaces = (workspace * len(getattr(trace, "blas_marks", {}) or {})
                   + (LT_WORKSPACE * len(getattr(trace, "lt_marks", {}) or {}) if workspace else 0))
     reserved = _reserved(trace, parts, plan.strategy, workspace) if gpu else parts.held
-    cache = max(0, reserved - parts.held - workspaces)
+    scratch = _kernel_scratch(trace, plan.strategy, workspace) if gpu else 0
+    cache = max(0, reserved - parts.held - workspaces - scratch)
     # What the caching allocator will reserve; the context comes on top.
-    allocator = parts.held + workspaces + cache
+    allocator = parts.held + workspaces + scratch + cache
     runs, corrected, spread = 0, allocator, UNMEASURED_MARGIN
     if calibration is not None and calibration.runs > 0 and calibration.allocator_bytes > 0 and allocator > 0:
         runs, corrected, spread = calibration.runs, calibration.allocator_bytes, calibration.spread
@@ -222,6 +227,7 @@ def estimate_memory_requirement(
         context_bytes=context,
         allocator_cache=cache,
         blas_workspace=workspaces,
+        kernel_scratch=scratch,
         margin=margin,
         step_peaks=[int(x) for x in getattr(trace, "step_peaks", ()) or ()],
     )
@@ -241,6 +247,18 @@ def _reserved(trace: Any, parts: _RankParts, strategy: str, workspace: int) -> i
         single = replay(device_events(trace, workspace=workspace))
         return int((parts.held + workspace * 2) * single.peak_reserved / max(1, single.peak_allocated))
     return replay(device_events(trace, workspace=workspace, ddp=strategy == "ddp")).peak_reserved
+
+
+def _kernel_scratch(trace: Any, strategy: str, workspace: int) -> int:
+    """How much the kernels' own scratch raises the allocated peak of the replayed sequence."""
+    from gpufleet.scheduling.allocator import device_events, replay
+
+    if not getattr(trace, "scratch", None) or strategy == "fsdp":
+        return 0
+    ddp = strategy == "ddp"
+    with_kernels = replay(device_events(trace, workspace=workspace, ddp=ddp)).peak_allocated
+    without = replay(device_events(trace, workspace=workspace, ddp=ddp, kernels=False)).peak_allocated
+    return max(0, with_kernels - without)
 
 
 @dataclass
