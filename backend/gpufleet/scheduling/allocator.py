@@ -198,11 +198,11 @@ def device_events(trace: object, *, workspace: int = 0, ddp: bool = False,
 
     ``workspace``: the bytes of the cuBLAS workspace each thread allocates at its first BLAS op
     (the forward's and the backward's, ``trace.blas_marks``), and cuBLASLt's where it runs
-    (``trace.lt_marks``); a GPU without a workspace (``workspace=0``, the CPU) has neither. The scratch CUDA kernels allocate
-    while they run (``trace.scratch``) is taken and given back in its place, unless ``kernels``
-    is false. ``ddp``: gradients are views into
-    DDP's buckets, allocated when the model is wrapped (``bucket_bytes`` each, as
-    ``bucket_cap_mb`` says), so their own allocations are left out.
+    (``trace.lt_marks``); ``workspace=0`` (the CPU) has neither. The scratch CUDA kernels
+    allocate while they run (``trace.scratch``) is taken and given back in its place, unless
+    ``kernels`` is false. ``ddp``: gradients are views into DDP's buckets, allocated when the
+    model is wrapped (``bucket_bytes`` each, as ``bucket_cap_mb`` says), so their own
+    allocations are left out.
     """
     events = [(int(e), int(n)) for e, n in getattr(trace, "events", ())]
     marks = dict(getattr(trace, "blas_marks", {}) or {})
