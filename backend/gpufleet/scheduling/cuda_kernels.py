@@ -25,13 +25,14 @@ from typing import Any
 
 import torch
 
+from gpufleet.scheduling.allocator import round_size
+
 MULTIPROCESSORS = 132
 THREADS_PER_MULTIPROCESSOR = 2048
 WARP = 32
 MAX_THREADS = 512  # mnt_wrapper<T>::MAX_NUM_THREADS (256 for complex double)
 INPUT_VEC = 4  # ReduceConfig::input_vec_size; every reduction here runs with vt0 = 4
 
-_aten = torch.ops.aten
 # The reductions that run gpu_reduce_kernel, and the accumulator's size in bytes for an input
 # dtype (arg_t): sums and means accumulate half and bfloat16 in float, integers in int64.
 _FLOAT_ACC = {"sum", "mean", "nansum", "linalg_vector_norm", "prod"}
@@ -173,7 +174,7 @@ def reduction_scratch(func: Any, args: tuple, kwargs: dict) -> list[int]:
         copy = t.numel() * in_dtype.itemsize
         strides = [math.prod(t.shape[d + 1:]) for d in range(t.dim())]
     buffer, semaphores = reduce_buffer(list(t.shape), strides, reduced, acc)
-    return [_rounded(n) for n in (copy, buffer, semaphores) if n]
+    return [round_size(n) for n in (copy, buffer, semaphores) if n]
 
 
 def _input_dtype(name: str, dtype: torch.dtype, asked: torch.dtype | None) -> torch.dtype:
@@ -185,7 +186,3 @@ def _input_dtype(name: str, dtype: torch.dtype, asked: torch.dtype | None) -> to
     if dtype in (torch.float16, torch.bfloat16) and out == torch.float32:
         return dtype
     return out
-
-
-def _rounded(n: int) -> int:
-    return -(-n // 512) * 512 if n > 0 else 0

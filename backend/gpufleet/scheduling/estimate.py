@@ -183,8 +183,7 @@ def estimate_memory_requirement(
     workspace = (workspace_bytes if workspace_bytes is not None else WORKSPACE_BYTES.get(backend, 0)) if gpu else 0
     workspaces = (workspace * len(getattr(trace, "blas_marks", {}) or {})
                   + (LT_WORKSPACE * len(getattr(trace, "lt_marks", {}) or {}) if workspace else 0))
-    reserved = _reserved(trace, parts, plan.strategy, workspace) if gpu else parts.held
-    scratch = _kernel_scratch(trace, plan.strategy, workspace) if gpu else 0
+    reserved, scratch = _replayed(trace, parts, plan.strategy, workspace) if gpu else (parts.held, 0)
     cache = max(0, reserved - parts.held - workspaces - scratch)
     # What the caching allocator will reserve; the context comes on top.
     allocator = parts.held + workspaces + scratch + cache
@@ -235,32 +234,27 @@ def estimate_memory_requirement(
     )
 
 
-def _reserved(trace: Any, parts: _RankParts, strategy: str, workspace: int) -> int:
-    """What the caching allocator reserves at its peak: the trace's allocations replayed through it.
+def _replayed(trace: Any, parts: _RankParts, strategy: str, workspace: int) -> tuple[int, int]:
+    """What the caching allocator reserves at its peak, the trace's allocations replayed through
+    it, and how much the kernels' own scratch raises the allocated peak of that replay.
 
     FSDP's rank holds other tensors than the traced single-device step; its allocated peak is
-    scaled by what the replay shows the allocator reserving over allocating for that step.
+    scaled by what the replay shows the allocator reserving over allocating for that step, and
+    no scratch figure of its own is kept.
     """
     from gpufleet.scheduling.allocator import device_events, replay
 
     if not getattr(trace, "events", None):
-        return parts.held + workspace * 2
+        return parts.held + workspace * 2, 0
     if strategy == "fsdp":
         single = replay(device_events(trace, workspace=workspace))
-        return int((parts.held + workspace * 2) * single.peak_reserved / max(1, single.peak_allocated))
-    return replay(device_events(trace, workspace=workspace, ddp=strategy == "ddp")).peak_reserved
-
-
-def _kernel_scratch(trace: Any, strategy: str, workspace: int) -> int:
-    """How much the kernels' own scratch raises the allocated peak of the replayed sequence."""
-    from gpufleet.scheduling.allocator import device_events, replay
-
-    if not getattr(trace, "scratch", None) or strategy == "fsdp":
-        return 0
+        return int((parts.held + workspace * 2) * single.peak_reserved / max(1, single.peak_allocated)), 0
     ddp = strategy == "ddp"
-    with_kernels = replay(device_events(trace, workspace=workspace, ddp=ddp)).peak_allocated
-    without = replay(device_events(trace, workspace=workspace, ddp=ddp, kernels=False)).peak_allocated
-    return max(0, with_kernels - without)
+    full = replay(device_events(trace, workspace=workspace, ddp=ddp))
+    if not getattr(trace, "scratch", None):
+        return full.peak_reserved, 0
+    without = replay(device_events(trace, workspace=workspace, ddp=ddp, kernels=False))
+    return full.peak_reserved, max(0, full.peak_allocated - without.peak_allocated)
 
 
 @dataclass
