@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ApiError, api, buildUrl, describeError, onAuthRequired } from './client';
+import { ApiError, RETRY_BUDGET_S, api, buildUrl, describeError, onAuthRequired } from './client';
 
 function respond(status: number, body: unknown) {
   return vi.spyOn(globalThis, 'fetch').mockResolvedValue(new Response(body === undefined ? '' : JSON.stringify(body), { status }));
@@ -60,6 +60,46 @@ describe('request module', () => {
     await api.get('/trainings').catch(() => undefined);
     off();
     expect(seen).toHaveBeenCalledTimes(1);
+  });
+
+  it('sends a read again after the Retry-After of a 429 or a 503, and gives up on a long wait', async () => {
+    vi.useFakeTimers();
+    try {
+      const f = vi.spyOn(globalThis, 'fetch')
+        .mockResolvedValueOnce(new Response('{"detail":"busy"}', { status: 429, headers: { 'Retry-After': '1' } }))
+        .mockResolvedValueOnce(new Response('{"detail":"database away"}', { status: 503, headers: { 'Retry-After': '5' } }))
+        .mockResolvedValueOnce(new Response('{"count":0}', { status: 200 }));
+      const answer = api.get('/trainings');
+      await vi.advanceTimersByTimeAsync(999);
+      expect(f).toHaveBeenCalledTimes(1); // waits the whole second it was asked to
+      await vi.advanceTimersByTimeAsync(1 + 5000);
+      await expect(answer).resolves.toEqual({ count: 0 });
+      expect(f).toHaveBeenCalledTimes(3);
+
+      // A sign-in locked out for a minute is shown at once, not waited out.
+      f.mockReset().mockResolvedValue(new Response('{"detail":"too many sign-ins; retry after 60 s"}',
+                                                   { status: 429, headers: { 'Retry-After': '60' } }));
+      await expect(api.get('/x')).rejects.toMatchObject({ status: 429, message: 'too many sign-ins; retry after 60 s' });
+      expect(f).toHaveBeenCalledTimes(1);
+
+      // Retries stop once the waits would pass the budget; the last answer is the error shown.
+      f.mockReset().mockImplementation(async () => new Response('{"detail":"busy"}', { status: 429, headers: { 'Retry-After': '3' } }));
+      const given = api.get('/y').catch((e) => e);
+      await vi.advanceTimersByTimeAsync(RETRY_BUDGET_S * 1000 + 1000);
+      expect(await given).toMatchObject({ status: 429, message: 'busy' });
+      expect(f).toHaveBeenCalledTimes(Math.floor(RETRY_BUDGET_S / 3) + 1);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('stops waiting to retry when the page aborts the request', async () => {
+    vi.spyOn(globalThis, 'fetch').mockResolvedValue(new Response('{}', { status: 429, headers: { 'Retry-After': '5' } }));
+    const ctrl = new AbortController();
+    const answer = api.get('/z', undefined, ctrl.signal);
+    await new Promise((r) => setTimeout(r, 10));
+    ctrl.abort();
+    await expect(answer).rejects.toMatchObject({ name: 'AbortError' });
   });
 
   it('never shows a bare 500', () => {

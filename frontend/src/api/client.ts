@@ -86,6 +86,36 @@ export function describeError(status: number, body: unknown): ApiError {
   return new ApiError(status, `Request failed (${status}).`);
 }
 
+/**
+ * A 429 (the server is serving all it takes at once, or a rate limit) or a 503 (the database is away)
+ * says that nothing was done and when to come back (`Retry-After`). A page opening fires a dozen reads at
+ * once, so on a loaded server some of them meet a 429: they are sent again after the wait the server
+ * asks, while the waits add up to at most `RETRY_BUDGET_S`. A longer wait (a sign-in locked out for a
+ * minute) is the person's to see, not the page's to sit through.
+ */
+export const RETRY_BUDGET_S = 20;
+
+function retryAfterSeconds(res: Response): number | null {
+  if (res.status !== 429 && res.status !== 503) return null;
+  const seconds = Number(res.headers.get('Retry-After'));
+  return Number.isFinite(seconds) && seconds >= 0 && seconds <= RETRY_BUDGET_S ? seconds : null;
+}
+
+function pause(seconds: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const aborted = () => {
+      clearTimeout(timer);
+      reject(new DOMException('aborted', 'AbortError'));
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }, seconds * 1000);
+    if (signal?.aborted) aborted();
+    else signal?.addEventListener('abort', aborted, { once: true });
+  });
+}
+
 export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json', ...opts.headers };
   let body: string | undefined;
@@ -94,17 +124,24 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
     body = JSON.stringify(opts.body);
   }
   let res: Response;
-  try {
-    res = await fetch(buildUrl(path, opts.query), {
-      method,
-      headers,
-      body,
-      credentials: 'same-origin',
-      signal: opts.signal,
-    });
-  } catch (err) {
-    if ((err as Error).name === 'AbortError') throw err;
-    throw new ApiError(0, 'The gpufleet server cannot be reached: is gpufleet serve running?');
+  for (let waited = 0; ; ) {
+    try {
+      res = await fetch(buildUrl(path, opts.query), {
+        method,
+        headers,
+        body,
+        credentials: 'same-origin',
+        signal: opts.signal,
+      });
+    } catch (err) {
+      if ((err as Error).name === 'AbortError') throw err;
+      throw new ApiError(0, 'The gpufleet server cannot be reached: is gpufleet serve running?');
+    }
+    const wait = retryAfterSeconds(res);
+    if (wait === null || waited + wait > RETRY_BUDGET_S) break;
+    const delay = Math.max(wait, 0.25);
+    waited += delay;
+    await pause(delay, opts.signal);
   }
   const text = await res.text();
   let parsed: unknown = null;
