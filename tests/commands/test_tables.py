@@ -10,7 +10,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.commands.tables import Column, fit_table, fmt_loss, fmt_size, labelled, print_table
+from gpufleet.commands.tables import Column, draw_plain, fit_table, fmt_loss, fmt_size, labelled, print_table
 
 COLUMNS = (
     Column("ID"),
@@ -91,6 +91,59 @@ def test_the_counted_width_is_the_width_rich_measures():
             assert fitted.width == _rich_width(measured), (columns, rows, width)
             # The widths given are the ones rich would have found: the table is drawn the same, cut alike.
             assert _drawn(fitted.table, max(width, fitted.width)) == _drawn(measured, max(width, fitted.width))
+
+
+def _by_rich(fitted, width: int, color_system: str | None, no_color: bool) -> str:
+    console = Console(width=max(width, fitted.width), file=io.StringIO(), force_terminal=True,
+                      color_system=color_system, no_color=no_color, markup=False)
+    console.print(fitted.table)
+    return console.file.getvalue()
+
+
+def test_a_plain_table_is_drawn_as_rich_draws_it_character_for_character():
+    # A listing at a terminal is drawn by draw_plain (rich's layout and rendering were most of its
+    # time); what it writes must be what rich writes: the same cuts, padding, rule, edges and styles.
+    rng = random.Random(11)
+    drawn_here = 0
+    for case in range(600):
+        n = rng.randint(1, 8)
+        columns = tuple(Column("H" * rng.randint(1, 8), drop=rng.choice([0, 1, 2]), shorten=rng.random() < 0.5,
+                               min_width=rng.randint(1, 10), justify=rng.choice(["left", "right", "center"]))
+                        for _ in range(n))
+        special = case % 5 == 0  # now and then a cell only rich may draw
+        rows = [[rng.choice(["", "x" * rng.randint(0, 30), "auto×2", "0/100", " a b ", "ab-" * rng.randint(1, 9)])
+                 for _ in range(n)] for _ in range(rng.randint(0, 6))]
+        if special and rows:
+            rows[0][0] = rng.choice([Text("styled", style="red"), "wide 界", "two\nlines", "e\u0301"])
+        width = rng.randint(10, 120)
+        wide = rng.random() < 0.2
+        fitted = fit_table(columns, rows, width, wide=wide)
+        for color_system, no_color in ((None, False), ("standard", False), ("truecolor", True)):
+            mine = draw_plain(fitted, color=color_system is not None)
+            if mine is None:
+                assert special or not fitted.keep, (columns, rows)  # every column dropped: rich draws that
+                continue
+            drawn_here += 1
+            assert mine == _by_rich(fitted, width, color_system, no_color), (columns, rows, width, wide)
+    assert drawn_here > 1200
+
+
+def test_a_listing_prints_the_same_lines_either_way():
+    rows = [["1", "a-rather-long-training-name-of-forty-chars", "/data/checkpoints/run-0001/step-200", "n", "x"],
+            ["2", "b", "/p", "some note " * 4, "y" * 20]]
+    for width in (40, 60, 80, 200):
+        fitted = fit_table(COLUMNS, rows, width)
+        buf = io.StringIO()
+        console = Console(file=buf, width=width, force_terminal=True, color_system="standard", markup=False)
+        print_table(console, COLUMNS, rows)
+        by_rich = Console(file=io.StringIO(), width=width, force_terminal=True, color_system="standard")
+        by_rich.print(fitted.table)  # at 40 columns too narrow even when cut: rich squeezes it, as before
+        assert buf.getvalue().startswith(by_rich.file.getvalue()), buf.getvalue()
+    # A styled cell is drawn by rich, styles and all.
+    buf = io.StringIO()
+    print_table(Console(file=buf, width=80, force_terminal=True, color_system="standard"), COLUMNS[:2],
+                [["1", Text("failed", style="red")]])
+    assert "\x1b[31mfailed" in buf.getvalue()
 
 
 def test_sizes_are_binary_and_losses_have_four_significant_digits():

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich import box
+from rich.cells import cell_len
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 WideOpt = Annotated[bool, typer.Option("--wide", help="show every column, however wide the table gets")]
 # Every command that talks to a server takes it the same way (gpufleet.client.Client): --server, else
@@ -42,26 +45,90 @@ class Column:
 
 @dataclass
 class Fitted:
-    table: Table
+    """A table fitted to a width: the columns kept, each one's width, and the rows (text cells)."""
+
+    columns: Sequence[Column]
+    rows: list[list[Text]]
+    keep: list[int]
+    widths: dict[int, int]  # by column index, for the columns kept
+    title: str | None
     hidden: list[str]
     width: int
 
+    @cached_property
+    def table(self) -> Table:
+        """The table as rich draws it (built only when asked: a plain one is drawn by :func:`draw_plain`)."""
+        from rich import box
+        from rich.table import Table
 
-def _build(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], keep: list[int],
-           limits: dict[int, int], title: str | None, cells: dict[int, int]) -> Table:
-    # Cells and titles are text, never console markup: they hold what members wrote (names, reasons),
-    # and "[link=…]" in a training's name must not become a link in an admin's terminal.
-    table = Table(title=_plain(title) if title is not None else None, title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, header_style="bold")
-    for i in keep:
-        c = columns[i]
-        # Each column's width is known (its widest cell, cut to its limit): given, rich does not
-        # measure every cell again by rendering it, most of a listing's time.
-        table.add_column(c.header, justify=c.justify, no_wrap=True,
-                         overflow="ellipsis", width=min(cells[i], limits.get(i, cells[i])))
-    for row in rows:
-        table.add_row(*(row[i] for i in keep))  # fit_table made each cell text already
-    return table
+        # Cells and titles are text, never console markup: they hold what members wrote (names, reasons),
+        # and "[link=…]" in a training's name must not become a link in an admin's terminal.
+        table = Table(title=_plain(self.title) if self.title is not None else None, title_justify="left",
+                      box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+        for i in self.keep:
+            c = self.columns[i]
+            # Each column's width is known (its widest cell, cut to its limit): given, rich does not
+            # measure every cell again by rendering it, most of a listing's time.
+            table.add_column(c.header, justify=c.justify, no_wrap=True, overflow="ellipsis", width=self.widths[i])
+        for row in self.rows:
+            table.add_row(*(row[i] for i in self.keep))  # fit_table made each cell text already
+        return table
+
+
+def _fitted(columns: Sequence[Column], rows: list[list[Text]], keep: list[int], limits: dict[int, int],
+            title: str | None, hidden: list[str], cells: dict[int, int]) -> Fitted:
+    widths = {i: min(cells[i], limits.get(i, cells[i])) for i in keep}
+    return Fitted(columns, rows, keep, widths, title, hidden, natural_width(cells, keep, limits))
+
+
+def _single_width(text: str) -> bool:
+    return "\n" not in text and cell_len(text) == len(text)
+
+
+def _fit_cell(text: str, width: int, justify: str) -> str:
+    """One cell as rich draws it in a column of ``width``: cut with "…" (ellipsis overflow) and justified,
+    its trailing blanks dropped first where it is justified right or centred (as rich's ``Lines.justify``)."""
+    if justify != "left":
+        text = text.rstrip()
+    if len(text) > width:
+        text = text[:width - 1] + "…"
+    excess = width - len(text)
+    if justify == "right":
+        return " " * excess + text
+    if justify == "center":
+        return " " * (excess // 2) + text + " " * (excess - excess // 2)
+    return text + " " * excess
+
+
+def draw_plain(fitted: Fitted, *, color: bool) -> str | None:
+    """The lines rich draws for ``fitted.table`` (box SIMPLE_HEAD, no padding at the edges, bold headers),
+    drawn here as strings: rich lays out and renders every cell as segments, most of what a listing costs
+    at a terminal. None where only rich can draw it: a title, a styled cell, a line break in a cell, a
+    character that is not one column wide. ``color``: whether the console writes styles (bold) at all.
+    tests/commands/test_tables.py holds it to rich's own drawing, character for character."""
+    if fitted.title is not None or not fitted.keep:
+        return None
+    columns = [fitted.columns[i] for i in fitted.keep]
+    widths = [fitted.widths[i] for i in fitted.keep]
+    if min(widths) < 1 or not all(_single_width(c.header) for c in columns):
+        return None
+    body = []
+    for row in fitted.rows:
+        cells = [row[i] for i in fitted.keep]
+        if any(cell.spans or cell.style or not _single_width(cell.plain) for cell in cells):
+            return None
+        body.append(" " + "   ".join(_fit_cell(cell.plain, w, c.justify)
+                                     for cell, w, c in zip(cells, widths, columns, strict=True)) + " ")
+
+    def bold(text: str) -> str:
+        return f"\x1b[1m{text}\x1b[0m" if color and text else text
+
+    last = len(columns) - 1
+    head = " " + " ".join((bold(" ") if j else "") + bold(_fit_cell(c.header, w, c.justify)) + (bold(" ") if j < last else "")
+                          for j, (c, w) in enumerate(zip(columns, widths, strict=True))) + " "
+    blank = " " * fitted.width
+    rule = " " + "─" * (fitted.width - 2) + " "
+    return "\n".join([blank, head, rule, *body, blank]) + "\n"
 
 
 # Control characters (escape sequences, a bell, a carriage return) in what the server sends would act on
@@ -98,8 +165,6 @@ def natural_width(cells: dict[int, int], keep: Sequence[int], limits: dict[int, 
 
 
 def _cell_width(cell: Cell) -> int:
-    from rich.cells import cell_len
-
     text = cell if isinstance(cell, str) else cell.plain
     return max((cell_len(line) for line in text.split("\n")), default=0)
 
@@ -112,7 +177,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
     rows = [[_plain(c) for c in row] for row in rows]  # measured as they will be drawn
     cells = {i: max([_cell_width(c.header)] + [_cell_width(r[i]) for r in rows]) for i, c in enumerate(columns)}
     if wide:
-        return Fitted(_build(columns, rows, keep, limits, title, cells), [], natural_width(cells, keep, limits))
+        return _fitted(columns, rows, keep, limits, title, [], cells)
     widths = {i: w for i, w in cells.items() if columns[i].shorten}
 
     def narrowest(keep: list[int]) -> int:
@@ -138,7 +203,7 @@ def fit_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: 
         left[i] -= 1
         limits[i] = left[i]
         excess -= 1
-    return Fitted(_build(columns, rows, keep, limits, title, cells), hidden, natural_width(cells, keep, limits))
+    return _fitted(columns, rows, keep, limits, title, hidden, cells)
 
 
 def print_tsv(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> None:
@@ -162,7 +227,14 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
         print_tsv(console, [c.header for c in columns], rows)
         return
     fitted = fit_table(columns, rows, console.width, wide=wide, title=title)
-    if wide and fitted.width > console.width:
+    drawn = None
+    if (wide or fitted.width <= console.width) and not (console.record or console.legacy_windows):
+        drawn = draw_plain(fitted, color=console.color_system is not None)
+    if drawn is not None:
+        if not console.quiet:
+            console.file.write(drawn)
+            console.file.flush()
+    elif wide and fitted.width > console.width:
         # Wider than the terminal on purpose: let the terminal scroll, never fold cells.
         Console(width=fitted.width, file=console.file, force_terminal=console.is_terminal,
                 no_color=console.no_color, markup=False).print(fitted.table)
@@ -192,6 +264,8 @@ def print_lines(console: Console, rows: Sequence[Sequence[str]], *, label: bool 
         for row in rows:
             console.print(line(row), highlight=False, soft_wrap=True)
         return
+    from rich.table import Table
+
     grid = None
     for row in rows:
         if row[0] in whole:

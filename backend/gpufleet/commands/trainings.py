@@ -13,7 +13,6 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.commands.tables import (
     Column,
@@ -102,7 +101,7 @@ def ls(
         for row in rows:
             row[0] = _short(row[0])
         print_table(out, LS_COLUMNS, rows, wide=wide)
-        out.print(f"{len(rows)} of {page['count']}")
+        out.print(f"{len(rows)} of {page['count']}", highlight=False, emoji=False)
     else:
         for row in ([c.header for c in LS_COLUMNS], *rows):
             print("\t".join(row))
@@ -226,6 +225,8 @@ def logs(
 
 def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float = 0.5) -> int:
     """Stream the log and a progress bar until the training ends; exit code 0 only if it succeeded."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from gpufleet.client.client import FINAL_STATUSES
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
