@@ -25,6 +25,12 @@ started before the training came.
 
 Rounds alternate between the three paths; medians are printed, and the ratio
 warm / cold (goal: at most 0.5).
+
+``--script``: a script trial instead (a small gloo DDP script that calls
+``gpufleet.report``), timed at the launcher from its start to its first
+reported step: the script launcher started cold, as a worker without a warm
+launcher starts it, against the same spec handed to a warm launcher, which
+becomes its launcher and forks its ranks from its rank server.
 """
 
 from __future__ import annotations
@@ -164,12 +170,110 @@ class Stack:
         self.server.should_exit = True
 
 
+# A script as a member writes it: torch, gloo DDP, and gpufleet.report each step.
+SCRIPT = """\
+import torch, torch.distributed as dist
+import gpufleet
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1, 11):
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    gpufleet.report(step=step, loss=loss)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _first_step(progress: Path, proc: subprocess.Popen, t0: float) -> float:
+    while True:
+        if progress.exists() and '"type": "step"' in progress.read_text():
+            return time.perf_counter() - t0
+        if proc.poll() is not None:
+            raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
+        time.sleep(POLL_S)
+
+
+def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
+    """A script trial's launch, cold (``python -m gpufleet.trainings.script_launch``, as the worker starts it
+    with no warm launcher) against handed to a warm launcher (its ranks forked from its rank server)."""
+    import os
+
+    from gpufleet.jobs import warmpool
+    from gpufleet.trainings.environment import training_environment
+    from gpufleet.trainings.script_launch import ScriptSpec
+
+    env = training_environment(os.environ, PYTHONUNBUFFERED="1")
+    (workdir / "work").mkdir()
+    (workdir / "work" / "train.py").write_text(SCRIPT)
+    pool = warmpool.WarmPool(1, env)
+
+    def spec(name: str) -> tuple[Path, Path]:
+        run = workdir / name
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir()
+        s = ScriptSpec(training_id=name, argv=[sys.executable, "train.py"], workdir=str(workdir / "work"),
+                       progress_file=str(run / "progress.jsonl"), checkpoint_dir=str(run / "ckpt"),
+                       gpu_indexes=list(range(ranks)), world_size=ranks, ranks_on_cpu=True)
+        s.write(run / "spec.json")
+        return run / "spec.json", run / "progress.jsonl"
+
+    def cold() -> float:
+        path, progress = spec("cold")
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", warmpool.MODULES[1], str(path)], env=dict(env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            return _first_step(progress, proc, t0)
+        finally:
+            proc.wait()
+
+    def warm() -> float:
+        while pool.ready_count() < 1:  # trials one after another find the pool refilled
+            time.sleep(POLL_S)
+        path, progress = spec("warm")
+        t0 = time.perf_counter()
+        taken = pool.take(dict(env, GPUFLEET_TRAINING_ID="warm"), str(path), module=warmpool.MODULES[1])
+        assert taken is not None
+        proc, lifeline = taken
+        threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+        try:
+            return _first_step(progress, proc, t0)
+        finally:
+            proc.wait()
+            os.close(lifeline)
+
+    try:
+        cold(), warm()  # warm-up: the page cache
+        colds, warms = [], []
+        for i in range(rounds):
+            colds.append(cold())
+            warms.append(warm())
+            print(f"round {i + 1}: cold {colds[-1]:.3f}s  warm {warms[-1]:.3f}s", flush=True)
+    finally:
+        pool.close()
+    c, w = statistics.median(colds), statistics.median(warms)
+    print(f"a script trial of {ranks} rank(s), launch to its first reported step (median of {rounds})")
+    print(f"script launcher started cold:    {c:.3f}s")
+    print(f"handed to a warm launcher:       {w:.3f}s")
+    print(f"warm / cold: {w / c:.2f}x (goal: at most 0.5x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--recipe", default="mlp")
     ap.add_argument("--ranks", type=int, default=1, help="ranks (simulated GPUs) per training")
+    ap.add_argument("--script", action="store_true", help="a script trial, cold vs warm, at the launcher")
     args = ap.parse_args()
+    if args.script:
+        workdir = Path(tempfile.mkdtemp(prefix="gpufleet-latency-"))
+        try:
+            script_rounds(workdir, args.rounds, args.ranks)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return
 
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-latency-"))
     stacks: list[Stack] = []

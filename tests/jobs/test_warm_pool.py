@@ -1,4 +1,4 @@
-"""The worker's warm launchers (gpufleet.jobs.warmpool, gpufleet.engine.warm).
+"""The worker's warm launchers (gpufleet.jobs.warmpool, gpufleet.engine.warm, gpufleet.trainings.warm_launch).
 
 Real processes throughout: the pool's members are real interpreters that
 import torch; the end-to-end test runs a real worker, once with the pool and
@@ -35,17 +35,35 @@ def test_preload_leaves_cuda_uninitialised() -> None:
     assert out.stdout.split() == ["True", "False"]
 
 
-def test_serves_only_recipe_launches_of_the_workers_own_account() -> None:
+RECIPE, SCRIPT = warmpool.MODULES
+
+
+def test_serves_recipe_and_script_launches_of_its_own_account_environment_and_binds() -> None:
     pool = warmpool.WarmPool.__new__(warmpool.WarmPool)  # the rule alone: no member started
     pool.env, pool.iso = warmpool._base_env(_env()), Isolation()
     own = Isolation()
     member = RunAccount("alice", os.geteuid() + 4242, 4242, (), "/home/alice", "mapped")
     env = dict(_env(), GPUFLEET_TRAINING_ID="x")
-    assert pool.serves(warmpool.MODULE, env, own)
-    assert not pool.serves("gpufleet.trainings.script_launch", env, own)  # a script's own interpreter
-    assert not pool.serves(warmpool.MODULE, env, Isolation(account=member))  # another Unix account
-    assert not pool.serves(warmpool.MODULE, env, Isolation(account=member, sandboxed=True))
-    assert not pool.serves(warmpool.MODULE, dict(env, OMP_NUM_THREADS="3"), own)  # read at import time
+    assert pool.serves(RECIPE, env, own) and pool.serves(SCRIPT, env, own)
+    assert not pool.serves("gpufleet.interactive.launch", env, own)  # a session is not a launcher it becomes
+    assert not pool.serves(RECIPE, env, Isolation(account=member))  # another Unix account
+    assert not pool.serves(RECIPE, env, Isolation(account=member, sandboxed=True))
+    assert not pool.serves(RECIPE, dict(env, OMP_NUM_THREADS="3"), own)  # read at import time
+    # A member's sandbox made ahead serves only trainings with its binds: a script that builds its own
+    # environment needs its owner's cache bound in, which that sandbox does not have.
+    member_pool = warmpool.WarmPool.__new__(warmpool.WarmPool)
+    member_pool.iso = Isolation(account=member, sandboxed=True, read=[Path("/data")])
+    member_pool.env = warmpool._base_env(member_pool.iso.env(_env()))
+    assert member_pool.serves(RECIPE, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
+    assert not member_pool.serves(RECIPE, env, Isolation(account=member, sandboxed=True, read=[Path("/data")],
+                                                         keep=[Path("/var/cache/envs/alice")]))
+    # Nor a script at all: its folders, reached through descriptors there, would have no name it can ask
+    # for (os.getcwd); unsandboxed, a member's own account runs it warm.
+    assert not member_pool.serves(SCRIPT, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
+    unsandboxed = warmpool.WarmPool.__new__(warmpool.WarmPool)
+    unsandboxed.iso = Isolation(account=member)
+    unsandboxed.env = warmpool._base_env(unsandboxed.iso.env(_env()))
+    assert unsandboxed.serves(SCRIPT, env, Isolation(account=member))
 
 
 def test_pool_refills_and_replaces_a_dead_member(tmp_path: Path) -> None:
@@ -174,12 +192,12 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
         try:
             env = dict(_env(), GPUFLEET_TRAINING_ID="t1")
             # The member's first training here starts cold and makes the member's pool, for the next ones.
-            assert warmpool.for_launch(warmpool.MODULE, env, iso) is None
+            assert warmpool.for_launch(RECIPE, env, iso) is None
             pool = warmpool.member_pools()[entry.pw_uid]
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
             [pid] = pool.pids()  # bwrap; the launcher is the interpreter inside its namespaces
             tree = _tree(pid)
-            [python] = [p for p in tree if "gpufleet.engine.warm" in Path(f"/proc/{p}/cmdline").read_text()
+            [python] = [p for p in tree if "gpufleet.trainings.warm_launch" in Path(f"/proc/{p}/cmdline").read_text()
                         and Path(f"/proc/{p}/exe").resolve().name.startswith("python")]
             assert _uids(python) == {str(entry.pw_uid)}
             for p in tree:  # nothing in the member's sandbox holds a secret, in its environment or open
@@ -194,8 +212,10 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             # Inside, the data dir is absent: only the directories of the training it is given will be reachable.
             assert not [p for p in Path(f"/proc/{python}/root{s.data_dir}").iterdir()]
             # The member's next training takes it: it runs there, as the member, and writes its progress.
-            assert warmpool.for_launch(warmpool.MODULE, env, iso) is pool
-            assert not pool.serves(warmpool.MODULE, env, Isolation(account=account, home=home))  # not sandboxed
+            assert warmpool.for_launch(RECIPE, env, iso) is pool
+            # A script of the member's, sandboxed, starts cold in a sandbox made for it; the pool stays.
+            assert warmpool.for_launch(SCRIPT, env, iso) is None and warmpool.member_pools()[entry.pw_uid] is pool
+            assert not pool.serves(RECIPE, env, Isolation(account=account, home=home))  # not sandboxed
             iso.prepare()
             # Two ranks: forked from the launcher's rank server, in the same sandbox, as the member; they reach
             # the training's directories through the launcher's descriptors as the launcher does.
@@ -304,4 +324,4 @@ def _is_warm_child(pid: int, parent: int) -> bool:
         ppid = _ppid(pid)
     except (OSError, ValueError, IndexError):
         return False
-    return ppid == parent and b"gpufleet.engine.warm" in cmd
+    return ppid == parent and b"gpufleet.trainings.warm_launch" in cmd

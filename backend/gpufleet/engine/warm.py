@@ -1,11 +1,16 @@
-"""``python -m gpufleet.engine.warm --parent-fd N``: a launcher that has already imported torch.
+"""A launcher that has already imported torch (started as ``python -m gpufleet.trainings.warm_launch --parent-fd N``).
 
 A worker keeps a few of these ready (``gpufleet.jobs.warmpool``). Each one
 imports torch, the trainer and every installed recipe, then says ``ready`` on
 its stdout and waits for one line on stdin: the JSON ``{"spec": PATH, "env":
-{...}}`` of the training it is to run. It then takes that environment as its
-own and runs ``gpufleet.engine.launch`` in this same process, so the
-training's rank (or its launcher, for several ranks) skips the imports.
+{...}, "module": LAUNCHER}`` of the training it is to run. It then takes that
+environment as its own and runs the launcher (``gpufleet.engine.launch``, a
+recipe's, or ``gpufleet.trainings.script_launch``, a script's) in this same
+process, so the training's rank (or its launcher, for several ranks) skips the
+imports. The process started is ``python -m gpufleet.trainings.warm_launch``,
+which gives this one the script launcher to become; a script's ranks fork
+from the rank server below where they would have run in this interpreter
+(``trainings/script_warm.py``).
 
 CUDA is never initialised before the training's devices are known: nothing
 here calls into ``torch.cuda`` (importing torch does not initialise it; the
@@ -43,6 +48,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpufleet.engine import exitcodes, rankenv, rankserver
@@ -52,12 +58,18 @@ from gpufleet.engine.preload import cuda_initialised, preload
 __all__ = ["READY", "cuda_initialised", "main", "preload"]
 
 READY = "gpufleet-warm ready"
+# The launchers a warm process can become: a recipe's (the default) and a script's.
+RECIPE_MODULE = "gpufleet.engine.launch"
+SCRIPT_MODULE = "gpufleet.trainings.script_launch"
+MODULES = (RECIPE_MODULE, SCRIPT_MODULE)
 
 
 def _take_job(line: str) -> dict[str, Any]:
     job = json.loads(line)
     if not isinstance(job, dict) or not isinstance(job.get("spec"), str) or not isinstance(job.get("env"), dict):
-        raise ValueError("a job is {\"spec\": PATH, \"env\": {...}}")
+        raise ValueError("a job is {\"spec\": PATH, \"env\": {...}, \"module\": LAUNCHER}")
+    if job.get("module", RECIPE_MODULE) not in MODULES:
+        raise ValueError(f"a job's module is one of {', '.join(MODULES)}")
     return job
 
 
@@ -94,13 +106,15 @@ def _through_fds(job: dict[str, Any], dirs_fd: int) -> dict[str, Any]:
     return dict(job, spec=path, env=moved(job["env"]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, launchers: Mapping[str, Callable[[str, bool], int]] | None = None) -> int:
+    """``launchers``: what this process can become besides a recipe's launcher, by module name; each is
+    called with the training's spec and whether the rank server runs (``trainings/warm_launch.py``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     dirs_fd = None
     if len(argv) == 4 and argv[2] == "--dirs-fd" and argv[3].isdigit():
         dirs_fd, argv = int(argv[3]), argv[:2]
     if len(argv) != 2 or argv[0] != "--parent-fd" or not argv[1].isdigit():
-        print("usage: python -m gpufleet.engine.warm --parent-fd N [--dirs-fd M]", file=sys.stderr)
+        print("usage: python -m gpufleet.trainings.warm_launch --parent-fd N [--dirs-fd M]", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
     watch_parent(int(argv[1]))
     preload()
@@ -132,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     if cuda_initialised():
         print("gpufleet warm: CUDA is initialised; refusing the training", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
-    from gpufleet.engine.launch import main as launch_main
+    become = (launchers or {}).get(job.get("module", RECIPE_MODULE))
+    if become is None:
+        from gpufleet.engine.launch import main as launch_main
 
-    return launch_main([job["spec"]])
-
-
-if __name__ == "__main__":
-    from gpufleet.engine.warm import main as _main
-
-    sys.exit(_main())
+        if job.get("module", RECIPE_MODULE) != RECIPE_MODULE:
+            print(f"gpufleet warm: this warm launcher cannot become {job['module']}", file=sys.stderr)
+            return exitcodes.LAUNCHER_ERROR
+        return launch_main([job["spec"]])
+    return become(job["spec"], no_server is None)

@@ -5,7 +5,7 @@ The launcher runs as a subprocess in its own session (process group), so one
 (``--parent-fd``): if the worker dies, even by SIGKILL, the launcher and its
 ranks exit at once. A member's training runs as its owner's Unix account,
 in a sandbox where one is available (``gpufleet.jobs.isolation``).
-A recipe training starts from a warm pool when a member is ready: the
+A recipe or script training starts from a warm pool when a member is ready: the
 worker's own, or, for a member's unsandboxed training, that member's
 (``gpufleet.jobs.warmpool``).
 """
@@ -35,7 +35,7 @@ def launch(spec_path: Path, log_file: BoundedLog, training_id: uuid.UUID,
     iso = isolation or Isolation()
     iso.prepare()
     pool = warmpool.for_launch(module, env, iso)
-    if pool is not None and (warm := pool.take(iso.env(env), str(spec_path), iso.write)):
+    if pool is not None and (warm := pool.take(iso.env(env), str(spec_path), iso.write, module)):
         log_file.line(f"[gpufleet] the launcher is warm launcher {warm[0].pid} (torch already imported)")
         pump(warm[0].stdout, log_file)  # type: ignore[arg-type]
         return warm

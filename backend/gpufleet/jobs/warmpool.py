@@ -1,6 +1,6 @@
 """The worker's pool of warm launchers: interpreters that have already imported torch and gpufleet.
 
-Each member is ``python -m gpufleet.engine.warm``, started like a cold
+Each member is ``python -m gpufleet.trainings.warm_launch``, started like a cold
 launcher (same interpreter, its own session, a lifeline pipe to this worker,
 the training environment's allow-list: none of the server's secrets), that
 waits for one training. :func:`take` hands a ready member out in place of
@@ -9,9 +9,13 @@ a member that died is replaced the same way.
 
 Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
 
-- recipe trainings (``gpufleet.engine.launch``) only. A script training
-  runs its own interpreter, often a per-training uv venv, whose imports the
-  pool cannot have made;
+- recipe trainings (``gpufleet.engine.launch``) and script trainings
+  (``gpufleet.trainings.script_launch``): the member becomes the training's
+  launcher. A script's ranks are forked warm only where they would have run
+  in the member's own interpreter: a script with requirements runs in a
+  per-training uv venv whose imports the pool cannot have made, so its ranks
+  start cold (``trainings/script_warm.py`` says which, and why). A sandboxed
+  script never starts from a warm launcher (:func:`_can_become`);
 - only a launch that would run as the pool's account, unsandboxed. The
   worker's own pool serves trainings that run as the worker's account. A
   member whose trainings run as their own Unix account gets a pool of their
@@ -46,7 +50,7 @@ from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_e
 
 log = logging.getLogger(__name__)
 
-MODULE = "gpufleet.engine.launch"
+MODULES = ("gpufleet.engine.launch", "gpufleet.trainings.script_launch")  # the launchers a member becomes
 # Set per training on top of the pool's environment; any other difference is another interpreter.
 PER_TRAINING = ("GPUFLEET_TRAINING_ID", "PYTHONUNBUFFERED")
 KEEP_S = 1.0  # how often the keeper looks for dead members
@@ -72,6 +76,22 @@ def _same_account(a: Isolation, b: Isolation) -> bool:
             == (b.account.uid, b.account.gid, tuple(b.account.groups), b.home))
 
 
+def _can_become(module: str, isolation: Isolation) -> bool:
+    """Whether a warm launcher may become this launch's launcher. Not a script's in a sandbox: there a
+    sandbox made ahead reaches the training's folders only through descriptors, so the script's working
+    directory would have no name in it (``os.getcwd()`` fails, and with it every relative path made
+    absolute); a script's sandbox is made for it, with its folders bound where they are."""
+    return module == MODULES[0] or (module == MODULES[1] and not isolation.sandboxed)
+
+
+def _same_binds(a: Isolation, b: Isolation) -> bool:
+    """A sandbox made ahead has the binds of the training it was made for, but its own directories (passed
+    as descriptors): a training that needs others (a script's environment cache) cannot run in it."""
+    if not (a.sandboxed and b.sandboxed):
+        return True
+    return (sorted(map(str, a.keep)), sorted(map(str, a.read))) == (sorted(map(str, b.keep)), sorted(map(str, b.read)))
+
+
 class WarmPool:
     """Warm launchers of one account: the worker's own (``isolation`` None) or a member's, unsandboxed.
 
@@ -94,15 +114,15 @@ class WarmPool:
         self._keeper.start()
 
     def serves(self, module: str, env: dict[str, str], isolation: Isolation) -> bool:
-        return (module == MODULE and isolation.sandboxed == self.iso.sandboxed and _same_account(isolation, self.iso)
-                and _base_env(isolation.env(env)) == self.env)
+        return (_can_become(module, isolation) and isolation.sandboxed == self.iso.sandboxed and _same_account(isolation, self.iso)
+                and _base_env(isolation.env(env)) == self.env and _same_binds(isolation, self.iso))
 
     @property
     def closed(self) -> bool:
         return self._stop.is_set()
 
-    def take(self, env: dict[str, str], spec_path: str,
-             dirs: list[Path] | None = None) -> tuple[subprocess.Popen, int] | None:
+    def take(self, env: dict[str, str], spec_path: str, dirs: list[Path] | None = None,
+             module: str = MODULES[0]) -> tuple[subprocess.Popen, int] | None:
         """A ready member, given the training (``None`` when none is ready: start cold).
 
         ``dirs``: the training's own directories, passed to a sandboxed member as descriptors.
@@ -117,7 +137,7 @@ class WarmPool:
         self._wake.set()  # refill
         try:
             assert member.proc.stdin is not None
-            job: dict[str, object] = {"spec": spec_path, "env": env}
+            job: dict[str, object] = {"spec": spec_path, "env": env, "module": module}
             if member.dirs is not None:
                 job["dirs"] = [str(d) for d in dirs or []]
             member.proc.stdin.write(json.dumps(job).encode() + b"\n")
@@ -179,7 +199,7 @@ class WarmPool:
 
     def _start(self) -> Member:
         lifeline_r, lifeline_w = os.pipe()
-        argv = [sys.executable, "-m", "gpufleet.engine.warm", "--parent-fd", str(lifeline_r)]
+        argv = [sys.executable, "-m", "gpufleet.trainings.warm_launch", "--parent-fd", str(lifeline_r)]
         ours, theirs = socket.socketpair() if self.iso.sandboxed else (None, None)
         if theirs is not None:
             argv += ["--dirs-fd", str(theirs.fileno())]
@@ -286,7 +306,7 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
     """
     if _POOL is not None and _POOL.serves(module, env, isolation):
         return _POOL
-    if _MEMBER_SIZE <= 0 or module != MODULE or not isolation.switches:
+    if _MEMBER_SIZE <= 0 or not _can_become(module, isolation) or not isolation.switches:
         return None
     home = isolation.home
     if home is not None and any(home == d or d in home.parents for d in isolation.write):

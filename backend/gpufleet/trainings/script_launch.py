@@ -57,7 +57,7 @@ from gpufleet.engine.logtext import LineSplitter
 from gpufleet.engine.ownedfiles import write_new
 from gpufleet.engine.progress import ProgressWriter
 from gpufleet.engine.stopfile import STOP_FILE_ENV, mark
-from gpufleet.trainings import venv
+from gpufleet.trainings import script_warm, venv
 from gpufleet.trainings.script_errors import ErrorWatch
 from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's
 from gpufleet.trainings.script_tensorboard import TensorBoardWatch
@@ -150,7 +150,7 @@ class Ranks:
         self.spec = spec
         self.out = out
         self.lock = threading.Lock()
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen | script_warm.ForkedRank] = []
         self.tails: dict[int, str] = {}  # the last stderr line of each rank (else its last stdout line)
         self.err_tails: dict[int, str] = {}
         self.copiers: dict[int, list[threading.Thread]] = {}
@@ -164,9 +164,18 @@ class Ranks:
         for d in (self.spec.checkpoint_dir, self.spec.output_dir):
             if d:
                 Path(d).mkdir(parents=True, exist_ok=True)
-        for local in range(self.spec.local_world):
+        envs = [rank_env(self.spec, base, local, port) for local in range(self.spec.local_world)]
+        cold = script_warm.why_cold(self.spec.argv, envs[0], self.spec.env, self.spec.environment)
+        if script_warm.has_server():  # a warm launcher: say whether its ranks are warm too
+            print(f"[gpufleet] the ranks start cold: {cold}" if cold else
+                  "[gpufleet] the ranks are forked from the warm launcher's rank server (torch already imported)",
+                  flush=True)
+        for env in envs:
+            if cold is None:
+                self.procs.append(script_warm.fork_rank(self.spec.argv, self.spec.workdir, env))
+                continue
             self.procs.append(subprocess.Popen(  # argv list, never a shell
-                self.spec.argv, cwd=self.spec.workdir, env=rank_env(self.spec, base, local, port),
+                self.spec.argv, cwd=self.spec.workdir, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 preexec_fn=die_with_parent,  # no threads run yet
             ))
