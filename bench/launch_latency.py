@@ -77,14 +77,19 @@ def direct(recipe: str, workdir: Path, data_root: Path, ranks: int) -> float:
     proc = subprocess.Popen([sys.executable, "-m", "gpufleet.engine.launch", str(workdir / "direct.json")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        while True:
-            if progress.exists() and '"type": "step"' in progress.read_text():
-                return time.perf_counter() - t0
-            if proc.poll() is not None:
-                raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
-            time.sleep(POLL_S)
+        return _first_step(progress, proc, t0)
     finally:
         proc.wait()
+
+
+def _first_step(progress: Path, proc: subprocess.Popen, t0: float) -> float:
+    """Seconds from ``t0`` to the first step line in ``progress``, written by ``proc``'s training."""
+    while True:
+        if progress.exists() and '"type": "step"' in progress.read_text():
+            return time.perf_counter() - t0
+        if proc.poll() is not None:
+            raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
+        time.sleep(POLL_S)
 
 
 def via_server(http: httpx.Client, recipe: str, data_dir: Path, ranks: int) -> tuple[float, float]:
@@ -184,15 +189,6 @@ for step in range(1, 11):
 dist.barrier()
 dist.destroy_process_group()
 """
-
-
-def _first_step(progress: Path, proc: subprocess.Popen, t0: float) -> float:
-    while True:
-        if progress.exists() and '"type": "step"' in progress.read_text():
-            return time.perf_counter() - t0
-        if proc.poll() is not None:
-            raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
-        time.sleep(POLL_S)
 
 
 def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
