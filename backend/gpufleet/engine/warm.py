@@ -146,12 +146,13 @@ def main(argv: list[str] | None = None, launchers: Mapping[str, Callable[[str, b
     if cuda_initialised():
         print("gpufleet warm: CUDA is initialised; refusing the training", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
-    become = (launchers or {}).get(job.get("module", RECIPE_MODULE))
-    if become is None:
-        from gpufleet.engine.launch import main as launch_main
+    module = job.get("module", RECIPE_MODULE)
+    become = (launchers or {}).get(module)
+    if become is not None:
+        return become(job["spec"], no_server is None)
+    if module != RECIPE_MODULE:
+        print(f"gpufleet warm: this warm launcher cannot become {module}", file=sys.stderr)
+        return exitcodes.LAUNCHER_ERROR
+    from gpufleet.engine.launch import main as launch_main
 
-        if job.get("module", RECIPE_MODULE) != RECIPE_MODULE:
-            print(f"gpufleet warm: this warm launcher cannot become {job['module']}", file=sys.stderr)
-            return exitcodes.LAUNCHER_ERROR
-        return launch_main([job["spec"]])
-    return become(job["spec"], no_server is None)
+    return launch_main([job["spec"]])

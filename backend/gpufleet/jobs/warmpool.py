@@ -45,12 +45,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.engine.warm import MODULES  # the launchers a member becomes: a recipe's, a script's
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_environment
 
 log = logging.getLogger(__name__)
 
-MODULES = ("gpufleet.engine.launch", "gpufleet.trainings.script_launch")  # the launchers a member becomes
 # Set per training on top of the pool's environment; any other difference is another interpreter.
 PER_TRAINING = ("GPUFLEET_TRAINING_ID", "PYTHONUNBUFFERED")
 KEEP_S = 1.0  # how often the keeper looks for dead members
