@@ -196,6 +196,7 @@ def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
     with no warm launcher) against handed to a warm launcher (its ranks forked from its rank server)."""
     import os
 
+    from gpufleet.engine.warm import SCRIPT_MODULE
     from gpufleet.jobs import warmpool
     from gpufleet.trainings.environment import training_environment
     from gpufleet.trainings.script_launch import ScriptSpec
@@ -218,7 +219,7 @@ def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
     def cold() -> float:
         path, progress = spec("cold")
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", warmpool.MODULES[1], str(path)], env=dict(env),
+        proc = subprocess.Popen([sys.executable, "-m", SCRIPT_MODULE, str(path)], env=dict(env),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             return _first_step(progress, proc, t0)
@@ -230,7 +231,7 @@ def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
             time.sleep(POLL_S)
         path, progress = spec("warm")
         t0 = time.perf_counter()
-        taken = pool.take(dict(env, GPUFLEET_TRAINING_ID="warm"), str(path), module=warmpool.MODULES[1])
+        taken = pool.take(dict(env, GPUFLEET_TRAINING_ID="warm"), str(path), module=SCRIPT_MODULE)
         assert taken is not None
         proc, lifeline = taken
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]

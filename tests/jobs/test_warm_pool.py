@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpufleet.engine import warm
 from gpufleet.jobs import warmpool
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.trainings.environment import training_environment
@@ -35,7 +36,7 @@ def test_preload_leaves_cuda_uninitialised() -> None:
     assert out.stdout.split() == ["True", "False"]
 
 
-RECIPE, SCRIPT = warmpool.MODULES
+RECIPE, SCRIPT = warm.RECIPE_MODULE, warm.SCRIPT_MODULE
 
 
 def test_serves_recipe_and_script_launches_of_its_own_account_environment_and_binds() -> None:

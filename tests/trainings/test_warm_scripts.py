@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpufleet.engine import exitcodes
+from gpufleet.engine import exitcodes, warm
 from gpufleet.engine.progress import read_progress
 from gpufleet.jobs import warmpool
 from gpufleet.trainings import script_warm
@@ -23,7 +23,7 @@ from gpufleet.trainings.script_launch import ScriptSpec
 
 from support.fleet import wait_for
 
-SCRIPT = warmpool.MODULES[1]
+SCRIPT = warm.SCRIPT_MODULE
 # What each rank says of itself: whether torch was imported before its first line ran, who started it,
 # what it was given; it leaves a file from an atexit handler, as a script's cleanup would.
 TRAIN = """\

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.engine.warm import MODULES  # the launchers a member becomes: a recipe's, a script's
+from gpufleet.engine.warm import RECIPE_MODULE, SCRIPT_MODULE  # the launchers a member becomes
 from gpufleet.jobs.isolation import Isolation
 from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_environment
 
@@ -81,7 +81,7 @@ def _can_become(module: str, isolation: Isolation) -> bool:
     sandbox made ahead reaches the training's folders only through descriptors, so the script's working
     directory would have no name in it (``os.getcwd()`` fails, and with it every relative path made
     absolute); a script's sandbox is made for it, with its folders bound where they are."""
-    return module == MODULES[0] or (module == MODULES[1] and not isolation.sandboxed)
+    return module == RECIPE_MODULE or (module == SCRIPT_MODULE and not isolation.sandboxed)
 
 
 def _same_binds(a: Isolation, b: Isolation) -> bool:
@@ -122,7 +122,7 @@ class WarmPool:
         return self._stop.is_set()
 
     def take(self, env: dict[str, str], spec_path: str, dirs: list[Path] | None = None,
-             module: str = MODULES[0]) -> tuple[subprocess.Popen, int] | None:
+             module: str = RECIPE_MODULE) -> tuple[subprocess.Popen, int] | None:
         """A ready member, given the training (``None`` when none is ready: start cold).
 
         ``dirs``: the training's own directories, passed to a sandboxed member as descriptors.
