@@ -69,12 +69,15 @@ def closed_ancestor(path: Path, uid: int, gids: set[int]) -> Path | None:
 
 
 def read_paths() -> list[Path]:
-    """What the launcher needs to read: the interpreter's prefixes and every import path."""
+    """What the launcher needs to read: the interpreter's prefixes, every import path and where gpufleet is
+    (an editable install imports it from its source tree, which no import path names)."""
     import sys
+
+    import gpufleet
 
     seen: list[Path] = []
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-              *sys.path):
+              *sys.path, os.path.dirname(os.path.dirname(os.path.realpath(gpufleet.__file__)))):
         if p and os.path.isabs(p) and os.path.exists(p):
             path = Path(os.path.realpath(p))
             if path not in seen:
@@ -83,16 +86,20 @@ def read_paths() -> list[Path]:
 
 
 def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Path], read: Iterable[Path],
-               write: Iterable[Path]) -> list[str]:
-    """bwrap and setpriv arguments that run a command as ``uid`` in the sandbox (append the command)."""
+               write: Iterable[Path], binds: Iterable[tuple[Path, Path]] = ()) -> list[str]:
+    """bwrap and setpriv arguments that run a command as ``uid`` in the sandbox (append the command).
+
+    ``binds``: (folder, where it appears) pairs, read-write (a warm launcher's slots, ``jobs/slots.py``).
+    """
     bwrap, setpriv = bwrap_path(), setpriv_path()
     if bwrap is None or setpriv is None:
         raise FileNotFoundError("bwrap (Debian: bubblewrap) and setpriv (util-linux) are needed for the sandbox")
     gids = {gid, *groups}
     write = [Path(p) for p in write]
     read = [Path(p) for p in read]
+    binds = [(Path(src), Path(dest)) for src, dest in binds]
     masks = {Path(p) for p in hidden}
-    for p in [*read, *write]:
+    for p in [*read, *write, *(dest for _, dest in binds)]:
         closed = closed_ancestor(p, uid, gids)
         if closed is not None and closed != Path("/"):
             masks.add(closed)
@@ -120,6 +127,8 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
             args += [*way_to(p), "--ro-bind", str(p), str(p)]
     for p in write:
         args += [*way_to(p), "--bind", str(p), str(p)]
+    for src, dest in binds:
+        args += [*way_to(dest), "--bind", str(src), str(dest)]
     groups_arg = ["--groups", ",".join(str(g) for g in sorted(set(groups)))] if groups else ["--clear-groups"]
     args += ["--", setpriv, f"--reuid={uid}", f"--regid={gid}", *groups_arg,
              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
