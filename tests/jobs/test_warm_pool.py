@@ -58,9 +58,10 @@ def test_serves_recipe_and_script_launches_of_its_own_account_environment_and_bi
     assert member_pool.serves(RECIPE, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
     assert not member_pool.serves(RECIPE, env, Isolation(account=member, sandboxed=True, read=[Path("/data")],
                                                          keep=[Path("/var/cache/envs/alice")]))
-    # Nor a script at all: its folders, reached through descriptors there, would have no name it can ask
-    # for (os.getcwd); unsandboxed, a member's own account runs it warm.
-    assert not member_pool.serves(SCRIPT, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
+    # A script with the same binds is served there too: its folders are bound in at their own paths.
+    assert member_pool.serves(SCRIPT, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
+    assert not member_pool.serves("gpufleet.sessions.launch", env, Isolation(account=member, sandboxed=True,
+                                                                              read=[Path("/data")]))
     unsandboxed = warmpool.WarmPool.__new__(warmpool.WarmPool)
     unsandboxed.iso = Isolation(account=member)
     unsandboxed.env = warmpool._base_env(unsandboxed.iso.env(_env()))
@@ -170,6 +171,8 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
 
     from gpufleet.config import load_settings
     from gpufleet.jobs.isolation import plan
+    from gpufleet.jobs.kinds import training_roots
+    from gpufleet.jobs.slots import _mount_points
     from support.unix import need_root, short_name, unix_account
 
     need_root()
@@ -189,7 +192,8 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
         run, ckpt = s.data_dir / "jobs" / "t1", tmp_path / "ckpt" / "t1"
         iso = plan(s, account, "recipe", run, ckpt)
         assert iso.switches and iso.sandboxed  # the member's own account, in its bwrap sandbox
-        warmpool.start(0, member_size=1, member_keep_s=600)
+        base = s.data_dir / "warm-slots"
+        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, training_roots(s)))
         try:
             env = dict(_env(), GPUFLEET_TRAINING_ID="t1")
             # The member's first training here starts cold and makes the member's pool, for the next ones.
@@ -210,16 +214,16 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             environ = Path(f"/proc/{python}/environ").read_bytes().decode().split("\0")
             assert f"USER={entry.pw_name}" in environ and f"HOME={home}" in environ
             assert os.fstat(held.fileno()).st_size > 0  # (held open by this process all along)
-            # Inside, the data dir is absent: only the directories of the training it is given will be reachable.
-            assert not [p for p in Path(f"/proc/{python}/root{s.data_dir}").iterdir()]
+            # Inside, the data dir holds only the slots where the training it is given will appear: empty.
+            inside = Path(f"/proc/{python}/root{s.data_dir}")
+            assert sorted(p.name for p in inside.iterdir()) == ["jobs", "work"], list(inside.iterdir())
+            assert not [p for p in inside.rglob("*") if p.name not in ("jobs", "work")]
             # The member's next training takes it: it runs there, as the member, and writes its progress.
             assert warmpool.for_launch(RECIPE, env, iso) is pool
-            # A script of the member's, sandboxed, starts cold in a sandbox made for it; the pool stays.
-            assert warmpool.for_launch(SCRIPT, env, iso) is None and warmpool.member_pools()[entry.pw_uid] is pool
             assert not pool.serves(RECIPE, env, Isolation(account=account, home=home))  # not sandboxed
             iso.prepare()
-            # Two ranks: forked from the launcher's rank server, in the same sandbox, as the member; they reach
-            # the training's directories through the launcher's descriptors as the launcher does.
+            # Two ranks: forked from the launcher's rank server, in the same sandbox, as the member; they find
+            # the training's directories at their own paths, bound into the slots when it was handed over.
             spec = {"recipe": "mlp", "config": MLP, "devices": ["cuda:0", "cuda:1"], "ranks_on_cpu": True,
                     "checkpoint_dir": str(ckpt), "progress_file": str(run / "progress-1.jsonl"), "resume": False}
             (run / "spec-1.json").write_text(json.dumps(spec))
@@ -231,6 +235,7 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             progress = run / "progress-1.jsonl"
             assert '"type": "step"' in progress.read_text() and progress.stat().st_uid == entry.pw_uid
             assert '"start": "forkserver"' in progress.read_text()
+            wait_for(lambda: not [p for p in _mount_points() if base in p.parents], 30, "the slots emptied")
         finally:
             warmpool.stop()
         assert not _alive(pid)
@@ -249,9 +254,13 @@ def test_a_members_pool_closes_once_the_member_stops_starting_work(tmp_path: Pat
         os.chown(home, entry.pw_uid, entry.pw_gid)
         account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
         s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpt")
+        from gpufleet.jobs.kinds import training_roots
+        from gpufleet.jobs.slots import SlotBase
+
         iso = plan(s, account, "recipe", tmp_path / "r", tmp_path / "c")
+        slots = SlotBase.make(s.data_dir / "warm-slots", training_roots(s))
         pool = warmpool.WarmPool(1, _env(), Isolation(account=account, sandboxed=iso.sandboxed, read=iso.read,
-                                                      hidden=iso.hidden, home=home), keep_s=600.0)
+                                                      hidden=iso.hidden, home=home), keep_s=600.0, slots=slots)
         try:
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's launcher ready")
             pids = pool.pids()
@@ -261,6 +270,7 @@ def test_a_members_pool_closes_once_the_member_stops_starting_work(tmp_path: Pat
             assert pool.pids() == []
         finally:
             pool.close()
+            slots.close()
 
 
 def _alive(pid: int) -> bool:

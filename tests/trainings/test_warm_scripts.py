@@ -35,7 +35,9 @@ atexit.register(lambda: open(f"atexit-{rank}", "w").write(os.environ["GPUFLEET_T
 print(json.dumps({"rank": rank, "warm": warm, "name": __name__, "argv": sys.argv, "cwd": os.getcwd(),
                   "path0": sys.path[0], "world": os.environ["WORLD_SIZE"], "ppid": os.getppid(),
                   "uid": os.getuid(), "ask": os.environ.get("ASK"), "unbuffered": sys.stdout.write_through,
-                  "stdin": sys.stdin.read(), "secrets": sorted(k for k in os.environ if "SECRET" in k or "DATABASE" in k)}))
+                  "stdin": sys.stdin.read(), "secrets": sorted(k for k in os.environ if "SECRET" in k or "DATABASE" in k),
+                  "ckpt": os.environ["GPUFLEET_CHECKPOINT_DIR"], "ckpt_here": os.path.isdir(os.environ["GPUFLEET_CHECKPOINT_DIR"]),
+                  "other": os.path.exists(os.path.join(os.path.dirname(os.getcwd()), "other"))}))
 if rank == int(os.environ.get("FAIL_RANK", "-1")):
     {fail}
 """
@@ -156,7 +158,7 @@ def test_a_members_warm_script_runs_as_the_member_with_no_secret(tmp_path: Path,
             why = str(exc)
         if why:
             pytest.skip(f"Unix account {entry.pw_name} cannot run {sys.executable} outside a sandbox on this "
-                        f"machine ({why}); a member's sandboxed script starts cold")
+                        f"machine ({why}); her sandboxed script is the next test")
         pool = warmpool.WarmPool(1, _env(), iso)
         try:
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
@@ -169,6 +171,66 @@ def test_a_members_warm_script_runs_as_the_member_with_no_secret(tmp_path: Path,
     for me in said.values():
         assert me["uid"] == entry.pw_uid and me["warm"] is True and me["ppid"] == server, me
         assert me["secrets"] == [], me
+
+
+def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(tmp_path: Path, monkeypatch) -> None:
+    from gpufleet.config import load_settings
+    from gpufleet.jobs import kinds, script_attempt
+    from gpufleet.jobs.isolation import plan
+    from gpufleet.jobs.slots import _mount_points
+    from gpufleet.users.runas import RunAccount
+
+    from support.unix import need_root, short_name, unix_account
+
+    need_root()
+    monkeypatch.setenv("GPUFLEET_SECRET_KEY", "s3cret-value-123")  # the worker's, never the member's
+    s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpts")
+    tid = "0f0e0d0c-0b0a-4908-8706-050403020100"
+    run, ckpt, work = (kinds.run_dir(s, tid), kinds.checkpoint_dir(s, tid), script_attempt.work_dir(s, tid))
+    base = s.data_dir / "warm-slots"
+    with unix_account(short_name("sbx")) as entry:
+        home = tmp_path / "home"
+        home.mkdir()
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+        tmp_path.chmod(0o755)
+        account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
+        iso = plan(s, account, True, run, ckpt, work)
+        assert iso.switches and iso.sandboxed
+        for d in (run, ckpt, work):
+            d.mkdir(parents=True)
+        (work / "train.py").write_text("import json\n" + TRAIN.replace("{fail}", "pass"))
+        spec = ScriptSpec(training_id=tid, argv=[sys.executable, "train.py"], workdir=str(work),
+                          progress_file=str(run / "progress-1.jsonl"), checkpoint_dir=str(ckpt), env={},
+                          gpu_indexes=[0, 1], world_size=2, ranks_on_cpu=True, output_dir=str(run / "out"))
+        spec.write(run / "spec-1.json")
+        iso.prepare()  # as a launch: its directories and what is in them handed to the member
+        (work.parent / "other").mkdir()  # another training's work dir: not in this sandbox
+        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, kinds.training_roots(s)))
+        try:
+            env = dict(_env(), GPUFLEET_TRAINING_ID=tid)
+            assert warmpool.for_launch(SCRIPT, env, iso) is None  # the member's first: cold, and makes her pool
+            pool = warmpool.member_pools()[entry.pw_uid]
+            wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
+            assert warmpool.for_launch(SCRIPT, env, iso) is pool  # her sandboxed script is served warm
+            proc, lifeline = pool.take(iso.env(env), str(run / "spec-1.json"), iso.write, module=SCRIPT)
+            out = proc.stdout.read().decode()
+            code = proc.wait(300)
+            os.close(lifeline)
+            # Once the launcher is gone, the training's directories are unbound from its slots.
+            wait_for(lambda: not [p for p in _mount_points() if base in p.parents], 30, "the slots emptied")
+            assert sorted(p.name for p in work.parent.iterdir()) == sorted(["other", tid])  # nothing removed
+        finally:
+            warmpool.stop()
+    assert code == exitcodes.SUCCEEDED, out
+    said = _said(out)
+    assert sorted(said) == [0, 1], out
+    for rank, me in said.items():
+        assert me["uid"] == entry.pw_uid and me["warm"] is True, me  # forked from her warm launcher's server
+        # Her directories by their own names (os.getcwd works, the checkpoint path is real), nothing else's.
+        assert me["cwd"] == str(work) and me["path0"] == str(work), me
+        assert me["ckpt"] == str(ckpt) and me["ckpt_here"] is True and me["other"] is False, me
+        assert me["secrets"] == [], me
+        assert (work / f"atexit-{rank}").read_text() == tid and (work / f"atexit-{rank}").stat().st_uid == entry.pw_uid
 
 
 @pytest.mark.parametrize(("fail", "words"), [

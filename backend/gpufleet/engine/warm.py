@@ -31,15 +31,11 @@ allow-listed environment and no CUDA; a forked rank takes the training's
 environment from the launcher before anything reads it (``engine/launch``),
 and the server exits when this process does.
 
-A member's warm launcher runs in that member's sandbox (``--dirs-fd N``),
-made before any training of theirs was known, so the training's own
-directories are not bound in it. The worker passes them as open
-descriptors over the socket N with the job, and this process reaches them
-as ``/proc/<its pid>/fd/<fd>`` (which its ranks, children of the same
-account in the same PID namespace, can reach too): the spec is read
-through them and a copy of it, with those paths in place of the
-directories', is what the launcher runs. Nothing else of the data dir
-becomes visible.
+A member's warm launcher runs in that member's sandbox, made before any
+training of theirs was known: the worker binds the training's directories
+into that sandbox's slots once it hands the training over, so they are at
+their own paths here too (``jobs/slots.py``), and nothing else of the data
+dir is.
 """
 
 from __future__ import annotations
@@ -73,48 +69,12 @@ def _take_job(line: str) -> dict[str, Any]:
     return job
 
 
-def _through_fds(job: dict[str, Any], dirs_fd: int) -> dict[str, Any]:
-    """The job with its directories (passed as descriptors on ``dirs_fd``) reached through /proc."""
-    import socket
-
-    dirs = job.get("dirs") or []
-    if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
-        raise ValueError("a job's dirs are absolute paths")
-    with socket.socket(fileno=dirs_fd) as sock:
-        _, fds, _, _ = socket.recv_fds(sock, 64, len(dirs))
-    if len(fds) != len(dirs):
-        raise ValueError(f"{len(dirs)} directories named, {len(fds)} descriptors received")
-    here = {d.rstrip("/"): f"/proc/{os.getpid()}/fd/{fd}" for d, fd in zip(dirs, fds, strict=True)}
-
-    def moved(value: Any) -> Any:
-        if isinstance(value, str):
-            for d, p in here.items():
-                if value == d or value.startswith(d + "/"):
-                    return p + value[len(d):]
-            return value
-        if isinstance(value, list):
-            return [moved(v) for v in value]
-        if isinstance(value, dict):
-            return {k: moved(v) for k, v in value.items()}
-        return value
-
-    with open(moved(job["spec"])) as fh:
-        spec = moved(json.load(fh))
-    path = os.path.join("/tmp", f"gpufleet-spec-{os.getpid()}.json")  # the sandbox's own /tmp
-    with open(path, "w") as fh:
-        json.dump(spec, fh)
-    return dict(job, spec=path, env=moved(job["env"]))
-
-
 def main(argv: list[str] | None = None, launchers: Mapping[str, Callable[[str, bool], int]] | None = None) -> int:
     """``launchers``: what this process can become besides a recipe's launcher, by module name; each is
     called with the training's spec and whether the rank server runs (``trainings/warm_launch.py``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    dirs_fd = None
-    if len(argv) == 4 and argv[2] == "--dirs-fd" and argv[3].isdigit():
-        dirs_fd, argv = int(argv[3]), argv[:2]
     if len(argv) != 2 or argv[0] != "--parent-fd" or not argv[1].isdigit():
-        print("usage: python -m gpufleet.trainings.warm_launch --parent-fd N [--dirs-fd M]", file=sys.stderr)
+        print("usage: python -m gpufleet.trainings.warm_launch --parent-fd N", file=sys.stderr)
         return exitcodes.LAUNCHER_ERROR
     watch_parent(int(argv[1]))
     preload()
@@ -133,8 +93,6 @@ def main(argv: list[str] | None = None, launchers: Mapping[str, Callable[[str, b
     if not line:
         return 0  # the pool closed: nothing to run
     job = _take_job(line)
-    if dirs_fd is not None:
-        job = _through_fds(job, dirs_fd)
     # As a cold launcher: no input, and exactly the environment the worker gave this training.
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

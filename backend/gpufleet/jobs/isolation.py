@@ -64,13 +64,15 @@ class Isolation:
         for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
             _add_search(d)
 
-    def command(self, argv: list[str]) -> list[str]:
+    def command(self, argv: list[str], binds: list[tuple[Path, Path]] | None = None) -> list[str]:
+        """``argv`` as this account, in its sandbox; ``binds``: (folder, where it appears) in that sandbox."""
         if not self.sandboxed:
             return argv
         assert self.account is not None
         home = [self.home] if self.home is not None and self.account.source != "run-account" else []
         return sandbox.bwrap_args(uid=self.account.uid, gid=self.account.gid, groups=self.account.groups,
-                                  hidden=self.hidden, read=self.read, write=[*self.write, *self.keep, *home]) + argv
+                                  hidden=self.hidden, read=self.read, write=[*self.write, *self.keep, *home],
+                                  binds=binds or []) + argv
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         if not self.switches:

@@ -42,6 +42,13 @@ def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
     return settings.data_dir / "jobs" / str(training_id)
 
 
+def training_roots(settings: Settings) -> list[Path]:
+    """The folders a training's own directories are made in: its run dir, checkpoints, a script's work dir."""
+    some = uuid.UUID(int=0)
+    return [run_dir(settings, some).parent, checkpoint_dir(settings, some).parent,
+            script_attempt.work_dir(settings, some).parent]
+
+
 @dataclass
 class Plan:
     """What a launch needs, prepared before anything starts."""

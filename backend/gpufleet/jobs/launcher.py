@@ -6,7 +6,7 @@ The launcher runs as a subprocess in its own session (process group), so one
 ranks exit at once. A member's training runs as its owner's Unix account,
 in a sandbox where one is available (``gpufleet.jobs.isolation``).
 A recipe or script training starts from a warm pool when a member is ready: the
-worker's own, or, for a member's unsandboxed training, that member's
+worker's own, or that member's (in her sandbox too)
 (``gpufleet.jobs.warmpool``).
 """
 

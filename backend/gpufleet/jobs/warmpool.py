@@ -14,8 +14,7 @@ Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
   launcher. A script's ranks are forked warm only where they would have run
   in the member's own interpreter: a script with requirements runs in a
   per-training uv venv whose imports the pool cannot have made, so its ranks
-  start cold (``trainings/script_warm.py`` says which, and why). A sandboxed
-  script never starts from a warm launcher (:func:`_can_become`);
+  start cold (``trainings/script_warm.py`` says which, and why);
 - only a launch that would run as the pool's account, unsandboxed. The
   worker's own pool serves trainings that run as the worker's account. A
   member whose trainings run as their own Unix account gets a pool of their
@@ -25,8 +24,10 @@ Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
   allow-listed environment, and it is closed once the member has started
   nothing here for ``member_keep_s`` (recent work only; it counts against
   nobody else's). A sandbox made ahead cannot bind a training's own
-  directories: :meth:`WarmPool.take` passes them to the member as open
-  descriptors (``gpufleet.engine.warm``);
+  directories when it starts: it binds a slot at each folder they are made
+  in, and :meth:`WarmPool.take` binds the training's directories into those
+  slots, so the member finds them at their own paths (``jobs/slots.py``;
+  where this host cannot mount, sandboxed members start cold);
 - only with the environment the member was started with, but for the
   per-training variables (``GPUFLEET_TRAINING_ID``, ``PYTHONUNBUFFERED``):
   variables read at import time (thread counts, library paths) must match.
@@ -37,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -45,8 +45,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.engine.warm import RECIPE_MODULE, SCRIPT_MODULE  # the launchers a member becomes
+from gpufleet.engine.warm import MODULES, RECIPE_MODULE  # the launchers a member becomes
 from gpufleet.jobs.isolation import Isolation
+from gpufleet.jobs.slots import SlotBase, Slots
 from gpufleet.trainings.environment import DEFAULT_POLICY, EnvPolicy, training_environment
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class Member:
     proc: subprocess.Popen
     lifeline: int  # the write end; the member exits when it closes
     ready: threading.Event
-    dirs: socket.socket | None = None  # a sandboxed member's: the training's directories go over it
+    slots: Slots | None = None  # a sandboxed member's: where the training's directories will appear
 
 
 def _base_env(environ: dict[str, str]) -> dict[str, str]:
@@ -76,14 +77,6 @@ def _same_account(a: Isolation, b: Isolation) -> bool:
             == (b.account.uid, b.account.gid, tuple(b.account.groups), b.home))
 
 
-def _can_become(module: str, isolation: Isolation) -> bool:
-    """Whether a warm launcher may become this launch's launcher. Not a script's in a sandbox: there a
-    sandbox made ahead reaches the training's folders only through descriptors, so the script's working
-    directory would have no name in it (``os.getcwd()`` fails, and with it every relative path made
-    absolute); a script's sandbox is made for it, with its folders bound where they are."""
-    return module == RECIPE_MODULE or (module == SCRIPT_MODULE and not isolation.sandboxed)
-
-
 def _same_binds(a: Isolation, b: Isolation) -> bool:
     """A sandbox made ahead has the binds of the training it was made for, but its own directories (passed
     as descriptors): a training that needs others (a script's environment cache) cannot run in it."""
@@ -93,15 +86,19 @@ def _same_binds(a: Isolation, b: Isolation) -> bool:
 
 
 class WarmPool:
-    """Warm launchers of one account: the worker's own (``isolation`` None) or a member's, unsandboxed.
+    """Warm launchers of one account: the worker's own (``isolation`` None) or a member's.
 
     ``keep_s``: the pool closes itself once nothing was taken from it (or it was not asked for) that long.
+    ``slots``: a sandboxed pool's (``jobs/slots.py``), where its members find the trainings they are given.
     """
 
     def __init__(self, size: int, env: dict[str, str], isolation: Isolation | None = None,
-                 keep_s: float | None = None) -> None:
+                 keep_s: float | None = None, slots: SlotBase | None = None) -> None:
         self.size = size
         self.iso = isolation or Isolation()
+        if self.iso.sandboxed and slots is None:
+            raise ValueError("a sandboxed pool needs slots for its trainings' directories")
+        self.slots = slots
         self.env = _base_env(self.iso.env(env))
         self.keep_s = keep_s
         self.last_used = time.monotonic()
@@ -114,7 +111,7 @@ class WarmPool:
         self._keeper.start()
 
     def serves(self, module: str, env: dict[str, str], isolation: Isolation) -> bool:
-        return (_can_become(module, isolation) and isolation.sandboxed == self.iso.sandboxed and _same_account(isolation, self.iso)
+        return (module in MODULES and isolation.sandboxed == self.iso.sandboxed and _same_account(isolation, self.iso)
                 and _base_env(isolation.env(env)) == self.env and _same_binds(isolation, self.iso))
 
     @property
@@ -125,10 +122,13 @@ class WarmPool:
              module: str = RECIPE_MODULE) -> tuple[subprocess.Popen, int] | None:
         """A ready member, given the training (``None`` when none is ready: start cold).
 
-        ``dirs``: the training's own directories, passed to a sandboxed member as descriptors.
+        ``dirs``: the training's own directories, bound into a sandboxed member's slots at their own paths
+        (one made elsewhere than the folders the slots stand for starts cold).
         """
+        dirs = dirs or []
         with self._lock:
-            ready = [m for m in self.members if m.ready.is_set() and m.proc.poll() is None]
+            ready = [m for m in self.members if m.ready.is_set() and m.proc.poll() is None
+                     and (m.slots is None or m.slots.holds(dirs))]
             if not ready:
                 return None
             member = ready[0]
@@ -136,17 +136,18 @@ class WarmPool:
             self.last_used = time.monotonic()
         self._wake.set()  # refill
         try:
+            if member.slots is not None:
+                member.slots.fill(dirs)
             assert member.proc.stdin is not None
-            job: dict[str, object] = {"spec": spec_path, "env": env, "module": module}
-            if member.dirs is not None:
-                job["dirs"] = [str(d) for d in dirs or []]
+            job = {"spec": spec_path, "env": env, "module": module}
             member.proc.stdin.write(json.dumps(job).encode() + b"\n")
             member.proc.stdin.close()
-            if member.dirs is not None:
-                _send_dirs(member.dirs, dirs or [])
-        except OSError:
+        except OSError as exc:
+            log.warning("warm launcher %d cannot take the training: %s", member.proc.pid, exc)
             _discard(member)
             return None
+        if member.slots is not None:
+            member.slots.clear_after(member.proc)  # its slots stay while it runs the training, and no longer
         return member.proc, member.lifeline
 
     def pids(self) -> list[int]:
@@ -200,31 +201,26 @@ class WarmPool:
     def _start(self) -> Member:
         lifeline_r, lifeline_w = os.pipe()
         argv = [sys.executable, "-m", "gpufleet.trainings.warm_launch", "--parent-fd", str(lifeline_r)]
-        ours, theirs = socket.socketpair() if self.iso.sandboxed else (None, None)
-        if theirs is not None:
-            argv += ["--dirs-fd", str(theirs.fileno())]
+        slots = self.slots.new() if self.slots is not None else None
         try:
             # The lifeline ties a member to this worker. bwrap's --die-with-parent would follow the thread
             # that started it (a keeper thread ends with its pool, while a member it gave out still trains).
             proc = subprocess.Popen(
-                [a for a in self.iso.command(argv) if a != "--die-with-parent"],
+                [a for a in self.iso.command(argv, slots.binds if slots else None) if a != "--die-with-parent"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group, as a cold launcher's
-                pass_fds=(lifeline_r,) + ((theirs.fileno(),) if theirs is not None else ()),
-                env=dict(self.env, PYTHONUNBUFFERED="1"),
+                pass_fds=(lifeline_r,), env=dict(self.env, PYTHONUNBUFFERED="1"),
                 **self.iso.popen_kwargs(),  # a member's pool: that member's account, or its sandbox
             )
         except BaseException:
             os.close(lifeline_w)
-            if ours is not None:
-                ours.close()
+            if slots is not None:
+                slots.clear()
             raise
         finally:
             os.close(lifeline_r)
-            if theirs is not None:
-                theirs.close()
         self.started += 1
-        member = Member(proc, lifeline_w, threading.Event(), ours)
+        member = Member(proc, lifeline_w, threading.Event(), slots)
         if self.iso.switches:
             log.info("warm launcher %d of %s started", proc.pid, self._who())
         threading.Thread(target=_await_ready, args=(member,), name=f"gpufleet-warm-{proc.pid}", daemon=True).start()
@@ -248,19 +244,7 @@ def _await_ready(member: Member) -> None:
         log.warning("warm launcher %d did not start: %s", member.proc.pid, line.decode(errors="replace").strip())
 
 
-def _send_dirs(sock: socket.socket, dirs: list[Path]) -> None:
-    fds = [os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) for d in dirs]
-    try:
-        socket.send_fds(sock, [b"d"], fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
-        sock.close()
-
-
 def _discard(member: Member) -> None:
-    if member.dirs is not None:
-        member.dirs.close()
     try:
         os.close(member.lifeline)  # the member's lifeline reads EOF: it exits
     except OSError:
@@ -268,6 +252,8 @@ def _discard(member: Member) -> None:
     if member.proc.poll() is None:
         member.proc.kill()
     member.proc.wait()
+    if member.slots is not None:
+        member.slots.clear()
     for f in (member.proc.stdin, member.proc.stdout):
         try:
             if f is not None:
@@ -281,16 +267,19 @@ _MEMBERS: dict[int, WarmPool] = {}  # a member's Unix uid -> that member's pool
 _MEMBER_SIZE = 0
 _MEMBER_KEEP_S = 600.0
 _POLICY = DEFAULT_POLICY  # the trainings' environment rules (GPUFLEET_TRAINING_ENV_PASS/BLOCK, the CA bundle)
+_SLOTS: tuple[Path, list[Path]] | None = None  # where sandboxed members' slots are made, and what they stand for
+_SLOT_BASE: SlotBase | None = None
 _LOCK = threading.Lock()
 
 
 def start(size: int, policy: EnvPolicy = DEFAULT_POLICY, member_size: int = 0,
-          member_keep_s: float = 600.0) -> WarmPool | None:
+          member_keep_s: float = 600.0, slots: tuple[Path, list[Path]] | None = None) -> WarmPool | None:
     """Start this worker's pool (``GPUFLEET_WARM_POOL_SIZE``; 0: off), its members in the trainings' environment
     (``policy``), and allow members' pools of ``member_size`` launchers each (``GPUFLEET_MEMBER_WARM_POOL_SIZE``;
-    0: members always start cold)."""
-    global _POOL, _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY
-    _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY = member_size, member_keep_s, policy
+    0: members always start cold). ``slots``: the folder sandboxed members' slots are made in, and the folders
+    trainings' directories are made in (``jobs/slots.py``); None: sandboxed members start cold."""
+    global _POOL, _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY, _SLOTS, _SLOT_BASE
+    _MEMBER_SIZE, _MEMBER_KEEP_S, _POLICY, _SLOTS, _SLOT_BASE = member_size, member_keep_s, policy, slots, None
     if size <= 0 or _POOL is not None:
         return _POOL
     _POOL = WarmPool(size, training_environment(os.environ, policy, PYTHONUNBUFFERED="1"))
@@ -304,9 +293,10 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
     A member's first training here finds no pool: it starts cold and makes one, so that member's next
     trainings (a sweep's next trials) start warm while they keep coming.
     """
+    global _SLOTS, _SLOT_BASE
     if _POOL is not None and _POOL.serves(module, env, isolation):
         return _POOL
-    if _MEMBER_SIZE <= 0 or not _can_become(module, isolation) or not isolation.switches:
+    if _MEMBER_SIZE <= 0 or module not in MODULES or not isolation.switches:
         return None
     home = isolation.home
     if home is not None and any(home == d or d in home.parents for d in isolation.write):
@@ -314,6 +304,13 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
     assert isolation.account is not None
 
     with _LOCK:
+        if isolation.sandboxed and _SLOT_BASE is None:
+            if _SLOTS is None:
+                return None
+            _SLOT_BASE = SlotBase.make(*_SLOTS)
+            if _SLOT_BASE is None:  # (said once, then members are cold for good)
+                _SLOTS = None
+                return None
         pool = _MEMBERS.get(isolation.account.uid)
         if pool is not None and not pool.closed and pool.serves(module, env, isolation):
             pool.last_used = time.monotonic()
@@ -323,7 +320,8 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
         _MEMBERS[isolation.account.uid] = WarmPool(
             _MEMBER_SIZE, training_environment(os.environ, _POLICY, PYTHONUNBUFFERED="1"),
             Isolation(account=isolation.account, sandboxed=isolation.sandboxed, keep=isolation.keep,
-                      read=isolation.read, hidden=isolation.hidden, home=isolation.home), keep_s=_MEMBER_KEEP_S)
+                      read=isolation.read, hidden=isolation.hidden, home=isolation.home), keep_s=_MEMBER_KEEP_S,
+            slots=_SLOT_BASE if isolation.sandboxed else None)
     return None
 
 
@@ -337,12 +335,15 @@ def current() -> WarmPool | None:
 
 
 def stop() -> None:
-    global _POOL
+    global _POOL, _SLOT_BASE
     if _POOL is not None:
         _POOL.close()
         _POOL = None
     with _LOCK:
         pools = list(_MEMBERS.values())
         _MEMBERS.clear()
+        base, _SLOT_BASE = _SLOT_BASE, None
     for p in pools:
         p.close()
+    if base is not None:
+        base.close()

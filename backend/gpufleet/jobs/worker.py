@@ -172,10 +172,11 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     if not settings.redis_url:
         argv.append("--without-heartbeat")  # heartbeats are events: Redis only
     from gpufleet.jobs import warmpool
+    from gpufleet.jobs.kinds import training_roots
 
     # After scrub_environment: its members inherit no secret.
     warmpool.start(settings.warm_pool_size, EnvPolicy.of(settings), settings.member_warm_pool_size,
-                   settings.member_warm_keep_s)
+                   settings.member_warm_keep_s, slots=(settings.data_dir / "warm-slots", training_roots(settings)))
     try:
         app.worker_main(argv)
     finally:

@@ -1,10 +1,10 @@
-"""``python -m gpufleet.trainings.warm_launch --parent-fd N [--dirs-fd M]``: a warm launcher (``engine/warm.py``)
+"""``python -m gpufleet.trainings.warm_launch --parent-fd N``: a warm launcher (``engine/warm.py``)
 that becomes a recipe's launcher or a script's, whichever training it is handed.
 
 The warm process itself (the imports, the rank server, the job read from
-stdin, the directories passed as descriptors) is ``engine/warm.py``; the
-script launcher sits above it (``trainings/script_launch.py``), so this entry
-point, at the layer of both, gives it to the warm process to become. A script's
+stdin) is ``engine/warm.py``; the script launcher sits above it
+(``trainings/script_launch.py``), so this entry point, at the layer of both,
+gives it to the warm process to become. A script's
 ranks fork from the rank server where they can (``trainings/script_warm.py``).
 """
 
