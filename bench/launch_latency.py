@@ -31,6 +31,13 @@ warm / cold (goal: at most 0.5).
 reported step: the script launcher started cold, as a worker without a warm
 launcher starts it, against the same spec handed to a warm launcher, which
 becomes its launcher and forks its ranks from its rank server.
+
+``--script --member`` (as root, with bubblewrap): the same, as a member runs
+it: a Unix account made for the bench, each trial in that member's sandbox.
+Cold, the launcher starts in a sandbox made for the trial, as the worker
+starts it without a warm launcher; warm, the trial is handed to the member's
+warm launcher, whose sandbox was made ahead and finds the trial's folders
+bound into its slots (``jobs/slots.py``). The account is removed at the end.
 """
 
 from __future__ import annotations
@@ -191,36 +198,98 @@ dist.destroy_process_group()
 """
 
 
-def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
+class _Member:
+    """A Unix account made for the bench (removed by ``close``), and each trial's folders and sandbox as
+    the worker makes them for a member's script (``jobs/isolation.plan``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        import os
+
+        from gpufleet.jobs.isolation import Isolation
+        from gpufleet.jobs.kinds import training_roots
+        from gpufleet.jobs.slots import SlotBase
+        from gpufleet.users.runas import RunAccount
+
+        self.name = f"gfbench{os.getpid() % 100000}"
+        home = workdir / "home"
+        subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/usr/sbin/nologin",
+                        self.name], check=True)
+        import pwd
+
+        entry = pwd.getpwnam(self.name)
+        home.mkdir()
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+        workdir.chmod(0o755)
+        self.account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
+        self.settings = load_settings(data_dir=workdir / "data", checkpoint_root=workdir / "ckpts")
+        base = SlotBase.make(self.settings.data_dir / "warm-slots", training_roots(self.settings))
+        if base is None:
+            raise SystemExit("this host cannot make the warm sandbox's slots (mount): run as root")
+        self.slots = base
+        probe = self.plan(workdir / "r", workdir / "c", workdir / "w")
+        if not probe.sandboxed:
+            raise SystemExit("no sandbox here: --member needs root and bubblewrap")
+        self.pool_iso = Isolation(account=self.account, sandboxed=True, keep=probe.keep, read=probe.read,
+                                  hidden=probe.hidden, home=probe.home)
+
+    def plan(self, run: Path, ckpt: Path, work: Path) -> "Isolation":  # noqa: F821
+        from gpufleet.jobs.isolation import plan
+
+        return plan(self.settings, self.account, True, run, ckpt, work)
+
+    def close(self) -> None:
+        self.slots.close()
+        for _ in range(50):  # the pool's last sandbox may still be ending
+            if subprocess.run(["userdel", self.name], capture_output=True).returncode == 0:
+                return
+            time.sleep(0.2)
+        print(f"could not remove Unix account {self.name}: remove it with userdel", file=sys.stderr)
+
+
+def script_rounds(workdir: Path, rounds: int, ranks: int, member: bool = False) -> None:
     """A script trial's launch, cold (``python -m gpufleet.trainings.script_launch``, as the worker starts it
-    with no warm launcher) against handed to a warm launcher (its ranks forked from its rank server)."""
+    with no warm launcher) against handed to a warm launcher (its ranks forked from its rank server);
+    ``member``: as a member's trial, in her sandbox (:class:`_Member`)."""
     import os
 
     from gpufleet.engine.warm import SCRIPT_MODULE
-    from gpufleet.jobs import warmpool
+    from gpufleet.jobs import kinds, script_attempt, warmpool
+    from gpufleet.jobs.isolation import Isolation
     from gpufleet.trainings.environment import training_environment
     from gpufleet.trainings.script_launch import ScriptSpec
 
     env = training_environment(os.environ, PYTHONUNBUFFERED="1")
-    (workdir / "work").mkdir()
-    (workdir / "work" / "train.py").write_text(SCRIPT)
-    pool = warmpool.WarmPool(1, env)
+    who = _Member(workdir) if member else None
+    pool = warmpool.WarmPool(1, env, who.pool_iso, slots=who.slots) if who else warmpool.WarmPool(1, env)
+    isos: dict[str, Isolation] = {}
 
     def spec(name: str) -> tuple[Path, Path]:
-        run = workdir / name
-        shutil.rmtree(run, ignore_errors=True)
-        run.mkdir()
-        s = ScriptSpec(training_id=name, argv=[sys.executable, "train.py"], workdir=str(workdir / "work"),
-                       progress_file=str(run / "progress.jsonl"), checkpoint_dir=str(run / "ckpt"),
+        if who is not None:  # the member's trial: folders where the worker makes them, handed to her account
+            tid = f"{name}-{time.monotonic_ns()}"
+            run, ckpt = kinds.run_dir(who.settings, tid), kinds.checkpoint_dir(who.settings, tid)
+            work = script_attempt.work_dir(who.settings, tid)
+        else:
+            run, ckpt, work = workdir / name, workdir / name / "ckpt", workdir / "work"
+            shutil.rmtree(run, ignore_errors=True)
+        for d in (run, ckpt, work):
+            d.mkdir(parents=True, exist_ok=True)
+        (work / "train.py").write_text(SCRIPT)
+        s = ScriptSpec(training_id=name, argv=[sys.executable, "train.py"], workdir=str(work),
+                       progress_file=str(run / "progress.jsonl"), checkpoint_dir=str(ckpt),
                        gpu_indexes=list(range(ranks)), world_size=ranks, ranks_on_cpu=True)
         s.write(run / "spec.json")
+        iso = who.plan(run, ckpt, work) if who is not None else Isolation(write=[run, ckpt, work])
+        iso.prepare()
+        isos[name] = iso
         return run / "spec.json", run / "progress.jsonl"
 
     def cold() -> float:
         path, progress = spec("cold")
+        iso = isos["cold"]
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", SCRIPT_MODULE, str(path)], env=dict(env),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(iso.command([sys.executable, "-m", SCRIPT_MODULE, str(path)]), env=iso.env(env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                **iso.popen_kwargs())
         try:
             return _first_step(progress, proc, t0)
         finally:
@@ -230,8 +299,9 @@ def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
         while pool.ready_count() < 1:  # trials one after another find the pool refilled
             time.sleep(POLL_S)
         path, progress = spec("warm")
+        iso = isos["warm"]
         t0 = time.perf_counter()
-        taken = pool.take(dict(env, GPUFLEET_TRAINING_ID="warm"), str(path), module=SCRIPT_MODULE)
+        taken = pool.take(iso.env(dict(env, GPUFLEET_TRAINING_ID="warm")), str(path), iso.write, module=SCRIPT_MODULE)
         assert taken is not None
         proc, lifeline = taken
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
@@ -250,8 +320,11 @@ def script_rounds(workdir: Path, rounds: int, ranks: int) -> None:
             print(f"round {i + 1}: cold {colds[-1]:.3f}s  warm {warms[-1]:.3f}s", flush=True)
     finally:
         pool.close()
+        if who is not None:
+            who.close()
     c, w = statistics.median(colds), statistics.median(warms)
-    print(f"a script trial of {ranks} rank(s), launch to its first reported step (median of {rounds})")
+    whose = "a member's script trial, in her sandbox," if member else "a script trial"
+    print(f"{whose} of {ranks} rank(s), launch to its first reported step (median of {rounds})")
     print(f"script launcher started cold:    {c:.3f}s")
     print(f"handed to a warm launcher:       {w:.3f}s")
     print(f"warm / cold: {w / c:.2f}x (goal: at most 0.5x)")
@@ -263,11 +336,14 @@ def main() -> None:
     ap.add_argument("--recipe", default="mlp")
     ap.add_argument("--ranks", type=int, default=1, help="ranks (simulated GPUs) per training")
     ap.add_argument("--script", action="store_true", help="a script trial, cold vs warm, at the launcher")
+    ap.add_argument("--member", action="store_true", help="with --script: as a member's Unix account, sandboxed")
     args = ap.parse_args()
+    if args.member and not args.script:
+        ap.error("--member goes with --script")
     if args.script:
         workdir = Path(tempfile.mkdtemp(prefix="gpufleet-latency-"))
         try:
-            script_rounds(workdir, args.rounds, args.ranks)
+            script_rounds(workdir, args.rounds, args.ranks, args.member)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         return

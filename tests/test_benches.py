@@ -44,6 +44,12 @@ SLOW: dict[str, tuple[list[str], int]] = {
     "script_launch.py": (["--rounds", "1"], 58),
     "sweep.py": (["--lrs", "2", "--widths", "1", "--steps", "4", "--min-steps", "2", "--gpus", "2"], 90),
 }
+# A bench's other modes, each with its own short round in CI (a bench named here runs its default mode above too).
+MODES: dict[str, tuple[str, list[str]]] = {
+    # A member's sandboxed script trial, cold vs warm (about 25 s): as root, with bubblewrap.
+    "launch_latency.py --script --member": ("launch_latency.py", ["--script", "--member", "--rounds", "1",
+                                                                  "--ranks", "2"]),
+}
 # Benches with no short round yet, each with what stands in the way. A bench leaves this list by getting
 # its arguments above and passing; a new bench must name one or the other.
 NOT_YET: dict[str, str] = {
@@ -87,3 +93,16 @@ def test_the_bench_runs_its_smoke_round(bench: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("bench", sorted(SLOW))
 def test_the_slow_bench_runs_its_short_round(bench: str, tmp_path: Path) -> None:
     _smoke(bench, SLOW[bench][0], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_a_benchs_other_mode_runs_its_round(mode: str, tmp_path: Path) -> None:
+    from gpufleet.jobs import sandbox
+
+    if os.geteuid() != 0 or sandbox.bwrap_path() is None:
+        pytest.skip("a member's sandbox needs root and bubblewrap (CI has both)")
+    bench, args = MODES[mode]
+    _smoke(bench, args, tmp_path)
