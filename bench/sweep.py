@@ -56,8 +56,9 @@ def _spec(args: argparse.Namespace, asha: str | None) -> dict:
                        "in_features": args.in_features, "task": "classification", "out_features": 4},
             "space": {"lr": lrs, "hidden": widths}, "method": "grid"}
     if asha:
-        body["asha"] = {"min_steps": args.min_steps, "reduction_factor": args.reduction_factor,
-                        "sync": asha == "sync"}
+        body["asha"] = {"min_steps": args.min_steps, "sync": asha == "sync"}
+        if args.reduction_factor is not None:  # else gpufleet's default
+            body["asha"]["reduction_factor"] = args.reduction_factor
     return body
 
 
@@ -134,8 +135,8 @@ def main() -> None:
     ap.add_argument("--min-steps", type=int, default=10, help="ASHA's first rung")
     ap.add_argument("--batch", type=int, default=32, help="a step's batch (its cost on the CPU)")
     ap.add_argument("--in-features", type=int, default=16, help="input columns of the synthetic task")
-    ap.add_argument("--reduction-factor", type=int, default=2,
-                    help="ASHA's reduction factor: 1 in this many trials goes on at each rung (gpufleet's default 2)")
+    ap.add_argument("--reduction-factor", type=int, default=None,
+                    help="ASHA's reduction factor: 1 in this many trials goes on at each rung (default: gpufleet's, 3)")
     ap.add_argument("--sync", action="store_true", help="also run synchronous halving (asha-sync)")
     args = ap.parse_args()
     print(f"{args.lrs * args.widths} trials of {args.steps} steps on {args.gpus} simulated GPUs "

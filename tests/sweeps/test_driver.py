@@ -257,3 +257,5 @@ def test_a_script_sweep_puts_each_parameter_into_argv(tmp_path, request, sweep_c
     assert sync.status_code == 422 and "synchronous early stopping (asha.sync) needs a recipe" in sync.text
     asha = c.post("/api/v1/sweeps", json={**body, "asha": {"min_steps": 2, "max_steps": 8}})
     assert asha.status_code == 201, asha.text  # asynchronous halving stops a script where it runs: no restart
+    # Unsaid, 1 in 3 goes on at each rung (Hyperband's eta), and the sweep keeps the factor it was made with.
+    assert asha.json()["spec"]["asha"]["reduction_factor"] == 3

@@ -95,7 +95,7 @@ def test_sync_asha_stops_the_worse_half_at_the_first_rung_and_resumes_the_rest(t
     c = sweep_client(s)
     cfg = dict(TINY_MLP, max_steps=8, checkpoint_every=4)
     r = c.post("/api/v1/sweeps", json={
-        "name": "asha", "recipe": "mlp", "config": cfg, "parallel": 2, "asha": {"min_steps": 4, "sync": True},
+        "name": "asha", "recipe": "mlp", "config": cfg, "parallel": 2, "asha": {"min_steps": 4, "reduction_factor": 2, "sync": True},
         "space": {"lr": [0.05, 0.00001, 0.02, 0.000001]}})
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
@@ -208,7 +208,7 @@ def test_a_script_sweep_with_async_halving_runs_end_to_end(tmp_path, request, sw
     # One GPU, one trial at a time; grid seed 5 starts lr 1.0, then 0.001, then 0.5.
     r = c.post("/api/v1/sweeps", json={
         "name": "script-asha", "parallel": 1, "seed": 5, "space": {"lr": [1.0, 0.001, 0.5]},
-        "asha": {"min_steps": 5, "max_steps": 40},  # rungs at steps 5, 10 and 20
+        "asha": {"min_steps": 5, "reduction_factor": 2, "max_steps": 40},  # rungs at steps 5, 10 and 20
         "script": {"code": info.hash, "argv": ["python", "train.py", "--lr", "{lr}", "--steps", "40"],
                    "memory": "1GiB"}})
     assert r.status_code == 201, r.text

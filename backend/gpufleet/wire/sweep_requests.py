@@ -95,7 +95,7 @@ class Asha(RequestBody):
     """
 
     min_steps: int = Field(ge=1, le=10**9, description="the first rung: every trial runs this many steps")
-    reduction_factor: int = Field(default=2, ge=2, le=16, description="1 in this many trials goes on at each rung")
+    reduction_factor: int = Field(default=3, ge=2, le=16, description="1 in this many trials goes on at each rung")
     sync: bool = Field(default=False, description="stop at each rung and decide once every trial got there")
     max_steps: int | None = Field(default=None, ge=1, le=10**12,
                                   description="a script trial's whole length in steps (rungs stop below it)")

@@ -1261,7 +1261,7 @@ export interface components {
             /**
              * Reduction Factor
              * @description 1 in this many trials goes on at each rung
-             * @default 2
+             * @default 3
              */
             reduction_factor: number;
             /**

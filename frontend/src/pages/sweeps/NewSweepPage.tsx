@@ -17,7 +17,7 @@ const START: SweepValues = {
   parallel: '4',
   asha: false,
   minSteps: '20',
-  reduction: '2',
+  reduction: '3',
 };
 
 function ParamEditor({ row, fields, method, onChange, onRemove }: {

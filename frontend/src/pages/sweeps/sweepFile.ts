@@ -115,7 +115,7 @@ export function sweepBody(v: SweepValues): { body?: SweepCreate; error?: string 
   };
   const trials = int(v.trials);
   if (trials !== undefined) body.trials = trials;
-  if (v.asha) body.asha = { min_steps: int(v.minSteps), reduction_factor: int(v.reduction) ?? 2 };
+  if (v.asha) body.asha = { min_steps: int(v.minSteps), reduction_factor: int(v.reduction) ?? 3 };
   return { body: body as unknown as SweepCreate };
 }
 
