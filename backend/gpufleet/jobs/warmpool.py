@@ -15,7 +15,7 @@ Which trainings it serves, and why only those (:meth:`WarmPool.serves`):
   in the member's own interpreter: a script with requirements runs in a
   per-training uv venv whose imports the pool cannot have made, so its ranks
   start cold (``trainings/script_warm.py`` says which, and why);
-- only a launch that would run as the pool's account, unsandboxed. The
+- only a launch that would run as the pool's account, in its sandbox or none. The
   worker's own pool serves trainings that run as the worker's account. A
   member whose trainings run as their own Unix account gets a pool of their
   own (:func:`for_launch`), started at that member's first training on this
@@ -78,8 +78,9 @@ def _same_account(a: Isolation, b: Isolation) -> bool:
 
 
 def _same_binds(a: Isolation, b: Isolation) -> bool:
-    """A sandbox made ahead has the binds of the training it was made for, but its own directories (passed
-    as descriptors): a training that needs others (a script's environment cache) cannot run in it."""
+    """A sandbox made ahead has the binds of the training it was made for, but for that training's own
+    directories (bound into its slots when it is handed over): one that needs others (a script's environment
+    cache) cannot run in it."""
     if not (a.sandboxed and b.sandboxed):
         return True
     return (sorted(map(str, a.keep)), sorted(map(str, a.read))) == (sorted(map(str, b.keep)), sorted(map(str, b.read)))
