@@ -216,8 +216,8 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
             assert os.fstat(held.fileno()).st_size > 0  # (held open by this process all along)
             # Inside, the data dir holds only the slots where the training it is given will appear: empty.
             inside = Path(f"/proc/{python}/root{s.data_dir}")
-            assert sorted(p.name for p in inside.iterdir()) == ["jobs", "work"], list(inside.iterdir())
-            assert not [p for p in inside.rglob("*") if p.name not in ("jobs", "work")]
+            assert sorted(p.name for p in inside.iterdir()) == ["jobs", "outputs", "work"], list(inside.iterdir())
+            assert not [p for p in inside.rglob("*") if p.name not in ("jobs", "outputs", "work")]
             # The member's next training takes it: it runs there, as the member, and writes its progress.
             assert warmpool.for_launch(RECIPE, env, iso) is pool
             assert not pool.serves(RECIPE, env, Isolation(account=account, home=home))  # not sandboxed

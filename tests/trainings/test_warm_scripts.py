@@ -37,7 +37,8 @@ print(json.dumps({"rank": rank, "warm": warm, "name": __name__, "argv": sys.argv
                   "uid": os.getuid(), "ask": os.environ.get("ASK"), "unbuffered": sys.stdout.write_through,
                   "stdin": sys.stdin.read(), "secrets": sorted(k for k in os.environ if "SECRET" in k or "DATABASE" in k),
                   "ckpt": os.environ["GPUFLEET_CHECKPOINT_DIR"], "ckpt_here": os.path.isdir(os.environ["GPUFLEET_CHECKPOINT_DIR"]),
-                  "other": os.path.exists(os.path.join(os.path.dirname(os.getcwd()), "other"))}))
+                  "other": os.path.exists(os.path.join(os.path.dirname(os.getcwd()), "other")),
+                  "out": os.environ.get("GPUFLEET_OUTPUT_DIR"), "out_here": os.path.isdir(os.environ.get("GPUFLEET_OUTPUT_DIR", ""))}))
 if rank == int(os.environ.get("FAIL_RANK", "-1")):
     {fail}
 """
@@ -187,6 +188,7 @@ def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(
     s = load_settings(data_dir=tmp_path / "data", checkpoint_root=tmp_path / "ckpts")
     tid = "0f0e0d0c-0b0a-4908-8706-050403020100"
     run, ckpt, work = (kinds.run_dir(s, tid), kinds.checkpoint_dir(s, tid), script_attempt.work_dir(s, tid))
+    outputs = script_attempt.output_dir(s, tid)
     base = s.data_dir / "warm-slots"
     with unix_account(short_name("sbx")) as entry:
         home = tmp_path / "home"
@@ -196,12 +198,13 @@ def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(
         account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
         iso = plan(s, account, True, run, ckpt, work)
         assert iso.switches and iso.sandboxed
-        for d in (run, ckpt, work):
+        iso.write.append(outputs)  # as a script's launch plan adds it (GPUFLEET_OUTPUT_DIR)
+        for d in (run, ckpt, work, outputs):
             d.mkdir(parents=True)
         (work / "train.py").write_text("import json\n" + TRAIN.replace("{fail}", "pass"))
         spec = ScriptSpec(training_id=tid, argv=[sys.executable, "train.py"], workdir=str(work),
                           progress_file=str(run / "progress-1.jsonl"), checkpoint_dir=str(ckpt), env={},
-                          gpu_indexes=[0, 1], world_size=2, ranks_on_cpu=True, output_dir=str(run / "out"))
+                          gpu_indexes=[0, 1], world_size=2, ranks_on_cpu=True, output_dir=str(outputs))
         spec.write(run / "spec-1.json")
         iso.prepare()  # as a launch: its directories and what is in them handed to the member
         (work.parent / "other").mkdir()  # another training's work dir: not in this sandbox
@@ -212,6 +215,10 @@ def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(
             pool = warmpool.member_pools()[entry.pw_uid]
             wait_for(lambda: pool.ready_count() == 1, 300, "the member's warm launcher ready")
             assert warmpool.for_launch(SCRIPT, env, iso) is pool  # her sandboxed script is served warm
+            # One that builds its environment needs her cache bound in: it starts cold, and her pool stays.
+            builds = plan(s, account, True, run, ckpt, work)
+            builds.keep.append(tmp_path / "envs" / entry.pw_name)
+            assert warmpool.for_launch(SCRIPT, env, builds) is None and warmpool.member_pools()[entry.pw_uid] is pool
             proc, lifeline = pool.take(iso.env(env), str(run / "spec-1.json"), iso.write, module=SCRIPT)
             out = proc.stdout.read().decode()
             code = proc.wait(300)
@@ -229,6 +236,7 @@ def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(
         # Her directories by their own names (os.getcwd works, the checkpoint path is real), nothing else's.
         assert me["cwd"] == str(work) and me["path0"] == str(work), me
         assert me["ckpt"] == str(ckpt) and me["ckpt_here"] is True and me["other"] is False, me
+        assert me["out"] == str(outputs) and me["out_here"] is True, me
         assert me["secrets"] == [], me
         assert (work / f"atexit-{rank}").read_text() == tid and (work / f"atexit-{rank}").stat().st_uid == entry.pw_uid
 

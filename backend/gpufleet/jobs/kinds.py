@@ -43,10 +43,11 @@ def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
 
 
 def training_roots(settings: Settings) -> list[Path]:
-    """The folders a training's own directories are made in: its run dir, checkpoints, a script's work dir."""
+    """The folders a training's own directories are made in: its run dir, checkpoints, a script's work dir
+    and output dir."""
     some = uuid.UUID(int=0)
     return [run_dir(settings, some).parent, checkpoint_dir(settings, some).parent,
-            script_attempt.work_dir(settings, some).parent]
+            script_attempt.work_dir(settings, some).parent, script_attempt.output_dir(settings, some).parent]
 
 
 @dataclass

@@ -299,6 +299,10 @@ def for_launch(module: str, env: dict[str, str], isolation: Isolation) -> WarmPo
         return _POOL
     if _MEMBER_SIZE <= 0 or module not in MODULES or not isolation.switches:
         return None
+    if isolation.sandboxed and isolation.keep:
+        # A script that builds its environment: its sandbox needs the owner's cache bound in, which her
+        # pool's has not; its ranks start cold in their venv anyway. Her pool stays for her next ones.
+        return None
     home = isolation.home
     if home is not None and any(home == d or d in home.parents for d in isolation.write):
         return None  # a HOME made for this one training (an account without one): nothing to share
