@@ -6,7 +6,10 @@ tests/trainings/test_warm_scripts.py; these hold the slots' own rules.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,16 +20,23 @@ from support.unix import need_root
 
 
 @pytest.fixture
-def base(tmp_path: Path):
+def base():
     need_root()
-    roots = [tmp_path / "data" / "jobs", tmp_path / "ckpts"]
+    top = Path(tempfile.mkdtemp(prefix="gpufleet-slots-", dir="/tmp"))  # (pytest's own is root's alone)
+    top.chmod(0o755)
+    old = os.umask(0o077)  # the worker's (gpufleet.datadir): slots must still let their account through
+    roots = [top / "data" / "jobs", top / "ckpts"]
     for r in roots:
         r.mkdir(parents=True)
-    made = SlotBase.make(tmp_path / "data" / "warm-slots", roots)
+    made = SlotBase.make(top / "data" / "warm-slots", roots)
     assert made is not None
-    yield made
-    made.close()
+    try:
+        yield made
+    finally:
+        os.umask(old)
+        made.close()
     assert not [p for p in _mount_points() if p == made.base or made.base in p.parents]
+    shutil.rmtree(top)
 
 
 def _training(base: SlotBase, name: str) -> list[Path]:
@@ -45,10 +55,15 @@ def test_a_training_bound_after_the_sandbox_started_appears_there_at_its_own_pat
     assert slots.holds(mine) and not slots.holds([base.base.parent / "elsewhere" / "x"])
     binds = [a for src, dest in slots.binds for a in ("--bind", str(src), str(dest))]
     # The sandbox is made first (as a warm launcher's is); the training is bound into its slots afterwards.
+    for d in mine:  # the training's own, as a launch hands them to its account
+        for p in (d, d / "kept.txt"):
+            os.chown(p, 4242, 4242)
+    # As that account (setpriv, as the sandbox runs a member), so the slots' own modes are what let it through.
     proc = subprocess.Popen(["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                             "--tmpfs", str(base.base.parent), *binds, "--", "sh", "-c",
+                             "--tmpfs", str(base.base.parent), *binds, "--", "setpriv", "--reuid=4242",
+                             "--regid=4242", "--clear-groups", "sh", "-c",
                              f"read go; cd {mine[0]} && pwd && cat kept.txt {mine[1]}/kept.txt && "
-                             f"ls {base.roots[0]} && test ! -e {theirs[0]} && echo alone"],
+                             f"(ls {base.roots[0]} 2>/dev/null || echo unlisted) && test ! -e {theirs[0]} && echo alone"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         slots.fill(mine)
@@ -56,7 +71,8 @@ def test_a_training_bound_after_the_sandbox_started_appears_there_at_its_own_pat
     finally:
         slots.clear()
     assert proc.returncode == 0, out
-    assert out.split() == [str(mine[0]), "mine", "mine", "mine", "alone"], out
+    # Its own folders at their paths; the slot above them can be passed through, not listed; no one else's.
+    assert out.split() == [str(mine[0]), "mine", "mine", "unlisted", "alone"], out
     # Cleared: unbound and the slot folders gone; the training's own files untouched.
     assert not [p for p in _mount_points() if base.base in p.parents]
     assert not slots.folder.exists()

@@ -177,3 +177,62 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         # Its owner reads them with their own account; nobody else does.
         assert as_account(account, "head", "-c", "16", str(saved[-1])).returncode == 0
         assert as_account(pwd.getpwnam("nobody"), "head", "-c", "16", str(saved[-1])).returncode != 0
+
+
+# A member's script as a member writes it: it says whether torch was there before its first line, where it
+# runs and as whom, into its own output dir.
+WHERE_AM_I = """\
+import json, os, sys
+warm = "torch" in sys.modules
+import torch
+rank = int(os.environ["RANK"])
+with open(os.path.join(os.environ["GPUFLEET_OUTPUT_DIR"], f"rank-{rank}.json"), "w") as fh:
+    json.dump({"warm": warm, "cwd": os.getcwd(), "uid": os.getuid(),
+               "checkpoints": os.path.isdir(os.environ["GPUFLEET_CHECKPOINT_DIR"])}, fh)
+"""
+
+
+def test_a_members_next_script_starts_warm_in_her_sandbox(open_root, tmp_path):
+    """Through a real server: her first script starts cold and makes her warm launcher; her next one is handed
+    to it, in her sandbox made ahead, and finds its folders at their own paths."""
+    import re
+
+    from gpufleet.jobs.slots import _mount_points
+
+    need_root()
+    data = open_root / "data"
+    member = short_name("wsb")
+    env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET}
+    with unix_account(member) as account, ExitStack() as stack:
+        # A home of her own (the warm launchers are hers across trainings; a HOME made per training is not).
+        home = open_root / "home"
+        home.mkdir()
+        os.chown(home, account.pw_uid, account.pw_gid)
+        subprocess.run(["usermod", "--home", str(home), member], check=True)
+        token = make_token(data, member, "member", **env)
+        cli(data, "users", "grant", member, "run_code", **env)
+        srv = stack.enter_context(serve_process(data, **env))
+        project = write_project(tmp_path / "proj", WHERE_AM_I)
+        first = _gpufleet_run(srv, token, project, "python", "train.py")
+        assert _final(srv, token, first)["status"] == "succeeded"
+        assert json.loads((data / "outputs" / first / "rank-0.json").read_text())["warm"] is False
+        # Her pool: made at her first training, as her account; wait until its launcher is ready.
+        worker_log = data / "logs" / "worker.log"
+        started = wait_for(lambda: re.search(rf"warm launcher (\d+) of Unix account {member} started",
+                                             worker_log.read_text(errors="replace")), 120, "her warm launcher")
+        wait_for(lambda: f"warm launcher {started.group(1)} is ready" in worker_log.read_text(errors="replace"), 300,
+                 "her warm launcher ready")
+
+        tid = _gpufleet_run(srv, token, project, "python", "train.py")
+        body = _final(srv, token, tid)
+        log = _api(srv, token, "GET", f"/trainings/{tid}/logs", params={"offset": 0}).json()["text"]
+        assert body["status"] == "succeeded", log[-3000:]
+        assert f"the launcher is warm launcher {started.group(1)}" in log, log[-3000:]
+        assert f"training {tid} of {member} runs as Unix account {member} (same-name) in a bwrap sandbox" \
+            in worker_log.read_text(errors="replace")
+        for rank in (0, 1):
+            said = json.loads((data / "outputs" / tid / f"rank-{rank}.json").read_text())
+            assert said == {"warm": True, "cwd": str(data / "work" / tid), "uid": account.pw_uid,
+                            "checkpoints": True}, said
+        base = data / "warm-slots"
+        wait_for(lambda: not [p for p in _mount_points() if base in p.parents], 30, "her slots emptied")

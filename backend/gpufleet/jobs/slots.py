@@ -92,11 +92,11 @@ class SlotBase:
 
     def new(self) -> Slots:
         folder = self.base / uuid.uuid4().hex
-        folder.mkdir(mode=0o711)
+        _searchable(folder)
         slots = []
         for i, root in enumerate(self.roots):
             slot = folder / str(i)
-            slot.mkdir(mode=0o711)
+            _searchable(slot)
             slots.append((slot, root))
         return Slots(folder, slots)
 
@@ -120,7 +120,7 @@ class Slots:
         for d in dirs:
             d = Path(d)
             target = slot_of[d.parent] / d.name
-            target.mkdir(mode=0o711, exist_ok=True)
+            _searchable(target)
             _mount(str(d), str(target), _MS_BIND)
             self.mounted.append(target)
 
@@ -141,6 +141,13 @@ class Slots:
             self.clear()
 
         threading.Thread(target=wait, name=f"gpufleet-slots-{self.folder.name}", daemon=True).start()
+
+
+def _searchable(d: Path) -> None:
+    """A folder of root's that the sandbox's account may pass through but not list (0711, whatever the umask:
+    a worker's is 077, under which a slot would shut its account out of its own training)."""
+    d.mkdir(exist_ok=True)
+    d.chmod(0o711)
 
 
 def _remove_empty(folder: Path) -> None:
