@@ -210,6 +210,7 @@ class _Member:
         from gpufleet.jobs.slots import SlotBase
         from gpufleet.users.runas import RunAccount
 
+        os.umask(0o077)  # the worker's (gpufleet.datadir), under which it makes a member's folders and slots
         self.name = f"gfbench{os.getpid() % 100000}"
         home = workdir / "home"
         subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/usr/sbin/nologin",
