@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import subprocess
 import threading
 import uuid
 from collections.abc import Sequence
@@ -134,10 +135,10 @@ class Slots:
         self.mounted = []
         _remove_empty(self.folder)
 
-    def clear_after(self, proc: object) -> None:
+    def clear_after(self, proc: subprocess.Popen) -> None:
         """Clear once ``proc`` (the launcher given these slots) has exited."""
         def wait() -> None:
-            proc.wait()  # type: ignore[attr-defined]
+            proc.wait()
             self.clear()
 
         threading.Thread(target=wait, name=f"gpufleet-slots-{self.folder.name}", daemon=True).start()
