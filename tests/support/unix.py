@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,8 +32,19 @@ def unix_account(name: str, *, system: bool = False) -> Iterator[pwd.struct_pass
     try:
         yield pwd.getpwnam(name)
     finally:
-        subprocess.run(["userdel", "-r", name], check=False, capture_output=True)
-        subprocess.run(["userdel", name], check=False, capture_output=True)
+        # userdel refuses while a process of the account still runs: a sandbox just killed may take a moment
+        # to take its namespace's processes with it.
+        deadline = time.monotonic() + 10
+        while subprocess.run(["userdel", "-r", name], check=False, capture_output=True).returncode != 0:
+            if subprocess.run(["userdel", name], check=False, capture_output=True).returncode == 0:
+                break
+            try:
+                pwd.getpwnam(name)
+            except KeyError:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
 
 
 def as_account(entry: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess:
