@@ -205,12 +205,13 @@ class _Member:
     def __init__(self, workdir: Path) -> None:
         import os
 
+        from gpufleet.datadir import PRIVATE_UMASK
         from gpufleet.jobs.isolation import Isolation
         from gpufleet.jobs.kinds import training_roots
         from gpufleet.jobs.slots import SlotBase
         from gpufleet.users.runas import RunAccount
 
-        os.umask(0o077)  # the worker's (gpufleet.datadir), under which it makes a member's folders and slots
+        os.umask(PRIVATE_UMASK)  # the worker's, under which it makes a member's folders and slots
         self.name = f"gfbench{os.getpid() % 100000}"
         home = workdir / "home"
         subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/usr/sbin/nologin",

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from gpufleet.datadir import PRIVATE_UMASK
 from gpufleet.jobs import sandbox
 from gpufleet.jobs.slots import SlotBase, _mount_points
 
@@ -24,7 +25,7 @@ def base():
     need_root()
     top = Path(tempfile.mkdtemp(prefix="gpufleet-slots-", dir="/tmp"))  # (pytest's own is root's alone)
     top.chmod(0o755)
-    old = os.umask(0o077)  # the worker's (gpufleet.datadir): slots must still let their account through
+    old = os.umask(PRIVATE_UMASK)  # the worker's: slots must still let their account through
     roots = [top / "data" / "jobs", top / "ckpts"]
     for r in roots:
         r.mkdir(parents=True)
