@@ -58,12 +58,14 @@ def test_the_readme_scrape_job_is_up_on_a_signed_in_server(tmp_path: Path) -> No
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    targets = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=5).json()
-                    active = targets["data"]["activeTargets"]
+                    answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=5)
+                except httpx.HTTPError:
+                    answer = None
+                # Until its storage is open Prometheus answers 503 "Service Unavailable", in plain text.
+                if answer is not None and answer.status_code == 200:
+                    active = answer.json()["data"]["activeTargets"]
                     if active and active[0]["health"] != "unknown":
                         break
-                except httpx.HTTPError:
-                    pass
                 assert prom.poll() is None and time.monotonic() < deadline, "Prometheus did not scrape in 60 s"
                 time.sleep(0.5)
         finally:
