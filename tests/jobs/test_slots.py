@@ -90,3 +90,22 @@ def test_what_a_worker_left_bound_is_unbound_at_the_next_start_and_nothing_is_de
     assert not [p for p in _mount_points() if base.base in p.parents]
     assert not slots.folder.exists()
     assert [(d / "kept.txt").read_text() for d in mine] == ["mine\n", "mine\n"]
+
+
+def test_a_data_dir_named_with_blanks_and_non_ascii_letters_is_mounted_once() -> None:
+    # mountinfo writes a mount point's bytes with blanks as octal escapes; a name read back wrongly would have
+    # each worker start bind the base once more over itself.
+    need_root()
+    top = Path(tempfile.mkdtemp(prefix="gpufleet slots ä-", dir="/tmp"))
+    base = top / "Daten für Läufe" / "warm-slots"
+    roots = [top / "jobs"]
+    roots[0].mkdir()
+    first = SlotBase.make(base, roots)
+    assert first is not None
+    try:
+        assert SlotBase.make(base, roots) is not None  # the next worker on this host
+        assert _mount_points().count(base) == 1
+    finally:
+        first.close()
+    assert base not in _mount_points()
+    shutil.rmtree(top)

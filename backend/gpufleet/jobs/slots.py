@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import subprocess
 import threading
 import uuid
@@ -50,13 +51,18 @@ def _unmount(target: str) -> None:
         raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _unescape(field: bytes) -> Path:
+    """A mount point as mountinfo writes it: the path's own bytes, with blank, tab, newline and backslash as
+    three-digit octal escapes (the kernel's ``mangle``), decoded as the filesystem encodes names."""
+    return Path(os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), field)))
+
+
 def _mount_points() -> list[Path]:
-    out = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            field = line.split()[4]  # the mount point, with blanks as octal escapes
-            out.append(Path(field.encode().decode("unicode_escape")))
-    return out
+    with open("/proc/self/mountinfo", "rb") as fh:
+        return [_unescape(line.split()[4]) for line in fh]
 
 
 class SlotBase:
