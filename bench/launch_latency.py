@@ -53,11 +53,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from gpufleet.config import load_settings
 from gpufleet.db.session import upgrade_database
+
+if TYPE_CHECKING:
+    from gpufleet.jobs.isolation import Isolation
 
 CONFIG = {"max_steps": 30, "global_batch_size": 8, "log_every": 1, "checkpoint_every": 1000}
 # Both sides poll at this rate; the API's answer costs more CPU than a file
@@ -204,6 +208,7 @@ class _Member:
 
     def __init__(self, workdir: Path) -> None:
         import os
+        import pwd
 
         from gpufleet.datadir import PRIVATE_UMASK
         from gpufleet.jobs.isolation import Isolation
@@ -216,8 +221,6 @@ class _Member:
         home = workdir / "home"
         subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/usr/sbin/nologin",
                         self.name], check=True)
-        import pwd
-
         entry = pwd.getpwnam(self.name)
         home.mkdir()
         os.chown(home, entry.pw_uid, entry.pw_gid)
@@ -234,7 +237,7 @@ class _Member:
         self.pool_iso = Isolation(account=self.account, sandboxed=True, keep=probe.keep, read=probe.read,
                                   hidden=probe.hidden, home=probe.home)
 
-    def plan(self, run: Path, ckpt: Path, work: Path) -> "Isolation":  # noqa: F821
+    def plan(self, run: Path, ckpt: Path, work: Path) -> Isolation:
         from gpufleet.jobs.isolation import plan
 
         return plan(self.settings, self.account, True, run, ckpt, work)
