@@ -82,7 +82,10 @@ def test_gpufleet_open_signs_the_right_account_in(browser, shared_box) -> None:
         page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === 2",
                                timeout=40_000)
         assert not page.get_by_role("dialog", name="Sign in").is_visible()
-        me = page.evaluate("fetch('/api/v1/auth/whoami').then(r => r.json())")
+        # The link's redirect handed the page its session's key, kept in its own storage and out of the address.
+        assert "gpufleet-key" not in page.url
+        me = page.evaluate("""fetch('/api/v1/auth/whoami',
+            {headers: {'X-Gpufleet-Key': localStorage.getItem('gpufleet-page-key')}}).then(r => r.json())""")
         assert (me["name"], me["role"], me["via"]) == (alice.name, "member", "session")
         assert all(c["httpOnly"] for c in ctx.cookies())
     finally:

@@ -43,7 +43,8 @@ def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screens
         cookies = ctx.cookies()
         assert cookies and all(c["httpOnly"] for c in cookies)
         assert token not in page.evaluate("JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie")
-        # The live stream authenticates with the same cookie.
+        # The session's page key is in the page's own storage; the live stream opens with a ticket asked with it.
+        assert page.evaluate("localStorage.getItem('gpufleet-page-key')")
         page.wait_for_selector(".live-open", timeout=15_000)
     finally:
         ctx.close()

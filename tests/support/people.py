@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
 from fastapi.testclient import TestClient
 from gpufleet.api.app import guarded_app
+from gpufleet.api.pagekey import HEADER as PAGE_KEY_HEADER
 from gpufleet.api.auth import authenticate_websocket
 from gpufleet.api.deps import (
     AdminUser,
@@ -28,6 +30,15 @@ from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 
 SECRET = "s3cret-for-tests-Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3F"
+
+
+def browser_sign_in(client: httpx.Client, token: str, base: str = "", **kwargs) -> httpx.Response:
+    """Sign ``client`` in as the dashboard does: the session cookie lands in its jar, and the page key from the
+    answer's body goes on every later request as the header the dashboard sends (a cookie alone signs nothing in)."""
+    answer = client.post(f"{base}/api/v1/auth/sign-in", json={"token": token}, **kwargs)
+    if answer.status_code == 200:
+        client.headers[PAGE_KEY_HEADER] = answer.json()["page_key"]
+    return answer
 
 
 @dataclass

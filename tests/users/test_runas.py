@@ -15,7 +15,7 @@ from gpufleet.db.session import session_scope
 from gpufleet.users.accounts import UserError, add_user, get_user
 from gpufleet.users.runas import RunAsError, for_owner, resolve, set_mapping
 from gpufleet.users.tokens import create_token
-from support.people import SECRET
+from support.people import SECRET, browser_sign_in
 from support.servers import cli
 from support.unix import short_name, unix_account
 
@@ -122,7 +122,7 @@ def test_the_api_maps_only_with_a_token_never_the_browsers_cookie(db_settings: S
         admin_token = create_token(sess, admin).secret
     on = db_settings.model_copy(update={"auth": "on", "secret_key": SECRET})
     with TestClient(create_app(on)) as c:
-        assert c.post("/api/v1/auth/sign-in", json={"token": admin_token}).status_code == 200
+        assert browser_sign_in(c, admin_token).status_code == 200
         path = f"/api/v1/users/{name}/unix-account"
         refused = c.put(path, json={"unix_account": "nobody-x"}, headers={"Origin": "http://testserver"})
         assert refused.status_code == 403 and "second step" in refused.json()["detail"]

@@ -11,8 +11,12 @@ admin ``local``. Every refusal carries a reason a person can act on.
 
 A browser attaches a cookie (and reaches the implicit local admin) on its own,
 so those credentials count only from an allowed origin
-(:mod:`gpufleet.api.security.origins`). A bearer token is never attached by a
-browser on its own, so it needs no such check.
+(:mod:`gpufleet.api.security.origins`), and a cookie counts only beside its
+session's page key (:mod:`gpufleet.api.pagekey`), which the browser never sends
+by itself: a cookie captured on another port of the host signs nothing in. A
+WebSocket takes no cookie at all: the dashboard opens it with a single-use
+ticket. A bearer token is never attached by a browser on its own, so it needs
+no such check.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fastapi import HTTPException, WebSocket
+from fastapi import WebSocket
 from sqlalchemy.exc import OperationalError
 
+from gpufleet.api import pagekey
 from gpufleet.api.security.origins import is_cross_site, not_json_refusal, origin_allowed
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.ratelimits import get_limiter
@@ -109,7 +114,8 @@ def signed_user(settings: Settings, purpose: str, value: str, via: str) -> AuthU
             session_id, key = uuid.UUID(str(payload["s"])), payload.get("k")
             if purpose == SESSION_PURPOSE and not isinstance(key, str):
                 raise ValueError("a cookie carries its session's key")
-        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE, NOTEBOOK_TICKET_PURPOSE, NOTEBOOK_COOKIE_PURPOSE):
+        elif purpose in (TICKET_PURPOSE, LINK_PURPOSE, NOTEBOOK_TICKET_PURPOSE, NOTEBOOK_COOKIE_PURPOSE,
+                         pagekey.DOWNLOAD_PURPOSE):
             # A ticket a bearer token asked for, or a sign-in link: its user and token.
             user_id = uuid.UUID(str(payload["u"]))
             token_id = uuid.UUID(str(payload["t"])) if payload.get("t") else None
@@ -197,6 +203,22 @@ def check_browser_write(method: str, headers: Mapping[str, str], settings: Setti
         raise AuthError(415, refused)
 
 
+NO_PAGE_KEY = ("the session cookie counts only with the dashboard's page key (the X-Gpufleet-Key header its"
+               " page sends), and this request has none: a cookie alone, as a listener on another port of this"
+               " host can receive it, signs nothing in. Reload the dashboard, or sign in again there; a program"
+               " sends 'Authorization: Bearer <token>'")
+
+
+def cookie_user(settings: Settings, cookie: str, headers: Mapping[str, str]) -> AuthUser | str:
+    """The user of a session cookie sent with its page key in ``headers``; else why it counts for nothing."""
+    payload = unsign(settings.secret_key, SESSION_PURPOSE, cookie)
+    if payload is None:
+        return "the session has expired or is not valid; sign in again"
+    if not pagekey.header_matches(settings, payload, headers):
+        return NO_PAGE_KEY
+    return signed_user(settings, SESSION_PURPOSE, cookie, "session")
+
+
 def resolve_user(
     settings: Settings, method: str, headers: Mapping[str, str], cookies: Mapping[str, str],
     peer: Peer | None = None, secure: bool | None = None,
@@ -225,7 +247,7 @@ def resolve_user(
     required = auth_required(settings)
     cookie = session_cookie_of(cookies, secure)
     if cookie:
-        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
+        user = cookie_user(settings, cookie, headers)
         if isinstance(user, AuthUser):
             check_browser_write(method, headers, settings)
             return user
@@ -250,46 +272,19 @@ def resolve_user(
     )
 
 
-# Reading trainings --------------------------------------------------------
-
-
-def may_read_training(settings: Settings, user: AuthUser, owner: str | None) -> bool:
-    """Whether ``user`` may read a training's config, events and logs.
-
-    ``GPUFLEET_TRAINING_VISIBILITY=owner`` (the default: logs often hold
-    what a script printed, secrets included): its owner and admins only;
-    others still see that it exists, who owns it and which GPUs it holds.
-    ``team``: every signed-in user. REST and the live
-    stream's ``training:<id>`` channel both ask here.
-    """
-    return settings.training_visibility == "team" or user.is_admin or (owner is not None and user.name == owner)
-
-
-def training_read_refusal(settings: Settings, user: AuthUser, owner: str | None) -> str | None:
-    """Why ``user`` may not read the training of ``owner`` (REST answers it with a 403), or None."""
-    if may_read_training(settings, user, owner):
-        return None
-    return (f"the training belongs to {owner!r}; this server shows a training's config, events and logs only to"
-            " its owner and admins (GPUFLEET_TRAINING_VISIBILITY=owner)")
-
-
-def ensure_may_read_training(settings: Settings, user: AuthUser, owner: str) -> None:
-    reason = training_read_refusal(settings, user, owner)
-    if reason is not None:
-        raise HTTPException(403, reason)
-
-
 # Sessions and tickets -----------------------------------------------------
 
 
-def make_session_cookie(settings: Settings, user: AuthUser) -> str:
-    """Open a browser session for ``user`` (a row, ``GPUFLEET_SESSION_TTL_S`` at most) and sign its cookie."""
+def make_session_cookie(settings: Settings, user: AuthUser) -> tuple[str, str]:
+    """Open a browser session for ``user`` (a row, ``GPUFLEET_SESSION_TTL_S`` at most): its signed cookie and
+    its page key, which only the page that signed in is given."""
     if user.id is None:
         raise ValueError("the implicit local admin has no session")
     with write_session(settings) as sess:
         opened = open_session(sess, user.id, user.token_id, settings.session_ttl_s)
     payload = {"s": str(opened.id), "k": opened.key}
-    return sign(settings.secret_key, SESSION_PURPOSE, payload, settings.session_ttl_s)
+    cookie = sign(settings.secret_key, SESSION_PURPOSE, payload, settings.session_ttl_s)
+    return cookie, pagekey.page_key(settings, opened.id, opened.key)
 
 
 def session_of_cookie(settings: Settings, value: str | None) -> uuid.UUID | None:
@@ -351,10 +346,10 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     """The user of a WebSocket before it is accepted, or None: then close it (policy violation).
 
     Checks the Origin first (a browser page on another site must not ride on
-    the user's cookie), then an ``Authorization: Bearer <token>`` header (a
-    script's client sends one; a browser never does), then a ``ticket`` query
-    parameter from ``POST /api/v1/auth/ws-ticket``, then the session cookie,
-    then the implicit local admin. A long-lived token is never accepted in the
+    the implicit local admin), then an ``Authorization: Bearer <token>`` header
+    (a script's client sends one; a browser never does), then a ``ticket`` query
+    parameter from ``POST /api/v1/auth/ws-ticket``, then the implicit local
+    admin. The session cookie never opens one. A long-lived token is never accepted in the
     URL: there a proxy's access log would keep it.
     """
     headers = websocket.headers
@@ -374,12 +369,20 @@ def authenticate_websocket(websocket: WebSocket, settings: Settings) -> AuthUser
     ticket = websocket.query_params.get("ticket")
     if ticket:
         return _ticket_user(websocket, settings, ticket)
-    cookie = session_cookie_of(websocket.cookies, websocket.url.scheme == "wss")
-    if cookie:
-        user = signed_user(settings, SESSION_PURPOSE, cookie, "session")
-        if isinstance(user, AuthUser):
-            return user
+    # No cookie: a browser sends it by itself, with any Origin a program likes to write; the dashboard asks
+    # for a ticket first (POST /api/v1/auth/ws-ticket, with its cookie and page key).
     if not auth_required(settings) and "x-forwarded-for" not in headers and "forwarded" not in headers:
         return LOCAL_ADMIN
     return None
 
+
+def download_user(app: object, settings: Settings, ticket: str, path: str) -> AuthUser | None:
+    """The user of a download ticket made for ``path``, the first time it is used (the live session or token
+    it came from re-checked); else None."""
+    payload = pagekey.claim_download_ticket(app, settings, ticket, path)
+    if payload is None:
+        return None
+    if payload.get("u") is None and payload.get("s") is None:
+        return LOCAL_ADMIN if not auth_required(settings) else None
+    user = signed_user(settings, pagekey.DOWNLOAD_PURPOSE, ticket, "ticket")
+    return user if isinstance(user, AuthUser) else None

@@ -9,7 +9,8 @@ import uuid
 from fastapi import HTTPException
 from sqlalchemy.orm import Session
 
-from gpufleet.api.auth import AuthUser, may_read_training
+from gpufleet.api.auth import AuthUser
+from gpufleet.api.readers import may_read_training
 from gpufleet.config import Settings
 from gpufleet.lifecycle.models import Training
 from gpufleet.trainings import service

@@ -107,7 +107,7 @@ def _read_refusal(stream: LiveStream, settings: Settings, user: Any, name: str) 
     """Why ``user`` may not watch ``name``: a training channel carries what REST's events and logs do."""
     if not name.startswith("training:"):
         return None
-    from gpufleet.api.auth import training_read_refusal
+    from gpufleet.api.readers import training_read_refusal
 
     return training_read_refusal(settings, user, stream.feed.owner(name))
 

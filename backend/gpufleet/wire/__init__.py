@@ -20,7 +20,8 @@ from typing import Any
 # Where each shape is defined: here, and nowhere else. A training's, a sweep's and a session's request
 # bodies are checked further by their domain (recipes, the fleet, limits) before anything is written.
 HOMES: dict[str, tuple[str, ...]] = {
-    "gpufleet.wire.auth": ("SignIn", "SignInLink", "SignedOut", "WSTicket", "WhoAmI",),
+    "gpufleet.wire.auth": ("DownloadTicket", "DownloadTicketAsk", "SignIn", "SignInLink", "SignedIn", "SignedOut",
+                           "WSTicket", "WhoAmI",),
     "gpufleet.wire.code": ("CodePublic", "CodeUploadPublic",),
     "gpufleet.wire.live": ("LiveBatch", "LiveError", "LiveHello", "LivePing", "LivePong", "LiveResumed", "LiveSnapshot", "LiveSubscribe", "LiveUnsubscribe", "LiveUnsubscribed", "LiveUpdate",),
     "gpufleet.wire.metrics": ("HistoryPoint", "HistoryPublic", "HistorySeries", "LivePublic",),

@@ -1,4 +1,4 @@
-"""Bodies of signing in and out, who am I, and WebSocket tickets."""
+"""Bodies of signing in and out, who am I, and WebSocket and download tickets."""
 
 from __future__ import annotations
 
@@ -17,6 +17,23 @@ class WhoAmI(BaseModel):
     # How this request was authenticated: token | session | socket | local.
     via: str
     auth_required: bool
+
+
+class SignedIn(WhoAmI):
+    # The session's second part: send it as the X-Gpufleet-Key header on every request beside the cookie
+    # (the dashboard keeps it in its own origin's storage). It is shown in this answer only.
+    page_key: str
+
+
+class DownloadTicketAsk(BaseModel):
+    path: str = Field(min_length=1, max_length=2048, description="the download's path, e.g."
+                      " /api/v1/trainings/<id>/files/checkpoints/step-10.pt")
+
+
+class DownloadTicket(BaseModel):
+    # Navigate to it: it opens that one download once, within expires_in_s.
+    url: str
+    expires_in_s: int
 
 
 class SignedOut(BaseModel):

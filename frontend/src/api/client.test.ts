@@ -1,11 +1,17 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { ApiError, RETRY_BUDGET_S, api, buildUrl, describeError, onAuthRequired } from './client';
+import {
+  ApiError, PAGE_KEY_HEADER, RETRY_BUDGET_S, adoptPageKeyFromFragment, api, buildUrl, describeError, onAuthRequired, pageKey,
+  setPageKey, signIn,
+} from './client';
 
 function respond(status: number, body: unknown) {
   return vi.spyOn(globalThis, 'fetch').mockResolvedValue(new Response(body === undefined ? '' : JSON.stringify(body), { status }));
 }
 
-afterEach(() => vi.restoreAllMocks());
+afterEach(() => {
+  vi.restoreAllMocks();
+  setPageKey(null);
+});
 
 describe('request module', () => {
   it('builds URLs under /api/v1 and drops empty query values', () => {
@@ -104,5 +110,23 @@ describe('request module', () => {
 
   it('never shows a bare 500', () => {
     expect(describeError(500, 'Internal Server Error').message).toMatch(/server failed \(500\)/);
+  });
+
+  it("keeps the sign-in answer's page key and sends it beside the cookie on every request", async () => {
+    respond(200, { name: 'ana', role: 'admin', via: 'session', auth_required: true, page_key: 'k-123' });
+    await signIn(' gf_token ');
+    expect(pageKey()).toBe('k-123');
+    const f = respond(200, { data: [], count: 0 });
+    await api.get('/trainings');
+    expect((f.mock.calls.at(-1)?.[1]?.headers as Record<string, string>)[PAGE_KEY_HEADER]).toBe('k-123');
+  });
+
+  it("takes a sign-in link's page key out of the address and keeps it", () => {
+    window.history.replaceState(null, '', '/trainings?x=1#gpufleet-key=k-456');
+    expect(adoptPageKeyFromFragment()).toBe(true);
+    expect(pageKey()).toBe('k-456');
+    expect(window.location.hash).toBe('');
+    expect(window.location.pathname + window.location.search).toBe('/trainings?x=1');
+    expect(adoptPageKeyFromFragment()).toBe(false);
   });
 });

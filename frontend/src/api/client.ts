@@ -37,6 +37,52 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
+// ---- The session's page key ------------------------------------------------
+// The session cookie counts only beside its page key, sent as a header, which a browser never adds by itself:
+// a cookie captured by a listener on another port of this host signs nothing in. The key is given once to the
+// page that signs in (the sign-in answer, or a sign-in link's redirect fragment) and kept in this origin's own
+// storage, which no other origin (another port, another host) can read.
+
+export const PAGE_KEY_HEADER = 'X-Gpufleet-Key';
+const PAGE_KEY_STORE = 'gpufleet-page-key';
+const PAGE_KEY_FRAGMENT = 'gpufleet-key';
+
+function storage(): Storage | null {
+  try {
+    return typeof window === 'undefined' ? null : window.localStorage;
+  } catch {
+    return null;
+  }
+}
+
+export function pageKey(): string | null {
+  return storage()?.getItem(PAGE_KEY_STORE) ?? null;
+}
+
+export function setPageKey(key: string | null): void {
+  const store = storage();
+  if (!store) return;
+  if (key) store.setItem(PAGE_KEY_STORE, key);
+  else store.removeItem(PAGE_KEY_STORE);
+}
+
+/**
+ * A sign-in link lands on `/#gpufleet-key=<key>`: keep the key, and take it out of the address bar and the
+ * history entry. Returns whether one was there.
+ */
+export function adoptPageKeyFromFragment(): boolean {
+  if (typeof window === 'undefined') return false;
+  const hash = window.location.hash.replace(/^#/, '');
+  const params = new URLSearchParams(hash);
+  const key = params.get(PAGE_KEY_FRAGMENT);
+  if (!key) return false;
+  setPageKey(key);
+  params.delete(PAGE_KEY_FRAGMENT);
+  const rest = params.toString();
+  window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search + (rest ? `#${rest}` : ''));
+  return true;
+}
+
 /** Listeners told when the server answers 401, so the app can show sign-in. */
 const authListeners = new Set<() => void>();
 export function onAuthRequired(fn: () => void): () => void {
@@ -118,6 +164,8 @@ function pause(seconds: number, signal?: AbortSignal): Promise<void> {
 
 export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json', ...opts.headers };
+  const key = pageKey();
+  if (key) headers[PAGE_KEY_HEADER] = key;
   let body: string | undefined;
   if (opts.body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -203,9 +251,26 @@ export interface WhoAmI {
   auth_required: boolean;
 }
 
-/** Exchange an API token for the HTTP-only session cookie (the token is not kept). */
-export function signIn(token: string): Promise<WhoAmI> {
-  return request<WhoAmI>('POST', '/auth/sign-in', { body: { token } });
+/** Exchange an API token for the HTTP-only session cookie and its page key (the token is not kept). */
+export async function signIn(token: string): Promise<WhoAmI> {
+  const answer = await request<WhoAmI & { page_key: string }>('POST', '/auth/sign-in', { body: { token } });
+  setPageKey(answer.page_key);
+  return answer;
+}
+
+/**
+ * Download one of a training's files: a navigation carries no header, so ask for a single-use link first
+ * (with the cookie and the page key) and open that.
+ */
+export async function download(path: string): Promise<void> {
+  const ticket = await request<{ url: string }>('POST', '/auth/download-ticket', { body: { path } });
+  const a = document.createElement('a');
+  a.href = ticket.url;
+  a.download = '';
+  a.rel = 'noopener';
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
 }
 
 export const api = {

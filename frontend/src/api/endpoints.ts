@@ -95,8 +95,11 @@ export const endpoints = {
     call('get', '/api/v1/trainings/{training_id}/logs', { path: { training_id: id }, query: offset == null ? { tail } : { offset }, signal }),
   // ---- The team (admins): users, tokens, groups, quotas, Unix accounts ----
   users: (signal?: AbortSignal) => call('get', '/api/v1/users', { signal }),
-  createUser: (body: UserCreate) => call('post', '/api/v1/users', { body }),
-  updateUser: (name: string, body: UserUpdate) => call('patch', '/api/v1/users/{name}', { path: { name }, body }),
+  // Users and tokens outlast the page: the server takes them only with the admin's API token re-entered (`token`,
+  // sent with this one request), never on the browser's sign-in alone.
+  createUser: (body: UserCreate, token?: string) => call('post', '/api/v1/users', { body, headers: secondStep(token) }),
+  updateUser: (name: string, body: UserUpdate, token?: string) =>
+    call('patch', '/api/v1/users/{name}', { path: { name }, body, headers: secondStep(token) }),
   /**
    * Where a user's code runs is a power that outlasts the page: the server takes it only with the admin's API
    * token re-entered (`token`), never on the browser's cookie alone. `force` maps onto another user's account.
@@ -110,7 +113,7 @@ export const endpoints = {
   quotas: (signal?: AbortSignal) => call('get', '/api/v1/quotas', { signal }),
   setUserQuota: (name: string, body: UserQuota) => call('put', '/api/v1/users/{name}/quota', { path: { name }, body }),
   tokens: (signal?: AbortSignal) => call('get', '/api/v1/tokens', { signal }),
-  createToken: (body: TokenCreate) => call('post', '/api/v1/tokens', { body }),
+  createToken: (body: TokenCreate, token?: string) => call('post', '/api/v1/tokens', { body, headers: secondStep(token) }),
   revokeToken: (id: string) => call('post', '/api/v1/tokens/{token_id}/revoke', { path: { token_id: id } }),
   groups: (signal?: AbortSignal) => call('get', '/api/v1/groups', { signal }),
   createGroup: (name: string) => call('post', '/api/v1/groups', { body: { name } }),
@@ -129,9 +132,14 @@ export const endpoints = {
   createSweep: (body: SweepCreate) => call('post', '/api/v1/sweeps', { body }),
 };
 
-/** Where the browser downloads one of a training's files (the session cookie signs the request). */
+/** The path of one of a training's files (a download ticket for it, from `download()`, signs the navigation). */
 export function trainingFileUrl(id: string, path: string): string {
   return `/api/v1/trainings/${encodeURIComponent(id)}/files/${path.split('/').map(encodeURIComponent).join('/')}`;
+}
+
+/** The header of a second step: the signed-in person's own API token, for one request. */
+export function secondStep(token?: string): Record<string, string> | undefined {
+  return token ? { Authorization: `Bearer ${token}` } : undefined;
 }
 
 /** Lists come as {data: [...]} from the list routes. */

@@ -81,4 +81,32 @@ describe('LiveClient', () => {
       vi.useRealTimers();
     }
   });
+
+  it('opens the stream with a single-use ticket asked for first, never with the cookie alone', async () => {
+    const { LiveClient } = await import('./live');
+    const f = vi.spyOn(globalThis, 'fetch').mockResolvedValue(
+      new Response(JSON.stringify({ ticket: 't/1', expires_in_s: 10, url: '/api/v1/ws' }), { status: 200 }));
+    const opened: string[] = [];
+    class RecordingSocket {
+      readyState = 0;
+      onopen = null;
+      onclose = null;
+      onerror = null;
+      onmessage = null;
+      constructor(url: string) {
+        opened.push(url);
+      }
+      send() {}
+      close() {}
+    }
+    vi.stubGlobal('WebSocket', RecordingSocket);
+    const client = new LiveClient();
+    client.subscribe('aggregate', () => {});
+    await vi.waitFor(() => expect(opened).toHaveLength(1));
+    expect(f.mock.calls[0][0]).toBe('/api/v1/auth/ws-ticket');
+    expect(f.mock.calls[0][1]?.method).toBe('POST');
+    expect(opened[0]).toMatch(/\/api\/v1\/ws\?ticket=t%2F1$/);
+    client.close();
+    vi.unstubAllGlobals();
+  });
 });

@@ -9,6 +9,7 @@
  * missed in between are replayed rather than lost.
  */
 
+import { request } from './client';
 import type { components } from './schema';
 
 type S = components['schemas'];
@@ -42,6 +43,15 @@ export function defaultWsUrl(): string {
   return `${proto}//${window.location.host}/api/v1/ws`;
 }
 
+/**
+ * Open the live stream with a single-use ticket: a WebSocket carries the cookie but no header, so the cookie
+ * alone never opens one; the ticket is asked for with the cookie and the page key.
+ */
+export async function openWithTicket(): Promise<SocketLike> {
+  const t = await request<{ ticket: string }>('POST', '/auth/ws-ticket');
+  return new WebSocket(`${defaultWsUrl()}?ticket=${encodeURIComponent(t.ticket)}`) as unknown as SocketLike;
+}
+
 export class LiveClient {
   private socket: SocketLike | null = null;
   private handlers = new Map<string, Set<Handler>>();
@@ -52,10 +62,12 @@ export class LiveClient {
   private retry = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
+  /** A socket is being opened (its ticket asked for). */
+  private opening = false;
   status: LiveStatus = 'idle';
 
   constructor(
-    private readonly open: () => SocketLike = () => new WebSocket(defaultWsUrl()) as unknown as SocketLike,
+    private readonly open: () => SocketLike | Promise<SocketLike> = openWithTicket,
     private readonly maxBackoffMs = 10_000,
   ) {}
 
@@ -114,15 +126,34 @@ export class LiveClient {
   }
 
   private connect(): void {
-    if (this.socket || this.stopped || this.timer) return;
+    if (this.socket || this.opening || this.stopped || this.timer) return;
     this.setStatus('connecting');
-    let sock: SocketLike;
+    let made: SocketLike | Promise<SocketLike>;
     try {
-      sock = this.open();
+      made = this.open();
     } catch {
       this.scheduleReconnect();
       return;
     }
+    if (!(made instanceof Promise)) {
+      this.attach(made);
+      return;
+    }
+    this.opening = true;
+    made.then(
+      (sock) => {
+        this.opening = false;
+        if (this.stopped) sock.close();
+        else this.attach(sock);
+      },
+      () => {
+        this.opening = false;
+        if (!this.stopped) this.scheduleReconnect();
+      },
+    );
+  }
+
+  private attach(sock: SocketLike): void {
     this.socket = sock;
     sock.onopen = () => {
       this.retry = 0;

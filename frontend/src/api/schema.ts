@@ -4,6 +4,29 @@
  */
 
 export interface paths {
+    "/api/v1/auth/download-ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Download Ticket
+         * @description A single-use link, valid seconds, to download one of a training's files by navigating to it.
+         *
+         *     A download carries no header, so the dashboard asks for this (with its cookie and page key) and then
+         *     opens the link; whether the file may be read is checked when it is opened.
+         */
+        post: operations["auth-download-ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/link": {
         parameters: {
             query?: never;
@@ -14,6 +37,9 @@ export interface paths {
         /**
          * Follow Sign In Link
          * @description Sign this browser in with a link from `gpufleet open`, then go to the dashboard.
+         *
+         *     The page key rides in the redirect's fragment, which the browser keeps to itself (no request, log or
+         *     Referer carries a fragment); the dashboard moves it into its storage and drops it from the address.
          */
         get: operations["auth-link"];
         put?: never;
@@ -35,7 +61,10 @@ export interface paths {
         put?: never;
         /**
          * Sign In
-         * @description Exchange an API token for an HTTP-only session cookie.
+         * @description Exchange an API token for an HTTP-only session cookie and its page key.
+         *
+         *     The cookie counts only beside the page key, sent as the ``X-Gpufleet-Key`` header: keep the key in the
+         *     page's own storage, never in a cookie.
          *
          *     Failed sign-ins are limited per source and per account the token was meant for (429 past
          *     the limit); a valid token always signs in, whatever others have failed.
@@ -273,7 +302,8 @@ export interface paths {
         put?: never;
         /**
          * Create Pool
-         * @description Add a Slurm partition as a pool (admins only); the cluster must answer and have the partition.
+         * @description Add a Slurm partition as a pool (admins only, with the token or the CLI: not the browser's sign-in
+         *     alone); the cluster must answer and have the partition.
          */
         post: operations["pools-create"];
         delete?: never;
@@ -815,7 +845,8 @@ export interface paths {
         put?: never;
         /**
          * Create Team Token
-         * @description Create a token for a user (admins only); its secret is in this answer only.
+         * @description Create a token for a user (admins only, with the token or the CLI: not the browser's sign-in alone);
+         *     its secret is in this answer only.
          */
         post: operations["tokens-create"];
         delete?: never;
@@ -1067,7 +1098,8 @@ export interface paths {
         put?: never;
         /**
          * Create User
-         * @description Add a user (admins only); a name already taken is a 409.
+         * @description Add a user (admins only, with the token or the CLI: not the browser's sign-in alone); a name already
+         *     taken is a 409.
          */
         post: operations["users-create"];
         delete?: never;
@@ -1091,7 +1123,8 @@ export interface paths {
         head?: never;
         /**
          * Update User
-         * @description Change a user's role, state or permissions (admins only); the last active admin stays one.
+         * @description Change a user's role, state or permissions (admins only, with the token or the CLI: not the browser's
+         *     sign-in alone); the last active admin stays one.
          */
         patch: operations["users-update"];
         trace?: never;
@@ -1359,6 +1392,21 @@ export interface components {
             size: number;
             /** Unpacked Size */
             unpacked_size: number;
+        };
+        /** DownloadTicket */
+        DownloadTicket: {
+            /** Expires In S */
+            expires_in_s: number;
+            /** Url */
+            url: string;
+        };
+        /** DownloadTicketAsk */
+        DownloadTicketAsk: {
+            /**
+             * Path
+             * @description the download's path, e.g. /api/v1/trainings/<id>/files/checkpoints/step-10.pt
+             */
+            path: string;
         };
         /** DrainPublic */
         DrainPublic: {
@@ -2570,6 +2618,22 @@ export interface components {
             path: string;
             /** Url */
             url: string;
+        };
+        /** SignedIn */
+        SignedIn: {
+            /** Auth Required */
+            auth_required: boolean;
+            /** Name */
+            name: string;
+            /** Page Key */
+            page_key: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "admin" | "member" | "viewer";
+            /** Via */
+            via: string;
         };
         /** SignedOut */
         SignedOut: {
@@ -3921,6 +3985,97 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    "auth-download-ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DownloadTicketAsk"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DownloadTicket"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not the path of a training's file */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "auth-link": {
         parameters: {
             query: {
@@ -4007,7 +4162,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["WhoAmI"];
+                    "application/json": components["schemas"]["SignedIn"];
                 };
             };
             /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
@@ -5316,7 +5471,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5503,7 +5658,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8348,7 +8503,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8456,7 +8611,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9839,7 +9994,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9951,7 +10106,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10895,6 +11050,7 @@ export const sessionLimitPublicKindValues: ReadonlyArray<FlattenedDeepRequired<c
 export const sessionPublicEnd_reasonAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["end_reason"]> = ["user", "idle", "time_limit", "failed"];
 export const sessionPublicModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["mode"]> = ["shell", "jupyter"];
 export const sessionPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const signedInRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SignedIn"]["role"]> = ["admin", "member", "viewer"];
 export const sweepCreateDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["direction"]> = ["minimize", "maximize"];
 export const sweepCreateMethodValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["method"]> = ["grid", "random", "tpe"];
 export const sweepDetailDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepDetail"]["direction"]> = ["minimize", "maximize"];

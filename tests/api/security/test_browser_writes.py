@@ -8,13 +8,13 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.api.security.headers import POLICY
 from gpufleet.config import Settings
-from support.people import People, bearer, build_app
+from support.people import People, bearer, browser_sign_in, build_app
 
 HERE = {"Origin": "http://testserver"}
 
 
 def test_a_cookie_write_from_the_same_site_but_another_origin_is_refused(client: TestClient, people: People) -> None:
-    assert client.post("/api/v1/auth/sign-in", json={"token": people.alice}).status_code == 200
+    assert browser_sign_in(client, people.alice).status_code == 200
     # A notebook on another port of the same host name: the same site, so SameSite cookies ride along.
     for headers in ({"Origin": "http://testserver:8001", "Sec-Fetch-Site": "same-site"},
                     {"Sec-Fetch-Site": "same-site"}, {"Origin": "http://testserver:8001"}):
@@ -25,7 +25,7 @@ def test_a_cookie_write_from_the_same_site_but_another_origin_is_refused(client:
 
 
 def test_a_cookie_write_must_be_json(client: TestClient, people: People) -> None:
-    assert client.post("/api/v1/auth/sign-in", json={"token": people.alice}).status_code == 200
+    assert browser_sign_in(client, people.alice).status_code == 200
     for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
         headers = {**HERE, **({"Content-Type": kind} if kind else {})}
         refused = client.post("/api/v1/things/batch", content=b'{"items": [1]}', headers=headers)
@@ -40,7 +40,7 @@ def test_a_cookie_write_must_be_json(client: TestClient, people: People) -> None
 
 
 def test_a_sign_in_link_needs_the_token_not_the_cookie(client: TestClient, people: People) -> None:
-    assert client.post("/api/v1/auth/sign-in", json={"token": people.admin}).status_code == 200
+    assert browser_sign_in(client, people.admin).status_code == 200
     refused = client.post("/api/v1/auth/sign-in-link", headers=HERE)
     assert refused.status_code == 403 and "second step" in refused.json()["detail"]
     client.cookies.clear()

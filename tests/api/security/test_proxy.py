@@ -27,7 +27,7 @@ import httpx
 import pytest
 import websockets
 
-from support.people import SECRET
+from support.people import SECRET, browser_sign_in
 from gpufleet.users.accounts import add_user
 from gpufleet.users.tokens import create_token
 from gpufleet.config import load_settings
@@ -135,7 +135,7 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
             assert r.status_code == 301 and r.headers["location"].startswith("https://")
             client = httpx.Client(base_url=origin, verify=False)
             assert client.get("/api/v1/system/gpus").status_code == 401
-            r = client.post("/api/v1/auth/sign-in", json={"token": token}, headers={"Origin": origin})
+            r = browser_sign_in(client, token, headers={"Origin": origin})
             assert r.status_code == 200
             assert "Secure" in r.headers["set-cookie"] and "HttpOnly" in r.headers["set-cookie"]
             # Over https the cookie is host-only by name (__Host-): no other host name can set or replace it.

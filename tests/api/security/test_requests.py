@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from gpufleet.users.accounts import set_disabled
 from gpufleet.users.tokens import revoke_token
 from gpufleet.db.session import session_scope
-from support.people import People, bearer
+from support.people import People, bearer, browser_sign_in
 
 
 def test_without_a_token_mutations_and_reads_are_refused(client: TestClient, people: People) -> None:
@@ -79,7 +79,7 @@ def test_revoked_token_and_disabled_user_stop_working(client: TestClient, people
 
 
 def test_dashboard_sign_in_sets_an_http_only_cookie(client: TestClient, people: People) -> None:
-    r = client.post("/api/v1/auth/sign-in", json={"token": people.alice})
+    r = browser_sign_in(client, people.alice)
     assert r.status_code == 200
     assert r.json() == {"name": people.names["alice"], "role": "member", "via": "session", "auth_required": True}
     cookie = r.headers["set-cookie"]
@@ -94,14 +94,14 @@ def test_dashboard_sign_in_sets_an_http_only_cookie(client: TestClient, people: 
 
 
 def test_sign_in_with_a_bad_token_sets_nothing(client: TestClient, people: People) -> None:
-    r = client.post("/api/v1/auth/sign-in", json={"token": "gf_" + "B" * 43})
+    r = browser_sign_in(client, "gf_" + "B" * 43)
     assert r.status_code == 401 and "not known" in r.json()["detail"]
     assert "set-cookie" not in r.headers
     assert client.post("/api/v1/auth/sign-in", json={}).status_code == 422
 
 
 def test_revoking_the_token_ends_its_sessions(client: TestClient, people: People, on_settings) -> None:
-    assert client.post("/api/v1/auth/sign-in", json={"token": people.bob}).status_code == 200
+    assert browser_sign_in(client, people.bob).status_code == 200
     assert client.get("/api/v1/auth/whoami").status_code == 200
     with session_scope(on_settings) as sess:
         revoke_token(sess, people.bob[:10])
@@ -110,7 +110,7 @@ def test_revoking_the_token_ends_its_sessions(client: TestClient, people: People
 
 
 def test_forged_or_altered_cookie_is_refused(client: TestClient, people: People) -> None:
-    client.post("/api/v1/auth/sign-in", json={"token": people.vic})
+    browser_sign_in(client, people.vic)
     good = client.cookies.get("gpufleet_session")
     head, payload, sig = good.split(".")
     client.cookies.clear()
@@ -122,7 +122,7 @@ def test_forged_or_altered_cookie_is_refused(client: TestClient, people: People)
 
 
 def test_cookie_mutation_from_a_foreign_origin_is_refused(client: TestClient, people: People) -> None:
-    client.post("/api/v1/auth/sign-in", json={"token": people.alice})
+    browser_sign_in(client, people.alice)
     r = client.post("/api/v1/things", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and "Origin" in r.json()["detail"]
     r = client.post("/api/v1/things", headers={"Sec-Fetch-Site": "cross-site"})
@@ -133,9 +133,9 @@ def test_cookie_mutation_from_a_foreign_origin_is_refused(client: TestClient, pe
 
 
 def test_sign_in_from_a_foreign_origin_is_refused(client: TestClient, people: People) -> None:
-    r = client.post("/api/v1/auth/sign-in", json={"token": people.alice}, headers={"Origin": "https://evil.example"})
+    r = browser_sign_in(client, people.alice, headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and "set-cookie" not in r.headers
-    r = client.post("/api/v1/auth/sign-in", json={"token": people.alice}, headers={"Origin": "http://testserver"})
+    r = browser_sign_in(client, people.alice, headers={"Origin": "http://testserver"})
     assert r.status_code == 200 and "gpufleet_session=" in r.headers["set-cookie"]
 
 
@@ -143,5 +143,5 @@ def test_session_cookie_is_secure_over_https(on_settings, people: People) -> Non
     from support.people import build_app
 
     with TestClient(build_app(on_settings), base_url="https://testserver") as c:
-        r = c.post("/api/v1/auth/sign-in", json={"token": people.alice})
+        r = browser_sign_in(c, people.alice)
         assert r.status_code == 200 and "Secure" in r.headers["set-cookie"]

@@ -19,14 +19,14 @@ from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
 from gpufleet.users.accounts import set_disabled
 from gpufleet.users.tokens import create_token, revoke_token
-from support.people import SECRET, People, build_app, ws_refused
+from support.people import SECRET, People, browser_sign_in, build_app, ws_refused
 
 COOKIE = "gpufleet_session"
 
 
 def _signed_in(client: TestClient, token: str) -> str:
     client.cookies.clear()
-    r = client.post("/api/v1/auth/sign-in", json={"token": token})
+    r = browser_sign_in(client, token)
     assert r.status_code == 200, r.text
     return client.cookies.get(COOKIE)
 
@@ -115,7 +115,7 @@ def test_the_lifetime_is_capped_by_the_setting_and_the_token(on_settings: Settin
     settings = on_settings.model_copy(update={"session_ttl_s": 600})
     with TestClient(build_app(settings)) as client:
         before = utcnow()
-        r = client.post("/api/v1/auth/sign-in", json={"token": people.alice})
+        r = browser_sign_in(client, people.alice)
         assert "Max-Age=600" in r.headers["set-cookie"]
         cookie = client.cookies.get(COOKIE)
         with session_scope(settings) as sess:
@@ -139,7 +139,7 @@ def test_the_lifetime_is_capped_by_the_setting_and_the_token(on_settings: Settin
         short = create_token(sess, people.names["bob"], "short", expires_days=1)
     long = on_settings.model_copy(update={"session_ttl_s": 30 * 86400})
     with TestClient(build_app(long)) as client:
-        client.post("/api/v1/auth/sign-in", json={"token": short.secret})
+        browser_sign_in(client, short.secret)
         with session_scope(on_settings) as sess:
             row = _newest_row(sess, people.names["bob"])
             assert abs((row.expires_at - short.expires_at).total_seconds()) < 1

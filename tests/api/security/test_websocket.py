@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 from gpufleet.config import Settings
 from gpufleet.db.session import upgrade_database
-from support.people import People, bearer, build_app, ws_refused
+from support.people import People, bearer, browser_sign_in, build_app, ws_refused
 from starlette.websockets import WebSocketDisconnect
 
 
@@ -44,14 +44,19 @@ def test_ticket_cannot_be_used_as_a_session_cookie(client: TestClient, people: P
     assert client.get("/api/v1/auth/whoami").status_code == 401
 
 
-def test_session_cookie_opens_a_socket_from_the_same_origin(client: TestClient, people: People) -> None:
-    client.post("/api/v1/auth/sign-in", json={"token": people.bob})
-    with client.websocket_connect("/api/v1/ws", headers={"Origin": "http://testserver"}) as ws:
+def test_the_session_cookie_alone_never_opens_a_socket_a_ticket_it_asked_for_does(
+    client: TestClient, people: People,
+) -> None:
+    browser_sign_in(client, people.bob)
+    # A WebSocket carries the cookie, never the page key: the cookie alone (any Origin a program writes) is refused.
+    assert ws_refused(client, "/api/v1/ws", {"Origin": "http://testserver"}) == 1008
+    ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": "http://testserver"}).json()["ticket"]
+    with client.websocket_connect(f"/api/v1/ws?ticket={ticket}", headers={"Origin": "http://testserver"}) as ws:
         assert ws.receive_json() == {"user": people.names["bob"]}
 
 
 def test_foreign_origin_is_closed_even_with_a_valid_session(client: TestClient, people: People) -> None:
-    client.post("/api/v1/auth/sign-in", json={"token": people.bob})
+    browser_sign_in(client, people.bob)
     assert ws_refused(client, "/api/v1/ws", {"Origin": "https://evil.example"}) == 1008
     ticket = client.post("/api/v1/auth/ws-ticket", headers=bearer(people.bob)).json()["ticket"]
     assert ws_refused(client, f"/api/v1/ws?ticket={ticket}", {"Origin": "https://evil.example"}) == 1008
@@ -60,8 +65,9 @@ def test_foreign_origin_is_closed_even_with_a_valid_session(client: TestClient, 
 def test_configured_origin_is_allowed(on_settings: Settings, people: People) -> None:
     settings = on_settings.model_copy(update={"cors_origins": ["https://dash.example.org"]})
     with TestClient(build_app(settings)) as client:
-        client.post("/api/v1/auth/sign-in", json={"token": people.vic})
-        with client.websocket_connect("/api/v1/ws", headers={"Origin": "https://dash.example.org"}) as ws:
+        browser_sign_in(client, people.vic, headers={"Origin": "https://dash.example.org"})
+        ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": "https://dash.example.org"}).json()["ticket"]
+        with client.websocket_connect(f"/api/v1/ws?ticket={ticket}", headers={"Origin": "https://dash.example.org"}) as ws:
             assert ws.receive_json() == {"user": people.names["vic"]}
         # CORS answers the configured origin only, with credentials.
         r = client.get("/api/v1/auth/whoami", headers={"Origin": "https://dash.example.org"})

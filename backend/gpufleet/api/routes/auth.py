@@ -1,10 +1,13 @@
-"""Signing in and out, who am I, and WebSocket tickets.
+"""Signing in and out, who am I, and WebSocket and download tickets.
 
 The dashboard signs in once with an API token, or with a single-use link that
 `gpufleet open` asks for over the server's socket; either answer sets the same
-HTTP-only, SameSite=Strict session cookie that later requests (and WebSockets)
-carry. The cookie names a row in ``browser_sessions``; signing out ends that
-row. Scripts skip all this and send ``Authorization: Bearer <token>``.
+HTTP-only, SameSite=Strict session cookie and hands the page its session's page
+key (in the answer's body, or in the link's redirect fragment), which it sends
+beside the cookie on every request (:mod:`gpufleet.api.pagekey`). The cookie
+names a row in ``browser_sessions``; signing out ends that row. WebSockets and
+downloads, which carry no header, take single-use tickets asked for here.
+Scripts skip all this and send ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from gpufleet.api.auth import (
     session_cookie_of,
     session_of_cookie,
 )
+from gpufleet.api import pagekey
 from gpufleet.api.deps import CurrentUser, SettingsDep, ensure_second_step
-from gpufleet.wire.auth import SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
+from gpufleet.wire.auth import DownloadTicket, DownloadTicketAsk, SignedIn, SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
 from gpufleet.api.security.asgi import LINK_PATH
 from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings
@@ -40,6 +44,8 @@ from gpufleet.users.tokens import attempted_owner
 from gpufleet.users.signin import end_session
 
 router = APIRouter(prefix="/api/v1/auth", tags=["auth"])
+# The sign-in link's redirect hands the page its key as ``/#gpufleet-key=<key>``.
+PAGE_KEY_FRAGMENT = "gpufleet-key"
 
 
 def _whoami(user: AuthUser, required: bool) -> WhoAmI:
@@ -59,10 +65,13 @@ async def _count_malformed(request: Request, settings: SettingsDep) -> None:
         count_sign_in_failure(request.app, settings, _source(request), None)
 
 
-@router.post("/sign-in", response_model=WhoAmI, operation_id="auth-sign-in")
+@router.post("/sign-in", response_model=SignedIn, operation_id="auth-sign-in")
 def sign_in(body: SignIn, request: Request, response: Response, settings: SettingsDep,
-            _counted: Annotated[None, Depends(_count_malformed)]) -> WhoAmI:
-    """Exchange an API token for an HTTP-only session cookie.
+            _counted: Annotated[None, Depends(_count_malformed)]) -> SignedIn:
+    """Exchange an API token for an HTTP-only session cookie and its page key.
+
+    The cookie counts only beside the page key, sent as the ``X-Gpufleet-Key`` header: keep the key in the
+    page's own storage, never in a cookie.
 
     Failed sign-ins are limited per source and per account the token was meant for (429 past
     the limit); a valid token always signs in, whatever others have failed.
@@ -78,21 +87,24 @@ def sign_in(body: SignIn, request: Request, response: Response, settings: Settin
             meant_for = attempted_owner(sess, token)
         count_sign_in_failure(request.app, settings, _source(request), meant_for)
         raise HTTPException(401, exc.reason) from None
-    set_session_cookie(response, request, settings, user)
-    return WhoAmI(name=user.name, role=user.role, via="session", auth_required=auth_required(settings))
+    key = set_session_cookie(response, request, settings, user)
+    return SignedIn(name=user.name, role=user.role, via="session", auth_required=auth_required(settings),
+                    page_key=key)
 
 
-def set_session_cookie(response: Response, request: Request, settings: Settings, user: AuthUser) -> None:
-    """Open a browser session for ``user``: the one way every sign-in sets the session cookie.
+def set_session_cookie(response: Response, request: Request, settings: Settings, user: AuthUser) -> str:
+    """Open a browser session for ``user``: the one way every sign-in sets the session cookie. Returns the
+    session's page key, for the page that signed in and nobody else.
 
     Over https it is ``__Host-gpufleet_session``: Secure, Path=/ and no Domain, so only this exact host
     name gets it and no other (a notebook's) can set it. Over plain http (the loopback default) the
     browser takes no prefixed cookie, so it is ``gpufleet_session``, host-only all the same.
     """
     secure = request.url.scheme == "https"
+    cookie, key = make_session_cookie(settings, user)
     response.set_cookie(
         session_cookie_name(secure),
-        make_session_cookie(settings, user),
+        cookie,
         max_age=settings.session_ttl_s,
         httponly=True,
         # Strict: the cookie never rides on a request started by another site.
@@ -100,6 +112,7 @@ def set_session_cookie(response: Response, request: Request, settings: Settings,
         secure=secure,
         path="/",
     )
+    return key
 
 
 def local_base(settings: Settings) -> str:
@@ -132,12 +145,16 @@ def sign_in_link(user: CurrentUser, settings: SettingsDep) -> SignInLink:
             responses={401: error_response("The link was used already, has expired or is not valid")})
 def follow_sign_in_link(request: Request, settings: SettingsDep,
                         code: str = Query(min_length=1, max_length=2048)) -> RedirectResponse:
-    """Sign this browser in with a link from `gpufleet open`, then go to the dashboard."""
+    """Sign this browser in with a link from `gpufleet open`, then go to the dashboard.
+
+    The page key rides in the redirect's fragment, which the browser keeps to itself (no request, log or
+    Referer carries a fragment); the dashboard moves it into its storage and drops it from the address."""
     user = redeem_sign_in_link(request.app, settings, code)
     if isinstance(user, str):
         raise HTTPException(401, user)
     response = RedirectResponse("/", status_code=303)
-    set_session_cookie(response, request, settings, user)
+    key = set_session_cookie(response, request, settings, user)
+    response.headers["location"] = f"/#{PAGE_KEY_FRAGMENT}={key}"
     return response
 
 
@@ -164,3 +181,17 @@ def whoami(user: CurrentUser, settings: SettingsDep) -> WhoAmI:
 def ws_ticket(user: CurrentUser, settings: SettingsDep) -> WSTicket:
     """A single-use ticket, valid for a few seconds, to open ``/api/v1/ws?ticket=…``."""
     return WSTicket(ticket=make_ws_ticket(settings, user), expires_in_s=settings.ws_ticket_ttl_s, url="/api/v1/ws")
+
+
+@router.post("/download-ticket", response_model=DownloadTicket, operation_id="auth-download-ticket",
+             responses={422: error_response("Not the path of a training's file")})
+def download_ticket(body: DownloadTicketAsk, user: CurrentUser, settings: SettingsDep) -> DownloadTicket:
+    """A single-use link, valid seconds, to download one of a training's files by navigating to it.
+
+    A download carries no header, so the dashboard asks for this (with its cookie and page key) and then
+    opens the link; whether the file may be read is checked when it is opened."""
+    path = body.path
+    if not pagekey.downloadable(path):
+        raise HTTPException(422, "a download ticket is for a training's file: /api/v1/trainings/<id>/files/<path>")
+    ticket = pagekey.make_download_ticket(settings, user.id, user.token_id, user.session_id, path)
+    return DownloadTicket(url=f"{path}?ticket={quote(ticket)}", expires_in_s=pagekey.DOWNLOAD_TICKET_TTL_S)

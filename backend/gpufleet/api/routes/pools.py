@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path
 
-from gpufleet.api.deps import AdminUser, SettingsDep, ViewerUser
+from gpufleet.api.deps import AdminUser, SettingsDep, ViewerUser, ensure_second_step
 from gpufleet.api.security.openapi import error_response
 from gpufleet.db.pools import Pool
 from gpufleet.db.session import session_scope, write_session
@@ -47,9 +47,12 @@ def get_pool(name: NamePath, settings: SettingsDep, user: ViewerUser) -> PoolPub
 
 
 @router.post("", response_model=PoolPublic, status_code=201, operation_id="pools-create",
-             responses={409: error_response("The name is taken, or the cluster does not answer")})
+             responses={409: error_response("The name is taken, or the cluster does not answer"),
+                        403: error_response("Asked with the browser's sign-in alone: send the token, or use the CLI")})
 def create_pool(body: PoolCreate, settings: SettingsDep, user: AdminUser) -> PoolPublic:
-    """Add a Slurm partition as a pool (admins only); the cluster must answer and have the partition."""
+    """Add a Slurm partition as a pool (admins only, with the token or the CLI: not the browser's sign-in
+    alone); the cluster must answer and have the partition."""
+    ensure_second_step(user, "adding a pool")
     spec = service.PoolSpec(name=body.name, partition=body.partition, account=body.account,
                             gpus_per_node=body.gpus_per_node, gpu_model=body.gpu_model,
                             gpu_memory=body.gpu_memory_mb * 2**20 if body.gpu_memory_mb else None,
@@ -62,8 +65,10 @@ def create_pool(body: PoolCreate, settings: SettingsDep, user: AdminUser) -> Poo
 
 
 @router.delete("/{name}", status_code=204, operation_id="pools-delete",
-               responses={404: error_response("No such pool"), 409: error_response("It still has trainings")})
+               responses={404: error_response("No such pool"), 409: error_response("It still has trainings"),
+                          403: error_response("Asked with the browser's sign-in alone: send the token, or use the CLI")})
 def delete_pool(name: NamePath, settings: SettingsDep, user: AdminUser) -> None:
+    ensure_second_step(user, "removing a pool")
     try:
         with write_session(settings) as sess:
             service.remove(sess, name)

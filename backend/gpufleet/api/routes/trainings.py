@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from gpufleet.api.auth import ensure_may_read_training
+from gpufleet.api.readers import ensure_may_read_training
 from gpufleet.api.deps import (
     CreatorUser,
     MemberUser,

@@ -12,7 +12,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Path, Query
 
-from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep, ViewerUser
+from gpufleet.api.deps import AdminUser, SessionDep, SettingsDep, ViewerUser, ensure_second_step
 from gpufleet.api.security.openapi import error_response
 from gpufleet.api.user_writes import write
 from gpufleet.users import directory
@@ -32,7 +32,8 @@ from gpufleet.wire.users import (
 router = APIRouter(prefix="/api/v1", tags=["users"])
 NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user name")]
 T = TypeVar("T")
-REFUSALS = {404: error_response("No such user or token"), 409: error_response("Already so, or the last admin")}
+REFUSALS = {404: error_response("No such user or token"), 409: error_response("Already so, or the last admin"),
+            403: error_response("Asked with the browser's sign-in alone: send the admin's token, or use the CLI")}
 
 
 
@@ -57,7 +58,10 @@ def list_team(sess: SessionDep, user: ViewerUser) -> UsersPublic:
 
 @router.post("/users", response_model=UserPublic, status_code=201, operation_id="users-create", responses=REFUSALS)
 def create_user(body: UserCreate, settings: SettingsDep, user: AdminUser) -> UserPublic:
-    """Add a user (admins only); a name already taken is a 409."""
+    """Add a user (admins only, with the token or the CLI: not the browser's sign-in alone); a name already
+    taken is a 409."""
+    ensure_second_step(user, "adding a user")
+
     def make(sess) -> UserPublic:
         add_user(sess, body.name, body.role)
         return _user_public(directory.user_view(sess, body.name))
@@ -67,7 +71,9 @@ def create_user(body: UserCreate, settings: SettingsDep, user: AdminUser) -> Use
 
 @router.patch("/users/{name}", response_model=UserPublic, operation_id="users-update", responses=REFUSALS)
 def update_user(name: NamePath, body: UserUpdate, settings: SettingsDep, user: AdminUser) -> UserPublic:
-    """Change a user's role, state or permissions (admins only); the last active admin stays one."""
+    """Change a user's role, state or permissions (admins only, with the token or the CLI: not the browser's
+    sign-in alone); the last active admin stays one."""
+    ensure_second_step(user, "changing a user's role, state or permissions")
     change = directory.UserChange(role=body.role, disabled=body.disabled, run_code=body.run_code,
                                   non_preemptible=body.non_preemptible)
     return _user_public(write(settings, lambda s: directory.update_user(s, name, change)))
@@ -89,7 +95,10 @@ def list_team_tokens(
 @router.post("/tokens", response_model=TokenCreated, status_code=201, operation_id="tokens-create",
              responses=REFUSALS)
 def create_team_token(body: TokenCreate, settings: SettingsDep, user: AdminUser) -> TokenCreated:
-    """Create a token for a user (admins only); its secret is in this answer only."""
+    """Create a token for a user (admins only, with the token or the CLI: not the browser's sign-in alone);
+    its secret is in this answer only."""
+    ensure_second_step(user, "creating an API token")
+
     def make(sess) -> TokenCreated:
         made = create_token(sess, body.user, body.name, body.expires_days)
         tok, owner = next((t, o) for t, o in list_tokens(sess, made.user) if t.id == made.id)

@@ -37,15 +37,16 @@ describe('TeamPage', () => {
     expect(await screen.findByTestId('group-vision')).toHaveTextContent('alice');
   });
 
-  it('changes a role and a permission through the API', async () => {
+  it('changes a role and a permission through the API, with the admin token entered once as the second step', async () => {
     stubTeam('admin');
     const update = vi.spyOn(endpoints, 'updateUser').mockResolvedValue(user({ role: 'viewer' }) as never);
     page();
+    await userEvent.type(await screen.findByLabelText('your API token for changes to users and tokens'), 'gf_admin-token');
     const row = await screen.findByTestId('user-alice');
     await userEvent.selectOptions(within(row).getByLabelText('role of alice'), 'viewer');
-    expect(update).toHaveBeenCalledWith('alice', { role: 'viewer' });
+    expect(update).toHaveBeenCalledWith('alice', { role: 'viewer' }, 'gf_admin-token');
     await userEvent.click(within(row).getByLabelText('run code'));
-    expect(update).toHaveBeenCalledWith('alice', { run_code: true });
+    expect(update).toHaveBeenCalledWith('alice', { run_code: true }, 'gf_admin-token');
   });
 
   it('sets a priority cap and limits; blank is no limit', async () => {
@@ -88,10 +89,11 @@ describe('TeamPage', () => {
       revoked_at: null, last_used_at: null, secret: 'gf_abcdefg-secret',
     } as never);
     page();
+    await userEvent.type(await screen.findByLabelText('your API token for changes to users and tokens'), 'gf_admin-token');
     await userEvent.type(await screen.findByLabelText('token user'), 'alice');
     await userEvent.type(screen.getByLabelText('token label'), 'laptop');
     await userEvent.click(screen.getByRole('button', { name: 'Create token' }));
-    expect(create).toHaveBeenCalledWith({ user: 'alice', name: 'laptop', expires_days: null });
+    expect(create).toHaveBeenCalledWith({ user: 'alice', name: 'laptop', expires_days: null }, 'gf_admin-token');
     expect(await screen.findByTestId('token-secret')).toHaveTextContent('gf_abcdefg-secret');
   });
 

@@ -1,4 +1,4 @@
-import { useState, type FormEvent } from 'react';
+import { createContext, useContext, useState, type FormEvent } from 'react';
 import { endpoints } from '../../api/endpoints';
 import type { TeamUser, Token, TokenCreated, UserQuotaPublic, WebhookCreated } from '../../api/types';
 import { useAction } from '../../api/useAction';
@@ -10,6 +10,27 @@ import { WebhooksSection } from './WebhooksSection';
 
 const ROLES = ['admin', 'member', 'viewer'] as const;
 type Role = (typeof ROLES)[number];
+
+/**
+ * Adding or changing users and creating tokens outlast the page, so the server takes them only with a second step
+ * beyond the browser's sign-in: the admin's own API token, entered once here, kept in this page's memory only (a
+ * reload forgets it) and sent with those requests alone.
+ */
+const StepToken = createContext('');
+
+function StepTokenField({ value, onChange }: { value: string; onChange: (v: string) => void }) {
+  return (
+    <p className="field-help" data-testid="second-step">
+      <label>
+        Your API token, for changes to users and tokens:{' '}
+        <input aria-label="your API token for changes to users and tokens" type="password" value={value} size={14}
+          placeholder="your API token" onChange={(e) => onChange(e.target.value)} />
+      </label>{' '}
+      A page you merely opened must not change who may do what, so these changes need it; it stays in this page's memory
+      and goes with those requests only.
+    </p>
+  );
+}
 
 /**
  * Map a user to the Unix account their code runs as. The server asks for a second step (the admin's own API
@@ -46,6 +67,7 @@ function UnixAccountForm({ u, busy, run }: { u: TeamUser; busy: boolean; run: (f
 
 function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic; onChanged: () => void }) {
   const act = useAction(onChanged);
+  const step = useContext(StepToken);
   const [cap, setCap] = useState(quota?.max_priority == null ? '' : String(quota.max_priority));
   const [maxGpus, setMaxGpus] = useState(quota?.max_gpus == null ? '' : String(quota.max_gpus));
   const [hours, setHours] = useState(quota?.gpu_hours_per_week == null ? '' : String(quota.gpu_hours_per_week));
@@ -67,7 +89,7 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
         </td>
         <td>
           <select aria-label={`role of ${u.name}`} value={u.role} disabled={act.busy}
-            onChange={(e) => act.run(() => endpoints.updateUser(u.name, { role: e.target.value as Role }))}>
+            onChange={(e) => act.run(() => endpoints.updateUser(u.name, { role: e.target.value as Role }, step))}>
             {ROLES.map((r) => (
               <option key={r} value={r}>
                 {r}
@@ -78,18 +100,18 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
         <td>
           <Pill value={u.disabled ? 'disabled' : 'active'} />{' '}
           <button type="button" className="btn-small" disabled={act.busy}
-            onClick={() => act.run(() => endpoints.updateUser(u.name, { disabled: !u.disabled }))}>
+            onClick={() => act.run(() => endpoints.updateUser(u.name, { disabled: !u.disabled }, step))}>
             {u.disabled ? 'Enable' : 'Disable'}
           </button>
         </td>
         <td>
           <label title="run their own code: script trainings and sessions">
             <input type="checkbox" checked={u.run_code || u.role === 'admin'} disabled={act.busy || u.role === 'admin'}
-              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { run_code: e.target.checked }))} /> run code
+              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { run_code: e.target.checked }, step))} /> run code
           </label>{' '}
           <label title="ask for trainings no higher-priority one can preempt">
             <input type="checkbox" checked={u.non_preemptible || u.role === 'admin'} disabled={act.busy || u.role === 'admin'}
-              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { non_preemptible: e.target.checked }))} /> non-preemptible
+              onChange={(e) => act.run(() => endpoints.updateUser(u.name, { non_preemptible: e.target.checked }, step))} /> non-preemptible
           </label>
         </td>
         <td>
@@ -129,11 +151,12 @@ function UsersSection() {
     quotas.reload();
   };
   const add = useAction(reload);
+  const step = useContext(StepToken);
   const [name, setName] = useState('');
   const [role, setRole] = useState<Role>('member');
   const submit = async (e: FormEvent) => {
     e.preventDefault();
-    if (await add.run(() => endpoints.createUser({ name: name.trim(), role }))) setName('');
+    if (await add.run(() => endpoints.createUser({ name: name.trim(), role }, step))) setName('');
   };
   const byUser = new Map((quotas.data?.data ?? []).map((q) => [q.user, q]));
   return (
@@ -191,10 +214,11 @@ function TokensSection() {
   const [label, setLabel] = useState('');
   const [days, setDays] = useState('');
   const [made, setMade] = useState<TokenCreated | null>(null);
+  const step = useContext(StepToken);
   const submit = async (e: FormEvent) => {
     e.preventDefault();
     await act.run(async () => {
-      const t = await endpoints.createToken({ user: user.trim(), name: label.trim() || 'default', expires_days: limitValue(days) });
+      const t = await endpoints.createToken({ user: user.trim(), name: label.trim() || 'default', expires_days: limitValue(days) }, step);
       setMade(t);
     });
   };
@@ -262,6 +286,7 @@ function TokensSection() {
 export function TeamPage() {
   const me = useQuery('whoami', (s) => endpoints.whoami(s));
   const [created, setCreated] = useState<WebhookCreated | null>(null);
+  const [step, setStep] = useState('');
   if (me.error) return <div className="page"><ErrorState error={me.error} onRetry={me.reload} /></div>;
   if (!me.data) return <div className="page"><Loading what="who you are" /></div>;
   const admin = me.data.role === 'admin';
@@ -275,8 +300,11 @@ export function TeamPage() {
           Only admins manage users, tokens, groups and quotas; ask one of your team's admins. You can manage your own webhooks below.
         </p>
       )}
-      {admin && <UsersSection />}
-      {admin && <TokensSection />}
+      {admin && <StepTokenField value={step} onChange={setStep} />}
+      <StepToken.Provider value={step.trim()}>
+        {admin && <UsersSection />}
+        {admin && <TokensSection />}
+      </StepToken.Provider>
       {admin && <GroupsSection />}
       <WebhooksSection created={created} onCreated={setCreated} />
     </div>

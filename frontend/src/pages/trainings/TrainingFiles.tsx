@@ -1,10 +1,16 @@
+import { useState } from 'react';
+import { download } from '../../api/client';
 import { endpoints, listOf, trainingFileUrl } from '../../api/endpoints';
 import type { Training } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { fmtBytes } from '../../lib/format';
 
-/** The training's checkpoints and outputs, each a download link (its owner and admins may read them). */
+/**
+ * The training's checkpoints and outputs, each a download link (its owner and admins may read them). A click
+ * asks for a single-use download link (a navigation carries no page key) and opens it.
+ */
 export function TrainingFiles({ t, active }: { t: Training; active: boolean }) {
+  const [failed, setFailed] = useState<string | null>(null);
   const q = useQuery(`files|${t.id}`, (signal) => endpoints.trainingFiles(t.id, signal), active ? 15_000 : undefined);
   if (q.error && !q.data) {
     const text = q.error.status === 403 ? 'Only its owner and admins see its files.' : `Files unavailable: ${q.error.message}`;
@@ -14,6 +20,8 @@ export function TrainingFiles({ t, active }: { t: Training; active: boolean }) {
   const files = listOf(q.data);
   if (files.length === 0) return <p className="muted">No checkpoints or outputs yet.</p>;
   return (
+    <>
+    {failed && <p className="error" role="alert">Download failed: {failed}</p>}
     <table className="table" data-testid="training-files">
       <thead>
         <tr>
@@ -26,7 +34,15 @@ export function TrainingFiles({ t, active }: { t: Training; active: boolean }) {
         {files.map((f) => (
           <tr key={f.path}>
             <td>
-              <a href={trainingFileUrl(t.id, f.path)} download>
+              <a
+                href={trainingFileUrl(t.id, f.path)}
+                download
+                onClick={(ev) => {
+                  ev.preventDefault();
+                  setFailed(null);
+                  download(trainingFileUrl(t.id, f.path)).catch((err: Error) => setFailed(`${f.path}: ${err.message}`));
+                }}
+              >
                 {f.path}
               </a>
             </td>
@@ -36,5 +52,6 @@ export function TrainingFiles({ t, active }: { t: Training; active: boolean }) {
         ))}
       </tbody>
     </table>
+    </>
   );
 }
