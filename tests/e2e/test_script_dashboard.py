@@ -51,5 +51,11 @@ def test_script_training_detail_page_shows_its_loss_curve_and_ranks_log(page, se
     link = page.get_by_test_id("training-files").get_by_role("link", name="checkpoints/step-000014.pt")
     link.wait_for()
     assert link.get_attribute("href") == f"/api/v1/trainings/{tid}/files/checkpoints/step-000014.pt"
+    # A click downloads it through a single-use link the page asks for (a navigation carries no page key).
+    with page.expect_download(timeout=30_000) as got:
+        link.click()
+    saved = got.value.path()
+    assert got.value.failure() is None and Path(saved).stat().st_size > 0
+    assert "ticket=" in got.value.url and f"/api/v1/trainings/{tid}/files/checkpoints/step-000014.pt" in got.value.url
     assert page.get_by_role("button", name="Resume").is_visible()
     page.screenshot(path=str(screenshots / "training-script.png"), full_page=True)
