@@ -33,8 +33,13 @@ def test_the_first_commands_link_signs_its_account_in(tmp_path: Path) -> None:
         assert httpx.get(f"{srv.url}/api/v1/auth/whoami", timeout=10).status_code == 401
         with httpx.Client(base_url=srv.url, timeout=10, follow_redirects=True) as browser:
             r = browser.get(_link(srv.log_tail(1 << 20)))
-            # Signed in (the session cookie), sent on to the dashboard.
+            # Signed in (the session cookie), sent on to the dashboard with the session's page key in the
+            # fragment, which no request carries: the cookie alone signs nothing in.
             assert r.status_code == 200 and r.url.path == "/"
+            location = r.history[0].headers["location"]
+            assert location.startswith("/#gpufleet-key=")
+            assert browser.get("/api/v1/auth/whoami").status_code == 401
+            browser.headers["X-Gpufleet-Key"] = location.split("=", 1)[1]
             me = browser.get("/api/v1/auth/whoami").json()
             assert (me["name"], me["role"], me["via"], me["auth_required"]) == ("root", "admin", "session", True)
             assert browser.post("/api/v1/auth/sign-out").status_code == 200

@@ -18,6 +18,7 @@ from starlette.middleware import Middleware
 
 from gpufleet import __version__
 from gpufleet.api import ws
+from gpufleet.api.pagekey import HEADER as PAGE_KEY_HEADER
 from gpufleet.api.loadshed import Admission, DatabaseOutage, pool_timeout, request_capacity
 from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
@@ -100,7 +101,7 @@ def request_guards(settings: Settings) -> list[Middleware]:
     if settings.cors_origins:
         guards.insert(0, Middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                                     allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key"]))
+                                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key", PAGE_KEY_HEADER]))
     return guards
 
 

@@ -75,6 +75,11 @@ def test_configured_origin_is_allowed(on_settings: Settings, people: People) -> 
         assert r.headers["access-control-allow-credentials"] == "true"
         r = client.get("/api/v1/auth/whoami", headers={"Origin": "https://evil.example"})
         assert "access-control-allow-origin" not in r.headers
+        # The configured origin's page may send the page key (a header its preflight must allow).
+        pre = client.options("/api/v1/trainings", headers={
+            "Origin": "https://dash.example.org", "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "x-gpufleet-key"})
+        assert pre.status_code == 200 and "x-gpufleet-key" in pre.headers["access-control-allow-headers"].lower()
 
 
 def test_no_cors_headers_unless_origins_are_configured(client: TestClient, people: People) -> None:
