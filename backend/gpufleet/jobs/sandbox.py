@@ -86,7 +86,8 @@ def read_paths() -> list[Path]:
     allowed = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                os.path.dirname(os.path.realpath(sys.executable)),
                *(paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-               *site.getsitepackages(), site.getusersitepackages(), os.path.dirname(os.path.realpath(gpufleet.__file__))]
+               *site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+               os.path.dirname(os.path.realpath(gpufleet.__file__))]
     seen: list[Path] = []
     for p in allowed:
         if p and os.path.isabs(p) and os.path.exists(p):
