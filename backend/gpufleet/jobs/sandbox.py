@@ -6,10 +6,12 @@ What the code inside sees (``bwrap`` arguments below):
   training is visible in ``/proc``, so no ``/proc/<pid>/environ`` to read;
 - the system read-only, ``/tmp`` and ``/dev/shm`` private (``mp.spawn``
   semaphores and shared memory work; nothing is shared with other trainings);
-- gpufleet's data dir and checkpoint root absent (an empty tmpfs over them),
-  except the training's own directories, bound read-write;
+- gpufleet's data dir and checkpoint root absent (an empty tmpfs over them,
+  laid after every read bind that could show them), except the training's own
+  directories, bound read-write;
 - the server account's home hidden when the run account cannot enter it, with
-  only the interpreter and gpufleet's code bound back read-only;
+  only what :func:`read_paths` allows (the interpreter, its site-packages,
+  gpufleet's package) bound back read-only, never the rest of ``sys.path``;
 - ``/dev`` minimal, plus the GPU device nodes (``/dev/nvidia*``, ``/dev/dri``,
   ``/dev/kfd``); the network kept (rendezvous, NCCL).
 
