@@ -132,8 +132,10 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def serve_process(data_dir: Path, *args: str, port: int | None = None, host: str = "127.0.0.1",
-                  ready_timeout: float = 120, **env: str | None) -> Iterator[ServedProcess]:
-    """`gpufleet serve --host HOST --port PORT ARGS` on ``data_dir`` with ``serve_env(data_dir, **env)``.
+                  ready_timeout: float = 120, cwd: Path | None = None,
+                  **env: str | None) -> Iterator[ServedProcess]:
+    """`gpufleet serve --host HOST --port PORT ARGS` on ``data_dir`` with ``serve_env(data_dir, **env)``,
+    started in ``cwd`` (this process's own when None).
 
     Its output goes to ``serve-<port>.log`` beside the data dir (appended: a
     restart on the same port continues it). Stopped on exit, if the test has
@@ -147,7 +149,7 @@ def serve_process(data_dir: Path, *args: str, port: int | None = None, host: str
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([*gpufleet(), "serve", "--host", host, "--port", str(port), *args],
                                 env=serve_env(data_dir, **env), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, cwd=cwd)
     served = ServedProcess(f"http://127.0.0.1:{port}", port, data_dir, log_path, proc,
                            int(env["GPUFLEET_SESSIONS_PORT"] or 0))
     try:

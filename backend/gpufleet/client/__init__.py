@@ -10,6 +10,7 @@ from gpufleet.client.errors import (
     GpufleetError,
     InvalidRequest,
     MethodNotAllowed,
+    NoAnswer,
     NotFound,
     PayloadTooLarge,
     RateLimited,
@@ -23,6 +24,6 @@ from gpufleet.client.errors import (
 __all__ = [
     "AmbiguousTraining", "InvalidRequest", "UnknownTraining",
     "APIError", "BadRequest", "Client", "Conflict", "DEFAULT_SERVER", "FINAL_STATUSES", "Forbidden",
-    "GpufleetError", "MethodNotAllowed", "NotFound", "PayloadTooLarge", "RateLimited", "ServerError",
+    "GpufleetError", "MethodNotAllowed", "NoAnswer", "NotFound", "PayloadTooLarge", "RateLimited", "ServerError",
     "ServerUnreachable", "Unauthorized", "ValidationFailed",
 ]

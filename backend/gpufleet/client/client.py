@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 from gpufleet.client.fleet import FleetCalls
 from gpufleet.client.errors import (
     AmbiguousTraining,
+    NoAnswer,
     ServerUnreachable,
     UnknownTraining,
     error_for,
@@ -180,7 +181,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
                     unanswered += 1
                     self._sleep(min(2.0 ** unanswered, 10.0))
                     continue
-                raise ServerUnreachable(self.server, str(exc) or type(exc).__name__) from None
+                raise self._unanswered(exc, method, path) from None
             # The first try of this create is still being answered: its answer comes to this one.
             if r.status_code == 409 and "retry-after" in r.headers and unanswered < unanswered_retries:
                 unanswered += 1
@@ -196,6 +197,16 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
             if r.status_code >= 400:
                 raise error_for(r.status_code, _detail(r), method=method, path=path, headers=dict(r.headers))
             return r
+
+    def _unanswered(self, exc: httpx.HTTPError, method: str, path: str) -> ServerUnreachable:
+        """What a request that got no answer ends in: :class:`NoAnswer` once it may have reached the server."""
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol,
+                            httpx.ProxyError)) or not isinstance(exc, httpx.TransportError):
+            return ServerUnreachable(self.server, reason)  # nothing was sent
+        if isinstance(exc, httpx.ReadTimeout) and self._http.timeout.read:
+            reason = f"no answer within {self._http.timeout.read:g} s"
+        return NoAnswer(self.server, reason, method, path)
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
         """Any API call (``path`` under the server root); the JSON answer. Errors as for every method."""

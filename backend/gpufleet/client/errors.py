@@ -17,10 +17,24 @@ class GpufleetError(Exception):
 class ServerUnreachable(GpufleetError):
     """No HTTP answer at all: wrong address, server down, or a timeout."""
 
-    def __init__(self, server: str, reason: str):
+    def __init__(self, server: str, reason: str, message: str | None = None):
         self.server = server
         self.reason = reason
-        super().__init__(f"cannot reach the server at {server}: {reason}")
+        super().__init__(message or f"cannot reach the server at {server}: {reason}")
+
+
+class NoAnswer(ServerUnreachable):
+    """The request reached the server (it was sent, or being sent), and no answer came: a read timeout, or the
+    connection closed first. A request that changes something may have been done; ``method`` says which."""
+
+    def __init__(self, server: str, reason: str, method: str = "", path: str = ""):
+        self.method = method
+        self.path = path
+        super().__init__(server, reason, f"the server at {server} did not answer {method} {path} ({reason})")
+
+    @property
+    def may_have_been_done(self) -> bool:
+        return self.method.upper() not in ("GET", "HEAD", "OPTIONS")
 
 
 class InvalidRequest(GpufleetError, ValueError):

@@ -12,10 +12,25 @@ from typing import Any, NoReturn
 import typer
 
 from gpufleet.client import Client as _LibraryClient
-from gpufleet.client import AmbiguousTraining, GpufleetError, ServerUnreachable, UnknownTraining
+from gpufleet.client import AmbiguousTraining, GpufleetError, NoAnswer, ServerUnreachable, UnknownTraining
 from gpufleet.commands.tables import labelled, make_console
 
 err = make_console(stderr=True)
+
+
+# The command that shows whether a change under an API path was done (its first part after /api/v1/).
+CHECK_WITH = {"pools": "gpufleet pools ls", "trainings": "gpufleet trainings ls", "sessions": "gpufleet session ls",
+              "sweeps": "gpufleet sweep ls", "users": "gpufleet users ls", "tokens": "gpufleet tokens ls",
+              "groups": "gpufleet groups ls", "webhooks": "gpufleet webhooks ls"}
+
+
+def unanswered(exc: NoAnswer) -> str:
+    """What to tell of a request that reached the server and got no answer: a change may have been done."""
+    if not exc.may_have_been_done:
+        return f"{exc}; it may be busy: try again, or look at its log"
+    part = exc.path.split("?", 1)[0].removeprefix("/api/v1/").split("/", 1)[0]
+    check = f"`{CHECK_WITH[part]}`" if part in CHECK_WITH else "the dashboard or the matching `ls` command"
+    return f"{exc}; it may have been done: check with {check} before sending it again"
 
 
 def _fail(message: str) -> NoReturn:
@@ -41,6 +56,8 @@ class Client(_LibraryClient):
     def _send(self, method: str, path: str, **kw: Any) -> Any:
         try:
             return super()._send(method, path, **kw)
+        except NoAnswer as exc:
+            _fail(unanswered(exc))
         except ServerUnreachable as exc:
             _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
         except GpufleetError as exc:

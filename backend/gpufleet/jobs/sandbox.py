@@ -6,10 +6,12 @@ What the code inside sees (``bwrap`` arguments below):
   training is visible in ``/proc``, so no ``/proc/<pid>/environ`` to read;
 - the system read-only, ``/tmp`` and ``/dev/shm`` private (``mp.spawn``
   semaphores and shared memory work; nothing is shared with other trainings);
-- gpufleet's data dir and checkpoint root absent (an empty tmpfs over them),
-  except the training's own directories, bound read-write;
+- gpufleet's data dir and checkpoint root absent (an empty tmpfs over them,
+  laid after every read bind that could show them), except the training's own
+  directories, bound read-write;
 - the server account's home hidden when the run account cannot enter it, with
-  only the interpreter and gpufleet's code bound back read-only;
+  only what :func:`read_paths` allows (the interpreter, its site-packages,
+  gpufleet's package) bound back read-only, never the rest of ``sys.path``;
 - ``/dev`` minimal, plus the GPU device nodes (``/dev/nvidia*``, ``/dev/dri``,
   ``/dev/kfd``); the network kept (rendezvous, NCCL).
 
@@ -69,15 +71,27 @@ def closed_ancestor(path: Path, uid: int, gids: set[int]) -> Path | None:
 
 
 def read_paths() -> list[Path]:
-    """What the launcher needs to read: the interpreter's prefixes, every import path and where gpufleet is
-    (an editable install imports it from its source tree, which no import path names)."""
+    """What the launcher needs to read, from an allow-list: the interpreter (its prefixes and its folder), its
+    standard library and site-packages, and gpufleet's own package folder (an editable install imports it from
+    its source tree, which no site-packages holds).
+
+    Never the rest of ``sys.path``: the worker runs as ``python -m``, so its first entry is the folder the
+    server was started in (the data dir's parent, ``/tmp``, an admin's home), which is no code of the sandbox's.
+    """
+    import site
     import sys
+    import sysconfig
 
     import gpufleet
 
+    paths = sysconfig.get_paths()
+    allowed = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+               os.path.dirname(os.path.realpath(sys.executable)),
+               *(paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+               *site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else []),
+               os.path.dirname(os.path.realpath(gpufleet.__file__))]
     seen: list[Path] = []
-    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-              *sys.path, os.path.dirname(os.path.dirname(os.path.realpath(gpufleet.__file__)))):
+    for p in allowed:
         if p and os.path.isabs(p) and os.path.exists(p):
             path = Path(os.path.realpath(p))
             if path not in seen:
@@ -85,11 +99,18 @@ def read_paths() -> list[Path]:
     return seen
 
 
+def _inside(p: Path, folders: Iterable[Path]) -> bool:
+    return any(p == m or m in p.parents for m in folders)
+
+
 def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Path], read: Iterable[Path],
                write: Iterable[Path], binds: Iterable[tuple[Path, Path]] = ()) -> list[str]:
     """bwrap and setpriv arguments that run a command as ``uid`` in the sandbox (append the command).
 
-    ``binds``: (folder, where it appears) pairs, read-write (a warm launcher's slots, ``jobs/slots.py``).
+    ``hidden`` (the data dir, the checkpoint root) are masked after every read bind that is not inside them,
+    so no read bind can show them; a read path inside one (the shared datasets) and the ``write`` folders are
+    bound after the masks. ``binds``: (folder, where it appears) pairs, read-write (a warm launcher's slots,
+    ``jobs/slots.py``).
     """
     bwrap, setpriv = bwrap_path(), setpriv_path()
     if bwrap is None or setpriv is None:
@@ -98,19 +119,18 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
     write = [Path(p) for p in write]
     read = [Path(p) for p in read]
     binds = [(Path(src), Path(dest)) for src, dest in binds]
-    masks = {Path(p) for p in hidden}
+    hidden = {Path(p) for p in hidden}
+    closed: set[Path] = set()  # the folders on the way the account may not enter (the server's home)
     for p in [*read, *write, *(dest for _, dest in binds)]:
-        closed = closed_ancestor(p, uid, gids)
-        if closed is not None and closed != Path("/"):
-            masks.add(closed)
+        c = closed_ancestor(p, uid, gids)
+        if c is not None and c != Path("/"):
+            closed.add(c)
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
     for node in _gpu_nodes():
         args += ["--dev-bind", node, node]
-    for m in sorted(masks, key=lambda p: len(p.parts)):
-        args += ["--tmpfs", str(m)]
-    covered = masks | {Path("/tmp"), Path("/dev/shm")}
+    covered = closed | hidden | {Path("/tmp"), Path("/dev/shm")}
     made: set[Path] = set()
 
     def way_to(p: Path) -> list[str]:
@@ -122,8 +142,17 @@ def bwrap_args(*, uid: int, gid: int, groups: Iterable[int], hidden: Iterable[Pa
                 out += ["--perms", "0755", "--dir", str(d)]
         return out
 
+    def mask(folders: set[Path]) -> None:
+        for m in sorted(folders, key=lambda p: len(p.parts)):
+            args.extend([*way_to(m), "--tmpfs", str(m)])
+
+    mask(closed - hidden)
+    for p in read:  # what is visible already needs no bind; inside a mask it does
+        if _inside(p, covered) and not _inside(p, hidden):
+            args += [*way_to(p), "--ro-bind", str(p), str(p)]
+    mask(hidden)
     for p in read:
-        if any(p == m or m in p.parents for m in covered):
+        if _inside(p, hidden):
             args += [*way_to(p), "--ro-bind", str(p), str(p)]
     for p in write:
         args += [*way_to(p), "--bind", str(p), str(p)]

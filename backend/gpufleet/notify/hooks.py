@@ -11,12 +11,14 @@ import uuid
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+import httpx
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.bounds import MAX_URL
 from gpufleet.db.notify import Webhook
 from gpufleet.notify.events import EVENTS
+from gpufleet.notify.hostnames import BadHost, ascii_url
 from gpufleet.notify.outbound import AddressRefused, Policy
 
 FORMATS = ("json", "slack")
@@ -31,6 +33,8 @@ class HookNotFound(HookError):
 
 
 def check_url(url: str) -> str:
+    """``url`` if it is one a webhook may have, with its host in ASCII (``gpufleet.notify.hostnames``): the form
+    that is judged, stored and sent."""
     url = url.strip()
     if len(url) > MAX_URL:
         raise HookError(f"the URL is longer than {MAX_URL} characters")
@@ -47,14 +51,25 @@ def check_url(url: str) -> str:
         raise HookError("a webhook URL may not carry a user name or password; put a token in its path or query")
     if any(c.isspace() for c in url):
         raise HookError("a webhook URL may not contain spaces")
+    try:
+        url = ascii_url(url)
+        sent_to = httpx.URL(url).raw_host.decode("ascii")
+    except BadHost as exc:
+        raise HookError(f"{exc}; a webhook URL names its receiver's host") from None
+    except (ValueError, httpx.InvalidURL) as exc:
+        raise HookError(f"{url!r} is not a URL: {exc}") from None
+    judged = urlsplit(url).hostname or ""
+    if sent_to.rstrip(".") != judged.rstrip("."):  # the client reads the host that was judged, or it is refused
+        raise HookError(f"{url!r} names its host ambiguously ({judged} or {sent_to}); write it plainly")
     return url
 
 
 def check_target(url: str, policy: Policy) -> str:
     """``check_url``, and the address: never loopback, private, link-local or metadata (unless allowed)."""
+    written = urlsplit(url.strip()).hostname or ""
     url = check_url(url)
     try:
-        policy.check_host(urlsplit(url).hostname or "")
+        policy.check_host(written)  # normalised there too, and named as written
     except AddressRefused as exc:
         raise HookError(str(exc)) from None
     return url

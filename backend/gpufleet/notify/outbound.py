@@ -5,6 +5,9 @@ team's network. Left open, it reaches what only the server should reach: a
 service on loopback, the cloud's metadata endpoint, a database on the private
 network. So a webhook's address is checked twice:
 
+- first, the host is normalised (``gpufleet.notify.hostnames``: IDNA's UTS 46
+  mapping), so full-width or circled digits and dots are judged as the
+  resolver reads them, and the ASCII form is what is stored and sent;
 - when it is registered or changed (:func:`check_host`): a literal address in
   any spelling (``127.1``, ``2130706433``, ``0x7f000001``, ``::ffff:127.0.0.1``)
   and the names ``localhost`` and ``*.localhost``; a DNS name is not resolved
@@ -31,7 +34,8 @@ from typing import Any
 import httpcore
 import httpx
 
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
+from gpufleet.notify.hostnames import IP, BadHost, ascii_host, literal
+
 SETTING = "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
@@ -94,13 +98,19 @@ class Policy:
                 f"with {SETTING}")
 
     def check_host(self, host: str) -> None:
-        """Refuse a literal inside address or a loopback name (at registration; no DNS lookup)."""
-        name = host.strip().rstrip(".").lower()
+        """Refuse what is no host name, a literal inside address or a loopback name, each judged in its
+        normalised form (at registration and at each connection; no DNS lookup)."""
+        try:
+            name = ascii_host(host).rstrip(".")
+        except BadHost as exc:
+            raise AddressRefused(str(exc)) from None
+        said = host.strip().rstrip(".").lower()
+        read_as = "" if name == said else f"{host} is {name} once normalised (IDNA); "
         if name == "localhost" or name.endswith(".localhost"):
-            raise AddressRefused(f"webhooks go only to public addresses: {host} is this machine (loopback)")
+            raise AddressRefused(f"{read_as}webhooks go only to public addresses: {name} is this machine (loopback)")
         ip = literal(name)
-        if ip is not None and (why := self.refusal(ip, host)) is not None:
-            raise AddressRefused(why)
+        if ip is not None and (why := self.refusal(ip, name if read_as else host)) is not None:
+            raise AddressRefused(read_as + why)
 
     def resolve(self, host: str, port: int) -> str:
         """The address to connect to for ``host``: every address it resolves to must be allowed."""
@@ -117,19 +127,6 @@ class Policy:
         if not addresses:
             raise httpcore.ConnectError(f"{host} resolves to no address")
         return addresses[0]
-
-
-def literal(host: str) -> IP | None:
-    """``host`` as an IP address, in any spelling the C library's resolver accepts (``127.1``, ``0x7f.1``)."""
-    bare = host.strip("[]").split("%", 1)[0]
-    try:
-        return ipaddress.ip_address(bare)
-    except ValueError:
-        pass
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(bare))
-    except (OSError, ValueError):
-        return None
 
 
 class GuardedBackend(httpcore.SyncBackend):

@@ -34,6 +34,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.notify import messages, outbound
 from gpufleet.notify.events import notification
+from gpufleet.notify.hostnames import ascii_url
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +153,14 @@ def post(http: httpx.Client, hook: Webhook, notice: messages.Notice) -> tuple[bo
     """
     raw = messages.body(notice, hook.format)
     try:
+        url = ascii_url(hook.url)  # as it was judged at registration (a hook stored before that was not)
         # Streamed: the answer's body is never read, only its status line.
-        with http.stream("POST", hook.url, content=raw, headers=messages.headers(notice, hook.secret, raw)) as r:
+        with http.stream("POST", url, content=raw, headers=messages.headers(notice, hook.secret, raw)) as r:
             status = r.status_code
     except httpx.HTTPError as exc:
         return False, failure(exc)
+    except (ValueError, httpx.InvalidURL) as exc:  # BadHost among them
+        return False, f"this webhook's URL cannot be sent to: {str(exc)[:300]}; change it (PATCH its url)"
     if 200 <= status < 300:
         return True, None
     return False, f"HTTP {status}"

@@ -26,9 +26,10 @@ class _URLChecked(RequestBody):
         from gpufleet.notify.hooks import HookError, check_url
 
         try:
-            return check_url(v)
+            check_url(v)  # normalised where it is stored (hooks.check_target), which names the host as written
         except HookError as exc:
             raise ValueError(str(exc)) from None
+        return v
 
 
 class WebhookCreate(_URLChecked):

@@ -5972,7 +5972,10 @@ export interface operations {
     "sessions-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5985,13 +5988,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["SessionPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6021,6 +6026,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6858,7 +6874,10 @@ export interface operations {
     "sweeps-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6871,13 +6890,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["SweepDetail"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6907,6 +6928,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8773,7 +8805,10 @@ export interface operations {
     "trainings-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -8786,13 +8821,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8822,6 +8859,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8873,7 +8921,10 @@ export interface operations {
     "trainings-create-batch": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -8886,13 +8937,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8922,6 +8975,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -10944,6 +11008,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description Sending the test failed in a way the server did not foresee */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
@@ -11023,10 +11096,14 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const pathsApiV1SessionsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions"]["get"]["parameters"]["query"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const pathsApiV1SessionsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1SessionsLimitsKindNamePutParametersPathKindValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions/limits/{kind}/{name}"]["put"]["parameters"]["path"]["kind"]> = ["user", "group"];
+export const pathsApiV1SweepsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sweeps"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryPolicyValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["policy"]> = ["pack", "spread"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["recipe"]> = ["mlp", "sae"];
 export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["get"]["parameters"]["query"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const pathsApiV1TrainingsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
+export const pathsApiV1TrainingsBatchPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings/batch"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
 export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
 export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed"];

@@ -9,6 +9,7 @@ except the one a test asks for.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Annotated, TypeVar
@@ -33,6 +34,7 @@ from gpufleet.notify.messages import Notice
 from gpufleet.notify.outbound import Policy, client
 from gpufleet.notify.outbox import post
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["webhooks"])
 HookPath = Annotated[uuid.UUID, Path(description="a webhook's id")]
 T = TypeVar("T")
@@ -93,7 +95,7 @@ def delete_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -
 
 
 @router.post("/webhooks/{hook_id}/test", response_model=WebhookTestPublic, operation_id="webhooks-test",
-             responses=NOT_FOUND)
+             responses={**NOT_FOUND, 502: error_response("Sending the test failed in a way the server did not foresee")})
 def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> WebhookTestPublic:
     """Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken.
 
@@ -108,6 +110,11 @@ def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> 
     notice = Notice(key=f"{h.id}:test:{now.timestamp():.0f}", event="test", time=now.isoformat(),
                     training={"id": None, "name": None, "owner": user.name, "kind": None, "status": None},
                     reason="a test from gpufleet", user=user.name)
-    with client(Policy(settings.webhook_allowed_networks), settings.webhook_timeout_s) as http:
-        ok, error = post(http, h, notice)
+    try:
+        with client(Policy(settings.webhook_allowed_networks), settings.webhook_timeout_s) as http:
+            ok, error = post(http, h, notice)
+    except Exception as exc:  # post() says what it foresees; anything else is the sending's fault, not the caller's
+        log.exception("the test of webhook %s failed", h.id)
+        raise HTTPException(502, f"sending the test failed ({type(exc).__name__}); the server's log has the "
+                                 "details, and changing the webhook's URL may help") from None
     return WebhookTestPublic(delivered=ok, error=error)

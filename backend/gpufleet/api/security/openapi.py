@@ -5,7 +5,9 @@ FastAPI answers 400 for a body that is not even UTF-8 (422 for text that is
 not JSON), and a path that names a
 missing thing answers 404, so routes do not declare these one by one; what
 only one route answers (409 on cancel, 503 on /healthz) it declares itself
-with ``responses=``. Sign-in is declared as two security schemes (a bearer
+with ``responses=``. The creates that take an ``Idempotency-Key``
+(``gpufleet.api.idempotency``) declare it, the ``Idempotent-Replayed`` header
+of a replayed answer and the 409 of a reused key. Sign-in is declared as two security schemes (a bearer
 token, the dashboard's session cookie) with ``security`` on every gated
 operation and none on the open ones, so generated clients know a token is
 needed and ``/docs`` has an Authorize button. Declaring all this keeps the
@@ -22,6 +24,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 
 from gpufleet.api.deps import require_admin, require_creator, require_member
+from gpufleet.api.idempotency import CREATES, MAX_KEY
 from gpufleet.api.security.asgi import SIGN_IN_PATH, is_gated
 from gpufleet.api.security.policy import auth_required
 
@@ -169,9 +172,48 @@ def _complete(app: FastAPI, schema: dict[str, Any]) -> None:
                 op.pop("security", None)
             for code, spec in _refusals(path, method, op, creators, role_checked).items():
                 op["responses"].setdefault(code, spec)
+            if method == "post" and path in CREATES:
+                _declare_idempotency(op)
             for code in ("429", "503"):
                 if code in op["responses"]:
                     op["responses"][code].setdefault("headers", {})["Retry-After"] = RETRY_AFTER
+
+
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the"
+                   " request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a"
+                   " second time. A key belongs to the signed-in user and to this endpoint; a new request needs"
+                   " a new key.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY},
+}
+IDEMPOTENT_REPLAYED = {
+    "description": "`true` when this is the stored answer to an earlier request with the same Idempotency-Key;"
+                   " absent when the request was done now",
+    "schema": {"type": "string", "enum": ["true"]},
+}
+
+
+def _declare_idempotency(op: dict[str, Any]) -> None:
+    """The key a create takes, the header of a replayed answer, the 409 of a reused key (api/idempotency.py)."""
+    params = op.setdefault("parameters", [])
+    if not any(p.get("in") == "header" and p.get("name") == IDEMPOTENCY_KEY["name"] for p in params):
+        params.append(dict(IDEMPOTENCY_KEY))
+    for code, answer in op["responses"].items():
+        if code.startswith("2"):
+            answer.setdefault("headers", {})["Idempotent-Replayed"] = IDEMPOTENT_REPLAYED
+    conflict = op["responses"].setdefault("409", _ref(""))
+    conflict["description"] = "; or ".join(filter(None, [
+        conflict["description"], "This Idempotency-Key was used with another body, or its first request is still"
+        " being answered (then Retry-After says when to send it again)"]))
+    conflict.setdefault("headers", {})["Retry-After"] = {
+        "description": "while the first request with this key is being answered: seconds to wait before sending"
+                       " it again", "schema": {"type": "integer", "minimum": 0}}
+    bad = op["responses"].setdefault("400", _ref(""))
+    bad["description"] = "; or ".join(filter(None, [bad["description"], f"the Idempotency-Key header is not 1 to"
+                                                                       f" {MAX_KEY} characters"]))
 
 
 def _declare_outside_api(op: dict[str, Any]) -> None:
