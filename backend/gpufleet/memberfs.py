@@ -127,13 +127,14 @@ def beneath(root: str | Path, path: str | Path) -> str:
 class Dir:
     """A folder held by descriptor; what is below it is reached relative to it, never through a link."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, path: Path):
         self.fd = fd
+        self.path = path  # for messages, and for a root-only folder's own paths; never resolved here
 
     @classmethod
     def root(cls, path: str | Path) -> Dir:
         """A folder the server trusts (made by root, or by the operator's configuration), opened as named."""
-        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        return cls(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), Path(path))
 
     @classmethod
     def under(cls, root: str | Path, rel: str | PurePosixPath) -> Dir:
@@ -153,7 +154,7 @@ class Dir:
         self.close()
 
     def sub(self, rel: str | PurePosixPath) -> Dir:
-        return Dir(open_beneath(self.fd, rel, os.O_RDONLY | os.O_DIRECTORY))
+        return Dir(open_beneath(self.fd, rel, os.O_RDONLY | os.O_DIRECTORY), self.path / rel)
 
     def _parent(self, rel: str | PurePosixPath) -> tuple[Dir, str]:
         folder, name = _split(rel)
@@ -245,14 +246,14 @@ class Dir:
         """The folder ``rel`` (made when missing, its parents too), given ``mode`` and, when root, ``uid``:
         ``gid``, on its own descriptor: a link or a file in its place is refused (OSError), never followed."""
         names = _parts(rel)
-        cur = Dir(os.dup(self.fd))
+        cur = Dir(os.dup(self.fd), self.path)
         try:
-            for i, name in enumerate(names):
+            for name in names:
                 try:
                     os.mkdir(name, 0o700, dir_fd=cur.fd)
                 except FileExistsError:
                     pass
-                nxt = Dir(os.open(name, _DIR_FLAGS, dir_fd=cur.fd))  # ELOOP/ENOTDIR for a link or a file
+                nxt = Dir(os.open(name, _DIR_FLAGS, dir_fd=cur.fd), cur.path / name)  # ELOOP/ENOTDIR: a link
                 cur.close()
                 cur = nxt
             if not stat.S_ISDIR(os.fstat(cur.fd).st_mode):
@@ -288,7 +289,14 @@ class Dir:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             self.remove(rel)
         self.make_dir(rel, uid, gid, mode)
+        self.give_tree(rel, uid, gid)
+
+    def give_tree(self, rel: str | PurePosixPath, uid: int, gid: int) -> None:
+        """Everything in the folder ``rel`` (and it), given to ``uid``:``gid`` when root; links themselves."""
+        if os.geteuid() != 0:
+            return
         with self.sub(rel) as d:
+            os.fchown(d.fd, uid, gid)
             for _root, dirs, files, root_fd in os.fwalk(".", dir_fd=d.fd, follow_symlinks=False):
                 for name in dirs + files:
                     os.chown(name, uid, gid, dir_fd=root_fd, follow_symlinks=False)

@@ -100,8 +100,11 @@ class ScriptSpec:
         """The ranks this launcher starts."""
         return self.world_size // self.nnodes
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
     def write(self, path: Path) -> None:
-        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
+        write_new(path, self.to_json())  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: str | Path) -> ScriptSpec:
