@@ -192,7 +192,7 @@ class Dir:
             fh.seek(offset)
             return fh.read(limit)
 
-    def read_text(self, rel: str | PurePosixPath, limit: int = READ_LIMIT) -> str | None:
+    def text(self, rel: str | PurePosixPath, limit: int = READ_LIMIT) -> str | None:
         data = self.read(rel, 0, limit)
         return None if data is None else data.decode("utf-8", "replace")
 
@@ -218,7 +218,7 @@ class Dir:
                 os.fchmod(fh.fileno(), mode)
             os.replace(tmp, name, src_dir_fd=parent.fd, dst_dir_fd=parent.fd)
 
-    def touch(self, rel: str | PurePosixPath) -> bool:
+    def mark(self, rel: str | PurePosixPath) -> bool:
         """Create ``rel`` if missing (a marker file); never through a link, never blocking; never raises."""
         try:
             os.close(open_beneath(self.fd, rel, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o600))
@@ -229,7 +229,7 @@ class Dir:
     def exists(self, rel: str | PurePosixPath) -> bool:
         return self.lstat(rel) is not None
 
-    def listdir(self, rel: str | PurePosixPath = ".") -> list[str]:
+    def names(self, rel: str | PurePosixPath = ".") -> list[str]:
         with self.sub(rel) as d:
             return os.listdir(d.fd)
 
@@ -275,7 +275,7 @@ class Dir:
             else:
                 os.unlink(name, dir_fd=parent.fd)
 
-    def rename(self, src: str | PurePosixPath, dst: str | PurePosixPath, into: Dir | None = None) -> None:
+    def move(self, src: str | PurePosixPath, dst: str | PurePosixPath, into: Dir | None = None) -> None:
         """Move ``src`` to ``dst`` (below ``into``, else this folder): the names themselves, never a target."""
         sparent, sname = self._parent(src)
         dparent, dname = (into or self)._parent(dst)
@@ -308,8 +308,47 @@ def _set(fd: int, uid: int | None, gid: int | None, mode: int) -> None:
     os.fchmod(fd, mode)
 
 
-def at(path: str | Path) -> tuple[Dir, str]:
-    """``path``'s folder (trusted: the caller made it, or it is root's) and the last name in it, for the files
-    whose folder is the server's and whose name alone a member's process may have put something at."""
+def in_folder(path: str | Path) -> tuple[Dir, str]:
+    """``path``'s folder, opened as named, and the last name in it: for a file whose folder's own name sits
+    in a folder no member writes (the data dir's ``jobs/<id>``, a pool's ``<root>/<id>``), so that only the
+    last name is one a member's process may have put something at."""
     p = Path(path)
     return Dir.root(p.parent), p.name
+
+
+def write_new(path: str | Path, text: str | bytes, mode: int = 0o600) -> Path:
+    """:meth:`Dir.write_new` of ``path``'s last name in its folder (see :func:`in_folder`)."""
+    folder, name = in_folder(path)
+    with folder:
+        folder.write_new(name, text, mode)
+    return Path(path)
+
+
+def mark(path: str | Path) -> None:
+    """Create the marker file ``path`` if missing; never through a link, never blocking; never raises."""
+    try:
+        folder, name = in_folder(path)
+    except OSError:
+        return
+    with folder:
+        folder.mark(name)
+
+
+def read_regular(path: str | Path, offset: int = 0, limit: int = READ_LIMIT) -> bytes | None:
+    """Up to ``limit`` bytes of the regular file ``path`` from ``offset``; None when it is missing or not a
+    regular file (a link, a FIFO, a device)."""
+    try:
+        folder, name = in_folder(path)
+    except OSError:
+        return None
+    with folder:
+        return folder.read(name, offset, limit)
+
+
+def hand_over(d: Path, uid: int, gid: int, mode: int = 0o700) -> None:
+    """:meth:`Dir.hand_over` of the folder ``d``, whose own name sits in a folder of the server's (made
+    here when missing, the server's own)."""
+    d.parent.mkdir(parents=True, exist_ok=True)
+    folder, name = in_folder(d)
+    with folder:
+        folder.hand_over(name, uid, gid, mode)

@@ -29,7 +29,7 @@ from gpufleet.lifecycle.transitions import record_event
 from gpufleet.scheduling.types import fmt_bytes
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
-from gpufleet.engine.ownedfiles import read_regular
+from gpufleet.memberfs import read_regular
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ def _unpack(settings: Settings, a: Attempt, root: memberfs.Dir, work: str) -> No
             code.prepare_workdir(settings, sess, a.training.code_hash or "", root.path / fresh)
         root.give_tree(fresh, a.account.uid, a.account.gid)
         root.remove(work)  # the last attempt's copy: every attempt starts from the code as uploaded
-        root.rename(fresh, work)
+        root.move(fresh, work)
     finally:
         root.remove(fresh)
 
@@ -187,7 +187,7 @@ class ScriptOnPool(OnPool):
 
     def ask_to_stop(self, pool: Pool, training_id: uuid.UUID, attempt: int) -> None:
         with memberfs.Dir.root(pool.checkpoint_root) as root:  # the script's report() sees it, as on a team host
-            root.touch(f"{training_id}/{progress_file(pool, training_id, attempt).name}.stop")
+            root.mark(f"{training_id}/{progress_file(pool, training_id, attempt).name}.stop")
 
 
 ON_POOL: dict[str, OnPool] = {k.name: k for k in (RecipeOnPool(), ScriptOnPool())}

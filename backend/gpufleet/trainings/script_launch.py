@@ -54,7 +54,7 @@ from typing import IO, Any
 from gpufleet.engine import exitcodes as ec
 from gpufleet.engine.lifeline import die_with_parent, launcher_main
 from gpufleet.engine.logtext import LineSplitter
-from gpufleet.engine.ownedfiles import write_new
+from gpufleet.memberfs import write_new
 from gpufleet.engine.progress import ProgressWriter
 from gpufleet.engine.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import script_warm, venv
