@@ -28,6 +28,7 @@ import os
 import platform
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 # What one read of a member's file takes at most; the rest waits for the next read.
@@ -100,14 +101,25 @@ def open_beneath(dirfd: int, rel: str | PurePosixPath, flags: int = os.O_RDONLY,
     cur = dirfd
     try:
         for name in names[:-1]:
-            nxt = os.open(name, _DIR_FLAGS, dir_fd=cur)
+            nxt = _open_one(name, _DIR_FLAGS, 0, cur)
             if cur != dirfd:
                 os.close(cur)
             cur = nxt
-        return os.open(names[-1], flags, mode, dir_fd=cur)
+        return _open_one(names[-1], flags, mode, cur)
     finally:
         if cur != dirfd:
             os.close(cur)
+
+
+def _open_one(name: str, flags: int, mode: int, dirfd: int) -> int:
+    """One component, never through a link; a link says ELOOP, as ``openat2`` does (``O_DIRECTORY`` makes
+    the kernel say ENOTDIR for one)."""
+    try:
+        return os.open(name, flags, mode, dir_fd=dirfd)
+    except NotADirectoryError:
+        if stat.S_ISLNK(os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        raise
 
 
 def _split(rel: str | PurePosixPath) -> tuple[str, str]:
@@ -233,6 +245,20 @@ class Dir:
         with self.sub(rel) as d:
             return os.listdir(d.fd)
 
+    def files(self, rel: str | PurePosixPath = ".") -> Iterator[tuple[PurePosixPath, os.stat_result]]:
+        """Every regular file below ``rel`` (its path from ``rel``, its stat), folders in name order; links
+        are neither followed nor yielded."""
+        with self.sub(rel) as d:
+            for folder, dirs, names, dir_fd in os.fwalk(".", dir_fd=d.fd, follow_symlinks=False):
+                dirs.sort()
+                for name in sorted(names):
+                    try:
+                        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue  # gone since the walk saw it
+                    if stat.S_ISREG(st.st_mode):
+                        yield PurePosixPath(folder, name), st
+
     def give(self, rel: str | PurePosixPath, uid: int | None, gid: int | None, mode: int) -> None:
         """The regular file ``rel``, given mode ``mode`` (and to ``uid``:``gid`` when root), on its descriptor."""
         fd = self.open_regular(rel)
@@ -253,7 +279,7 @@ class Dir:
                     os.mkdir(name, 0o700, dir_fd=cur.fd)
                 except FileExistsError:
                     pass
-                nxt = Dir(os.open(name, _DIR_FLAGS, dir_fd=cur.fd), cur.path / name)  # ELOOP/ENOTDIR: a link
+                nxt = Dir(_open_one(name, _DIR_FLAGS, 0, cur.fd), cur.path / name)  # ELOOP: a link
                 cur.close()
                 cur = nxt
             if not stat.S_ISDIR(os.fstat(cur.fd).st_mode):
