@@ -55,11 +55,8 @@ class Isolation:
         uid, gid = self.account.uid, self.account.gid
         for d in self.write:  # never through a link the training's code left in them (gpufleet.memberfs)
             memberfs.hand_over(d, uid, gid)
-        for d in self.keep:
-            d.mkdir(parents=True, exist_ok=True)
-            if d.stat().st_uid != uid:  # once it is the account's, the account makes all it holds
-                memberfs.hand_over(d, uid, gid)
-            d.chmod(0o700)
+        for d in self.keep:  # once it is the account's, the account makes all it holds
+            memberfs.give_once(d, uid, gid)
             _add_search(d.parent)
         for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
             _add_search(d)
