@@ -26,6 +26,8 @@ MEMBER_TREE_MODULES = [
     "jobs/kinds.py",            # a recipe's spec and progress file
     "jobs/session_attempt.py",  # a session's spec and progress file
     "trainings/script.py",      # a script's next attempt: its progress and stop files cleared
+    "jobs/gang_member.py",      # a follower host's progress file and its last error
+    "jobs/supervisor.py",       # the earlier attempts' progress files
 ]
 
 PATH_METHODS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "iterdir", "mkdir", "chmod",
@@ -48,6 +50,10 @@ ALLOWED = {
         "the system's folders and the operator's data root and CA bundle, bound read-only into the sandbox",
     ("jobs/isolation.py", "plan", "os.path.isdir"):
         "the account's home, whose own name sits in /home (root's)",
+    ("jobs/gang_member.py", "run_follower", ".read_text"):
+        "the rendezvous marker, in the checkpoint root's .gpufleet-shared/ (root's; jobs/rendezvous.py)",
+    ("jobs/gang_member.py", "run_follower", ".mkdir"):
+        "the run dir's own name, made in the data dir's jobs/ (root's); a link cannot be put there",
     ("pools/submit.py", "waiting", ".exists"):
         "SQLAlchemy's EXISTS over a subquery, no file",
     ("engine/stopfile.py", "stop_requested", "os.path.exists"):
