@@ -41,7 +41,14 @@ class Dir:
         self.close()
 
     def sub(self, rel: str | PurePosixPath) -> Dir:
-        return Dir(open_beneath(self.fd, rel, os.O_RDONLY | os.O_DIRECTORY), self.path / rel)
+        """The folder ``rel``; a link there (or on the way) is ELOOP, never followed."""
+        try:
+            return Dir(open_beneath(self.fd, rel, os.O_RDONLY | os.O_DIRECTORY), self.path / rel)
+        except NotADirectoryError:
+            st = self.entry(rel)
+            if st is not None and stat.S_ISLNK(st.st_mode):  # O_DIRECTORY: the kernel says ENOTDIR for it
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(rel)) from None
+            raise
 
     def _parent(self, rel: str | PurePosixPath) -> tuple[Dir, str]:
         folder, name = split_name(rel)
