@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "backend" / "gpufleet"
 # Lowest first, each top-level package or module of gpufleet once. A module may import its own
 # layer or lower ones.
 LAYERS = [
-    {"config", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds"},
+    {"config", "datadir", "secretfiles", "yamlsource", "yamltext", "logsetup", "events", "db", "reporting", "rankpath", "bounds",
+     "memberfs"},
     {"devices"},
     {"telemetry", "engine", "users", "notify"},
     {"wire"},

@@ -151,7 +151,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_
     closed = tmp_path / "secrets"
     closed.mkdir()
     (closed / "secret_key").write_text("the server's")
-    checked = files.resolve
+    checked = files.named
 
     def check_then_swap(*args):
         real = checked(*args)
@@ -160,7 +160,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_serves_nothing_outside(app_
         (ckpt / "sub").symlink_to(closed)
         return real
 
-    monkeypatch.setattr(files, "resolve", check_then_swap)
+    monkeypatch.setattr(files, "named", check_then_swap)
     r = app_client.get(f"/api/v1/trainings/{t['id']}/files/checkpoints/sub/secret_key", headers=_as(people.alice))
     assert r.status_code in (404, 422) and b"the server's" not in r.content, (r.status_code, r.content)
 

@@ -1,6 +1,6 @@
 """What a member's code leaves in its own folders never makes the root worker write, read or give away
 anything else: links named like the next attempt's files, a link where its home folder was, a FIFO as its
-progress file, a link in a checkpoint another training is cloned from (gpufleet.engine.ownedfiles)."""
+progress file, a link in a checkpoint another training is cloned from (gpufleet.memberfs)."""
 
 from __future__ import annotations
 

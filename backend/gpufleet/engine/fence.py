@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpufleet.engine.ownedfiles import write_new
+from gpufleet.memberfs import write_new
 
 FENCE = "fence.json"
 

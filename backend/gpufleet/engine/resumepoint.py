@@ -8,8 +8,10 @@ the checkpoint dir (the attempt fence, ``fence.json``) never are: handed to
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
+from gpufleet import memberfs
 from gpufleet.engine.fence import FENCE
 
 _STEP_DIR = re.compile(r"^step-\d+$")
@@ -22,55 +24,54 @@ def is_candidate(p: Path) -> bool:
     return not (p.name in OWN_FILES or p.name.startswith(".") or p.name.endswith(".tmp"))
 
 
-def newest_resume_point(ckpt_dir: Path) -> str:
+def newest_resume_point(ckpt_dir: Path, root: Path | None = None) -> str:
     """The newest checkpoint, or empty.
 
     gpufleet's own layout (``step-N/`` with ``meta.json``) wins; otherwise the
     most recently modified entry directly in the checkpoint dir (names starting
     with ``.`` or ending in ``.tmp`` are half-written files and ignored, as are
-    gpufleet's own files).
+    gpufleet's own files). The folder is its owner's: looked at through no link
+    (gpufleet.memberfs; ``root``: the server's folder it is below, else its own
+    name sits in one).
     """
-    ckpt_dir = Path(ckpt_dir)
-    if not ckpt_dir.is_dir():
+    try:
+        folder = memberfs.folder(ckpt_dir, root)
+    except (OSError, ValueError):
         return ""
-    steps = [(int(p.name[5:]), p) for p in ckpt_dir.iterdir()
-             if _STEP_DIR.match(p.name) and (p / "meta.json").exists()]
-    if steps:
-        return str(max(steps)[1])
-    best: tuple[float, str] | None = None
-    for p in ckpt_dir.iterdir():
-        if not is_candidate(p):
-            continue
-        try:
-            m = p.stat().st_mtime
-        except OSError:
-            continue
-        if best is None or m > best[0]:
-            best = (m, str(p))
-    return best[1] if best else ""
+    with folder:
+        names = folder.names()
+        steps = [(int(n[5:]), n) for n in names if _STEP_DIR.match(n) and folder.has(f"{n}/meta.json")]
+        if steps:
+            return str(Path(ckpt_dir) / max(steps)[1])
+        best: tuple[float, str] | None = None
+        for n in names:
+            st = folder.entry(n) if is_candidate(Path(n)) else None
+            if st is not None and (best is None or st.st_mtime > best[0]):
+                best = (st.st_mtime, n)
+    return str(Path(ckpt_dir) / best[1]) if best else ""
 
 
 def seed_from(src_dir: Path, dst_dir: Path) -> str | None:
     """Copy ``src_dir``'s newest checkpoint into ``dst_dir`` unless ``dst_dir`` has one; the name copied.
 
-    A clone's first attempt starts from it; later attempts find their own.
+    A clone's first attempt starts from it; later attempts find their own. Both folders are their owners'
+    (each one's own name in the checkpoint root): the copy is made by descriptor, links copied as links.
     """
-    import shutil
-
     if newest_resume_point(dst_dir):
         return None
     src = newest_resume_point(src_dir)
     if not src:
         return None
-    s, dst_dir = Path(src), Path(dst_dir)
-    if s.is_symlink():  # the source is its owner's folder: a link there leads to what they may not read
-        return None
-    dst_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dst_dir / f".{s.name}.seed.tmp"
-    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
-    if s.is_dir():
-        shutil.copytree(s, tmp, symlinks=True)  # links are copied as links, never followed
-    else:
-        shutil.copy2(s, tmp, follow_symlinks=False)
-    tmp.rename(dst_dir / s.name)
-    return s.name
+    name = Path(src).name
+    Path(dst_dir).parent.mkdir(parents=True, exist_ok=True)  # the checkpoint root: the server's
+    with memberfs.Dir.root(Path(dst_dir).parent) as parent:
+        parent.make_dir(Path(dst_dir).name, mode=None)
+    with memberfs.Dir.root(src_dir) as source, memberfs.Dir.root(dst_dir) as dst:
+        st = source.entry(name)
+        if st is None or stat.S_ISLNK(st.st_mode):  # a link there leads to what its owner may not read
+            return None
+        tmp = f".{name}.seed.tmp"
+        dst.remove(tmp)
+        source.copy_to(name, dst, tmp)
+        dst.move(tmp, name)
+    return name

@@ -168,7 +168,7 @@ class LaunchSpec:
         return json.dumps(asdict(self), indent=2)
 
     def write(self, path: str | Path) -> Path:
-        from gpufleet.engine.ownedfiles import write_new  # the run dir is the training's account's
+        from gpufleet.memberfs import write_new  # the run dir is the training's account's
 
         return write_new(path, self.to_json())
 

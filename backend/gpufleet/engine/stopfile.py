@@ -57,6 +57,6 @@ def stop_requested() -> bool:
 
 def mark(path: str | Path) -> None:
     """Create the stop file (idempotent, never raises; never through a link the training's code left there)."""
-    from gpufleet.engine.ownedfiles import touch
+    from gpufleet.memberfs import mark as create
 
-    touch(path)
+    create(path)

@@ -31,7 +31,7 @@ from typing import Any
 from gpufleet.interactive.jupyter import activity, answers
 from gpufleet.engine import exitcodes as ec
 from gpufleet.engine.lifeline import die_with_parent, launcher_main
-from gpufleet.engine.ownedfiles import write_new
+from gpufleet.memberfs import write_new
 from gpufleet.engine.progress import ProgressWriter
 
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}

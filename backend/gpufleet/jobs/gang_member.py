@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GangMember, GangRendezvous, Training
 from gpufleet.db.session import session_scope, write_session
@@ -96,10 +97,10 @@ def _local_devices(settings: Settings, host_id: uuid.UUID, gpu_ids: list[int]) -
 
 
 def _last_error(progress: Path) -> str | None:
-    try:
-        lines = progress.read_text().splitlines()
-    except OSError:
+    data = memberfs.read_regular(progress)  # the training's account's file: never through a link
+    if data is None:
         return None
+    lines = data.decode("utf-8", "replace").splitlines()
     for line in reversed(lines):
         try:
             rec = json.loads(line)
@@ -138,7 +139,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     devices = _local_devices(settings, host_id, list(m.gpu_ids))
     run_dir.mkdir(parents=True, exist_ok=True)
     progress = run_dir / f"progress-{t.attempt}-{host_name}.jsonl"
-    progress.unlink(missing_ok=True)
+    memberfs.remove(progress)
     spec = LaunchSpec(recipe=t.recipe, config=dict(t.config), devices=devices, checkpoint_dir=str(checkpoint_dir),
                       progress_file=str(progress), data_root=str(settings.data_root), resume=True,
                       collective_timeout_s=settings.collective_timeout_s, training_id=str(tid),

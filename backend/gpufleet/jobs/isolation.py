@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.jobs import sandbox
-from gpufleet.engine import ownedfiles
 from gpufleet.users.runas import RunAccount, RunAsError
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,10 @@ class Isolation:
             return
         assert self.account is not None
         uid, gid = self.account.uid, self.account.gid
-        for d in self.write:  # never through a link the training's code left in them (engine/ownedfiles.py)
-            ownedfiles.hand_over(d, uid, gid)
-        for d in self.keep:
-            d.mkdir(parents=True, exist_ok=True)
-            if d.stat().st_uid != uid:  # once it is the account's, the account makes all it holds
-                ownedfiles.hand_over(d, uid, gid)
-            d.chmod(0o700)
+        for d in self.write:  # never through a link the training's code left in them (gpufleet.memberfs)
+            memberfs.hand_over(d, uid, gid)
+        for d in self.keep:  # once it is the account's, the account makes all it holds
+            memberfs.give_once(d, uid, gid)
             _add_search(d.parent)
         for d in self.hidden:  # the data dir and checkpoint root: the owner may enter (not list) to reach theirs
             _add_search(d)

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from sqlalchemy import select
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
@@ -241,7 +242,7 @@ def _recipe_spec(start: AttemptStart, gang: dict | None) -> tuple[Path, Path]:
     rdir = start.run_dir
     rdir.mkdir(parents=True, exist_ok=True)
     progress = rdir / f"progress-{t.attempt}.jsonl"
-    progress.unlink(missing_ok=True)
+    memberfs.remove(progress)
     timeouts = retries_of(settings, t.id, "timeout")
     spec = LaunchSpec(
         recipe=t.recipe,

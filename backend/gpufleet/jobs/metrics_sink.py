@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import GPUAllocation, Host, Training, TrainingMetric
 from gpufleet.db.session import write_session
@@ -29,7 +30,7 @@ from gpufleet.lifecycle.transitions import record_event
 from gpufleet.scheduling.types import fmt_bytes
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
-from gpufleet.engine.ownedfiles import read_regular
+from gpufleet.memberfs import read_regular
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,17 @@ _STEP_DIR = re.compile(r"^step-(\d+)$")
 def newest_checkpoint_step(ckpt_dir: Path) -> tuple[int, Path] | None:
     """The newest complete ``step-N`` folder (its ``meta.json`` is written last)."""
     best: tuple[int, Path] | None = None
-    if not ckpt_dir.is_dir():
+    try:
+        folder = memberfs.Dir.root(ckpt_dir)  # its own name is in the checkpoint root; what it holds is hers
+    except OSError:
         return None
-    for d in ckpt_dir.iterdir():
-        m = _STEP_DIR.match(d.name)
-        if m and (d / "meta.json").exists():
-            n = int(m.group(1))
-            if best is None or n > best[0]:
-                best = (n, d)
+    with folder:
+        for name in folder.names():
+            m = _STEP_DIR.match(name)
+            if m and folder.has(f"{name}/meta.json"):
+                n = int(m.group(1))
+                if best is None or n > best[0]:
+                    best = (n, ckpt_dir / name)
     return best
 
 

@@ -16,10 +16,10 @@ import logging
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 from sqlalchemy import select, update
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.pools import Pool, PoolJob
 from gpufleet.db.session import session_scope, write_session
@@ -79,7 +79,7 @@ def _one(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slurm
         _end(settings, job, t, "failed", f"Slurm no longer knows job {job.job_id} (it ended with no record: is "
                                          "accounting, sacct, configured?)", None)
         return
-    _ship_output(settings, job)
+    _ship_output(settings, job, pool)
     if state.state == "PENDING":
         _pending(settings, job, t, state)
     elif state.state in RUNNING_STATES:
@@ -97,7 +97,7 @@ def _stop(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: slur
         if state.state == "PENDING":
             slurm.cancel(job.job_id, account=job.account)
         elif first is None:
-            on_pool(t.kind).ask_to_stop(progress_file(pool, t.id, job.attempt))
+            on_pool(t.kind).ask_to_stop(pool, t.id, job.attempt)
             slurm.cancel(job.job_id, signal="TERM", account=job.account)
             _SIGNALLED[job.job_id] = time.monotonic()
         elif time.monotonic() - first > settings.stop_grace_s:
@@ -223,14 +223,13 @@ def account(settings: Settings, limit: int = 20) -> int:
     return taken
 
 
-def _ship_output(settings: Settings, job: PoolJob) -> None:
-    """New bytes of the job's output file, into the training's log (as a host's log is shipped)."""
-    path = Path(job.output)
+def _ship_output(settings: Settings, job: PoolJob, pool: Pool) -> None:
+    """New bytes of the job's output file, into the training's log (as a host's log is shipped). The file is
+    in the member's folder: read through no link, and only if it is a regular file (gpufleet.memberfs)."""
     try:
-        with path.open("rb") as fh:
-            fh.seek(job.output_offset)
-            data = fh.read(1 << 20)
-    except OSError:
+        with memberfs.Dir.root(pool.checkpoint_root) as root:
+            data = root.read(memberfs.beneath(pool.checkpoint_root, job.output), job.output_offset, 1 << 20)
+    except (OSError, ValueError):
         return
     if not data:
         return

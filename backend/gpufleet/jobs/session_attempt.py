@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sqlalchemy import update
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope, write_session
@@ -52,7 +53,7 @@ def write_spec(settings: Settings, t: Training, devices: list[str], ranks_on_cpu
                      .execution_options(synchronize_session=False))
     rdir.mkdir(parents=True, exist_ok=True)
     progress = rdir / f"progress-{t.attempt}.jsonl"
-    progress.unlink(missing_ok=True)
+    memberfs.remove(progress)
     wdir = workdir(iso, rdir)
     if wdir not in iso.write and iso.home is None:
         iso.write.append(wdir)

@@ -31,6 +31,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope, write_session
@@ -107,7 +108,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     except Exception as exc:  # noqa: BLE001 - a bad row must end as failed, not hang as running
         return _fail_before_launch(settings, t, worker_id, logf, f"cannot prepare the launch: {exc}")
     sink = _open_sink(settings, t, worker_id, host_name, plan, claimed_at)
-    earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != plan.progress_path]
+    earlier = [p for p in _progress_files(run_dir(settings, tid)) if p != plan.progress_path]
     try:
         proc, lifeline = _start(settings, t, plan, sink, earlier, logf)
     except OSError as exc:
@@ -122,6 +123,16 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     if decision.status != "queued":
         work_kind(t.kind).ended(settings, tid)
     return decision.status
+
+
+def _progress_files(rdir: Path) -> list[Path]:
+    """The earlier attempts' progress files in the run dir, the training's account's (gpufleet.memberfs)."""
+    try:
+        folder = memberfs.Dir.root(rdir)  # its own name is in the data dir's jobs/
+    except OSError:
+        return []
+    with folder:
+        return [rdir / n for n in sorted(folder.names()) if n.startswith("progress-") and n.endswith(".jsonl")]
 
 
 def _follow(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> str:

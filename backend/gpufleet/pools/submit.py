@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shlex
-import shutil
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import ClassVar
 
 from sqlalchemy import select, update
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.pools import Pool, PoolJob
 from gpufleet.db.session import session_scope, write_session
@@ -35,8 +34,6 @@ from gpufleet.lifecycle.transitions import record_event, transition
 from gpufleet.pools import slurm
 from gpufleet.pools.service import PoolError, layout, member_account
 from gpufleet.scheduling.quotas import over_quota
-from gpufleet.engine import stopfile
-from gpufleet.engine.ownedfiles import write_new
 from gpufleet.engine.spec import LaunchSpec
 from gpufleet.trainings import code, script
 from gpufleet.users.runas import RunAccount
@@ -54,56 +51,31 @@ def progress_file(pool: Pool, training_id: uuid.UUID | str, attempt: int) -> Pat
     return training_dir(pool, training_id) / f"progress-{attempt}.jsonl"
 
 
-def _own(path: Path, acct: RunAccount) -> None:
-    """A folder of the member's. The folder above may be the member's too: a link planted there is refused,
-    never followed (root would hand its target to the member)."""
-    path.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or not path.is_dir():
-        raise PoolError(f"{path} is not a folder (a link or a file is in its place); remove it and resubmit")
-    if os.geteuid() == 0:
-        os.lchown(path, acct.uid, acct.gid)
-    os.chmod(path, 0o755)
-
-
-def _give(path: Path, acct: RunAccount, mode: int = 0o644) -> None:
-    """A file just written into the member's folder, made theirs; through no link put in its place since."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+def _own(root: memberfs.Dir, rel: str, acct: RunAccount, mode: int = 0o755) -> None:
+    """A folder of the member's below the pool's root, made and handed over on its own descriptor: a link or
+    a file she put in its place is refused, never followed (root would hand its target to the member)."""
     try:
-        os.fchmod(fd, mode)
-        if os.geteuid() == 0:
-            os.fchown(fd, acct.uid, acct.gid)
-    finally:
-        os.close(fd)
+        root.make_dir(rel, acct.uid, acct.gid, mode)
+    except OSError as exc:
+        raise PoolError(f"{rel} under {root.path} is not a folder (a link or a file is in its place: "
+                        f"{exc.strerror}); remove it and resubmit") from None
 
 
-def _own_tree(path: Path, acct: RunAccount) -> None:
-    """``path`` and everything under it, the member's (unpacked code the member's own script may write to)."""
-    if os.geteuid() != 0:
-        return
-    for folder, dirs, files in os.walk(path):
-        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
-            os.lchown(name, acct.uid, acct.gid)
-
-
-def _unpack(settings: Settings, a: Attempt, work: Path) -> None:
+def _unpack(settings: Settings, a: Attempt, root: memberfs.Dir, work: str) -> None:
     """The code as uploaded, as ``work``: unpacked where only this host's root writes, given to the member,
     then moved into the member's folder (where nothing is written through a name the member controls)."""
-    staging = Path(a.pool.checkpoint_root) / ".staging"
-    staging.mkdir(exist_ok=True)
-    os.chmod(staging, 0o700)
-    fresh = staging / f"{a.training.id}-{a.number}"
-    shutil.rmtree(fresh, ignore_errors=True)
+    root.make_dir(".staging", mode=0o700)
+    fresh = f".staging/{a.training.id}-{a.number}"
+    root.remove(fresh)
     try:
         with session_scope(settings) as sess:
-            code.prepare_workdir(settings, sess, a.training.code_hash or "", fresh)
-        _own_tree(fresh, a.account)
-        if work.is_symlink() or work.is_file():
-            work.unlink()
-        elif work.exists():
-            shutil.rmtree(work)  # the last attempt's copy: every attempt starts from the code as uploaded
-        os.rename(fresh, work)
+            # .staging is root's alone (0700): the path is resolved where no member can put a link.
+            code.prepare_workdir(settings, sess, a.training.code_hash or "", root.path / fresh)
+        root.give_tree(fresh, a.account.uid, a.account.gid)
+        root.remove(work)  # the last attempt's copy: every attempt starts from the code as uploaded
+        root.move(fresh, work)
     finally:
-        shutil.rmtree(fresh, ignore_errors=True)
+        root.remove(fresh)
 
 
 def sbatch_args(settings: Settings, pool: Pool, t: Training, output: Path) -> list[str]:
@@ -148,16 +120,20 @@ class Attempt:
     def progress(self) -> Path:
         return progress_file(self.pool, self.training.id, self.number)
 
+    def rel(self, path: Path) -> str:
+        """``path`` (in this attempt's files) as named below the pool's root."""
+        return memberfs.beneath(self.pool.checkpoint_root, path)
+
 
 class OnPool:
     """What one kind of work runs on a pool's node. Subclasses write the spec their node start reads."""
 
     name: ClassVar[str]
 
-    def write_spec(self, a: Attempt, path: Path) -> None:
+    def write_spec(self, a: Attempt, root: memberfs.Dir, path: Path) -> None:
         raise NotImplementedError
 
-    def ask_to_stop(self, progress: Path) -> None:
+    def ask_to_stop(self, pool: Pool, training_id: uuid.UUID, attempt: int) -> None:
         """What comes before the TERM Slurm sends the job's steps when the training is asked to stop."""
 
 
@@ -166,7 +142,7 @@ class RecipeOnPool(OnPool):
 
     name = "recipe"
 
-    def write_spec(self, a: Attempt, path: Path) -> None:
+    def write_spec(self, a: Attempt, root: memberfs.Dir, path: Path) -> None:
         settings, t = a.settings, a.training
         node_count, per_node = layout(a.pool, t.world_size)
         gang = None
@@ -175,11 +151,12 @@ class RecipeOnPool(OnPool):
             # the batch host's address, a port from the job's id, and which task opens the store.
             gang = {"world_size": t.world_size, "first_rank": 0, "master_addr": "", "master_port": 0,
                     "store_master": False, "rendezvous_timeout_s": settings.rendezvous_timeout_s}
-        LaunchSpec(
+        spec = LaunchSpec(
             recipe=t.recipe, config=dict(t.config), devices=[f"cuda:{i}" for i in range(per_node)],
             checkpoint_dir=str(a.home / "checkpoints"), progress_file=str(a.progress),
             data_root=str(settings.data_root), resume=True, collective_timeout_s=settings.collective_timeout_s,
-            training_id=str(t.id), stop_grace_s=settings.stop_grace_s, attempt=a.number, gang=gang).write(path)
+            training_id=str(t.id), stop_grace_s=settings.stop_grace_s, attempt=a.number, gang=gang)
+        root.write_new(a.rel(path), spec.to_json())
 
 
 class ScriptOnPool(OnPool):
@@ -188,30 +165,29 @@ class ScriptOnPool(OnPool):
 
     name = "script"
 
-    def write_spec(self, a: Attempt, path: Path) -> None:
+    def write_spec(self, a: Attempt, root: memberfs.Dir, path: Path) -> None:
         settings, t = a.settings, a.training
         if not t.code_hash or not t.argv:
             raise PoolError("the training has no code or argv")
         work, output = a.home / "work", a.home / "output"
-        _unpack(settings, a, work)
-        _own(output, a.account)
+        _unpack(settings, a, root, a.rel(work))
+        _own(root, a.rel(output), a.account)
         cache = None
         if (t.env or {}).get(script.REQUIREMENTS_KEY):
-            caches = Path(a.pool.checkpoint_root) / ".envs"
-            caches.mkdir(exist_ok=True)
-            os.chmod(caches, 0o755)
-            cache = caches / (t.owner or "local")  # the nodes see it; the member's own
-            _own(cache, a.account)
+            root.make_dir(".envs", mode=0o755)
+            cache = Path(a.pool.checkpoint_root) / ".envs" / (t.owner or "local")  # the nodes see it; hers
+            _own(root, a.rel(cache), a.account)
         node_count, per_node = layout(a.pool, t.world_size)
         spec = script.attempt_spec(
             settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
             output_dir=output, gpu_indexes=list(range(per_node)), backend="cuda", ranks_on_cpu=False,
-            stop_grace_s=settings.stop_grace_s, env_cache=cache)
+            stop_grace_s=settings.stop_grace_s, env_cache=cache, files_root=Path(a.pool.checkpoint_root))
         # Over several nodes each node's task takes its share and the rendezvous from Slurm (pools/node.py).
-        replace(spec, world_size=t.world_size, nnodes=node_count).write(path)
+        root.write_new(a.rel(path), replace(spec, world_size=t.world_size, nnodes=node_count).to_json())
 
-    def ask_to_stop(self, progress: Path) -> None:
-        stopfile.mark(f"{progress}.stop")  # the script's report() sees it, as on a team host
+    def ask_to_stop(self, pool: Pool, training_id: uuid.UUID, attempt: int) -> None:
+        with memberfs.Dir.root(pool.checkpoint_root) as root:  # the script's report() sees it, as on a team host
+            root.mark(f"{training_id}/{progress_file(pool, training_id, attempt).name}.stop")
 
 
 ON_POOL: dict[str, OnPool] = {k.name: k for k in (RecipeOnPool(), ScriptOnPool())}
@@ -225,17 +201,27 @@ def on_pool(kind: str) -> OnPool:
                         field="kind") from None
 
 
+def write_attempt(settings: Settings, t: Training, pool: Pool, acct: RunAccount) -> tuple[Attempt, Path]:
+    """The next attempt's folder and files (spec, batch script), the member's; the attempt and its batch
+    script. Every name below the pool's root is reached through no link (gpufleet.memberfs)."""
+    attempt = Attempt(settings, pool, t, t.attempt + 1, acct)
+    home, tid = attempt.home, str(t.id)
+    with memberfs.Dir.root(pool.checkpoint_root) as root:
+        _own(root, tid, acct)
+        _own(root, f"{tid}/checkpoints", acct)
+        spec_path = home / f"spec-{attempt.number}.json"
+        on_pool(t.kind).write_spec(attempt, root, spec_path)
+        root.give(attempt.rel(spec_path), acct.uid, acct.gid, 0o644)
+        batch = home / f"job-{attempt.number}.sh"
+        root.write_new(attempt.rel(batch), _batch_script(pool, t.kind, spec_path), 0o755)
+        root.give(attempt.rel(batch), acct.uid, acct.gid, 0o755)
+    return attempt, batch
+
+
 def submit_one(settings: Settings, t: Training, pool: Pool, acct: RunAccount) -> PoolJob:
     """Write the attempt's files and ``sbatch`` them as the member; the job's row (not added)."""
-    attempt = Attempt(settings, pool, t, t.attempt + 1, acct)
+    attempt, batch = write_attempt(settings, t, pool, acct)
     home = attempt.home
-    _own(home, acct)
-    _own(home / "checkpoints", acct)
-    spec_path = home / f"spec-{attempt.number}.json"
-    on_pool(t.kind).write_spec(attempt, spec_path)  # written through no link (ownedfiles.write_new)
-    _give(spec_path, acct)
-    batch = write_new(home / f"job-{attempt.number}.sh", _batch_script(pool, t.kind, spec_path))
-    _give(batch, acct, 0o755)
     output = home / f"slurm-{attempt.number}.out"
     job_id = slurm.submit(str(batch), acct.name, sbatch_args(settings, pool, t, output), str(home))
     return PoolJob(training_id=t.id, pool_id=pool.id, attempt=attempt.number, job_id=job_id, account=acct.name,

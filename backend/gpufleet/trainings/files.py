@@ -6,7 +6,9 @@ Two folders belong to a training: its checkpoint dir
 path relative to them, ``checkpoints/step-000100.pt`` or
 ``outputs/events.out.tfevents...``. A path that leaves its folder (``..``, an
 absolute path, a symbolic link resolving outside) is refused, and gpufleet's
-own files (the attempt fence) are neither listed nor served.
+own files (the attempt fence) are neither listed nor served. Every folder
+and file is reached through gpufleet.memberfs: a link anywhere in them is
+neither listed nor served, whether it leads inside the folder or out.
 
 A training in a Slurm pool keeps both in its folder under the pool's
 checkpoint root (``home``: ``<root>/<id>/checkpoints`` and ``…/output``), which
@@ -17,14 +19,15 @@ not theirs.
 
 from __future__ import annotations
 
+import errno
 import os
-import stat
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.engine.resumepoint import OWN_FILES
 
@@ -62,17 +65,13 @@ def roots(settings: Settings, training_id: uuid.UUID | str, home: Path | None = 
     return {"checkpoints": checkpoint_dir(settings, training_id), "outputs": output_dir(settings, training_id)}
 
 
-def _open_root(root: Path, home: Path | None) -> int:
-    """A directory fd of one of the training's folders. A team host's folder is the server's own; a pool
-    training's is its owner's, so it is opened from ``home`` (whose entry only root may replace) without
-    following a link."""
+def _open_root(root: Path, home: Path | None) -> memberfs.Dir:
+    """One of the training's folders, by descriptor. A team host's folder sits in the server's own
+    checkpoint root or outputs folder; a pool training's in its home, which its owner's account owns (whose
+    entry only root may replace): opened from ``home`` without following a link."""
     if home is None:
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    parent = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        return os.open(root.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-    finally:
-        os.close(parent)
+        return memberfs.Dir.root(root)
+    return memberfs.Dir.under(home, root.name)
 
 
 def _own(root_name: str, rel: Path) -> bool:
@@ -84,79 +83,51 @@ def list_files(settings: Settings, training_id: uuid.UUID, home: Path | None = N
     out: list[TrainingFile] = []
     for name, root in roots(settings, training_id, home).items():
         try:
-            fd = _open_root(root, home)
+            folder = _open_root(root, home)
         except OSError:
             continue  # not made yet, or not a folder of the training's
-        try:
-            for folder, dirs, files, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-                dirs.sort()
-                for f in sorted(files):
-                    rel = Path(folder, f)
-                    try:
-                        st = os.stat(f, dir_fd=dir_fd, follow_symlinks=False)
-                    except OSError:
-                        continue  # gone since the walk saw it
-                    if _own(name, rel) or not stat.S_ISREG(st.st_mode):
-                        continue
-                    out.append(TrainingFile(f"{name}/{rel.as_posix()}", st.st_size,
-                                            datetime.fromtimestamp(st.st_mtime, UTC)))
-                    if len(out) >= MAX_LISTED:
-                        return out
-        finally:
-            os.close(fd)
+        with folder:
+            for rel, st in folder.files():
+                if _own(name, Path(rel)):
+                    continue
+                out.append(TrainingFile(f"{name}/{rel.as_posix()}", st.st_size,
+                                        datetime.fromtimestamp(st.st_mtime, UTC)))
+                if len(out) >= MAX_LISTED:
+                    return out
     return out
 
 
-def resolve(settings: Settings, training_id: uuid.UUID, path: str, home: Path | None = None) -> Path:
-    """The file ``path`` names, or :class:`FileRefused` (422 for a path that leaves its folder, 404 else)."""
+def named(settings: Settings, training_id: uuid.UUID, path: str, home: Path | None) -> tuple[Path, Path]:
+    """The training's folder ``path`` starts in and the rest of ``path``; :class:`FileRefused` (422) for a
+    path that leaves its folder, 404 for one of gpufleet's own files."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if path.startswith("/") or ".." in parts or "\\" in path:
         raise FileRefused(f"{path!r}: a path relative to the training's files, without '..'", 422)
     folders = roots(settings, training_id, home)
     if not parts or parts[0] not in folders:
         raise FileRefused(f"{path!r}: paths start with checkpoints/ or outputs/", 422)
-    root = folders[parts[0]]
     rel = Path(*parts[1:]) if len(parts) > 1 else Path()
-    target = root.joinpath(rel)
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(target)
-    if os.path.commonpath([real_root, real]) != real_root:
-        raise FileRefused(f"{path!r} leads outside the training's files", 422)
-    if _own(parts[0], rel) or not os.path.isfile(real):
+    if _own(parts[0], rel) or not rel.parts:
         raise FileRefused(f"the training has no file {path!r} (GET …/files lists them)", 404)
-    return Path(real)
+    return folders[parts[0]], rel
 
 
 def open_file(settings: Settings, training_id: uuid.UUID, path: str,
               home: Path | None = None) -> tuple[BinaryIO, os.stat_result, str]:
-    """The file ``path`` names (checked by :func:`resolve`), open, its stat and its name.
+    """The file ``path`` names, open, its stat and its name.
 
-    The folders are the training's account's, so its code may swap one for a
-    link between the check and the read: the file is opened one folder at a
-    time from the training's root, none through a link.
+    The folders are the training's account's, so its code may put a link
+    anywhere in them, or swap a folder for one between any check and the
+    read: the file is opened from the training's folder through no link at
+    any component (gpufleet.memberfs), and only if it is a regular file.
     """
-    real = resolve(settings, training_id, path, home)
-    folder_path = roots(settings, training_id, home)[path.lstrip("/").split("/", 1)[0]]
-    root = os.path.realpath(folder_path)
-    *folders, name = Path(os.path.relpath(real, root)).parts
-    missing = FileRefused(f"the training has no file {path!r} (GET …/files lists them)", 404)
+    root, rel = named(settings, training_id, path, home)
     try:
-        fd = _open_root(folder_path, home)  # the server's folder, or a pool training's opened without a link
-    except OSError:
-        raise missing from None
-    try:
-        for folder in folders:
-            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-    except OSError:
-        raise missing from None
-    finally:
-        os.close(fd)
-    fh = os.fdopen(file_fd, "rb")
-    st = os.fstat(file_fd)
-    if not stat.S_ISREG(st.st_mode):
-        fh.close()
-        raise missing
-    return fh, st, name
+        with _open_root(root, home) as folder:
+            fd = folder.open_regular(rel.as_posix())
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused(f"{path!r} is a link or goes through one: links in a training's files may lead "
+                              "outside them and are never served", 422) from None
+        raise FileRefused(f"the training has no file {path!r} (GET …/files lists them)", 404) from None
+    return os.fdopen(fd, "rb"), os.fstat(fd), rel.name

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.engine.ownedfiles import read_regular
+from gpufleet.memberfs import read_regular
 
 
 class ProgressReader:

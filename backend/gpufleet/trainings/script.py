@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import CodeBlob, Training
 from gpufleet.engine import resumepoint
@@ -235,16 +236,18 @@ newest_resume_point = resumepoint.newest_resume_point
 
 def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Path, checkpoint_dir: Path,
                  output_dir: Path, gpu_indexes: list[int], backend: str, ranks_on_cpu: bool, stop_grace_s: float,
-                 env_cache: Path | None = None) -> ScriptSpec:
+                 env_cache: Path | None = None, files_root: Path | None = None) -> ScriptSpec:
     """The script launcher's spec for the next attempt of ``t``, on a team host or a pool's node alike: the
     interpreter and environment its request chose, and the newest checkpoint to resume from. The attempt's
     progress file and stop marker from an earlier run are cleared. ``env_cache``: where the environment is
-    built (default: the owner's cache on this host)."""
+    built (default: the owner's cache on this host). ``files_root``: the server's folder the attempt's files
+    are below, reached from it through no link (a pool's root); default: each file's folder sits in one of
+    the server's (gpufleet.memberfs)."""
     from gpufleet.trainings import venv
     from gpufleet.trainings.script_launch import ScriptSpec
 
-    progress.unlink(missing_ok=True)
-    Path(f"{progress}.stop").unlink(missing_ok=True)
+    memberfs.remove(progress, files_root)
+    memberfs.remove(f"{progress}.stop", files_root)
     env = dict(t.env or {})
     python = interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
@@ -255,6 +258,6 @@ def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Pa
     return ScriptSpec(
         training_id=str(t.id), argv=resolve_argv(list(t.argv or []), python), workdir=str(workdir),
         progress_file=str(progress), checkpoint_dir=str(checkpoint_dir),
-        resume_from=newest_resume_point(checkpoint_dir), env=env, gpu_indexes=gpu_indexes, backend=backend,
+        resume_from=newest_resume_point(checkpoint_dir, files_root), env=env, gpu_indexes=gpu_indexes, backend=backend,
         world_size=len(gpu_indexes), ranks_on_cpu=ranks_on_cpu, stop_grace_s=stop_grace_s,
         output_dir=str(output_dir), environment=environment)

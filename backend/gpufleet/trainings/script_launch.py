@@ -54,7 +54,7 @@ from typing import IO, Any
 from gpufleet.engine import exitcodes as ec
 from gpufleet.engine.lifeline import die_with_parent, launcher_main
 from gpufleet.engine.logtext import LineSplitter
-from gpufleet.engine.ownedfiles import write_new
+from gpufleet.memberfs import write_new
 from gpufleet.engine.progress import ProgressWriter
 from gpufleet.engine.stopfile import STOP_FILE_ENV, mark
 from gpufleet.trainings import script_warm, venv
@@ -100,8 +100,11 @@ class ScriptSpec:
         """The ranks this launcher starts."""
         return self.world_size // self.nnodes
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
     def write(self, path: Path) -> None:
-        write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
+        write_new(path, self.to_json())  # the run dir is the training's account's: no link followed
 
     @classmethod
     def read(cls, path: str | Path) -> ScriptSpec:
