@@ -145,8 +145,9 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
             ws_url = f"wss://127.0.0.1:{https_port}/api/v1/ws"
             ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": origin}).json()["ticket"]
             assert asyncio.run(_ws(f"{ws_url}?ticket={ticket}", origin=origin)) == "open"
+            # The cookie alone opens no socket, from the dashboard's origin or any other.
             cookie_header = {"Cookie": f"__Host-gpufleet_session={cookie}"}
-            assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "open"
+            assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "rejected 403"
             assert asyncio.run(_ws(ws_url, origin="https://evil.example", additional_headers=cookie_header)) == "rejected 403"
             assert asyncio.run(_ws(ws_url, origin=origin)) == "rejected 403"
 

@@ -81,11 +81,16 @@ def test_revoked_token_and_disabled_user_stop_working(client: TestClient, people
 def test_dashboard_sign_in_sets_an_http_only_cookie(client: TestClient, people: People) -> None:
     r = browser_sign_in(client, people.alice)
     assert r.status_code == 200
-    assert r.json() == {"name": people.names["alice"], "role": "member", "via": "session", "auth_required": True}
+    answer = r.json()
+    key = answer.pop("page_key")
+    assert answer == {"name": people.names["alice"], "role": "member", "via": "session", "auth_required": True}
     cookie = r.headers["set-cookie"]
     assert "gpufleet_session=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
-    # The cookie alone now authenticates, and carries no token.
-    assert people.alice not in cookie
+    # The cookie carries no token, and neither it nor the answer's page key is the token.
+    assert people.alice not in cookie and key and key != people.alice and key not in cookie
+    # The cookie authenticates beside its page key only.
+    bare = client.get("/api/v1/auth/whoami", headers={"X-Gpufleet-Key": ""})
+    assert bare.status_code == 401 and "page key" in bare.json()["detail"]
     who = client.get("/api/v1/auth/whoami").json()
     assert who["name"] == people.names["alice"] and who["via"] == "session"
     assert client.post("/api/v1/things").json() == {"owner": people.names["alice"]}
