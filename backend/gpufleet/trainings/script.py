@@ -235,18 +235,19 @@ newest_resume_point = resumepoint.newest_resume_point
 
 def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Path, checkpoint_dir: Path,
                  output_dir: Path, gpu_indexes: list[int], backend: str, ranks_on_cpu: bool, stop_grace_s: float,
-                 env_cache: Path | None = None) -> ScriptSpec:
+                 env_cache: Path | None = None, python: str | None = None) -> ScriptSpec:
     """The script launcher's spec for the next attempt of ``t``, on a team host or a pool's node alike: the
     interpreter and environment its request chose, and the newest checkpoint to resume from. The attempt's
     progress file and stop marker from an earlier run are cleared. ``env_cache``: where the environment is
-    built (default: the owner's cache on this host)."""
+    built (default: the owner's cache on this host). ``python``: the interpreter of the place it runs (a
+    pool's nodes have their own; default: the one the request chose among this host's)."""
     from gpufleet.trainings import venv
     from gpufleet.trainings.script_launch import ScriptSpec
 
     progress.unlink(missing_ok=True)
     Path(f"{progress}.stop").unlink(missing_ok=True)
     env = dict(t.env or {})
-    python = interpreter(settings, env)
+    python = python or interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
     # Built by the launcher, in the training's own process context, before its ranks start.
     environment = venv.request_for(settings, env.pop(REQUIREMENTS_KEY, None), python, t.owner or "local")
