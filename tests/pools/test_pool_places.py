@@ -133,3 +133,25 @@ def test_two_api_processes_ship_each_line_of_a_pool_jobs_output_once(tmp_path, r
         assert t.status == "succeeded", (t.status_reason, log[-3000:])
         for i in range(lines):
             assert log.count(f"line {i:04d} of the job\n") == 1, (i, log[-3000:])
+
+
+def test_pools_add_refuses_a_python_a_member_cannot_run_saying_why(tmp_path, slurm_cluster) -> None:  # noqa: F811
+    """Each job runs ``--python`` as its owner: one under a folder only root enters, or one without gpufleet,
+    fails every job there (``execve(): Permission denied``, exit code 13), so the pool is refused at once."""
+    s = make_settings(tmp_path, "sqlite")
+    closed = Path(tempfile.mkdtemp(prefix="gpufleet-closed-"))  # mode 0700, as /root is
+    hidden = closed / "python3"
+    hidden.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    hidden.chmod(0o755)
+    bare = Path(tempfile.mkdtemp(prefix="gpufleet-bare-"))
+    bare.chmod(0o755)
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(bare / "venv")], check=True)
+    (bare / "venv").chmod(0o755)
+    for python, why in ((hidden, "Permission denied"), (bare / "venv" / "bin" / "python", "No module named 'gpufleet'")):
+        with pytest.raises(service.PoolError, match=f"run as account nobody: .*{why}") as err:
+            _pool(s, str(python))
+        assert err.value.field == "python" and err.value.status == 422
+        assert "every account can execute" in str(err.value)
+        with session_scope(s) as sess:
+            assert service.listed(sess) == []
+    _pool(s)  # this environment's own interpreter runs for every account
