@@ -48,7 +48,7 @@ def _install(root: Path, extras: str | None) -> str:
     return done.stdout
 
 
-def test_the_tests_and_a_start_take_turns_without_undoing_each_others_install(tmp_path: Path) -> None:
+def test_the_tests_and_a_start_take_turns_without_undoing_each_others_install() -> None:
     root = _install_copy()
     try:
         _take_turns(root)
