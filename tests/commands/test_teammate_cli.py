@@ -19,22 +19,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.checkout import REPO, copy_checkout, linked_venv
 from support.servers import free_port
 from support.unix import as_account, short_name, unix_account
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
 
 def _copy_checkout(dest: Path) -> None:
-    """The tracked files as they are in this working tree, the built dashboard and the frontend's packages."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        src = REPO / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+    """The checkout, its built dashboard and the frontend's packages (linked)."""
+    copy_checkout(dest)
     static = REPO / "backend" / "gpufleet" / "static"
     if static.is_dir():
         shutil.copytree(static, dest / "backend" / "gpufleet" / "static", dirs_exist_ok=True)
@@ -42,32 +36,11 @@ def _copy_checkout(dest: Path) -> None:
         (dest / "frontend" / "node_modules").symlink_to(REPO / "frontend" / "node_modules")
 
 
-def _earlier_venv(dest: Path) -> Path:
-    """``dest/.venv`` as `python3 -m venv` made it before (the packages of this checkout's venv, linked);
-    returns the interpreter it was made from."""
-    base = Path(subprocess.run(["python3", "-c", "import sys; print(sys._base_executable)"], capture_output=True,
-                               text=True, check=True).stdout.strip())
-    venv, mine = dest / ".venv", REPO / ".venv"
-    venv.mkdir()
-    subprocess.run(["cp", "-al", str(mine / "lib"), str(venv / "lib")], check=True)
-    (venv / "lib64").symlink_to("lib")
-    version = subprocess.run([str(base), "-c", "import platform; print(platform.python_version())"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    (venv / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n"
-                                     f"version = {version}\nexecutable = {base.resolve()}\n")
-    (venv / "bin").mkdir()
-    for entry in (mine / "bin").iterdir():
-        target = venv / "bin" / entry.name
-        if entry.is_symlink() or not entry.is_file():
-            continue
-        data = entry.read_bytes()
-        if data.startswith(b"#!" + str(mine).encode()):
-            data = data.replace(str(mine).encode(), str(venv).encode(), 1)
-        target.write_bytes(data)
-        target.chmod(entry.stat().st_mode & 0o777)
-    (venv / "bin" / "python3").symlink_to(base)
-    (venv / "bin" / "python").symlink_to("python3")
-    return base
+def _earlier_venv(dest: Path) -> None:
+    """``dest/.venv`` as `python3 -m venv` made it before (pyenv's under /root on the development boxes)."""
+    base = subprocess.run(["python3", "-c", "import sys; print(sys._base_executable)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    linked_venv(dest, Path(base))
 
 
 def test_a_teammate_runs_the_cli_of_a_start_sh_install_as_their_own_account():
