@@ -12,9 +12,15 @@
 # cores where one leaves one idle. Each shard gets its own PostgreSQL and Redis,
 # so shards share nothing but the machine; tests/.test_durations balances them.
 # With arguments (a file, -k …) it is one ordinary pytest run.
+#
+# The throwaway servers listen on loopback at GPUFLEET_PG_PORT and GPUFLEET_REDIS_PORT (shard i at the
+# port + 10 i); unset, each takes a port the kernel finds free, so two people's runs on one box never meet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPUFLEET_EXTRAS=test bash scripts/install.sh
+free_port() {
+  .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 cores=$(nproc 2>/dev/null || echo 1)
 shards=${GPUFLEET_TEST_SHARDS:-$([ "$cores" -ge 2 ] && echo 2 || echo 1)}
@@ -27,7 +33,8 @@ if [ "$shards" -le 1 ]; then
   fi
   if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
     services_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-services.XXXXXX")
-    eval "$(bash .ci/services.sh start "$services_dir")"
+    eval "$(GPUFLEET_PG_PORT=${GPUFLEET_PG_PORT:-$(free_port)} GPUFLEET_REDIS_PORT=${GPUFLEET_REDIS_PORT:-$(free_port)} \
+      bash .ci/services.sh start "$services_dir")"
     # Stop the servers and remove their data (tens of MB per run).
     trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT
   fi
@@ -39,8 +46,8 @@ fi
 # exit status; the closing line adds the shards' counts up.
 runs=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-shards.XXXXXX")
 chmod 755 "$runs"  # PostgreSQL runs as the postgres account when we are root
-pg_base=${GPUFLEET_PG_PORT:-55432}
-redis_base=${GPUFLEET_REDIS_PORT:-56379}
+pg_base=${GPUFLEET_PG_PORT:-}
+redis_base=${GPUFLEET_REDIS_PORT:-}
 stop_all() {
   for dir in "$runs"/services-*; do
     [ -d "$dir" ] && bash .ci/services.sh stop "$dir"
@@ -66,8 +73,9 @@ for i in $(seq 1 "$shards"); do
   durations="$runs/durations-$i.json"
   if [ -f tests/.test_durations ]; then cp tests/.test_durations "$durations"; fi
   (
-    eval "$(GPUFLEET_PG_PORT=$((pg_base + 10 * i)) GPUFLEET_REDIS_PORT=$((redis_base + 10 * i)) \
-      bash .ci/services.sh start "$dir")"
+    pg_port=$([ -n "$pg_base" ] && echo $((pg_base + 10 * i)) || free_port)
+    redis_port=$([ -n "$redis_base" ] && echo $((redis_base + 10 * i)) || free_port)
+    eval "$(GPUFLEET_PG_PORT=$pg_port GPUFLEET_REDIS_PORT=$redis_port bash .ci/services.sh start "$dir")"
     # -c: pytest looks for its settings before plugins name their options, so it takes
     # --durations-path's value for a test path, looks in /tmp and would run without
     # pyproject.toml's settings (markers, the per-test timeout); --rootdir alone does not help.

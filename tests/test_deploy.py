@@ -305,3 +305,73 @@ def test_the_worker_unit_compose_and_docs_agree_on_where_trainings_write(compose
     rw = [m[1] for m in mounts if len(m) == 2 or m[2] != "ro"]
     for name in ("GPUFLEET_DATA_DIR", "GPUFLEET_CHECKPOINT_ROOT"):
         assert _under(_env(worker)[name], rw), (name, _env(worker)[name], rw)
+
+
+def _credentials(unit: str) -> dict[str, str]:
+    """A unit's LoadCredential= lines: {name: file}."""
+    return dict(line.split("=", 1)[1].split(":", 1) for line in unit.splitlines()
+                if line.startswith("LoadCredential="))
+
+
+def test_each_unit_loads_every_secret_its_host_needs() -> None:
+    """A GPU host's sessions relay signs with the server's secret, and both hosts reach Redis by its password."""
+    from gpufleet.secretfiles import SECRET_SETTINGS
+
+    worker = _credentials((ROOT / "deploy/systemd/gpufleet-worker.service").read_text())
+    api = _credentials((ROOT / "deploy/systemd/gpufleet-api.service").read_text())
+    assert set(worker) == set(api) == set(SECRET_SETTINGS), (worker, api)
+    assert worker == api  # one file each, the same on every host
+    for unit in ("gpufleet-worker.service", "gpufleet-api.service"):
+        text = (ROOT / "deploy/systemd" / unit).read_text()
+        for name, path in _credentials(text).items():
+            assert f"/dev/null {path}" in text or name == "secret_key", (unit, name)  # the install lines make it
+
+
+def test_the_env_example_and_the_worker_unit_give_a_worker_the_passwords_it_demands(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """The example's variables and the unit's credentials, written as the example says: members' code runs."""
+    from gpufleet.config import load_settings
+    from gpufleet.jobs.isolation import services_without_password
+
+    example = (ROOT / "deploy/gpufleet.env.example").read_text()
+    for line in example.splitlines():
+        if line.startswith("GPUFLEET_") and "=" in line:
+            monkeypatch.setenv(*line.split("=", 1))
+    monkeypatch.setenv("GPUFLEET_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("GPUFLEET_CHECKPOINT_ROOT", str(tmp_path / "data" / "checkpoints"))
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    for name, path in _credentials((ROOT / "deploy/systemd/gpufleet-worker.service").read_text()).items():
+        said = re.search(re.escape(path) + r" \(([^ )]+)", example)
+        value = said.group(1) if said else "x" * 48  # the secret: `gpufleet secret`
+        (creds / name).write_text(value + "\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    settings = load_settings()
+    assert settings.redis_url and settings.redis_url.startswith("redis://:PASSWORD@")
+    assert services_without_password(settings) == []
+
+
+def test_the_grafana_scrape_job_reaches_the_shipped_deploy() -> None:
+    """The API listens on loopback behind nginx's TLS: Prometheus scrapes nginx's name over https."""
+    readme = (ROOT / "deploy/grafana/README.md").read_text()
+    [job] = yaml.safe_load(readme.split("```yaml", 1)[1].split("```", 1)[0])["scrape_configs"]
+    nginx = (ROOT / "deploy/nginx/gpufleet.conf").read_text()
+    dashboard = nginx.split("# The dashboard and the API.", 1)[1].split("server {", 1)[1].split("}", 1)[0]
+    names = re.search(r"server_name ([^;]+);", dashboard).group(1).split()
+    assert job["scheme"] == "https"
+    for target in job["static_configs"][0]["targets"]:
+        host, _, port = target.partition(":")
+        assert host in names and port in ("", "443"), (target, names)
+    api = (ROOT / "deploy/systemd/gpufleet-api.service").read_text()
+    assert "--host 127.0.0.1 --port 8000" in api and "127.0.0.1:8000" in readme
+
+
+def test_the_api_unit_and_the_slurm_docs_give_the_one_change_pools_need() -> None:
+    """Pools submit as each member (root) and write the checkpoint root; the unit as shipped is gpufleet's."""
+    api = (ROOT / "deploy/systemd/gpufleet-api.service").read_text()
+    assert re.search(r"^User=gpufleet$", api, flags=re.M) and "ProtectSystem=strict" in api
+    drop_in = re.search(r"#   \[Service\]\n#   (User=root)\n#   (ReadWritePaths=(\S+))\n", api)
+    assert drop_in, "the unit's comment gives the drop-in"
+    docs = (ROOT / "docs/slurm.md").read_text()
+    assert f"`{drop_in.group(1)}`, `{drop_in.group(2)}`" in docs and "systemctl edit gpufleet-api" in docs
+    assert f"--checkpoint-root\n   {drop_in.group(3)}" in docs or f"--checkpoint-root {drop_in.group(3)}" in docs

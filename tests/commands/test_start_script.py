@@ -14,21 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from support.checkout import copy_checkout, linked_venv
 from support.servers import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-
 pytestmark = pytest.mark.slow
-
-
-def _copy_checkout(dest: Path) -> None:
-    """The tracked files as they are in this working tree (changes not yet committed included)."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        src = REPO / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
 
 
 class Start:
@@ -66,9 +55,9 @@ def test_a_second_start_skips_what_is_up_to_date_and_a_start_beside_a_running_on
     if shutil.which("npm") is None:
         pytest.skip("npm is needed to build the dashboard")
     root = tmp_path / "checkout"
-    _copy_checkout(root)
-    # torch comes from the system's packages, as in the development environment (installing it is not tested).
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root / ".venv")], check=True)
+    copy_checkout(root)
+    # torch and the dependencies come linked from this environment's venv (installing them is not tested).
+    linked_venv(root, Path(sys._base_executable))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_") or k.startswith("GPUFLEET_TEST_")}
     # A socket of its own: the default one (/run/gpufleet as root) is the machine's, and another
     # test's or a real server's may be listening there.
@@ -86,6 +75,12 @@ def test_a_second_start_skips_what_is_up_to_date_and_a_start_beside_a_running_on
     steps = ["start: installing gpufleet into .venv first", "install: installing gpufleet and its dependencies",
              "install: building the dashboard", "dashboard built into", "start: starting gpufleet serve"]
     assert all(s in said for s in steps) and sorted(steps, key=said.index) == steps, said
+    # pytest's folders are root's alone (mode 0700): start.sh found that teammates cannot run the client
+    # there, said so as it started, and named what to move.
+    if os.geteuid() == 0 and shutil.which("runuser"):
+        closed = next(p for p in root.parents if not p.stat().st_mode & 0o001)
+        assert f"start: other accounts on this machine cannot run {root}/.venv/bin/gpufleet" in said, said
+        assert f"start: to fix: the checkout is under {closed} (mode " in said, said
     static = root / "backend" / "gpufleet" / "static"
     built_at = (static / "index.html").stat().st_mtime_ns
 

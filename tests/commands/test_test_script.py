@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,8 +50,8 @@ def _script_copy() -> Path:
 
 def _run(root: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(TMPDIR=str(root / "tmp"), GPUFLEET_PG_PORT=str(free_port()),
-               GPUFLEET_REDIS_PORT=str(free_port()), **extra)
+    env.update(TMPDIR=str(root / "tmp"), GPUFLEET_PG_PORT=str(free_port()), GPUFLEET_REDIS_PORT=str(free_port()))
+    env.update(extra)
     return subprocess.run(["bash", str(root / "scripts" / "test.sh"), *args], env=env, cwd=root,
                           capture_output=True, text=True, timeout=300)
 
@@ -95,6 +96,34 @@ def test_shards_each_get_their_own_services_and_their_counts_add_up():
         assert len(urls) == 2, f"two shards, two PostgreSQL servers: {urls}"
         assert not list((root / "tmp").glob("gpufleet-shards.*")), "the shards' services were left behind"
     finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_without_ports_named_the_services_take_free_ones_beside_a_run_on_the_old_fixed_ports():
+    """Another person's run holds the ports every run once took (55432, 56379, and the shards' +10, +20)."""
+    _need_services()
+    root = _script_copy()
+    held = []
+    try:
+        for port in (55432, 56379, 55442, 56389, 55452, 56399):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # someone's server is there already: just as held
+                s.close()
+                continue
+            s.listen()
+            held.append(s)
+        (root / "tests").mkdir()
+        (root / "tests" / "test_tiny.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    pass\n")
+        for args, shards in ((["tests"], "1"), ([], "2")):
+            out = _run(root, *args, GPUFLEET_TEST_SHARDS=shards, GPUFLEET_PG_PORT="", GPUFLEET_REDIS_PORT="")
+            text = out.stdout + out.stderr
+            assert out.returncode == 0, text
+            assert "2 passed" in text or text.strip().splitlines()[-1] == "tests: 2 passed, 0 failed", text
+    finally:
+        for s in held:
+            s.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -43,6 +43,7 @@ def site_config(tmp: Path, api_port: int, notebooks_port: int, http_port: int, h
     }.items():
         assert old in site, old
         site = site.replace(old, new)
+    site = site.replace("/var/log/nginx/gpufleet.access.log", str(tmp / "access.log"))  # the main file's log too
     # The first 443 is the dashboard's server block, the second the notebooks'.
     assert site.count("listen 443 ssl http2;") == 2
     site = site.replace("listen 443 ssl http2;", f"listen 127.0.0.1:{https_port} ssl http2;", 1)

@@ -47,7 +47,8 @@ def unix_account(name: str, *, system: bool = False) -> Iterator[pwd.struct_pass
             time.sleep(0.2)
 
 
-def as_account(entry: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess:
-    """``argv`` run as that account (its uid, gid and no other group)."""
+def as_account(entry: pwd.struct_passwd, *argv: str, env: dict[str, str] | None = None,
+               cwd: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` run as that account (its uid, gid and no other group); ``env``: its whole environment."""
     return subprocess.run(["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
-                           "--", *argv], check=False, capture_output=True, text=True, timeout=60)
+                           "--", *argv], check=False, capture_output=True, text=True, timeout=60, env=env, cwd=cwd)

@@ -24,7 +24,8 @@ from gpufleet.config import Settings
 from gpufleet.db.pools import Pool, PoolJob
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.jobs.log_shipper import ShippedLog
+from gpufleet.jobs.log_shipper import flush
+from gpufleet.jobs.logs import BoundedLog, log_path
 from gpufleet.jobs.metrics_sink import MetricsSink
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_event, transition
@@ -224,20 +225,29 @@ def account(settings: Settings, limit: int = 20) -> int:
 
 
 def _ship_output(settings: Settings, job: PoolJob, pool: Pool) -> None:
-    """New bytes of the job's output file, into the training's log (as a host's log is shipped). The file is
-    in the member's folder: read through no link, and only if it is a regular file (gpufleet.memberfs)."""
-    try:
-        with memberfs.Dir.root(pool.checkpoint_root) as root:
-            data = root.read(memberfs.beneath(pool.checkpoint_root, job.output), job.output_offset, 1 << 20)
-    except (OSError, ValueError):
-        return
-    if not data:
-        return
-    logf = ShippedLog(settings, str(job.training_id))
-    try:
-        logf.write(data)
-    finally:
-        logf.close()
+    """New bytes of the job's output file, into the training's log (as a host's log is shipped).
+
+    The file is in the member's folder: read through no link, and only if it is a regular file
+    (gpufleet.memberfs). Once, however many API processes poll: the offset is read under the job row's lock
+    and moved past the bytes in the same transaction, so a second process waits for the first and reads on
+    from where it got to (the row held by the caller may be a pass old). The log reaches the database after
+    the commit."""
     with write_session(settings) as sess:
-        sess.execute(update(PoolJob).where(PoolJob.id == job.id).values(output_offset=job.output_offset + len(data)))
-    job.output_offset += len(data)
+        offset = sess.scalar(select(PoolJob.output_offset).where(PoolJob.id == job.id).with_for_update())
+        if offset is None:
+            return
+        try:
+            with memberfs.Dir.root(pool.checkpoint_root) as root:
+                data = root.read(memberfs.beneath(pool.checkpoint_root, job.output), offset, 1 << 20)
+        except (OSError, ValueError):
+            data = b""
+        if data:
+            logf = BoundedLog(log_path(settings, job.training_id), settings.log_max_bytes)
+            try:
+                logf.write(data)
+            finally:
+                logf.close()
+            sess.execute(update(PoolJob).where(PoolJob.id == job.id).values(output_offset=offset + len(data)))
+    job.output_offset = offset + len(data)
+    if data:
+        flush(settings, log_path(settings, job.training_id))

@@ -70,14 +70,53 @@ def add(sess: Session, settings: Settings, spec: PoolSpec) -> Pool:
         raise PoolError(f"cannot reach the Slurm cluster from this host: {exc}", status=409) from None
     if not known:
         raise PoolError(f"Slurm has no partition {spec.partition!r} (sinfo lists the partitions)", field="partition")
+    python = spec.python or sys.executable
+    check_python(python)
     Path(root).mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
     pool = Pool(name=spec.name, kind="slurm", partition=spec.partition, account=spec.account,
                 gpus_per_node=spec.gpus_per_node, gpu_model=spec.gpu_model, gpu_memory=spec.gpu_memory,
-                checkpoint_root=root, python=spec.python or sys.executable)
+                checkpoint_root=root, python=python)
     sess.add(pool)
     sess.flush()
     return pool
+
+
+# Who the check runs as when the server is root: an account with no rights of its own, as a member has.
+UNPRIVILEGED = "nobody"
+
+
+def check_python(python: str) -> None:
+    """``python`` must run ``gpufleet.pools.node`` for a member: every job runs it as its owner's account.
+    Run here as one with no rights of its own (root's interpreter under /root, mode 0700, fails this as
+    it fails the job: ``execve(): Permission denied``); the nodes need it at the same path."""
+    import pwd
+    import subprocess
+
+    as_whom: dict[str, object] = {}
+    who = "this account"
+    if os.geteuid() == 0:
+        try:
+            entry = pwd.getpwnam(UNPRIVILEGED)
+        except KeyError:
+            entry = None
+        if entry is not None:
+            as_whom = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+            who = f"account {UNPRIVILEGED}"
+    try:
+        done = subprocess.run([python, "-c", "import gpufleet.pools.node"], capture_output=True, text=True,
+                              timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+                              check=False, **as_whom)  # type: ignore[arg-type]
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1] if done.returncode else ""
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    except subprocess.TimeoutExpired:
+        why = "it did not finish within 60 s"
+    if why:
+        raise PoolError(f"--python {python} does not run gpufleet for a member (run as {who}: {why}); each job "
+                        "runs it as its owner's account on the nodes: give a Python that every account can "
+                        "execute, with gpufleet installed, at the same path on this host and the nodes "
+                        "(e.g. a venv on the shared file system; docs/slurm.md)", field="python")
 
 
 def listed(sess: Session) -> list[Pool]:

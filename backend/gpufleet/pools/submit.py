@@ -181,7 +181,8 @@ class ScriptOnPool(OnPool):
         spec = script.attempt_spec(
             settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
             output_dir=output, gpu_indexes=list(range(per_node)), backend="cuda", ranks_on_cpu=False,
-            stop_grace_s=settings.stop_grace_s, env_cache=cache, files_root=Path(a.pool.checkpoint_root))
+            stop_grace_s=settings.stop_grace_s, env_cache=cache, files_root=Path(a.pool.checkpoint_root),
+            python=a.pool.python)  # the nodes' interpreter (`pools add --python`), never this host's
         # Over several nodes each node's task takes its share and the rendezvous from Slurm (pools/node.py).
         root.write_new(a.rel(path), replace(spec, world_size=t.world_size, nnodes=node_count).to_json())
 

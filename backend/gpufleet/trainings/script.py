@@ -236,20 +236,22 @@ newest_resume_point = resumepoint.newest_resume_point
 
 def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Path, checkpoint_dir: Path,
                  output_dir: Path, gpu_indexes: list[int], backend: str, ranks_on_cpu: bool, stop_grace_s: float,
-                 env_cache: Path | None = None, files_root: Path | None = None) -> ScriptSpec:
+                 env_cache: Path | None = None, files_root: Path | None = None,
+                 python: str | None = None) -> ScriptSpec:
     """The script launcher's spec for the next attempt of ``t``, on a team host or a pool's node alike: the
     interpreter and environment its request chose, and the newest checkpoint to resume from. The attempt's
     progress file and stop marker from an earlier run are cleared. ``env_cache``: where the environment is
     built (default: the owner's cache on this host). ``files_root``: the server's folder the attempt's files
     are below, reached from it through no link (a pool's root); default: each file's folder sits in one of
-    the server's (gpufleet.memberfs)."""
+    the server's (gpufleet.memberfs). ``python``: the interpreter of the place it runs (a pool's nodes have
+    their own; default: the one the request chose among this host's)."""
     from gpufleet.trainings import venv
     from gpufleet.trainings.script_launch import ScriptSpec
 
     memberfs.remove(progress, files_root)
     memberfs.remove(f"{progress}.stop", files_root)
     env = dict(t.env or {})
-    python = interpreter(settings, env)
+    python = python or interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
     # Built by the launcher, in the training's own process context, before its ranks start.
     environment = venv.request_for(settings, env.pop(REQUIREMENTS_KEY, None), python, t.owner or "local")
