@@ -159,6 +159,8 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
     trials = {t["training_id"]: t for t in body["trials"]}
     assert trials[str(b.id)]["state"] == "pruned" and "GPU goes to the next trial" in trials[str(b.id)]["reason"]
+    # Its rung is the one that stopped it, numbered as its reason numbers it.
+    assert trials[str(b.id)]["rung"] == 0 and trials[str(b.id)]["reason"].startswith("stopped at rung 0 (step 2)")
     rows = {t.id: t for t in _trainings(s, sweep["id"])}
     assert rows[b.id].cancel_requested and rows[b.id].status == "running"  # its supervisor stops it
     assert len(rows) == 4 and sum(t["state"] == "running" for t in body["trials"]) == 3

@@ -95,7 +95,15 @@ def _counts(by_state: dict[str, int], total: int) -> str:
 
 
 TRIAL_COLUMNS = (Column("#"), Column("PARAMS", shorten=True, min_width=16), Column("STATE"), Column("METRIC"),
-                 Column("STEP", drop=2), Column("GPU", drop=1), Column("TRAINING", drop=3))
+                 Column("RUNG"), Column("STEP", drop=2), Column("GPU", drop=1), Column("TRAINING", drop=3),
+                 Column("REASON", shorten=True, min_width=24))
+
+
+def _rung(t: Any) -> str:
+    """The rung as the reason numbers it: the one that stopped it or where it waits; for a running one, the next."""
+    if t.rung is None:
+        return "-"
+    return f"next {t.rung}" if t.state == "running" else str(t.rung)
 
 
 @sweep_app.command("show")
@@ -111,9 +119,9 @@ def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wi
     if s.status_reason:
         out.print(s.status_reason, highlight=False)
     rows = [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()), t.state,
-             "-" if t.metric is None else fmt_loss(t.metric), f"{t.step or 0}/{t.max_steps or '?'}",
+             "-" if t.metric is None else fmt_loss(t.metric), _rung(t), f"{t.step or 0}/{t.max_steps or '?'}",
              f"{t.host}:{','.join(map(str, t.gpu_ids))}" if t.host and t.gpu_ids else "-",
-             str(t.training_id or "-")[:8]] for t in s.trials]
+             str(t.training_id or "-")[:8], t.reason or "-"] for t in s.trials]
     print_table(out, TRIAL_COLUMNS, rows, wide=wide)
     if s.best is not None:
         out.print(f"best: trial {s.best.number} ({' '.join(f'{k}={v}' for k, v in s.best.params.items())}) "

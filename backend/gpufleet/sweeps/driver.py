@@ -151,12 +151,13 @@ class Round:
             k, step = trial.rung, steps[trial.rung]
             _, value = metric_at(self.sess, t.id, self.spec.metric, step) or newest
             [(_, pruned)] = rungs.decide(self.study, self.study.pruner, {trial.number: (step, value)}, k).items()
+            if pruned and not finished:  # it stays at the rung that stopped it (the reason names the same one)
+                trial.metric_step, trial.metric = step, value
+                return self.prune(trial, k)
             trial.rung = k + 1 if k + 1 < len(steps) else None
             if finished:
                 continue
             trial.metric_step, trial.metric = step, value
-            if pruned:
-                return self.prune(trial, k)
             trial.reason = f"promoted at rung {k} (step {step}, {self.spec.metric} {value:.4g}): goes on as it runs"
             record_event(self.sess, t.id, "info", reason=trial.reason, user=self.sweep.owner,
                          data={"sweep": str(self.sweep.id), "promoted_at_rung": k})
