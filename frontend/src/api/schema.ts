@@ -1416,7 +1416,7 @@ export interface components {
          * FinalStatus
          * @enum {string}
          */
-        FinalStatus: "succeeded" | "failed" | "cancelled" | "reclaimed";
+        FinalStatus: "succeeded" | "failed" | "cancelled" | "reclaimed" | "pruned";
         /**
          * FitBody
          * @description A recipe's config whose layout gpufleet chooses: ranks, strategy, micro-batch, accumulation.
@@ -2831,7 +2831,7 @@ export interface components {
             /** Training Id */
             training_id: string | null;
             /** Training Status */
-            training_status: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed") | null;
+            training_status: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed" | "pruned") | null;
         };
         /** SweepsPublic */
         SweepsPublic: {
@@ -3418,7 +3418,7 @@ export interface components {
              * Status
              * @enum {string}
              */
-            status: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed";
+            status: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed" | "pruned";
             /** Status Reason */
             status_reason: string | null;
             /** Step */
@@ -3453,7 +3453,7 @@ export interface components {
          * TrainingStatus
          * @enum {string}
          */
-        TrainingStatus: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed";
+        TrainingStatus: "queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed" | "pruned";
         /** TrainingsPublic */
         TrainingsPublic: {
             /** Count */
@@ -8529,7 +8529,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description one or more statuses */
-                status?: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed")[] | null;
+                status?: ("queued" | "scheduled" | "running" | "preempted" | "succeeded" | "failed" | "cancelled" | "reclaimed" | "pruned")[] | null;
                 owner?: string | null;
                 /** @description only the trainings this names: a name, an ID, or the start of an ID (as `gpufleet trainings ls` shows it, 8 characters); clients resolve a short ID or a name with it */
                 ref?: string | null;
@@ -10871,10 +10871,10 @@ export const pathsApiV1SessionsGetParametersQueryStatusAnyOf0Values: ReadonlyArr
 export const pathsApiV1SessionsLimitsKindNamePutParametersPathKindValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions/limits/{kind}/{name}"]["put"]["parameters"]["path"]["kind"]> = ["user", "group"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryPolicyValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["policy"]> = ["pack", "spread"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["recipe"]> = ["mlp", "sae"];
-export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["get"]["parameters"]["query"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["get"]["parameters"]["query"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"];
 export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
 export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
-export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed"];
+export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed", "pruned"];
 export const fitBodyRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitBody"]["recipe"]> = ["mlp", "sae"];
 export const fitOptionPublicFitsValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitOptionPublic"]["fits"]> = ["now", "later"];
 export const liveBatchTypeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["LiveBatch"]["type"]> = ["batch"];
@@ -10902,12 +10902,12 @@ export const sweepDetailStatusValues: ReadonlyArray<FlattenedDeepRequired<compon
 export const sweepPublicDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepPublic"]["direction"]> = ["minimize", "maximize"];
 export const sweepPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepPublic"]["status"]> = ["running", "succeeded", "failed", "cancelled"];
 export const sweepTrialPublicStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepTrialPublic"]["state"]> = ["running", "rung", "pruned", "complete", "failed", "cancelled"];
-export const sweepTrialPublicTraining_statusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepTrialPublic"]["training_status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const sweepTrialPublicTraining_statusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepTrialPublic"]["training_status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"];
 export const trainingBatchCreateStrategyValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingBatchCreate"]["strategy"]> = ["round_robin", "load_balance", "affinity"];
 export const trainingCreateKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingCreate"]["kind"]> = ["recipe", "script"];
 export const trainingCreateRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingCreate"]["recipe"]> = ["mlp", "sae"];
-export const trainingPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingPublic"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
-export const trainingStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingStatus"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"];
+export const trainingPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingPublic"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"];
+export const trainingStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["TrainingStatus"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"];
 export const usagePublicByValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UsagePublic"]["by"]> = ["user", "group", "training"];
 export const userCreateRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UserCreate"]["role"]> = ["admin", "member", "viewer"];
 export const userPublicRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UserPublic"]["role"]> = ["admin", "member", "viewer"];
