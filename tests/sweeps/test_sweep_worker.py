@@ -182,7 +182,7 @@ def test_async_halving_stops_a_trial_at_its_rung_on_a_loaded_machine(tmp_path, r
     workers(s)
     scheduler(s)
     c = sweep_client(s)
-    hogs = _hogs(2 * (os.cpu_count() or 2))
+    hogs = _hogs(os.cpu_count() or 2)
     try:
         # Steps of a few milliseconds: a verdict a second late is hundreds of steps, unless the trial waits.
         cfg = dict(TINY_MLP, max_steps=300, log_every=50)
