@@ -27,7 +27,7 @@ from gpufleet.db.types import utcnow
 from gpufleet.jobs.peak_memory import TRIM_MARGIN, PeakMemory
 from gpufleet.jobs.rung_gate import RungRelease
 from gpufleet.lifecycle.transitions import record_event
-from gpufleet.scheduling.types import fmt_bytes
+from gpufleet.scheduling.types import fmt_bytes, fmt_bytes_apart
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 from gpufleet.engine.ownedfiles import read_regular
@@ -269,9 +269,10 @@ class MetricsSink:
         """Say a rank above its reservation; trim a reservation the steady state leaves well above its peak
         (not at the end: the GPUs are about to be released whole)."""
         if (over := self.memory.overrun()) is not None:
-            who = f"rank {over['rank']}" if self._ranks > 1 else "its process"
-            self._event("warning", f"{who} holds {fmt_bytes(over['measured'])} on its GPU, over the "
-                        f"{fmt_bytes(over['reserved'])} reserved for it: work placed beside it may run out of "
+            who, (held, reserved) = (f"rank {over['rank']}" if self._ranks > 1 else "its process",
+                                     fmt_bytes_apart(over["measured"], over["reserved"]))
+            self._event("warning", f"{who} holds {held} on its GPU, over the "
+                        f"{reserved} reserved for it: work placed beside it may run out of "
                         "memory; the next estimate of this shape counts what this run measures", over)
         if not final and (trim := self.memory.trim(self._step)) is not None:
             self._trim_to = trim["to"]
