@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.commands.tables import Column, WideOpt, fmt_loss, print_table
-from gpufleet.commands.trainings import ServerOpt, _fail, connect, out
+from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, out
 
 sweep_app = typer.Typer(help="Sweeps: many trials of one recipe or script, searched and stopped early.",
                         no_args_is_help=True)
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sweep_app, name="sweep")
 
 
-def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:
+def _script_code(c: Any, body: dict[str, Any], base: Path, said: list[str]) -> None:
     """Pack and upload the script's ``dir`` (once for every trial) and put its hash in the body."""
     from gpufleet.commands.run import find_requirements, upload
     from gpufleet.trainings.archive import PackTooLarge, pack
@@ -44,7 +44,7 @@ def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:
         _fail(str(exc))
     if "requirements" not in script:
         script["requirements"] = find_requirements(root, None, False)
-    script["code"] = upload(c, data)
+    script["code"] = upload(c, data, said)  # "already on the server" is said once the sweep is accepted
 
 
 @sweep_app.command("start")
@@ -61,12 +61,14 @@ def start(
         body = read_sweep_file(file)
     except InvalidRequest as exc:
         _fail(str(exc))
-    c = connect(server)
-    _script_code(c, body, file.resolve().parent)
+    c, said = connect(server), []
+    _script_code(c, body, file.resolve().parent, said)
     try:
         sweep = c.start_sweep(body)
     except InvalidRequest as exc:
         _fail(f"{file}: {exc}")
+    for note in said:
+        err.print(note, highlight=False)
     if as_json:
         print(json.dumps(sweep.model_dump(mode="json"), indent=2))
         return
