@@ -53,7 +53,8 @@ def quiet() -> None:
 
 
 def note_root(log: logging.Logger) -> None:
-    """Say once, plainly, what Celery's superuser warning is about."""
+    """Say once, plainly, what Celery's superuser warning is about (a worker runs as root on purpose: the shipped
+    unit does, so that it can start each member's ranks as that member, gpufleet.users.runas)."""
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        log.warning("running as root: trainings started here run as root too; "
-                    "run gpufleet as an ordinary user on shared machines")
+        log.info("running as root, as a worker must to start each member's training as that member's own Unix "
+                 "account (or the run account); only an admin's own trainings run as root")

@@ -61,7 +61,7 @@ def test_the_schema_declares_enums_formats_and_retry_after(client: TestClient) -
     spec = client.get("/openapi.json").json()
     schemas = spec["components"]["schemas"]
     assert set(schemas["TrainingPublic"]["properties"]["status"]["enum"]) == {
-        "queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed"}
+        "queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"}
     recipe = schemas["TrainingCreate"]["properties"]["recipe"]["anyOf"][0]
     assert recipe["enum"] == recipe_names()
     [status] = [p for p in spec["paths"]["/api/v1/trainings"]["get"]["parameters"] if p["name"] == "status"]

@@ -94,3 +94,29 @@ def test_every_command_documents_the_same_default_server():
                 ["gpus", "--help"]):
         said = " ".join(runner.invoke(app, cmd, env={"COLUMNS": "300"}).output.split())
         assert "else this machine's server through its socket" in said and "default $GPUFLEET_SERVER or http" not in said, cmd
+
+
+def test_run_without_run_code_is_refused_without_being_told_first_that_its_code_is_ready(tmp_path, monkeypatch,
+                                                                                       product_api):
+    from gpufleet.trainings.archive import content_hash, pack
+    from support.people import bearer, make_people
+
+    settings = make_settings(tmp_path, "sqlite", simulate="4xH100-80GB", auth="on")
+    register(settings)
+    team = make_people(settings)
+    url = product_api(settings)
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print('hello')\n")
+    data = pack(project)
+    # The same code is already on the server (an admin sent it), so the CLI sends nothing.
+    r = httpx.post(f"{url}/api/v1/code", params={"sha256": content_hash(data)}, content=data, timeout=60,
+                   headers={**bearer(team.admin), "Content-Type": "application/octet-stream"})
+    assert r.status_code in (200, 201), r.text
+    monkeypatch.setenv("GPUFLEET_SERVER", url)
+    monkeypatch.setenv("GPUFLEET_TOKEN", team.alice)  # a member without run_code
+    monkeypatch.chdir(project)
+    r = runner.invoke(app, ["run", "--no-follow", "--", "python", "train.py"])
+    said = " ".join(r.output.split())
+    assert r.exit_code != 0 and "run_code" in said, said
+    assert "is on the server already" not in said, said

@@ -175,3 +175,16 @@ def test_cells_titles_and_messages_are_text_never_markup():
     assert "\x1b]8;" not in out and "\x1b[2J" not in out and "\r" not in out and "\x07" not in out
     # The label keeps its style.
     assert "\x1b[1;31merror:" in out
+
+
+def test_a_command_s_console_never_paints_parts_of_words(monkeypatch):
+    import io
+
+    from gpufleet.commands.tables import make_console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # a colour terminal, which is where rich highlights
+    monkeypatch.setenv("COLORTERM", "truecolor")
+    console = make_console()
+    console.file = io.StringIO()
+    console.print("training abc on cuda:0, cuda:1 (2 GPUs) from 10.0.0.1")
+    assert console.file.getvalue().strip() == "training abc on cuda:0, cuda:1 (2 GPUs) from 10.0.0.1"

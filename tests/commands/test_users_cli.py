@@ -38,6 +38,9 @@ def test_add_list_token_and_use_it(cli_db: str) -> None:
     listing = run("users", "list")
     assert listing.exit_code == 0
     assert [name, "admin", "active", "1"] in [line.split("\t")[:4] for line in listing.stdout.splitlines()]
+    # An admin holds every permission: the listing says so rather than "-".
+    [mine] = [line.split("\t") for line in listing.stdout.splitlines() if line.startswith(name + "\t")]
+    assert mine[-1] == "all (admin)", mine
 
 
 def test_tokens_create_revoke_and_disable(cli_db: str) -> None:

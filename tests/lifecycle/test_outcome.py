@@ -18,6 +18,9 @@ def _attempt(code, **kw):
 def test_error_table():
     assert outcome.decide(_attempt(0)).status == "succeeded"
     assert outcome.decide(_attempt(ec.RANK_FAILED, cancel_requested=True)).status == "cancelled"
+    # A sweep's early stop is its own end, not a person's cancel.
+    d = outcome.decide(_attempt(-9, cancel_requested=True, cancel_as="pruned"))
+    assert d.status == "pruned" and "its sweep stopped it at a rung" in d.reason
     d = outcome.decide(_attempt(ec.RANK_FAILED, error={"rank": 1, "kind": "error", "message": "boom"}))
     assert d.status == "queued" and d.counts_restart and d.retry_kind == "failure" and d.backoff_s == 1
     assert "rank 1: boom" in d.reason

@@ -103,3 +103,20 @@ def test_a_notebook_on_a_host_without_jupyter_fails_at_once_naming_the_extra(tmp
     error = next(x for x in lines if x["type"] == "error")
     assert error["message"].startswith("No module named jupyter_server on this host: install gpufleet[sessions]")
     assert lines[-1] == {**lines[-1], "type": "end", "status": "failed", "exit_code": ec.CANNOT_RUN}
+
+
+def test_a_session_is_named_by_its_id_the_start_of_it_or_its_name() -> None:
+    import pytest
+    import typer
+
+    from gpufleet.commands.sessions import resolve
+
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    rows = [SimpleNamespace(id=ids[0], name="nb", status="stopped"), SimpleNamespace(id=ids[1], name="nb", status="running"),
+            SimpleNamespace(id=ids[2], name="other", status="running")]
+    client = SimpleNamespace(list_sessions=lambda limit: SimpleNamespace(items=rows))
+    assert resolve(client, ids[2][:8]) == ids[2]
+    assert resolve(client, "other") == ids[2]
+    assert resolve(client, "nb") == ids[1]  # of two with one name, the one still running
+    with pytest.raises(typer.Exit):
+        resolve(client, "nothing-of-that-name")

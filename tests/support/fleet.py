@@ -255,7 +255,7 @@ def wait_for(fn: Callable[[], object], timeout: float, what: str, every: float =
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value {last!r}")
 
 
-FINAL = ("succeeded", "failed", "cancelled", "reclaimed")
+FINAL = ("succeeded", "failed", "cancelled", "reclaimed", "pruned")
 
 
 def get_training(c: TestClient, tid: str) -> dict:

@@ -112,6 +112,9 @@ def test_sync_asha_prunes_the_worse_half_at_the_first_rung_and_resumes_the_rest(
     body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
     assert body["status"] == "succeeded" and body["best"]["params"] == {"lr": 0.01}
     assert body["trials_by_state"] == {"pruned": 3, "complete": 1}
+    # A trial pruned at its rung shows as a pruned training too, not as one that finished.
+    assert {t["training_status"] for t in body["trials"] if t["state"] == "pruned"} == {"pruned"}
+    assert {t.status for t in _trainings(s, sweep["id"])} == {"pruned", "succeeded"}
 
 
 def _report(s, tid, step, loss):
@@ -139,6 +142,8 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     first = sorted(_trainings(s, sweep["id"]), key=lambda t: t.created_at)
     # Three at once, each for its whole length: no trial is stopped at a rung to wait for the others.
     assert len(first) == 3 and {t.max_steps for t in first} == {8}
+    # Their ranks wait at each rung's step for the verdict (engine/rungwait.py), let past by passed_rung_step.
+    assert all(t.rung_steps == [2, 4] and t.passed_rung_step is None for t in first)
     a, b, _ = first
     _report(s, a.id, 2, 0.2)
     _report(s, b.id, 1, 0.9)  # below the rung: nothing to judge yet
@@ -150,6 +155,7 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     assert ta["state"] == "running" and ta["rung"] == 1 and "promoted at rung 0" in ta["reason"]
     [row_a] = [t for t in _trainings(s, sweep["id"]) if t.id == a.id]
     assert row_a.status == "running" and not row_a.cancel_requested and row_a.attempt == a.attempt
+    assert row_a.passed_rung_step == 2
     assert not any("resum" in r for _, _, r in _events(s, a.id))
     assert trials[str(b.id)]["state"] == "running" and trials[str(b.id)]["rung"] == 0
     # b reaches rung 0 worse than a: pruned in that round, its training stopped, and the fourth trial takes
@@ -159,8 +165,11 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
     trials = {t["training_id"]: t for t in body["trials"]}
     assert trials[str(b.id)]["state"] == "pruned" and "GPU goes to the next trial" in trials[str(b.id)]["reason"]
+    # Its rung is the one that stopped it, numbered as its reason numbers it.
+    assert trials[str(b.id)]["rung"] == 0 and trials[str(b.id)]["reason"].startswith("stopped at rung 0 (step 2)")
     rows = {t.id: t for t in _trainings(s, sweep["id"])}
     assert rows[b.id].cancel_requested and rows[b.id].status == "running"  # its supervisor stops it
+    assert rows[b.id].cancel_as == "pruned" and rows[b.id].passed_rung_step is None  # ... and ends it as pruned
     assert len(rows) == 4 and sum(t["state"] == "running" for t in body["trials"]) == 3
     assert any(k == "cancel" for k, _, _ in _events(s, b.id))
     # a passes rung 1 (step 4) beside nobody: promoted again, then finishes; a repeated round changes nothing.
@@ -174,7 +183,7 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     for t in rows.values():
         if t.id not in (a.id, b.id):
             _end(s, t.id, loss=0.01, step=8)  # finished before the driver saw a rung: recorded, not stopped
-    _end(s, b.id, status="cancelled", exit_code=None)
+    _end(s, b.id, status="pruned", exit_code=None)
     advance_all(s, force=True)
     body = c.get(f"/api/v1/sweeps/{sweep['id']}").json()
     assert body["status"] == "succeeded" and body["trials_by_state"] == {"complete": 3, "pruned": 1}, body

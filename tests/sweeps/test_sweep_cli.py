@@ -55,3 +55,46 @@ def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monke
         r = cli("sweep", "show", "nope")
         assert r.exit_code == 2 and "no sweep's ID or name matches 'nope'" in r.output
         assert json.loads(cli("sweep", "show", sweep["id"], "--json").output)["status"] == "cancelled"
+
+
+def test_show_puts_each_stop_s_rung_and_reason_in_the_table(tmp_path, request, monkeypatch):
+    import uuid
+
+    from sqlalchemy import select, update
+
+    from gpufleet.cli import app
+    from gpufleet.db.models import Training, TrainingMetric
+    from gpufleet.db.session import session_scope, write_session
+    from gpufleet.sweeps.driver import advance_all
+
+    s = make_settings(tmp_path, "sqlite", request)
+    register(s)
+    file = tmp_path / "sweep.yaml"
+    file.write_text(FILE.replace("parallel: 2", "parallel: 3\nasha: {min_steps: 2, reduction_factor: 2}"))
+    with serve_inprocess(create_app(s)) as srv:
+        monkeypatch.setenv("GPUFLEET_SERVER", srv.url)
+
+        def cli(*args: str):
+            return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
+
+        sid = json.loads(cli("sweep", "start", str(file), "--json").output)["id"]
+        advance_all(s, force=True)
+        with session_scope(s) as sess:
+            ids = list(sess.scalars(select(Training.id).where(Training.sweep_id == uuid.UUID(sid))
+                                    .order_by(Training.created_at)))
+        for tid, loss in zip(ids, (0.2, 0.9)):  # the first at rung 0 goes on, the second (worse) is stopped
+            with write_session(s) as sess:
+                sess.add(TrainingMetric(training_id=tid, step=2, loss=loss, metrics={}))
+                sess.execute(update(Training).where(Training.id == tid).values(status="running", step=2))
+            advance_all(s, force=True)
+        r = cli("sweep", "show", sid)
+        assert r.exit_code == 0, r.output
+        [head, *rows] = [line.split("\t") for line in r.output.splitlines()[1:]]  # a pipe gets tab-separated cells
+        assert head == ["#", "PARAMS", "STATE", "METRIC", "RUNG", "STEP", "GPU", "TRAINING", "REASON"], r.output
+        by_state = {row[2]: dict(zip(head, row)) for row in rows}
+        assert by_state["pruned"]["RUNG"] == "0", r.output
+        assert by_state["pruned"]["REASON"].startswith("stopped at rung 0 (step 2): its loss 0.9 was not"), r.output
+        promoted = [dict(zip(head, row)) for row in rows if "promoted at rung 0" in row[-1]]
+        assert [p["RUNG"] for p in promoted] == ["next 1"], r.output
+        shown = json.loads(cli("sweep", "show", sid, "--json").output)
+        assert [t["rung"] for t in shown["trials"] if t["state"] == "pruned"] == [0]

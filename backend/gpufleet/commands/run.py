@@ -81,8 +81,12 @@ def _packed(data: bytes, rel: str) -> bool:
                              .removeprefix("./") in names)
 
 
-def upload(c: Client, data: bytes) -> str:
-    """Upload ``data`` unless the server has it; returns the code hash."""
+def upload(c: Client, data: bytes, said: list[str] | None = None) -> str:
+    """Upload ``data`` unless the server has it; returns the code hash.
+
+    Code already on the server is not sent; with ``said``, that note is put there to be printed once the
+    training is accepted (a caller without ``run_code`` is refused then, and must not be told first that
+    the code is ready to run)."""
     from gpufleet.trainings.archive import content_hash
 
     h = content_hash(data)
@@ -91,7 +95,11 @@ def upload(c: Client, data: bytes) -> str:
     except Exception:  # noqa: BLE001 - the POST below reports the server's answer
         known = False
     if known:
-        err.print(f"code {h[:12]} is on the server already ({len(data) / 2**20:.2f} MB not sent)", highlight=False)
+        note = f"code {h[:12]} is on the server already ({len(data) / 2**20:.2f} MB not sent)"
+        if said is not None:
+            said.append(note)
+        else:
+            err.print(note, highlight=False)
         return h
     res = c.call("POST", "/api/v1/code", params={"sha256": h}, content=data,
                  headers={"Content-Type": "application/octet-stream"})
@@ -181,8 +189,11 @@ def run(
         body["max_runtime_s"] = max_runtime
     if source:
         body["from_training"] = source
-    body["code"] = upload(c, data)
+    said: list[str] = []
+    body["code"] = upload(c, data, said)
     t = c.create("/api/v1/trainings", body)  # an Idempotency-Key: a timed-out submit is retried safely
+    for note in said:
+        err.print(note, highlight=False)
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}", highlight=False)
     if follow:
         raise typer.Exit(follow_training(c, t["id"]))

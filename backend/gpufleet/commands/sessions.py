@@ -27,7 +27,7 @@ out = make_console()
 err = make_console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the session as JSON")]
-SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="the session's ID, or the start of it")]
+SessionArg = Annotated[str, typer.Argument(metavar="SESSION", help="the session's ID, the start of it, or its name")]
 LIVE = ("queued", "starting", "running", "stopping")
 
 
@@ -49,13 +49,18 @@ def connect(server: str | None) -> Client:
 
 
 def resolve(client: Client, ref: str) -> str:
-    """A full session ID from an ID or a unique start of one (as `session ls` shows it)."""
-    ref = ref.strip().lower()
-    if len(ref) == 36:
-        return ref
-    found = [s.id for s in client.list_sessions(limit=500).items if s.id.startswith(ref)]
+    """A full session ID from an ID, a unique start of one (as `session ls` shows it) or a name, as elsewhere;
+    of several sessions with one name, the one not ended."""
+    key = ref.strip().lower()
+    if len(key) == 36:
+        return key
+    rows = client.list_sessions(limit=500).items
+    found = [s.id for s in rows if s.id.startswith(key)]
+    if not found:
+        named = [s for s in rows if s.name == ref.strip()]
+        found = [s.id for s in named if s.status not in ("stopped", "failed")] or [s.id for s in named]
     if len(found) != 1:
-        _fail(f"no session's ID starts with {ref!r}" if not found else
+        _fail(f"no session's ID or name matches {ref!r} (`gpufleet session ls` lists them)" if not found else
               f"{ref!r} matches {len(found)} sessions ({', '.join(f[:8] for f in found[:5])}); give more of the ID")
     return found[0]
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.commands.tables import Column, WideOpt, fmt_loss, print_table
-from gpufleet.commands.trainings import ServerOpt, _fail, connect, out
+from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, out
 
 sweep_app = typer.Typer(help="Sweeps: many trials of one recipe or script, searched and stopped early.",
                         no_args_is_help=True)
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sweep_app, name="sweep")
 
 
-def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:
+def _script_code(c: Any, body: dict[str, Any], base: Path, said: list[str]) -> None:
     """Pack and upload the script's ``dir`` (once for every trial) and put its hash in the body."""
     from gpufleet.commands.run import find_requirements, upload
     from gpufleet.trainings.archive import PackTooLarge, pack
@@ -44,7 +44,7 @@ def _script_code(c: Any, body: dict[str, Any], base: Path) -> None:
         _fail(str(exc))
     if "requirements" not in script:
         script["requirements"] = find_requirements(root, None, False)
-    script["code"] = upload(c, data)
+    script["code"] = upload(c, data, said)  # "already on the server" is said once the sweep is accepted
 
 
 @sweep_app.command("start")
@@ -61,12 +61,14 @@ def start(
         body = read_sweep_file(file)
     except InvalidRequest as exc:
         _fail(str(exc))
-    c = connect(server)
-    _script_code(c, body, file.resolve().parent)
+    c, said = connect(server), []
+    _script_code(c, body, file.resolve().parent, said)
     try:
         sweep = c.start_sweep(body)
     except InvalidRequest as exc:
         _fail(f"{file}: {exc}")
+    for note in said:
+        err.print(note, highlight=False)
     if as_json:
         print(json.dumps(sweep.model_dump(mode="json"), indent=2))
         return
@@ -95,7 +97,15 @@ def _counts(by_state: dict[str, int], total: int) -> str:
 
 
 TRIAL_COLUMNS = (Column("#"), Column("PARAMS", shorten=True, min_width=16), Column("STATE"), Column("METRIC"),
-                 Column("STEP", drop=2), Column("GPU", drop=1), Column("TRAINING", drop=3))
+                 Column("RUNG"), Column("STEP", drop=2), Column("GPU", drop=1), Column("TRAINING", drop=3),
+                 Column("REASON", shorten=True, min_width=24))
+
+
+def _rung(t: Any) -> str:
+    """The rung as the reason numbers it: the one that stopped it or where it waits; for a running one, the next."""
+    if t.rung is None:
+        return "-"
+    return f"next {t.rung}" if t.state == "running" else str(t.rung)
 
 
 @sweep_app.command("show")
@@ -111,9 +121,9 @@ def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wi
     if s.status_reason:
         out.print(s.status_reason, highlight=False)
     rows = [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()), t.state,
-             "-" if t.metric is None else fmt_loss(t.metric), f"{t.step or 0}/{t.max_steps or '?'}",
+             "-" if t.metric is None else fmt_loss(t.metric), _rung(t), f"{t.step or 0}/{t.max_steps or '?'}",
              f"{t.host}:{','.join(map(str, t.gpu_ids))}" if t.host and t.gpu_ids else "-",
-             str(t.training_id or "-")[:8]] for t in s.trials]
+             str(t.training_id or "-")[:8], t.reason or "-"] for t in s.trials]
     print_table(out, TRIAL_COLUMNS, rows, wide=wide)
     if s.best is not None:
         out.print(f"best: trial {s.best.number} ({' '.join(f'{k}={v}' for k, v in s.best.params.items())}) "

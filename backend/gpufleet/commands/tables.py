@@ -298,7 +298,9 @@ def make_console(stderr: bool = False) -> Console:
     default width there), cutting a URL or an id in two for whoever reads the
     log or greps it. Tables still fit the console's width (``--wide`` shows all).
     """
-    console = Console(stderr=stderr, markup=False)  # what it prints holds members' words: styles are Text's
+    # What it prints holds members' words: styles are Text's, never markup, and never rich's guesses (its
+    # highlighter painted "cuda:0" as "cu" + a bold "da:0", taking it for a key: value pair).
+    console = Console(stderr=stderr, markup=False, highlight=False)
     console.soft_wrap = not console.is_terminal
     return console
 

@@ -111,8 +111,10 @@ def users_list() -> None:
 
     def work(sess):
         live = live_token_counts(sess)
+        # An admin (root and the server's account among them) has every permission, granted or not.
         return [(u.name, u.role, u.disabled, live.get(u.name, 0), u.created_at,
-                 ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-") for u in list_users(sess)]
+                 "all (admin)" if u.role == "admin" else ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-")
+                for u in list_users(sess)]
 
     rows = _run(work, write=False)
     _emit(

@@ -215,6 +215,11 @@ class Training(Base):
     resumed_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)  # --from: its first attempt copies that checkpoint
     sweep_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), index=True)
     pool: Mapped[str | None] = mapped_column(String(64), index=True)  # runs in this pool (db/pools.py), not on hosts
+    # A sweep's trial (gpufleet.sweeps.driver): the rung steps its ranks wait at for the sweep's go-ahead, the
+    # newest of them it was let past, and how a cancel ends it ("pruned": the sweep stopped it at a rung).
+    rung_steps: Mapped[list[int] | None] = mapped_column(JSONDoc)
+    passed_rung_step: Mapped[int | None] = mapped_column(Integer)
+    cancel_as: Mapped[str | None] = mapped_column(String(32))
 
     host: Mapped[Host | None] = relationship()
 

@@ -1,6 +1,6 @@
 """A training's statuses, defined once.
 
-``queued -> scheduled -> running -> succeeded | failed | cancelled | reclaimed``,
+``queued -> scheduled -> running -> succeeded | failed | cancelled | reclaimed | pruned``,
 ``running -> preempted -> queued`` (:mod:`gpufleet.lifecycle.transitions`).
 
 The database column, the API's ``TrainingPublic.status`` (an enum in the
@@ -15,11 +15,12 @@ from typing import Literal, get_args
 # ``preempted``: checkpointed and stopped for a higher-priority training; it
 # keeps its GPUs reserved for that training until it takes them, then goes
 # back to ``queued``. ``reclaimed``: stopped (with a checkpoint) because its
-# GPUs stayed idle (gpufleet.scheduling.idle).
+# GPUs stayed idle (gpufleet.scheduling.idle). ``pruned``: a sweep's trial stopped at a rung by early
+# stopping (gpufleet.sweeps), not by a person: the sweep's decision, not a failure or a cancel.
 TrainingStatus = Literal["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled",
-                         "reclaimed"]
+                         "reclaimed", "pruned"]
 # Those a training does not leave by itself (a resume makes a new attempt of a final one).
-FinalStatus = Literal["succeeded", "failed", "cancelled", "reclaimed"]
+FinalStatus = Literal["succeeded", "failed", "cancelled", "reclaimed", "pruned"]
 
 TRAINING_STATUSES: tuple[TrainingStatus, ...] = get_args(TrainingStatus)
 ACTIVE_STATUSES: tuple[TrainingStatus, ...] = ("scheduled", "running")

@@ -89,7 +89,7 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
     """The one place a launcher builds its :class:`~gpufleet.engine.trainer.Trainer`:
     the spec's recipe and validated config on ``run_devices``, as rank ``rank``, with the
     drills its environment asks for (``engine/drills.py``)."""
-    from gpufleet.engine import drills
+    from gpufleet.engine import drills, rungwait
     from gpufleet.engine.recipes import get_recipe
     from gpufleet.engine.trainer import Trainer
 
@@ -100,8 +100,8 @@ def build_trainer(spec: LaunchSpec, run_devices: list[str], *, rank: int, progre
                    collective_timeout_s=spec.collective_timeout_s, master_port=master_port,
                    should_stop=should_stop, rank_groups=spec.vendor_groups(),
                    group_backends=group_backends(spec.kinds, spec.ranks_on_cpu),
-                   process_group_backend=spec.process_group_backend,
-                   hooks=drills.from_environment(rank), **rendezvous)
+                   process_group_backend=spec.process_group_backend, report_at=spec.rung_steps or (),
+                   hooks=drills.from_environment(rank) + rungwait.gates(spec, should_stop), **rendezvous)
 
 
 def _rank_main(rank: int, payload: dict[str, Any], stop_event: Any) -> None:

@@ -70,6 +70,8 @@ class LaunchSpec:
     # global rank), "master_addr", "master_port", "store_master" (this launcher
     # opens the TCPStore), "rendezvous_timeout_s"}; None on one host.
     gang: dict[str, Any] | None = None
+    # A sweep's trial: the rung steps where it reports and waits for the sweep's verdict (engine/rungwait.py).
+    rung_steps: list[int] | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:

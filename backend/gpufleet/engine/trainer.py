@@ -84,9 +84,10 @@ class Trainer:
                  master_port: int | None = None, dist_trainer: DistributedTrainer | None = None,
                  master_addr: str = "127.0.0.1", rendezvous_timeout_s: float | None = None,
                  rank_groups: list[int] | None = None, group_backends: list[str | None] | None = None,
-                 process_group_backend: str | None = None, hooks: Sequence[StepHook] = ()):
+                 process_group_backend: str | None = None, hooks: Sequence[StepHook] = (),
+                 report_at: Sequence[int] = ()):  # steps reported whatever log_every says (a sweep's rungs)
         self.recipe, self.config = recipe, config
-        self.hooks = list(hooks)
+        self.hooks, self.report_at = list(hooks), frozenset(report_at)
         self.dt = dist_trainer or DistributedTrainer(devices or ["cpu"], config,
                                                      collective_timeout_s=collective_timeout_s,
                                                      master_addr=master_addr, master_port=master_port,
@@ -261,7 +262,7 @@ class Trainer:
                 window = torch.zeros(len(names), device=self.device)
             window += torch.stack([parts[n] for n in names])
             stop_here = self.should_stop() if world == 1 else False
-            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps or stop_here:
+            if self.step % cfg.log_every == 0 or self.step in self.report_at or self.step == cfg.max_steps or stop_here:
                 stop = self._report(names, window, step_times, t_window, first_report)
                 first_report = False
                 window.zero_()

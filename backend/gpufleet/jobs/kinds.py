@@ -261,6 +261,8 @@ def _recipe_spec(start: AttemptStart, gang: dict | None) -> tuple[Path, Path]:
         stop_grace_s=settings.stop_grace_s,
         attempt=t.attempt,
         gang=gang,
+        # A sweep's trial waits at the rungs it has not yet been let past (engine/rungwait.py).
+        rung_steps=[s for s in t.rung_steps or [] if s > (t.passed_rung_step or 0)] or None,
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)

@@ -26,8 +26,9 @@ from gpufleet.db.models import GPUAllocation, Host, Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs.peak_memory import TRIM_MARGIN, PeakMemory
+from gpufleet.jobs.rung_gate import RungRelease
 from gpufleet.lifecycle.transitions import record_event
-from gpufleet.scheduling.types import fmt_bytes
+from gpufleet.scheduling.types import fmt_bytes, fmt_bytes_apart
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 from gpufleet.memberfs import read_regular
@@ -70,6 +71,7 @@ class MetricsSink:
         self.worker_id = worker_id
         self.host_name = host_name
         self.reader = ProgressReader(progress)
+        self.rungs = RungRelease(t, progress)  # a sweep's trial waiting at a rung for its verdict
         self.flush_every_s = min(1.0, settings.lease_s / 3)
         # Monotonic time at which the last renewal of the lease began: the
         # lease runs at least ``lease_s`` from then. The supervisor sets the
@@ -262,7 +264,7 @@ class MetricsSink:
         now = time.monotonic()
         # The first step is written at once: it is what a person waits for.
         first_step = bool(self._metrics) and not self._wrote_metrics
-        if not final and not first_step and now - self._last_flush < self.flush_every_s:
+        if not final and not first_step and now - self._last_flush < self.rungs.flush_every(self._step, self.flush_every_s):
             return "ok"
         self._last_flush = now
         return self._flush(final)
@@ -271,9 +273,10 @@ class MetricsSink:
         """Say a rank above its reservation; trim a reservation the steady state leaves well above its peak
         (not at the end: the GPUs are about to be released whole)."""
         if (over := self.memory.overrun()) is not None:
-            who = f"rank {over['rank']}" if self._ranks > 1 else "its process"
-            self._event("warning", f"{who} holds {fmt_bytes(over['measured'])} on its GPU, over the "
-                        f"{fmt_bytes(over['reserved'])} reserved for it: work placed beside it may run out of "
+            who, (held, reserved) = (f"rank {over['rank']}" if self._ranks > 1 else "its process",
+                                     fmt_bytes_apart(over["measured"], over["reserved"]))
+            self._event("warning", f"{who} holds {held} on its GPU, over the "
+                        f"{reserved} reserved for it: work placed beside it may run out of "
                         "memory; the next estimate of this shape counts what this run measures", over)
         if not final and (trim := self.memory.trim(self._step)) is not None:
             self._trim_to = trim["to"]
@@ -296,13 +299,15 @@ class MetricsSink:
                 .where(Training.id == self.tid, Training.status == "running",
                        Training.lease_owner == self.worker_id, Training.attempt == self.attempt)
                 .values(**values)
-                .returning(Training.cancel_requested, Training.preempted_by, Training.reclaim_requested)
+                .returning(Training.cancel_requested, Training.preempted_by, Training.reclaim_requested,
+                           Training.passed_rung_step)
                 .execution_options(synchronize_session=False)
             ).one_or_none()
             if answer is None:
                 sess.rollback()
                 return "lost"
-            cancel, preempted_by, reclaim = answer
+            cancel, preempted_by, reclaim, passed = answer
+            self.rungs.let_past(passed)
             if self._trim_to is not None:
                 # This host's GPUs of this attempt: what the scheduler counts as taken on them.
                 on_this_host = select(Host.id).where(Host.name == self.host_name).scalar_subquery()

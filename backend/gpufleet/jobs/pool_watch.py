@@ -160,9 +160,12 @@ def _finished(settings: Settings, job: PoolJob, t: Training, pool: Pool, state: 
         _pump(settings, job, t, pool, final=True)
     code = state.exit_code
     with session_scope(settings) as sess:
-        cancel_requested = sess.scalar(select(Training.cancel_requested).where(Training.id == t.id))
+        cancel_requested, cancel_as = sess.execute(select(Training.cancel_requested, Training.cancel_as)
+                                                   .where(Training.id == t.id)).one()
     if state.state == "COMPLETED" and code == 0:
         status, reason = "succeeded", f"Slurm job {job.job_id} completed"
+    elif cancel_requested and cancel_as == "pruned":
+        status, reason = "pruned", f"pruned: its sweep stopped it at a rung; Slurm job {job.job_id} was stopped"
     elif cancel_requested:
         status, reason = "cancelled", f"cancelled: Slurm job {job.job_id} was signalled and stopped (exit code {code})"
     elif state.state == "CANCELLED":

@@ -62,21 +62,21 @@ def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
     with session_scope(settings) as sess:
         rows = sess.execute(
             select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select,
-                   Training.cancel_requested, Host.name)
+                   Training.cancel_requested, Training.cancel_as, Host.name)
             .join(Host, Host.id == Training.host_id, isouter=True)
             .where(Training.status == "running", Training.lease_expires_at < now,
                    Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.jobs.pool_watch)
         ).all()
     out = []
-    for tid, restarts, max_restarts, auto, cancel, host_name in rows:
+    for tid, restarts, max_restarts, auto, cancel, cancel_as, host_name in rows:
         where = [Training.lease_expires_at < now]  # a renewal that lands first wins
         why = f"the worker on host {host_name} stopped renewing its lease (killed, or the host is lost)"
         with write_session(settings) as sess:
             if cancel:
                 # Cancelled while its worker was gone: nobody is left to stop, so it ends here.
-                ok = transition(sess, tid, ["running"], "cancelled", kind="cancel", extra_where=where,
-                                reason=f"cancelled; {why}", cancel_requested=False)
-                status = "cancelled"
+                status = cancel_as or "cancelled"  # "pruned": its sweep stopped it at a rung
+                ok = transition(sess, tid, ["running"], status, kind="cancel", extra_where=where,
+                                reason=f"{status}; {why}", cancel_requested=False)
             elif restarts >= max_restarts:
                 ok = transition(sess, tid, ["running"], "failed", extra_where=where,
                                 reason=f"{why}; gave up after {restarts} restart(s)")

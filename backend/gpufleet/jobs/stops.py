@@ -14,7 +14,7 @@ What differs is why, and so where the training goes next:
 | its GPUs stayed idle (policy ``stop``) | ``reclaim_requested`` (scheduling.idle) | ``reclaimed`` |
 | it ran past its ``max_runtime_s`` | the supervisor's own clock | ``failed`` |
 
-A training that succeeds or is cancelled during the grace keeps that end.
+A training that succeeds, is cancelled or pruned during the grace keeps that end.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None,
     ``checkpointed`` whether that checkpoint was written after the stop was
     asked for, within the grace.
     """
-    if d.status in ("succeeded", "cancelled"):
+    if d.status in ("succeeded", "cancelled", "pruned"):
         return d
     saved = (f"it checkpointed at step {step} within the grace" if checkpointed and step is not None
              else "it wrote no new checkpoint within the grace")

@@ -191,13 +191,14 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
         world_size=t.world_size,
         error=sink.last_error,
         oom_refusal=work_kind(t.kind).oom_refusal,
+        cancel_as=(fresh.cancel_as if fresh else None) or "cancelled",
     ))
     verdict = watch.verdict
     if watch.leader is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
             and decision.status in ("queued", "failed"):
         # The host whose ranks failed first, named; else a member that never joined because its worker is gone.
         verdict = rendezvous.root_cause(watch.leader) or watch.leader.absent()
-    if verdict is not None and decision.status not in ("succeeded", "cancelled"):
+    if verdict is not None and decision.status not in ("succeeded", "cancelled", "pruned"):
         decision = rendezvous.gang_decision(verdict, t)
     if watch.stop is not None:
         decision = stops.decide(watch.stop, decision, stopping=stopping(), step=sink.last_checkpoint_step(),

@@ -37,11 +37,13 @@ class Attempt:
     error: dict[str, Any] | None = None
     # Why this kind of work never retries an out-of-memory end with a smaller micro-batch (gpufleet.jobs.kinds).
     oom_refusal: str | None = None
+    # How a cancel ends the training: "cancelled", or "pruned" when a sweep stopped its trial at a rung.
+    cancel_as: str = "cancelled"
 
 
 @dataclass(frozen=True)
 class Decision:
-    status: str  # succeeded | failed | cancelled | reclaimed | preempted | queued (= retry)
+    status: str  # succeeded | failed | cancelled | pruned | reclaimed | preempted | queued (= retry)
     reason: str
     retry_kind: str | None = None  # oom_rebalance | timeout | failure | interrupted
     counts_restart: bool = False
@@ -81,6 +83,8 @@ def halve_micro_batch(config: dict[str, Any], world_size: int) -> dict[str, Any]
 def decide(a: Attempt) -> Decision:
     code = a.exit_code
     detail = describe_error(code, a.error)
+    if a.cancel_requested and a.cancel_as == "pruned":
+        return Decision("pruned", "pruned: its sweep stopped it at a rung (early stopping); every rank stopped")
     if a.cancel_requested:
         return Decision("cancelled", "cancelled; every rank stopped")
     if code == ec.SUCCEEDED:

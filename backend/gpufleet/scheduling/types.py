@@ -33,6 +33,16 @@ def fmt_bytes(n: int | float | None) -> str:
     return f"{n / 1024:.0f} KiB"
 
 
+def fmt_bytes_apart(a: int, b: int) -> tuple[str, str]:
+    """Two figures in words, with enough decimals that unequal ones read differently (not "1.0 GiB over 1.0 GiB")."""
+    for digits in (1, 2, 3):
+        unit, div = ("GiB", GiB) if max(abs(a), abs(b)) >= GiB else ("MiB", MiB)
+        x, y = f"{a / div:.{digits}f} {unit}", f"{b / div:.{digits}f} {unit}"
+        if x != y or a == b:
+            return x, y
+    return fmt_bytes(a), f"{fmt_bytes(b)} (less by {fmt_bytes(a - b) if a - b >= 1024 else f'{a - b} B'})"
+
+
 @dataclass(frozen=True)
 class LinkInfo:
     """One pair of GPUs on a host, as ``gpu_links`` / ``Topology`` hold it."""

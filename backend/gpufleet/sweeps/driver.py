@@ -151,12 +151,14 @@ class Round:
             k, step = trial.rung, steps[trial.rung]
             _, value = metric_at(self.sess, t.id, self.spec.metric, step) or newest
             [(_, pruned)] = rungs.decide(self.study, self.study.pruner, {trial.number: (step, value)}, k).items()
+            if pruned and not finished:  # it stays at the rung that stopped it (the reason names the same one)
+                trial.metric_step, trial.metric = step, value
+                return self.prune(trial, k)
             trial.rung = k + 1 if k + 1 < len(steps) else None
             if finished:
                 continue
             trial.metric_step, trial.metric = step, value
-            if pruned:
-                return self.prune(trial, k)
+            t.passed_rung_step = step  # its ranks, waiting at the rung's step, go on (jobs/rung_gate.py)
             trial.reason = f"promoted at rung {k} (step {step}, {self.spec.metric} {value:.4g}): goes on as it runs"
             record_event(self.sess, t.id, "info", reason=trial.reason, user=self.sweep.owner,
                          data={"sweep": str(self.sweep.id), "promoted_at_rung": k})
@@ -183,8 +185,11 @@ class Round:
         if trial.training_id is not None:
             record_event(self.sess, trial.training_id, "info", reason=why, user=self.sweep.owner,
                          data={"sweep": str(self.sweep.id), "pruned_at_rung": k})
-            if self.asynchronous:  # it still runs: stop it (the supervisor ends it within seconds)
-                trainings.cancel(self.sess, trial.training_id, self.sweep.owner)
+            if self.asynchronous:  # it still runs (waiting at the rung): its supervisor ends it as pruned
+                trainings.cancel(self.sess, trial.training_id, self.sweep.owner, end_as="pruned")
+            elif (t := self.rows.get(trial.training_id)) is not None:  # it ended at the rung: that end was this
+                transition(self.sess, t.id, ["succeeded"], "pruned", reason=why, user=self.sweep.owner,
+                           finished_at=t.finished_at)
         self.end(trial, "pruned", why)
 
     def promote(self, trial: SweepTrial, k: int) -> None:
@@ -210,12 +215,15 @@ class Round:
 
     def start_trial(self, number: int, params: dict[str, Any]) -> SweepTrial:
         trial = SweepTrial(id=uuid.uuid4(), sweep_id=self.sweep.id, number=number, params=params, state="running")
-        asha, max_steps = self.spec.asha, None
+        asha, max_steps, waits_at = self.spec.asha, None, None
         if asha is not None:
             full = full_steps(self.spec, params)
             trial.rung = 0 if rungs.rung_steps(asha.min_steps, asha.reduction_factor, full) else None
             if asha.sync:  # it stops at its rung; asynchronous, it runs its whole length unless pruned
                 max_steps = rungs.target_steps(trial.rung, asha.min_steps, asha.reduction_factor, full)
+            elif self.spec.recipe is not None and not self.spec.pool:
+                # Its ranks wait at each rung's step for the verdict, so a pruned trial runs no step past it.
+                waits_at = rungs.rung_steps(asha.min_steps, asha.reduction_factor, full) or None
         req = trial_request(self.spec, f"{self.sweep.name}-{number}", params, max_steps=max_steps)
         try:
             with self.sess.begin_nested():
@@ -228,7 +236,7 @@ class Round:
                         self.sess, self.settings, [req], self.sweep.owner, exclusive=self.spec.script is not None,
                         admin=self.sweep.admin,
                         selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
-                row.sweep_id, trial.training_id = self.sweep.id, row.id
+                row.sweep_id, row.rung_steps, trial.training_id = self.sweep.id, waits_at, row.id
         except Exception as exc:  # noqa: BLE001 - a trial that cannot start fails alone, with the reason
             trial.state, trial.reason = "failed", f"could not start: {exc}"
             studies.tell(self.study, number, TrialState.FAIL)

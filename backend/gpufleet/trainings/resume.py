@@ -26,7 +26,7 @@ from gpufleet.engine.recipes import get_recipe
 from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.wire.training_requests import TrainingCreate, TrainingResume
 
-RESUMABLE = ("succeeded", "failed", "cancelled", "reclaimed")
+RESUMABLE = ("succeeded", "failed", "cancelled", "reclaimed", "pruned")
 
 
 def source_of(sess: Session, req: TrainingCreate, owner: str, admin: bool) -> uuid.UUID | None:

@@ -197,12 +197,13 @@ def preemptible_default(settings: Settings, admin: bool) -> bool:
 # Cancelling --------------------------------------------------------------
 
 
-def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
+def cancel(sess: Session, training_id: uuid.UUID, user: str, *, end_as: str = "cancelled") -> Training:
     """Cancel a training; idempotent. The caller commits.
 
     Queued, scheduled and preempted trainings end here (their GPUs are
     released in this transaction). A running one gets ``cancel_requested``; its supervisor
-    kills the process group and writes ``cancelled`` within seconds.
+    kills the process group and writes ``end_as`` within seconds: ``cancelled``, or
+    ``pruned`` for a sweep's trial that early stopping stopped.
     """
     for _ in range(5):  # the status may move under us; re-read and retry
         t = get_training(sess, training_id)
@@ -211,7 +212,7 @@ def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
         if t.status in FINAL_STATUSES or (t.status == "running" and t.cancel_requested):
             return t
         if t.status in ("queued", "scheduled", "preempted"):
-            if transition(sess, t.id, [t.status], "cancelled", reason=f"cancelled by {user}",
+            if transition(sess, t.id, [t.status], end_as, reason=f"{end_as} by {user}",
                           user=user, kind="cancel"):
                 return get_training(sess, t.id)  # type: ignore[return-value]
             continue
@@ -219,7 +220,7 @@ def cancel(sess: Session, training_id: uuid.UUID, user: str) -> Training:
             res = sess.execute(
                 update(Training)
                 .where(Training.id == t.id, Training.status == "running")
-                .values(cancel_requested=True)
+                .values(cancel_requested=True, cancel_as=end_as)
                 .execution_options(synchronize_session=False)
             )
             if res.rowcount == 1:

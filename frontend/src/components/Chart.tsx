@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef } from 'react';
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
-import { withGaps } from './chartGaps';
+import { breaks, ownPointsOnly, withGaps, type Column } from './chartGaps';
 
 export interface SeriesSpec {
   label: string;
@@ -13,8 +13,11 @@ export interface SeriesSpec {
 
 export interface ChartProps {
   series: SeriesSpec[];
-  /** [x (seconds since epoch, or steps), ...one column per series]. */
-  data: (number | null)[][];
+  /**
+   * [x (seconds since epoch, or steps), ...one column per series]. Over time a null is a hole in the line;
+   * over steps a series is drawn through its own points only (a null there is a step it has no point at).
+   */
+  data: Column[];
   height: number;
   /** Mini chart: no axes, no legend, no cursor. */
   mini?: boolean;
@@ -58,6 +61,13 @@ export function tickLabel(v: number, unit: string | undefined, fmt: ((v: number)
   return fmt ? fmt(v) : String(Number(v.toPrecision(6)));
 }
 
+/** Step labels: whole steps only (a step has no half); uPlot is also asked for whole increments. */
+export function stepLabels(splits: number[]): string[] {
+  return splits.map((v) => (v != null && Number.isInteger(v) ? String(v) : ''));
+}
+
+const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500].flatMap((n) => [n, n * 1e3, n * 1e6]).sort((a, b) => a - b);
+
 /** Pixels for the y axis: its longest label at the axis font (about 7 px a character) plus the ticks. */
 export function axisWidth(values: string[] | null): number {
   const longest = Math.max(3, ...(values ?? []).map((v) => v.length));
@@ -72,8 +82,9 @@ const AXIS = { stroke: '#8b98a9', grid: { stroke: '#232b35', width: 1 }, ticks: 
  * the dashboard uses it instead of an SVG chart library.
  */
 export function Chart({ series, data: given, height, mini, time = true, yMin, yMax, yFormat, yUnit, title, testId, windowSec, xRange, yCap }: ChartProps) {
-  // Over time, a stretch without samples (a server down) is drawn as a hole.
-  const data = useMemo(() => (time ? withGaps(given) : given), [given, time]);
+  // Over time, a stretch without samples (a server down) is drawn as a hole; over steps, each series
+  // joins its own points (one trial's curve never breaks where another has a point it lacks).
+  const data = useMemo(() => (time ? withGaps(given) : ownPointsOnly(given)), [given, time]);
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
@@ -114,7 +125,7 @@ export function Chart({ series, data: given, height, mini, time = true, yMin, yM
       axes: mini
         ? [{ show: false }, { show: false }]
         : [
-            time ? { ...AXIS, space: 70, values: timeLabels } : { ...AXIS },
+            time ? { ...AXIS, space: 70, values: timeLabels } : { ...AXIS, incrs: STEP_INCRS, values: (_u: uPlot, splits: number[]) => stepLabels(splits) },
             {
               ...AXIS,
               // Wide enough for the longest label, so none is clipped on the left.
@@ -153,5 +164,5 @@ export function Chart({ series, data: given, height, mini, time = true, yMin, yM
 
   const points = given[0]?.length ?? 0;
   const gaps = (data[0]?.length ?? 0) - points;
-  return <div ref={box} className={mini ? 'chart chart-mini' : 'chart'} data-testid={testId} data-points={points} data-gaps={gaps} data-series={series.map((s) => s.label).join('|')} />;
+  return <div ref={box} className={mini ? 'chart chart-mini' : 'chart'} data-testid={testId} data-points={points} data-gaps={gaps} data-breaks={breaks(data)} data-series={series.map((s) => s.label).join('|')} />;
 }

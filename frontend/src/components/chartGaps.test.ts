@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { typicalStep, withGaps } from './chartGaps';
+import { breaks, ownPointsOnly, typicalStep, withGaps } from './chartGaps';
 
 describe('withGaps', () => {
   it('puts a null row inside a stretch with no samples, so the line breaks there', () => {
@@ -22,5 +22,16 @@ describe('withGaps', () => {
     expect(out[0]).toEqual([0, 1, 2, 3, 100, 101, 102, 200]);
     expect(out[1].filter((v) => v === null).length).toBe(2);
     expect(out[2].filter((v) => v === null).length).toBe(2);
+  });
+});
+
+describe('ownPointsOnly', () => {
+  it('turns the steps a series lacks into values uPlot skips, leaving x and the points alone', () => {
+    const data = [[1, 2, 3], [1.0, null, 0.5], [null, 0.4, null]];
+    expect(ownPointsOnly(data)).toEqual([[1, 2, 3], [1.0, undefined, 0.5], [undefined, 0.4, undefined]]);
+    expect(breaks(data)).toBe(3);
+    expect(breaks(ownPointsOnly(data))).toBe(0);
+    const full = [[1, 2], [3, 4]];
+    expect(ownPointsOnly(full)).toBe(full);
   });
 });

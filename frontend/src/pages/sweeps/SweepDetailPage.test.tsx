@@ -15,7 +15,11 @@ function trial(number: number, lr: number, hidden: number[], state: SweepTrial['
   };
 }
 
-const TRIALS = [trial(0, 0.1, [8], 'complete', 0.5), trial(1, 0.01, [8], 'complete', 0.2), trial(2, 0.001, [16], 'pruned', 0.9)];
+const TRIALS = [
+  trial(0, 0.1, [8], 'complete', 0.5),
+  trial(1, 0.01, [8], 'complete', 0.2),
+  { ...trial(2, 0.001, [16], 'pruned', 0.9), rung: 0, reason: 'stopped at rung 0 (step 2): its loss 0.9 was not in the best 1/3 there' },
+];
 
 function detail(over: Partial<SweepDetail> = {}): SweepDetail {
   return {
@@ -57,6 +61,11 @@ describe('SweepDetailPage', () => {
     expect(within(rows[2]).getByText('0.01')).toBeInTheDocument();
     expect(within(rows[2]).getByText('box:1')).toBeInTheDocument();
     expect(within(rows[3]).getByText('pruned')).toBeInTheDocument();
+    // The rung and the reason of the stop are in the row, not only in a tooltip.
+    const head = within(rows[0]).getAllByRole('columnheader').map((h) => h.textContent);
+    const cells = within(rows[3]).getAllByRole('cell');
+    expect(cells[head.indexOf('Rung')]).toHaveTextContent(/^0$/);
+    expect(cells[head.indexOf('Reason')]).toHaveTextContent('stopped at rung 0 (step 2)');
     expect(rows[2]).toHaveClass('row-best');
     expect(screen.getByTestId('sweep-best')).toHaveTextContent('Best: trial 1');
     expect(screen.getByTestId('sweep-best')).toHaveTextContent('lr=0.01, hidden=[8]');

@@ -7,7 +7,7 @@ import { Chart } from '../../components/Chart';
 import { ErrorState, Loading, Pill } from '../../components/States';
 import { fmtLoss } from '../../lib/format';
 import { ParamScatter } from './ParamScatter';
-import { colorOf, overlay, paramNames, paramText } from './sweeps';
+import { colorOf, overlay, paramNames, paramText, rungText } from './sweeps';
 
 /** One sweep: its trials (parameters, state, metric, GPU), their curves together, the best, metric by parameter. */
 export function SweepDetailPage() {
@@ -89,8 +89,10 @@ function TrialsTable({ trials, names, best }: { trials: SweepTrial[]; names: str
           ))}
           <th>State</th>
           <th>Metric</th>
+          <th>Rung</th>
           <th>Step</th>
           <th>GPU</th>
+          <th>Reason</th>
         </tr>
       </thead>
       <tbody>
@@ -104,10 +106,12 @@ function TrialsTable({ trials, names, best }: { trials: SweepTrial[]; names: str
               <Pill value={t.state} title={t.reason ?? undefined} />
             </td>
             <td>{t.metric == null ? '–' : fmtLoss(t.metric)}</td>
+            <td>{rungText(t)}</td>
             <td>
               {t.step ?? 0}/{t.max_steps ?? '?'}
             </td>
             <td>{t.host && t.gpu_ids?.length ? `${t.host}:${t.gpu_ids.join(',')}` : '–'}</td>
+            <td className="trial-reason">{t.reason ?? '–'}</td>
           </tr>
         ))}
       </tbody>

@@ -20,6 +20,12 @@ export function overlay(curves: SweepCurves): { numbers: number[]; data: (number
   return { numbers: withPoints.map((c) => c.number), data: [steps, ...columns] };
 }
 
+/** The rung as the trial's reason numbers it: the one that stopped it or where it waits; running, the next one. */
+export function rungText(t: SweepTrial): string {
+  if (t.rung == null) return '–';
+  return t.state === 'running' ? `next ${t.rung}` : String(t.rung);
+}
+
 /** The parameter names of the trials, in the order the first trial has them. */
 export function paramNames(trials: SweepTrial[]): string[] {
   return trials.length ? Object.keys(trials[0].params) : [];

@@ -11,7 +11,7 @@ import { QueuePlace } from './QueueView';
 const STATUSES = TRAINING_STATUSES;
 const PAGE = 50;
 
-const ENDED = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed']);
+const ENDED = new Set(['succeeded', 'failed', 'cancelled', 'reclaimed', 'pruned']);
 
 export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'status'> }) {
   // A script that never called gpufleet.report(): no steps to count, which is not "0 of unknown".
