@@ -36,7 +36,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import gang_member, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, gang_member, rendezvous, stops
 from gpufleet.jobs.kinds import AttemptStart, Plan, checkpoint_dir, retries_of, run_dir, sandbox_for, work_kind
 from gpufleet.jobs.launch_config import seed_clone
 from gpufleet.jobs.launcher import launch
@@ -108,12 +108,14 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return _fail_before_launch(settings, t, worker_id, logf, f"cannot prepare the launch: {exc}")
     sink = _open_sink(settings, t, worker_id, host_name, plan, claimed_at)
     earlier = [p for p in sorted(run_dir(settings, tid).glob("progress-*.jsonl")) if p != plan.progress_path]
+    ckpt_dir = checkpoint_dir(settings, tid)
+    ckpt_mark = checkpoint_found.mark(ckpt_dir)
     try:
         proc, lifeline = _start(settings, t, plan, sink, earlier, logf)
     except OSError as exc:
         return _fail_before_launch(settings, t, worker_id, logf, f"cannot start the launcher: {exc}")
     watch = AttemptWatch(settings, t, host_name, worker_id, backend, logf, sink, proc, lifeline,
-                         plan.progress_path, claimed_at, plan.gang)
+                         plan.progress_path, claimed_at, plan.gang, ckpt_dir=ckpt_dir, ckpt_mark=ckpt_mark)
     code = watch.run()
     if watch.lost:
         return "lost"
@@ -191,7 +193,11 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
     if watch.stop is not None:
         decision = stops.decide(watch.stop, decision, stopping=stopping(), step=sink.last_checkpoint_step(),
                                 host_name=watch.host_name, max_runtime_s=t.max_runtime_s,
-                                checkpointed=sink.checkpoints > watch.stop.checkpoints_before)
+                                checkpointed=sink.checkpoints > watch.stop.checkpoints_before,
+                                path=sink.checkpoint_path)
+    if watch.checkpoints_before_cancel is not None and decision.status == "cancelled":
+        decision = stops.cancelled(decision, step=sink.last_checkpoint_step(), path=sink.checkpoint_path,
+                                   checkpointed=sink.checkpoints > watch.checkpoints_before_cancel)
     return decision
 
 

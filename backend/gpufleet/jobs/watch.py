@@ -27,7 +27,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import write_session
 from gpufleet.devices.backend import DeviceBackend
-from gpufleet.jobs import procs, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, procs, rendezvous, stops
 from gpufleet.jobs.kinds import work_kind
 from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.metrics_sink import MetricsSink
@@ -97,6 +97,9 @@ class AttemptWatch:
     lost: bool = False
     leader: rendezvous.LeaderWatch | None = None
     verdict: rendezvous.Verdict | None = None
+    ckpt_dir: Path | None = None
+    ckpt_mark: checkpoint_found.Mark = None  # what the checkpoint dir held before the launcher started
+    checkpoints_before_cancel: int | None = None
 
     @property
     def pgid(self) -> int:
@@ -169,6 +172,7 @@ class AttemptWatch:
         self.stop = self._ask_to_stop(state)
         if state == "cancel" and not self.cancelled:
             self.cancelled = True
+            self.checkpoints_before_cancel = self.sink.checkpoints
             self.logf.line("[gpufleet] cancel requested; stopping every rank")
             procs.stop_group(self.pgid, CANCEL_GRACE_S)
         if self.sink.hung():
@@ -199,6 +203,11 @@ class AttemptWatch:
         os.close(self.lifeline)
         self.backend.training_ended(self.proc.pid)
         procs.remove_pidfile(self.settings, self.host_name, self.t.id)
+        if self.ckpt_dir is not None and (found := checkpoint_found.left_unreported(
+                self.ckpt_dir, self.ckpt_mark, self.sink.checkpoint_path)) is not None:
+            self.logf.line(f"[gpufleet] found checkpoint {Path(found['path']).name}, written after the last one "
+                           "the launcher reported")
+            self.sink.take(found)
         try:
             self.sink.pump(final=True)
         except DBAPIError:
