@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from gpufleet.config import Settings
 from gpufleet.db.models import GPU, GPUAllocation, Training
@@ -50,6 +51,9 @@ from gpufleet.engine import exitcodes
 from gpufleet.engine.fence import write_fence
 
 # Where the worker's signal handler and the row's writers find them.
+# How long a worker whose ranks an outage stopped waits for the database to come back and say so.
+OUTAGE_WAIT_S = 3600.0
+
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]
 
 
@@ -117,6 +121,8 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     watch = AttemptWatch(settings, t, host_name, worker_id, backend, logf, sink, proc, lifeline,
                          plan.progress_path, claimed_at, plan.gang, ckpt_dir=ckpt_dir, ckpt_mark=ckpt_mark)
     code = watch.run()
+    if watch.outage_s is not None:
+        return _end_after_outage(settings, t, worker_id, watch, code)
     if watch.lost:
         return "lost"
     decision = _decide(settings, t, watch, code)
@@ -199,6 +205,30 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
         decision = stops.cancelled(decision, step=sink.last_checkpoint_step(), path=sink.checkpoint_path,
                                    checkpointed=sink.checkpoints > watch.checkpoints_before_cancel)
     return decision
+
+
+def _end_after_outage(settings: Settings, t: Training, worker_id: str, watch: AttemptWatch, code: int) -> str:
+    """Requeue an attempt whose ranks were stopped because the database stayed away past the outage grace.
+
+    Once the database is back: its judge counted none of the outage against
+    the lease (gpufleet.jobs.reach), so this worker still holds it and says
+    what happened. Not a restart: nothing was wrong with the training.
+    """
+    reason = (f"the database could not be reached for {watch.outage_s:.0f}s, longer than GPUFLEET_DB_OUTAGE_GRACE_S "
+              f"({settings.db_outage_grace_s:.0f}s): the worker on host {watch.host_name} stopped the ranks so that "
+              "no other attempt runs beside them; requeued to resume from the newest checkpoint (not counted as a "
+              "restart)")
+    give_up = time.monotonic() + OUTAGE_WAIT_S
+    while True:
+        try:
+            if watch.sink.pump(final=True) == "lost":
+                return "lost"
+            _finish(settings, t, worker_id, outcome.Decision("queued", reason, retry_kind="db_outage"), code)
+            return "queued"
+        except DBAPIError:
+            if time.monotonic() > give_up:
+                return "lost"  # its judge ends it, naming the time it could not reach the database either
+            time.sleep(1.0)
 
 
 def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,
