@@ -192,8 +192,10 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
     verdict = watch.verdict
     if watch.leader is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
             and decision.status in ("queued", "failed"):
-        # The host whose ranks failed first, named; else a member that never joined because its worker is gone.
-        verdict = rendezvous.root_cause(watch.leader) or watch.leader.absent()
+        # A member that joined late, when the ranks timed out waiting; else the host whose ranks failed first,
+        # named; else a member that never joined because its worker is gone.
+        late = watch.leader.late() if code == exitcodes.COLLECTIVE_TIMEOUT else None
+        verdict = late or rendezvous.root_cause(watch.leader) or watch.leader.absent()
     if verdict is not None and decision.status not in ("succeeded", "cancelled"):
         decision = rendezvous.gang_decision(verdict, t)
     if watch.stop is not None:
