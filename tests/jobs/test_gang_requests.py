@@ -164,3 +164,28 @@ def test_the_network_settings_reach_the_launcher(tmp_path):
     plain = load_settings(data_dir=tmp_path)
     assert "NCCL_SOCKET_IFNAME" not in launch_env(plain, uuid.uuid4())
     assert advertised_address(plain)  # the host name resolved, or loopback
+
+
+def test_a_gang_waiting_to_be_placed_again_names_a_host_it_ran_on_that_went_offline(fleet, client_for):
+    from sqlalchemy import update
+
+    from gpufleet.db.models import Host
+    from gpufleet.db.session import write_session
+    from gpufleet.db.types import utcnow
+
+    a, b, _c = fleet
+    c = client_for(a)
+    gid = c.post("/api/v1/trainings", json={"name": "g", "recipe": "mlp", "config": MLP, "hosts": 2,
+                                            "gpus_per_host": 4}).json()["id"]
+    schedule_pending(a)
+    assert c.get(f"/api/v1/trainings/{gid}").json()["status"] == "scheduled"
+    # Its attempt ended and it went back to the queue; then host b went offline.
+    with write_session(a) as sess:
+        sess.execute(update(GPUAllocation).where(GPUAllocation.training_id == uuid.UUID(gid))
+                     .values(released_at=utcnow()))
+        sess.execute(update(Training).where(Training.id == uuid.UUID(gid)).values(status="queued", host_id=None))
+        sess.execute(update(Host).where(Host.name == b.host_name).values(status="offline"))
+    why = schedule_pending(a).waiting[uuid.UUID(gid)]
+    assert why.startswith("needs 2 hosts × 4 free GPUs"), why
+    assert f"host {b.host_name}, where it ran, is offline" in why, why
+    assert c.get(f"/api/v1/trainings/{gid}").json()["wait_reason"] == why

@@ -119,6 +119,6 @@ def test_a_training_past_its_max_runtime_is_checkpointed_and_stopped(tmp_path, r
     body = wait_status(c, tid, FINAL, 180)
     assert body["status"] == "failed", body
     assert body["status_reason"] == (f"ran past its max_runtime of 45s; it checkpointed at step {HOLD_AT + 1} within "
-                                     f"the grace; `gpufleet trainings resume` continues it (will resume from step "
-                                     f"{HOLD_AT + 1})")
+                                     f"the grace (step-{HOLD_AT + 1}); `gpufleet trainings resume` continues it (will "
+                                     f"resume from step {HOLD_AT + 1})")
     assert body["last_checkpoint"] and body["restarts"] == 0

@@ -154,6 +154,7 @@ import gpufleet
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=100000)
 parser.add_argument("--sleep", type=float, default=0.05)
+parser.add_argument("--linger", type=float, default=0.0)  # stay this long after the stop's checkpoint
 args = parser.parse_args()
 
 gpufleet.watch_stop()
@@ -198,6 +199,7 @@ for step in range(start + 1, args.steps + 1):
         if rank == 0:
             save(step)
             print(f"\\ncheckpointed on stop at step {step}", flush=True)
+        time.sleep(args.linger)
         break
     if rank == 0 and step % 50 == 0:
         save(step)

@@ -39,10 +39,11 @@ def _cli(base: str, cwd: Path, *args: str, token: str | None = None) -> subproce
                           capture_output=True, text=True, timeout=300)
 
 
-def _submit(base: str, project: Path, token: str | None = None, sizing: tuple[str, ...] = ("--memory", "1GiB")) -> str:
+def _submit(base: str, project: Path, token: str | None = None, sizing: tuple[str, ...] = ("--memory", "1GiB"),
+            extra: tuple[str, ...] = ()) -> str:
     (project / "salt.txt").write_text(uuid.uuid4().hex)  # its own code hash in the shared database
     res = _cli(base, project, "run", "--gpus", "2", *sizing, "--no-follow", "--",
-               "python", "train.py", "--steps", "100000", "--sleep", "0.05", token=token)
+               "python", "train.py", "--steps", "100000", "--sleep", "0.05", *extra, token=token)
     assert res.returncode == 0, res.stdout + res.stderr
     return next(line.split()[1] for line in res.stdout.splitlines() if line.startswith("submitted "))
 
@@ -194,3 +195,40 @@ def _resume_after_cancel(tmp_path, request, workers, scheduler, live_server, ali
     assert _steps(settings, tid)[:stopped_at + 2] == list(range(1, stopped_at + 3))
     assert httpx.post(f"{api.base}/{tid}/cancel", headers=api.headers, timeout=30).status_code == 200
     wait_for(lambda: api.body(tid)["status"] in FINAL, 60, "the cancel")
+
+
+def test_a_checkpoint_written_within_a_cancels_grace_is_found_named_and_resumed_from_after_the_kill(
+        tmp_path, request, workers, scheduler, live_server):
+    """The ranks checkpoint on the cancel, then stay past its short grace: the kill takes the launcher with them
+    before it can report that file, so the worker finds it, and the events, the end and `resume` all name it."""
+    # A lease well past the cancel's grace: what is judged here is the grace, not the lease.
+    settings = make_settings(tmp_path, "postgresql", request, lease_s=10.0, stop_grace_s=60.0)
+    register(settings)
+    workers(settings)
+    scheduler(settings)
+    base = live_server(settings)
+    api = Api(base)
+    tid = _submit(base, write_project(tmp_path / "proj", STOP_AWARE_SCRIPT), extra=("--linger", "600"))
+    # Past the regular checkpoint at step 50: the one written in the grace is not the newest reported.
+    wait_for(lambda: [e for e in api.events(tid) if e["kind"] == "checkpoint"] and api.body(tid)["step"] >= 53, 300,
+             "the checkpoint at step 50 and a few steps more", 0.2)
+    assert httpx.post(f"{api.base}/{tid}/cancel", timeout=30).status_code == 200
+    body = wait_for(lambda: (b := api.body(tid))["status"] in FINAL and b, 120, "the cancel", 0.2)
+    log = api.log(tid)
+    assert body["status"] == "cancelled", body
+    at = int(log.split("checkpointed on stop at step ", 1)[1].split()[0])
+    name = f"step-{at:06d}.pt"
+    checkpoints = [e for e in api.events(tid) if e["kind"] == "checkpoint"]
+    assert checkpoints[0]["data"]["step"] == 50 and checkpoints[0]["reason"] == "checkpoint at step 50: step-000050.pt"
+    assert checkpoints[-1]["data"]["step"] == at and name in checkpoints[-1]["reason"], checkpoints
+    ended = [e for e in api.events(tid) if e["status"] == "cancelled"][-1]["reason"]
+    assert f"it checkpointed at step {at} within the grace ({name})" in ended, ended
+    assert f"`gpufleet trainings resume` continues from {name}" in ended, ended
+    assert body["last_checkpoint"].endswith(name), body
+
+    res = _cli(base, tmp_path, "trainings", "resume", tid)
+    assert res.returncode == 0 and f"continues from its newest checkpoint ({name})" in res.stdout, res.stdout
+    wait_for(lambda: f"at step {at}" in api.log(tid).partition("resumed from ")[2], 300, "the resumed attempt", 0.2)
+    assert Path(api.log(tid).split("resumed from ", 1)[1].split()[0]).name == name
+    assert httpx.post(f"{api.base}/{tid}/cancel", timeout=30).status_code == 200
+    wait_for(lambda: api.body(tid)["status"] in FINAL, 120, "the cancel")

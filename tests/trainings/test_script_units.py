@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from gpufleet.config import load_settings
@@ -199,3 +200,28 @@ def test_a_checkpoint_written_in_place_is_one_event_and_a_rewrite_at_the_same_st
     target.write_bytes(b"w" * 2000)  # the next checkpoint, in the same file; the ranks ended: counted at once
     watch.poll(10, final=True)
     assert [e["step"] for e in events()] == [5, 10]
+
+
+def test_a_checkpoint_event_carries_the_checkpoints_own_step_not_the_step_reported_since(tmp_path):
+    import json
+
+    from gpufleet.engine.progress import ProgressWriter
+    from gpufleet.engine.resumepoint import step_in_name
+    from gpufleet.trainings.script_reports import CheckpointWatch
+
+    ckpt, progress = tmp_path / "ckpt", tmp_path / "progress.jsonl"
+    ckpt.mkdir()
+    watch = CheckpointWatch(str(ckpt), ProgressWriter(str(progress)))
+    watch.SETTLE_S = 0.0
+    (ckpt / "step-0000200.pt").write_bytes(b"x")
+    watch.poll(200)  # seen as rank 0 reports step 200
+    watch.poll(201)  # settled once rank 0 has reported the next step
+    (ckpt / "ckpt.pt").write_bytes(b"y")  # a name without a step: the step reported when it appeared
+    os.utime(ckpt / "ckpt.pt", (time.time() + 5, time.time() + 5))
+    watch.poll(202)
+    watch.poll(203)
+    lines = [json.loads(x) for x in progress.read_text().splitlines()]
+    assert [(e["step"], Path(e["path"]).name) for e in lines if e["type"] == "checkpoint"] == \
+        [(200, "step-0000200.pt"), (202, "ckpt.pt")]
+    assert [step_in_name(n) for n in ("step-0000121.pt", "ckpt_step40.pt", "model-121.pt", "ckpt.pt", "step-7")] \
+        == [121, 40, 121, None, 7]

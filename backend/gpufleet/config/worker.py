@@ -13,6 +13,9 @@ class WorkerSettings(BaseModel):
     checkpoint_root: Path | None = None
     collective_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     lease_s: float = Field(default=30.0, ge=2, le=3600)
+    # How long a worker keeps its ranks running while it cannot reach the database (its lease is judged only
+    # over time the database could be reached: gpufleet.jobs.reach); past it, it stops them.
+    db_outage_grace_s: float = Field(default=180.0, ge=0, le=3600)
     # How long a stopping worker, or a preemption, gives the ranks to checkpoint before it kills them.
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
     # How long the ranks of a training across hosts wait for each other.

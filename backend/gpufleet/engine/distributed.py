@@ -128,13 +128,18 @@ class DistributedTrainer:
                 # Binds the communicator to this device up front (no guessing
                 # from the current device, no extra warm-up collective).
                 kwargs["device_id"] = self.device
+            timeout_s = self.collective_timeout_s
             if self.rendezvous_timeout_s is not None:
                 kwargs["store"] = dist.TCPStore(
                     self.master_addr, self.master_port, self.world_size, is_master=False,
                     timeout=timedelta(seconds=self.rendezvous_timeout_s))
+                # The group's own wait for its peers (gloo's full mesh, the first collectives while a host
+                # still starts) is the rendezvous too: a host that came back slowly is waited for as long as
+                # GPUFLEET_RENDEZVOUS_TIMEOUT_S says, not failed at the collective timeout.
+                timeout_s = max(timeout_s, self.rendezvous_timeout_s)
             dist.init_process_group(
                 backend=backend, rank=rank, world_size=self.world_size,
-                timeout=timedelta(seconds=self.collective_timeout_s), **kwargs,
+                timeout=timedelta(seconds=timeout_s), **kwargs,
             )
         if clock is not None:
             clock.mark("process_group")

@@ -15,6 +15,8 @@ from gpufleet import memberfs
 from gpufleet.engine.fence import FENCE
 
 _STEP_DIR = re.compile(r"^step-\d+$")
+_STEP_IN_NAME = re.compile(r"step[-_]?(\d+)", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+")
 # Files gpufleet itself keeps in a training's checkpoint dir.
 OWN_FILES = frozenset({FENCE})
 
@@ -22,6 +24,16 @@ OWN_FILES = frozenset({FENCE})
 def is_candidate(p: Path) -> bool:
     """A name a script's checkpoint may have: not gpufleet's, not hidden, not half-written."""
     return not (p.name in OWN_FILES or p.name.startswith(".") or p.name.endswith(".tmp"))
+
+
+def step_in_name(path: str | Path) -> int | None:
+    """The step a checkpoint's name gives: the number after ``step`` (``step-0000121.pt``, ``ckpt_step40``),
+    else its last number (``model-121.pt``); None for a name without one (``ckpt.pt``)."""
+    name = Path(path).name
+    if m := _STEP_IN_NAME.search(name):
+        return int(m.group(1))
+    numbers = _NUMBER.findall(name)
+    return int(numbers[-1]) if numbers else None
 
 
 def newest_resume_point(ckpt_dir: Path, root: Path | None = None) -> str:

@@ -93,6 +93,7 @@ class MetricsSink:
         self._last_line = time.monotonic()
         self._bus = None
         self._checkpoint_step: int | None = None
+        self.checkpoint_path: str | None = None  # the newest checkpoint a line of this attempt reported
         self.checkpoints = 0  # checkpoint lines of this attempt: did a stop's grace see a new one?
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
@@ -170,6 +171,10 @@ class MetricsSink:
         """The step of the newest checkpoint this attempt reported, if any."""
         return self._checkpoint_step
 
+    def take(self, line: dict[str, Any]) -> None:
+        """A line the worker itself adds to the attempt's progress (a checkpoint found after the ranks ended)."""
+        self._handle(line)
+
     def hung(self) -> bool:
         return time.monotonic() - self._last_line > self.hang_after_s
 
@@ -203,13 +208,14 @@ class MetricsSink:
                             "the others", {"rank": rank, "step_time_s": t, "others_median_s": med, "step": step,
                                            **({"host": host} if host else {})})
         elif kind == "checkpoint":
-            self._row["last_checkpoint"] = str(line.get("path"))
+            self._row["last_checkpoint"] = self.checkpoint_path = str(line.get("path"))
             if line.get("step") is not None:
                 self._checkpoint_step = int(line["step"])
             self.checkpoints += 1
             at = f"at step {line['step']}" if line.get("step") is not None else "(no step reported yet)"
-            self._event("checkpoint", f"checkpoint {at}: {Path(str(line.get('path'))).name}",
-                        {"step": line.get("step"), "path": line.get("path")})
+            note = f" ({line['note']})" if line.get("note") else ""
+            self._event("checkpoint", f"checkpoint {at}: {Path(str(line.get('path'))).name}{note}",
+                        {"step": line.get("step"), "path": line.get("path"), "source": line.get("source")})
         elif kind == "stopped":  # a script's ranks ended on a stop request: not an error
             at = f"last reported step {line['step']}" if line.get("step") is not None else "no step reported"
             self._event("info", f"the ranks stopped on request ({at})",

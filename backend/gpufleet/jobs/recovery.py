@@ -23,6 +23,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Host, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
+from gpufleet.jobs.reach import Reach
 from gpufleet.lifecycle.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -56,21 +57,36 @@ def mark_worker_lost(settings: Settings, host: str | uuid.UUID | None, reason: s
     log.warning("host %s: its worker is lost (%s); no work goes there until it beats again", host, reason)
 
 
-def recover_expired(settings: Settings) -> list[tuple[uuid.UUID, str]]:
-    """Requeue or fail running trainings with an expired lease; returns (id, new status)."""
+def recover_expired(settings: Settings, reach: Reach | None = None) -> list[tuple[uuid.UUID, str]]:
+    """Requeue or fail running trainings with an expired lease; returns (id, new status).
+
+    ``reach``: the time this judge could reach the database (the scheduler
+    loop's); a lease lapses only after ``lease_s`` of that time without a
+    renewal, so an outage nobody could renew through costs no training a
+    restart. Without it every second since the renewal counts (a caller that
+    has just reached the database and vouches for the time before).
+    """
     now = utcnow() - timedelta(seconds=LEASE_GRACE_S)
     with session_scope(settings) as sess:
         rows = sess.execute(
             select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select,
-                   Training.cancel_requested, Training.cancel_as, Host.name)
+                   Training.cancel_requested, Training.cancel_as, Host.name, Training.lease_expires_at)
             .join(Host, Host.id == Training.host_id, isouter=True)
             .where(Training.status == "running", Training.lease_expires_at < now,
                    Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.jobs.pool_watch)
         ).all()
+    if reach is not None:
+        now = reach.reached() - timedelta(seconds=LEASE_GRACE_S)
     out = []
-    for tid, restarts, max_restarts, auto, cancel, cancel_as, host_name in rows:
-        where = [Training.lease_expires_at < now]  # a renewal that lands first wins
+    for tid, restarts, max_restarts, auto, cancel, cancel_as, host_name, expires in rows:
+        renewed = expires - timedelta(seconds=settings.lease_s)
+        if reach is not None and reach.reachable_since(renewed, now) <= settings.lease_s:
+            continue  # silent only while the database could not be reached (by this judge, at least)
+        where = [Training.lease_expires_at <= expires]  # a renewal that lands first wins
         why = f"the worker on host {host_name} stopped renewing its lease (killed, or the host is lost)"
+        if reach is not None and (away := reach.unreachable_since(renewed, now)) >= 1:
+            why += f"; {settings.lease_s:.0f}s without a renewal while the database could be reached, besides " \
+                   f"{away:.0f}s it could not"
         with write_session(settings) as sess:
             if cancel:
                 # Cancelled while its worker was gone: nobody is left to stop, so it ends here.

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # A member whose worker has not beaten for this long is lost: well inside the 15 s promise.
 STALE_S = 5.0
+# A member seen joining this long after the rank-0 host's start joined late, when the ranks then time out.
+LATE_S = 30.0
 BEAT_S = 0.5
 
 
@@ -143,6 +145,7 @@ class LeaderWatch:
         self.settings, self.t = settings, t
         self.started = time.monotonic()
         self.next_at = 0.0
+        self.joined: dict[str, float] = {}  # member host -> seconds after this host's start it was seen joined
 
     def check(self) -> Verdict | None:
         now_m = time.monotonic()
@@ -155,6 +158,8 @@ class LeaderWatch:
         waited = now_m - self.started
         for m, host in self._others():
             mine = m.attempt == self.t.attempt
+            if mine and m.status != "reserved":
+                self.joined.setdefault(m.host_name, waited)
             if mine and m.status == "failed":
                 fatal = (m.message or "").startswith("checkpoint root")
                 return Verdict(f"host {m.host_name}: {m.message or 'its ranks failed'}", fatal)
@@ -194,6 +199,21 @@ class LeaderWatch:
             return Verdict(why, False)
         return Verdict(f"host {m.host_name} cannot join: {why}; the gang is placed again without it", False,
                        counts=False)
+
+    def late(self) -> Verdict | None:
+        """After the rank-0 host's ranks timed out: a member that had not joined, or joined late (``LATE_S``
+        after this host started), is what they waited for. A host's fault, so it costs a restart as one
+        (``gang_decision``), never one "with a longer collective timeout"."""
+        timeout = f"GPUFLEET_RENDEZVOUS_TIMEOUT_S is {self.settings.rendezvous_timeout_s:.0f}s"
+        for m, _host in self._others():
+            if m.attempt != self.t.attempt or m.status == "reserved":
+                return Verdict(f"host {m.host_name} had not joined the rendezvous when the other hosts' ranks "
+                               f"timed out waiting for it ({time.monotonic() - self.started:.0f}s; {timeout})", False)
+        name, after = max(self.joined.items(), key=lambda kv: kv[1], default=("", 0.0))
+        if after < LATE_S:
+            return None
+        return Verdict(f"host {name} joined the rendezvous late ({after:.0f}s after rank 0's host started; "
+                       f"{timeout}) and the ranks timed out waiting for it", False)
 
     def absent(self, wait_s: float = STALE_S + 2 * BEAT_S) -> Verdict | None:
         """After the rank-0 host's launcher failed with no member saying why: a member whose worker is gone

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, text
 from gpufleet.config import Settings
 from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
+from gpufleet.jobs.reach import Reach
 from gpufleet.jobs.recovery import note_unsent, recover_expired, resend_stale, resend_unsent
 from gpufleet.scheduling import idle
 from gpufleet.interactive import watch as session_watch
@@ -75,8 +76,9 @@ def _relay_wakes(settings: Settings, stop: threading.Event) -> Callable[[], None
     return stop_relaying
 
 
-def tick(settings: Settings) -> PassResult:
-    """One round: the queue, then expired leases, unclaimed tasks and idle GPUs."""
+def tick(settings: Settings, reach: Reach | None = None) -> PassResult:
+    """One round: the queue, then expired leases (judged over the time ``reach`` says the database could be
+    reached: gpufleet.jobs.reach), unclaimed tasks and idle GPUs."""
 
     def send(tid: uuid.UUID, host: str) -> None:
         send_training(settings, tid, host)
@@ -94,7 +96,7 @@ def tick(settings: Settings) -> PassResult:
     sweeps.advance_all(settings)
     # The queue next: a woken pass is usually a new training someone waits for.
     result = schedule_pending(settings, send_or_remember)
-    recover_expired(settings)
+    recover_expired(settings, reach)
     resend_stale(settings, send)
     idle.watch_due(settings)
     session_watch.watch_due(settings)
@@ -178,17 +180,20 @@ class Leader:
 def _run(settings: Settings, stop: threading.Event) -> None:
     leader = Leader(settings)
     ticks = Outage("scheduler ticks fail", trace=True)
+    reach = Reach()  # until its first pass, this process vouches for no time at all
     unsubscribe = _relay_wakes(settings, stop)
     try:
         while not stop.is_set():
             if leader.acquire():
                 _LEADING.set()
                 try:
-                    tick(settings)
+                    tick(settings, reach)
                     ticks.ok("scheduler ticks work again")
                 except Exception as exc:  # noqa: BLE001 - one bad round must not end scheduling
+                    reach.failed()
                     ticks.failed(exc)
             else:
+                reach.failed()  # another process judges the leases, or none can reach the database
                 _LEADING.clear()
             _WAKE.wait(TICK_S)
             _WAKE.clear()

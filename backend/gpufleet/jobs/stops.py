@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpufleet.lifecycle import outcome
 
@@ -53,18 +54,26 @@ def requested(*, stopping: bool, state: str, preempted_by: uuid.UUID | None, max
     return None
 
 
+def _saved(step: int | None, path: str | None, checkpointed: bool) -> str:
+    name = f" ({Path(path).name})" if path else ""
+    if not checkpointed:
+        return "it wrote no new checkpoint within the grace"
+    return f"it checkpointed at step {step} within the grace{name}" if step is not None else \
+        f"it checkpointed within the grace{name}"
+
+
 def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None, host_name: str,
-           max_runtime_s: int | None, checkpointed: bool = False) -> outcome.Decision:
+           max_runtime_s: int | None, checkpointed: bool = False, path: str | None = None) -> outcome.Decision:
     """What the end of an attempt that was asked to stop means.
 
-    ``step`` is the newest checkpoint's step (where a resume starts), and
-    ``checkpointed`` whether that checkpoint was written after the stop was
-    asked for, within the grace.
+    ``step`` and ``path`` are the newest checkpoint's (where a resume starts),
+    and ``checkpointed`` whether that checkpoint was written after the stop
+    was asked for, within the grace (reported by the launcher, or found by the
+    worker once the ranks were gone: :mod:`gpufleet.jobs.checkpoint_found`).
     """
     if d.status in ("succeeded", "cancelled", "pruned"):
         return d
-    saved = (f"it checkpointed at step {step} within the grace" if checkpointed and step is not None
-             else "it wrote no new checkpoint within the grace")
+    saved = _saved(step, path, checkpointed)
     resume = f"it will resume from step {step}" if step is not None else "it will start again from step 0"
     if stop.kind == "worker" or stopping:
         # The worker goes away whatever else was asked: the training goes back to the queue.
@@ -79,3 +88,16 @@ def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None,
                                              f"resume` continues it ({resume.removeprefix('it ')})")
     return outcome.Decision("failed", f"ran past its max_runtime of {max_runtime_s}s; {saved}; `gpufleet "
                                       f"trainings resume` continues it ({resume.removeprefix('it ')})")
+
+
+def cancelled(d: outcome.Decision, *, step: int | None, path: str | None, checkpointed: bool) -> outcome.Decision:
+    """A cancel's end, with what its short grace left: ``gpufleet trainings resume`` continues from that."""
+    saved = _saved(step, path, checkpointed)
+    if path:
+        after = f"`gpufleet trainings resume` continues from {Path(path).name}"
+    elif step is not None:
+        after = f"`gpufleet trainings resume` continues from step {step}"
+    else:
+        after = "`gpufleet trainings resume` continues from its newest checkpoint, if it has one"
+    return outcome.Decision(d.status, f"{d.reason}; {saved}; {after}", d.retry_kind, d.counts_restart, d.config,
+                            d.backoff_s)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from gpufleet import memberfs
 from gpufleet.config import Settings
@@ -37,7 +38,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import gang_member, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, gang_member, rendezvous, stops
 from gpufleet.jobs.kinds import AttemptStart, Plan, checkpoint_dir, retries_of, run_dir, sandbox_for, work_kind
 from gpufleet.jobs.launch_config import seed_clone
 from gpufleet.jobs.launcher import launch
@@ -51,6 +52,9 @@ from gpufleet.engine import exitcodes
 from gpufleet.engine.fence import write_fence
 
 # Where the worker's signal handler and the row's writers find them.
+# How long a worker whose ranks an outage stopped waits for the database to come back and say so.
+OUTAGE_WAIT_S = 3600.0
+
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]
 
 
@@ -109,13 +113,17 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
         return _fail_before_launch(settings, t, worker_id, logf, f"cannot prepare the launch: {exc}")
     sink = _open_sink(settings, t, worker_id, host_name, plan, claimed_at)
     earlier = [p for p in _progress_files(run_dir(settings, tid)) if p != plan.progress_path]
+    ckpt_dir = checkpoint_dir(settings, tid)
+    ckpt_mark = checkpoint_found.mark(ckpt_dir)
     try:
         proc, lifeline = _start(settings, t, plan, sink, earlier, logf)
     except OSError as exc:
         return _fail_before_launch(settings, t, worker_id, logf, f"cannot start the launcher: {exc}")
     watch = AttemptWatch(settings, t, host_name, worker_id, backend, logf, sink, proc, lifeline,
-                         plan.progress_path, claimed_at, plan.gang)
+                         plan.progress_path, claimed_at, plan.gang, ckpt_dir=ckpt_dir, ckpt_mark=ckpt_mark)
     code = watch.run()
+    if watch.outage_s is not None:
+        return _end_after_outage(settings, t, worker_id, watch, code)
     if watch.lost:
         return "lost"
     decision = _decide(settings, t, watch, code)
@@ -196,15 +204,45 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
     verdict = watch.verdict
     if watch.leader is not None and verdict is None and code not in (0, exitcodes.BAD_DATA, exitcodes.INTERRUPTED) \
             and decision.status in ("queued", "failed"):
-        # The host whose ranks failed first, named; else a member that never joined because its worker is gone.
-        verdict = rendezvous.root_cause(watch.leader) or watch.leader.absent()
+        # A member that joined late, when the ranks timed out waiting; else the host whose ranks failed first,
+        # named; else a member that never joined because its worker is gone.
+        late = watch.leader.late() if code == exitcodes.COLLECTIVE_TIMEOUT else None
+        verdict = late or rendezvous.root_cause(watch.leader) or watch.leader.absent()
     if verdict is not None and decision.status not in ("succeeded", "cancelled", "pruned"):
         decision = rendezvous.gang_decision(verdict, t)
     if watch.stop is not None:
         decision = stops.decide(watch.stop, decision, stopping=stopping(), step=sink.last_checkpoint_step(),
                                 host_name=watch.host_name, max_runtime_s=t.max_runtime_s,
-                                checkpointed=sink.checkpoints > watch.stop.checkpoints_before)
+                                checkpointed=sink.checkpoints > watch.stop.checkpoints_before,
+                                path=sink.checkpoint_path)
+    if watch.checkpoints_before_cancel is not None and decision.status == "cancelled":
+        decision = stops.cancelled(decision, step=sink.last_checkpoint_step(), path=sink.checkpoint_path,
+                                   checkpointed=sink.checkpoints > watch.checkpoints_before_cancel)
     return decision
+
+
+def _end_after_outage(settings: Settings, t: Training, worker_id: str, watch: AttemptWatch, code: int) -> str:
+    """Requeue an attempt whose ranks were stopped because the database stayed away past the outage grace.
+
+    Once the database is back: its judge counted none of the outage against
+    the lease (gpufleet.jobs.reach), so this worker still holds it and says
+    what happened. Not a restart: nothing was wrong with the training.
+    """
+    reason = (f"the database could not be reached for {watch.outage_s:.0f}s, longer than GPUFLEET_DB_OUTAGE_GRACE_S "
+              f"({settings.db_outage_grace_s:.0f}s): the worker on host {watch.host_name} stopped the ranks so that "
+              "no other attempt runs beside them; requeued to resume from the newest checkpoint (not counted as a "
+              "restart)")
+    give_up = time.monotonic() + OUTAGE_WAIT_S
+    while True:
+        try:
+            if watch.sink.pump(final=True) == "lost":
+                return "lost"
+            _finish(settings, t, worker_id, outcome.Decision("queued", reason, retry_kind="db_outage"), code)
+            return "queued"
+        except DBAPIError:
+            if time.monotonic() > give_up:
+                return "lost"  # its judge ends it, naming the time it could not reach the database either
+            time.sleep(1.0)
 
 
 def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,

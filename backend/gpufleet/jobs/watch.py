@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import update
@@ -27,7 +28,7 @@ from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import write_session
 from gpufleet.devices.backend import DeviceBackend
-from gpufleet.jobs import procs, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, procs, rendezvous, stops
 from gpufleet.jobs.kinds import work_kind
 from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.metrics_sink import MetricsSink
@@ -63,14 +64,14 @@ def attempt_fence(t: Training, worker_id: str) -> list[Any]:
             Training.attempt == t.attempt]
 
 
-def _fence(sink: MetricsSink, pgid: int, lease_s: float, done: threading.Event, fenced: threading.Event) -> None:
+def _fence(deadline: Callable[[], float], pgid: int, done: threading.Event, fenced: threading.Event) -> None:
     """Kill the attempt's process group before its lease can run out unrenewed.
 
     A thread of its own: the loop that renews may itself be stuck in a
     database call. Renewals that land in time push the deadline on.
     """
     while not done.wait(POLL_S):
-        if time.monotonic() > sink.renewed_at + lease_s - FENCE_MARGIN_S:
+        if time.monotonic() > deadline():
             fenced.set()
             procs.signal_group(pgid, signal.SIGKILL)
             return
@@ -97,6 +98,12 @@ class AttemptWatch:
     lost: bool = False
     leader: rendezvous.LeaderWatch | None = None
     verdict: rendezvous.Verdict | None = None
+    ckpt_dir: Path | None = None
+    ckpt_mark: checkpoint_found.Mark = None  # what the checkpoint dir held before the launcher started
+    checkpoints_before_cancel: int | None = None
+    # Since when (monotonic) this worker's writes fail for want of the database, while they do.
+    unreachable_since: float | None = None
+    outage_s: float | None = None  # the outage that outlasted GPUFLEET_DB_OUTAGE_GRACE_S and stopped the ranks
 
     @property
     def pgid(self) -> int:
@@ -107,7 +114,7 @@ class AttemptWatch:
         self._register()
         self.leader = rendezvous.LeaderWatch(self.settings, self.t) if self.gang else None
         done, fenced = threading.Event(), threading.Event()
-        threading.Thread(target=_fence, args=(self.sink, self.pgid, self.settings.lease_s, done, fenced),
+        threading.Thread(target=_fence, args=(self.fence_deadline, self.pgid, done, fenced),
                          name=f"gpufleet-fence-{self.t.id}", daemon=True).start()
         try:
             self._poll_until_exit(fenced)
@@ -115,6 +122,17 @@ class AttemptWatch:
             done.set()
             code = self._reap()
         return self.sink.forced_exit_code if self.sink.forced_exit_code is not None else code
+
+    def fence_deadline(self) -> float:
+        """When (monotonic) this attempt must be gone unless a renewal lands first.
+
+        While the database cannot be reached its judge counts none of that
+        time against the lease (gpufleet.jobs.reach), so the ranks keep
+        running up to ``db_outage_grace_s`` more; a worker merely too slow
+        to renew has no such excuse.
+        """
+        end = self.sink.renewed_at + self.settings.lease_s - FENCE_MARGIN_S
+        return end + self.settings.db_outage_grace_s if self.unreachable_since is not None else end
 
     def _register(self) -> None:
         """Name the launcher where recovery, the drivers' process list and the row can find it."""
@@ -135,17 +153,30 @@ class AttemptWatch:
             try:
                 state = self._pump()
             except DBAPIError as exc:
-                # A database blip must not kill a training; the lines wait in
-                # the sink. One that outlasts the lease ends in the fence thread.
+                # An outage must not kill a training; the lines wait in the
+                # sink. One that outlasts the grace ends in the fence thread.
+                if self.unreachable_since is None:
+                    self.unreachable_since = time.monotonic()
+                    self.logf.line(f"[gpufleet] cannot reach the database; the ranks keep running for up to "
+                                   f"{self.settings.db_outage_grace_s:.0f}s (GPUFLEET_DB_OUTAGE_GRACE_S)")
                 log.warning("training %s: cannot reach the database (%s); retrying", self.t.id, exc.orig)
                 continue
+            if self.unreachable_since is not None and self.sink.renewed_at > self.unreachable_since:
+                self.logf.line(f"[gpufleet] the database is back after {time.monotonic() - self.unreachable_since:.0f}s; "
+                               "the lease is renewed and the training goes on")
+                self.unreachable_since = None
             if state == "lost":
                 self.lost = True
                 self.logf.line("[gpufleet] the lease on this training was lost; stopping it here")
                 procs.stop_group(self.pgid, CANCEL_GRACE_S)
                 break
             self._react(state)
-        if fenced.is_set() and not self.lost:
+        if fenced.is_set() and not self.lost and self.unreachable_since is not None:
+            self.outage_s = time.monotonic() - self.unreachable_since
+            self.logf.line(f"[gpufleet] the database could not be reached for {self.outage_s:.0f}s, longer than "
+                           f"GPUFLEET_DB_OUTAGE_GRACE_S ({self.settings.db_outage_grace_s:.0f}s); the ranks were "
+                           "stopped so that no other attempt runs beside them")
+        elif fenced.is_set() and not self.lost:
             self.lost = True
             self.logf.line("[gpufleet] the lease ran out before this worker could renew it; the training was "
                            "stopped here so that no other attempt runs beside it")
@@ -169,6 +200,7 @@ class AttemptWatch:
         self.stop = self._ask_to_stop(state)
         if state == "cancel" and not self.cancelled:
             self.cancelled = True
+            self.checkpoints_before_cancel = self.sink.checkpoints
             self.logf.line("[gpufleet] cancel requested; stopping every rank")
             procs.stop_group(self.pgid, CANCEL_GRACE_S)
         if self.sink.hung():
@@ -199,6 +231,11 @@ class AttemptWatch:
         os.close(self.lifeline)
         self.backend.training_ended(self.proc.pid)
         procs.remove_pidfile(self.settings, self.host_name, self.t.id)
+        if self.ckpt_dir is not None and (found := checkpoint_found.left_unreported(
+                self.ckpt_dir, self.ckpt_mark, self.sink.checkpoint_path)) is not None:
+            self.logf.line(f"[gpufleet] found checkpoint {Path(found['path']).name}, written after the last one "
+                           "the launcher reported")
+            self.sink.take(found)
         try:
             self.sink.pump(final=True)
         except DBAPIError:

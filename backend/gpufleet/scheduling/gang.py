@@ -99,6 +99,10 @@ def schedule_gang(sess: Session, settings: Settings, t: Training) -> tuple[str |
     hosts = [h for h in online if h.worker_lost_at is None]
     lost = "".join(f"; host {h.name} is left out until its worker beats again ({h.worker_lost_reason or 'lost'})"
                    for h in online if h.worker_lost_at is not None)
+    if not wanted:  # named hosts are named by plan(); a host it ran on that went offline is named here
+        ran_on = sess.execute(select(GangMember.host_name).where(GangMember.training_id == t.id)).scalars()
+        lost += "".join(f"; host {name}, where it ran, is offline" for name in
+                        sorted(set(ran_on) - {h.name for h in online}))
     by_name = {h.name: h for h in hosts}
     # Every candidate host's GPU rows, locked in name order, before anything is read.
     states = {h.name: lock_host_gpus(sess, h.id) for h in hosts}

@@ -4,21 +4,22 @@
 them into ``step`` progress lines (rank 0's values, every rank's time per
 step). A script's checkpoints are its own files in ``GPUFLEET_CHECKPOINT_DIR``;
 :class:`CheckpointWatch` notices each new resume point and writes a
-``checkpoint`` line with the step rank 0 last reported (else the number in
-the checkpoint's name), so the events say
-where a stopped training will resume, and whether it checkpointed in its grace.
+``checkpoint`` line with the checkpoint's own step: the number in its name
+(``step-0000200.pt`` is step 200, even when rank 0 has reported step 201 by
+the time the file has settled), else the step rank 0 had reported when the
+file appeared. So the events say where a stopped training will resume, and
+whether it checkpointed in its grace.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from gpufleet.engine.progress import ProgressWriter
-from gpufleet.engine.resumepoint import newest_resume_point
+from gpufleet.engine.resumepoint import newest_resume_point, step_in_name
 
 def step_fields(report_line: dict[str, Any]) -> dict[str, Any]:
     """The fields of a ``step`` progress line that one ``gpufleet.report`` line gives."""
@@ -113,7 +114,8 @@ class CheckpointWatch:
         self.dir = Path(ckpt_dir)
         self.progress = progress
         self.seen = self._newest()  # what an earlier attempt left is not this attempt's checkpoint
-        self.pending: tuple[tuple[str, float, int], float] | None = None  # (what changed, since when)
+        # (what changed, since when, the step rank 0 had reported then)
+        self.pending: tuple[tuple[str, float, int], float, int | None] | None = None
         self.reported: tuple[str, int | None] | None = None
 
     def _newest(self) -> tuple[str, float, int] | None:
@@ -127,21 +129,22 @@ class CheckpointWatch:
         return path, st.st_mtime, st.st_size
 
     def poll(self, step: int | None, final: bool = False) -> None:
-        """``step``: the last step rank 0 reported; without reports, the number in the checkpoint's name.
+        """``step``: the last step rank 0 reported, the checkpoint's step when its name has none.
         ``final``: the ranks have ended, so nothing is being written any more."""
         newest = self._newest()
         if newest is None or newest == self.seen:
             self.pending = None
             return
         now = time.monotonic()
-        if not final and (self.pending is None or self.pending[0] != newest):
-            self.pending = (newest, now)  # still being written, perhaps: look again
+        if self.pending is None or self.pending[0] != newest:
+            self.pending = (newest, now, step)  # still being written, perhaps: look again
+            if not final:
+                return
+        if not final and now - self.pending[1] < self.SETTLE_S:
             return
-        if not final and now - self.pending[1] < self.SETTLE_S:  # type: ignore[index]
-            return
-        self.seen, self.pending = newest, None
-        if step is None and (m := re.search(r"(\d+)", Path(newest[0]).name)):
-            step = int(m.group(1))
+        step_then, self.seen, self.pending = self.pending[2], newest, None
+        named = step_in_name(newest[0])
+        step = named if named is not None else step_then
         if self.reported == (newest[0], step):
             return  # the same checkpoint written again
         self.reported = (newest[0], step)
