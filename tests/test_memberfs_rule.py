@@ -19,6 +19,9 @@ MEMBER_TREE_MODULES = [
     "jobs/pool_watch.py",       # the job's slurm-N.out, shipped into the training's log
     "jobs/isolation.py",        # the training's folders handed over at each attempt
     "jobs/metrics_sink.py",     # report files, the newest checkpoint after a resume
+    "jobs/earlier_attempts.py",  # the newest step-N folder, rank 0's unmerged reports
+    "jobs/checkpoint_found.py",  # the checkpoint a stop's grace left, looked for once the ranks are gone
+    "jobs/rung_gate.py",        # a sweep trial's marker that lets its ranks past a rung
     "trainings/progress.py",    # progress files
     "trainings/files.py",       # the Files page: listing and downloads
     "engine/resumepoint.py",    # the newest checkpoint to resume from, a clone's seed

@@ -20,7 +20,7 @@ from gpufleet.config import load_settings
 from gpufleet.engine import stopfile
 from gpufleet.engine.resumepoint import newest_resume_point, seed_from
 from gpufleet.engine.spec import LaunchSpec
-from gpufleet.jobs.metrics_sink import newest_checkpoint_step
+from gpufleet.jobs.earlier_attempts import newest_checkpoint_step
 from gpufleet.trainings import files
 from gpufleet.trainings.progress import ProgressReader
 from support.links import Canary, canary_file, swapping

@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.config import load_settings
 from gpufleet.jobs.isolation import plan
-from gpufleet.jobs.metrics_sink import _unmerged_reports
+from gpufleet.jobs.earlier_attempts import unmerged_reports
 from gpufleet.interactive.launch import SessionSpec
 from gpufleet.engine import stopfile
 from gpufleet.engine.fence import FENCE, write_fence
@@ -100,7 +100,7 @@ def test_progress_and_reports_read_through_a_link_or_a_fifo_read_as_nothing(tmp_
     progress = _plant(tmp_path / "progress-1.jsonl", victim)
     _plant(tmp_path / "progress-1.jsonl.report.rank0", victim)
     assert ProgressReader(progress).read() == []
-    assert _unmerged_reports(progress) == []
+    assert unmerged_reports(progress) == []
     # A FIFO nobody writes to: read at once as nothing (opening one for reading would wait for a writer).
     fifo = tmp_path / "progress-2.jsonl"
     os.mkfifo(fifo)

@@ -11,10 +11,10 @@ it, the end's reason says it, and ``resume`` names it as the file it uses.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from gpufleet import memberfs
 from gpufleet.engine.resumepoint import newest_resume_point, step_in_name
 
 # The newest resume point and its modification time (ns), or None.
@@ -26,10 +26,13 @@ def mark(ckpt_dir: Path) -> Mark:
     path = newest_resume_point(ckpt_dir)
     if not path:
         return None
-    try:
-        return path, os.lstat(path).st_mtime_ns
-    except OSError:
+    try:  # the member's folder: looked at by descriptor, through no link
+        folder, name = memberfs.in_folder(path, root=ckpt_dir)
+    except (OSError, ValueError):
         return None
+    with folder:
+        st = folder.entry(name)
+    return (path, st.st_mtime_ns) if st is not None else None
 
 
 def left_unreported(ckpt_dir: Path, before: Mark, reported: str | None) -> dict[str, Any] | None:

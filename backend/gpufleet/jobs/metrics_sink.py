@@ -8,9 +8,7 @@ larger writes keep a fast training from turning into database load.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import time
 import uuid
 from datetime import timedelta
@@ -20,40 +18,21 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet import memberfs
 from gpufleet.config import Settings
 from gpufleet.db.models import GPUAllocation, Host, Training, TrainingMetric
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
+from gpufleet.jobs.earlier_attempts import newest_checkpoint_step, unmerged_reports
 from gpufleet.jobs.peak_memory import TRIM_MARGIN, PeakMemory
 from gpufleet.jobs.rung_gate import RungRelease
 from gpufleet.lifecycle.transitions import record_event
 from gpufleet.scheduling.types import fmt_bytes, fmt_bytes_apart
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
-from gpufleet.memberfs import read_regular
 
 log = logging.getLogger(__name__)
 
 TOPIC_PROGRESS = "training.progress"
-_STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-def newest_checkpoint_step(ckpt_dir: Path) -> tuple[int, Path] | None:
-    """The newest complete ``step-N`` folder (its ``meta.json`` is written last)."""
-    best: tuple[int, Path] | None = None
-    try:
-        folder = memberfs.Dir.root(ckpt_dir)  # its own name is in the checkpoint root; what it holds is hers
-    except OSError:
-        return None
-    with folder:
-        for name in folder.names():
-            m = _STEP_DIR.match(name)
-            if m and folder.has(f"{name}/meta.json"):
-                n = int(m.group(1))
-                if best is None or n > best[0]:
-                    best = (n, ckpt_dir / name)
-    return best
 
 
 def _estimated_and_shared(t: Training) -> bool:
@@ -148,7 +127,7 @@ class MetricsSink:
             have = set(sess.execute(select(TrainingMetric.step).where(
                 TrainingMetric.training_id == self.tid)).scalars())
             for path in earlier_progress:
-                for line in [*ProgressReader(path).read(), *_unmerged_reports(path)]:
+                for line in [*ProgressReader(path).read(), *unmerged_reports(path)]:
                     if line.get("type") == "step" and int(line["step"]) not in have:
                         self._handle(line)
                         have.add(int(line["step"]))
@@ -379,27 +358,3 @@ def _peaks_line(memory: dict[str, Any]) -> str:
     if memory["reported_per_rank"]:
         parts.append(f"{gib(memory['reported_per_rank'])} reported by the ranks ({memory['reported_kind']})")
     return "; ".join(parts)
-
-
-def _unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
-    """Rank 0's ``gpufleet.report`` lines of an earlier attempt, as step lines.
-
-    A worker killed mid-run takes its launcher with it before the launcher has
-    merged the newest reports into the progress file; the script may still have
-    checkpointed after them, so its resume starts past steps found only here.
-    """
-    from gpufleet.trainings.script_launch import step_fields
-
-    out = []
-    raw = read_regular(f"{progress_path}.report.rank0")  # the training's account's file: never through a link
-    if raw is None:
-        return out
-    for chunk in raw.split(b"\n"):
-        try:
-            line = json.loads(chunk)
-        except ValueError:
-            continue
-        if isinstance(line, dict) and isinstance(line.get("step"), int):
-            out.append({**step_fields(line), "type": "step"})
-    return out
-
