@@ -4,6 +4,29 @@
  */
 
 export interface paths {
+    "/api/v1/auth/download-ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Download Ticket
+         * @description A single-use link, valid seconds, to download one of a training's files by navigating to it.
+         *
+         *     A download carries no header, so the dashboard asks for this (with its cookie and page key) and then
+         *     opens the link; whether the file may be read is checked when it is opened.
+         */
+        post: operations["auth-download-ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/link": {
         parameters: {
             query?: never;
@@ -14,6 +37,9 @@ export interface paths {
         /**
          * Follow Sign In Link
          * @description Sign this browser in with a link from `gpufleet open`, then go to the dashboard.
+         *
+         *     The page key rides in the redirect's fragment, which the browser keeps to itself (no request, log or
+         *     Referer carries a fragment); the dashboard moves it into its storage and drops it from the address.
          */
         get: operations["auth-link"];
         put?: never;
@@ -35,7 +61,10 @@ export interface paths {
         put?: never;
         /**
          * Sign In
-         * @description Exchange an API token for an HTTP-only session cookie.
+         * @description Exchange an API token for an HTTP-only session cookie and its page key.
+         *
+         *     The cookie counts only beside the page key, sent as the ``X-Gpufleet-Key`` header: keep the key in the
+         *     page's own storage, never in a cookie.
          *
          *     Failed sign-ins are limited per source and per account the token was meant for (429 past
          *     the limit); a valid token always signs in, whatever others have failed.
@@ -273,7 +302,8 @@ export interface paths {
         put?: never;
         /**
          * Create Pool
-         * @description Add a Slurm partition as a pool (admins only); the cluster must answer and have the partition.
+         * @description Add a Slurm partition as a pool (admins only, with the token or the CLI: not the browser's sign-in
+         *     alone); the cluster must answer and have the partition.
          */
         post: operations["pools-create"];
         delete?: never;
@@ -815,7 +845,8 @@ export interface paths {
         put?: never;
         /**
          * Create Team Token
-         * @description Create a token for a user (admins only); its secret is in this answer only.
+         * @description Create a token for a user (admins only, with the token or the CLI: not the browser's sign-in alone);
+         *     its secret is in this answer only.
          */
         post: operations["tokens-create"];
         delete?: never;
@@ -1067,7 +1098,8 @@ export interface paths {
         put?: never;
         /**
          * Create User
-         * @description Add a user (admins only); a name already taken is a 409.
+         * @description Add a user (admins only, with the token or the CLI: not the browser's sign-in alone); a name already
+         *     taken is a 409.
          */
         post: operations["users-create"];
         delete?: never;
@@ -1091,7 +1123,8 @@ export interface paths {
         head?: never;
         /**
          * Update User
-         * @description Change a user's role, state or permissions (admins only); the last active admin stays one.
+         * @description Change a user's role, state or permissions (admins only, with the token or the CLI: not the browser's
+         *     sign-in alone); the last active admin stays one.
          */
         patch: operations["users-update"];
         trace?: never;
@@ -1359,6 +1392,21 @@ export interface components {
             size: number;
             /** Unpacked Size */
             unpacked_size: number;
+        };
+        /** DownloadTicket */
+        DownloadTicket: {
+            /** Expires In S */
+            expires_in_s: number;
+            /** Url */
+            url: string;
+        };
+        /** DownloadTicketAsk */
+        DownloadTicketAsk: {
+            /**
+             * Path
+             * @description the download's path, e.g. /api/v1/trainings/<id>/files/checkpoints/step-10.pt
+             */
+            path: string;
         };
         /** DrainPublic */
         DrainPublic: {
@@ -2570,6 +2618,22 @@ export interface components {
             path: string;
             /** Url */
             url: string;
+        };
+        /** SignedIn */
+        SignedIn: {
+            /** Auth Required */
+            auth_required: boolean;
+            /** Name */
+            name: string;
+            /** Page Key */
+            page_key: string;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "admin" | "member" | "viewer";
+            /** Via */
+            via: string;
         };
         /** SignedOut */
         SignedOut: {
@@ -3921,6 +3985,97 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    "auth-download-ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DownloadTicketAsk"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DownloadTicket"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not the path of a training's file */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "auth-link": {
         parameters: {
             query: {
@@ -4007,7 +4162,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["WhoAmI"];
+                    "application/json": components["schemas"]["SignedIn"];
                 };
             };
             /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
@@ -5316,7 +5471,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5503,7 +5658,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5817,7 +5972,10 @@ export interface operations {
     "sessions-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5830,13 +5988,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["SessionPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5866,6 +6026,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6703,7 +6874,10 @@ export interface operations {
     "sweeps-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6716,13 +6890,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["SweepDetail"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6752,6 +6928,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8348,7 +8535,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8456,7 +8643,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8618,7 +8805,10 @@ export interface operations {
     "trainings-create": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -8631,13 +8821,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8667,6 +8859,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8718,7 +8921,10 @@ export interface operations {
     "trainings-create-batch": {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Any string (a UUID is usual): sent again with the same key and body, within 24 hours, the request gets the first answer (with `Idempotent-Replayed: true`) instead of being done a second time. A key belongs to the signed-in user and to this endpoint; a new request needs a new key. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -8731,13 +8937,15 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `true` when this is the stored answer to an earlier request with the same Idempotency-Key; absent when the request was done now */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TrainingBatchPublic"];
                 };
             };
-            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to); or the Idempotency-Key header is not 1 to 255 characters */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -8767,6 +8975,17 @@ export interface operations {
             /** @description The host named is not registered; the message lists the known hosts */
             404: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description This Idempotency-Key was used with another body, or its first request is still being answered (then Retry-After says when to send it again) */
+            409: {
+                headers: {
+                    /** @description while the first request with this key is being answered: seconds to wait before sending it again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9839,7 +10058,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9951,7 +10170,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Signed in, but not allowed to do this (role, owner, or a foreign Origin) */
+            /** @description Asked with the browser's sign-in alone: send the admin's token, or use the CLI */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -10789,6 +11008,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
+            /** @description Sending the test failed in a way the server did not foresee */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
             /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
             503: {
                 headers: {
@@ -10868,10 +11096,14 @@ type ReadonlyArray<T> = [
     unknown[]
 ] ? Readonly<Exclude<T, undefined>> : Readonly<Exclude<T, undefined>[]>;
 export const pathsApiV1SessionsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions"]["get"]["parameters"]["query"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const pathsApiV1SessionsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1SessionsLimitsKindNamePutParametersPathKindValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sessions/limits/{kind}/{name}"]["put"]["parameters"]["path"]["kind"]> = ["user", "group"];
+export const pathsApiV1SweepsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/sweeps"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryPolicyValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["policy"]> = ["pack", "spread"];
 export const pathsApiV1SystemGpusRecommendGetParametersQueryRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/system/gpus/recommend"]["get"]["parameters"]["query"]["recipe"]> = ["mlp", "sae"];
 export const pathsApiV1TrainingsGetParametersQueryStatusAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["get"]["parameters"]["query"]["status"]> = ["queued", "scheduled", "running", "preempted", "succeeded", "failed", "cancelled", "reclaimed", "pruned"];
+export const pathsApiV1TrainingsPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
+export const pathsApiV1TrainingsBatchPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings/batch"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
 export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
 export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed", "pruned"];
@@ -10895,6 +11127,7 @@ export const sessionLimitPublicKindValues: ReadonlyArray<FlattenedDeepRequired<c
 export const sessionPublicEnd_reasonAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["end_reason"]> = ["user", "idle", "time_limit", "failed"];
 export const sessionPublicModeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["mode"]> = ["shell", "jupyter"];
 export const sessionPublicStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SessionPublic"]["status"]> = ["queued", "starting", "running", "stopping", "stopped", "failed"];
+export const signedInRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SignedIn"]["role"]> = ["admin", "member", "viewer"];
 export const sweepCreateDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["direction"]> = ["minimize", "maximize"];
 export const sweepCreateMethodValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepCreate"]["method"]> = ["grid", "random", "tpe"];
 export const sweepDetailDirectionValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["SweepDetail"]["direction"]> = ["minimize", "maximize"];
