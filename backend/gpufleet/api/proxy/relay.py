@@ -44,10 +44,11 @@ class NotebookRelay:
         parsed = split_path(scope["path"])
         port = relay_grant(self.settings, headers.get(RELAY_HEADER), parsed[0]) if parsed else None
         token = headers.get("authorization")
-        if port is None or not token:
+        if port is None:
             await self._refuse(scope, receive, send)
             return
-        upstream = Upstream(f"http://127.0.0.1:{port}", (("authorization", token),))
+        # No token: a request the server forwards as no one (a page's static files), as anyone here may send.
+        upstream = Upstream(f"http://127.0.0.1:{port}", (("authorization", token),) if token else ())
         if scope["type"] == "http":
             await forward_http(self.client, scope, receive, send, upstream)
         else:
