@@ -188,16 +188,21 @@ def _watch_refusals(page, origin: str) -> list[str]:
 
 
 def _run_in_lab(page, code: str) -> str:
-    """Open a new Python notebook from the launcher, type ``code`` into its first cell, run it: its output."""
-    page.locator(".jp-LauncherCard[data-category='Notebook']").first.click(timeout=120_000)
-    editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+    """Open a new Python notebook from a launcher, type ``code`` into its first cell, run it: its output."""
+    page.locator(".jp-LauncherCard:visible, .jp-NotebookPanel:visible").first.wait_for(timeout=120_000)
+    card = page.locator(".jp-LauncherCard[data-category='Notebook']:visible").first
+    if not card.count():  # the workspace brought back a notebook: a new launcher (File, New Launcher)
+        page.keyboard.press("Control+Shift+L")
+    card.click(timeout=60_000)
+    panel = page.locator(".jp-NotebookPanel:visible").last
+    editor = panel.locator(".jp-Cell .cm-content").first
     editor.wait_for(timeout=60_000)
     # The kernel started and connected (its channels' WebSocket): the status bar says so.
     page.get_by_text(re.compile(r"\|\s*Idle")).first.wait_for(timeout=120_000)
     editor.click()
     page.keyboard.type(code)
     page.keyboard.press("Shift+Enter")
-    output = page.locator(".jp-OutputArea-output").first
+    output = panel.locator(".jp-OutputArea-output").first
     output.wait_for(timeout=120_000)
     return output.inner_text()
 

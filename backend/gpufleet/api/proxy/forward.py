@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urlsplit
 
 import httpx
@@ -40,6 +41,14 @@ class Answer:
     replacement: str | None = None
     cookies: bool = True
     shape: Shape | None = None
+
+
+def proxy_client() -> httpx.AsyncClient:
+    """The client that forwards to notebooks. It keeps no cookie: a jar would hand one browser's (or
+    Jupyter's login cookie) to every later request, a request forwarded as no one included."""
+    # No read timeout: a notebook answers long polls and streams when it has something to say.
+    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False, trust_env=False,
+                             cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])))
 
 
 def without_gpufleet_cookies(header: str) -> str:

@@ -30,7 +30,6 @@ import logging
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode
 
-import httpx
 from anyio import to_thread
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
@@ -40,7 +39,7 @@ from starlette.websockets import WebSocket
 
 from gpufleet.api.auth import NOTEBOOK_COOKIE_PURPOSE, NOTEBOOK_TICKET_PURPOSE, AuthError, resolve_user
 from gpufleet.api.proxy.answers import answer_headers
-from gpufleet.api.proxy.forward import Answer, forward_http
+from gpufleet.api.proxy.forward import Answer, forward_http, proxy_client
 from gpufleet.api.proxy.notebooks import PREFIX, Notebook, may_open, split_path
 from gpufleet.api.proxy.passes import (
     TICKET_PARAM,
@@ -103,9 +102,7 @@ class NotebookOrigin:
         self.settings = settings
         self.locate = locate or notebook_of_session
         self.tickets = RedisLimiter(settings.redis_url) if settings.redis_url else MemoryLimiter()
-        # No read timeout: a notebook answers long polls and streams when it has something to say.
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False,
-                                        trust_env=False)
+        self.client = proxy_client()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

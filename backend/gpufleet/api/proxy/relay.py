@@ -16,13 +16,12 @@ import logging
 import socket
 import threading
 
-import httpx
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gpufleet.api.proxy.forward import forward_http
+from gpufleet.api.proxy.forward import forward_http, proxy_client
 from gpufleet.api.proxy.notebooks import split_path
 from gpufleet.api.proxy.sockets import forward_websocket
 from gpufleet.api.proxy.upstream import RELAY_HEADER, Upstream, relay_grant
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 class NotebookRelay:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), trust_env=False)
+        self.client = proxy_client()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):

@@ -173,8 +173,8 @@ def join_notebook(session_id: uuid.UUID, request: Request, session: SessionDep, 
     """An admin's single-use address of another member's notebook: recorded on the session as an event,
     since her browser can then run code in it as its owner."""
     sid = str(session_id)
-    link = _notebook_link(request, settings, user, sid, joined=True)
     owner = _owner(session, session_id)
+    link = _notebook_link(request, settings, user, sid, joined=True)
     if owner != user.name:
         with write_in(session, settings) as sess:
             service.record_join(sess, session_id, user.name)
