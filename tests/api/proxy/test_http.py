@@ -66,7 +66,7 @@ def test_a_browser_gets_in_once_with_the_dashboards_ticket_and_never_with_its_co
         assert browser.get(f"{base}/api/contents", headers=alone).status_code == 403
         assert browser.post(f"{base}/api/kernels", json={}, headers={**alone, "Origin": origin}).status_code == 403
         # ... a page load goes back to the dashboard it came from for a fresh ticket ...
-        back = browser.get(f"{base}/tree", headers={**alone, "Sec-Fetch-Mode": "navigate"})
+        back = browser.get(f"{base}/api/contents", headers={**alone, "Sec-Fetch-Mode": "navigate"})
         assert back.status_code == 303 and back.headers["location"] == f"{gpufleet}/sessions?open={sid}"
         # ... and a static file (what any local account reaches at the notebook's port) is served.
         assert browser.get(f"{base}/static/favicons/favicon.ico", headers=alone).status_code == 200

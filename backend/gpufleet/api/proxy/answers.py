@@ -13,8 +13,10 @@ COOKIE_PREFIX = "gpufleet_nb_"
 CONTENT_ROUTES = ("files/", "view/", "nbconvert/")
 CONTENT_CSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads; frame-ancestors 'self'"
 APP_CSP = "frame-ancestors 'self'; base-uri 'self'; object-src 'none'"
-# Never passed through from a notebook: the proxy sets the policy itself.
-CSP_HEADERS = frozenset({b"content-security-policy", b"content-security-policy-report-only"})
+# Never passed through from a notebook: the proxy sets the policy itself; and a service worker stays
+# within the path it was served from (with one host name for all notebooks, its own notebook's).
+CSP_HEADERS = frozenset({b"content-security-policy", b"content-security-policy-report-only",
+                         b"service-worker-allowed"})
 # jupyter_server's login cookie (``username-<host>-<port>``), which it sets after a token-authenticated
 # request. It would sign its holder in at the notebook's loopback port directly, and browsers send it to
 # every port of a host, a member's own listener included: it never reaches the browser.

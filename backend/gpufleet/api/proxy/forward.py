@@ -41,6 +41,8 @@ class Answer:
     replacement: str | None = None
     cookies: bool = True
     shape: Shape | None = None
+    # Where to send the browser instead of this answer (by its status and headers), or None: keep it.
+    instead: Callable[[int, list[tuple[bytes, bytes]]], str | None] | None = None
 
 
 def proxy_client() -> httpx.AsyncClient:
@@ -174,6 +176,14 @@ async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive
     scrub = Scrubber(answer.secret, answer.replacement)
     headers = [(n, v.replace(scrub.secret, b"0" * len(scrub.secret)) if scrub.secret else v)
                for n, v in response_headers(response.headers.raw, upstream)]
+    elsewhere = answer.instead(response.status_code, headers) if answer.instead is not None else None
+    if elsewhere is not None:
+        await response.aclose()
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", elsewhere.encode("latin-1")), (b"cache-control", b"no-store"),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
     if answer.shape is not None:
         headers = answer.shape(response.status_code, headers)
     try:

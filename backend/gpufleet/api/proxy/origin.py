@@ -27,6 +27,7 @@ Every request is checked again: the user, the session's owner, the session runni
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -139,8 +140,9 @@ class NotebookOrigin:
             await self._let_in(scope, receive, send, entry, upstream)
         else:
             anonymous = entry.how == "anonymous"
+            back = self._reopening(scope, entry) if anonymous else None
             await forward_http(self.client, scope, receive, send, upstream.anonymous() if anonymous else upstream,
-                               Answer(secret=entry.notebook.token, cookies=not anonymous,
+                               Answer(secret=entry.notebook.token, cookies=not anonymous, instead=back,
                                       shape=lambda _status, headers: answer_headers(headers, scope["path"])))
 
     async def _admit(self, scope: Scope, session_id: str) -> Entry:
@@ -195,17 +197,27 @@ class NotebookOrigin:
         offered = value.strip() if authorization else query.get("token")
         if offered:
             return "key", held, offered
-        self._reopen(scope, headers, session_id, held)
         if scope["type"] == "http" and scope["method"] in ("GET", "HEAD"):
             return "anonymous", held, None
         raise Refusal(403, NEEDS_KEY)
 
     def _reopen(self, scope: Scope, headers: Headers, session_id: str, known: Pass | None) -> None:
-        """A page load without a fresh ticket goes back to the dashboard it came from, for one."""
-        if known is None or not known.dashboard or not _page_load(scope, headers):
-            return
-        step = f"{known.dashboard}/sessions?open={quote(session_id)}" + ("&join=1" if known.joined else "")
-        raise Reopen(step)
+        """A page load with a used or stale ticket goes back to the dashboard it came from, for a fresh one."""
+        step = _open_step(scope, headers, session_id, known)
+        if step is not None:
+            raise Reopen(step)
+
+    def _reopening(self, scope: Scope, entry: Entry) -> Callable[[int, list[tuple[bytes, bytes]]], str | None]:
+        """For a page load forwarded as no one: where to go instead when the notebook wants a sign-in (its
+        lab, its files), namely the dashboard's open step; a static file is served as it is."""
+        step = _open_step(scope, Headers(scope=scope), entry.notebook.session_id, entry.granted)
+
+        def instead(status: int, headers: list[tuple[bytes, bytes]]) -> str | None:
+            location = next((v for n, v in headers if n == b"location"), b"")
+            wants_sign_in = status in (401, 403) or (300 <= status < 400 and b"/login" in location)
+            return step if wants_sign_in else None
+
+        return instead
 
     async def _let_in(self, scope: Scope, receive: Receive, send: Send, entry: Entry, upstream: Upstream) -> None:
         """Answer a redeemed ticket with the notebook's page: its cookie set, the page's key in place of the
@@ -241,6 +253,13 @@ class NotebookOrigin:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _open_step(scope: Scope, headers: Headers, session_id: str, known: Pass | None) -> str | None:
+    """The dashboard's open step for this notebook, when this is a page load and the pass names a dashboard."""
+    if known is None or not known.dashboard or not _page_load(scope, headers):
+        return None
+    return f"{known.dashboard}/sessions?open={quote(session_id)}" + ("&join=1" if known.joined else "")
 
 
 def _writes(scope: Scope) -> bool:
