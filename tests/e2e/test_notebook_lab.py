@@ -353,7 +353,9 @@ def test_an_admin_who_did_not_join_gets_no_ticket(browser, fleet: Fleet) -> None
         assert row.get_by_role("button", name="Open").count() == 0
     finally:
         ctx.close()
-    events = admin.get(f"/api/v1/trainings/{alice}/events").json()
-    joins = [e for e in (events.get("items", events) if isinstance(events, dict) else events)
-             if "joined" in (e.get("reason") or "")]
-    assert joins and all(fleet.names["admin"] in e["reason"] for e in joins), events
+    # The explicit step: a join, on the session's record by name.
+    assert admin.post(f"/api/v1/sessions/{alice}/join").status_code == 200
+    events = admin.get(f"/api/v1/trainings/{alice}/events").json()["data"]
+    joins = [e for e in events if "joined" in (e.get("reason") or "")]
+    assert joins and all(f"{fleet.names['admin']} (admin) joined" in e["reason"] and e["user"] == fleet.names["admin"]
+                         for e in joins), events
