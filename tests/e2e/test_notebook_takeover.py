@@ -8,8 +8,8 @@ sandbox, beside the notebook's own. The page calls gpufleet's API with the
 viewer's credentials (``fetch`` with ``credentials: 'include'``, as JSON and
 as a form-like ``text/plain`` post that needs no preflight): a sign-in link
 for the viewer, Mallory's gpufleet user mapped onto Bob's Unix account,
-her priority cap raised to 1000, a GPU drained. The admin opens her session
-from the Sessions page and then her page. None of it may take effect.
+her priority cap raised to 1000, a GPU drained. The admin joins her session
+from the Sessions page and then opens her page. None of it may take effect.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
         page.goto("/sessions")
         row = page.get_by_test_id(f"session-row-{sid}")
         with ctx.expect_page() as opened:
-            row.get_by_text("Open", exact=True).click()
+            row.get_by_role("button", name="Join").click()  # an admin joins another's notebook explicitly
         notebook = opened.value
         notebook.wait_for_url(f"**/sessions/{sid}/**")
         parts = urlsplit(notebook.url)

@@ -6,7 +6,7 @@ server; the member opens it from the Sessions page (on the notebooks' own
 origin, `serve`'s second port) and runs a cell (over the kernel's WebSocket, from the notebook's own page:
 this machine has jupyter_server without a notebook front end) that prints
 the visible-device variable. Another member and a request without sign-in
-get 403 on the same URL. `session stop` frees the GPU, and the training
+get 403 on the same URL, under the notebook's own host name. `session stop` frees the GPU, and the training
 that waited for it starts.
 """
 
@@ -16,6 +16,7 @@ import json
 import re
 import secrets
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -27,7 +28,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from gpufleet.api.proxy.passes import TICKET_PARAM
+from gpufleet.api.proxy.place import loopback_host
 from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
@@ -38,13 +39,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ONE_GPU = {"GPUFLEET_SIMULATE": "1xH100-80GB", "GPUFLEET_AUTH": "on"}
 
-# Runs one cell on a new kernel of the notebook this page is in, and shows what it printed on the page.
+# Runs one cell on a new kernel of the notebook this page is in, as JupyterLab's own scripts call it (the
+# page's token from its page config, on every call and on the WebSocket's URL), and shows what it printed.
 RUN_CELL = """async (code) => {
-  const base = location.pathname.replace(/[^/]*$/, '');
-  const made = await fetch(base + 'api/kernels', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: '{}'});
+  const config = JSON.parse(document.getElementById('jupyter-config-data').textContent);
+  const base = config.baseUrl, key = config.token;
+  const made = await fetch(base + 'api/kernels', {method: 'POST', body: '{}',
+    headers: {'Content-Type': 'application/json', 'Authorization': `token ${key}`}});
   if (!made.ok) return `kernel refused: ${made.status}`;
   const kernel = await made.json();
-  const ws = new WebSocket(location.origin.replace(/^http/, 'ws') + base + `api/kernels/${kernel.id}/channels`);
+  const ws = new WebSocket(location.origin.replace(/^http/, 'ws') + base + `api/kernels/${kernel.id}/channels?token=${key}`);
   const msgId = crypto.randomUUID();
   const printed = await new Promise((resolve, reject) => {
     let out = '';
@@ -134,6 +138,8 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
                                                     "config": {"max_steps": 5}}).json()
     assert waiting["status"] == "queued", waiting
 
+    # The notebook's own host name (browsers resolve *.localhost to loopback themselves; this process does not).
+    notebooks = f"http://{loopback_host(sid)}:{srv.sessions_port}"
     ctx = _signed_in(browser, srv, tokens["alice"])
     try:
         page = ctx.new_page()
@@ -147,7 +153,7 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
         notebook = opened.value
         # The ticket is traded for the notebook's cookie, and the address drops it.
         # JupyterLab's root sends it on to /lab.
-        notebook.wait_for_url(re.compile(re.escape(f"http://127.0.0.1:{srv.sessions_port}{url}") + r"(lab)?\??$"))
+        notebook.wait_for_url(re.compile(re.escape(f"{notebooks}{url}") + r"lab(\?.*)?$"))
         notebook.wait_for_load_state()
         printed = notebook.evaluate(RUN_CELL, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
         assert printed.strip() == ",".join(map(str, gpu)), printed
@@ -158,17 +164,9 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     finally:
         ctx.close()
 
-    notebooks = f"http://127.0.0.1:{srv.sessions_port}"
-    # From the CLI: `session open` prints a single-use address; it lets one client in, once.
-    link = cli(srv.data_dir, "session", "open", sid[:8], **as_alice).strip()
-    assert link.startswith(f"{notebooks}{url}"), link
-    with httpx.Client(timeout=60) as visitor:
-        first = visitor.get(link, follow_redirects=True)
-        assert first.status_code == 200 and str(first.url).startswith(notebooks + url), first
-        assert "Jupyter" in first.text and TICKET_PARAM not in str(first.url), first.url
-    with httpx.Client(timeout=60) as replay:
-        assert replay.get(link, follow_redirects=True).status_code in (401, 403)
-
+    # (`gpufleet session open`'s address, in Chromium: tests/e2e/test_notebook_lab.py.)
+    here = {"Host": f"{loopback_host(sid)}:{srv.sessions_port}"}
+    loopback = f"http://127.0.0.1:{srv.sessions_port}"
     bob = _signed_in(browser, srv, tokens["bob"])
     try:
         assert bob.new_page().goto(notebooks + url).status == 403
@@ -181,7 +179,8 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     finally:
         stranger.close()
     with pytest.raises(InvalidStatus) as refused:
-        connect(f"ws{notebooks[4:]}{url}api/kernels/x/channels", origin=notebooks, open_timeout=60)
+        connect(f"ws{notebooks[4:]}{url}api/kernels/x/channels", origin=notebooks, open_timeout=60,
+                sock=socket.create_connection(("127.0.0.1", srv.sessions_port)))
     assert refused.value.response.status_code == 403
 
     cli(srv.data_dir, "session", "stop", sid, **as_alice)
@@ -190,5 +189,5 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
                  in ("scheduled", "running", "succeeded") and t, srv)
     assert took["gpu_ids"] == gpu
     assert alice.get(f"/api/v1/sessions/{sid}").json()["status"] == "stopped"
-    assert httpx.get(f"{notebooks}{url}", headers={"Authorization": f"Bearer {tokens['alice']}"},
+    assert httpx.get(f"{loopback}{url}", headers={"Authorization": f"Bearer {tokens['alice']}", **here},
                      timeout=60).status_code == 409

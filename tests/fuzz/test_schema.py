@@ -155,6 +155,7 @@ def _seed_pool(settings: Settings) -> str:
 NEEDS_A_WORKER = {
     "POST /api/v1/sessions/{session_id}/shell",  # tests/sessions/test_shell.py
     "POST /api/v1/sessions/{session_id}/open",  # a running notebook: tests/e2e/test_session_notebook.py
+    "POST /api/v1/sessions/{session_id}/join",  # a running notebook: tests/e2e/test_notebook_lab.py
 }
 
 

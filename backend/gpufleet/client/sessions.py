@@ -59,9 +59,10 @@ class SessionCalls:
     def extend_session(self, session_id: str, hours: float) -> SessionPublic:
         return self._post(wire.SessionPublic, f"{API}/{session_id}/extend", checked(wire.SessionExtend, "extend", hours=hours))
 
-    def open_notebook(self, session_id: str) -> NotebookOpen:
-        """A single-use address of the session's notebook on its own origin (owner and admins)."""
-        return self._post(wire.NotebookOpen, f"{API}/{session_id}/open")
+    def open_notebook(self, session_id: str, join: bool = False) -> NotebookOpen:
+        """A single-use address of the session's notebook on its own origin: its owner's, or (``join``) an
+        admin's for another member's notebook, recorded on the session."""
+        return self._post(wire.NotebookOpen, f"{API}/{session_id}/{'join' if join else 'open'}")
 
     def session_shell(self, session_id: str) -> ShellTarget:
         return self._post(wire.ShellTarget, f"{API}/{session_id}/shell")

@@ -46,7 +46,7 @@ def listen(host: str, port: int) -> socket.socket:
 def listen_notebooks(settings: Settings, api: socket.socket) -> socket.socket | None:
     """The sessions' notebooks' listener (``GPUFLEET_SESSIONS_PORT``, else the API's port + 1), or None when
     it is 0; :class:`AddressInUse` (``api`` closed) when taken."""
-    from gpufleet.api.proxy.passes import sessions_port
+    from gpufleet.api.proxy.place import sessions_port
 
     port = sessions_port(settings)
     if not port:

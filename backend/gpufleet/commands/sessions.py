@@ -169,10 +169,13 @@ def stop(ref: SessionArg, as_json: JsonOpt = False, server: ServerOpt = None) ->
 
 
 @session_app.command("open")
-def open_(ref: SessionArg, server: ServerOpt = None) -> None:
+def open_(ref: SessionArg, server: ServerOpt = None,
+          join: Annotated[bool, typer.Option("--join", help="admins: open another member's notebook (recorded on"
+                                                             " the session; your browser can run code as her)")]
+          = False) -> None:
     """Print a single-use address of the session's notebook (its own origin; works once, within a minute)."""
     client = connect(server)
-    link = client.open_notebook(resolve(client, ref))
+    link = client.open_notebook(resolve(client, ref), join=join)
     err.print(f"open this in your browser within {link.expires_in_s} s; it lets one browser in, once",
               highlight=False)
     print(link.url)

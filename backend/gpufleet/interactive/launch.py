@@ -114,6 +114,9 @@ def command(spec: SessionSpec) -> list[str]:
             # gpufleet's proxy checks who may come in (sign-in, Host, Origin) and adds the token;
             # the server itself listens on loopback only.
             "--ServerApp.allow_remote_access=True", "--ServerApp.allow_origin=*",
+            # JupyterLab puts its page's token (the page's key, which gpufleet's proxy writes in) on its
+            # WebSockets' URLs too, as the proxy wants it there (api/proxy/passes.py).
+            "--ServerApp.tornado_settings={'page_config_data': {'appendToken': 'true'}}",
             # A single-user server runs sessions as its own account, which may be root.
             *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else [])]
 

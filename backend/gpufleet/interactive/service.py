@@ -148,3 +148,11 @@ def extend(sess: Session, settings: Settings, session_id: uuid.UUID, user: str,
                  reason=f"time limit extended by {hours:g}h to {total:g}h by {user}{ends}",
                  data={"hours": total, "added": hours})
     return get(sess, session_id)
+
+
+def record_join(sess: Session, session_id: uuid.UUID, admin: str) -> None:
+    """An admin opens a notebook that is not hers: an explicit step, on the session's record."""
+    t, _ = get(sess, session_id)
+    record_event(sess, t.id, "info", status=t.status, user=admin,
+                 reason=f"{admin} (admin) joined {t.owner}'s notebook: her browser can run code in it as {t.owner}",
+                 data={"joined_by": admin})

@@ -55,8 +55,10 @@ export const endpoints = {
     call('get', '/api/v1/sessions', { query: { ...q, status: q.status ? [q.status as Session['status']] : undefined }, signal }),
   createSession: (body: Partial<SessionCreate> & Pick<SessionCreate, 'gpus'>) => call('post', '/api/v1/sessions', { body: body as SessionCreate }),
   stopSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/stop', { path: { session_id: id } }),
-  /** A single-use address of the session's notebook on its own origin. */
+  /** A single-use address of the session's notebook on its own origin (its owner). */
   openSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/open', { path: { session_id: id } }),
+  /** The same for an admin joining another member's notebook: recorded on the session. */
+  joinSession: (id: string) => call('post', '/api/v1/sessions/{session_id}/join', { path: { session_id: id } }),
   /** Move the time limit `hours` later (up to the owner's maximum). */
   extendSession: (id: string, hours: number) => call('post', '/api/v1/sessions/{session_id}/extend', { path: { session_id: id }, body: { hours } }),
 

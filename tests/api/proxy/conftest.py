@@ -20,9 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dataclasses import dataclass
+
 from gpufleet.api.app import create_app
+from gpufleet.api.auth import NOTEBOOK_COOKIE_PURPOSE
 from gpufleet.api.proxy.notebooks import Notebook
 from gpufleet.api.proxy.origin import NotebookOrigin
+from gpufleet.api.proxy.passes import page_key, read_pass
 from gpufleet.config import Settings, load_settings
 from gpufleet.db.session import upgrade_database
 from support.people import SECRET, People, make_people
@@ -101,7 +105,10 @@ def notebooks(jupyter: Jupyter, people: People, echo: str) -> dict[str, Notebook
 @pytest.fixture(scope="module")
 def origin(proxy_settings: Settings, notebooks: dict[str, Notebook]) -> Iterator[str]:
     """The notebooks' origin, as `serve` runs it on its second port."""
-    with serve_inprocess(NotebookOrigin(proxy_settings, lambda _s, session_id: notebooks.get(session_id))) as served:
+    app = NotebookOrigin(proxy_settings, lambda _s, session_id: notebooks.get(session_id))
+    with serve_inprocess(app) as served:
+        # One host name for all notebooks (GPUFLEET_SESSIONS_ORIGIN without {id}): its port is known only now.
+        app.settings = proxy_settings.model_copy(update={"sessions_origin": served.url})
         yield served.url
 
 
@@ -121,9 +128,35 @@ def open_notebook(client: httpx.Client, gpufleet: str, session_id: str) -> str:
     return r.json()["url"]
 
 
-def let_in(client: httpx.Client, gpufleet: str, session_id: str) -> str:
-    """Open the notebook in ``client`` (signed in on the API): follow the ticket; the notebook's cookie."""
-    answer = client.get(open_notebook(client, gpufleet, session_id), follow_redirects=False)
-    assert answer.status_code == 303, answer.text
+@dataclass(frozen=True)
+class Opened:
+    """What a browser holds once it opened a notebook: the notebook's cookie, and the key its page got."""
+
+    cookie: str  # "name=value"
+    key: str
+
+    def headers(self, origin: str | None = None) -> dict[str, str]:
+        """A request of the notebook's own page: the cookie, the key, and the page's ``Origin`` when given."""
+        out = {"Cookie": self.cookie, "Authorization": f"token {self.key}"}
+        return {**out, "Origin": origin} if origin else out
+
+
+def let_in(client: httpx.Client, gpufleet: str, session_id: str, settings: Settings, token: str) -> Opened:
+    """Open the notebook in ``client`` (signed in on the API): follow the ticket (a redirect within the
+    notebook takes a new one along) to the answer that sets the notebook's cookie. The key is what that
+    page's token became (here derived, as the proxy does: a bare jupyter_server has no lab page to read)."""
+    url = open_notebook(client, gpufleet, session_id)
+    origin = url.split("/sessions/", 1)[0]
+    for _ in range(5):
+        answer = client.get(url, follow_redirects=False)
+        location = answer.headers.get("location", "")
+        if answer.is_redirect and "gpufleet_ticket=" in location:
+            url = origin + location
+            continue
+        break
     name = "gpufleet_nb_" + session_id.replace("-", "")
-    return f"{name}={answer.cookies[name]}"
+    assert name in answer.cookies, (answer.status_code, answer.headers)
+    value = answer.cookies[name]
+    held = read_pass(settings, NOTEBOOK_COOKIE_PURPOSE, value, session_id)
+    assert held is not None
+    return Opened(f"{name}={value}", page_key(settings, session_id, held.nonce, len(token)))

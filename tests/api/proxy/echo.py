@@ -39,6 +39,7 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
                             (b"content-security-policy", b"default-src *"),
                             (b"set-cookie", b"gpufleet_session=planted; Path=/"),
                             (b"set-cookie", b"__Host-gpufleet_nb_x=planted; Path=/; Secure"),
+                            (b"set-cookie", b"username-127-0-0-1-8888=\"2|jupyter-login\"; Path=/"),
                             (b"set-cookie", b"wide=1; Domain=example.org; Path=/")]})
     # In pieces, so the proxy has to stream them.
     for start in range(0, len(answer), 100):

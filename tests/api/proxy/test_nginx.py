@@ -19,8 +19,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from gpufleet.api.app import create_app
+from gpufleet.api.auth import NOTEBOOK_COOKIE_PURPOSE
 from gpufleet.api.proxy.notebooks import Notebook
 from gpufleet.api.proxy.origin import NotebookOrigin
+from gpufleet.api.proxy.passes import page_key, read_pass
 from gpufleet.config import Settings
 from support.nginx import HAVE_TOOLS, SHIPPED, nginx, site_config
 from support.people import People
@@ -64,7 +66,7 @@ def _tls() -> ssl.SSLContext:
 
 
 def test_a_notebook_session_through_the_shipped_nginx(behind_nginx: tuple[str, str], jupyter: Jupyter,
-                                                      people: People) -> None:
+                                                      people: People, proxy_settings: Settings) -> None:
     dashboard, origin = behind_nginx
     sid = jupyter.session_id
     with httpx.Client(verify=False, timeout=120) as browser:
@@ -76,10 +78,15 @@ def test_a_notebook_session_through_the_shipped_nginx(behind_nginx: tuple[str, s
         link = browser.post(f"{dashboard}/api/v1/sessions/{sid}/open", headers={"Origin": dashboard}).json()["url"]
         assert link.startswith(f"{origin}/sessions/{sid}/?gpufleet_ticket=")
         let_in = browser.get(link, follow_redirects=False)
-        assert let_in.status_code == 303, let_in.text
-        name = f"__Host-gpufleet_nb_{sid.replace('-', '')}"
-        assert f"{name}=" in let_in.headers["set-cookie"] and "Secure" in let_in.headers["set-cookie"]
-        cookie = {"Cookie": f"{name}={let_in.cookies[name]}"}
+        assert let_in.status_code == 200, let_in.text
+        # One host name for all notebooks here: Secure, scoped to this notebook's path.
+        name = f"__Secure-gpufleet_nb_{sid.replace('-', '')}"
+        set_cookie = let_in.headers["set-cookie"]
+        assert f"{name}=" in set_cookie and "Secure" in set_cookie and f"Path=/sessions/{sid}/" in set_cookie
+        held = read_pass(proxy_settings, NOTEBOOK_COOKIE_PURPOSE, let_in.cookies[name], sid)
+        assert held is not None
+        key = page_key(proxy_settings, sid, held.nonce, len(jupyter.token))
+        cookie = {"Cookie": f"{name}={let_in.cookies[name]}", "Authorization": f"token {key}"}
         here = {**cookie, "Origin": origin}
 
         page = browser.get(f"{origin}/sessions/{sid}/api/contents", headers=cookie)
@@ -98,7 +105,8 @@ def test_a_notebook_session_through_the_shipped_nginx(behind_nginx: tuple[str, s
         kernel_id = kernel.json()["id"]
         try:
             channels = f"wss{origin[5:]}/sessions/{sid}/api/kernels/{kernel_id}/channels"
-            with connect(channels, ssl=_tls(), origin=origin, additional_headers=cookie,  # type: ignore[arg-type]
+            with connect(f"{channels}?token={key}", ssl=_tls(), origin=origin,  # type: ignore[arg-type]
+                         additional_headers={"Cookie": cookie["Cookie"]},
                          open_timeout=60) as ws:
                 assert run_cell(ws, "print(6 * 7)").strip() == "42"
         finally:

@@ -18,7 +18,9 @@ from support.people import People, bearer
 from support.servers import free_port, serve_inprocess
 from websockets.sync.client import connect
 
-from .conftest import Jupyter
+from gpufleet.api.proxy.place import loopback_host
+
+from .conftest import ECHO, Jupyter
 from .kernel import run_cell
 
 
@@ -36,6 +38,7 @@ def far(jupyter: Jupyter, relay: int, proxy_settings: Settings, people: People) 
     settings = proxy_settings.model_copy(update={"session_relay_port": relay})
     app = NotebookOrigin(settings, lambda _s, session_id: notebook if session_id == notebook.session_id else None)
     with serve_inprocess(app) as served:
+        app.settings = settings.model_copy(update={"sessions_origin": served.url})  # its port is known only now
         yield served.url, notebook
 
 
@@ -79,7 +82,15 @@ def test_without_a_relay_the_far_notebook_is_a_clear_502(proxy_settings: Setting
                         "127.0.0.1")
     app = NotebookOrigin(proxy_settings, lambda _s, _id: notebook)
     with serve_inprocess(app) as served:
-        r = httpx.get(f"{served.url}/sessions/{notebook.session_id}/", headers=bearer(people.alice), timeout=60)
+        # The loopback default: the notebook's own host name, <id>.nb.localhost, on this port.
+        own = {"Host": f"{loopback_host(notebook.session_id)}:{served.port}"}
+        r = httpx.get(f"{served.url}/sessions/{notebook.session_id}/", headers={**bearer(people.alice), **own},
+                      timeout=60)
+        # Under the dashboard's loopback name, or another notebook's own name, it is not served.
+        for host in (f"127.0.0.1:{served.port}", f"localhost:{served.port}", f"{loopback_host(ECHO)}:{served.port}"):
+            wrong = httpx.get(f"{served.url}/sessions/{notebook.session_id}/", timeout=60,
+                              headers={**bearer(people.alice), "Host": host})
+            assert wrong.status_code == 400 and "host name" in wrong.json()["detail"], host
     assert r.status_code == 502 and "GPUFLEET_SESSION_RELAY_PORT" in r.json()["detail"]
 
 

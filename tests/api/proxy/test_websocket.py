@@ -10,15 +10,17 @@ from support.people import People, bearer
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from .conftest import ECHO, Jupyter, let_in
+from gpufleet.config import Settings
+
+from .conftest import ECHO, Jupyter, Opened, let_in
 from .kernel import run_cell
 
 
-def _cookie(gpufleet: str, token: str, session_id: str) -> str:
-    """The notebook's cookie of a browser signed in with ``token`` that opened ``session_id``."""
+def _opened(gpufleet: str, token: str, session_id: str, settings: Settings, notebook_token: str) -> Opened:
+    """The notebook's pass of a browser signed in with ``token`` that opened ``session_id``."""
     with httpx.Client(timeout=60) as client:
         assert client.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": token}).status_code == 200
-        return let_in(client, gpufleet, session_id)
+        return let_in(client, gpufleet, session_id, settings, notebook_token)
 
 
 def _ws(gpufleet: str) -> str:
@@ -26,25 +28,31 @@ def _ws(gpufleet: str) -> str:
 
 
 def test_a_cell_runs_on_the_kernel_through_the_notebooks_origin(gpufleet: str, origin: str, jupyter: Jupyter,
-                                                                 people: People) -> None:
+                                                                 people: People, proxy_settings: Settings) -> None:
     base = f"/sessions/{jupyter.session_id}"
     kernel = httpx.post(f"{origin}{base}/api/kernels", json={"name": "python3"}, headers=bearer(people.alice),
                         timeout=120)
     assert kernel.status_code == 201, kernel.text
     channels = f"{_ws(origin)}{base}/api/kernels/{kernel.json()['id']}/channels"
-    cookie = _cookie(gpufleet, people.alice, jupyter.session_id)
+    opened = _opened(gpufleet, people.alice, jupyter.session_id, proxy_settings, jupyter.token)
     dashboard = httpx.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": people.alice}, timeout=60).cookies
     try:
-        with connect(channels, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=60) as ws:
+        # As JupyterLab connects: the cookie, and the page's key on the URL (appendToken).
+        with connect(f"{channels}?token={opened.key}", additional_headers={"Cookie": opened.cookie}, origin=origin,
+                     open_timeout=60) as ws:
             printed = run_cell(ws, "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
         assert printed.strip() == "3"
-        for who, headers, from_ in (
-                ("nobody", {}, origin),
-                ("alice's dashboard cookie", {"Cookie": f"gpufleet_session={dashboard['gpufleet_session']}"}, origin),
-                ("alice from another site", {"Cookie": cookie}, "http://evil.example"),
-                ("alice from the dashboard's origin", {"Cookie": cookie}, gpufleet)):
+        keyed = f"{channels}?token={opened.key}"
+        for who, url, headers, from_ in (
+                ("nobody", channels, {}, origin),
+                ("alice's dashboard cookie", keyed, {"Cookie": f"gpufleet_session={dashboard['gpufleet_session']}"},
+                 origin),
+                ("alice's notebook cookie alone", channels, {"Cookie": opened.cookie}, origin),
+                ("the key alone", keyed, {}, origin),
+                ("alice from another site", keyed, {"Cookie": opened.cookie}, "http://evil.example"),
+                ("alice from the dashboard's origin", keyed, {"Cookie": opened.cookie}, gpufleet)):
             with pytest.raises(InvalidStatus) as refused:
-                connect(channels, additional_headers=headers, origin=from_, open_timeout=60)  # type: ignore[arg-type]
+                connect(url, additional_headers=headers, origin=from_, open_timeout=60)  # type: ignore[arg-type]
             assert refused.value.response.status_code == 403, who
         with httpx.Client(timeout=60) as bob:
             assert bob.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": people.bob}).status_code == 200
@@ -55,9 +63,11 @@ def test_a_cell_runs_on_the_kernel_through_the_notebooks_origin(gpufleet: str, o
 
 
 def test_frames_subprotocols_and_headers_pass_as_the_browser_sent_them(gpufleet: str, origin: str,
-                                                                       people: People) -> None:
-    with connect(f"{_ws(origin)}/sessions/{ECHO}/ws", origin=origin, open_timeout=60,
-                 additional_headers={"Cookie": _cookie(gpufleet, people.alice, ECHO) + "; _xsrf=mine"},
+                                                                       people: People,
+                                                                       proxy_settings: Settings) -> None:
+    opened = _opened(gpufleet, people.alice, ECHO, proxy_settings, "echo-token")
+    with connect(f"{_ws(origin)}/sessions/{ECHO}/ws?token={opened.key}", origin=origin, open_timeout=60,
+                 additional_headers={"Cookie": opened.cookie + "; _xsrf=mine"},
                  subprotocols=["first.example", "v1.kernel.websocket.jupyter.org"]) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "v1.kernel.websocket.jupyter.org"
         hello = json.loads(ws.recv(timeout=60))

@@ -26,6 +26,7 @@ def test_refused_notebook_websockets_log_below_error(proxy_settings, notebooks,
     app = NotebookOrigin(proxy_settings, lambda _settings, session_id: notebooks.get(session_id))
     caplog.set_level(logging.INFO)
     with serve_inprocess(app, **peer_protocols()) as served:
+        app.settings = proxy_settings.model_copy(update={"sessions_origin": served.url})  # its port, known now
         ws = "ws" + served.url[len("http"):]
         for url, status in ((f"{ws}/sessions/{ECHO}/ws", 403), (f"{ws}/sessions/{QUEUED}/ws", 403),
                             (f"{ws}/sessions/not-a-session/ws", 404)):

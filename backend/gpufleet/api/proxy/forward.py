@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from urllib.parse import urlsplit
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from gpufleet.api.proxy.passes import is_gpufleet_cookie
+from gpufleet.api.proxy.answers import is_gpufleet_cookie
 from gpufleet.api.proxy.upstream import Upstream
 from gpufleet.api.security.asgi import send_error
 
@@ -24,7 +26,31 @@ HOP_BY_HOP = frozenset({
 # comes from the proxy alone; forwarding headers would name a client the notebook cannot check.
 DROPPED = frozenset({"authorization", "origin", "referer", "forwarded", "x-forwarded-for",
                      "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "x-gpufleet-relay"})
-Shape = Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
+# A query parameter never passed on: Jupyter's token (the proxy's header is the token), gpufleet's ticket.
+NOT_FORWARDED_PARAMS = frozenset({"token", "gpufleet_ticket"})
+Shape = Callable[[int, list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What becomes of a forwarded request and its answer on the way: ``secret`` (the notebook's token)
+    is replaced in the answer by ``replacement`` (a page's key of the same length) or blanked; ``cookies``:
+    whether the browser's own cookies go to the notebook; ``shape``: the answer's headers for the browser."""
+
+    secret: str | None = None
+    replacement: str | None = None
+    cookies: bool = True
+    shape: Shape | None = None
+    # Where to send the browser instead of this answer (by its status and headers), or None: keep it.
+    instead: Callable[[int, list[tuple[bytes, bytes]]], str | None] | None = None
+
+
+def proxy_client() -> httpx.AsyncClient:
+    """The client that forwards to notebooks. It keeps no cookie: a jar would hand one browser's (or
+    Jupyter's login cookie) to every later request, a request forwarded as no one included."""
+    # No read timeout: a notebook answers long polls and streams when it has something to say.
+    return httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False, trust_env=False,
+                             cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])))
 
 
 def without_gpufleet_cookies(header: str) -> str:
@@ -38,8 +64,9 @@ def without_gpufleet_cookies(header: str) -> str:
     return "; ".join(kept)
 
 
-def request_headers(scope: Scope, upstream: Upstream) -> list[tuple[str, str]]:
-    """The client's headers as the notebook should see them, plus the upstream's (its token)."""
+def request_headers(scope: Scope, upstream: Upstream, cookies: bool = True) -> list[tuple[str, str]]:
+    """The client's headers as the notebook should see them, plus the upstream's (its token); ``cookies``
+    False: none of the browser's cookies (a request forwarded as no one)."""
     out: list[tuple[str, str]] = []
     for raw_name, raw_value in scope["headers"]:
         name = raw_name.decode("latin-1").lower()
@@ -49,7 +76,7 @@ def request_headers(scope: Scope, upstream: Upstream) -> list[tuple[str, str]]:
         if name == "accept-encoding":
             continue  # plain bodies, so the token can be blanked out of them (loopback: no cost worth saving)
         if name == "cookie":
-            value = without_gpufleet_cookies(value)
+            value = without_gpufleet_cookies(value) if cookies else ""
             if not value:
                 continue
         out.append((name, value))
@@ -81,26 +108,28 @@ def _local_location(location: str, upstream: Upstream) -> str:
 
 
 def target_url(scope: Scope, origin: str) -> str:
-    """The notebook's URL for this request; a ``token`` parameter is left out (the proxy's header is the token)."""
+    """The notebook's URL for this request, less the parameters that are gpufleet's (a page's key, a ticket)."""
     path = scope.get("raw_path") or scope["path"].encode()
     query = (scope.get("query_string") or b"").decode("latin-1")
-    kept = "&".join(p for p in query.split("&") if p and p.split("=", 1)[0] != "token")
+    kept = "&".join(p for p in query.split("&") if p and p.split("=", 1)[0] not in NOT_FORWARDED_PARAMS)
     return origin + path.decode("latin-1") + (f"?{kept}" if kept else "")
 
 
 class Scrubber:
-    """Blanks the notebook's token wherever it shows in a streamed answer.
+    """Replaces the notebook's token wherever it shows in a streamed answer.
 
-    Jupyter writes the token of a token-authenticated request into its pages
-    (for its scripts' own requests); here the proxy adds it to every request,
-    so the page needs none, and the user must never see it. The blank has
-    the token's length, so ``Content-Length`` stays true; a token split
-    across chunks is caught by holding back the last ``len(token) - 1`` bytes.
+    JupyterLab writes the server's token into its page (page-config
+    ``token``, for its scripts' own requests); the user must never see it.
+    The page a ticket opens gets the page's key in its place
+    (``replacement``), every other answer a blank. Either has the token's
+    length, so ``Content-Length`` stays true; a token split across chunks is
+    caught by holding back the last ``len(token) - 1`` bytes.
     """
 
-    def __init__(self, secret: str | None):
+    def __init__(self, secret: str | None, replacement: str | None = None):
         self.secret = secret.encode() if secret else b""
-        self.blank = b"0" * len(self.secret)
+        self.blank = replacement.encode() if replacement else b"0" * len(self.secret)
+        assert len(self.blank) == len(self.secret), "a replacement keeps the token's length"
         self.held = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -129,10 +158,10 @@ async def _body(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive, send: Send,
-                       upstream: Upstream, token: str | None = None, shape: Shape | None = None) -> None:
-    """Forward the request; ``token``: the notebook's, blanked out of the answer; ``shape``: what the
-    answer's headers become for the browser."""
-    headers = request_headers(scope, upstream)
+                       upstream: Upstream, answer: Answer | None = None) -> None:
+    """Forward the request, and its answer back as ``answer`` says."""
+    answer = answer or Answer()
+    headers = request_headers(scope, upstream, answer.cookies)
     has_body = any(n in ("content-length", "transfer-encoding") for n, _ in
                    ((k.decode("latin-1").lower(), v) for k, v in scope["headers"]))
     request = client.build_request(scope["method"], target_url(scope, upstream.origin), headers=headers,
@@ -144,11 +173,19 @@ async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive
         await send_error(send, 502, "the session's notebook is not answering (it may be starting or have"
                                     " stopped); try again in a moment")
         return
-    scrub = Scrubber(token)
-    headers = [(n, v.replace(scrub.secret, scrub.blank) if scrub.secret else v)
+    scrub = Scrubber(answer.secret, answer.replacement)
+    headers = [(n, v.replace(scrub.secret, b"0" * len(scrub.secret)) if scrub.secret else v)
                for n, v in response_headers(response.headers.raw, upstream)]
-    if shape is not None:
-        headers = shape(headers)
+    elsewhere = answer.instead(response.status_code, headers) if answer.instead is not None else None
+    if elsewhere is not None:
+        await response.aclose()
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", elsewhere.encode("latin-1")), (b"cache-control", b"no-store"),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    if answer.shape is not None:
+        headers = answer.shape(response.status_code, headers)
     try:
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         async for chunk in response.aiter_raw():

@@ -1,22 +1,36 @@
-"""A notebook's own origin: where it is, the ticket that opens it, the cookie it sets there, what it may send back.
+"""A notebook's pass: the ticket that opens it, the cookie its origin sets, and the key only its page holds.
 
-The dashboard (its origin) hands out a single-use ticket, valid
-``TICKET_TTL_S``, for one session's notebook (``POST
-/api/v1/sessions/{id}/open``); the notebook's origin trades it for a cookie
-of its own, named after the session and good for nothing else. The
-dashboard's cookie is never sent there (another host name), or is ignored
-and never forwarded there (the same host name on another port: browsers
-share cookies across ports).
+A browser sends a cookie to every port of its host name, a member's own
+listener included (any member may listen on any loopback port above 1024),
+so a cookie alone opens nothing here. A pass has two parts:
+
+- the **cookie** ``gpufleet_nb_<id>``: HTTP-only, host-only, for that one
+  notebook (its own host name, or its own path where notebooks share one),
+  set when a single-use **ticket** from the dashboard (``POST
+  /api/v1/sessions/{id}/open``, valid ``TICKET_TTL_S``) is redeemed;
+- the page's **key**, derived from that cookie and written only into the page
+  that redemption serves, as JupyterLab's page-config ``token``: JupyterLab
+  sends it as ``Authorization: token <key>`` on its calls and as ``?token=``
+  on its WebSockets (``appendToken``, set by the session's launcher). Only a
+  page of that notebook's own origin can read it.
+
+Both passes name the dashboard they came from (so a page load without a
+fresh ticket can go back there for one) and whether an admin joined a
+notebook that is not hers (``POST /api/v1/sessions/{id}/join``).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import uuid
-from collections.abc import Iterable
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
-from gpufleet.api.auth import LOCAL_ADMIN, NOTEBOOK_TICKET_PURPOSE, SESSION_COOKIE, AuthUser, signed_user
+from gpufleet.api.auth import LOCAL_ADMIN, NOTEBOOK_TICKET_PURPOSE, AuthUser, signed_user
+from gpufleet.api.proxy.answers import COOKIE_PREFIX
 from gpufleet.api.proxy.notebooks import PREFIX, Notebook, may_open
+from gpufleet.api.proxy.place import NoNotebookOrigin, notebook_origin, own_host_name
 from gpufleet.api.security.origins import normalise_origin
 from gpufleet.api.security.policy import auth_required
 from gpufleet.api.security.signing import sign, unsign
@@ -25,43 +39,19 @@ from gpufleet.config import Settings
 TICKET_PARAM = "gpufleet_ticket"
 # Long enough to follow a link just made, short enough that one seen in a history is worthless (it works once).
 TICKET_TTL_S = 60
-COOKIE_PREFIX = "gpufleet_nb_"
-# What a notebook serves as a member's files (her HTML, her SVG): run it in a sandbox, an origin of nothing.
-CONTENT_ROUTES = ("files/", "view/", "nbconvert/")
-CONTENT_CSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads; frame-ancestors 'self'"
-APP_CSP = "frame-ancestors 'self'; base-uri 'self'; object-src 'none'"
-# Never passed through from a notebook: the proxy sets the policy itself.
-CSP_HEADERS = frozenset({b"content-security-policy", b"content-security-policy-report-only"})
+KEY_PURPOSE = b"gpufleet/notebook-key/"
 
 
-class NoNotebookOrigin(Exception):
-    """This server serves no notebooks (``GPUFLEET_SESSIONS_PORT=0`` and no ``GPUFLEET_SESSIONS_ORIGIN``)."""
+@dataclass(frozen=True)
+class Pass:
+    user: AuthUser
+    nonce: str  # single-use for a ticket; what the page's key is derived from for a cookie
+    dashboard: str | None  # the dashboard's origin the ticket was made on
+    joined: bool  # an admin's explicit join of a notebook that is not hers
 
 
-def sessions_port(settings: Settings) -> int:
-    """The port `serve` listens on for notebooks: ``GPUFLEET_SESSIONS_PORT``, else the API's port + 1; 0: none."""
-    if settings.sessions_port is not None:
-        return settings.sessions_port
-    return settings.port + 1 if settings.port < 65535 else 0
-
-
-def notebook_origin(settings: Settings, session_id: str, scheme: str, host_name: str) -> str:
-    """The origin a browser opens session ``session_id``'s notebook at.
-
-    ``GPUFLEET_SESSIONS_ORIGIN`` when set (``{id}`` filled in); else the host
-    name the dashboard was reached under (``host_name``), on the sessions port.
-    """
-    if settings.sessions_origin:
-        return settings.sessions_origin.replace("{id}", session_id)
-    port = sessions_port(settings)
-    if not port:
-        raise NoNotebookOrigin("this server serves no notebooks: GPUFLEET_SESSIONS_PORT is 0 and"
-                               " GPUFLEET_SESSIONS_ORIGIN is not set")
-    host = f"[{host_name}]" if ":" in host_name else host_name
-    return f"{scheme}://{host}:{port}"
-
-
-def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purpose: str, ttl_s: float) -> str:
+def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purpose: str, ttl_s: float, *,
+                       dashboard: str | None = None, joined: bool = False) -> str:
     """A signed pass for one session's notebook: the single-use ticket the dashboard hands out, or the
     cookie the notebook's origin sets for it. It names the browser session it came from, so it ends with it."""
     payload = {
@@ -70,20 +60,40 @@ def make_notebook_pass(settings: Settings, user: AuthUser, session_id: str, purp
         "s": str(user.session_id) if user.session_id else None,
         "nb": session_id,
         "n": uuid.uuid4().hex,
+        "d": dashboard,
+        "j": joined,
     }
     return sign(settings.secret_key, purpose, payload, ttl_s)
 
 
-def notebook_pass_user(settings: Settings, purpose: str, value: str, session_id: str) -> tuple[AuthUser, str] | None:
-    """Who a notebook pass is for, and its single-use nonce, if it is valid for ``session_id``; else None.
-    The user is looked up again (disabled, signed out, token revoked: no longer)."""
+def read_pass(settings: Settings, purpose: str, value: str, session_id: str) -> Pass | None:
+    """The pass ``value`` if it is valid for ``session_id``, else None. The user is looked up again
+    (disabled, signed out, token revoked: no longer)."""
     payload = unsign(settings.secret_key, purpose, value)
     if payload is None or payload.get("nb") != session_id or not isinstance(payload.get("n"), str):
         return None
+    dashboard = payload.get("d") if isinstance(payload.get("d"), str) else None
     if payload.get("u") is None and payload.get("s") is None:
-        return (LOCAL_ADMIN, payload["n"]) if not auth_required(settings) else None
+        if auth_required(settings):
+            return None
+        return Pass(LOCAL_ADMIN, payload["n"], dashboard, payload.get("j") is True)
     user = signed_user(settings, purpose, value, "notebook")
-    return (user, payload["n"]) if isinstance(user, AuthUser) else None
+    if not isinstance(user, AuthUser):
+        return None
+    return Pass(user, payload["n"], dashboard, payload.get("j") is True)
+
+
+def page_key(settings: Settings, session_id: str, nonce: str, length: int) -> str:
+    """The key of the page a cookie's redemption served: as long as the notebook's token, so it takes the
+    token's place in the page byte for byte."""
+    digest = hmac.new(settings.secret_key.encode(), KEY_PURPOSE + f"{session_id}/{nonce}".encode(),
+                      hashlib.sha512).digest()
+    key = base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return key[:length].ljust(length, "0")
+
+
+def key_matches(settings: Settings, session_id: str, nonce: str, token: str, offered: str | None) -> bool:
+    return bool(offered) and hmac.compare_digest(page_key(settings, session_id, nonce, len(token)), offered or "")
 
 
 class NotOpenable(Exception):
@@ -93,38 +103,35 @@ class NotOpenable(Exception):
 
 
 def open_link(settings: Settings, user: AuthUser, notebook: Notebook | None, session_id: str, scheme: str,
-              host_name: str) -> str:
+              host_name: str, *, dashboard: str | None = None, joined: bool = False) -> str:
     """The address that lets ``user``'s browser into the notebook once; :class:`NotOpenable` says why not."""
     if notebook is None:
         raise NotOpenable(404, f"there is no session {session_id!r}")
-    if not may_open(user, notebook):
-        raise NotOpenable(403, "this session's notebook is open only to its owner and admins")
+    if not may_open(user, notebook, joined=joined):
+        if user.is_admin:
+            raise NotOpenable(403, f"this notebook is {notebook.owner}'s: an admin opens another member's"
+                                   " notebook only by joining it (Join on the Sessions page, `gpufleet session"
+                                   " open --join`), which is recorded on the session")
+        raise NotOpenable(403, "this session's notebook is open only to its owner")
     if not notebook.reachable:
         raise NotOpenable(409, f"session {session_id} is {notebook.status}; its notebook is not running")
     try:
         origin = notebook_origin(settings, session_id, scheme, host_name)
     except NoNotebookOrigin as exc:
         raise NotOpenable(409, str(exc)) from None
-    ticket = make_notebook_pass(settings, user, session_id, NOTEBOOK_TICKET_PURPOSE, TICKET_TTL_S)
+    ticket = make_notebook_pass(settings, user, session_id, NOTEBOOK_TICKET_PURPOSE, TICKET_TTL_S,
+                                dashboard=dashboard, joined=joined)
     return f"{origin}{PREFIX}{session_id}/?{TICKET_PARAM}={ticket}"
 
 
-def expected_host(settings: Settings, session_id: str) -> str | None:
-    """The host name a request for this session's notebook must name, when the operator set the origin."""
-    if not settings.sessions_origin:
-        return None
-    return urlsplit(settings.sessions_origin.replace("{id}", session_id)).hostname
-
-
-def cookie_name(session_id: str, secure: bool) -> str:
-    """One cookie per session (an admin may have several open), host-only (``__Host-``) over https."""
+def cookie_place(settings: Settings, session_id: str, secure: bool) -> tuple[str, str]:
+    """The cookie's name and path: host-only (``__Host-`` over https) on a notebook's own host name; where
+    notebooks share one, scoped to this notebook's path (``__Secure-`` over https), so that one notebook's
+    requests never carry another's pass."""
     name = COOKIE_PREFIX + session_id.replace("-", "").lower()
-    return f"__Host-{name}" if secure else name
-
-
-def is_gpufleet_cookie(name: str) -> bool:
-    bare = name.removeprefix("__Host-").removeprefix("__Secure-")
-    return bare == SESSION_COOKIE or bare.startswith(COOKIE_PREFIX)
+    if own_host_name(settings):
+        return (f"__Host-{name}" if secure else name), "/"
+    return (f"__Secure-{name}" if secure else name), f"{PREFIX}{session_id}/"
 
 
 def same_origin(origin: str | None, scheme: str, host: str | None) -> bool:
@@ -133,33 +140,3 @@ def same_origin(origin: str | None, scheme: str, host: str | None) -> bool:
         return True
     mine = normalise_origin(f"{scheme}://{host or ''}")
     return mine is not None and normalise_origin(origin) == mine
-
-
-def _cookie_kept(value: bytes) -> bytes | None:
-    """A notebook's ``Set-Cookie`` as it may reach the browser: never one of gpufleet's names, never with
-    a ``Domain`` (which would reach other host names: the dashboard's siblings)."""
-    text = value.decode("latin-1")
-    name = text.split("=", 1)[0].strip()
-    if not name or is_gpufleet_cookie(name):
-        return None
-    parts = [p for p in text.split(";") if p.split("=", 1)[0].strip().lower() != "domain"]
-    return ";".join(parts).encode("latin-1")
-
-
-def answer_headers(headers: Iterable[tuple[bytes, bytes]], path: str) -> list[tuple[bytes, bytes]]:
-    """A notebook's answer headers, filtered: its own policy replaced by ours, its cookies kept to itself."""
-    out = []
-    for name, value in headers:
-        if name in CSP_HEADERS:
-            continue
-        if name == b"set-cookie":
-            kept = _cookie_kept(value)
-            if kept is not None:
-                out.append((name, kept))
-            continue
-        out.append((name, value))
-    rest = path[len(PREFIX):].split("/", 1)[1] if path.count("/") > 2 else ""
-    policy = CONTENT_CSP if rest.startswith(CONTENT_ROUTES) else APP_CSP
-    out.append((b"content-security-policy", policy.encode()))
-    out.append((b"x-content-type-options", b"nosniff"))
-    return out

@@ -16,13 +16,12 @@ import logging
 import socket
 import threading
 
-import httpx
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gpufleet.api.proxy.forward import forward_http
+from gpufleet.api.proxy.forward import forward_http, proxy_client
 from gpufleet.api.proxy.notebooks import split_path
 from gpufleet.api.proxy.sockets import forward_websocket
 from gpufleet.api.proxy.upstream import RELAY_HEADER, Upstream, relay_grant
@@ -35,7 +34,7 @@ log = logging.getLogger(__name__)
 class NotebookRelay:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), trust_env=False)
+        self.client = proxy_client()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -44,10 +43,11 @@ class NotebookRelay:
         parsed = split_path(scope["path"])
         port = relay_grant(self.settings, headers.get(RELAY_HEADER), parsed[0]) if parsed else None
         token = headers.get("authorization")
-        if port is None or not token:
+        if port is None:
             await self._refuse(scope, receive, send)
             return
-        upstream = Upstream(f"http://127.0.0.1:{port}", (("authorization", token),))
+        # No token: a request the server forwards as no one (a page's static files), as anyone here may send.
+        upstream = Upstream(f"http://127.0.0.1:{port}", (("authorization", token),) if token else ())
         if scope["type"] == "http":
             await forward_http(self.client, scope, receive, send, upstream)
         else:

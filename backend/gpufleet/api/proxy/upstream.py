@@ -36,6 +36,10 @@ class Upstream:
     def ws_origin(self) -> str:
         return "ws" + self.origin[len("http"):]
 
+    def anonymous(self) -> Upstream:
+        """The same notebook, reached as no one: without its token (a relay's grant kept)."""
+        return Upstream(self.origin, tuple(h for h in self.headers if h[0] != "authorization"))
+
 
 def token_header(token: str) -> tuple[str, str]:
     return ("authorization", f"token {token}")

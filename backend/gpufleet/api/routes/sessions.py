@@ -6,7 +6,6 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from gpufleet.api.auth import AuthUser
@@ -158,15 +157,36 @@ def shell_target(session_id: uuid.UUID, session: SessionDep, settings: SettingsD
 
 
 @router.post("/{session_id:uuid}/open", response_model=NotebookOpen, operation_id="sessions-open",
-             responses={404: error_response("No such session"), 409: error_response("Its notebook is not running")})
-async def open_notebook(session_id: uuid.UUID, request: Request, settings: SettingsDep,
-                        user: ViewerUser) -> NotebookOpen:
-    """A single-use address of the session's notebook on its own origin (owner and admins): what the
+             responses={403: error_response("Not the session's owner (an admin joins instead)"),
+                        404: error_response("No such session"), 409: error_response("Its notebook is not running")})
+def open_notebook(session_id: uuid.UUID, request: Request, settings: SettingsDep,
+                  user: ViewerUser) -> NotebookOpen:
+    """A single-use address of the session's notebook on its own origin, for its owner: what the
     dashboard's Open button follows."""
+    return _notebook_link(request, settings, user, str(session_id), joined=False)
+
+
+@router.post("/{session_id:uuid}/join", response_model=NotebookOpen, operation_id="sessions-join",
+             responses={404: error_response("No such session"), 409: error_response("Its notebook is not running")})
+def join_notebook(session_id: uuid.UUID, request: Request, session: SessionDep, settings: SettingsDep,
+                  user: AdminUser) -> NotebookOpen:
+    """An admin's single-use address of another member's notebook: recorded on the session as an event,
+    since her browser can then run code in it as its owner."""
     sid = str(session_id)
-    notebook = await run_in_threadpool(locator_of(request.app), settings, sid)
+    owner = _owner(session, session_id)
+    link = _notebook_link(request, settings, user, sid, joined=True)
+    if owner != user.name:
+        with write_in(session, settings) as sess:
+            service.record_join(sess, session_id, user.name)
+    return link
+
+
+def _notebook_link(request: Request, settings: Settings, user: AuthUser, sid: str, joined: bool) -> NotebookOpen:
+    notebook = locator_of(request.app)(settings, sid)
+    dashboard = f"{request.url.scheme}://{request.url.netloc}"
     try:
-        url = open_link(settings, user, notebook, sid, request.url.scheme, request.url.hostname or "127.0.0.1")
+        url = open_link(settings, user, notebook, sid, request.url.scheme, request.url.hostname or "127.0.0.1",
+                        dashboard=dashboard, joined=joined)
     except NotOpenable as exc:
         raise HTTPException(exc.status, str(exc)) from None
     return NotebookOpen(url=url, expires_in_s=TICKET_TTL_S)

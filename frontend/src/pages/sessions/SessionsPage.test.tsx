@@ -7,15 +7,19 @@ import { endpoints } from '../../api/endpoints';
 import { session } from '../../test/factories';
 import { SessionsPage } from './SessionsPage';
 
-const page = () =>
+const page = (at = '/sessions') =>
   render(
-    <MemoryRouter>
+    <MemoryRouter initialEntries={[at]}>
       <SessionsPage />
     </MemoryRouter>,
   );
 
+const viewer = (name: string, role: 'admin' | 'member') =>
+  vi.spyOn(endpoints, 'whoami').mockResolvedValue({ name, role, auth_required: true, via: 'session' } as never);
+
 describe('SessionsPage', () => {
   it('lists sessions with status, GPUs, host and owner; a running notebook opens on its own origin', async () => {
+    viewer('alice', 'member');
     const nb = session();
     const queued = session({ id: 'q1', name: 'waiting', status: 'queued', gpu_ids: null, host: null, url: null, shell: null, wait_reason: 'quota: 4 GPUs in use' });
     vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [nb, queued], total: 2 } as never);
@@ -75,5 +79,44 @@ describe('SessionsPage', () => {
     await userEvent.selectOptions(screen.getByLabelText('Status'), 'running');
     await waitFor(() => expect(list).toHaveBeenLastCalledWith(expect.objectContaining({ status: 'running' }), expect.anything()));
     expect(await screen.findByText('No session matches these filters.')).toBeInTheDocument();
+  });
+
+  it("offers an admin Join, not Open, on another member's notebook, and joins by that explicit step", async () => {
+    viewer('root', 'admin');
+    const nb = session();
+    vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [nb], total: 1 } as never);
+    const opened = vi.spyOn(endpoints, 'openSession');
+    const joined = vi.spyOn(endpoints, 'joinSession').mockResolvedValue({ url: 'http://x.nb.localhost:8001/', expires_in_s: 60 } as never);
+    const tab = { opener: {} as unknown, location: { href: '' }, close: vi.fn() };
+    vi.spyOn(window, 'open').mockReturnValue(tab as unknown as Window);
+    page();
+    const row = await screen.findByTestId(`session-row-${nb.id}`);
+    const join = await within(row).findByRole('button', { name: 'Join' });
+    expect(join).toHaveAttribute('title', expect.stringContaining('recorded on the session'));
+    expect(within(row).queryByRole('button', { name: 'Open' })).toBeNull();
+    await userEvent.click(join);
+    expect(joined).toHaveBeenCalledWith(nb.id);
+    expect(opened).not.toHaveBeenCalled();
+    await waitFor(() => expect(tab.location.href).toBe('http://x.nb.localhost:8001/'));
+  });
+
+  it('a notebook sent back for a fresh ticket opens again at once; a joined one only by a click', async () => {
+    viewer('alice', 'member');
+    vi.spyOn(endpoints, 'sessions').mockResolvedValue({ items: [], total: 0 } as never);
+    const replace = vi.fn();
+    vi.stubGlobal('location', { ...window.location, replace });
+    const opened = vi.spyOn(endpoints, 'openSession').mockResolvedValue({ url: 'http://s1.nb.localhost:8001/t', expires_in_s: 60 } as never);
+    const first = page('/sessions?open=s1');
+    await waitFor(() => expect(replace).toHaveBeenCalledWith('http://s1.nb.localhost:8001/t'));
+    expect(opened).toHaveBeenCalledWith('s1');
+    first.unmount();
+    const joined = vi.spyOn(endpoints, 'joinSession').mockResolvedValue({ url: 'http://s2.nb.localhost:8001/t', expires_in_s: 60 } as never);
+    page('/sessions?open=s2&join=1');
+    const step = await screen.findByTestId('open-step');
+    expect(step).toHaveTextContent('recorded on the session');
+    expect(joined).not.toHaveBeenCalled();
+    await userEvent.click(within(step).getByRole('button', { name: 'Join' }));
+    await waitFor(() => expect(replace).toHaveBeenCalledWith('http://s2.nb.localhost:8001/t'));
+    vi.unstubAllGlobals();
   });
 });

@@ -1,8 +1,61 @@
-import { Link } from 'react-router-dom';
+import { useEffect, useRef, useState } from 'react';
+import { Link, useSearchParams } from 'react-router-dom';
+import { ApiError } from '../../api/client';
+import { endpoints } from '../../api/endpoints';
+import { useQuery } from '../../api/useQuery';
 import { ListFilters, useListFilters } from '../../components/ListFilters';
 import { Empty, ErrorState, Loading } from '../../components/States';
 import { SessionRow } from './SessionRow';
 import { useSessions } from './useSessions';
+
+/**
+ * The open step a notebook's origin sends a page load back to (`/sessions?open=<id>`): a notebook's page
+ * opens only with a fresh single-use ticket, so this asks for one and goes back, in this same tab. An
+ * admin's joined notebook (`&join=1`) is joined again only by a click: joining is an explicit step.
+ */
+function OpenStep() {
+  const [params] = useSearchParams();
+  const id = params.get('open');
+  const join = params.get('join') === '1';
+  const [error, setError] = useState<string | null>(null);
+  const started = useRef(false);
+  const go = async () => {
+    if (!id) return;
+    try {
+      const { url } = await (join ? endpoints.joinSession(id) : endpoints.openSession(id));
+      window.location.replace(url);
+    } catch (e) {
+      setError(e instanceof ApiError ? e.message : String(e));
+    }
+  };
+  useEffect(() => {
+    if (id && !join && !started.current) {
+      started.current = true;
+      void go();
+    }
+  });
+  if (!id) return null;
+  return (
+    <div className="panel" data-testid="open-step">
+      {join ? (
+        <p>
+          Join this notebook again? It is another member&apos;s: joining is recorded on the session, and your browser
+          can run code in it as its owner.{' '}
+          <button type="button" className="button primary" onClick={() => void go()}>
+            Join
+          </button>
+        </p>
+      ) : (
+        !error && <p className="muted">Opening the notebook…</p>
+      )}
+      {error && (
+        <div className="field-error" role="alert">
+          {error}
+        </div>
+      )}
+    </div>
+  );
+}
 
 const STATUSES = ['queued', 'starting', 'running', 'stopping', 'stopped', 'failed'];
 
@@ -10,6 +63,7 @@ export function SessionsPage() {
   const { status, owner, set } = useListFilters();
   const q = useSessions(owner, status);
   const rows = q.data?.items ?? [];
+  const me = useQuery('whoami', (signal) => endpoints.whoami(signal)).data;
   return (
     <div className="page">
       <div className="page-head">
@@ -21,6 +75,7 @@ export function SessionsPage() {
           </Link>
         </div>
       </div>
+      <OpenStep />
       <ListFilters idPrefix="s" statuses={STATUSES} status={status} owner={owner} set={set} />
       {q.error && !q.data ? (
         <ErrorState error={q.error} onRetry={q.reload} />
@@ -47,7 +102,7 @@ export function SessionsPage() {
             </thead>
             <tbody>
               {rows.map((s) => (
-                <SessionRow key={s.id} s={s} onChanged={q.reload} />
+                <SessionRow key={s.id} s={s} me={me} onChanged={q.reload} />
               ))}
             </tbody>
           </table>
