@@ -42,6 +42,7 @@ from gpufleet.api.proxy.place import loopback_host
 from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
+from support.people import context_sign_in
 from support.servers import ServedProcess, cli, free_port, make_token, serve_process
 from support.unix import short_name, unix_account
 
@@ -175,7 +176,7 @@ def fleet(dashboard_built: Path) -> Iterator[Fleet]:
 
 def _signed_in(browser, fleet: Fleet, who: str):
     ctx = browser.new_context(base_url=fleet.srv.url, viewport={"width": 1280, "height": 800}, bypass_csp=False)
-    assert ctx.request.post("/api/v1/auth/sign-in", data={"token": fleet.tokens[who]}).status == 200
+    assert context_sign_in(ctx, fleet.srv.url, fleet.tokens[who]) == 200
     return ctx
 
 

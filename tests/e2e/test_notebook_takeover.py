@@ -32,6 +32,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.models import GPU, User
 from gpufleet.db.session import session_scope
 from gpufleet.users.groups import user_quotas
+from support.people import context_sign_in
 from support.servers import ServedProcess, cli, make_token, serve_process
 from support.unix import short_name, unix_account
 
@@ -139,7 +140,7 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
     # Every page under its real policy: the dashboard's, and what the notebooks' origin sets.
     ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800}, bypass_csp=False)
     try:
-        assert ctx.request.post("/api/v1/auth/sign-in", data={"token": tokens["admin"]}).status == 200
+        assert context_sign_in(ctx, srv.url, tokens["admin"]) == 200
         page = ctx.new_page()
         page.set_default_timeout(60_000)
         blocked: list[str] = []

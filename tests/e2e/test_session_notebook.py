@@ -32,6 +32,7 @@ from gpufleet.api.proxy.place import loopback_host
 from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
+from support.people import context_sign_in
 from support.servers import ServedProcess, cli, make_token, serve_process
 from support.unix import short_name, unix_account
 
@@ -118,7 +119,7 @@ def _notebook_token(srv: ServedProcess, sid: str) -> str:
 
 def _signed_in(browser, srv: ServedProcess, token: str):
     ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800})
-    assert ctx.request.post("/api/v1/auth/sign-in", data={"token": token}).status == 200
+    assert context_sign_in(ctx, srv.url, token) == 200
     return ctx
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import json
+
 import httpx
 import pytest
 from fastapi import APIRouter, FastAPI, WebSocket, WebSocketDisconnect
@@ -39,6 +41,18 @@ def browser_sign_in(client: httpx.Client, token: str, base: str = "", **kwargs) 
     if answer.status_code == 200:
         client.headers[PAGE_KEY_HEADER] = answer.json()["page_key"]
     return answer
+
+
+def context_sign_in(ctx: object, dashboard: str, token: str) -> int:
+    """Sign a Playwright browser context in as the dashboard's own sign-in form does: the cookie lands in the
+    context, and the page key in the dashboard origin's storage (an init script that writes it on that origin
+    only, never on a notebook's). Returns the answer's status."""
+    answer = ctx.request.post(f"{dashboard}/api/v1/auth/sign-in", data={"token": token})  # type: ignore[attr-defined]
+    if answer.status == 200:
+        origin, key = json.dumps(dashboard.rstrip("/")), json.dumps(answer.json()["page_key"])
+        ctx.add_init_script(  # type: ignore[attr-defined]
+            f"if (location.origin === {origin}) localStorage.setItem('gpufleet-page-key', {key});")
+    return answer.status
 
 
 @dataclass

@@ -12,7 +12,7 @@ import uuid
 import httpx
 from gpufleet.api.proxy.answers import APP_CSP, CONTENT_CSP
 from gpufleet.config import Settings
-from support.people import People, bearer
+from support.people import People, bearer, browser_sign_in
 
 from .conftest import ECHO, QUEUED, Jupyter, let_in, open_notebook
 
@@ -20,7 +20,7 @@ from .conftest import ECHO, QUEUED, Jupyter, let_in, open_notebook
 @contextmanager
 def _signed_in(gpufleet: str, token: str) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=gpufleet, timeout=60) as client:
-        assert client.post("/api/v1/auth/sign-in", json={"token": token}).status_code == 200
+        assert browser_sign_in(client, token).status_code == 200
         yield client
 
 

@@ -25,7 +25,7 @@ from gpufleet.api.proxy.origin import NotebookOrigin
 from gpufleet.api.proxy.passes import page_key, read_pass
 from gpufleet.config import Settings
 from support.nginx import HAVE_TOOLS, SHIPPED, nginx, site_config
-from support.people import People
+from support.people import People, browser_sign_in
 from support.servers import free_port, serve_inprocess
 from websockets.sync.client import connect
 
@@ -70,8 +70,7 @@ def test_a_notebook_session_through_the_shipped_nginx(behind_nginx: tuple[str, s
     dashboard, origin = behind_nginx
     sid = jupyter.session_id
     with httpx.Client(verify=False, timeout=120) as browser:
-        signed_in = browser.post(f"{dashboard}/api/v1/auth/sign-in", json={"token": people.alice},
-                                 headers={"Origin": dashboard})
+        signed_in = browser_sign_in(browser, people.alice, base=dashboard, headers={"Origin": dashboard})
         assert signed_in.status_code == 200, signed_in.text
         assert re.match(r"__Host-gpufleet_session=[^;]+; .*Path=/; .*Secure", signed_in.headers["set-cookie"]) \
             and "Domain" not in signed_in.headers["set-cookie"]

@@ -6,7 +6,7 @@ import json
 
 import httpx
 import pytest
-from support.people import People, bearer
+from support.people import People, bearer, browser_sign_in
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
@@ -19,7 +19,7 @@ from .kernel import run_cell
 def _opened(gpufleet: str, token: str, session_id: str, settings: Settings, notebook_token: str) -> Opened:
     """The notebook's pass of a browser signed in with ``token`` that opened ``session_id``."""
     with httpx.Client(timeout=60) as client:
-        assert client.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": token}).status_code == 200
+        assert browser_sign_in(client, token, base=gpufleet).status_code == 200
         return let_in(client, gpufleet, session_id, settings, notebook_token)
 
 
@@ -55,7 +55,7 @@ def test_a_cell_runs_on_the_kernel_through_the_notebooks_origin(gpufleet: str, o
                 connect(url, additional_headers=headers, origin=from_, open_timeout=60)  # type: ignore[arg-type]
             assert refused.value.response.status_code == 403, who
         with httpx.Client(timeout=60) as bob:
-            assert bob.post(f"{gpufleet}/api/v1/auth/sign-in", json={"token": people.bob}).status_code == 200
+            assert browser_sign_in(bob, people.bob, base=gpufleet).status_code == 200
             assert bob.post(f"{gpufleet}/api/v1/sessions/{jupyter.session_id}/open",
                             headers={"Origin": gpufleet}).status_code == 403
     finally:
