@@ -28,9 +28,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,7 +42,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
 from support.people import context_sign_in
-from support.servers import ServedProcess, cli, free_port, make_token, serve_process
+from support.servers import ServedProcess, cli, free_port, make_token, serve_process, wait_served
 from support.unix import short_name, unix_account
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -78,17 +77,6 @@ class Fleet:
 
     def notebook(self, sid: str) -> str:
         return f"http://{loopback_host(sid)}:{self.srv.sessions_port}"
-
-
-def _wait(what: str, probe: Callable[[], object], srv: ServedProcess, timeout: float = 240) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen in {timeout:.0f} s\n--- serve log ---\n{srv.log_tail()}")
-        time.sleep(0.5)
 
 
 class _Listener(BaseHTTPRequestHandler):
@@ -133,7 +121,7 @@ def _hostile_home(root: Path, name: str, page: str) -> None:
 def _start(fleet_srv: ServedProcess, as_env: dict[str, str], token: str) -> str:
     sid = json.loads(cli(fleet_srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_env))["id"]
     api = httpx.Client(base_url=fleet_srv.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    _wait("the session running", lambda: (s := api.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
+    wait_served("the session running", lambda: (s := api.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
           and s["url"], fleet_srv)
     return sid
 
@@ -304,7 +292,7 @@ def test_a_members_page_opened_by_an_admin_sends_her_listener_nothing_that_opens
         # Mallory's page, on her notebook's origin, in the admin's browser.
         lab.goto(f"{fleet.notebook(mallory)}/sessions/{mallory}/static/plots.html")
         lab.wait_for_selector("#caught", timeout=60_000)
-        _wait("the listener's last hop", lambda: any(r["host"].startswith(loopback_host(mallory)) and "hop" in
+        wait_served("the listener's last hop", lambda: any(r["host"].startswith(loopback_host(mallory)) and "hop" in
                                                      r["path"] for r in fleet.listener), fleet.srv, 60)
     finally:
         ctx.close()

@@ -19,8 +19,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -33,7 +32,7 @@ from gpufleet.db.models import GPU, User
 from gpufleet.db.session import session_scope
 from gpufleet.users.groups import user_quotas
 from support.people import context_sign_in
-from support.servers import ServedProcess, cli, make_token, serve_process
+from support.servers import ServedProcess, cli, make_token, serve_process, wait_served
 from support.unix import short_name, unix_account
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -68,17 +67,6 @@ async function attempt(method, path, body, asJson) {
 })();
 </script>
 """
-
-
-def _wait(what: str, probe: Callable[[], object], srv: ServedProcess, timeout: float = 240) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen in {timeout:.0f} s\n--- serve log ---\n{srv.log_tail()}")
-        time.sleep(0.5)
 
 
 def _hostile_home(root: Path, name: str, page: str) -> None:
@@ -132,7 +120,7 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
     mallory = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['mallory']}"}, timeout=60)
     as_mallory = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["mallory"]}
     sid = json.loads(cli(srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_mallory))["id"]
-    _wait("the session running", lambda: (s := mallory.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
+    wait_served("the session running", lambda: (s := mallory.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
           and s["url"], srv)
     before = _state(srv, names["mallory"])
     assert before == (None, None, False), before

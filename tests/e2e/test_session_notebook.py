@@ -18,9 +18,8 @@ import secrets
 import shutil
 import socket
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -33,7 +32,7 @@ from gpufleet.config import load_settings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.session import session_scope
 from support.people import context_sign_in
-from support.servers import ServedProcess, cli, make_token, serve_process
+from support.servers import ServedProcess, cli, make_token, serve_process, wait_served
 from support.unix import short_name, unix_account
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -78,17 +77,6 @@ RUN_CELL = """async (code) => {
 }"""
 
 
-def _wait(what: str, probe: Callable[[], object], srv: ServedProcess, timeout: float = 240) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen in {timeout:.0f} s\n--- serve log ---\n{srv.log_tail()}")
-        time.sleep(0.5)
-
-
 @pytest.fixture
 def fleet(dashboard_built: Path) -> Iterator[tuple[ServedProcess, dict[str, str], dict[str, str]]]:
     """The server, and tokens of two members who each have a Unix account of their name (the session runs as it)."""
@@ -129,7 +117,7 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     as_alice = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["alice"]}
     started = json.loads(cli(srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_alice))
     sid = started["id"]
-    running = _wait("the session running", lambda: (s := alice.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
+    running = wait_served("the session running", lambda: (s := alice.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
                     and s["url"] and s, srv)
     url, gpu = running["url"], running["gpu_ids"]
     assert url == f"/sessions/{sid}/" and gpu == [0]
@@ -185,7 +173,7 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     assert refused.value.response.status_code == 403
 
     cli(srv.data_dir, "session", "stop", sid, **as_alice)
-    took = _wait("the waiting training on the freed GPU",
+    took = wait_served("the waiting training on the freed GPU",
                  lambda: (t := alice.get(f"/api/v1/trainings/{waiting['id']}").json())["status"]
                  in ("scheduled", "running", "succeeded") and t, srv)
     assert took["gpu_ids"] == gpu

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,3 +204,16 @@ def serve_inprocess(app: Any, *, lifespan: str = "off", ready_timeout: float = 3
         stream = getattr(getattr(app, "state", None), "live_stream", None)
         if stream is not None:
             stream.close()
+
+
+def wait_served(what: str, probe: Callable[[], object], srv: ServedProcess, timeout: float = 240) -> object:
+    """``probe()``'s first true answer, polled every half second; past ``timeout`` an AssertionError naming
+    ``what`` with the tail of the server's log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen in {timeout:.0f} s\n--- serve log ---\n{srv.log_tail()}")
+        time.sleep(0.5)
