@@ -29,9 +29,9 @@ def passed_file(progress_file: str, step: int) -> str:
 
 def mark_passed(progress_file: str, step: int) -> None:
     """Let the ranks waiting at ``step`` go on (a marker, created without following a link)."""
-    from gpufleet.engine.ownedfiles import touch
+    from gpufleet import memberfs
 
-    touch(passed_file(progress_file, step))
+    memberfs.mark(passed_file(progress_file, step))
 
 
 class RungGate:
