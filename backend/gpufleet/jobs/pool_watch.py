@@ -241,7 +241,7 @@ def _ship_output(settings: Settings, job: PoolJob, pool: Pool) -> None:
             return
         try:
             with memberfs.Dir.root(pool.checkpoint_root) as root:
-                data = root.read(memberfs.beneath(pool.checkpoint_root, job.output), offset, 1 << 20)
+                data = root.read(memberfs.beneath(pool.checkpoint_root, job.output), offset, 1 << 20) or b""
         except (OSError, ValueError):
             data = b""
         if data:
