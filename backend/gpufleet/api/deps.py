@@ -65,7 +65,9 @@ def get_current_user(request: Request, settings: SettingsDep) -> AuthUser:
 
 CurrentUser = Annotated[AuthUser, Depends(get_current_user)]
 # What proves a request was not made by a browser on its own: a token it sent, or the server's Unix socket.
-SECOND_STEP_VIA = frozenset({"token", "socket"})
+# Single-user mode's implicit admin (``local``) has no browser credential to ride on: every loopback caller is
+# that admin already, by the mode's choice.
+SECOND_STEP_VIA = frozenset({"token", "socket", "local"})
 
 
 def ensure_second_step(user: AuthUser, what: str) -> None:
