@@ -1,4 +1,5 @@
-"""The scrape job deploy/grafana/README.md gives works: a real Prometheus scrapes a signed-in `gpufleet serve`."""
+"""The scrape job deploy/grafana/README.md gives works: a real Prometheus scrapes a signed-in `gpufleet serve`
+through the shipped nginx, over https, as the shipped deploy keeps `serve` on loopback behind it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from support.nginx import HAVE_TOOLS, nginx, site_config
 from support.servers import STRONG_SECRET, cli, free_port, serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +34,10 @@ def test_the_readme_scrape_job_is_up_on_a_signed_in_server(tmp_path: Path) -> No
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail("prometheus is missing: .ci/run installs Debian's prometheus package")
         pytest.skip("prometheus is not installed (apt-get install prometheus)")
+    if not HAVE_TOOLS:
+        pytest.skip("nginx and openssl are needed (.ci/run installs them)")
     job = _scrape_job()
+    assert job["scheme"] == "https"
     data = tmp_path / "data"
     env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false"}
     # The README's two commands: a viewer, and its token in the file the job names.
@@ -40,9 +45,13 @@ def test_the_readme_scrape_job_is_up_on_a_signed_in_server(tmp_path: Path) -> No
     token = cli(data, "tokens", "create", "prometheus", "--name", "scrape", **env).strip().splitlines()[-1].strip()
     token_file = tmp_path / "gpufleet.token"
     token_file.write_text(token + "\n")
-    with serve_process(data, **env) as srv:
-        assert httpx.get(f"{srv.url}/metrics", timeout=10).status_code == 401  # what the job used to get
-        job["static_configs"] = [{"targets": [f"127.0.0.1:{srv.port}"]}]
+    https_port = free_port()
+    with serve_process(data, **env) as srv, nginx(
+            site_config(tmp_path, srv.port, srv.sessions_port or free_port(), free_port(), https_port, free_port()),
+            f"https://127.0.0.1:{https_port}/healthz"):
+        assert httpx.get(f"https://127.0.0.1:{https_port}/metrics", timeout=10, verify=False).status_code == 401
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{https_port}"]}]
+        job["tls_config"] = {"insecure_skip_verify": True}  # the test's certificate is its own, self-signed
         job["scrape_interval"] = "1s"
         job["authorization"]["credentials_file"] = str(token_file)
         config = tmp_path / "prometheus.yml"
