@@ -107,7 +107,7 @@ def _notebook_token(srv: ServedProcess, sid: str) -> str:
 
 def _signed_in(browser, srv: ServedProcess, token: str):
     ctx = browser.new_context(base_url=srv.url, viewport={"width": 1280, "height": 800})
-    assert context_sign_in(ctx, srv.url, token) == 200
+    ctx.page_key = context_sign_in(ctx, srv.url, token)  # for the test's own requests as the dashboard's page
     return ctx
 
 
@@ -159,7 +159,8 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     bob = _signed_in(browser, srv, tokens["bob"])
     try:
         assert bob.new_page().goto(notebooks + url).status == 403
-        assert bob.request.post(f"/api/v1/sessions/{sid}/open", headers={"Origin": srv.url}).status == 403
+        assert bob.request.post(f"/api/v1/sessions/{sid}/open",
+                                headers={"Origin": srv.url, "X-Gpufleet-Key": bob.page_key}).status == 403
     finally:
         bob.close()
     stranger = browser.new_context(base_url=srv.url)

@@ -43,16 +43,17 @@ def browser_sign_in(client: httpx.Client, token: str, base: str = "", **kwargs) 
     return answer
 
 
-def context_sign_in(ctx: object, dashboard: str, token: str) -> int:
+def context_sign_in(ctx: object, dashboard: str, token: str) -> str:
     """Sign a Playwright browser context in as the dashboard's own sign-in form does: the cookie lands in the
     context, and the page key in the dashboard origin's storage (an init script that writes it on that origin
-    only, never on a notebook's). Returns the answer's status."""
+    only, never on a notebook's). Returns the page key, for a test's own request as the dashboard's page."""
     answer = ctx.request.post(f"{dashboard}/api/v1/auth/sign-in", data={"token": token})  # type: ignore[attr-defined]
-    if answer.status == 200:
-        origin, key = json.dumps(dashboard.rstrip("/")), json.dumps(answer.json()["page_key"])
-        ctx.add_init_script(  # type: ignore[attr-defined]
-            f"if (location.origin === {origin}) localStorage.setItem('gpufleet-page-key', {key});")
-    return answer.status
+    assert answer.status == 200, answer.text()
+    key = answer.json()["page_key"]
+    origin = json.dumps(dashboard.rstrip("/"))
+    ctx.add_init_script(  # type: ignore[attr-defined]
+        f"if (location.origin === {origin}) localStorage.setItem('gpufleet-page-key', {json.dumps(key)});")
+    return key
 
 
 @dataclass
