@@ -7,7 +7,7 @@ three ways in one run:
 - baseline: the loopback server without sign-in (the implicit local admin, no
   database lookup);
 - bearer token: one indexed lookup of the token's SHA-256 (plus the user);
-- session cookie: HMAC check of the cookie, then its ``browser_sessions`` row with
+- session cookie (with its page key): HMAC checks of the cookie and the key, then its ``browser_sessions`` row with
   the user and the token, one query by primary key.
 
 Prints p50/p99 per request and each mode's ratio to the baseline.
@@ -105,7 +105,10 @@ def main() -> None:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
             bearer = _time(client, args.requests)
         with httpx.Client(base_url=url) as browser:
-            assert browser.post("/api/v1/auth/sign-in", json={"token": token}).status_code == 200
+            signed_in = browser.post("/api/v1/auth/sign-in", json={"token": token})
+            assert signed_in.status_code == 200, signed_in.text
+            # As the dashboard sends it: the cookie beside its page key (the cookie alone signs nothing in).
+            browser.headers["X-Gpufleet-Key"] = signed_in.json()["page_key"]
             session = _time(browser, args.requests)
 
     db = "PostgreSQL" if args.database_url else "SQLite"
