@@ -4064,13 +4064,13 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorDetail"];
                 };
             };
-            /** @description Not the path of a training's file */
+            /** @description Validation Error */
             422: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ErrorDetail"];
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
             /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */

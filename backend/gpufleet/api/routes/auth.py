@@ -183,8 +183,7 @@ def ws_ticket(user: CurrentUser, settings: SettingsDep) -> WSTicket:
     return WSTicket(ticket=make_ws_ticket(settings, user), expires_in_s=settings.ws_ticket_ttl_s, url="/api/v1/ws")
 
 
-@router.post("/download-ticket", response_model=DownloadTicket, operation_id="auth-download-ticket",
-             responses={422: error_response("Not the path of a training's file")})
+@router.post("/download-ticket", response_model=DownloadTicket, operation_id="auth-download-ticket")
 def download_ticket(body: DownloadTicketAsk, user: CurrentUser, settings: SettingsDep) -> DownloadTicket:
     """A single-use link, valid seconds, to download one of a training's files by navigating to it.
 
