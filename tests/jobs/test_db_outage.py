@@ -59,9 +59,22 @@ def test_a_30s_postgresql_stop_costs_a_running_training_no_restart_and_never_two
     assert (after["status"], after["attempt"], after["restarts"]) == ("running", 1, 0), after
     assert after["launcher_pid"] == before["launcher_pid"] and all(alive(p) for p in ranks)
     assert not [e for e in get_events(c, tid) if e["kind"] == "retry"], get_events(c, tid)
-    log = c.get(f"/api/v1/trainings/{tid}/logs", params={"offset": 0}).json()["text"]
-    assert "cannot reach the database; the ranks keep running for up to 180s" in log, log[-3000:]
-    assert "the database is back after" in log
+    def whole_log() -> str:  # the log comes in chunks: read them all
+        text, offset = "", 0
+        while True:
+            chunk = c.get(f"/api/v1/trainings/{tid}/logs", params={"offset": offset}).json()
+            text += chunk["text"]
+            if chunk["next_offset"] <= offset or chunk["next_offset"] >= chunk["size"]:
+                return text
+            offset = chunk["next_offset"]
+
+    def log_once_back() -> str | None:
+        text = whole_log()
+        return text if "the database is back after" in text else None
+
+    # The worker's lines reach the API as its log is shipped, a moment after they are written.
+    text = wait_for(log_once_back, 120, "the log to say the database is back", 0.5)
+    assert "cannot reach the database; the ranks keep running for up to 180s" in text, text[-3000:]
     assert c.post(f"/api/v1/trainings/{tid}/cancel").status_code == 200
     wait_for(lambda: get_training(c, tid)["status"] == "cancelled", 120, "the cancel", 0.5)
 
