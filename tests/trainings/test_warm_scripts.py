@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -130,13 +133,23 @@ def test_a_warm_launcher_runs_a_script_whose_ranks_fork_from_its_rank_server(poo
     assert [x["status"] for x in lines if x["type"] == "end"] == ["succeeded"]
 
 
-def test_a_members_warm_script_runs_as_the_member_with_no_secret(tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder every account may pass through (pytest's tmp dir sits in one that is root's alone)."""
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-wscr-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_members_warm_script_runs_as_the_member_with_no_secret(open_tmp: Path, monkeypatch) -> None:
     from gpufleet.jobs.isolation import Isolation
     from gpufleet.users.runas import RunAccount
 
     from support.unix import need_root, short_name, unix_account
 
     need_root()
+    tmp_path = open_tmp
     monkeypatch.setenv("GPUFLEET_SECRET_KEY", "s3cret-value-123")  # the worker's, never the member's
     monkeypatch.setenv("GPUFLEET_DATABASE_URL", "postgresql+psycopg://gpufleet:dbpass-456@db/gpufleet")
     with unix_account(short_name("wscr")) as entry:
@@ -144,7 +157,10 @@ def test_a_members_warm_script_runs_as_the_member_with_no_secret(tmp_path: Path,
         home.mkdir()
         tmp_path.chmod(0o755)
         spec = _spec(tmp_path, [sys.executable, "train.py"])
-        for p in (home, tmp_path / "work", tmp_path / "run", *tmp_path.joinpath("work").iterdir(),
+        for folder in ("ckpt", "out"):  # made and given over by the worker before a launch, as here
+            (tmp_path / folder).mkdir()
+        for p in (home, tmp_path / "work", tmp_path / "run", tmp_path / "ckpt", tmp_path / "out",
+                  *tmp_path.joinpath("work").iterdir(),
                   *tmp_path.joinpath("run").iterdir()):
             os.chown(p, entry.pw_uid, entry.pw_gid)
         account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
