@@ -91,7 +91,8 @@ def main() -> None:
 
     local = load_settings(data_dir=data, auth="off")  # single-user mode: the implicit local admin
     upgrade_database(local)
-    secured = load_settings(data_dir=data, auth="on", secret_key=secrets.token_urlsafe(48), database_url=args.database_url)
+    secured = load_settings(data_dir=data, auth="on", secret_key=secrets.token_urlsafe(48),
+                            database_url=args.database_url)
     if args.database_url:
         upgrade_database(secured)
     name = f"bench{int(time.time())}"

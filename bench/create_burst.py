@@ -7,8 +7,8 @@ same time), each with its own name, each on its own keep-alive connection
 (bench/_rawhttp.py: a client light enough not to be the bottleneck itself). A client that gets 429 waits its
 ``Retry-After`` and tries again, as the CLI and the dashboard do. Printed per
 run: the responses by class (201 / 429 / 5xx / other), p50 / p99 / max latency
-of every response, of each create until its 201 (retries included), how many creates went through and how many of those only
-after retrying, trainings created more than once, and GPUs held by two
+of every response, of each create until its 201 (retries included), how many creates went through and how
+many of those only after retrying, trainings created more than once, and GPUs held by two
 exclusive trainings (must be 0).
 
 Two runs, same N, same server code. By default (``--compare processes``) one
@@ -240,7 +240,8 @@ def show(label: str, r: dict) -> None:
     c, g = r["creates"], r["reads"]
     codes = {k: c.codes.get(k, 0) + g.codes.get(k, 0) for k in ("201", "200", "429", "5xx", "conn", "other")}
     print(f"{label:>9}: 201 {codes['201']:>4}  200 {codes['200']:>4}  429 {codes['429']:>5}  5xx {codes['5xx']:>4}"
-          f"  connection errors {codes['conn']:>3}  other {codes['other']:>3} | p50 {r['p50']:.3f}s  p99 {r['p99']:.3f}s  max {r['max']:.3f}s"
+          f"  connection errors {codes['conn']:>3}  other {codes['other']:>3}"
+          f" | p50 {r['p50']:.3f}s  p99 {r['p99']:.3f}s  max {r['max']:.3f}s"
           f" | created {c.created} ({c.created_after_retry} after retrying), gave up {c.gave_up},"
           f" rows {r['rows']}, duplicates {r['duplicates']}, GPUs held twice {r['double_held_gpus']}"
           f" | {r['wall_s']:.1f}s")
@@ -270,12 +271,14 @@ def main() -> None:
     server = os.environ.get("GPUFLEET_TEST_DATABASE_URL")
     redis = os.environ.get("GPUFLEET_TEST_REDIS_URL")
     if not server or not redis:
-        raise SystemExit("set GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL (eval \"$(.ci/services.sh start)\")")
+        raise SystemExit("set GPUFLEET_TEST_DATABASE_URL and GPUFLEET_TEST_REDIS_URL "
+                         "(eval \"$(.ci/services.sh start)\")")
     print(f"{args.n} concurrent creates + {args.reads} concurrent reads, PostgreSQL, sign-in on")
     if args.compare == "processes":
         compare_processes(server, redis, args)
         return
-    base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads, limit_s=args.limit_s)
+    base = None if args.no_baseline else run(server, redis, args.n, args.reads, capacity=args.n + args.reads,
+                                             limit_s=args.limit_s)
     new = run(server, redis, args.n, args.reads, capacity=None, limit_s=args.limit_s)
     if base:
         show("baseline", base)

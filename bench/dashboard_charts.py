@@ -39,7 +39,9 @@ async ({lib, gpus, points, ticks}) => {
   const cols = [];
   for (let g = 0; g < gpus; g++) {
     const xs = [], u = [], m = [];
-    for (let i = 0; i < points; i++) { xs.push(now - points + i); u.push(Math.random() * 100); m.push(50 + Math.random() * 10); }
+    for (let i = 0; i < points; i++) {
+      xs.push(now - points + i); u.push(Math.random() * 100); m.push(50 + Math.random() * 10);
+    }
     cols.push([xs, u, m]);
   }
   document.body.innerHTML = '';
@@ -49,13 +51,15 @@ async ({lib, gpus, points, ticks}) => {
     if (lib === 'uplot') {
       charts.push(new uPlot({ width: 300, height: 80, legend: { show: false }, cursor: { show: false },
         axes: [{ show: false }, { show: false }], scales: { y: { range: [0, 100] } },
-        series: [{}, { stroke: '#4fb3ff', fill: '#4fb3ff33', points: { show: false } }, { stroke: '#f5b945', points: { show: false } }] },
+        series: [{}, { stroke: '#4fb3ff', fill: '#4fb3ff33', points: { show: false } },
+                 { stroke: '#f5b945', points: { show: false } }] },
         cols[g], el));
     } else {
       const canvas = document.createElement('canvas'); el.appendChild(canvas);
       charts.push(new Chart(canvas, { type: 'line',
         data: { labels: cols[g][0].slice(), datasets: [
-          { data: cols[g][1].slice(), borderColor: '#4fb3ff', backgroundColor: '#4fb3ff33', fill: true, pointRadius: 0, borderWidth: 1.5 },
+          { data: cols[g][1].slice(), borderColor: '#4fb3ff', backgroundColor: '#4fb3ff33', fill: true,
+            pointRadius: 0, borderWidth: 1.5 },
           { data: cols[g][2].slice(), borderColor: '#f5b945', pointRadius: 0, borderWidth: 1.5 }] },
         options: { animation: false, responsive: false, maintainAspectRatio: false, events: [], normalized: true,
           plugins: { legend: { display: false }, tooltip: { enabled: false } },
@@ -86,7 +90,8 @@ async ({lib, gpus, points, ticks}) => {
   charts.forEach((c) => c.destroy());
   times.sort((a, b) => a - b);
   const mean = times.reduce((a, b) => a + b, 0) / times.length;
-  return { mean, p95: times[Math.floor(times.length * 0.95) - 1] ?? times[times.length - 1], heap: performance.memory ? performance.memory.usedJSHeapSize : null };
+  return { mean, p95: times[Math.floor(times.length * 0.95) - 1] ?? times[times.length - 1],
+           heap: performance.memory ? performance.memory.usedJSHeapSize : null };
 }
 """
 

@@ -50,7 +50,8 @@ def measure(page, cdp, seconds: float) -> tuple[float, float]:
     page.wait_for_timeout(seconds * 1000)
     b = metrics(cdp)
     dt = time.monotonic() - t0
-    return ((b["TaskDuration"] - a["TaskDuration"]) / dt * 1000, (b["ScriptDuration"] - a["ScriptDuration"]) / dt * 1000)
+    return ((b["TaskDuration"] - a["TaskDuration"]) / dt * 1000,
+            (b["ScriptDuration"] - a["ScriptDuration"]) / dt * 1000)
 
 
 def main() -> None:
@@ -89,15 +90,15 @@ def main() -> None:
                 ("live, all cards on screen", 6000, True),
             ]
             for mode, height, live in modes:
-                ctx = browser.new_context(viewport={"width": 1280, "height": height},
-                                          bypass_csp=True)  # the probe below is a string, which the CSP forbids evaluating
+                # The probe below is a string, which the CSP forbids evaluating.
+                ctx = browser.new_context(viewport={"width": 1280, "height": height}, bypass_csp=True)
                 page = ctx.new_page()
                 if not live:
                     # A socket that never answers: the page keeps its REST snapshot and 5 s refresh.
                     page.route_web_socket("**/api/v1/ws", lambda ws: None)
                 page.goto(base + "/")
-                page.wait_for_function(f"document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === {args.gpus}",
-                                       timeout=60_000)
+                page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length"
+                                       f" === {args.gpus}", timeout=60_000)
                 cdp = ctx.new_cdp_session(page)
                 cdp.send("Performance.enable")
                 page.wait_for_timeout(3000)

@@ -80,7 +80,7 @@ def _prepare(s: Settings, shares: dict[str, float]) -> None:
     from gpufleet.telemetry.sampler import NvmlSampler
 
     register_host(s)
-    sampler = NvmlSampler(s, device_backend(s))
+    sampler = NvmlSampler(s, s, device_backend(s))
     try:
         LOCAL.put_host(s.host_name, sampler.sample())
     finally:

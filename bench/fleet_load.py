@@ -88,7 +88,8 @@ def measure(n: int, db_url: str, redis_url: str, window: float, training: bool =
             start_scheduler(hosts[0], stop)
             time.sleep(3)
             idle = _window(hosts[0], r, window)
-            print(f"{n} hosts  idle: {idle[0]:7.1f} PG tx/s {idle[1]:7.1f} rows/s {idle[2]:7.1f} Redis cmd/s", flush=True)
+            print(f"{n} hosts  idle: {idle[0]:7.1f} PG tx/s {idle[1]:7.1f} rows/s {idle[2]:7.1f} Redis cmd/s",
+                  flush=True)
             if not training:
                 return idle, None
             with session_scope(hosts[0]) as sess:

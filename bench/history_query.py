@@ -93,8 +93,8 @@ def main() -> None:
         q_raw = HistoryQuery(start=start, end=end, points=POINTS, source="raw")
         q_auto = HistoryQuery(start=start, end=end, points=POINTS)
         b_med, b_min, b_out = timed(baseline, n=max(1, args.rounds // 2))
-        r_med, r_min, r_out = timed(lambda: query_history(settings, q_raw, engine=engine), args.rounds)
-        a_med, a_min, a_out = timed(lambda: query_history(settings, q_auto, engine=engine), args.rounds)
+        r_med, r_min, r_out = timed(lambda: query_history(settings, settings, q_raw, engine=engine), args.rounds)
+        a_med, a_min, a_out = timed(lambda: query_history(settings, settings, q_auto, engine=engine), args.rounds)
         from fastapi import FastAPI
         from fastapi.testclient import TestClient
 

@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -67,6 +69,9 @@ CONFIG = {"max_steps": 30, "global_batch_size": 8, "log_every": 1, "checkpoint_e
 # Both sides poll at this rate; the API's answer costs more CPU than a file
 # read, so polling much faster would slow the launcher it measures.
 POLL_S = 0.05
+# A launch that shows no first step in this long is stuck: the bench says so and where, rather than waiting
+# for whoever runs it to give up.
+STUCK_S = 240.0
 
 
 def _free_port() -> int:
@@ -93,14 +98,42 @@ def direct(recipe: str, workdir: Path, data_root: Path, ranks: int) -> float:
         proc.wait()
 
 
-def _first_step(progress: Path, proc: subprocess.Popen, t0: float) -> float:
-    """Seconds from ``t0`` to the first step line in ``progress``, written by ``proc``'s training."""
+def _first_step(progress: Path, proc: subprocess.Popen, t0: float, log: Path | None = None) -> float:
+    """Seconds from ``t0`` to the first step line in ``progress``, written by ``proc``'s training (whose
+    output is in ``log``, shown when it fails)."""
+    def said() -> str:
+        return f"; its output:\n{log.read_text()[-3000:]}" if log is not None and log.exists() else ""
+
     while True:
         if progress.exists() and '"type": "step"' in progress.read_text():
             return time.perf_counter() - t0
         if proc.poll() is not None:
-            raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step")
+            raise RuntimeError(f"the launcher exited with {proc.returncode} before its first step{said()}")
+        if time.perf_counter() - t0 > STUCK_S:
+            _end(proc)
+            raise RuntimeError(f"no first step {STUCK_S:.0f} s after the launch{said()}")
         time.sleep(POLL_S)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill the launcher, and its ranks where it leads a process group of its own."""
+    proc.kill()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # not a group's leader: its ranks die with it
+        pass
+    proc.wait()
+
+
+def _ended(proc: subprocess.Popen, log: Path) -> None:
+    """Wait for a trial that reported its first step to end; one still running STUCK_S later is stuck
+    (as a warm rank was, after its last step, in its script's destructors), and the bench says so."""
+    try:
+        proc.wait(STUCK_S)
+    except subprocess.TimeoutExpired:
+        _end(proc)
+        raise RuntimeError(f"the trial had not ended {STUCK_S:.0f} s after its first step; its output:\n"
+                           f"{log.read_text()[-3000:] if log.exists() else ''}") from None
 
 
 def via_server(http: httpx.Client, recipe: str, data_dir: Path, ranks: int) -> tuple[float, float]:
@@ -207,7 +240,6 @@ class _Member:
     the worker makes them for a member's script (``jobs/isolation.plan``)."""
 
     def __init__(self, workdir: Path) -> None:
-        import os
         import pwd
 
         from gpufleet.datadir import PRIVATE_UMASK
@@ -227,7 +259,7 @@ class _Member:
         workdir.chmod(0o755)
         self.account = RunAccount(entry.pw_name, entry.pw_uid, entry.pw_gid, (), str(home), "same-name")
         self.settings = load_settings(data_dir=workdir / "data", checkpoint_root=workdir / "ckpts")
-        base = SlotBase.make(self.settings.data_dir / "warm-slots", training_roots(self.settings))
+        base = SlotBase.make(self.settings.data_dir / "warm-slots", training_roots(self.settings, self.settings))
         if base is None:
             raise SystemExit("this host cannot make the warm sandbox's slots (mount): run as root")
         self.slots = base
@@ -255,8 +287,6 @@ def script_rounds(workdir: Path, rounds: int, ranks: int, member: bool = False) 
     """A script trial's launch, cold (``python -m gpufleet.trainings.script_launch``, as the worker starts it
     with no warm launcher) against handed to a warm launcher (its ranks forked from its rank server);
     ``member``: as a member's trial, in her sandbox (:class:`_Member`)."""
-    import os
-
     from gpufleet.engine.warm import SCRIPT_MODULE
     from gpufleet.jobs import kinds, script_attempt, warmpool
     from gpufleet.jobs.isolation import Isolation
@@ -291,30 +321,46 @@ def script_rounds(workdir: Path, rounds: int, ranks: int, member: bool = False) 
     def cold() -> float:
         path, progress = spec("cold")
         iso = isos["cold"]
+        log = workdir / "cold.log"
         t0 = time.perf_counter()
-        proc = subprocess.Popen(iso.command([sys.executable, "-m", SCRIPT_MODULE, str(path)]), env=iso.env(env),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                **iso.popen_kwargs())
+        with log.open("wb") as out:
+            proc = subprocess.Popen(iso.command([sys.executable, "-m", SCRIPT_MODULE, str(path)]),
+                                    env=iso.env(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                    **iso.popen_kwargs())
         try:
-            return _first_step(progress, proc, t0)
+            return _first_step(progress, proc, t0, log)
         finally:
-            proc.wait()
+            _ended(proc, log)
 
     def warm() -> float:
+        deadline = time.monotonic() + STUCK_S
         while pool.ready_count() < 1:  # trials one after another find the pool refilled
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the warm pool had no ready launcher in {STUCK_S:.0f} s "
+                                   f"({pool.started} started)")
             time.sleep(POLL_S)
         path, progress = spec("warm")
         iso = isos["warm"]
+        log = workdir / "warm.log"
         t0 = time.perf_counter()
         taken = pool.take(iso.env(dict(env, GPUFLEET_TRAINING_ID="warm")), str(path), iso.write, module=SCRIPT_MODULE)
         assert taken is not None
         proc, lifeline = taken
-        threading.Thread(target=proc.stdout.read, daemon=True).start()  # type: ignore[union-attr]
+
+        def pump() -> None:  # the launcher's output: kept for a failure's message, never blocking it
+            with log.open("wb") as out:
+                for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
+                    out.write(chunk)
+                    out.flush()
+
+        threading.Thread(target=pump, daemon=True).start()
         try:
-            return _first_step(progress, proc, t0)
+            return _first_step(progress, proc, t0, log)
         finally:
-            proc.wait()
-            os.close(lifeline)
+            try:
+                _ended(proc, log)
+            finally:
+                os.close(lifeline)
 
     try:
         cold(), warm()  # warm-up: the page cache

@@ -51,8 +51,8 @@ def _training(settings) -> uuid.UUID:
 
 def _stored(settings, tid) -> tuple[int, int]:
     with session_scope(settings) as s:
-        rows, size = s.execute(select(func.count(), func.coalesce(func.sum(TrainingLogChunk.stop - TrainingLogChunk.start), 0))
-                               .where(TrainingLogChunk.training_id == tid)).one()
+        shipped = func.coalesce(func.sum(TrainingLogChunk.stop - TrainingLogChunk.start), 0)
+        rows, size = s.execute(select(func.count(), shipped).where(TrainingLogChunk.training_id == tid)).one()
     return int(rows), int(size)
 
 

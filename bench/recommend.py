@@ -10,8 +10,9 @@ For 1-, 2-, 4- and 8-GPU requests it times ``recommend`` (the ranked,
 NVLink-aware sets) and, as the baseline in the same run, the seed's
 ``recommend_gpus`` (sort free GPUs by free memory, keep those that fit),
 which knows nothing of topology or sets. Also timed: the whole path from raw
-observations (``assess_gpu`` for 1024 GPUs, then ``recommend``). Goal: p99 of
-``recommend`` under 20 ms.
+observations (``assess_gpu`` for 1024 GPUs, then ``recommend``), and a share of
+one GPU (10 GiB beside the fleet's other shares). Goal: p99 of ``recommend``
+under 20 ms.
 
     .venv/bin/python bench/recommend.py [--hosts 128] [--iterations 200] [--seed 0]
 
@@ -127,8 +128,9 @@ def main() -> None:
     # CPU-time p99 of this thread shows the cost of the work itself.
     print(f"{'request':>12} {'recommend p50':>14} {'p99':>8} {'cpu p99':>8} {'seed p50':>9} {'p99':>8} "
           f"{'ratio p50':>9} {'with assess p99':>16}  top set")
-    for count in (1, 2, 4, 8):
-        req = SelectionRequest(memory_bytes=20 * GiB, count=count)
+    # Last, a share of one GPU (10 GiB, not exclusive): it may go beside the fleet's other shares.
+    for count, exclusive in ((1, True), (2, True), (4, True), (8, True), (1, False)):
+        req = SelectionRequest(memory_bytes=(20 if exclusive else 10) * GiB, count=count, exclusive=exclusive)
         ours, base, full, cpu = [], [], [], []
         for _ in range(args.iterations):
             c0 = time.thread_time()
@@ -146,7 +148,8 @@ def main() -> None:
             full.append((time.perf_counter() - t0) * 1e3)
         top = rec.top
         where = f"{top.host} {top.gpu_indexes} {top.connection}" if top else (rec.wait_reason or rec.refused)
-        print(f"{count:>6} GPU(s) {statistics.median(ours):>11.2f} ms {pct(ours, 99):>5.2f} ms "
+        label = f"{count:>6} GPU(s)" if exclusive else "     1 share "
+        print(f"{label} {statistics.median(ours):>11.2f} ms {pct(ours, 99):>5.2f} ms "
               f"{pct(cpu, 99):>5.2f} ms {statistics.median(base):>6.2f} ms {pct(base, 99):>5.2f} ms "
               f"{statistics.median(ours) / statistics.median(base):>8.1f}x {pct(full, 99):>13.2f} ms  {where}")
         if pct(ours, 99) > 20:

@@ -18,6 +18,7 @@ REDIS = "GPUFLEET_TEST_REDIS_URL"
 # Each bench's smallest honest run: the same code paths as a full one, a few rounds of a few items.
 SMOKE: dict[str, list[str]] = {
     "auth_overhead.py": ["--requests", "20"],
+    "ckpt_upload.py": ["--mb", "8", "--files", "2", "--rounds", "1", "--steps", "20"],
     "cli_start.py": ["--smoke"],
     "create_burst.py": ["--n", "4", "--reads", "2", "--workers", "1", "--limit-s", "120"],
     "dashboard_fleet.py": ["--gpus", "4", "--seconds", "1"],
@@ -43,6 +44,7 @@ SLOW: dict[str, tuple[list[str], int]] = {
     "multi_host.py": (["--steps", "20", "--warmup", "0", "--rounds", "1"], 78),
     "script_launch.py": (["--rounds", "1"], 58),
     "sweep.py": (["--lrs", "2", "--widths", "1", "--steps", "4", "--min-steps", "2", "--gpus", "2"], 90),
+    "share.py": (["--steps", "2"], 170),
 }
 # A bench's other modes, each with its own short round in CI (a bench named here runs its default mode above too).
 MODES: dict[str, tuple[str, list[str]]] = {

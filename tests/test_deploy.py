@@ -123,7 +123,8 @@ def test_systemd_units_and_proxy_config() -> None:
 
 
 def _run_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HEALTHCHECK), *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([sys.executable, str(HEALTHCHECK), *args], capture_output=True, text=True, timeout=60,
+                          env=env)
 
 
 def test_api_healthcheck_follows_the_server() -> None:

@@ -31,6 +31,11 @@ MEMBER_TREE_MODULES = [
     "trainings/script.py",      # a script's next attempt: its progress and stop files cleared
     "jobs/gang_member.py",      # a follower host's progress file and its last error
     "jobs/supervisor.py",       # the earlier attempts' progress files
+    "ckptstore/upload.py",      # a checkpoint's files, read for the object store
+    "ckptstore/download.py",    # the store's checkpoint, written into the training's checkpoint folder
+    "jobs/ckpt_uploads.py",     # the checkpoint a progress line named, queued for the store
+    "jobs/ckpt_restore.py",     # the newest checkpoint on this host, against the store's
+    "jobs/ckpt_pools.py",       # a pool training's checkpoint folder, below the pool's root
 ]
 
 PATH_METHODS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "iterdir", "mkdir", "chmod",
@@ -63,6 +68,8 @@ ALLOWED = {
         "runs in the member's rank, as her own account",
     ("engine/resumepoint.py", "seed_from", ".mkdir"):
         "the checkpoint root, the server's, above the clone's folder",
+    ("ckptstore/download.py", "_make_folder", ".mkdir"):
+        "the checkpoint root, the server's, above the training's folder",
     ("jobs/session_attempt.py", "write_spec", ".mkdir"):
         "the run dir's own name, made in the data dir's jobs/ (root's); a link cannot be put there",
     ("jobs/kinds.py", "_recipe_spec", ".mkdir"):

@@ -64,6 +64,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "sharing": ("groups", "usage"),
     "signin": ("open", "whoami"),
     "webhooks": ("webhooks",),
+    "bookings": ("book", "bookings"),
     "pools": ("pools",),
     "doctor": ("doctor",),
 }

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI finds the socket without loading the server's settings
-    from gpufleet.config import Settings
+    from gpufleet.config import ApiSettings, StoreSettings
 
 PRIVATE_UMASK = 0o077
 
 
-def secure_data_dir(settings: Settings) -> None:
+def secure_data_dir(settings: StoreSettings) -> None:
     """Keep the data dir to this user: the dir 0700, what gpufleet writes 0600/0700.
 
     The data dir holds the database (users, token hashes), trainings' configs,
@@ -40,7 +40,7 @@ def secure_data_dir(settings: Settings) -> None:
 SECRET_FILE = "secret_key"
 
 
-def local_secret(settings: Settings) -> str:
+def local_secret(settings: StoreSettings) -> str:
     """The secret a server on loopback signs sessions with when ``GPUFLEET_SECRET_KEY`` is not set.
 
     Made once, random, in the data dir (0600), so a personal install signs
@@ -56,7 +56,7 @@ def local_secret(settings: Settings) -> str:
     return path.read_text().strip()
 
 
-def api_socket(settings: Settings) -> Path | None:
+def api_socket(settings: ApiSettings) -> Path | None:
     """The Unix socket a server listens on for local callers, or None (``GPUFLEET_UNIX_SOCKET=off``)."""
     value = settings.unix_socket.strip()
     if value.lower() == "off":

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Protocol
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _redis_bus(url: str) -> RedisBus:
     return RedisBus(url)
 
 
-def get_bus(settings: Settings) -> Bus:
+def get_bus(settings: StoreSettings) -> Bus:
     """The bus for this deployment: Redis when configured, else this process's own."""
     if settings.redis_url:
         return _redis_bus(settings.redis_url)

@@ -1,4 +1,5 @@
-"""The YAML file named by ``GPUFLEET_CONFIG``, as a source of settings (its ``gpu:`` block and any top-level setting)."""
+"""The YAML file named by ``GPUFLEET_CONFIG``, as a source of settings (its ``gpu:`` block and any top-level
+setting)."""
 
 from __future__ import annotations
 

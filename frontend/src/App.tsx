@@ -1,6 +1,7 @@
 import { NavLink, Route, Routes } from 'react-router-dom';
 import { useLiveStatus } from './api/useLive';
 import { SignIn, useAuthRequired } from './components/SignIn';
+import { CalendarPage } from './pages/calendar/CalendarPage';
 import { useFleet } from './pages/fleet/useFleet';
 import { FleetPage } from './pages/fleet/FleetPage';
 import { GpuPage } from './pages/fleet/GpuPage';
@@ -52,6 +53,7 @@ function AppRoutes() {
       <Route path="/sweeps" element={<SweepsPage />} />
       <Route path="/sweeps/new" element={<NewSweepPage />} />
       <Route path="/sweeps/:id" element={<SweepDetailPage />} />
+      <Route path="/calendar" element={<CalendarPage />} />
       <Route path="/usage" element={<UsagePage />} />
       <Route path="/team" element={<TeamPage />} />
       <Route
@@ -94,6 +96,7 @@ export function App() {
             Sweeps
           </NavLink>
           <NavLink to="/sweeps/new">New sweep</NavLink>
+          <NavLink to="/calendar">Calendar</NavLink>
           <NavLink to="/usage">Usage</NavLink>
           <NavLink to="/team">Team</NavLink>
         </nav>

@@ -42,7 +42,7 @@ class GPUHostBeat:
 
     def _beat(self) -> None:
         while not self.stop.wait(2.0):
-            heartbeat(self.settings)
+            heartbeat(self.settings, self.settings)
 
     def __enter__(self) -> GPUHostBeat:
         self.thread.start()

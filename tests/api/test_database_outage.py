@@ -45,7 +45,8 @@ def test_a_stopped_database_answers_503_with_retry_after_and_writes_nothing(pg_m
             assert r.headers["retry-after"] == "5"
             detail = r.json()["detail"]
             assert "database is unavailable" in detail and "nothing was done" in detail
-            assert os.environ["GPUFLEET_TEST_PG_PORT"] not in detail and "127.0.0.1" not in detail  # the database's address stays in the log
+            # The database's address stays in the log.
+            assert os.environ["GPUFLEET_TEST_PG_PORT"] not in detail and "127.0.0.1" not in detail
         # Back: the same client is served again, and the refused create left nothing behind.
         assert client.get("/api/v1/trainings", headers=bearer(people.alice)).status_code == 200
     assert _trainings(s) == before

@@ -165,7 +165,8 @@ def test_a_burst_of_creates_with_client_timeouts_makes_no_duplicates(server):
     assert len(results) == n and len(set(results.values())) == n
     timed_out = sum(1 for c in clients for tries in c.tries.values() if tries > 1)
     replayed = sum(c.replayed for c in clients)
-    print(f"{n} creates in {time.monotonic() - began:.1f}s: {timed_out} timed out in the client and were sent again; {replayed} of those had been "
+    print(f"{n} creates in {time.monotonic() - began:.1f}s: {timed_out} timed out in the client and were sent "
+          f"again; {replayed} of those had been "
           f"made already and were answered from their key")
     assert timed_out > 0 and replayed > 0, (timed_out, replayed)
     for i in range(n):

@@ -27,7 +27,9 @@ from gpufleet.telemetry.inventory import register_host
 
 SECRET = "contract-secret-" + "z" * 40
 OPEN = {("post", "/api/v1/auth/sign-in"), ("get", "/api/v1/auth/link"), ("post", "/api/v1/auth/sign-out"),
-        ("get", "/healthz")}
+        ("get", "/healthz"),
+        # A calendar app's poll: its secret feed token in the address is its only credential (docs/security.md).
+        ("get", "/api/v1/bookings.ics")}
 
 
 @pytest.fixture
@@ -89,6 +91,7 @@ def _valid_bodies(settings: Settings, admin: str) -> dict[tuple[str, str], Any]:
         ("post", "/api/v1/system/gpus/{host}/{index}/drain"): {"reason": "walk"},
         ("post", "/api/v1/auth/sign-in"): {"token": admin},
         ("post", "/api/v1/webhooks"): {"url": "https://hooks.example.org/walk"},
+        ("post", "/api/v1/bookings"): {"gpus": 1, "start": "2099-01-01T10:00", "hours": 1},
         ("post", "/api/v1/users"): {"name": "walk-new", "role": "viewer"},
         ("patch", "/api/v1/users/{name}"): {"role": "viewer"},
         ("post", "/api/v1/tokens"): {"user": "walk-viewer", "name": "walk"},
@@ -101,11 +104,11 @@ def _path_variants(path: str, settings: Settings, training: str) -> list[str]:
     good = {"training_id": training, "host": settings.host_name, "index": "0", "code_hash": "0" * 64,
             "name": "walk-group", "member": "walk-member", "path": "checkpoints/step-1.pt",
             "hook_id": str(uuid.uuid4()), "session_id": training, "kind": "group", "sweep_id": str(uuid.uuid4()),
-            "token_id": str(uuid.uuid4())}
+            "token_id": str(uuid.uuid4()), "booking_id": str(uuid.uuid4())}
     bad = [{"training_id": str(uuid.uuid4())}, {"training_id": "not-a-uuid"}, {"host": "nope"},
            {"index": "99"}, {"index": "x"}, {"code_hash": "not-a-hash"}, {"path": "checkpoints/%2E%2E/x"},
            {"hook_id": "not-a-uuid"}, {"session_id": "not-a-uuid"}, {"kind": "team"}, {"sweep_id": "not-a-uuid"},
-           {"token_id": "not-a-uuid"}]
+           {"token_id": "not-a-uuid"}, {"booking_id": "not-a-uuid"}]
     out = [path.format(**good)] if "{" in path else [path]
     for b in bad:
         if any("{" + k + "}" in path for k in b):

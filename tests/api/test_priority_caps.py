@@ -107,7 +107,8 @@ def test_not_preemptible_needs_the_permission(api: TestClient, product: Settings
     bob = team.names["bob"]
     r = _create(api, team.bob, preemptible=False)
     assert r.status_code == 403
-    assert "non_preemptible" in r.json()["detail"] and f"gpufleet users grant {bob} non_preemptible" in r.json()["detail"]
+    detail = r.json()["detail"]
+    assert "non_preemptible" in detail and f"gpufleet users grant {bob} non_preemptible" in detail
     assert _owned(product, bob) == 0
     assert _create(api, team.admin, preemptible=False).status_code == 201
     with session_scope(product) as sess:

@@ -94,7 +94,8 @@ def test_resume_puts_an_ended_training_back_in_the_queue_for_its_owner_only(app_
     url = f"/api/v1/trainings/{t['id']}/resume"
     r = app_client.post(url, headers=_as(people.alice))
     assert r.status_code == 409 and "only an ended training" in r.json()["detail"]
-    assert app_client.post(f"/api/v1/trainings/{t['id']}/cancel", headers=_as(people.alice)).json()["status"] == "cancelled"
+    cancelled = app_client.post(f"/api/v1/trainings/{t['id']}/cancel", headers=_as(people.alice))
+    assert cancelled.json()["status"] == "cancelled"
     assert app_client.post(url, headers=_as(people.bob)).status_code == 403
     bad = app_client.post(url, headers=_as(people.alice), json={"config": {"max_steps": 0}})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "config", "max_steps"]
@@ -178,7 +179,8 @@ def test_a_pool_trainings_files_are_its_folder_on_the_pool_and_a_link_there_serv
     t = _create(app_client, people.alice)
     root = tmp_path / "pool-root"
     with write_session(on_settings) as sess:
-        sess.add(Pool(name="cluster", partition="gpu", checkpoint_root=str(root), python="/usr/bin/python3"))
+        sess.add(Pool(name="cluster", options={"partition": "gpu"}, checkpoint_root=str(root),
+                      python="/usr/bin/python3"))
         sess.execute(update(Training).where(Training.id == uuid.UUID(t["id"])).values(pool="cluster"))
     home = root / t["id"]
     (home / "checkpoints").mkdir(parents=True)

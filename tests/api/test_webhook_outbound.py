@@ -129,7 +129,8 @@ def test_an_allowance_removed_later_is_enforced_at_connection(db_settings: Setti
     with _client(_settings(db_settings, [])) as api:
         tested = api.post(f"/api/v1/webhooks/{r.json()['id']}/test", headers=bearer(team.alice))
     assert tested.json()["delivered"] is False
-    assert "a loopback address" in tested.json()["error"] and "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS" in tested.json()["error"]
+    error = tested.json()["error"]
+    assert "a loopback address" in error and "GPUFLEET_WEBHOOK_ALLOWED_NETWORKS" in error
     assert inside.got == []
 
 
@@ -137,7 +138,8 @@ def test_a_name_that_resolves_inside_is_refused_at_connection(db_settings: Setti
     # This machine's own name: a DNS name (so registration cannot tell), resolved by the system's
     # resolver to this machine's loopback or private address, where the service listens on every address.
     name = socket.gethostname()
-    resolved = {ipaddress.ip_address(i[4][0].split("%")[0]) for i in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
+    resolved = {ipaddress.ip_address(i[4][0].split("%")[0])
+                for i in socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)}
     assert resolved and not any(ip.is_global for ip in resolved), f"{name} resolves to a public address: {resolved}"
     svc = Inside(host="0.0.0.0")
     try:

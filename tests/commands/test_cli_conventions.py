@@ -93,7 +93,8 @@ def test_every_command_documents_the_same_default_server():
     for cmd in (["run", "--help"], ["top", "--help"], ["trainings", "ls", "--help"], ["session", "ls", "--help"],
                 ["gpus", "--help"]):
         said = " ".join(runner.invoke(app, cmd, env={"COLUMNS": "300"}).output.split())
-        assert "else this machine's server through its socket" in said and "default $GPUFLEET_SERVER or http" not in said, cmd
+        assert "else this machine's server through its socket" in said, cmd
+        assert "default $GPUFLEET_SERVER or http" not in said, cmd
 
 
 def test_run_without_run_code_is_refused_without_being_told_first_that_its_code_is_ready(tmp_path, monkeypatch,

@@ -34,9 +34,11 @@ def test_gpus_and_topology_ask_the_server_and_local_reads_this_machine(tmp_path,
     assert sorted(hosts) == [a.host_name, a.host_name, b.host_name], out.stdout
     assert out.stdout.count("H100") == 2 and out.stdout.count("A100") == 1, out.stdout
     body = json.loads(_cli("gpus", "--json", GPUFLEET_SERVER=url).stdout)
-    assert sorted((g["host"], g["index"]) for g in body["data"]) == [(a.host_name, 0), (a.host_name, 1), (b.host_name, 0)]
+    assert sorted((g["host"], g["index"]) for g in body["data"]) == [(a.host_name, 0), (a.host_name, 1),
+                                                                     (b.host_name, 0)]
     topo = _cli("topology", GPUFLEET_SERVER=url)
-    assert topo.returncode == 0 and f"{a.host_name}:" in topo.stdout and "GPU1" in topo.stdout, topo.stdout + topo.stderr
+    assert topo.returncode == 0 and f"{a.host_name}:" in topo.stdout and "GPU1" in topo.stdout, \
+        topo.stdout + topo.stderr
     local = _cli("gpus", "--local", GPUFLEET_SERVER=url)
     assert local.returncode == 0 and "No GPUs found" in local.stdout, local.stdout
     down = _cli("gpus", "--server", "http://127.0.0.1:9")

@@ -69,7 +69,8 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
         register(settings)
         wide = cli("train", "--recipe", "mlp", "--world-size", "4", "--or-pool", "cluster", "--no-follow")
         said = wide.stderr + wide.stdout
-        assert wide.returncode != 0 and "the team's hosts can never hold it (" in said and "4 needs 4 GPUs on one host" in said, said
+        assert wide.returncode != 0 and "the team's hosts can never hold it (" in said, said
+        assert "4 needs 4 GPUs on one host" in said, said
         assert "pool 'cluster' cannot either" in said and "no Unix account of their own" in said, said
         wide_script = cli("run", "--dir", str(project), "--or-pool", "cluster", "--gpus", "4", "--memory", "1GiB",
                           "--no-follow", "--", "python", "train.py")
@@ -90,7 +91,8 @@ def test_add_ls_train_refused_rm(tmp_path: Path, slurm_cluster) -> None:  # noqa
         assert "send it there: gpufleet run ... --pool cluster --gpus 4" in rec.stdout
         as_json = json.loads(cli("recommend", "--recipe", "mlp", "--count", "2", "--pool", "cluster", "--json").stdout)
         assert as_json["candidates"] == [] and as_json["estimate"]["total"] == as_json["memory_bytes"] > 0
-        assert (as_json["pool"]["pool"], as_json["pool"]["nodes"], as_json["pool"]["gpus_per_node"]) == ("cluster", 1, 2)
+        pool = as_json["pool"]
+        assert (pool["pool"], pool["nodes"], pool["gpus_per_node"]) == ("cluster", 1, 2)
         assert [n["name"] for n in as_json["pool"]["partition_nodes"]] == ["sim1", "sim2"]
         too_big = cli("recommend", "--memory", "100GiB", "--pool", "cluster")
         assert too_big.returncode == 2 and "can never be placed on pool cluster: 100.0 GiB per rank is more than one " \

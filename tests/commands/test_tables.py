@@ -25,7 +25,8 @@ ROW = ["1", "a-rather-long-training-name-of-forty-chars", "/data/checkpoints/run
 
 def _render(width: int, wide: bool = False) -> str:
     buf = io.StringIO()
-    print_table(Console(file=buf, width=width, no_color=True, force_terminal=True, color_system=None), COLUMNS, [ROW], wide=wide)
+    print_table(Console(file=buf, width=width, no_color=True, force_terminal=True, color_system=None), COLUMNS, [ROW],
+                wide=wide)
     return buf.getvalue()
 
 
@@ -166,7 +167,8 @@ def test_cells_titles_and_messages_are_text_never_markup():
     console.print(labelled("error:", "no training [b]z[/b]"))
     # Nor do a member's control characters reach the terminal: an escape sequence (a link, clearing the
     # screen), a carriage return that would draw over the line, a bell; each is one visible character.
-    print_table(console, COLUMNS[:1], [["a\x1b]8;;https://evil.example\x1b\\b\re\x07"], [Text("c\x1b[2Jd", style="red")]])
+    print_table(console, COLUMNS[:1],
+                [["a\x1b]8;;https://evil.example\x1b\\b\re\x07"], [Text("c\x1b[2Jd", style="red")]])
     console.print(labelled("error:", "f\x1b[2Jg"))
     out = buf.getvalue()
     for written in ("[link=https://evil.example]x[/link]", "[bold]y[/]", "[red]t[/]", "no training [b]z[/b]",
@@ -188,3 +190,13 @@ def test_a_command_s_console_never_paints_parts_of_words(monkeypatch):
     console.file = io.StringIO()
     console.print("training abc on cuda:0, cuda:1 (2 GPUs) from 10.0.0.1")
     assert console.file.getvalue().strip() == "training abc on cuda:0, cuda:1 (2 GPUs) from 10.0.0.1"
+
+
+def test_a_finished_script_that_counted_from_zero_shows_all_its_steps_done() -> None:
+    from gpufleet.commands.tables import progress_text
+
+    assert progress_text({"step": 599, "max_steps": 600, "status": "running"}) == "599/600"
+    assert progress_text({"step": 599, "max_steps": 600, "status": "succeeded"}) == "600/600"
+    assert progress_text({"step": 300, "max_steps": 600, "status": "succeeded"}) == "300/600"
+    assert progress_text({"step": 600, "max_steps": 600, "status": "succeeded"}) == "600/600"
+    assert progress_text({"step": 12, "max_steps": None, "status": "failed"}) == "12/?"

@@ -51,6 +51,10 @@ def test_train_submits_follows_and_the_trainings_commands_read_it(monkeypatch, t
     r = runner.invoke(app, ["trainings", "show", tid])
     assert r.exit_code == 0 and "succeeded" in r.output and "step-3" in r.output
     assert "priority 2, preemptible" in r.output
+    assert "events: all " in r.output or "events: the newest 10 of " in r.output, r.output
+    r = runner.invoke(app, ["trainings", "show", tid, "--events", "2"])
+    assert r.exit_code == 0 and "events: the newest 2 of " in r.output and "(--events 0 lists all)" in r.output
+    assert len([x for x in r.output.splitlines() if x.lstrip().startswith("#")]) == 2, r.output
     r = runner.invoke(app, ["trainings", "logs", tid])
     assert r.exit_code == 0 and "ended: succeeded" in r.output
     r = runner.invoke(app, ["trainings", "cancel", tid])

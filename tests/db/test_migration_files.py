@@ -1,7 +1,9 @@
-"""The migration files read in their chain's order: the N-th step from the empty schema is file ``000N_*``.
+"""A migration file is named for its revision id: ``0010_context.py`` holds revision ``0010_context``.
 
-A file's name is its place in the chain; its revision id (inside it) is what a
-database records, so renaming a file never changes an existing database's history.
+The revision id (inside the file) is what a database records in ``alembic_version`` and what
+``gpufleet db upgrade`` and its errors name, so the file a reader opens for it carries the same
+name. Ids were given as steps were written, not in the chain's final order (``0010_context``
+comes before ``0009_resume``): the order is ``down_revision``'s, which ``test_the_chain_…`` follows.
 """
 
 from __future__ import annotations
@@ -41,13 +43,23 @@ def test_the_chain_is_one_line_through_every_file() -> None:
     assert sorted(_chain(revisions)) == sorted(revisions), "a migration is not on the chain from the base"
 
 
-def test_files_are_numbered_in_the_chains_order() -> None:
-    chain = _chain(_revisions())
-    assert [name.split("_", 1)[0] for name in chain] == [f"{i:04d}" for i in range(1, len(chain) + 1)]
+def misnamed(revisions: dict[str, tuple[str, str | None]]) -> list[str]:
+    """Files whose name is not their revision id: the id itself when it has a name part
+    (``0010_context``), else the id's number before the file's name (``0001`` in ``0001_initial_schema.py``)."""
+    wrong = []
+    for name, (rev, _) in sorted(revisions.items()):
+        stem = name.removesuffix(".py")
+        if stem != rev and not ("_" not in rev and stem.split("_", 1)[0] == rev):
+            wrong.append(f"{name} holds revision {rev!r}")
+    return wrong
 
 
-def test_the_order_check_can_fail() -> None:
-    # Numbered out of the chain's order: 0002 comes after 0003.
-    crossed = {"0001_a.py": ("a", None), "0003_b.py": ("b", "a"), "0002_c.py": ("c", "b")}
-    assert _chain(crossed) == ["0001_a.py", "0003_b.py", "0002_c.py"]
-    assert [n.split("_", 1)[0] for n in _chain(crossed)] != ["0001", "0002", "0003"]
+def test_each_file_is_named_for_its_revision_id() -> None:
+    assert misnamed(_revisions()) == []
+
+
+def test_a_file_named_for_another_revision_is_found() -> None:
+    # As 0008_context.py held revision 0010_context.
+    files = {"0001_initial.py": ("0001", None), "0008_context.py": ("0010_context", "0001"),
+             "0009_resume.py": ("0009_resume", "0010_context"), "0003_b.py": ("0004", "0009_resume")}
+    assert misnamed(files) == ["0003_b.py holds revision '0004'", "0008_context.py holds revision '0010_context'"]

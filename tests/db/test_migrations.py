@@ -70,10 +70,12 @@ def test_postgresql_schema_has_the_seed_columns(pg_migrated_url: str) -> None:
             text("SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                  "WHERE c.relname = 'gpu_metrics_history_default'")
         ) == 1
-        idx = {r[0] for r in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = 'gpu_metrics_history'"))}
+        idx = {r[0] for r in conn.execute(
+            text("SELECT indexname FROM pg_indexes WHERE tablename = 'gpu_metrics_history'"))}
         assert {"idx_gpu_metrics_time", "idx_gpu_metrics_gpu"} <= idx
         ts_type = conn.scalar(text(
-            "SELECT data_type FROM information_schema.columns WHERE table_name='gpu_metrics_history' AND column_name='timestamp'"
+            "SELECT data_type FROM information_schema.columns"
+            " WHERE table_name='gpu_metrics_history' AND column_name='timestamp'"
         ))
         assert ts_type == "timestamp with time zone"
 

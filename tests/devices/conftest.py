@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.config import Settings, load_settings
+from gpufleet.devices.backend import device_backend
 
 
 @pytest.fixture
@@ -24,3 +25,12 @@ def make_sim(tmp_path: Path) -> Callable[..., Settings]:
         )
 
     return make
+
+
+@pytest.fixture
+def nvml(sim_settings):
+    """The simulated NVML of ``sim_settings``' host, initialised for the test and shut down after it."""
+    n = device_backend(sim_settings).nvml
+    n.nvmlInit()
+    yield n
+    n.nvmlShutdown()

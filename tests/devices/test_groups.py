@@ -85,7 +85,8 @@ def test_bad_requests(make_sim):
     s, gpus, topo = _machine(make_sim, "2xH100-80GB+1xA770-16GB")
     with pytest.raises(ValueError, match="unknown gpu mode 'fast'"):
         create_device_group("fast", None, True, gpus, topo)
-    with pytest.raises(ValueError, match=r"GPU 7 does not exist; this machine has 0 \(cuda:0\), 1 \(cuda:1\), 2 \(xpu:0\)"):
+    with pytest.raises(ValueError,
+                       match=r"GPU 7 does not exist; this machine has 0 \(cuda:0\), 1 \(cuda:1\), 2 \(xpu:0\)"):
         create_device_group("auto", [0, 7], True, gpus, topo)
     with pytest.raises(ValueError, match="different backends"):
         create_device_group("auto", [0, 2], True, gpus, topo)

@@ -19,14 +19,6 @@ from gpufleet.devices.simnvml import SimNVML
 GIB = 1024**3
 
 
-@pytest.fixture
-def nvml(sim_settings):
-    n = device_backend(sim_settings).nvml
-    n.nvmlInit()
-    yield n
-    n.nvmlShutdown()
-
-
 def test_real_settings_give_real_pynvml(settings):
     assert device_backend(settings).nvml is pynvml
 
@@ -108,7 +100,8 @@ def test_processes_drive_memory_and_utilization(nvml, sim_settings):
     assert nvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) >= 150_000
     idle = nvml.nvmlDeviceGetHandleByIndex(3)
     assert nvml.nvmlDeviceGetPcieThroughput(idle, pynvml.NVML_PCIE_UTIL_RX_BYTES) < 200
-    assert nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) > nvml.nvmlDeviceGetClockInfo(idle, pynvml.NVML_CLOCK_SM)
+    assert nvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) > nvml.nvmlDeviceGetClockInfo(idle,
+                                                                                            pynvml.NVML_CLOCK_SM)
     assert nvml.nvmlSystemGetProcessName(stranger) == "jupyter"
     assert simstate.describe_process(sim_settings, stranger).user == "bob"
     assert simstate.describe_process(sim_settings, me).training_id == "t-1"

@@ -44,7 +44,8 @@ def _wait_status(page, status: str, timeout_s: float, server=None) -> None:
             except Exception as exc:  # noqa: BLE001 - diagnostics only
                 api = f"unavailable: {exc}"
             log = f"\n--- the API says ---\n{api}\n--- gpufleet serve log (tail) ---\n{server.log_tail()}"
-        raise AssertionError(f"training never showed {status!r} within {timeout_s} s; the page says:\n{shown}{log}") from None
+        raise AssertionError(f"training never showed {status!r} within {timeout_s} s; "
+                             f"the page says:\n{shown}{log}") from None
 
 
 def _wait_visible(page, test_id: str, timeout_s: float) -> None:
@@ -68,7 +69,8 @@ def test_fleet_page_shows_every_gpu_and_updates(page, screenshots: Path) -> None
     page.wait_for_selector(".live-open", timeout=15_000)
     first = page.get_by_test_id("gpu-card-sim-host-0").get_by_test_id("gpu-updated").inner_text()
     page.wait_for_function(
-        "(first) => document.querySelector(\"[data-testid='gpu-card-sim-host-0'] [data-testid='gpu-updated']\")?.innerText !== first",
+        "(first) => document.querySelector(\"[data-testid='gpu-card-sim-host-0'] [data-testid='gpu-updated']\")"
+        "?.innerText !== first",
         arg=first,
         timeout=15_000,
     )
@@ -115,7 +117,8 @@ def test_foreign_process_shows_on_its_gpu(page, server, screenshots: Path) -> No
         card = page.get_by_test_id("gpu-card-sim-host-3")
         card.wait_for()
         page.wait_for_function(
-            "(c) => { const t = document.querySelector(c)?.innerText ?? ''; return t.includes('bob') && t.includes('foreign'); }",
+            "(c) => { const t = document.querySelector(c)?.innerText ?? '';"
+            " return t.includes('bob') && t.includes('foreign'); }",
             arg="[data-testid='gpu-card-sim-host-3']",
             timeout=20_000,
         )
@@ -152,7 +155,8 @@ def _start_training(page, name: str, steps: int, gpus: int = 1, screenshot: Path
     # The recommended GPU is preselected once the server answered: the first estimate of a shape starts an
     # estimate process (torch imported) and traces, which on a loaded 2-core machine took more than 15 s.
     page.wait_for_function(
-        "(n) => document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length === n", arg=gpus, timeout=60_000
+        "(n) => document.querySelectorAll(\"[data-testid^='sel-'] input:checked\").length === n",
+        arg=gpus, timeout=60_000,
     )
     if screenshot is not None:
         page.screenshot(path=str(screenshot), full_page=True)
@@ -207,6 +211,7 @@ def test_second_training_is_cancelled_from_the_ui(page, server, screenshots: Pat
     page.goto("/")
     _cards(page).first.wait_for()
     page.wait_for_function(
-        "!Array.from(document.querySelectorAll(\"[data-testid^='gpu-card-']\")).some((c) => c.innerText.includes('e2e-cancel-me'))",
+        "!Array.from(document.querySelectorAll(\"[data-testid^='gpu-card-']\"))"
+        ".some((c) => c.innerText.includes('e2e-cancel-me'))",
         timeout=20_000,
     )

@@ -59,7 +59,8 @@ def test_log_panel_wraps_at_spaces_and_breaks_only_overlong_tokens(page, screens
           pre.className = 'log';
           pre.style.width = '420px';
           pre.style.height = 'auto';
-          pre.textContent = 'step 120 loss 0.4312 checkpoint written to ' + 'x'.repeat(40) + '/' + 'y'.repeat(120) + '\\nwarning: gradient_accumulation_steps reduced to fit the memory of the chosen GPU';
+          pre.textContent = 'step 120 loss 0.4312 checkpoint written to ' + 'x'.repeat(40) + '/' + 'y'.repeat(120)
+            + '\\nwarning: gradient_accumulation_steps reduced to fit the memory of the chosen GPU';
           document.querySelector('main').prepend(pre);
           const cs = getComputedStyle(pre);
           return {wordBreak: cs.wordBreak, overflowWrap: cs.overflowWrap, whiteSpace: cs.whiteSpace,

@@ -50,7 +50,9 @@ const calls = [
 async function attempt(method, path, body, asJson) {
   const init = {method, credentials: 'include'};
   if (asJson) { init.headers = {'Content-Type': 'application/json'}; if (body) init.body = JSON.stringify(body); }
-  else { init.mode = 'no-cors'; init.headers = {'Content-Type': 'text/plain'}; if (body) init.body = JSON.stringify(body); }
+  else {
+    init.mode = 'no-cors'; init.headers = {'Content-Type': 'text/plain'}; if (body) init.body = JSON.stringify(body);
+  }
   try {
     const r = await fetch(API + path, init);
     return {path, asJson, status: r.status, type: r.type, text: r.type === 'opaque' ? '' : await r.text()};
@@ -120,8 +122,8 @@ def test_a_hostile_notebook_opened_by_an_admin_acts_with_none_of_the_admins_powe
     mallory = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens['mallory']}"}, timeout=60)
     as_mallory = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["mallory"]}
     sid = json.loads(cli(srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_mallory))["id"]
-    wait_served("the session running", lambda: (s := mallory.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
-          and s["url"], srv)
+    wait_served("the session running",
+                lambda: (s := mallory.get(f"/api/v1/sessions/{sid}").json())["status"] == "running" and s["url"], srv)
     before = _state(srv, names["mallory"])
     assert before == (None, None, False), before
 

@@ -44,7 +44,8 @@ def test_a_member_sends_a_training_to_the_pool_from_the_form_and_it_runs_as_them
         root = Path(tempfile.mkdtemp(prefix="gpufleet-pool-"))
         root.chmod(0o755)
         with write_session(settings) as sess:
-            pools.add(sess, settings, pools.PoolSpec(name="cluster", partition=PARTITION, gpus_per_node=2,
+            pools.add(sess, settings, pools.PoolSpec(name="cluster", options={"partition": PARTITION},
+                                                     gpus_per_node=2,
                                                      gpu_model="H100-80GB", gpu_memory=80 * 2**30,
                                                      checkpoint_root=str(root)))
         with serve_process(data_dir, **env) as srv:

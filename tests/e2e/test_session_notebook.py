@@ -48,7 +48,8 @@ RUN_CELL = """async (code) => {
     headers: {'Content-Type': 'application/json', 'Authorization': `token ${key}`}});
   if (!made.ok) return `kernel refused: ${made.status}`;
   const kernel = await made.json();
-  const ws = new WebSocket(location.origin.replace(/^http/, 'ws') + base + `api/kernels/${kernel.id}/channels?token=${key}`);
+  const ws = new WebSocket(location.origin.replace(/^http/, 'ws') + base
+                           + `api/kernels/${kernel.id}/channels?token=${key}`);
   const msgId = crypto.randomUUID();
   const printed = await new Promise((resolve, reject) => {
     let out = '';
@@ -57,7 +58,8 @@ RUN_CELL = """async (code) => {
       header: {msg_id: msgId, msg_type: 'execute_request', username: '', session: crypto.randomUUID(), version: '5.3',
                date: new Date().toISOString()},
       parent_header: {}, metadata: {}, channel: 'shell', buffers: [],
-      content: {code, silent: false, store_history: false, user_expressions: {}, allow_stdin: false, stop_on_error: true},
+      content: {code, silent: false, store_history: false, user_expressions: {}, allow_stdin: false,
+                stop_on_error: true},
     }));
     ws.onmessage = (e) => {
       const m = JSON.parse(e.data);
@@ -117,8 +119,9 @@ def test_a_member_opens_her_notebook_from_the_dashboard_and_others_cannot(browse
     as_alice = {**env, "GPUFLEET_SERVER": srv.url, "GPUFLEET_TOKEN": tokens["alice"]}
     started = json.loads(cli(srv.data_dir, "session", "start", "--gpus", "1", "--jupyter", "--json", **as_alice))
     sid = started["id"]
-    running = wait_served("the session running", lambda: (s := alice.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
-                    and s["url"] and s, srv)
+    running = wait_served("the session running",
+                          lambda: (s := alice.get(f"/api/v1/sessions/{sid}").json())["status"] == "running"
+                          and s["url"] and s, srv)
     url, gpu = running["url"], running["gpu_ids"]
     assert url == f"/sessions/{sid}/" and gpu == [0]
 

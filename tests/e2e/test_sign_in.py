@@ -35,14 +35,17 @@ def test_sign_in_with_a_token_then_the_fleet_shows(browser, auth_server, screens
         page.get_by_label("Token").fill(token)
         page.get_by_role("button", name="Sign in").click()
         try:
-            page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === 4", timeout=40_000)
+            page.wait_for_function("document.querySelectorAll(\"[data-testid^='gpu-card-']\").length === 4",
+                                   timeout=40_000)
         except PlaywrightTimeout:
             shown = page.locator("body").inner_text()[:1500]
-            raise AssertionError(f"no fleet after signing in; the page says:\n{shown}\n--- serve log ---\n{srv.log_tail()}") from None
+            raise AssertionError(f"no fleet after signing in; the page says:\n{shown}\n"
+                                 f"--- serve log ---\n{srv.log_tail()}") from None
         # The token itself is never kept by the page; the session is an HTTP-only cookie.
         cookies = ctx.cookies()
         assert cookies and all(c["httpOnly"] for c in cookies)
-        assert token not in page.evaluate("JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie")
+        assert token not in page.evaluate(
+            "JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie")
         # The session's page key is in the page's own storage; the live stream opens with a ticket asked with it.
         assert page.evaluate("localStorage.getItem('gpufleet-page-key')")
         page.wait_for_selector(".live-open", timeout=15_000)

@@ -25,7 +25,7 @@ def fuzz_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
         data_dir=tmp_path / "gpufleet-data",
         simulate="4xH100-80GB",
         simulate_topology="nvlink-pairs",
-        # PostgreSQL is shared by the test session: a host of its own.
+        # A host of its own, as on a database other hosts share.
         host_name="fuzz-" + uuid.uuid4().hex[:8],
         auth="on",
         secret_key=SECRET,

@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import schemathesis
+from sqlalchemy import select
 from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, upgrade_database
 from gpufleet.users.accounts import add_user
@@ -147,13 +148,35 @@ def _seed_pool(settings: Settings) -> str:
 
     name = "pool-" + uuid.uuid4().hex[:6]
     with session_scope(settings) as sess:
-        sess.add(Pool(name=name, partition="gpu", checkpoint_root="/srv/gpufleet/pool", python="/usr/bin/python3"))
+        sess.add(Pool(name=name, options={"partition": "gpu"}, checkpoint_root="/srv/gpufleet/pool",
+                      python="/usr/bin/python3"))
     return name
+
+
+def _seed_booking(settings: Settings, owner: str) -> str:
+    """A booking of the fuzzer's own, two days ahead, as the bookings service leaves one (show and cancel meet it)."""
+    from datetime import timedelta
+
+    from gpufleet.db.bookings import Booking, BookingGPU
+    from gpufleet.db.models import GPU
+    from gpufleet.db.types import utcnow
+
+    start = utcnow().replace(second=0, microsecond=0) + timedelta(days=2)
+    with session_scope(settings) as sess:
+        gpu = sess.scalars(select(GPU).order_by(GPU.index)).first()
+        b = Booking(owner=owner, start_at=start, end_at=start + timedelta(hours=1), gpu_count=1,
+                    host_id=gpu.host_id if gpu else None, created_by=owner)
+        sess.add(b)
+        sess.flush()
+        if gpu is not None:
+            sess.add(BookingGPU(booking_id=b.id, gpu_id=gpu.id, host_id=gpu.host_id, gpu_index=gpu.index,
+                                start_at=b.start_at, end_at=b.end_at))
+        return str(b.id)
 
 
 # Routes that reach 2xx only with a running worker behind them; their own tests run one.
 NEEDS_A_WORKER = {
-    "POST /api/v1/sessions/{session_id}/shell",  # tests/sessions/test_shell.py
+    "POST /api/v1/sessions/{session_id}/shell",  # tests/interactive/test_shell.py
     "POST /api/v1/sessions/{session_id}/open",  # a running notebook: tests/e2e/test_session_notebook.py
     "POST /api/v1/sessions/{session_id}/join",  # a running notebook: tests/e2e/test_notebook_lab.py
 }
@@ -192,7 +215,8 @@ def live_app(fuzz_settings: Settings):
            # `kind` pairs with `name` by position: the group's limit, then the member's (the pool has none).
            "session_id": [_seed_session(fuzz_settings, name)], "kind": ["group", "user", "group"],
            "token_id": [member_token],
-           "hook_id": [_seed_hook(fuzz_settings, name)], "sweep_id": [_seed_sweep(fuzz_settings, name)]}
+           "hook_id": [_seed_hook(fuzz_settings, name)], "sweep_id": [_seed_sweep(fuzz_settings, name)],
+           "booking_id": [_seed_booking(fuzz_settings, name)]}
     app = create_app(fuzz_settings)
     # As `serve` does: the estimate process is started, and the defaults traced, before the first request.
     asyncio.run(warm_estimates(app, fuzz_settings))

@@ -69,7 +69,8 @@ def test_batch_of_120_shares_gpus_and_nothing_is_dropped(tmp_path, backend, requ
     with session_scope(settings) as sess:
         per_gpu = dict(sess.execute(
             select(GPUAllocation.gpu_index, func.count()).where(
-                GPUAllocation.host_id == sess.scalar(select(Training.host_id).where(Training.id == uuid.UUID(ex["id"]))),
+                GPUAllocation.host_id == sess.scalar(
+                    select(Training.host_id).where(Training.id == uuid.UUID(ex["id"]))),
                 GPUAllocation.released_at.is_(None), GPUAllocation.exclusive.is_(False))
             .group_by(GPUAllocation.gpu_index)).all())
         statuses = sess.execute(select(Training.status, func.count()).where(
@@ -127,7 +128,7 @@ def test_queue_order_is_priority_then_age(fleet_settings, client_for):
         started.append(str(mine[0]))
         waiting = [c.get(f"/api/v1/trainings/{t}").json() for t in order if t not in started]
         assert all(w["status"] == "queued" and "GPU 0 is held by training" in w["wait_reason"] for w in waiting)
-        t = _claim(fleet_settings, mine[0], host_id, fleet_settings.host_name, "w:1:a")
+        t = _claim(fleet_settings, fleet_settings, mine[0], host_id, fleet_settings.host_name, "w:1:a")
         _finish(fleet_settings, t, "w:1:a", outcome.Decision("succeeded", "finished"), 0)
     assert [c.get(f"/api/v1/trainings/{t}").json()["name"] for t in started] == ["high", "mid", "old-low", "new-low"]
 

@@ -35,7 +35,8 @@ import sys
 import gpufleet.client
 from gpufleet.client import Client
 
-heavy = sorted(m for m in ("sqlalchemy", "celery", "fastapi", "torch", "optuna", "gpufleet.config", "gpufleet.db.models")
+heavy = sorted(m for m in ("sqlalchemy", "celery", "fastapi", "torch", "optuna", "gpufleet.config",
+                           "gpufleet.db.models")
                if m in sys.modules)
 assert heavy == [], heavy
 # The shapes load with the call that reads them, and still without the server.

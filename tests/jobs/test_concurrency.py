@@ -83,7 +83,7 @@ def test_200_concurrent_creates_never_double_book(tmp_path, backend, request, li
                 ids = list(sess.execute(select(Training.id).where(
                     Training.host_id == host_id, Training.status == "scheduled")).scalars())
             for tid in ids:
-                t = _claim(settings, tid, host_id, settings.host_name, worker_id)
+                t = _claim(settings, settings, tid, host_id, settings.host_name, worker_id)
                 if t is not None:
                     _finish(settings, t, worker_id, outcome.Decision("succeeded", "finished"), 0)
             time.sleep(0.01)

@@ -92,7 +92,8 @@ def test_an_outage_longer_than_the_grace_stops_the_ranks_and_requeues_naming_the
     assert not [p for p in ranks if alive(p)]  # stopped within lease + grace, while the database was away
     retry = wait_for(lambda: [e for e in get_events(c, tid) if e["kind"] == "retry"], 120, "the requeue", 0.5)
     reason = retry[0]["reason"]
-    assert "the database could not be reached for " in reason and "longer than GPUFLEET_DB_OUTAGE_GRACE_S (5s)" in reason
+    assert "the database could not be reached for " in reason, reason
+    assert "longer than GPUFLEET_DB_OUTAGE_GRACE_S (5s)" in reason, reason
     assert "not counted as a restart" in reason and "stopped renewing its lease" not in reason, reason
     assert retry[0]["data"]["retry_kind"] == "db_outage"
     body = wait_for(lambda: (b := get_training(c, tid))["attempt"] == 2 and b["status"] == "running" and b, 300,

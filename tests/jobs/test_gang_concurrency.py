@@ -78,7 +78,7 @@ def test_50_concurrent_gang_and_single_creates_never_hold_part(tmp_path, request
                     Training.status == "scheduled")).all()
             for tid, host_id in rows:
                 name = next(n for n, i in ids.items() if i == host_id)
-                t = _claim(settings, tid, host_id, name, f"{name}:test")
+                t = _claim(settings, settings, tid, host_id, name, f"{name}:test")
                 if t is not None:
                     ending = "succeeded" if rnd.random() < 0.8 else "queued"
                     _finish(settings, t, f"{name}:test", outcome.Decision(ending, "finished"), 0)

@@ -80,7 +80,7 @@ def test_a_member_that_joined_late_is_named_when_the_ranks_time_out():
 
     settings = SimpleNamespace(rendezvous_timeout_s=120.0)
     t = SimpleNamespace(attempt=1, restarts=0, max_restarts=3)
-    watch = rendezvous.LeaderWatch(settings, t)
+    watch = rendezvous.LeaderWatch(settings, settings, t)
     joined = GangMember(host_name="b", node_rank=1, attempt=1, status="running")
     watch._others = lambda: [(joined, None)]
     watch.joined = {"b": 3.0}

@@ -158,11 +158,11 @@ def test_the_network_settings_reach_the_launcher(tmp_path):
     from gpufleet.jobs.rendezvous import advertised_address, launch_env
 
     s = load_settings(data_dir=tmp_path, network_interface="ib0", advertise_address="10.1.2.3")
-    env = launch_env(s, uuid.uuid4())
+    env = launch_env(s, s, uuid.uuid4())
     assert env["NCCL_SOCKET_IFNAME"] == "ib0" and env["GLOO_SOCKET_IFNAME"] == "ib0"
     assert advertised_address(s) == "10.1.2.3"
     plain = load_settings(data_dir=tmp_path)
-    assert "NCCL_SOCKET_IFNAME" not in launch_env(plain, uuid.uuid4())
+    assert "NCCL_SOCKET_IFNAME" not in launch_env(plain, plain, uuid.uuid4())
     assert advertised_address(plain)  # the host name resolved, or loopback
 
 

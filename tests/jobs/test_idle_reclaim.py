@@ -79,10 +79,10 @@ def test_a_training_left_idle_past_the_window_is_warned_then_reclaimed_with_its_
     simstate.set_idle(s, 0)
     body = wait_status(c, tid, FINAL, 120)
     assert body["status"] == "reclaimed", body
-    assert body["status_reason"] == (f"reclaimed: its GPUs stayed idle; it checkpointed at step {HOLD_AT + 1} within "
-                                     f"the grace (step-{HOLD_AT + 1}); `gpufleet trainings resume` continues it (will "
-                                     f"resume from step {HOLD_AT + 1})")
-    assert body["last_checkpoint"].endswith(f"step-{HOLD_AT + 1}") and body["restarts"] == 0
+    assert body["status_reason"] == (f"reclaimed: its GPUs stayed idle; it checkpointed at step {HOLD_AT} within "
+                                     f"the grace (step-{HOLD_AT}); `gpufleet trainings resume` continues it (will "
+                                     f"resume from step {HOLD_AT})")
+    assert body["last_checkpoint"].endswith(f"step-{HOLD_AT}") and body["restarts"] == 0
     assert body["idle_warned_at"] is not None and body["gpus"][0]["released_at"] is not None
     events = get_events(c, tid)
     warned = [i for i, e in enumerate(events) if e["kind"] == "warning" and "below 5% utilisation" in e["reason"]]

@@ -63,7 +63,7 @@ def test_sandbox_bwrap_without_bwrap_is_refused(tmp_path: Path, monkeypatch: pyt
     auto = load_settings(data_dir=tmp_path / "data")
     iso = plan(auto, member, True, tmp_path / "r", tmp_path / "c")
     assert iso.switches and not iso.sandboxed  # its own account, without the namespaces
-    assert any("install bubblewrap" in w for w in startup_warnings(auto))
+    assert any("install bubblewrap" in w for w in startup_warnings(auto, auto, auto))
     assert iso.popen_kwargs() == {"user": 4242, "group": 4242, "extra_groups": []}
 
 
@@ -116,6 +116,7 @@ def test_in_a_fleet_members_code_is_refused_while_redis_or_postgresql_take_anyon
     s = load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
                       allow_services_without_password=True)
     plan(s, member, True, tmp_path / "r", tmp_path / "c")
-    warned = startup_warnings(load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
-                                            allow_services_without_password=False))
+    refusing = load_settings(data_dir=tmp_path / "d", redis_url="redis://10.0.0.5:6379/0",
+                             allow_services_without_password=False)
+    warned = startup_warnings(refusing, refusing, refusing)
     assert any("without a password" in w for w in warned), warned

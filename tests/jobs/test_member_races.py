@@ -121,7 +121,7 @@ def test_a_download_from_her_checkpoints_never_serves_the_canary(member, canary:
 
     def download() -> bytes:
         try:
-            fh, _st, _name = files.open_file(settings, tid, "checkpoints/sub/canary")
+            fh, _st, _name = files.open_file(settings, settings, tid, "checkpoints/sub/canary")
         except files.FileRefused:
             return b""
         with fh:

@@ -77,22 +77,23 @@ def test_a_high_priority_training_preempts_a_full_fleet_and_the_victim_resumes_f
         assert body["status"] == "succeeded", body
 
     v = get_training(c, victim)
-    assert v["restarts"] == 0 and v["attempt"] == 2, v
-    # Stopped right after the hold, with a checkpoint, and resumed from it: one continuous curve.
+    said = "\n".join(f"{e['kind']}: {e['reason']}" for e in get_events(c, victim))
+    assert v["restarts"] == 0 and v["attempt"] == 2, f"restarts {v['restarts']}, attempt {v['attempt']}:\n{said}"
+    # Stopped at the hold, no step past it, with a checkpoint there, and resumed from it: one continuous curve.
     assert _steps(s, victim) == list(range(1, 13))
     events = get_events(c, victim)
     asked = [e for e in events if e["kind"] == "preempt"]
     assert len(asked) == 1 and "urgent" in asked[0]["reason"] and asked[0]["data"]["preempted_by"] == urgent
     preempted = [e for e in events if e["status"] == "preempted"]
-    assert len(preempted) == 1 and f"checkpointed at step {HOLD_AT + 1} within the grace" in preempted[0]["reason"] \
-        and f"resume from step {HOLD_AT + 1}" in preempted[0]["reason"], preempted
+    assert len(preempted) == 1 and f"checkpointed at step {HOLD_AT} within the grace" in preempted[0]["reason"] \
+        and f"resume from step {HOLD_AT}" in preempted[0]["reason"], preempted
     retry = [e for e in events if e["kind"] == "retry"]
     assert len(retry) == 1 and retry[0]["data"]["retry_kind"] == "preempted", retry
-    assert retry[0]["data"]["checkpoint_step"] == HOLD_AT + 1
+    assert retry[0]["data"]["checkpoint_step"] == HOLD_AT
     assert "not counted as a restart" in retry[0]["reason"]
     progress = (s.data_dir / "jobs" / victim / "progress-2.jsonl").read_text().splitlines()
     resumed = [json.loads(line) for line in progress if '"resume"' in line]
-    assert [r["step"] for r in resumed] == [HOLD_AT + 1], progress[:5]
+    assert [r["step"] for r in resumed] == [HOLD_AT], progress[:5]
 
     u_events = get_events(c, urgent)
     mine = [e for e in u_events if e["kind"] == "preempt"]
@@ -118,7 +119,7 @@ def test_a_training_past_its_max_runtime_is_checkpointed_and_stopped(tmp_path, r
     tid = r.json()["id"]
     body = wait_status(c, tid, FINAL, 180)
     assert body["status"] == "failed", body
-    assert body["status_reason"] == (f"ran past its max_runtime of 45s; it checkpointed at step {HOLD_AT + 1} within "
-                                     f"the grace (step-{HOLD_AT + 1}); `gpufleet trainings resume` continues it (will "
-                                     f"resume from step {HOLD_AT + 1})")
+    assert body["status_reason"] == (f"ran past its max_runtime of 45s; it checkpointed at step {HOLD_AT} within "
+                                     f"the grace (step-{HOLD_AT}); `gpufleet trainings resume` continues it (will "
+                                     f"resume from step {HOLD_AT})")
     assert body["last_checkpoint"] and body["restarts"] == 0

@@ -42,10 +42,10 @@ def _active(settings, tid):
 def test_expired_lease_requeues_then_fails_after_max_restarts(fleet_settings):
     host_id = register(fleet_settings)
     live = _running(fleet_settings, host_id, 0, 1, expired=False)
-    assert live not in dict(recover_expired(fleet_settings))  # its lease is still good
+    assert live not in dict(recover_expired(fleet_settings, fleet_settings))  # its lease is still good
     with write_session(fleet_settings) as sess:  # let the GPU go for the next case
         sess.get(Training, live).lease_expires_at = utcnow() - timedelta(seconds=1)
-    assert (live, "queued") in recover_expired(fleet_settings)
+    assert (live, "queued") in recover_expired(fleet_settings, fleet_settings)
     with session_scope(fleet_settings) as sess:
         t = sess.get(Training, live)
         ev = sess.execute(select(TrainingEvent).where(TrainingEvent.training_id == live)
@@ -58,7 +58,7 @@ def test_expired_lease_requeues_then_fails_after_max_restarts(fleet_settings):
     with write_session(fleet_settings) as sess:
         t = sess.get(Training, live)
         t.status, t.lease_owner, t.lease_expires_at = "running", "gone:2:y", utcnow() - timedelta(seconds=1)
-    assert (live, "failed") in recover_expired(fleet_settings)
+    assert (live, "failed") in recover_expired(fleet_settings, fleet_settings)
     with session_scope(fleet_settings) as sess:
         t = sess.get(Training, live)
     assert t.status == "failed" and "gave up after 1 restart" in t.status_reason and t.finished_at
@@ -73,7 +73,7 @@ def test_cancel_of_a_training_whose_worker_is_gone_ends_it(fleet_settings):
     with write_session(fleet_settings) as sess:
         assert cancel(sess, tid, "ada").cancel_requested is True
         sess.get(Training, tid).lease_expires_at = utcnow() - timedelta(seconds=1)
-    assert (tid, "cancelled") in recover_expired(fleet_settings)
+    assert (tid, "cancelled") in recover_expired(fleet_settings, fleet_settings)
     with session_scope(fleet_settings) as sess:
         t = sess.get(Training, tid)
     assert t.status == "cancelled" and t.restarts == 0 and not _active(fleet_settings, tid)
@@ -90,7 +90,8 @@ def test_unclaimed_scheduled_training_is_sent_again(fleet_settings):
     def resend_mine() -> list:
         # The PostgreSQL database is shared by the session: other tests' stale
         # rows are resent too; this test is about its own training.
-        return [i for i in resend_stale(fleet_settings, lambda tid, host: sent.append((tid, host))) if i == t.id]
+        resent = resend_stale(fleet_settings, fleet_settings, lambda tid, host: sent.append((tid, host)))
+        return [i for i in resent if i == t.id]
 
     schedule_pending(fleet_settings, lambda tid, host: sent.append((tid, host)))
     assert [x for x in sent if x[0] == t.id] == [(t.id, fleet_settings.host_name)]

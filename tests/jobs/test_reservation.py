@@ -128,7 +128,8 @@ def test_a_shared_trainings_reservation_is_trimmed_in_its_steady_state_and_an_ov
         assert sess.get(Training, tid).measured_peak_memory == 3 * GiB
 
 
-def test_exclusive_declared_and_near_reservations_are_left_alone(db_settings, tmp_path, standin_rank, monkeypatch) -> None:
+def test_exclusive_declared_and_near_reservations_are_left_alone(db_settings, tmp_path, standin_rank,
+                                                                 monkeypatch) -> None:
     monkeypatch.setattr(peak_memory, "SAMPLE_EVERY_S", 0.0)
     for exclusive, reserved, declared, used in ((True, 8 * GiB, False, 2 * GiB), (False, 8 * GiB, True, 2 * GiB),
                                                 (False, 2 * GiB + 100 * MiB, False, 2 * GiB)):

@@ -64,7 +64,8 @@ def test_a_training_bound_after_the_sandbox_started_appears_there_at_its_own_pat
                              "--tmpfs", str(base.base.parent), *binds, "--", "setpriv", "--reuid=4242",
                              "--regid=4242", "--clear-groups", "sh", "-c",
                              f"read go; cd {mine[0]} && pwd && cat kept.txt {mine[1]}/kept.txt && "
-                             f"(ls {base.roots[0]} 2>/dev/null || echo unlisted) && test ! -e {theirs[0]} && echo alone"],
+                             f"(ls {base.roots[0]} 2>/dev/null || echo unlisted) && "
+                             f"test ! -e {theirs[0]} && echo alone"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         slots.fill(mine)

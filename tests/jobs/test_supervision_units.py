@@ -212,16 +212,30 @@ def test_every_kind_of_work_is_registered_with_its_launcher() -> None:
     else:
         raise AssertionError("an unknown kind must be refused")
 
-    # A new kind is one class: registered, it is what the supervisor finds for rows of that kind.
+    # A new kind is its description and one class: registered, it is what the supervisor finds for rows of
+    # that kind; a class for a kind no one described is refused.
+    from dataclasses import replace
+
+    from gpufleet import workkinds
+
     class NotebookJob(WorkKind):
         name = "notebook-job"
         launcher = "gpufleet.interactive.launch"
 
     try:
         register(NotebookJob())
+    except workkinds.UnknownKind as exc:
+        assert "no kind of work is named 'notebook-job'" in str(exc)
+    else:
+        raise AssertionError("a kind with no description must be refused")
+    workkinds.describe(replace(workkinds.of("session"), name="notebook-job", runs_member_code=False))
+    try:
+        register(NotebookJob())
         assert work_kind("notebook-job").launcher == "gpufleet.interactive.launch"
+        assert work_kind("notebook-job").runs_member_code is False  # read from its description
     finally:
         unregister("notebook-job")
+        workkinds.forget("notebook-job")
 
 
 def test_the_supervisors_annotations_resolve() -> None:

@@ -60,7 +60,7 @@ def test_serves_recipe_and_script_launches_of_its_own_account_environment_and_bi
                                                          keep=[Path("/var/cache/envs/alice")]))
     # A script with the same binds is served there too: its folders are bound in at their own paths.
     assert member_pool.serves(SCRIPT, env, Isolation(account=member, sandboxed=True, read=[Path("/data")]))
-    assert not member_pool.serves("gpufleet.sessions.launch", env, Isolation(account=member, sandboxed=True,
+    assert not member_pool.serves("gpufleet.interactive.launch", env, Isolation(account=member, sandboxed=True,
                                                                               read=[Path("/data")]))
     unsandboxed = warmpool.WarmPool.__new__(warmpool.WarmPool)
     unsandboxed.iso = Isolation(account=member)
@@ -87,6 +87,47 @@ def test_pool_refills_and_replaces_a_dead_member(tmp_path: Path) -> None:
     finally:
         pool.close()
     assert all(not _alive(p) for p in (first, second))
+
+
+def _site(tmp_path: Path, code: str) -> dict[str, str]:
+    """The pool's environment with ``code`` run at each member's start (a sitecustomize on its path)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(code)
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def test_a_member_that_warns_before_it_is_ready_still_serves(tmp_path: Path) -> None:
+    # A library's warning on stderr as the member imports it comes before READY on the same pipe: taken for
+    # a failed start, the member stayed in the pool alive and never ready, and no training was ever warm.
+    env = _site(tmp_path, "import sys\nprint('UserWarning: a library says something', file=sys.stderr)\n")
+    pool = warmpool.WarmPool(1, env)
+    try:
+        wait_for(lambda: pool.ready_count() == 1, 300, "a ready member, past the warning")
+        assert pool.started == 1
+    finally:
+        pool.close()
+
+
+def test_a_member_never_ready_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warmpool, "READY_S", 30.0)  # a loaded machine's torch import takes seconds
+    hang = tmp_path / "hang"
+    hang.touch()
+    # The first member to start finds the file, takes it and hangs in its imports; the next starts normally.
+    env = _site(tmp_path, "import os, time\ntry:\n    os.unlink(os.environ['HANG_FILE'])\nexcept FileNotFoundError:\n"
+                          "    pass\nelse:\n    time.sleep(3600)\n")
+    env["HANG_FILE"] = str(hang)
+    pool = warmpool.WarmPool(1, env)
+    try:
+        wait_for(lambda: not hang.exists(), 120, "the first member to start")
+        [first] = pool.pids()
+        wait_for(lambda: pool.ready_count() == 1, 300, "the hung member replaced by a ready one")
+        assert pool.pids() != [first] and pool.started >= 2
+        wait_for(lambda: not _alive(first), 30, "the hung member gone")
+    finally:
+        pool.close()
 
 
 def _ppid(pid: int) -> int:
@@ -193,7 +234,7 @@ def test_a_members_warm_launcher_runs_as_the_member_holds_no_secret_and_serves_i
         iso = plan(s, account, "recipe", run, ckpt)
         assert iso.switches and iso.sandboxed  # the member's own account, in its bwrap sandbox
         base = s.data_dir / "warm-slots"
-        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, training_roots(s)))
+        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, training_roots(s, s)))
         try:
             env = dict(_env(), GPUFLEET_TRAINING_ID="t1")
             # The member's first training here starts cold and makes the member's pool, for the next ones.
@@ -258,7 +299,7 @@ def test_a_members_pool_closes_once_the_member_stops_starting_work(tmp_path: Pat
         from gpufleet.jobs.slots import SlotBase
 
         iso = plan(s, account, "recipe", tmp_path / "r", tmp_path / "c")
-        slots = SlotBase.make(s.data_dir / "warm-slots", training_roots(s))
+        slots = SlotBase.make(s.data_dir / "warm-slots", training_roots(s, s))
         pool = warmpool.WarmPool(1, _env(), Isolation(account=account, sandboxed=iso.sandboxed, read=iso.read,
                                                       hidden=iso.hidden, home=home), keep_s=600.0, slots=slots)
         try:

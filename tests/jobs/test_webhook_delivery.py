@@ -54,7 +54,7 @@ def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, back
         _move(settings, made[0], "queued", "running")
         _move(settings, made[0], "running", "succeeded")
         _move(settings, made[1], "queued", "failed")
-        loop = notify_loop.start(settings, stop, poll_s=0.1)
+        loop = notify_loop.start(settings, settings, stop, poll_s=0.1)
         wait_for(lambda: len(good.got) >= 3, 120, "three notifications at the JSON receiver")
         assert good.events() == ["training_started", "training_succeeded", "training_failed"]  # in event order
         for headers, raw in good.got:
@@ -68,7 +68,8 @@ def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, back
         assert len(keys) == 1 and flaky.events() == ["training_failed"] * 3
         assert "failed" in json.loads(flaky.got[-1][1])["text"]
         with session_scope(settings) as sess:
-            d = sess.execute(select(WebhookDelivery).where(WebhookDelivery.webhook_id == uuid.UUID(flaky_id))).scalar_one()
+            d = sess.execute(select(WebhookDelivery)
+                             .where(WebhookDelivery.webhook_id == uuid.UUID(flaky_id))).scalar_one()
             wait_for(lambda: _delivered(settings, d.id), 60, "the retried delivery recorded")
         # Stopped (a restart): an event written meanwhile is sent by the next sender.
         stop.set()
@@ -83,7 +84,7 @@ def test_webhooks_get_signed_events_retries_and_survive_a_restart(tmp_path, back
         _move(settings, session, "running", "running", kind="session_ready")
         _move(settings, session, "running", "cancelled", kind="session_stopped")
         stop = threading.Event()
-        notify_loop.start(settings, stop, poll_s=0.1)
+        notify_loop.start(settings, settings, stop, poll_s=0.1)
         wait_for(lambda: len(good.got) >= 6, 120, "the events written while no sender ran")
         assert good.events()[3:] == ["training_preempted", "session_ready", "session_stopped"]
         assert json.loads(good.got[-1][1])["training"]["kind"] == "session"

@@ -20,7 +20,7 @@ import pytest
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.jobs import pool_loop as loop
 from gpufleet.lifecycle.models import Training
-from gpufleet.pools import service
+from gpufleet.pools import placement, service
 from gpufleet.trainings import code
 from gpufleet.trainings.log_store import read_training_log
 from gpufleet.users.accounts import add_user
@@ -43,7 +43,7 @@ def _pool(settings, python: str | None = None) -> None:
     root = Path(tempfile.mkdtemp(prefix="gpufleet-pool-"))
     root.chmod(0o755)
     with write_session(settings) as sess:
-        service.add(sess, settings, service.PoolSpec(name="cluster", partition=PARTITION, gpus_per_node=2,
+        service.add(sess, settings, service.PoolSpec(name="cluster", options={"partition": PARTITION}, gpus_per_node=2,
                                                      checkpoint_root=str(root), python=python))
 
 
@@ -53,7 +53,7 @@ def _script(settings, owner: str, source: str, argv: list[str]) -> uuid.UUID:
         info, _ = code.store(sess, settings, tar_of([("file", "train.py", source)]), owner)
         req = TrainingCreate(kind="script", name="on-pool", code=info.hash, argv=argv, world_size=1,
                              memory="1GiB", pool="cluster")
-        return service.create_placed(sess, settings, req, owner).training.id
+        return placement.create_placed(sess, settings, req, owner).training.id
 
 
 def _row(settings, tid: uuid.UUID) -> Training:
@@ -147,7 +147,8 @@ def test_pools_add_refuses_a_python_a_member_cannot_run_saying_why(tmp_path, slu
     bare.chmod(0o755)
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(bare / "venv")], check=True)
     (bare / "venv").chmod(0o755)
-    for python, why in ((hidden, "Permission denied"), (bare / "venv" / "bin" / "python", "No module named 'gpufleet'")):
+    for python, why in ((hidden, "Permission denied"),
+                        (bare / "venv" / "bin" / "python", "No module named 'gpufleet'")):
         with pytest.raises(service.PoolError, match=f"run as account nobody: .*{why}") as err:
             _pool(s, str(python))
         assert err.value.field == "python" and err.value.status == 422

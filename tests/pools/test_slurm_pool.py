@@ -24,7 +24,7 @@ from gpufleet.jobs.logs import log_path
 from gpufleet.lifecycle.models import Training, TrainingEvent, TrainingMetric
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import pool_loop as loop, pool_watch as watch
-from gpufleet.pools import service
+from gpufleet.pools import placement, service
 from gpufleet.scheduling.quotas import _week_hours
 from gpufleet.users.usage import usage_report
 from gpufleet.trainings import code
@@ -47,7 +47,7 @@ def pool_settings(tmp_path: Path, slurm_cluster):  # noqa: F811
     root = Path(tempfile.mkdtemp(prefix="gpufleet-pool-"))
     root.chmod(0o755)
     with write_session(s) as sess:
-        service.add(sess, s, service.PoolSpec(name="cluster", partition=PARTITION, gpus_per_node=2,
+        service.add(sess, s, service.PoolSpec(name="cluster", options={"partition": PARTITION}, gpus_per_node=2,
                                               checkpoint_root=str(root)))
     return s
 
@@ -239,7 +239,7 @@ def _script(settings, owner: str, name: str, source: str, argv: list[str], world
                                                      ("file", "salt.txt", uuid.uuid4().hex)]), owner)
         fields = {"memory": "1GiB", **where} if where else {"memory": "1GiB", "pool": "cluster"}
         req = TrainingCreate(kind="script", name=name, code=info.hash, argv=argv, world_size=world_size, **fields)
-        return service.create_placed(sess, settings, req, owner).training.id
+        return placement.create_placed(sess, settings, req, owner).training.id
 
 
 def _steps(settings, tid: uuid.UUID) -> list[int]:
@@ -273,7 +273,17 @@ def test_a_members_script_succeeds_on_the_pool_as_its_owner(pool_settings, membe
     t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled") and t.attempt == 2,
                "the resumed job")
     assert t.status == "succeeded", t.status_reason
-    assert f"resumed from {home / 'checkpoints' / 'step-000006.pt'} at step 6" in log_path(pool_settings, tid).read_text()
+    resumed = f"resumed from {home / 'checkpoints' / 'step-000006.pt'} at step 6"
+    assert resumed in log_path(pool_settings, tid).read_text()
+
+
+def test_a_script_that_fails_on_the_pool_says_why_from_its_output(pool_settings, member) -> None:
+    """The reason names the script's own error, where it said "ended FAILED with exit code 1" alone."""
+    source = "import sys\nprint('loading the data', flush=True)\nraise SystemExit('no data at /data/set-a')\n"
+    tid = _script(pool_settings, member.pw_name, "fails-on-slurm", source, ["python", "train.py"], world_size=1)
+    t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
+    assert t.status == "failed", t.status_reason
+    assert "its output ends: " in t.status_reason and "no data at /data/set-a" in t.status_reason, t.status_reason
 
 
 def test_a_script_cancelled_on_the_pool_checkpoints_before_it_stops(pool_settings, member) -> None:
@@ -316,8 +326,8 @@ def test_a_recipe_wider_than_a_node_runs_over_two_nodes_as_one_training(pool_set
 def test_a_members_script_wider_than_a_node_runs_over_two_nodes_as_one_torchrun_world(pool_settings, member) -> None:
     """4 ranks of an unchanged gloo DDP script on a pool of 2-GPU nodes: one launcher per node, the variables
     torchrun --nnodes 2 gives, one world of 4 (DDP's all-reduce needs every rank), one curve, one checkpoint folder."""
-    tid = _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT, ["python", "train.py", "--steps", "6"],
-                  world_size=4)
+    tid = _script(pool_settings, member.pw_name, "wide-script", RESUMABLE_SCRIPT,
+                  ["python", "train.py", "--steps", "6"], world_size=4)
     t = _until(pool_settings, tid, lambda t: t.status in ("succeeded", "failed", "cancelled"), "the job to end")
     log = log_path(pool_settings, tid).read_text()
     assert t.status == "succeeded", (t.status_reason, _events(pool_settings, tid), log[-3000:])
@@ -358,22 +368,22 @@ def test_a_training_the_teams_hosts_can_never_hold_goes_to_the_pool_its_request_
     register(pool_settings)  # the team's one host: 2 simulated H100s of 80 GB
     wide = TrainingCreate(name="too-wide", recipe="mlp", config=TINY, world_size=4)
     with write_session(pool_settings) as sess, pytest.raises(FleetCannotHold, match="needs 4 GPUs on one host"):
-        service.create_placed(sess, pool_settings, wide, member.pw_name)
+        placement.create_placed(sess, pool_settings, wide, member.pw_name)
     with write_session(pool_settings) as sess, pytest.raises(service.PoolError, match="no pool named 'nope'") as err:
-        service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "nope"}), member.pw_name)
+        placement.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "nope"}), member.pw_name)
     assert err.value.field == "or_pool"
     with write_session(pool_settings) as sess, pytest.raises(service.PoolError, match="without pool, host"):
-        service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster", "pool": "cluster"}),
+        placement.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster", "pool": "cluster"}),
                               member.pw_name)
     with session_scope(pool_settings) as sess:
         assert sess.scalar(select(Training.id).where(Training.owner == member.pw_name)) is None  # nothing written
 
     # What a host holds stays on the team's hosts; what none can goes to the pool, and says why.
     with write_session(pool_settings) as sess:
-        fits = service.create_placed(sess, pool_settings, wide.model_copy(update={"name": "fits", "world_size": 2,
+        fits = placement.create_placed(sess, pool_settings, wide.model_copy(update={"name": "fits", "world_size": 2,
                                                                                   "or_pool": "cluster"}),
                                      member.pw_name).training.id
-        sent = service.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster"}),
+        sent = placement.create_placed(sess, pool_settings, wide.model_copy(update={"or_pool": "cluster"}),
                                      member.pw_name).training.id
     assert _row(pool_settings, fits).pool is None and _row(pool_settings, sent).pool == "cluster"
     [first] = _events(pool_settings, sent)

@@ -19,7 +19,7 @@ def sample_into_live(settings: Settings) -> None:
     from gpufleet.devices.backend import device_backend
     from gpufleet.telemetry.sampler import NvmlSampler
 
-    sampler = NvmlSampler(settings, device_backend(settings))
+    sampler = NvmlSampler(settings, settings, device_backend(settings))
     try:
         LOCAL.put_host(settings.host_name, sampler.sample())
     finally:
@@ -35,12 +35,12 @@ def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
     if getattr(request, "param", "sqlite") == "postgresql":
         # A database of the test's own: auto-selected trainings other tests left queued
         # would otherwise take this test's free GPUs.
-        db_url = request.getfixturevalue("fresh_pg_url")
+        db_url = request.getfixturevalue("fresh_migrated_pg_url")
 
     made: list[Settings] = []
 
     def make(topology: str = "nvlink-pairs", spec: str = "8xH100-80GB", name: str | None = None) -> Settings:
-        # The PostgreSQL database is shared by the session: a host name of its own.
+        # The hosts of one test share its database: a name of its own each.
         name = name or f"sim-{uuid.uuid4().hex[:8]}"
         s = load_settings(data_dir=tmp_path / "data", simulate=spec, simulate_topology=topology,
                           host_name=name, database_url=db_url)
@@ -60,7 +60,7 @@ def sim_host(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
         while not stop.wait(5.0):
             for s in list(made):
                 try:
-                    heartbeat(s)
+                    heartbeat(s, s)
                 except Exception:  # noqa: BLE001 - a test may have dropped its database already
                     pass
 

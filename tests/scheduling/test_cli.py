@@ -125,7 +125,7 @@ def test_drain_and_undrain_change_only_the_named_gpus(run) -> None:
     from gpufleet.scheduling.inputs import availability_by_gpu
 
     with session_scope(s) as sess:
-        a = availability_by_gpu(sess, s)[(s.host_name, 1)]
+        a = availability_by_gpu(sess, s, s, s, s)[(s.host_name, 1)]
     assert a.state == "drained" and "fan swap" in a.reason
     assert invoke("gpus", "undrain", "1").exit_code == 0
     assert _drained(s)[1] == (False, None) and _drained(s)[3][0] is True

@@ -105,7 +105,7 @@ def test_on_a_pool_the_declared_gpus_decide_and_slurm_decides_when() -> None:
     assert place(81 * GiB, 1).fits == "never" and "more than one H100 of pool institute" in place(81 * GiB, 1).reason
     assert place(GiB, 8).fits == "never"
     assert "8 GPUs need 2 nodes of pool institute (4 GPU(s) each), and its partition has 1" in place(GiB, 8).reason
-    # Over several nodes: the same number of GPUs on each, as a pool training runs (pools.service.layout).
+    # Over several nodes: the same number of GPUs on each, as a pool training runs (pools.attempt.layout).
     wide = pool_placer("institute", "H100", 80 * GiB, 4, nodes=3)
     assert wide(GiB, 8).fits == "now" and "over 2 nodes" in wide(GiB, 8).reason
     assert wide(GiB, 6).fits == "now" and wide(GiB, 12).fits == "now"
@@ -253,8 +253,8 @@ def _pool(s, name: str, **declared) -> None:
 
     with session_scope(s) as sess:
         # A partition no Slurm of these tests has: its node count is unknown here, so the fit stays on one node.
-        sess.add(Pool(name=name, partition="fit-test-partition", checkpoint_root="/shared/gpufleet", python="python3",
-                      **declared))
+        sess.add(Pool(name=name, options={"partition": "fit-test-partition"}, checkpoint_root="/shared/gpufleet",
+                      python="python3", **declared))
 
 
 def test_the_fit_on_a_pool_uses_its_declared_gpus_not_the_teams_hosts(api) -> None:

@@ -48,14 +48,14 @@ def test_idle_gpus_are_tracked_warned_once_and_cleared_when_busy_again(sim_host)
     began_long_ago(s, tid, 3600)
     # Busy until 5 minutes ago, idle since: tracked, not yet past the 10-minute window.
     history(s, tid, [90, 90, 90, 90, 90, 1, 1, 1, 1, 1], end=utcnow())
-    assert idle.watch(s) == []
+    assert idle.watch(s, s, s) == []
     t = row(s, tid)
     assert t.idle_since is not None and t.idle_warned_at is None
     # Idle past the window: one warning, the training keeps its GPUs (policy warn).
     later = utcnow() + timedelta(minutes=6)
     history(s, tid, [2, 2, 2, 2, 2, 2], end=later)
-    assert idle.watch(s, now=later) == [(tid, "warned")]
-    assert idle.watch(s, now=later) == []
+    assert idle.watch(s, s, s, now=later) == [(tid, "warned")]
+    assert idle.watch(s, s, s, now=later) == []
     t = row(s, tid)
     assert t.idle_warned_at is not None and not t.reclaim_requested and t.status == "running"
     warnings = [r for k, _, r in kinds(s, tid) if k == "warning"]
@@ -63,7 +63,7 @@ def test_idle_gpus_are_tracked_warned_once_and_cleared_when_busy_again(sim_host)
     # Busy again: the badge goes.
     again = later + timedelta(minutes=1)
     history(s, tid, [80], end=again)
-    assert idle.watch(s, now=again) == [(tid, "busy")]
+    assert idle.watch(s, s, s, now=again) == [(tid, "busy")]
     t = row(s, tid)
     assert t.idle_since is None and t.idle_warned_at is None
     assert any(r == "its GPUs are busy again" for _, _, r in kinds(s, tid))
@@ -75,7 +75,7 @@ def test_the_stop_policy_asks_for_a_reclaim_and_one_busy_gpu_keeps_it(sim_host):
     tid = start(s, "notebook", gpus=2, preemptible=False)
     began_long_ago(s, tid, 3600)
     history(s, tid, [1] * 12)
-    assert idle.watch(s) == [(tid, "reclaim")]
+    assert idle.watch(s, s, s) == [(tid, "reclaim")]
     t = row(s, tid)
     assert t.reclaim_requested and t.idle_warned_at is not None
     assert any(k == "warning" and "reclaiming them" in r for k, _, r in kinds(s, tid))
@@ -89,7 +89,7 @@ def test_one_busy_gpu_keeps_a_training_from_being_called_idle(sim_host):
     began_long_ago(s, tid, 3600)
     busy = row(s, tid).gpu_ids[1]
     history(s, tid, [1] * 12, busy_gpu=busy)
-    assert idle.watch(s) == []
+    assert idle.watch(s, s, s) == []
     t = row(s, tid)
     assert t.idle_since is None and not t.reclaim_requested
 
@@ -101,9 +101,9 @@ def test_no_fresh_samples_means_no_verdict(sim_host):
     began_long_ago(s, tid, 3600)
     # The agent stopped writing ten minutes ago: its last samples say nothing about now.
     history(s, tid, [0] * 20, end=utcnow() - timedelta(minutes=10))
-    assert idle.watch(s) == []
+    assert idle.watch(s, s, s) == []
     assert row(s, tid).idle_since is None and not row(s, tid).reclaim_requested
-    assert idle.watch(s.model_copy(update={"idle_action": "off"})) == []
+    assert idle.watch(s.model_copy(update={"idle_action": "off"}), s, s) == []
 
 
 @BOTH
@@ -117,7 +117,7 @@ def test_a_just_ended_trainings_busy_samples_are_not_someone_elses_load(sim_host
     from gpufleet.scheduling.inputs import gather_observations, policy_from_settings
 
     s = sim_host("nvlink-all", "2xH100-80GB")
-    policy = policy_from_settings(s)
+    policy = policy_from_settings(s, s)
     now = utcnow()
     with write_session(s) as sess:
         host_id = sess.scalar(select(Host.id).where(Host.name == s.host_name))
@@ -130,7 +130,7 @@ def test_a_just_ended_trainings_busy_samples_are_not_someone_elses_load(sim_host
                                        memory_total=80 * 2**30))
         assert sess.scalar(select(GPU.id).where(GPU.host_id == host_id, GPU.index == 1))
     with session_scope(s) as sess:
-        obs, _ = gather_observations(sess, s, host=s.host_name, policy=policy)
+        obs, _ = gather_observations(sess, s, s, host=s.host_name, policy=policy)
     states = {o.index: assess_gpu(o, policy) for o in obs}
     assert states[0].state == "free", states[0].reason
     assert states[1].state == "foreign-busy" and "someone else" in states[1].reason

@@ -50,6 +50,18 @@ def test_pack_is_best_fit_across_gpu_sizes_and_spread_takes_the_roomiest() -> No
     assert spread.top is not None and spread.top.host == "big"
 
 
+def test_the_fit_reason_says_how_much_memory_stays_free_beside_the_job() -> None:
+    f = fleet(host("a", 2, memory_gb=80, g0={"memory_free": 80 * GiB}, g1={"memory_free": 80 * GiB}))
+    # A small job once read "leaves 100% of each GPU's memory idle", as though it left the GPU idle.
+    tiny = recommend(SelectionRequest(GiB // 4, 1), f).top
+    assert tiny is not None and "best fit: it needs under 1% of the GPU's memory" in tiny.reasons
+    half = recommend(SelectionRequest(40 * GiB, 2), f).top
+    assert half is not None and "best fit: 50% of each GPU's memory stays free beside it on average" in half.reasons
+    spread = recommend(SelectionRequest(60 * GiB, 1, policy="spread"), f).top
+    assert spread is not None and "spread: 25% of the GPU's memory stays free beside it" in spread.reasons
+    assert not any("idle" in r for c in (tiny, half, spread) for r in c.reasons)
+
+
 def test_foreign_process_and_short_memory_exclude_gpus() -> None:
     f = fleet(
         host(
@@ -122,7 +134,7 @@ def test_pruned_ranking_equals_scoring_every_set(seed: int, count: int, policy: 
     import random
     from itertools import combinations
 
-    from gpufleet.scheduling.recommend import _fits, _HostView
+    from gpufleet.scheduling.recommend import fits, _HostView
 
     rng = random.Random(seed)
     hosts = []
@@ -134,14 +146,15 @@ def test_pruned_ranking_equals_scoring_every_set(seed: int, count: int, policy: 
                 per[f"g{i}"] = {"reservations": (Reservation(f"t{h}{i}"),)}
             elif r < 0.6:
                 per[f"g{i}"] = {"memory_free": rng.randint(12, 79) * GiB}
-        links = [nvlink_pairs_links(8), pcie_links(8), {k: LinkInfo(12, v.pcie_level, True) for k, v in nvlink_pairs_links(8).items()}][h % 3]
+        links = [nvlink_pairs_links(8), pcie_links(8),
+                 {k: LinkInfo(12, v.pcie_level, True) for k, v in nvlink_pairs_links(8).items()}][h % 3]
         hosts.append(host(f"h{h:02d}", 8, links=links, **per))
     f = fleet(*hosts)
     req = SelectionRequest(10 * GiB, count, policy=policy, max_candidates=5)
     got = [(c.host, c.gpu_indexes, c.score) for c in recommend(req, f).candidates]
     every = []
     for hs in f.hosts:
-        usable = [g for g in hs.gpus if _fits(g, req)]
+        usable = [g for g in hs.gpus if fits(g, req)]
         if len(usable) < count:
             continue
         view = _HostView(hs, usable, req)

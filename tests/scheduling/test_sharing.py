@@ -107,7 +107,7 @@ def test_fair_share_puts_the_owner_with_less_recent_use_first(sim_host) -> None:
     plain = schedule_pending(s.model_copy(update={"fair_share": False}), max_rows=2)
     assert [t for t, _ in plain.scheduled] == [older]
     with session_scope(s) as sess:
-        f = fairshare.owner_factors(sess, s, [alice, bob])
+        f = fairshare.owner_factors(sess, s, s, [alice, bob])
     assert f[bob] == 1.0 and f[alice] < 0.5
 
 
@@ -229,7 +229,7 @@ def test_gpus_sent_to_a_slurm_pool_count_against_the_quota_and_a_pool_training_p
     (alice,) = _people(s, "alice")
     with write_session(s) as sess:
         set_user_quota(sess, alice, Limits(max_gpus=2))
-        pool = Pool(name="inst" + uuid.uuid4().hex[:6], partition="gpu", gpus_per_node=8,
+        pool = Pool(name="inst" + uuid.uuid4().hex[:6], options={"partition": "gpu"}, gpus_per_node=8,
                     checkpoint_root="/shared/gpufleet", python="python3")
         sess.add(pool)
         sess.flush()
@@ -241,7 +241,7 @@ def test_gpus_sent_to_a_slurm_pool_count_against_the_quota_and_a_pool_training_p
         sess.add_all([there, waiting])
         sess.flush()
         sess.add(PoolJob(training_id=there.id, pool_id=pool.id, attempt=1, job_id="77", account=alice,
-                         state="RUNNING", output="/shared/gpufleet/slurm-77.out"))
+                         state="running", output="/shared/gpufleet/slurm-77.out"))
         there_id, waiting_id = there.id, waiting.id
     here = _submit(s, alice, "here", preemptible=False)
     schedule_pending(s)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.parametrize(
 
 def _fleet(settings, host=None):
     with session_scope(settings) as sess:
-        return fleet_state(sess, settings, host=host)
+        return fleet_state(sess, settings, settings, settings, settings, host=host)
 
 
 def test_nvlink_pairs_two_gpus_get_a_connected_pair(sim_host) -> None:
@@ -54,7 +54,7 @@ def test_foreign_process_makes_a_gpu_foreign_busy(sim_host) -> None:
     pid = simstate.add_foreign_process(s, 2, 8 * GiB, user="carol", name="jupyter")
     sample_into_live(s)
     with session_scope(s) as sess:
-        avail = availability_by_gpu(sess, s)
+        avail = availability_by_gpu(sess, s, s, s, s)
     a = avail[(s.host_name, 2)]
     assert a.state == "foreign-busy"
     assert "carol" in a.reason and f"pid {pid}" in a.reason
@@ -63,7 +63,7 @@ def test_foreign_process_makes_a_gpu_foreign_busy(sim_host) -> None:
     simstate.remove_foreign_process(s, pid)
     sample_into_live(s)
     with session_scope(s) as sess:
-        assert availability_by_gpu(sess, s)[(s.host_name, 2)].state == "free"
+        assert availability_by_gpu(sess, s, s, s, s)[(s.host_name, 2)].state == "free"
 
 
 def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:
@@ -80,8 +80,8 @@ def test_lost_gpu_and_drained_gpu_and_reservation(sim_host) -> None:
         sess.add(GPUAllocation(training_id=t.id, gpu_id=gpus[0].id, host_id=host.id, gpu_index=0,
                                exclusive=True, reserved_memory=GiB))
     with session_scope(s) as sess:
-        avail = availability_by_gpu(sess, s)
-        fleet = fleet_state(sess, s)
+        avail = availability_by_gpu(sess, s, s, s, s)
+        fleet = fleet_state(sess, s, s, s, s)
     assert avail[(s.host_name, 3)].state == "unhealthy"
     assert avail[(s.host_name, 1)].state == "drained" and "fan" in avail[(s.host_name, 1)].reason
     assert avail[(s.host_name, 0)].state == "busy" and "big-run of alice" in avail[(s.host_name, 0)].reason
@@ -116,19 +116,19 @@ def test_new_xid_error_makes_a_gpu_unhealthy(sim_host) -> None:
     s = sim_host("nvlink-pairs", "4xH100-80GB")
     reset_error_baseline(s.host_name)
     with session_scope(s) as sess:
-        assert availability_by_gpu(sess, s)[(s.host_name, 1)].state == "free"  # the baseline
+        assert availability_by_gpu(sess, s, s, s, s)[(s.host_name, 1)].state == "free"  # the baseline
     from gpufleet.devices.backend import device_backend
     from gpufleet.telemetry.live import LOCAL
     from gpufleet.telemetry.sampler import NvmlSampler
 
-    sampler = NvmlSampler(s, device_backend(s))
+    sampler = NvmlSampler(s, s, device_backend(s))
     try:
         simstate.inject_xid(s, 1, 79)
         LOCAL.put_host(s.host_name, sampler.sample())
     finally:
         sampler.close()
     with session_scope(s) as sess:
-        a = availability_by_gpu(sess, s)[(s.host_name, 1)]
+        a = availability_by_gpu(sess, s, s, s, s)[(s.host_name, 1)]
     assert a.state == "unhealthy" and "new XID error" in a.reason
 
 
@@ -142,7 +142,7 @@ def test_a_host_whose_agent_stopped_beating_is_unhealthy(sim_host) -> None:
         host = sess.scalar(select(Host).where(Host.name == s.host_name))
         host.last_heartbeat = utcnow() - timedelta(minutes=10)
     with session_scope(s) as sess:
-        a = availability_by_gpu(sess, s)[(s.host_name, 0)]
+        a = availability_by_gpu(sess, s, s, s, s)[(s.host_name, 0)]
     assert a.state == "unhealthy" and "offline" in a.reason
 
 

@@ -67,7 +67,8 @@ def nginx(conf: Path, ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise AssertionError(f"nginx exited ({proc.returncode}): {proc.stderr.read().decode() if proc.stderr else ''}")
+                said = proc.stderr.read().decode() if proc.stderr else ""
+                raise AssertionError(f"nginx exited ({proc.returncode}): {said}")
             try:
                 httpx.get(ready_url, timeout=2, verify=False)
                 break

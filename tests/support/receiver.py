@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def signed(secret: str, headers: dict[str, str], raw: bytes) -> bool:
-    """Whether ``X-Gpufleet-Signature`` is the HMAC-SHA256 of ``<timestamp>.<body>`` (computed here, not by gpufleet)."""
+    """Whether ``X-Gpufleet-Signature`` is the HMAC-SHA256 of ``<timestamp>.<body>`` (computed here, not by
+    gpufleet)."""
     ts = headers["x-gpufleet-timestamp"]
     mac = hmac.new(secret.encode(), f"{ts}.".encode() + raw, hashlib.sha256).hexdigest()
     return headers["x-gpufleet-signature"] == f"sha256={mac}"

@@ -20,7 +20,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def _plain_env(env: dict[str, str] | None) -> dict[str, str]:
     # The size comes from the terminal itself, and colour codes would only get in the way of reading it.
-    env = {k: v for k, v in (env or os.environ).items() if k not in {"COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE"}}
+    env = {k: v for k, v in (env or os.environ).items()
+           if k not in {"COLUMNS", "LINES", "FORCE_COLOR", "TTY_COMPATIBLE"}}
     return {**env, "TERM": "xterm", "NO_COLOR": "1"}
 
 
@@ -33,9 +34,10 @@ def in_terminal(args: list[str], env: dict[str, str] | None = None, cols: int = 
     os.close(follower)
     chunks = []
     deadline = time.monotonic() + timeout
+    poller = select.poll()  # not select.select: a long run holds descriptors above 1024
+    poller.register(leader, select.POLLIN)
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([leader], [], [], 0.5)
-        if ready:
+        if poller.poll(500):
             try:
                 data = os.read(leader, 65536)
             except OSError:  # the terminal closed: the command ended

@@ -23,10 +23,13 @@ def make_wheel(folder: Path, name: str, version: str = "1.0", modules: dict[str,
     folder.mkdir(parents=True, exist_ok=True)
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    files = {f"{dist}/{mod}": src.encode() for mod, src in (modules or {"__init__.py": f"VERSION = {version!r}\n"}).items()}
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    sources = modules or {"__init__.py": f"VERSION = {version!r}\n"}
+    files = {f"{dist}/{mod}": src.encode() for mod, src in sources.items()}
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires)
     files[f"{info}/METADATA"] = meta.encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: gpufleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: gpufleet-tests\nRoot-Is-Purelib: true\n"
+                              b"Tag: py3-none-any\n")
     record = "".join(f"{n},{_digest(d)},{len(d)}\n" for n, d in files.items()) + f"{info}/RECORD,,\n"
     files[f"{info}/RECORD"] = record.encode()
     path = folder / f"{dist}-{version}-py3-none-any.whl"

@@ -153,6 +153,8 @@ def test_async_asha_judges_each_report_and_a_pruned_trial_frees_its_place_at_onc
     # cancelled, no resume, not sent back to the queue.
     ta = trials[str(a.id)]
     assert ta["state"] == "running" and ta["rung"] == 1 and "promoted at rung 0" in ta["reason"]
+    # Asynchronous: judged among those there so far, and its reason says so (the first has none to beat).
+    assert "the first trial to get there, so none to compare with yet" in ta["reason"], ta["reason"]
     [row_a] = [t for t in _trainings(s, sweep["id"]) if t.id == a.id]
     assert row_a.status == "running" and not row_a.cancel_requested and row_a.attempt == a.attempt
     assert row_a.passed_rung_step == 2

@@ -34,6 +34,16 @@ def test_start_show_ls_and_cancel_from_the_command_line(tmp_path, request, monke
         def cli(*args: str):
             return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
+        r = cli("sweep", "start", str(file))
+        assert r.exit_code == 0, r.output
+        assert "started: 3 trials, 2 at a time" in r.output
+        cli("sweep", "cancel", r.output.split()[1])
+        # A parallel above the trial count reads as what it means, not "3 trials, 8 at a time".
+        file.write_text(FILE.replace("parallel: 2", "parallel: 8"))
+        r = cli("sweep", "start", str(file))
+        assert r.exit_code == 0 and "started: 3 trials, all at once" in r.output, r.output
+        cli("sweep", "cancel", r.output.split()[1])
+        file.write_text(FILE)
         r = cli("sweep", "start", str(file), "--json")
         assert r.exit_code == 0, r.output
         sweep = json.loads(r.output)

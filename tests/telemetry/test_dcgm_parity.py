@@ -40,7 +40,7 @@ DEFAULT_COUNTERS = {
 def metrics_text(tmp_path):
     s = load_settings(data_dir=tmp_path / "d", simulate="2xH100-80GB", host_name="h1")
     upgrade_database(s)
-    sampler = NvmlSampler(s, device_backend(s))
+    sampler = NvmlSampler(s, s, device_backend(s))
     try:
         simstate.inject_xid(s, 1, 79)
         set_row_remaps(s, 1, correctable=2, uncorrectable=1, pending=True)

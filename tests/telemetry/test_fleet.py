@@ -32,7 +32,7 @@ now = datetime.now(timezone.utc)
 samples = [GPUSample(host=s.host_name, index=i, timestamp=now, utilization=float(sys.argv[4]),
                      memory_used=10, memory_total=100, temperature=50.0 + i, power_draw=200.0,
                      processes=[GPUProcess(pid=42, user="bob", command="python")]) for i in range(2)]
-write_live_redis(s, s.host_name, samples, {"samples_total": 7, "buffered": 0})
+write_live_redis(s, s, s.host_name, samples, {"samples_total": 7, "buffered": 0})
 get_bus(s).publish(TELEMETRY_SAMPLES, {"host": s.host_name, "samples": [x.to_dict() for x in samples]})
 """
 

@@ -27,7 +27,7 @@ def host(db_settings):
     s = db_settings.model_copy(update={"auth": "on", "secret_key": SECRET, "simulate": "2xH100-80GB",
                                        "host_name": "health-" + uuid.uuid4().hex[:8]})
     register_host(s)
-    sampler = NvmlSampler(s, device_backend(s))
+    sampler = NvmlSampler(s, s, device_backend(s))
     yield s, sampler, HealthWatch(s)
     sampler.close()
 
@@ -44,7 +44,7 @@ def _round(s, sampler, watch) -> dict[int, tuple[str, str | None]]:
 def _usable(s) -> set[int]:
     with session_scope(s) as sess:
         hid = sess.scalar(select(Host.id).where(Host.name == s.host_name))
-        return _snapshot(sess, s).usable.get(hid, set())
+        return _snapshot(sess).usable.get(hid, set())
 
 
 def test_faults_take_a_gpu_out_until_it_recovers_or_an_admin_clears_it(host):

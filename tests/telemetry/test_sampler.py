@@ -86,7 +86,7 @@ def test_processes_are_matched_to_trainings_or_marked_foreign(mixed, standin_ran
     simstate.register_process(mixed, 0, standin_rank.pid, 10 * 1024**3)  # no training id in the registry
     fpid = simstate.add_foreign_process(mixed, 1, 3 * 1024**3, user="bob", name="jupyter")
     simstate.register_process(mixed, 2, standin_rank.pid, 1024**3, training_id=str(other))
-    owners = TrainingOwners(mixed)
+    owners = TrainingOwners(mixed, mixed, mixed)
     # The training's launcher is this test process, the child's parent: rule 1.
     import os
 
@@ -125,7 +125,8 @@ def test_aggregate_handles_empty_fleets_and_missing_fields():
     assert per_host["a"].gpu_count == 2 and per_host["b"].average_utilization is None
 
 
-def test_nvlink_throughput_is_sampled_on_simulated_nvlink_gpus_and_said_once_where_missing(tmp_path, standin_rank, caplog):
+def test_nvlink_throughput_is_sampled_on_simulated_nvlink_gpus_and_said_once_where_missing(tmp_path, standin_rank,
+                                                                                           caplog):
     import logging
     import time
 

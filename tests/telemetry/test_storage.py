@@ -103,11 +103,12 @@ def test_partitions_take_rows_from_the_default_partition_and_expire_whole_days(p
         assert c.execute(text("SELECT count(*) FROM gpu_metrics_history_p20210510")).scalar() == 10
     assert retention.ensure_partitions(eng, days_ahead=1, today=day) == []
     # Cutoff (now - 2 days) on the 10th at noon: no day is wholly past it yet.
-    assert retention.expire(s, now=datetime(2021, 5, 12, 12, tzinfo=timezone.utc), engine=eng).dropped_partitions == []
-    res = retention.expire(s, now=datetime(2021, 5, 13, 0, 0, 1, tzinfo=timezone.utc), engine=eng)
+    noon = datetime(2021, 5, 12, 12, tzinfo=timezone.utc)
+    assert retention.expire(s, s, now=noon, engine=eng).dropped_partitions == []
+    res = retention.expire(s, s, now=datetime(2021, 5, 13, 0, 0, 1, tzinfo=timezone.utc), engine=eng)
     assert res.dropped_partitions == ["gpu_metrics_history_p20210510"]
     assert len(_rows(s, host_id)) == 10
-    res = retention.expire(s, now=datetime(2021, 5, 14, 0, 0, 1, tzinfo=timezone.utc), engine=eng)
+    res = retention.expire(s, s, now=datetime(2021, 5, 14, 0, 0, 1, tzinfo=timezone.utc), engine=eng)
     assert res.dropped_partitions == ["gpu_metrics_history_p20210511"]
     assert _rows(s, host_id) == []
 
@@ -122,7 +123,7 @@ def test_sqlite_expiry_deletes_in_chunks(settings):
     w = MetricsWriter(s, host_id)
     w.add(make_samples(host, start, gpus=2, seconds=30))
     w.flush()
-    res = retention.expire(s, now=start + timedelta(days=1, seconds=10), chunk=7)
+    res = retention.expire(s, s, now=start + timedelta(days=1, seconds=10), chunk=7)
     assert res.deleted_rows == 20
     assert {r.timestamp for r in _rows(s, host_id)} == {start + timedelta(seconds=i) for i in range(10, 30)}
 
@@ -139,19 +140,19 @@ def test_rollups_and_history_agree_and_respect_points(db_settings):
         n = sess.scalar(select(func.count()).select_from(GPUMetricsRollup).where(GPUMetricsRollup.host_id == host_id))
     assert n == 10
     q = HistoryQuery(start=start, end=start + timedelta(minutes=5), points=10, host=host, source="raw")
-    raw = query_history(db_settings, q)
+    raw = query_history(db_settings, db_settings, q)
     assert raw.source == "raw" and raw.step_s == 30
     assert [(s.host, s.gpu_index) for s in raw.series] == [(host, 0), (host, 1)]
     p0 = raw.series[1].points[0]
     # GPU 1, first 30 s: utilization 10 + t for t in 0..29.
     assert (p0["utilization_min"], p0["utilization_avg"], p0["utilization_max"]) == (10, 24.5, 39)
     assert p0["samples"] == 30 and len(raw.series[1].points) == 10
-    rolled = query_history(db_settings, HistoryQuery(start=start, end=start + timedelta(minutes=5),
+    rolled = query_history(db_settings, db_settings, HistoryQuery(start=start, end=start + timedelta(minutes=5),
                                                      points=10, host=host, source="rollup"))
     assert rolled.step_s == 60 and len(rolled.series[1].points) == 5
     r0 = rolled.series[1].points[0]
     assert (r0["utilization_min"], r0["utilization_avg"], r0["utilization_max"]) == (10, 39.5, 69)
-    agg = query_history(db_settings, HistoryQuery(start=start, end=start + timedelta(minutes=5), points=5,
+    agg = query_history(db_settings, db_settings, HistoryQuery(start=start, end=start + timedelta(minutes=5), points=5,
                                                   gpus=(GPURef(host, 0), GPURef(host, 1)), aggregate=True))
     assert len(agg.series) == 1 and agg.series[0].points[0]["samples"] == 120
     assert agg.series[0].points[0]["utilization_max"] == 69
@@ -166,7 +167,7 @@ def test_bad_history_requests_say_what_to_fix(db_settings):
     with pytest.raises(HistoryError, match="host:index"):
         GPURef.parse("zero")
     with pytest.raises(HistoryError, match="unknown host nope"):
-        query_history(db_settings, HistoryQuery(start=t, end=t + timedelta(hours=1), host="nope"))
+        query_history(db_settings, db_settings, HistoryQuery(start=t, end=t + timedelta(hours=1), host="nope"))
 
 
 def test_coarse_history_merges_rollups_with_the_newest_raw_minutes(db_settings):
@@ -180,8 +181,9 @@ def test_coarse_history_merges_rollups_with_the_newest_raw_minutes(db_settings):
     retention.rollup(get_engine(db_settings.effective_database_url), start, start + timedelta(minutes=3))
     now = start + timedelta(minutes=7)
     q = HistoryQuery(start=start, end=end, points=3, host=host)
-    auto = query_history(db_settings, q, now=now)
-    raw = query_history(db_settings, HistoryQuery(start=start, end=end, points=3, host=host, source="raw"), now=now)
+    auto = query_history(db_settings, db_settings, q, now=now)
+    raw = query_history(db_settings, db_settings,
+                        HistoryQuery(start=start, end=end, points=3, host=host, source="raw"), now=now)
     assert auto.source == "rollup+raw" and auto.step_s == raw.step_s == 120
     # Bucket 2 (minutes 2-3) is one rolled-up minute and one raw minute.
     for a, r in zip(auto.series[0].points, raw.series[0].points, strict=True):
@@ -198,16 +200,17 @@ def test_maintenance_rolls_up_late_rows_and_creates_todays_partitions(db_setting
     w = MetricsWriter(db_settings, host_id)
     w.add(make_samples(host, start, gpus=1, seconds=600))
     w.flush()
-    retention.maintain(db_settings, now=now)
+    retention.maintain(db_settings, db_settings, now=now)
     # Rows that arrive late (buffered through an outage) land in minutes already rolled up.
     w.add(make_samples(host, start + timedelta(minutes=10), gpus=1, seconds=60))
     w.flush()
-    retention.maintain(db_settings, now=now)
+    retention.maintain(db_settings, db_settings, now=now)
     with session_scope(db_settings) as sess:
         total = sess.scalar(select(func.sum(GPUMetricsRollup.samples)).where(GPUMetricsRollup.host_id == host_id))
     assert total == 660
     eng = get_engine(db_settings.effective_database_url)
     if eng.dialect.name == "postgresql":
         with eng.connect() as c:
-            names = set(c.execute(text("SELECT relname FROM pg_class WHERE relname LIKE 'gpu_metrics_history_p%'")).scalars())
+            names = set(c.execute(
+                text("SELECT relname FROM pg_class WHERE relname LIKE 'gpu_metrics_history_p%'")).scalars())
         assert retention.partition_name(now.date()) in names

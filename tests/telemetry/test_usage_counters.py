@@ -27,10 +27,10 @@ def test_maintenance_stores_usage_and_metrics_count_it(db_settings: Settings) ->
     held_training(db_settings, host, owner, [(0, start, now - timedelta(hours=1))])
     rollup_minutes(db_settings, host, 0, [start + timedelta(minutes=m) for m in range(30)], 40.0)
     assert _counters(db_settings, owner) == {}
-    maintain(db_settings, now=now)
+    maintain(db_settings, db_settings, now=now)
     assert _counters(db_settings, owner) == {
         "gpufleet_usage_gpu_held_seconds_total": 3600.0,
         "gpufleet_usage_gpu_used_seconds_total": 30 * 60 * 0.4,
     }
-    maintain(db_settings, now=now)  # a second pass counts nothing twice
+    maintain(db_settings, db_settings, now=now)  # a second pass counts nothing twice
     assert _counters(db_settings, owner)["gpufleet_usage_gpu_held_seconds_total"] == 3600.0

@@ -90,7 +90,8 @@ def test_snapshot_updates_and_resume_without_missing_anything(embedded):
         # Disconnected: the fleet moves on.
         for v in (5.0, 6.0, 7.0):
             publish(s, "h1", 2, v)
-        wait_until(lambda: hub.channels["gpu:h1:0"].seq == last_gpu + 3 and hub.channels["aggregate"].seq == last_agg + 3)
+        wait_until(lambda: hub.channels["gpu:h1:0"].seq == last_gpu + 3
+                   and hub.channels["aggregate"].seq == last_agg + 3)
         with connect(f"ws://{srv.addr}/api/v1/ws") as ws:
             r = Reader(ws)
             r.send(op="subscribe", channel="gpu:h1:0", since=last_gpu, epoch=epoch)

@@ -1,4 +1,5 @@
-"""The app the live-stream tests serve (tests/support/servers.py), what an agent publishes, and raw WebSocket helpers."""
+"""The app the live-stream tests serve (tests/support/servers.py), what an agent publishes, and raw WebSocket
+helpers."""
 
 from __future__ import annotations
 

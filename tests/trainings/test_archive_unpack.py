@@ -140,7 +140,8 @@ def _tree(root: Path) -> dict[str, tuple[str, int | str]]:
 
 BENIGN = _tar((_info("/abs/train.py"), b"a"), (_info("bin"), b"b"), (_info("run.sh", mode=0o4777), b"#!/bin/sh\n"),
               (_info("shared.txt", mode=0o666), b"s"), (_info("pkg", tarfile.DIRTYPE, mode=0o777), None),
-              (_info("pkg/t.py", tarfile.SYMTYPE, link="../bin"), None), (_info("hard", tarfile.LNKTYPE, link="bin"), None),
+              (_info("pkg/t.py", tarfile.SYMTYPE, link="../bin"), None),
+              (_info("hard", tarfile.LNKTYPE, link="bin"), None),
               (_info("ro.txt", mode=0o400), b"r"))
 
 

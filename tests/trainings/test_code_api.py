@@ -190,3 +190,32 @@ def test_declared_memory_that_no_gpu_has_is_refused_at_once(app_client, people, 
     ok = _script(app_client, people.admin, code, memory="20GiB", gpu_ids=[0, 1], host=s.host_name)
     assert ok.status_code == 201, ok.text
     assert ok.json()["gpu_ids"] == [0, 1] and ok.json()["memory_estimate"] == 20 * 2**30
+
+
+def test_a_scripts_request_is_held_to_what_its_kind_is(app_client, people, on_settings):
+    """A script spans no hosts, starts only from a script's checkpoint, has no config to change on resume, and
+    its resume needs the right to run code again: its kind's description says so (gpufleet.workkinds)."""
+    with session_scope(on_settings) as sess:
+        sess.execute(update(User).where(User.name == people.names["alice"]).values(run_code=True))
+    code = _upload(app_client, people.alice, _project()).json()["hash"]
+    recipe = app_client.post("/api/v1/trainings", headers=bearer(people.alice), json={
+        "name": "r", "recipe": "mlp", "config": {"max_steps": 4, "global_batch_size": 16}})
+    assert recipe.status_code == 201, recipe.text
+    before = _counts(on_settings)
+    r = _script(app_client, people.alice, code, hosts=2, gpus_per_host=1)
+    assert r.status_code == 422 and r.json()["detail"] == ("a script training runs on one host; only recipe "
+                                                           "trainings can span hosts")
+    r = _script(app_client, people.alice, code, from_training=recipe.json()["id"])
+    assert r.status_code == 422 and "is a recipe training of recipe mlp" in r.json()["detail"]
+    assert _counts(on_settings) == before
+    t = _script(app_client, people.alice, code, memory="1GiB").json()
+    assert app_client.post(f"/api/v1/trainings/{t['id']}/cancel", headers=bearer(people.alice)).status_code == 200
+    url = f"/api/v1/trainings/{t['id']}/resume"
+    r = app_client.post(url, headers=bearer(people.alice), json={"config": {"max_steps": 8}})
+    assert r.status_code == 422 and r.json()["detail"].startswith("a script training has no config to change")
+    with session_scope(on_settings) as sess:
+        sess.execute(update(User).where(User.name == people.names["alice"]).values(run_code=False))
+    r = app_client.post(url, headers=bearer(people.alice))
+    assert r.status_code == 403 and "run_code" in r.json()["detail"]
+    with session_scope(on_settings) as sess:
+        assert sess.get(Training, uuid.UUID(t["id"])).status == "cancelled"

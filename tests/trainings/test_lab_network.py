@@ -97,4 +97,5 @@ def test_without_the_authority_the_build_fails_naming_the_certificate(tmp_path, 
     tid = _submit(base, project, "--", "python", "train.py", url)
     body = _wait(base, tid, FINAL, 300)
     assert body["status"] == "failed" and "cannot build the environment" in body["status_reason"]
-    assert "UnknownIssuer" in body["status_reason"] and "GPUFLEET_CA_BUNDLE" in body["status_reason"], body["status_reason"]
+    reason = body["status_reason"]
+    assert "UnknownIssuer" in reason and "GPUFLEET_CA_BUNDLE" in reason, reason

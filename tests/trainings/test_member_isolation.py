@@ -152,7 +152,8 @@ def test_a_members_script_finds_nothing_of_the_server_and_still_trains(db, open_
         for key in (f"list checkpoints/{other}", f"list jobs/{other}", "list logs"):
             assert not found[key]["ok"], (key, found[key])
         for key in ("list .", "list checkpoints", "list jobs", "list work"):
-            assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "envs", "jobs", "outputs", "work", tid}, found[key]
+            assert not found[key]["ok"] or set(found[key]["value"]) <= {"checkpoints", "envs", "jobs", "outputs",
+                                                                        "work", tid}, found[key]
         assert not found["write data dir"]["ok"] and not found["write checkpoints"]["ok"]
         assert not (data / "owned").exists() and not (data / "checkpoints" / "owned").exists()
         # The retry's spec was written beside the links it left, not through them.

@@ -120,11 +120,15 @@ def test_a_create_goes_down_the_layers_once(tmp_path, request) -> None:
     route = "gpufleet.api.routes.trainings"
     # The route enters the domain once and the scheduler loop once, after the commit.
     below = [(callee, fn) for caller, callee, fn in calls
-             if caller == route and not callee.startswith(("gpufleet.api.", "gpufleet.db.", "gpufleet.config"))]
-    assert below == [("gpufleet.trainings.service", "create"), ("gpufleet.jobs.scheduler_loop", "wake")], calls
-    # The service is entered from nowhere else, and nothing lower calls back up.
-    into_service = [c for c in calls if c[1] == "gpufleet.trainings.service" and c[0] != route]
+             if caller == route and not callee.startswith(("gpufleet.api.", "gpufleet.db.", "gpufleet.config",
+                                                           "gpufleet.workkinds"))]
+    # The domain's door is the place the request runs in (the team's hosts here), chosen once.
+    assert below == [("gpufleet.pools.placement", "create_placed"), ("gpufleet.jobs.scheduler_loop", "wake")], calls
+    # The service is entered from that place alone, and nothing lower calls back up.
+    into_service = [c for c in calls if c[1] == "gpufleet.trainings.service"
+                    and not c[0].startswith(("gpufleet.pools.placement", "gpufleet.trainings."))]
     assert into_service == [], into_service
+    assert any(c[:2] == ("gpufleet.pools.placement", "gpufleet.trainings.service") for c in calls), calls
     upward = [c for c in calls if c[0].startswith(("gpufleet.lifecycle.", "gpufleet.scheduling.", "gpufleet.engine."))
               and c[1].startswith(("gpufleet.api.", "gpufleet.jobs.", "gpufleet.trainings."))]
     assert upward == [], upward

@@ -34,3 +34,4 @@ def test_grant_and_revoke_run_code(cli_db: str) -> None:
     assert bad.exit_code == 2 and "unknown permission 'fly'" in bad.output
     nobody = runner.invoke(app, ["users", "grant", "no-such-user-x", "run_code"])
     assert nobody.exit_code == 2 and "no user named" in nobody.output
+    assert "made on their first call" in " ".join(nobody.output.split()), nobody.output

@@ -19,7 +19,8 @@ def test_process_env_drops_gpufleet_secrets_and_service_urls():
     base = {"PATH": "/usr/bin", "HOME": "/root", "GPUFLEET_SECRET_KEY": "s", "GPUFLEET_DATABASE_URL": "pg://",
             "GPUFLEET_TRAINING_ID": "x", "DATABASE_URL": "pg://", "CELERY_REDIS_URL": "redis://", "LANG": "C",
             "AWS_SECRET_ACCESS_KEY": "k", "SOME_OTHER_SETTING": "v", "CUDA_HOME": "/usr/local/cuda"}
-    assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C", "CUDA_HOME": "/usr/local/cuda"}
+    assert script.process_env(base) == {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C",
+                                        "CUDA_HOME": "/usr/local/cuda"}
 
 
 LAB = {"SSL_CERT_FILE": "/etc/lab/ca.pem", "SSL_CERT_DIR": "/etc/lab/certs", "REQUESTS_CA_BUNDLE": "/etc/lab/ca.pem",
@@ -108,6 +109,16 @@ def test_env_allow_list_is_a_setting(tmp_path):
     wide = load_settings(data_dir=tmp_path, script_env_allow=["*"])
     for name in ("MASTER_PORT", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "PYTHONPATH", "GPUFLEET_DATABASE_URL"):
         with pytest.raises(ScriptError):
+            script.check_env(wide, {name: "1"})
+
+
+def test_no_request_sets_a_variable_that_picks_or_renumbers_gpus(tmp_path):
+    # ROCR_VISIBLE_DEVICES is read before HIP_VISIBLE_DEVICES, which indexes into what it leaves: a request that
+    # set it would reach GPUs the training was not given, even with an admin's allow-list of "*".
+    wide = load_settings(data_dir=tmp_path, script_env_allow=["*"])
+    for name in ("ROCR_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                 "CUDA_DEVICE_ORDER"):
+        with pytest.raises(ScriptError, match=f"environment variable {name} may not be set"):
             script.check_env(wide, {name: "1"})
 
 

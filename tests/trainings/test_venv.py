@@ -82,7 +82,7 @@ def test_prepare_launch_fails_the_training_as_cannot_run(tmp_path, wheelhouse):
     work = tmp_path / "work"
     work.mkdir()
     (work / "requirements.txt").write_text("gpufleet-nonexistent-dep\n")
-    spec = SimpleNamespace(environment=_request(tmp_path, wheelhouse).__dict__, workdir=str(work), argv=["x"])
+    spec = SimpleNamespace(environment=_request(tmp_path, wheelhouse).__dict__, workdir=str(work), argv=["x"], env={})
     progress = tmp_path / "p.jsonl"
     assert venv.prepare_launch(spec, ProgressWriter(progress), lambda: False) == ec.CANNOT_RUN
     err = [json.loads(x) for x in progress.read_text().splitlines() if '"error"' in x][0]

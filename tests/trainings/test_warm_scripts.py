@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,10 +39,13 @@ atexit.register(lambda: open(f"atexit-{rank}", "w").write(os.environ["GPUFLEET_T
 print(json.dumps({"rank": rank, "warm": warm, "name": __name__, "argv": sys.argv, "cwd": os.getcwd(),
                   "path0": sys.path[0], "world": os.environ["WORLD_SIZE"], "ppid": os.getppid(),
                   "uid": os.getuid(), "ask": os.environ.get("ASK"), "unbuffered": sys.stdout.write_through,
-                  "stdin": sys.stdin.read(), "secrets": sorted(k for k in os.environ if "SECRET" in k or "DATABASE" in k),
-                  "ckpt": os.environ["GPUFLEET_CHECKPOINT_DIR"], "ckpt_here": os.path.isdir(os.environ["GPUFLEET_CHECKPOINT_DIR"]),
+                  "stdin": sys.stdin.read(),
+                  "secrets": sorted(k for k in os.environ if "SECRET" in k or "DATABASE" in k),
+                  "ckpt": os.environ["GPUFLEET_CHECKPOINT_DIR"],
+                  "ckpt_here": os.path.isdir(os.environ["GPUFLEET_CHECKPOINT_DIR"]),
                   "other": os.path.exists(os.path.join(os.path.dirname(os.getcwd()), "other")),
-                  "out": os.environ.get("GPUFLEET_OUTPUT_DIR"), "out_here": os.path.isdir(os.environ.get("GPUFLEET_OUTPUT_DIR", ""))}))
+                  "out": os.environ.get("GPUFLEET_OUTPUT_DIR"),
+                  "out_here": os.path.isdir(os.environ.get("GPUFLEET_OUTPUT_DIR", ""))}))
 if rank == int(os.environ.get("FAIL_RANK", "-1")):
     {fail}
 """
@@ -224,7 +228,7 @@ def test_a_members_sandboxed_script_starts_warm_in_her_sandbox_at_its_own_paths(
         spec.write(run / "spec-1.json")
         iso.prepare()  # as a launch: its directories and what is in them handed to the member
         (work.parent / "other").mkdir()  # another training's work dir: not in this sandbox
-        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, kinds.training_roots(s)))
+        warmpool.start(0, member_size=1, member_keep_s=600, slots=(base, kinds.training_roots(s, s)))
         try:
             env = dict(_env(), GPUFLEET_TRAINING_ID=tid)
             assert warmpool.for_launch(SCRIPT, env, iso) is None  # the member's first: cold, and makes her pool
@@ -270,6 +274,45 @@ def test_a_forked_ranks_exit_status_is_the_interpreters(pool, tmp_path: Path, fa
     if "raise" in fail:
         assert "Traceback (most recent call last)" in out  # printed on the rank's stderr, as an interpreter does
     assert (tmp_path / "work" / "atexit-1").exists()  # atexit runs on a failing exit too
+
+
+# An object whose destructor never returns, as torch's gloo process group's may not when a DDP model is
+# freed (it joins a thread that wants the GIL its freeing thread holds). Its class is in a module of its
+# own, as torch's are: the script's globals are then in no cycle, and go as soon as nothing holds them.
+STUCK_DEL = """\
+import threading
+class Group:
+    def __del__(self):
+        threading.Event().wait()  # never set: the destructor does not return
+"""
+SCRIPT_WITH_GROUP = """\
+from group import Group
+group = Group()
+print("trained", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["", "import sys; sys.exit(0)"])
+def test_a_forked_rank_ends_without_freeing_what_the_script_left(pool, tmp_path: Path, ending: str) -> None:
+    spec = _spec(tmp_path, [sys.executable, "train.py"])
+    (tmp_path / "work" / "group.py").write_text(STUCK_DEL)
+    (tmp_path / "work" / "train.py").write_text(SCRIPT_WITH_GROUP + ending + "\n")
+    proc, lifeline = pool.take(dict(_env(), GPUFLEET_TRAINING_ID="t1"), str(spec), module=SCRIPT)
+    out: list[bytes] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(180)
+    except subprocess.TimeoutExpired:  # the ranks hang in the destructor: end them (its own process group)
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        pytest.fail("a forked rank hung after its script ended, freeing what the script left")
+    finally:
+        os.close(lifeline)
+    reader.join(30)
+    said = b"".join(out).decode()
+    assert code == exitcodes.SUCCEEDED, said
+    assert said.count("trained") == 2, said
 
 
 def test_a_script_the_warm_interpreter_cannot_run_starts_its_ranks_cold_and_says_why(pool, tmp_path: Path) -> None:

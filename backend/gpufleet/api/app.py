@@ -24,6 +24,8 @@ from gpufleet.api.docs import install_docs
 from gpufleet.api.methods import method_not_allowed
 from gpufleet.api.routes import (
     auth,
+    booking_feeds,
+    bookings,
     code,
     metrics,
     pools,
@@ -73,6 +75,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     runas.router,
     users.router,
     webhooks.router,
+    bookings.router,
+    booking_feeds.router,
     ws.router,
 )
 
@@ -101,7 +105,8 @@ def request_guards(settings: Settings) -> list[Middleware]:
     if settings.cors_origins:
         guards.insert(0, Middleware(CORSMiddleware, allow_origins=cors_origins(settings), allow_credentials=True,
                                     allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
-                                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key", PAGE_KEY_HEADER]))
+                                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key",
+                                                   PAGE_KEY_HEADER]))
     return guards
 
 
@@ -165,7 +170,7 @@ def create_app(settings: Settings | None = None, *, background: bool = False) ->
 def guarded_app(settings: Settings, *routers: APIRouter) -> FastAPI:
     """A bare app of ``routers`` behind the product's sign-in and request guards.
 
-    For measuring and testing that layer on its own (tests/auth, tests/fuzz,
+    For measuring and testing that layer on its own (tests/api/security, tests/fuzz,
     bench/auth_overhead.py): the same guards, auth routes and OpenAPI
     completion as :func:`create_app`, without its routers and background work.
     """
@@ -216,9 +221,17 @@ def start_background(settings: Settings, stop: threading.Event) -> list[threadin
     threads.append(start_scheduler(settings, stop))
     from gpufleet.jobs.notify_loop import start as start_webhooks
 
-    threads.append(start_webhooks(settings, stop))
+    threads.append(start_webhooks(settings, settings, stop))
+    from gpufleet.jobs import ckpt_uploads
     from gpufleet.jobs.pool_loop import start as start_pools
 
+    from gpufleet.ckptstore import StoreError
+    from gpufleet.config import ConfigError
+
+    try:
+        ckpt_uploads.start(settings, settings)  # the pools' checkpoints go to the store from here
+    except StoreError as exc:
+        raise ConfigError(str(exc)) from None
     threads.append(start_pools(settings, stop))
     # The memory estimate of a new training traces its model with torch. Load
     # torch while the rest starts rather than inside the first POST (about 4 s

@@ -124,10 +124,13 @@ def signed_user(settings: Settings, purpose: str, value: str, via: str) -> AuthU
             raise ValueError("no session")
     except (KeyError, ValueError):
         return "the session is not valid; sign in again"
+    if session_id is None and user_id is None:
+        return "the session is not valid; sign in again"
     with session_scope(settings) as sess:
+        owner: TokenOwner | SessionOwner | str
         if session_id is not None:
             owner = check_session(sess, session_id, key)
-        else:
+        elif user_id is not None:
             owner = check_session_owner(sess, user_id, token_id)
     return owner if isinstance(owner, str) else _owner_to_user(owner, via)
 
@@ -170,6 +173,8 @@ def peer_user(settings: Settings, peer: Peer) -> AuthUser:
                 owner = local_account_user(sess, peer.uid, run_account=settings.run_account)
     except UserError as exc:
         raise AuthError(403, str(exc)) from None
+    if owner is None:  # made on first use above: never None
+        raise AuthError(403, f"the account with uid {peer.uid} is no gpufleet user")
     return _owner_to_user(owner, "socket")
 
 

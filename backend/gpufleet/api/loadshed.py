@@ -27,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpufleet.api.fairslots import FairSlots, caller_key
 from gpufleet.api.security.asgi import is_gated, send_error
@@ -120,7 +120,7 @@ class DatabaseOutage:
             return
         started = False
 
-        async def tracking_send(message: dict) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True

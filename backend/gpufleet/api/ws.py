@@ -169,10 +169,10 @@ def _still_valid(settings: Settings, user: Any) -> str | None:
 
     with session_scope(settings) as sess:
         if getattr(user, "session_id", None) is not None:
-            owner = check_session(sess, user.session_id, None)
-        else:
-            owner = check_session_owner(sess, user.id, user.token_id)
-    return owner if isinstance(owner, str) else None
+            session_owner = check_session(sess, user.session_id, None)
+            return session_owner if isinstance(session_owner, str) else None
+        token_owner = check_session_owner(sess, user.id, user.token_id)
+    return token_owner if isinstance(token_owner, str) else None
 
 
 async def _watch_credentials(websocket: WebSocket, settings: Settings, user: Any, client: Client) -> None:

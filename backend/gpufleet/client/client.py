@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -35,10 +35,9 @@ from gpufleet.datadir import socket_candidates
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from gpufleet.wire.training_requests import TrainingBatchCreate, TrainingCreate
     from gpufleet.wire.trainings import (
-        TrainingBatchCreate,
         TrainingBatchPublic,
-        TrainingCreate,
         TrainingEventPublic,
         TrainingFilesPublic,
         TrainingMetricPublic,
@@ -61,6 +60,7 @@ from gpufleet.client.sessions import SessionCalls
 from gpufleet.client.sweeps import SweepCalls, checked
 from gpufleet.client.pools import PoolCalls
 from gpufleet.client.webhooks import WebhookCalls
+from gpufleet.client.bookings import BookingCalls
 
 if TYPE_CHECKING:
     from gpufleet.wire.auth import WhoAmI
@@ -106,7 +106,7 @@ def local_socket(server: str | None = None) -> Path | None:
     return None
 
 
-class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls, FleetCalls):
+class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, PoolCalls, FleetCalls, BookingCalls):
     """A gpufleet server's REST API.
 
     ``server`` defaults to ``$GPUFLEET_SERVER`` (else http://127.0.0.1:8000) and
@@ -160,7 +160,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,7 +218,7 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     def _post(self, model: type[M], path: str, body: BaseModel | dict[str, Any] | None = None) -> M:
         payload = body if body is None or isinstance(body, dict) else body.model_dump(mode="json", exclude_unset=True)
-        kw = {"json": payload} if payload is not None else {}
+        kw: dict[str, Any] = {"json": payload} if payload is not None else {}
         return model.model_validate(self._send("POST", path, **kw).json())
 
     # -- who am I ---------------------------------------------------------
@@ -249,7 +249,8 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
     def list_trainings(self, *, status: str | list[str] | None = None, owner: str | None = None,
                        limit: int = 50, offset: int = 0, ref: str | None = None) -> TrainingsPublic:
         """Newest first; ``data`` holds one page, ``count`` how many match (only those ``ref`` names, if given)."""
-        return self._get(wire.TrainingsPublic, f"{API}/trainings", status=[status] if isinstance(status, str) else status,
+        return self._get(wire.TrainingsPublic, f"{API}/trainings",
+                         status=[status] if isinstance(status, str) else status,
                          owner=owner, limit=limit, offset=offset, ref=ref)
 
     def training_id(self, training: TrainingRef) -> str:
@@ -283,7 +284,8 @@ class Client(CreateCalls, LogCalls, SweepCalls, WebhookCalls, SessionCalls, Pool
 
     def resume(self, training: TrainingRef, config: dict[str, Any] | None = None) -> TrainingPublic:
         """Continue an ended training from its newest checkpoint; ``config``: a recipe's fields to change."""
-        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume", {"config": config or {}})
+        return self._post(wire.TrainingPublic, f"{API}/trainings/{self.training_id(training)}/resume",
+                          {"config": config or {}})
 
     def files(self, training: TrainingRef) -> TrainingFilesPublic:
         """Its checkpoints (``checkpoints/…``) and outputs (``outputs/…``): path, size, modified."""

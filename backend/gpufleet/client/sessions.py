@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufleet import wire
+from gpufleet.devices.device import DEVICE_ENV
 from gpufleet.client.sharing import checked
 
 if TYPE_CHECKING:
@@ -21,10 +22,7 @@ API = "/api/v1/sessions"
 # What a session's shell takes from the server's answer: which GPUs it sees, and which session it is in.
 # Nothing else: PATH, LD_*, BASH_ENV, ENV, PROMPT_COMMAND, PYTHON* or GPUFLEET_SERVER from an answer would
 # decide what the shell runs, as the caller.
-SHELL_ENV = frozenset({
-    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "GPUFLEET_SESSION_ID", "GPUFLEET_TRAINING_ID",
-})
+SHELL_ENV = DEVICE_ENV | {"GPUFLEET_SESSION_ID", "GPUFLEET_TRAINING_ID"}
 
 
 def shell_env(given: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -57,7 +55,8 @@ class SessionCalls:
         return self._post(wire.SessionPublic, f"{API}/{session_id}/stop")
 
     def extend_session(self, session_id: str, hours: float) -> SessionPublic:
-        return self._post(wire.SessionPublic, f"{API}/{session_id}/extend", checked(wire.SessionExtend, "extend", hours=hours))
+        return self._post(wire.SessionPublic, f"{API}/{session_id}/extend",
+                          checked(wire.SessionExtend, "extend", hours=hours))
 
     def open_notebook(self, session_id: str, join: bool = False) -> NotebookOpen:
         """A single-use address of the session's notebook on its own origin: its owner's, or (``join``) an
@@ -72,4 +71,5 @@ class SessionCalls:
 
     def set_session_limit(self, kind: str, name: str, max_hours: float) -> SessionLimitPublic:
         body = checked(wire.SessionLimitSet, "limit", max_hours=max_hours).model_dump(mode="json")
-        return wire.SessionLimitPublic.model_validate(self._send("PUT", f"{API}/limits/{kind}/{name}", json=body).json())
+        answer = self._send("PUT", f"{API}/limits/{kind}/{name}", json=body)
+        return wire.SessionLimitPublic.model_validate(answer.json())

@@ -36,7 +36,10 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
 
 
 class SweepCalls(SharingCalls):
-    """Sweeps (and, through SharingCalls, sharing), over the methods ``Client`` provides (``_get``, ``_post``)."""
+    """Sweeps (and, through SharingCalls, sharing), over the methods ``Client`` provides (``_get``, ``_post``,
+    ``_create``)."""
+
+    _create: Any
 
     def start_sweep(self, body: SweepCreate | dict[str, Any]) -> SweepDetail:
         """Start a sweep (the body of a sweep file); its trials are queued as trainings of yours."""

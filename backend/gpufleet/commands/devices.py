@@ -4,8 +4,8 @@ Both ask a server when one is named (``--server``, ``$GPUFLEET_SERVER``) or
 this machine runs one (its socket), every host grouped
 (:mod:`gpufleet.commands.fleet_devices`). With ``--local``, or with no server
 at all, they read local detection (this machine, or the simulated fleet when
-``GPUFLEET_SIMULATE`` is set), so they work before ``serve`` has ever run. ``gpus`` is a sub-app so that other commands can
-hang under it (``gpufleet gpus drain``); with no sub-command it lists.
+``GPUFLEET_SIMULATE`` is set), so they work before ``serve`` has ever run. ``gpus`` is a sub-app so that other
+commands can hang under it (``gpufleet gpus drain``); with no sub-command it lists.
 """
 
 from __future__ import annotations

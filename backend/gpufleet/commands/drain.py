@@ -14,6 +14,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from gpufleet.commands.tables import labelled, make_console
+from gpufleet.devices.device import index_list
 
 GpuArgs = Annotated[list[int], typer.Argument(help="GPU indexes on the host, e.g. 0 3")]
 HostOpt = Annotated[str | None, typer.Option("--host", help="host name (default: this machine)")]
@@ -46,7 +47,7 @@ def _set_drained(indexes: list[int], host: str | None, drained: bool, reason: st
                   "run `gpufleet db upgrade` or set GPUFLEET_DATABASE_URL")
         raise
     verb = "drained" if drained else "undrained"
-    typer.echo(f"{verb} GPU {', '.join(map(str, indexes))} on {name}" + (f" ({reason})" if drained and reason else ""))
+    typer.echo(f"{verb} GPU {index_list(indexes, ', ')} on {name}" + (f" ({reason})" if drained and reason else ""))
     for idx, tname in result.still_running:
         typer.echo(f"GPU {idx}: training {tname} keeps running; no new training will be placed there")
 

@@ -128,11 +128,11 @@ def clear_health(
                                       help=SERVER_HELP),
 ) -> None:
     """Put a GPU marked unhealthy (fatal XID, pending row remap, ECC errors) back in scheduling (admins)."""
-    from gpufleet.commands.remote import Client, _fail
+    from gpufleet.commands.remote import Client, fail
 
     host, _, index = gpu.rpartition(":")
     if not host or not index.isdigit():
-        _fail(f"give the GPU as HOST:INDEX (e.g. node-a:3), not {gpu!r}")
+        fail(f"give the GPU as HOST:INDEX (e.g. node-a:3), not {gpu!r}")
     body = Client(server).clear_health(host, int(index))
     if body["cleared"] is None:
         typer.echo(f"GPU {body['index']} on {body['host']} had no health mark to clear (status {body['status']})")

@@ -48,7 +48,8 @@ def add_slurm(
     gpu_model: Annotated[str | None, typer.Option("--gpu-model", help="e.g. H100-80GB")] = None,
     gpu_memory: Annotated[int | None, typer.Option("--gpu-memory", min=1, max=4096, help="GiB per GPU")] = None,
     checkpoint_root: Annotated[str | None, typer.Option(
-        "--checkpoint-root", help="a folder on the cluster's shared file system this host sees at the same path")] = None,
+        "--checkpoint-root",
+        help="a folder on the cluster's shared file system this host sees at the same path")] = None,
     python: Annotated[str | None, typer.Option("--python", help="the nodes' Python with gpufleet installed")] = None,
     server: ServerOpt = None,
     as_json: JsonOpt = False,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from gpufleet.commands.trainings import _fail
+from gpufleet.commands.trainings import fail
+from gpufleet.devices.device import index_list
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -30,27 +31,28 @@ def check_fleet(c: Client, count: int, memory_bytes: int | None, host: str | Non
     gpus = page.data
     per_host = Counter(g.host for g in gpus)
     if host is not None and per_host and host not in per_host:
-        _fail(f"--host {host}: no such host; the fleet has {', '.join(sorted(per_host))}")
+        fail(f"--host {host}: no such host; the fleet has {', '.join(sorted(per_host))}")
     if gpu_ids:
         on = host or (next(iter(per_host)) if len(per_host) == 1 else None)
         have = sorted(g.index for g in gpus if g.host == on)
         missing = [i for i in gpu_ids if have and i not in have]
         if missing:
-            _fail(f"--gpu-ids: GPU {missing[0]} does not exist on host {on}; it has GPUs {','.join(map(str, have))}")
+            fail(f"--gpu-ids: GPU {missing[0]} does not exist on host {on}; it has GPUs {index_list(have)}")
     else:
         why = world_size_never_fits(count, dict(per_host), host)
         if why:
-            _fail(c.in_options(why))
+            fail(c.in_options(why))
     sizes = [g.memory_total for g in gpus if not g.drained and (host is None or g.host == host)]
     why = memory_never_fits(memory_bytes, sizes, f"host {host}" if host else "the fleet")
     if why:
-        _fail(f"--memory: {why}")
+        fail(f"--memory: {why}")
 
 
 def check_source(c: Client, ref: str, source: str) -> None:
     """``--from``: a script starts from a script training's checkpoint (a recipe's is `train --from`'s)."""
     t = c.optional(c.get_training, source)
+    # `gpufleet run` is the script kind's own command: it names that kind, as its request does.
     if t is not None and t.kind != "script":
         what = f"a {t.kind} training" + (f" of recipe {t.recipe}" if t.recipe else "")
-        _fail(f"--from {ref}: training {t.id} is {what}; `gpufleet run --from` starts from a script training's "
-              f"checkpoint (for this one: gpufleet train --recipe {t.recipe or 'NAME'} --from {str(t.id)[:8]})")
+        fail(f"--from {ref}: training {t.id} is {what}; `gpufleet run --from` starts from a script training's "
+             f"checkpoint (for this one: gpufleet train --recipe {t.recipe or 'NAME'} --from {str(t.id)[:8]})")

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.commands.tables import ServerOpt, fmt_size, labelled, make_console
+from gpufleet.devices.device import index_list
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,8 +47,8 @@ def _from_server(server: str | None, recipe: str | None, values: dict[str, Any],
         _fail(str(exc))
 
 
-def _from_database(recipe: str | None, values: dict[str, Any], memory: int | None, *, count: int, host: str | None, exclusive: bool,
-                   policy: str, max_candidates: int) -> RecommendationPublic:
+def _from_database(recipe: str | None, values: dict[str, Any], memory: int | None, *, count: int, host: str | None,
+                   exclusive: bool, policy: str, max_candidates: int) -> RecommendationPublic:
     """The same answer computed here, from the database the server uses (read only)."""
     from gpufleet.wire.selection import CandidatePublic, RecommendationPublic, estimate_public
     from gpufleet.config import ConfigError, get_settings
@@ -71,7 +72,8 @@ def _from_database(recipe: str | None, values: dict[str, Any], memory: int | Non
 
                 req = SelectionRequest(memory_bytes=memory, count=count, host=host, exclusive=exclusive,
                                        policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
-                plan = SelectionPlan(estimate=None, recommendation=recommend(req, fleet_state(sess, settings, host=host)))
+                fleet = fleet_state(sess, settings, settings, settings, settings, host=host)
+                plan = SelectionPlan(estimate=None, recommendation=recommend(req, fleet))
             else:
                 plan = plan_selection(sess, settings, recipe, values, count=count, host=host, exclusive=exclusive,
                                       policy=policy, max_candidates=max_candidates)  # type: ignore[arg-type]
@@ -198,7 +200,7 @@ def _fit(server: str | None, recipe: str, values: dict[str, Any], count: int | N
     rows = [[str(o.world_size), o.strategy, str(o.micro_batch_size), str(o.grad_accum_steps),
              fmt_size(o.memory_bytes), o.fits,
              f"pool {o.pool}" if o.pool else
-             f"{o.host}: {','.join(map(str, o.gpu_indexes))}" if o.fits == "now" else o.reason]
+             f"{o.host}: {index_list(o.gpu_indexes)}" if o.fits == "now" else o.reason]
             for o in answer.options]
     print_table(console, columns, rows, title=f"{recipe}, global batch {answer.global_batch_size}: the largest "
                                               "micro-batch per rank that fits, per layout tried")
@@ -291,7 +293,7 @@ def collapse_equal(candidates: list[Any]) -> list[tuple[Any, str, str]]:
     out = []
     for members in groups.values():
         first = members[0]
-        gpus = " | ".join(",".join(map(str, m.gpu_indexes)) for m in members)
+        gpus = " | ".join(index_list(m.gpu_indexes) for m in members)
         why = "; ".join(first.reasons)
         if len(members) > 1 and first.reasons:
             rest = "; ".join([_GPU_NAMES.sub("", first.reasons[0]), *first.reasons[1:]])

@@ -21,7 +21,8 @@ err = make_console(stderr=True)
 # The command that shows whether a change under an API path was done (its first part after /api/v1/).
 CHECK_WITH = {"pools": "gpufleet pools ls", "trainings": "gpufleet trainings ls", "sessions": "gpufleet session ls",
               "sweeps": "gpufleet sweep ls", "users": "gpufleet users ls", "tokens": "gpufleet tokens ls",
-              "groups": "gpufleet groups ls", "webhooks": "gpufleet webhooks ls"}
+              "groups": "gpufleet groups ls", "webhooks": "gpufleet webhooks ls",
+              "bookings": "gpufleet bookings ls"}
 
 
 def unanswered(exc: NoAnswer) -> str:
@@ -33,7 +34,7 @@ def unanswered(exc: NoAnswer) -> str:
     return f"{exc}; it may have been done: check with {check} before sending it again"
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
@@ -50,20 +51,20 @@ class Client(_LibraryClient):
         try:
             super().__init__(server)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         self.base = self.server
 
     def _send(self, method: str, path: str, **kw: Any) -> Any:
         try:
             return super()._send(method, path, **kw)
         except NoAnswer as exc:
-            _fail(unanswered(exc))
+            fail(unanswered(exc))
         except ServerUnreachable as exc:
-            _fail(f"{exc}; start it with `gpufleet serve` or pass --server")
+            fail(f"{exc}; start it with `gpufleet serve` or pass --server")
         except GpufleetError as exc:
             if self._lenient:
                 raise
-            _fail(self.in_options(str(exc)))
+            fail(self.in_options(str(exc)))
 
     def optional(self, call: Any, *args: Any, **kw: Any) -> Any:
         """``call(*args, **kw)``'s answer, or None when the server refuses it (a check it makes again anyway)."""
@@ -94,7 +95,7 @@ class Client(_LibraryClient):
         try:
             return super().training_id(training)
         except (UnknownTraining, AmbiguousTraining) as exc:
-            _fail(f"{option} {training}: {exc}" if option else str(exc))
+            fail(f"{option} {training}: {exc}" if option else str(exc))
 
     def call(self, method: str, path: str, **kw: Any) -> Any:
         """The JSON answer of any API call, through the same path (for commands without a typed method)."""

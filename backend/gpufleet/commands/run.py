@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpufleet.commands import preflight
-from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, follow_training, out
+from gpufleet.commands.trainings import ServerOpt, fail, connect, err, follow_training, out
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -44,7 +44,7 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
-            _fail(f"--env {item!r}: write NAME=VALUE")
+            fail(f"--env {item!r}: write NAME=VALUE")
         env[name] = value
     return env
 
@@ -53,16 +53,16 @@ def find_requirements(root: Path, given: Path | None, no_env: bool) -> str | Non
     """The requirement file to build the environment from, relative to ``root``, or None."""
     if no_env:
         if given is not None:
-            _fail("--requirements and --no-env contradict each other; give one")
+            fail("--requirements and --no-env contradict each other; give one")
         return None
     if given is not None:
         path = given.resolve()
         if not path.is_file():
-            _fail(f"--requirements {given}: no such file")
+            fail(f"--requirements {given}: no such file")
         if not path.is_relative_to(root):
-            _fail(f"--requirements {given} is outside --dir {root}; only the uploaded folder reaches the server")
+            fail(f"--requirements {given} is outside --dir {root}; only the uploaded folder reaches the server")
         if path.name == "pyproject.toml" and not (path.parent / "uv.lock").is_file():
-            _fail(f"--requirements {given}: pyproject.toml needs a uv.lock beside it (run `uv lock`)")
+            fail(f"--requirements {given}: pyproject.toml needs a uv.lock beside it (run `uv lock`)")
         return path.relative_to(root).as_posix()
     if (root / "requirements.txt").is_file():
         return "requirements.txt"
@@ -110,11 +110,11 @@ def upload(c: Client, data: bytes, said: list[str] | None = None) -> str:
 def _check_where(pool: str | None, or_pool: str | None, gpu_ids: str | None, host: str | None) -> None:
     """--pool and --or-pool leave the GPUs to the server and the pool's scheduler."""
     if pool and (gpu_ids or host):
-        _fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
-              f"{'--gpu-ids' if gpu_ids else '--host'}")
+        fail("--pool runs the script where the pool's scheduler puts it: give --gpus, and drop "
+             f"{'--gpu-ids' if gpu_ids else '--host'}")
     if or_pool and (pool or gpu_ids or host):
-        _fail("--or-pool sends the script to that pool only when the team's hosts can never hold it: drop "
-              f"{'--pool' if pool else '--gpu-ids' if gpu_ids else '--host'}")
+        fail("--or-pool sends the script to that pool only when the team's hosts can never hold it: drop "
+             f"{'--pool' if pool else '--gpu-ids' if gpu_ids else '--host'}")
 
 
 def run(
@@ -162,7 +162,7 @@ def run(
     extra_env = _parse_env(env) if env else None
     c = connect(server)
     c.options = CLI_OPTIONS
-    source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique start of one, or a name
+    source = c.training_id(from_training, "--from") if from_training else None  # an ID, a unique prefix, or a name
     if from_training and source:
         preflight.check_source(c, from_training, source)
     if not (pool or or_pool):  # a pool's nodes are its scheduler's; the server checks the request against them
@@ -205,7 +205,7 @@ def _memory(memory: str | None) -> int | None:
     try:
         return parse_memory(memory)
     except ScriptError as exc:
-        _fail(f"--memory {memory}: {str(exc).removeprefix('memory ')}")
+        fail(f"--memory {memory}: {str(exc).removeprefix('memory ')}")
 
 
 def _pack_code(directory: Path, max_mb: int, requirements: Path | None, no_env: bool) -> tuple[bytes, str | None]:
@@ -214,15 +214,15 @@ def _pack_code(directory: Path, max_mb: int, requirements: Path | None, no_env: 
 
     root = directory.resolve()
     if not root.is_dir():
-        _fail(f"--dir {directory} is not a directory")
+        fail(f"--dir {directory} is not a directory")
     try:
         data = pack(root, max_bytes=max_mb * 2**20)
     except PackTooLarge as exc:
-        _fail(str(exc))
+        fail(str(exc))
     req_file = find_requirements(root, requirements, no_env)
     if req_file and not _packed(data, req_file):
-        _fail(f"{req_file} is ignored by .gitignore or .gpufleetignore, so it would not be uploaded; "
-              "stop ignoring it, or pass --no-env")
+        fail(f"{req_file} is ignored by .gitignore or .gpufleetignore, so it would not be uploaded; "
+             "stop ignoring it, or pass --no-env")
     return data, req_file
 
 
@@ -233,9 +233,9 @@ def _placement(gpus: int | None, gpu_ids: str | None, host: str | None, memory: 
         try:
             body["gpu_ids"] = [int(x) for x in gpu_ids.split(",") if x.strip()]
         except ValueError:
-            _fail(f"--gpu-ids {gpu_ids!r}: write GPU indexes like 0,1")
+            fail(f"--gpu-ids {gpu_ids!r}: write GPU indexes like 0,1")
         if gpus is not None and gpus != len(body["gpu_ids"]):
-            _fail(f"--gpus {gpus} does not match --gpu-ids {gpu_ids}")
+            fail(f"--gpus {gpus} does not match --gpu-ids {gpu_ids}")
     else:
         body["world_size"] = gpus or 1
     if host:

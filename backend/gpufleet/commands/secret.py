@@ -48,7 +48,7 @@ def secret_rotate(
     value = _new_secret()
     if target is not None:
         _write_secret(target, value)  # before the sessions end: a file we cannot write changes nothing
-    ended = users._run(end_sessions)
+    ended = users.run_in_session(end_sessions)
     err.print(f"ended {ended} dashboard session(s): every browser must sign in again (API tokens keep working)",
               highlight=False)
     if target is not None:

@@ -175,7 +175,8 @@ def register_this_host(settings: Settings) -> str:
     if not gpus and settings.redis_url:
         # The API machine of a fleet: its workers register the GPU hosts; an
         # empty host here would only show as a GPU host with no GPUs.
-        return f"host {settings.host_name}: no GPUs, so not registered as a GPU host (each GPU host runs `gpufleet worker`)"
+        return (f"host {settings.host_name}: no GPUs, so not registered as a GPU host "
+                "(each GPU host runs `gpufleet worker`)")
     inv = register_host(settings)
     log_gpu_topology(detect_topology(settings, gpus))
     if not gpus:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from gpufleet.commands.tables import Column, ServerOpt, WideOpt, labelled, make_console, print_lines, print_table
+from gpufleet.devices.device import index_list
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -71,7 +72,7 @@ def _show(s: dict[str, Any], as_json: bool) -> None:
         return
     rows = [("id", s["id"]), ("name", s["name"]), ("owner", s["owner"]), ("mode", s["mode"]),
             ("status", s["status"] + (f" ({s['end_reason']})" if s["end_reason"] else "")),
-            ("gpus", f"{s['gpus']}" + (f" on {s['host']}: {','.join(map(str, s['gpu_ids'] or []))}"
+            ("gpus", f"{s['gpus']}" + (f" on {s['host']}: {index_list(s['gpu_ids'] or [])}"
                                        if s["host"] else "")),
             ("time limit", f"{s['hours']:g}h" + (f", ends {s['ends_at']}" if s["ends_at"] else ""))]
     for key, label in (("wait_reason", "waiting"), ("status_reason", "reason"), ("idle_warned_at", "idle warned"),
@@ -124,7 +125,8 @@ def _wait(client: Client, sid: str, poll_s: float = 1.0) -> Any:
 
 @session_app.command("ls")
 def ls(
-    status: Annotated[list[str] | None, typer.Option("--status", help="repeatable: queued, running, stopped, ...")] = None,
+    status: Annotated[list[str] | None,
+                      typer.Option("--status", help="repeatable: queued, running, stopped, ...")] = None,
     owner: Annotated[str | None, typer.Option("--owner")] = None,
     all_: Annotated[bool, typer.Option("--all", help="also sessions that ended")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 50,
@@ -226,13 +228,11 @@ def shell(ctx: typer.Context, ref: SessionArg, server: ServerOpt = None) -> None
         _fail(f"cannot run {argv[0]!r}: {exc}")
 
 
-# The variables a session's GPUs are made visible by, per runtime (as gpufleet.interactive.launch sets them).
-VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
-
-
 def visible_gpus(env: dict[str, str]) -> str:
     """``GPUs 0,2`` (as nvidia-smi numbers them) from the session's environment."""
-    ids = next((env[name] for name in VISIBLE if env.get(name)), "")
+    from gpufleet.devices.device import visible_value
+
+    ids = visible_value(env)
     return f"GPU{'s' if ',' in ids else ''} {ids}" if ids else "no GPU"
 
 

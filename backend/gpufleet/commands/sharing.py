@@ -56,7 +56,7 @@ def groups_create(name: Annotated[str, typer.Argument(help="lowercase group name
     """Create an empty group."""
     from gpufleet.users.groups import create_group
 
-    users._run(lambda sess: create_group(sess, name))
+    users.run_in_session(lambda sess: create_group(sess, name))
     err.print(f"created group {name}; add people with `gpufleet groups add {name} USER`", highlight=False)
 
 
@@ -66,14 +66,14 @@ def groups_list() -> None:
     """List groups, their members and quotas."""
     from gpufleet.users.groups import list_groups
 
-    views = users._run(list_groups, write=False)
+    views = users.run_in_session(list_groups, write=False)
 
     def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:g}"
 
-    users._emit(("name", "members", "max GPUs", "GPU-hours/week", "max priority"),
-                [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week),
-                  fmt(v.limits.max_priority)) for v in views])
+    users.emit_table(("name", "members", "max GPUs", "GPU-hours/week", "max priority"),
+                     [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week),
+                       fmt(v.limits.max_priority)) for v in views])
     if not views:
         err.print("no groups yet; create one with `gpufleet groups create NAME`")
 
@@ -83,7 +83,7 @@ def groups_delete(name: str) -> None:
     """Delete a group and its quota (its users stay)."""
     from gpufleet.users.groups import delete_group
 
-    users._run(lambda sess: delete_group(sess, name))
+    users.run_in_session(lambda sess: delete_group(sess, name))
     err.print(f"deleted group {name}", highlight=False)
 
 
@@ -99,7 +99,7 @@ def groups_add(name: str, members: Annotated[list[str], typer.Argument(help="use
         for m in members:
             add_member(sess, name, m)
 
-    users._run(work)
+    users.run_in_session(work)
     err.print(f"added {', '.join(members)} to group {name}", highlight=False)
 
 
@@ -108,7 +108,7 @@ def groups_remove(name: str, member: str) -> None:
     """Take a user out of a group."""
     from gpufleet.users.groups import remove_member
 
-    users._run(lambda sess: remove_member(sess, name, member))
+    users.run_in_session(lambda sess: remove_member(sess, name, member))
     err.print(f"removed {member} from group {name}", highlight=False)
 
 
@@ -125,7 +125,7 @@ def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = N
                         max_priority=_number("--max-priority", max_priority, int, have.max_priority))
         return set_group_quota(sess, name, limits, set_by=_admin_here())
 
-    done = users._run(work)
+    done = users.run_in_session(work)
     err.print(f"group {name}: {_describe(done)}", highlight=False)
 
 
@@ -145,7 +145,7 @@ def users_set_quota(
                         _number("--max-priority", max_priority, int, have.max_priority))
         return set_user_quota(sess, name, limits, set_by=_admin_here())
 
-    done = users._run(work)
+    done = users.run_in_session(work)
     err.print(f"user {name}: {_describe(done)}, share {done.share:g}", highlight=False)
 
 
@@ -199,7 +199,8 @@ def _usage_from_server(server: str | None, by: str, first: str | None, last: str
 
 def usage(
     by: Annotated[str, typer.Option("--by", help="user, group or training")] = "user",
-    first: Annotated[str | None, typer.Option("--from", help="first UTC day, YYYY-MM-DD (default 6 days before --to)")] = None,
+    first: Annotated[str | None,
+                     typer.Option("--from", help="first UTC day, YYYY-MM-DD (default 6 days before --to)")] = None,
     last: Annotated[str | None, typer.Option("--to", help="last UTC day, YYYY-MM-DD (default today)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON for scripts")] = False,
     server: ServerOpt = None,
@@ -214,10 +215,11 @@ def usage(
         return
     # Beside the team's hosts, what ran on Slurm pools (part of held; Slurm reports no utilisation).
     pools = any(r.get("gpu_seconds_pool") for r in report["data"])
-    users._emit(("day", by, "GPU-hours held", "GPU-hours used", "trainings", *(["of held, on pools"] if pools else [])),
-                [(r["day"], _row_name(r), f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
-                  str(r["trainings"]), *([f"{r.get('gpu_hours_pool', 0):.2f}"] if pools else []))
-                 for r in report["data"]])
+    users.emit_table(("day", by, "GPU-hours held", "GPU-hours used", "trainings",
+                      *(["of held, on pools"] if pools else [])),
+                     [(r["day"], _row_name(r), f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
+                       str(r["trainings"]), *([f"{r.get('gpu_hours_pool', 0):.2f}"] if pools else []))
+                      for r in report["data"]])
     if not report["data"]:
         err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)
 

@@ -29,7 +29,8 @@ def _has_display() -> bool:
 
 
 def open_dashboard(
-    server: Annotated[str | None, typer.Option(help="server URL (default: this machine's server, through its socket)")] = None,
+    server: Annotated[str | None,
+                      typer.Option(help="server URL (default: this machine's server, through its socket)")] = None,
     browser: Annotated[bool, typer.Option(help="open the link in a browser (when this session has a display)")] = True,
 ) -> None:
     """Print (and open) a single-use link that signs a browser in to the dashboard as you."""
@@ -47,7 +48,8 @@ def open_dashboard(
 
 
 def whoami(
-    server: Annotated[str | None, typer.Option(help="server URL (default: this machine's server, through its socket)")] = None,
+    server: Annotated[str | None,
+                      typer.Option(help="server URL (default: this machine's server, through its socket)")] = None,
 ) -> None:
     """Who the server takes you for: your user, its role, and how you were recognised."""
     from gpufleet.commands.remote import Client

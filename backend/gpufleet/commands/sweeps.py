@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from gpufleet.commands.tables import Column, WideOpt, fmt_loss, print_table
-from gpufleet.commands.trainings import ServerOpt, _fail, connect, err, out
+from gpufleet.commands.trainings import ServerOpt, fail, connect, err, out
+from gpufleet.devices.device import index_list
 
 sweep_app = typer.Typer(help="Sweeps: many trials of one recipe or script, searched and stopped early.",
                         no_args_is_help=True)
@@ -37,11 +38,11 @@ def _script_code(c: Any, body: dict[str, Any], base: Path, said: list[str]) -> N
         return
     root = (base / str(script.pop("dir", "."))).resolve()
     if not root.is_dir():
-        _fail(f"script.dir {root} is not a directory")
+        fail(f"script.dir {root} is not a directory")
     try:
         data = pack(root)
     except PackTooLarge as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if "requirements" not in script:
         script["requirements"] = find_requirements(root, None, False)
     script["code"] = upload(c, data, said)  # "already on the server" is said once the sweep is accepted
@@ -60,20 +61,28 @@ def start(
     try:
         body = read_sweep_file(file)
     except InvalidRequest as exc:
-        _fail(str(exc))
+        fail(str(exc))
     c, said = connect(server), []
     _script_code(c, body, file.resolve().parent, said)
     try:
         sweep = c.start_sweep(body)
     except InvalidRequest as exc:
-        _fail(f"{file}: {exc}")
+        fail(f"{file}: {exc}")
     for note in said:
         err.print(note, highlight=False)
     if as_json:
         print(json.dumps(sweep.model_dump(mode="json"), indent=2))
         return
-    out.print(f"sweep {sweep.id} started: {sweep.total_trials} trials, {sweep.parallel} at a time "
+    out.print(f"sweep {sweep.id} started: {_at_once(sweep.total_trials, sweep.parallel)} "
               f"(`gpufleet sweep show {sweep.id}`)", highlight=False)
+
+
+def _at_once(total: int, parallel: int) -> str:
+    """How many trials run at once, in words: "all at once" when ``parallel`` is not below the trial count."""
+    trials = f"{total} trial{'' if total == 1 else 's'}"
+    if parallel >= total:
+        return trials if total == 1 else f"{trials}, all at once"
+    return f"{trials}, {parallel} at a time"
 
 
 LS_COLUMNS = (Column("ID"), Column("NAME", shorten=True, min_width=10), Column("OWNER", drop=2), Column("STATUS"),
@@ -122,7 +131,7 @@ def show(sweep: SweepArg, server: ServerOpt = None, as_json: JsonOpt = False, wi
         out.print(s.status_reason, highlight=False)
     rows = [[str(t.number), " ".join(f"{k}={v}" for k, v in t.params.items()), t.state,
              "-" if t.metric is None else fmt_loss(t.metric), _rung(t), f"{t.step or 0}/{t.max_steps or '?'}",
-             f"{t.host}:{','.join(map(str, t.gpu_ids))}" if t.host and t.gpu_ids else "-",
+             f"{t.host}:{index_list(t.gpu_ids)}" if t.host and t.gpu_ids else "-",
              str(t.training_id or "-")[:8], t.reason or "-"] for t in s.trials]
     print_table(out, TRIAL_COLUMNS, rows, wide=wide)
     if s.best is not None:
@@ -150,6 +159,6 @@ def _resolve(c: Any, ref: str) -> str:
     rows = c.sweeps(limit=500).data
     found = [str(r.id) for r in rows if str(r.id).startswith(key)] or [str(r.id) for r in rows if r.name == ref]
     if len(found) != 1:
-        _fail(f"no sweep's ID or name matches {ref!r} (`gpufleet sweep ls` lists them)" if not found else
-              f"{ref!r} matches {len(found)} sweeps ({', '.join(f[:8] for f in found[:5])}); give more of the ID")
+        fail(f"no sweep's ID or name matches {ref!r} (`gpufleet sweep ls` lists them)" if not found else
+             f"{ref!r} matches {len(found)} sweeps ({', '.join(f[:8] for f in found[:5])}); give more of the ID")
     return found[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.cells import cell_len
@@ -124,7 +124,8 @@ def draw_plain(fitted: Fitted, *, color: bool) -> str | None:
         return f"\x1b[1m{text}\x1b[0m" if color and text else text
 
     last = len(columns) - 1
-    head = " " + " ".join((bold(" ") if j else "") + bold(_fit_cell(c.header, w, c.justify)) + (bold(" ") if j < last else "")
+    head = " " + " ".join((bold(" ") if j else "") + bold(_fit_cell(c.header, w, c.justify))
+                          + (bold(" ") if j < last else "")
                           for j, (c, w) in enumerate(zip(columns, widths, strict=True))) + " "
     blank = " " * fitted.width
     rule = " " + "─" * (fitted.width - 2) + " "
@@ -322,3 +323,12 @@ def fmt_size(n: float | None) -> str:
 def fmt_loss(x: float | None) -> str:
     """A loss to four significant digits (``0.01235``, ``1.235e-05``); ``-`` when none."""
     return "-" if x is None else f"{x:.4g}"
+
+
+def progress_text(t: dict[str, Any]) -> str:
+    """``step/total`` as a person reads it: a finished run that counted its steps from 0 (``range(N)``)
+    reports ``N-1`` last, and is ``N/N``, not one short."""
+    step, total = t.get("step") or 0, t.get("max_steps")
+    if t.get("status") == "succeeded" and total and step == total - 1:
+        step = total
+    return f"{step}/{total or '?'}"

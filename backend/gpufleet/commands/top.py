@@ -21,6 +21,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from gpufleet.commands.tables import Column, ServerOpt, WideOpt, fit_table, fmt_size, labelled, make_console
+from gpufleet.workkinds import noun
 
 if TYPE_CHECKING:
     from gpufleet.client import Client
@@ -50,7 +51,8 @@ def _holder(gpu: dict[str, Any], trainings: dict[str, dict[str, Any]]) -> Text:
     job = gpu.get("job_id")
     if job:
         t = trainings.get(job, {})
-        what = "session " if t.get("kind") == "session" else ""
+        called = noun(t.get("kind"))
+        what = "" if called == "training" else f"{called} "  # a training goes unnamed; a session says so
         parts.append(Text(f"{what}{t.get('name', job[:8])} ({t.get('owner', '?')})", style="bold cyan"))
         if t.get("max_steps"):
             parts[-1] += Text(f" step {t.get('step', 0)}/{t['max_steps']}", style="cyan")
@@ -122,7 +124,8 @@ def render(body: dict[str, Any], server: str, bar_width: int = BAR_WIDTH, width:
             rows.append([
                 str(g["index"]), name,
                 bar(None if u is None else u / 100, bar_width) + Text(f" {u:3.0f}%" if u is not None else "    –"),
-                bar(mem_frac, bar_width) + Text(f" {mu / GIB:4.1f}/{mt / GIB:.0f} GiB" if mem_frac is not None else "  –"),
+                bar(mem_frac, bar_width)
+                + Text(f" {mu / GIB:4.1f}/{mt / GIB:.0f} GiB" if mem_frac is not None else "  –"),
                 "–" if temp is None else f"{temp:.0f}°C", power, _holder(g, trainings),
             ])
         fitted = fit_table(TOP_COLUMNS, rows, width, wide=wide, title=host)

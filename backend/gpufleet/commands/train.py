@@ -38,19 +38,31 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
+# The options whose declarations take more than a line of the signature.
+GpusOpt = Annotated[int | None, typer.Option(
+    "--gpus", min=1, max=1024, help="On a server: how many GPUs (one rank each), chosen by the server.")]
+HostOpt = Annotated[str | None, typer.Option(
+    "--host", help="On a server: the host whose GPUs --gpu-ids names (a fleet of several hosts needs it).")]
+NameOpt = Annotated[str | None, typer.Option(
+    "--name", help="On a server: the training's name (default: recipe and time).")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, repeatable; wins over --config.")]
+PoolOpt = Annotated[str | None, typer.Option(
+    "--pool", help="On a server: run in this pool (a Slurm partition, `gpufleet pools ls`) instead of the team's "
+                   "hosts.")]
+
+
 def train(
     recipe: Annotated[str, typer.Option(help="Recipe name (gpufleet.recipes entry point), e.g. sae or mlp.")] = "sae",
     local: Annotated[bool, typer.Option("--local", help="Run here in the foreground instead of on a server.")] = False,
     gpu_ids: Annotated[str | None, typer.Option("--gpu-ids", help="GPUs: 0,1 or cuda:0,cuda:1 (hip:N, xpu:N).")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", min=1, max=1024,
-                                             help="On a server: how many GPUs (one rank each), chosen by the server.")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="On a server: the host whose GPUs --gpu-ids names (a fleet of several hosts needs it).")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="On a server: the training's name (default: recipe and time).")] = None,
+    gpus: GpusOpt = None,
+    host: HostOpt = None,
+    name: NameOpt = None,
     follow: Annotated[bool, typer.Option(help="On a server: follow the training until it ends.")] = True,
     devices: Annotated[str | None, typer.Option("--devices", help="'cpu' to train on CPU ranks.")] = None,
     world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks with --devices cpu.")] = 1,
     config: Annotated[Path | None, typer.Option("--config", help="YAML file of config fields.")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="FIELD=VALUE, repeatable; wins over --config.")] = None,
+    set_: SetOpt = None,
     checkpoint_dir: Annotated[Path | None, typer.Option(help="Where step-N/ checkpoints go.")] = None,
     data_root: Annotated[Path | None, typer.Option(help="Root that data_path is relative to.")] = None,
     resume: Annotated[bool, typer.Option(help="Resume from the newest checkpoint in checkpoint-dir.")] = True,
@@ -70,8 +82,7 @@ def train(
     from_training: Annotated[str | None, typer.Option(
         "--from", help="On a server: start from this training's newest checkpoint, with its config and your "
                        "--config/--set changes.")] = None,
-    pool: Annotated[str | None, typer.Option("--pool", help="On a server: run in this pool (a Slurm partition, "
-                                                            "`gpufleet pools ls`) instead of the team's hosts.")] = None,
+    pool: PoolOpt = None,
     or_pool: Annotated[str | None, typer.Option(
         "--or-pool", help="On a server: the team's hosts, or this pool when they can never hold the training "
                           "(more GPUs or memory than any of them has).")] = None,
@@ -96,7 +107,8 @@ def train(
                                               "(or --devices cpu --world-size N) instead, or drop --local")
         device_list = parse_devices(gpu_ids or devices or "cpu", gpus or world_size)
         if gpu_ids and world_size != 1 and world_size != len(device_list):
-            raise TrainingConfigError("world_size", f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
+            raise TrainingConfigError("world_size",
+                                      f"--world-size {world_size} does not match {len(device_list)} GPU id(s)")
         resolved.batch_layout(len(device_list))
     except TrainingConfigError as exc:
         _fail(str(exc))

@@ -12,8 +12,8 @@ from gpufleet.commands.tables import fmt_size
 from gpufleet.commands.trainings import (
     ServerOpt,
     TrainingArg,
-    _dump,
-    _fail,
+    dump,
+    fail,
     connect,
     follow_training,
     out,
@@ -31,7 +31,7 @@ def _parse_sets(items: list[str]) -> dict[str, object]:
     try:
         return parse_overrides(items)
     except TrainingConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     return {}
 
 
@@ -45,17 +45,17 @@ def resume(
 ) -> None:
     """Continue a cancelled, failed, reclaimed or finished training from its newest checkpoint (same training)."""
     c = connect(server)
-    t = _dump(c.resume(c.training_id(training_id), _parse_sets(set_) if set_ else None))
+    t = dump(c.resume(c.training_id(training_id), _parse_sets(set_) if set_ else None))
     out.print(f"{t['id']}: {t['status']} — {t['status_reason']}", highlight=False, soft_wrap=True)
     if follow:
-        raise typer.Exit(follow_training(c, t["id"], offset=_dump(c.log_chunk(t["id"], tail=0))["next_offset"]))
+        raise typer.Exit(follow_training(c, t["id"], offset=dump(c.log_chunk(t["id"], tail=0))["next_offset"]))
 
 
 @trainings_app.command("files")
 def files(training_id: TrainingArg, server: ServerOpt = None) -> None:
     """List a training's checkpoints and outputs (its owner and admins)."""
     c = connect(server)
-    page = _dump(c.files(c.training_id(training_id)))
+    page = dump(c.files(c.training_id(training_id)))
     for f in page["data"]:
         print(f"{fmt_size(f['size']):>10}  {f['modified'][:19]}  {f['path']}")
     if not page["data"]:
@@ -75,26 +75,28 @@ def download(
 
     c = connect(server)
     training_id = c.training_id(training_id)
-    wanted = [path] if path else _newest_checkpoint(_dump(c.files(training_id))["data"])
+    wanted = [path] if path else _newest_checkpoint(dump(c.files(training_id))["data"])
     if not wanted:
-        _fail(f"training {training_id} has no checkpoint yet (`gpufleet trainings files {training_id}` lists "
-              "its files)")
+        fail(f"training {training_id} has no checkpoint yet (`gpufleet trainings files {training_id}` lists "
+             "its files)")
     for p in wanted:
         dest = output / p if output.is_dir() else output
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             got = c.download(training_id, p, dest)
         except GpufleetError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         out.print(f"{p} -> {got}", highlight=False)
 
 
 def _newest_checkpoint(listed: list[dict]) -> list[str]:
-    """The newest entry directly under checkpoints/ (a file, or a step-N/ folder's files)."""
+    """The newest entry directly under checkpoints/ (a file, or a step-N/ folder's files); with none there,
+    the newest in the checkpoint store (store/…)."""
+    folder = "checkpoints" if any(f["path"].startswith("checkpoints/") for f in listed) else "store"
     tops: dict[str, tuple[str, list[str]]] = {}
     for f in listed:
         parts = f["path"].split("/")
-        if parts[0] != "checkpoints" or len(parts) < 2:
+        if parts[0] != folder or len(parts) < 2:
             continue
         newest, paths = tops.get(parts[1], ("", []))
         tops[parts[1]] = (max(newest, f["modified"]), [*paths, f["path"]])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -21,10 +21,12 @@ from gpufleet.commands.tables import (
     labelled,
     fmt_loss,
     fmt_size,
+    progress_text,
     make_console,
     print_lines,
     print_table,
 )
+from gpufleet.devices.device import index_list
 
 if TYPE_CHECKING:
     from gpufleet.commands.remote import Client
@@ -42,7 +44,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(trainings_app, name="trainings")
 
 
-def _fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
@@ -54,7 +56,7 @@ def connect(server: str | None) -> Client:
     return Client(server)
 
 
-def _dump(model: Any) -> dict[str, Any]:
+def dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json")
 
 
@@ -71,9 +73,9 @@ def _host(t: dict[str, Any]) -> str:
 
 def _gpus(t: dict[str, Any]) -> str:
     if t.get("hosts"):
-        return "+".join(",".join(map(str, h["gpu_ids"])) for h in t["hosts"])
+        return "+".join(index_list(h["gpu_ids"]) for h in t["hosts"])
     if t.get("gpu_ids"):
-        return ",".join(map(str, t["gpu_ids"]))
+        return index_list(t["gpu_ids"])
     return f"auto×{t['world_size']}"
 
 
@@ -94,7 +96,7 @@ def ls(
     page = connect(server).request("GET", f"{API}/trainings", params={k: v for k, v in params.items() if v})
     rows = [
         [t["id"], t["name"], t["owner"], t["status"], _host(t), _gpus(t),
-         f"{t['step']}/{t['max_steps'] or '?'}", t["status_reason"] or t["wait_reason"] or ""]
+         progress_text(t), t["status_reason"] or t["wait_reason"] or ""]
         for t in page["data"]
     ]
     if out.is_terminal:
@@ -128,7 +130,7 @@ def show_fields(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("status", t["status"] + (f" — {t['status_reason']}" if t["status_reason"] else "")),
         ("waiting", t["wait_reason"] or "-"), ("host", _host(t)), ("gpus", _gpus(t)),
         ("ranks", f"{t['world_size']}, DDP" if t["distributed"] else f"{t['world_size']}, not distributed"),
-        ("step", f"{t['step']}/{t['max_steps'] or '?'}  loss {fmt_loss(t['last_loss'])}"),
+        ("step", f"{progress_text(t)}  loss {fmt_loss(t['last_loss'])}"),
         ("restarts", f"{t['restarts']}/{t['max_restarts']} (attempt {t['attempt']})"),
         ("sharing", sharing_line(t)),
         ("checkpoint", t["last_checkpoint"] or "-"),
@@ -143,7 +145,7 @@ def selection_line(selection: dict[str, Any] | None) -> str:
     if not selection:
         return "-"
     chosen = selection.get("chosen")
-    parts = [f"GPUs {', '.join(map(str, chosen))}" if chosen else "no GPUs yet"]
+    parts = [f"GPUs {index_list(chosen, ', ')}" if chosen else "no GPUs yet"]
     if selection.get("by"):
         parts.append(f"by {selection['by']}")
     text = " ".join(parts)
@@ -172,35 +174,42 @@ def host_lines(t: dict[str, Any], rank_times: list[float] | None) -> list[tuple[
         if rank_times and ranks and ranks[-1] < len(rank_times):
             times = "  step " + " ".join(f"r{r}={rank_times[r] * 1e3:.0f}ms" for r in ranks)
         out.append((f"host {h['node_rank']}", f"{h['host']}: ranks {ranks[0]}-{ranks[-1]} on GPUs "
-                    f"{','.join(map(str, h['gpu_ids']))} ({h['status']}){times}" + (
+                    f"{index_list(h['gpu_ids'])} ({h['status']}){times}" + (
                         f" — {h['message']}" if h.get("message") else "")))
     return out
 
 
 @trainings_app.command("show")
 def show(training_id: TrainingArg, server: ServerOpt = None,
-         as_json: Annotated[bool, typer.Option("--json", help="print the training as JSON")] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json", help="print the training as JSON")] = False,
+         events_shown: Annotated[int, typer.Option("--events", min=0, help="how many of the newest events to list "
+                                                   "(0: all of them)")] = 10) -> None:
     """One training: GPUs, host(s), estimate and reasons, restarts, newest checkpoint, recent events."""
     c = connect(server)
     training_id = c.training_id(training_id)
-    t = _dump(c.get_training(training_id))
+    t = dump(c.get_training(training_id))
     if as_json:
         print(json.dumps(t, indent=2))
         return
     extra: list[tuple[str, str]] = []
     if t.get("hosts"):
-        steps = [m for m in _dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
+        steps = [m for m in dump(c.metrics(training_id, max_points=50))["data"] if m.get("rank_step_times")]
         extra = host_lines(t, steps[-1]["rank_step_times"] if steps else None)
     # Long values fold under themselves; a checkpoint path stays whole so it can be copied.
     print_lines(out, show_fields(t) + extra, label=True, whole=("checkpoint",))
-    events = [_dump(e) for e in c.events(training_id)][-10:]
-    print_lines(out, [(f"  #{e['seq']}", e["time"][:19], e["kind"], e["reason"] or "") for e in events])
+    events = [dump(e) for e in c.events(training_id)]
+    shown = events[-events_shown:] if events_shown else events
+    if len(shown) < len(events):
+        out.print(f"events: the newest {len(shown)} of {len(events)} (--events 0 lists all)", highlight=False)
+    elif events:
+        out.print(f"events: all {len(events)}", highlight=False)
+    print_lines(out, [(f"  #{e['seq']}", e["time"][:19], e["kind"], e["reason"] or "") for e in shown])
 
 
 @trainings_app.command("cancel")
 def cancel(training_id: TrainingArg, server: ServerOpt = None) -> None:
     """Cancel a training (idempotent): a queued one leaves the queue, a running one is stopped."""
-    t = _dump(connect(server).cancel(training_id))
+    t = dump(connect(server).cancel(training_id))
     state = "cancel requested; stopping every rank" if t.get("stopping") else t["status"]
     out.print(f"{t['id']}: {state}")
 
@@ -215,7 +224,7 @@ def logs(
     """Print the training's log (launcher and every rank); --follow shows a progress bar too."""
     c = connect(server)
     training_id = c.training_id(training_id)
-    chunk = _dump(c.log_chunk(training_id, tail=tail))
+    chunk = dump(c.log_chunk(training_id, tail=tail))
     sys.stdout.write(chunk["text"])
     sys.stdout.flush()
     if follow:
@@ -233,10 +242,10 @@ def follow_training(c: Client, training_id: str, offset: int = 0, poll_s: float 
                   console=err, transient=True) as bar:
         task = bar.add_task("queued", total=None)
         while True:
-            t = _dump(c.get_training(training_id))
-            chunk = _dump(c.log_chunk(training_id, offset=offset))
+            t = dump(c.get_training(training_id))
+            chunk = dump(c.log_chunk(training_id, offset=offset))
             if chunk["next_offset"] < offset:  # the log was shortened to stay bounded
-                chunk = _dump(c.log_chunk(training_id, offset=0))
+                chunk = dump(c.log_chunk(training_id, offset=0))
             if chunk["text"]:
                 bar.console.print(chunk["text"], end="", markup=False, highlight=False, soft_wrap=True)
             offset = chunk["next_offset"]
@@ -267,8 +276,8 @@ def submit(body: dict[str, Any], *, server: str | None = None, follow: bool = Tr
     try:
         request = TrainingCreate.model_validate(body)
     except ValidationError as exc:
-        _fail(c.in_options(describe_detail(exc.errors(include_url=False))))
-    t = _dump(c.create_training(request))
+        fail(c.in_options(describe_detail(exc.errors(include_url=False))))
+    t = dump(c.create_training(request))
     out.print(f"submitted {t['id']} ({t['name']}) to {c.base}")
     if not follow:
         return 0

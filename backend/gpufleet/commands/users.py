@@ -49,7 +49,7 @@ def _session(write: bool = True):
     return write_session(settings, settings.cli_busy_timeout_s) if write else session_scope(settings)
 
 
-def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def emit_table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     """A table on a terminal; tab-separated lines for scripts (`| cut -f2`)."""
     if out.is_terminal:
         table = Table(*headers)
@@ -61,7 +61,7 @@ def _emit(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         print("\t".join(row))
 
 
-def _run(fn, write: bool = True):
+def run_in_session(fn, write: bool = True):
     from gpufleet.db.session import is_locked
     from gpufleet.users.accounts import UserError
 
@@ -94,7 +94,7 @@ def users_add(
         add_user(sess, name, role)
         return create_token(sess, name) if token else None
 
-    created = _run(work)
+    created = run_in_session(work)
     err.print(f"added user {name} ({role})", highlight=False)
     if created is not None:
         _print_token(created)
@@ -116,8 +116,8 @@ def users_list() -> None:
                  "all (admin)" if u.role == "admin" else ",".join(p for p in PERMISSIONS if getattr(u, p)) or "-")
                 for u in list_users(sess)]
 
-    rows = _run(work, write=False)
-    _emit(
+    rows = run_in_session(work, write=False)
+    emit_table(
         ("name", "role", "state", "live tokens", "created", "permissions"),
         [
             (name, role, "disabled" if disabled else "active", str(count), f"{created:%Y-%m-%d %H:%M}", granted)
@@ -131,7 +131,7 @@ def users_list() -> None:
 def _set_disabled(name: str, disabled: bool) -> None:
     from gpufleet.users.accounts import set_disabled
 
-    _run(lambda sess: set_disabled(sess, name, disabled))
+    run_in_session(lambda sess: set_disabled(sess, name, disabled))
     state = "disabled: its tokens and sessions no longer work" if disabled else "enabled"
     err.print(f"user {name} {state}", highlight=False)
 
@@ -153,14 +153,14 @@ def users_set_role(name: str, role: Annotated[str, typer.Argument(help="admin | 
     """Change a user's role."""
     from gpufleet.users.accounts import set_role
 
-    _run(lambda sess: set_role(sess, name, role))
+    run_in_session(lambda sess: set_role(sess, name, role))
     err.print(f"user {name} is now {role}", highlight=False)
 
 
 def _set_permission(name: str, permission: str, allowed: bool) -> None:
     from gpufleet.users.accounts import PERMISSIONS, set_permission
 
-    _run(lambda sess: set_permission(sess, name, permission, allowed))
+    run_in_session(lambda sess: set_permission(sess, name, permission, allowed))
     err.print(f"user {name} {'may now' if allowed else 'may no longer'} {PERMISSIONS[permission]}", highlight=False)
 
 
@@ -190,7 +190,7 @@ def users_map(
 
     if (unix is None) == (not clear):
         _fail("give --unix ACCOUNT, or --clear")
-    _run(lambda sess: set_mapping(sess, name, unix, force=force, by=f"the CLI (uid {os.getuid()})"))
+    run_in_session(lambda sess: set_mapping(sess, name, unix, force=force, by=f"the CLI (uid {os.getuid()})"))
     if unix is None:
         err.print(f"user {name}'s trainings run as the Unix account {name} if it exists, else the run account",
                   highlight=False)
@@ -220,7 +220,7 @@ def tokens_create(
     """Create an API token for a user and print it (once)."""
     from gpufleet.users.tokens import create_token
 
-    _print_token(_run(lambda sess: create_token(sess, user, name, expires_days)))
+    _print_token(run_in_session(lambda sess: create_token(sess, user, name, expires_days)))
 
 
 @tokens_app.command("ls")
@@ -238,21 +238,23 @@ def tokens_list(user: Annotated[str | None, typer.Option("--user", help="only th
     def fmt(d) -> str:
         return f"{d:%Y-%m-%d %H:%M}" if d else "-"
 
-    _emit(
+    emit_table(
         ("id", "prefix", "user", "name", "created", "expires", "state", "last used"),
         [
             (tid, prefix, owner, label, fmt(created), fmt(expires), "revoked" if revoked else "live", fmt(used))
-            for tid, prefix, owner, label, created, expires, revoked, used in _run(work, write=False)
+            for tid, prefix, owner, label, created, expires, revoked, used in run_in_session(work, write=False)
         ],
     )
 
 
 @tokens_app.command("revoke")
-def tokens_revoke(ident: Annotated[str, typer.Argument(help="token id or prefix (see `gpufleet tokens list`)")]) -> None:
+def tokens_revoke(
+    ident: Annotated[str, typer.Argument(help="token id or prefix (see `gpufleet tokens list`)")],
+) -> None:
     """Revoke a token; sessions opened with it end too."""
     from gpufleet.users.tokens import revoke_token
 
-    prefix = _run(lambda sess: revoke_token(sess, ident).prefix)
+    prefix = run_in_session(lambda sess: revoke_token(sess, ident).prefix)
     err.print(f"token {prefix}… revoked", highlight=False)
 
 

@@ -32,7 +32,8 @@ def _client(server: str | None):
 @webhooks_app.command("add")
 def add(
     url: Annotated[str, typer.Argument(help="where to POST: an http:// or https:// URL")],
-    format: Annotated[str, typer.Option("--format", help="json (signed, generic) or slack (Slack/Mattermost)")] = "json",  # noqa: A002
+    format: Annotated[str,  # noqa: A002
+                      typer.Option("--format", help="json (signed, generic) or slack (Slack/Mattermost)")] = "json",
     events: Annotated[str | None, typer.Option(
         "--events", help="comma-separated, e.g. training_failed,session_ready (default: all)")] = None,
     server: ServerOpt = None,

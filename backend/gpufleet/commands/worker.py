@@ -16,9 +16,12 @@ def register(app: typer.Typer) -> None:
 
 
 def worker(
-    host_name: Annotated[str | None, typer.Option("--host-name", help="this host's name in the fleet (default: GPUFLEET_HOST_NAME or the hostname)")] = None,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="trainings supervised at once")] = None,
-    agent: Annotated[bool, typer.Option(help="also run the telemetry agent (inventory, heartbeat, GPU samples)")] = True,
+    host_name: Annotated[str | None, typer.Option(
+        "--host-name", help="this host's name in the fleet (default: GPUFLEET_HOST_NAME or the hostname)")] = None,
+    concurrency: Annotated[int | None,
+                           typer.Option("--concurrency", min=1, help="trainings supervised at once")] = None,
+    agent: Annotated[bool,
+                     typer.Option(help="also run the telemetry agent (inventory, heartbeat, GPU samples)")] = True,
 ) -> None:
     """Run this host's worker: consumes the queue host.<name>, runs trainings on this host's GPUs."""
     import threading

@@ -9,9 +9,11 @@ Each section is a class of its own module here (``StoreSettings`` in
 ``store.py``, ``ApiSettings`` in ``api.py``, …) and :class:`Settings` is all of
 them at once, so a variable keeps its one flat name (``GPUFLEET_RETENTION_DAYS``)
 and the environment is read and checked once per process. A package is given
-its sections: its functions take ``settings: TelemetrySettings`` (or the
-sections it names), and :data:`READS` lists the sections each package may read;
-``tests/test_settings_sections.py`` holds every package's code to that list.
+its sections: its functions take ``settings: TelemetrySettings`` (one parameter
+per section where they read several), and :data:`READS` lists the sections each
+package may be given; ``tests/test_settings_sections.py`` reads every function's
+annotations and holds each package to that list, with the whole ``Settings``
+only in the processes' assemblers (:data:`ASSEMBLERS`) and entry points.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gpufleet.config.checkpoints import CheckpointStoreSettings
 from gpufleet.config.api import DEFAULT_SECRET, LOOPBACK_HOSTS, ApiSettings, is_loopback_address
 from gpufleet.config.code import CodeSettings
 from gpufleet.config.host import GPUConfig, HostSettings, NVLinkConfig, parse_simulate_spec
@@ -37,13 +40,14 @@ from gpufleet.secretfiles import ConfigError, SecretFilesSource
 from gpufleet.yamlsource import YamlSource
 
 __all__ = [
-    "ASSEMBLERS", "DEFAULT_SECRET", "LOOPBACK_HOSTS", "READS", "SECTIONS", "ApiSettings", "CodeSettings", "ConfigError",
+    "ASSEMBLERS", "DEFAULT_SECRET", "LOOPBACK_HOSTS", "READS", "SECTIONS", "ApiSettings", "CheckpointStoreSettings",
+    "CodeSettings", "ConfigError",
     "GPUConfig", "HostSettings", "NVLinkConfig", "SchedulerSettings", "SessionSettings", "Settings",
     "StoreSettings", "TelemetrySettings", "WebhookSettings", "WorkerSettings", "get_settings",
     "is_loopback_address", "load_settings", "parse_simulate_spec", "reset_settings_cache",
 ]
 
-# The sections, by the name docs/configuration.md groups the variables under.
+# The sections, by the name README.md's Configuration section groups the variables under.
 SECTIONS: dict[str, type] = {
     "store": StoreSettings,
     "api": ApiSettings,
@@ -54,6 +58,7 @@ SECTIONS: dict[str, type] = {
     "telemetry": TelemetrySettings,
     "webhooks": WebhookSettings,
     "sessions": SessionSettings,
+    "checkpoints": CheckpointStoreSettings,
 }
 
 # The sections each package of gpufleet reads. The processes' assemblers (api, cli, commands) read them all;
@@ -64,19 +69,22 @@ READS: dict[str, tuple[str, ...]] = {
     "events": ("store",),
     "devices": ("host", "store"),
     "telemetry": ("telemetry", "host", "store", "code"),
-    "notify": ("webhooks",),
+    "notify": ("webhooks", "store"),
+    "users": ("store",),
     "scheduling": ("scheduler", "telemetry", "host", "worker", "store"),
     "trainings": ("code", "worker", "scheduler", "store"),
-    "interactive": ("sessions", "scheduler", "code", "store"),
+    "interactive": ("sessions", "scheduler", "code", "store", "telemetry"),
     "pools": ("worker", "code", "store"),
     "sweeps": ("store",),
-    "jobs": ("worker", "code", "host", "sessions", "webhooks", "store"),
+    "bookings": ("scheduler", "store"),
+    "ckptstore": ("checkpoints",),
+    "jobs": ("worker", "code", "host", "sessions", "webhooks", "store", "checkpoints"),
 }
 ASSEMBLERS = ("api", "cli", "commands")
 
 
 class Settings(StoreSettings, ApiSettings, HostSettings, SchedulerSettings, WorkerSettings, CodeSettings,
-               TelemetrySettings, WebhookSettings, SessionSettings, BaseSettings):
+               TelemetrySettings, WebhookSettings, SessionSettings, CheckpointStoreSettings, BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUFLEET_",
         env_nested_delimiter="__",

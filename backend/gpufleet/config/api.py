@@ -91,7 +91,7 @@ def is_loopback_address(host: str) -> bool:
         infos = socket.getaddrinfo(text, None)
     except (OSError, UnicodeError):
         return False
-    addresses = {info[4][0].split("%", 1)[0] for info in infos}
+    addresses = {str(info[4][0]).split("%", 1)[0] for info in infos}
     try:
         return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
     except ValueError:

@@ -18,6 +18,10 @@ class WorkerSettings(BaseModel):
     db_outage_grace_s: float = Field(default=180.0, ge=0, le=3600)
     # How long a stopping worker, or a preemption, gives the ranks to checkpoint before it kills them.
     stop_grace_s: float = Field(default=60.0, gt=0, le=3600)
+    # How long the processes of work on a share may hold more of the GPU than its budget (NVML's per-process
+    # memory, read every share_sample_s) before the worker stops them alone (gpufleet.jobs.share_watch).
+    share_over_s: float = Field(default=2.0, gt=0, le=600)
+    share_sample_s: float = Field(default=0.5, ge=0.05, le=60)
     # How long the ranks of a training across hosts wait for each other.
     rendezvous_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     log_max_bytes: int = Field(default=20 * 1024 * 1024, ge=4096)

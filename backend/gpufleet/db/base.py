@@ -17,4 +17,4 @@ class Base(DeclarativeBase):
     pass
 
 
-Base.metadata.naming_convention = NAMING  # type: ignore[assignment]
+Base.metadata.naming_convention = NAMING

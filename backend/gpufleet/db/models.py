@@ -368,3 +368,4 @@ from gpufleet.db.sweeps import Sweep, SweepTrial  # noqa: E402,F401
 from gpufleet.db.idempotency import IdempotencyKey  # noqa: E402,F401
 from gpufleet.db.gang import GangMember, GangRendezvous  # noqa: E402,F401
 from gpufleet.db.pools import Pool, PoolJob  # noqa: E402,F401
+from gpufleet.db.bookings import Booking, BookingFeed, BookingGPU  # noqa: E402,F401

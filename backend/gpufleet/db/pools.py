@@ -2,7 +2,9 @@
 
 A training sent to a pool is an ordinary row of ``trainings`` (``trainings.pool``
 names the pool); ``pool_jobs`` keeps one row per attempt: the job the pool's
-scheduler knows it by, and the state and reason it last reported.
+scheduler knows it by, and the state (in gpufleet's words) and reason it last
+reported. A pool's own settings are its kind's (``options``, checked by the
+kind: gpufleet.pools.place).
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from typing import Any
+
 from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, UniqueConstraint, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpufleet.db.base import Base
-from gpufleet.db.types import UTCDateTime, utcnow
-
-POOL_KINDS = ("slurm",)
+from gpufleet.db.types import JSONDoc, UTCDateTime, utcnow
 
 
 class Pool(Base):
@@ -25,8 +27,8 @@ class Pool(Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     kind: Mapped[str] = mapped_column(String(16), default="slurm")
-    partition: Mapped[str] = mapped_column(String(255))
-    account: Mapped[str | None] = mapped_column(String(255))
+    # The kind's own settings, as its ``options`` checked them (Slurm: partition, account).
+    options: Mapped[dict[str, Any]] = mapped_column(JSONDoc, default=dict)
     gpus_per_node: Mapped[int | None] = mapped_column(Integer)
     gpu_model: Mapped[str | None] = mapped_column(String(255))
     gpu_memory: Mapped[int | None] = mapped_column(BigInteger)  # bytes per GPU
@@ -47,8 +49,9 @@ class PoolJob(Base):
     attempt: Mapped[int] = mapped_column(Integer)
     job_id: Mapped[str] = mapped_column(String(64))
     account: Mapped[str] = mapped_column(String(64))  # the Unix account it was submitted as
-    # The pool's own word for the job (PENDING, RUNNING, COMPLETED ...) and its reason.
-    state: Mapped[str] = mapped_column(String(32), default="PENDING", index=True)
+    # The job's state in gpufleet's words (gpufleet.pools.place.JOB_STATES: pending, running, completed ...),
+    # and the pool's own code for why it waits (Slurm's "Resources").
+    state: Mapped[str] = mapped_column(String(32), default="pending", index=True)
     reason: Mapped[str | None] = mapped_column(Text)
     nodes: Mapped[str | None] = mapped_column(Text)
     exit_code: Mapped[int | None] = mapped_column(Integer)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -74,11 +74,29 @@ def make_engine(url: str, **kw) -> Engine:
     return create_engine(url, pool_pre_ping=True, **kw)
 
 
+_made: list[Engine] = []  # what get_engine made, for forget_engines
+
+
 @lru_cache(maxsize=8)
 def get_engine(url: str, pool_size: int = 10, max_overflow: int = 20, pool_timeout: float = 30.0) -> Engine:
     if url.startswith("sqlite"):
-        return make_engine(url)
-    return make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout)
+        engine = make_engine(url)
+    else:
+        engine = make_engine(url, pool_size=pool_size, max_overflow=max_overflow, pool_timeout=pool_timeout)
+    _made.append(engine)
+    return engine
+
+
+def forget_engines() -> None:
+    """Close every engine ``get_engine`` made and forget them.
+
+    Their pooled connections close now rather than when the collector finds the engine; a process
+    that goes through many databases (the test suite: one per test) otherwise holds a socket for
+    each, past the 1024 that ``select()`` can watch.
+    """
+    get_engine.cache_clear()
+    while _made:
+        _made.pop().dispose()
 
 
 def engine_for(settings: StoreSettings) -> Engine:
@@ -122,6 +140,17 @@ def session_scope(settings: StoreSettings) -> Iterator[Session]:
     """A session that commits on success and rolls back on error."""
     with _committing(session_factory(settings)()) as sess:
         yield sess
+
+
+def rows_changed(result: Result) -> int:
+    """How many rows the UPDATE or DELETE that gave ``result`` changed.
+
+    ``Session.execute`` types every result as a plain ``Result``; a statement's that changes rows is a
+    ``CursorResult``, which counts them.
+    """
+    if not isinstance(result, CursorResult):
+        raise TypeError(f"a {type(result).__name__} counts no changed rows: an UPDATE's or a DELETE's result does")
+    return result.rowcount
 
 
 def is_locked(exc: BaseException) -> bool:

@@ -27,7 +27,9 @@ ACTIVE_STATUSES: tuple[TrainingStatus, ...] = ("scheduled", "running")
 FINAL_STATUSES: tuple[FinalStatus, ...] = get_args(FinalStatus)
 
 # A sweep: running -> succeeded (a best trial) | failed (no trial completed) | cancelled
-SWEEP_STATUSES = ("running", "succeeded", "failed", "cancelled")
+SweepStatus = Literal["running", "succeeded", "failed", "cancelled"]
 # A trial. running: its training is queued or runs; rung: it stopped at a rung and waits for the decision;
 # pruned: stopped early (its checkpoint stays); complete: ran every step.
-TRIAL_STATES = ("running", "rung", "pruned", "complete", "failed", "cancelled")
+TrialState = Literal["running", "rung", "pruned", "complete", "failed", "cancelled"]
+SWEEP_STATUSES: tuple[SweepStatus, ...] = get_args(SweepStatus)
+TRIAL_STATES: tuple[TrialState, ...] = get_args(TrialState)

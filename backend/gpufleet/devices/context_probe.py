@@ -103,12 +103,13 @@ def probe_one(nvml: Any, index: int, timeout_s: float = 120.0, device: str = "cu
 def probe_contexts(nvml: Any, gpus: Sequence[GPUInfo]) -> dict[int, int]:
     """One probe per GPU model among the healthy CUDA GPUs; each GPU of that model gets its figure."""
     by_model: dict[str | None, int | None] = {}
-    out = {}
+    out: dict[int, int] = {}
     for g in gpus:
         if g.backend != "cuda" or not g.healthy:
             continue
         if g.name not in by_model:
             by_model[g.name] = probe_one(nvml, g.device_id)
-        if by_model[g.name] is not None:
-            out[g.index] = by_model[g.name]
+        figure = by_model[g.name]
+        if figure is not None:
+            out[g.index] = figure
     return out

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpufleet.devices.types import GPUInfo
+from gpufleet.devices.types import Backend, GPUInfo, Vendor
 from gpufleet.devices.xpusmi import XpuSmiRunner, detect_with
 
 log = logging.getLogger(__name__)
@@ -145,12 +145,12 @@ def detect_intel(start_index: int, xpusmi: XpuSmiRunner | None) -> list[GPUInfo]
     return [_from_probe(start_index + i, "xpu", "intel", d) for i, d in enumerate(probed)]
 
 
-def _from_probe(index: int, backend: str, vendor: str, d: dict[str, Any]) -> GPUInfo:
+def _from_probe(index: int, backend: Backend, vendor: Vendor, d: dict[str, Any]) -> GPUInfo:
     return GPUInfo(
         index=index,
-        backend=backend,  # type: ignore[arg-type]
+        backend=backend,
         device_id=int(d.get("device_id", index)),
-        vendor=vendor,  # type: ignore[arg-type]
+        vendor=vendor,
         name=d.get("name"),
         uuid=d.get("uuid"),
         pci_bus_id=d.get("pci_bus_id"),
@@ -162,7 +162,8 @@ def _from_probe(index: int, backend: str, vendor: str, d: dict[str, Any]) -> GPU
 
 
 # amdsmi status codes that mean the GPU itself is gone, not one field.
-AMDSMI_FATAL_STATUS = {6: "AMDSMI_STATUS_DRM_ERROR", 31: "AMDSMI_STATUS_NOT_FOUND", 34: "AMDSMI_STATUS_DRIVER_NOT_LOADED"}
+AMDSMI_FATAL_STATUS = {6: "AMDSMI_STATUS_DRM_ERROR", 31: "AMDSMI_STATUS_NOT_FOUND",
+                       34: "AMDSMI_STATUS_DRIVER_NOT_LOADED"}
 
 
 def amdsmi_fatal(exc: BaseException) -> bool:

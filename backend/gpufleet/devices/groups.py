@@ -198,8 +198,8 @@ def log_gpu_topology(
     """Log how gpufleet sees this machine's GPUs; return the same facts as a dict."""
     lg = logger or log
     group = target if isinstance(target, DeviceGroup) else None
-    if group is not None:
-        gpus, topology = list(group.gpus), group.topology
+    if isinstance(target, DeviceGroup):
+        gpus, topology = list(target.gpus), target.topology
     elif isinstance(target, Topology):
         gpus, topology = list(target.gpus), target
     else:

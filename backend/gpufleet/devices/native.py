@@ -29,7 +29,7 @@ class NativeBackend:
     @cached_property
     def amdsmi(self) -> Any | None:
         try:
-            import amdsmi  # type: ignore[import-not-found]
+            import amdsmi
         except Exception:  # noqa: BLE001 - not installed, or installed without ROCm's libamd_smi.so
             return None
         return amdsmi

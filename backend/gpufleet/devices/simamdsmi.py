@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import gpufleet.devices.simspecs as simspecs
 import gpufleet.devices.simstate as simstate
@@ -118,10 +118,11 @@ class SimAmdSmi:
     AmdSmiException = AmdSmiException
     AmdSmiLibraryException = AmdSmiLibraryException
     AmdSmiParameterException = AmdSmiParameterException
-    AmdSmiInitFlags = AmdSmiInitFlags
-    AmdSmiMemoryType = AmdSmiMemoryType
-    AmdSmiTemperatureType = AmdSmiTemperatureType
-    AmdSmiTemperatureMetric = AmdSmiTemperatureMetric
+    # Aliases, not variables: the method annotations below name these enums.
+    AmdSmiInitFlags: TypeAlias = AmdSmiInitFlags
+    AmdSmiMemoryType: TypeAlias = AmdSmiMemoryType
+    AmdSmiTemperatureType: TypeAlias = AmdSmiTemperatureType
+    AmdSmiTemperatureMetric: TypeAlias = AmdSmiTemperatureMetric
 
     def __init__(self, spec: str, state_dir: Path, host_name: str = "localhost") -> None:
         self.spec, self.state_dir, self.host_name = spec, Path(state_dir), host_name

@@ -9,6 +9,7 @@ timeout passes, then raises ``NVMLError_Timeout`` as NVML does.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,8 @@ class SimEventsMixin:
     """The event functions; the class using it provides ``state_dir``, ``_check_init`` and ``_dev``."""
 
     state_dir: Any
-
+    _check_init: Callable[[], None]
+    _dev: Callable[[Any, str], tuple[Any, Any]]
 
     def nvmlEventSetCreate(self) -> SimEventSet:
         self._check_init()

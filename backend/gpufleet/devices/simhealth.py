@@ -28,20 +28,20 @@ CODEC_SAMPLING_US = 167_000
 def set_row_remaps(target: simstate.StateTarget, gpu_index: int, correctable: int = 0, uncorrectable: int = 0,
                    pending: bool = False, failure: bool = False) -> None:
     """What ``nvmlDeviceGetRemappedRows`` answers for the GPU: (correctable, uncorrectable, pending, failure)."""
-    simstate._check_gpu(gpu_index)
+    simstate.check_gpu(gpu_index)
     if correctable < 0 or uncorrectable < 0:
         raise ValueError("remapped row counts must be >= 0")
-    with simstate._mutate(target) as state:
+    with simstate.mutate(target) as state:
         state.ecc.setdefault(gpu_index, {}).update(
             remap_corrected=int(correctable), remap_uncorrected=int(uncorrectable),
             remap_pending=int(bool(pending)), remap_failure=int(bool(failure)))
 
 
 def set_pcie_replays(target: simstate.StateTarget, gpu_index: int, replays: int) -> None:
-    simstate._check_gpu(gpu_index)
+    simstate.check_gpu(gpu_index)
     if replays < 0:
         raise ValueError("the PCIe replay count must be >= 0")
-    with simstate._mutate(target) as state:
+    with simstate.mutate(target) as state:
         state.ecc.setdefault(gpu_index, {})["pcie_replay"] = int(replays)
 
 

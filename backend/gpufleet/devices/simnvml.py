@@ -1,8 +1,8 @@
 """A simulated NVML: the ``pynvml`` API over a fleet described by settings.
 
 The simulated device backend's ``nvml``
-(:class:`~gpufleet.devices.simulated.SimulatedBackend`) is a :class:`SimNVML`. It is a module-like object: the same function
-names, signatures and return shapes as ``pynvml`` (``.total/.free/.used``,
+(:class:`~gpufleet.devices.simulated.SimulatedBackend`) is a :class:`SimNVML`. It is a module-like object: the
+same function names, signatures and return shapes as ``pynvml`` (``.total/.free/.used``,
 ``.gpu/.memory``, ``.pid/.usedGpuMemory``, ``.busId``…), the same constants,
 and the real ``pynvml.NVMLError`` subclasses, so ``except
 pynvml.NVMLError_NotSupported`` works on both. Code that reads GPUs runs the
@@ -35,9 +35,9 @@ import gpufleet.devices.simspecs as simspecs
 import gpufleet.devices.simstate as simstate
 from gpufleet.devices.simevents import NO_INSTANCE, SimEventsMixin, SimHandle
 from gpufleet.devices.simhealth import SimHealthMixin
+from gpufleet.devices.simlimits import DRIVER_VERSION, SimLimitsMixin  # noqa: F401 - read here by callers
 from gpufleet.devices.simmetrics import BASELINE_USED, read_gpu
 
-DRIVER_VERSION = "560.35.03"
 CUDA_DRIVER_VERSION = 12060
 
 _LEVELS = {
@@ -61,7 +61,7 @@ def _error_code(reason: str) -> int:
     return getattr(pynvml, "NVML_ERROR_" + reason.upper())
 
 
-class SimNVML(SimHealthMixin, SimEventsMixin):
+class SimNVML(SimLimitsMixin, SimHealthMixin, SimEventsMixin):
     """The simulated ``pynvml`` for one fleet (spec, topology, state dir, host)."""
 
     def __init__(self, spec: str, topology: str, state_dir: Any, host_name: str = "localhost"):
@@ -112,13 +112,9 @@ class SimNVML(SimHealthMixin, SimEventsMixin):
         if self._refcount <= 0:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
 
-    def nvmlSystemGetDriverVersion(self) -> str:
-        self._check_init()
-        return DRIVER_VERSION
-
     def nvmlSystemGetNVMLVersion(self) -> str:
         self._check_init()
-        return f"12.{DRIVER_VERSION}"
+        return f"12.{self.nvmlSystemGetDriverVersion()}"
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         self._check_init()

@@ -71,7 +71,8 @@ KNOWN_MODELS: dict[str, ModelSpec] = {
     "RX7900XTX": ModelSpec("amd", "AMD Radeon RX 7900 XTX", 24, None, 355, 2500, 100, 2500, 0, False, 0x744C1002),
     "A770": ModelSpec("intel", "Intel(R) Arc(TM) A770 Graphics", 16, None, 225, 2400, 300, 2000, 0, False, 0x56A08086),
     "A750": ModelSpec("intel", "Intel(R) Arc(TM) A750 Graphics", 8, None, 225, 2400, 300, 2000, 0, False, 0x56A18086),
-    "MAX1550": ModelSpec("intel", "Intel(R) Data Center GPU Max 1550", 128, None, 600, 1600, 300, 3200, 0, True, 0x0BD58086),
+    "MAX1550": ModelSpec("intel", "Intel(R) Data Center GPU Max 1550", 128, None, 600, 1600, 300, 3200, 0, True,
+                         0x0BD58086),
 }
 
 _VENDOR_ORDER = {"nvidia": 0, "amd": 1, "intel": 2}

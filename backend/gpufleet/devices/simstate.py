@@ -8,7 +8,7 @@ so readers never lock and never see half a file.
 
 GPU numbers are fleet indexes (``GPUInfo.index``), for NVIDIA GPUs the NVML index.
 
-Public API (every function takes ``Settings`` or the state directory):
+Public API (every function takes the store's settings, ``StoreSettings``, or the state directory):
 
 - foreign processes: :func:`add_foreign_process`, :func:`remove_foreign_process`
 - gpufleet training processes: :func:`register_process`,
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.devices.simmemory import modeled
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ REFUSABLE_FIELDS = (
 
 PROCESS_KINDS = ("compute", "graphics")
 
-StateTarget = Settings | Path | str
+StateTarget = StoreSettings | Path | str
 
 
 @dataclass
@@ -129,7 +129,7 @@ class SimState:
 
 
 def state_dir(target: StateTarget) -> Path:
-    if isinstance(target, Settings):
+    if isinstance(target, StoreSettings):
         return target.sim_state_dir
     return Path(target)
 
@@ -173,7 +173,7 @@ def read_state(target: StateTarget) -> SimState:
 
 
 @contextlib.contextmanager
-def _mutate(target: StateTarget) -> Iterator[SimState]:
+def mutate(target: StateTarget) -> Iterator[SimState]:
     """Read-modify-write under an exclusive lock, then replace the file atomically."""
     d = state_dir(target)
     d.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def _mutate(target: StateTarget) -> Iterator[SimState]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _check_gpu(gpu_index: int) -> None:
+def check_gpu(gpu_index: int) -> None:
     if not isinstance(gpu_index, int) or isinstance(gpu_index, bool) or gpu_index < 0:
         raise ValueError(f"gpu_index must be an integer >= 0, got {gpu_index!r}")
 
@@ -247,11 +247,11 @@ def add_foreign_process(
 
     Without ``pid`` a simulated pid is chosen that no real process can have.
     """
-    _check_gpu(gpu_index)
+    check_gpu(gpu_index)
     used_memory = _check_memory(used_memory)
     if kind not in PROCESS_KINDS:
         raise ValueError(f"kind must be one of {PROCESS_KINDS}, got {kind!r}")
-    with _mutate(target) as state:
+    with mutate(target) as state:
         if pid is None:
             pid = state.next_pid
             state.next_pid += 1
@@ -262,7 +262,7 @@ def add_foreign_process(
 
 def remove_foreign_process(target: StateTarget, pid: int) -> bool:
     """Take a foreign process off every GPU; False if it was not there."""
-    with _mutate(target) as state:
+    with mutate(target) as state:
         before = len(state.foreign)
         state.foreign = [p for p in state.foreign if p.pid != pid]
         return len(state.foreign) != before
@@ -283,9 +283,9 @@ def register_process(
     Registering the same ``(gpu_index, pid)`` again updates it. Readers ignore the entry once
     ``pid`` has exited, so a killed rank never leaves phantom memory behind.
     """
-    _check_gpu(gpu_index)
+    check_gpu(gpu_index)
     used_memory = _check_memory(used_memory)
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.gpufleet = [p for p in state.gpufleet if not (p.pid == pid and p.gpu_index == gpu_index)]
         state.gpufleet.append(
             SimProcess(pid, gpu_index, used_memory, name, None, "compute", False, training_id, context, rank)
@@ -294,7 +294,7 @@ def register_process(
 
 def unregister_process(target: StateTarget, gpu_index: int | None, pid: int) -> None:
     """Forget gpufleet process ``pid`` on ``gpu_index`` (``None``: on every GPU)."""
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.gpufleet = [
             p
             for p in state.gpufleet
@@ -338,39 +338,39 @@ def refuse_field(target: StateTarget, gpu_index: int, field_name: str, reason: s
     ``no_permission``, ``unknown``, ``timeout``… (``NVML_ERROR_<REASON>``).
     Detection then reports that field as ``None``.
     """
-    _check_gpu(gpu_index)
+    check_gpu(gpu_index)
     if field_name not in REFUSABLE_FIELDS:
         raise ValueError(f"unknown field {field_name!r}; one of {', '.join(REFUSABLE_FIELDS)}")
     names = _nvml_error_names()
     if reason not in names or reason == "success":
         raise ValueError(f"unknown NVML error {reason!r}; e.g. not_supported, no_permission, unknown")
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.refused.setdefault(gpu_index, {})[field_name] = reason
 
 
 def allow_field(target: StateTarget, gpu_index: int, field_name: str) -> None:
     """Undo :func:`refuse_field`."""
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.refused.get(gpu_index, {}).pop(field_name, None)
 
 
 def lose_gpu(target: StateTarget, gpu_index: int) -> None:
     """The GPU falls off the bus: every NVML call on it raises ``NVMLError_GpuIsLost``."""
-    _check_gpu(gpu_index)
-    with _mutate(target) as state:
+    check_gpu(gpu_index)
+    with mutate(target) as state:
         state.lost.add(gpu_index)
 
 
 def set_idle(target: StateTarget, gpu_index: int, idle: bool = True) -> None:
     """The processes on a GPU hold their memory but run nothing: its utilization reads 0
     (a notebook left open, a job waiting on I/O). ``idle=False`` makes them work again."""
-    _check_gpu(gpu_index)
-    with _mutate(target) as state:
+    check_gpu(gpu_index)
+    with mutate(target) as state:
         (state.idle.add if idle else state.idle.discard)(gpu_index)
 
 
 def restore_gpu(target: StateTarget, gpu_index: int) -> None:
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.lost.discard(gpu_index)
 
 
@@ -380,10 +380,10 @@ def inject_xid(target: StateTarget, gpu_index: int, xid: int = 79) -> int:
     Event sets that registered for ``nvmlEventTypeXidCriticalError`` receive it
     from ``nvmlEventSetWait_v2``. Returns the event's sequence number.
     """
-    _check_gpu(gpu_index)
+    check_gpu(gpu_index)
     if not isinstance(xid, int) or xid <= 0:
         raise ValueError(f"xid must be a positive integer, got {xid!r}")
-    with _mutate(target) as state:
+    with mutate(target) as state:
         seq = (state.xids[-1]["seq"] + 1) if state.xids else 1
         state.xids.append({"seq": seq, "gpu": gpu_index, "xid": xid, "time": time.time()})
         # Keep the file small: only recent events matter to waiting samplers.
@@ -393,8 +393,8 @@ def inject_xid(target: StateTarget, gpu_index: int, xid: int = 79) -> int:
 
 def set_ecc_errors(target: StateTarget, gpu_index: int, corrected: int = 0, uncorrected: int = 0) -> None:
     """Set a GPU's ECC error counters (what ``nvmlDeviceGetTotalEccErrors`` returns)."""
-    _check_gpu(gpu_index)
+    check_gpu(gpu_index)
     if corrected < 0 or uncorrected < 0:
         raise ValueError("ECC error counts must be >= 0")
-    with _mutate(target) as state:
+    with mutate(target) as state:
         state.ecc.setdefault(gpu_index, {}).update(corrected=int(corrected), uncorrected=int(uncorrected))

@@ -13,7 +13,7 @@ FSDP (``"ddp"`` / ``"fsdp"``) by changing that one argument. Under
 environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``);
 the device is ``LOCAL_RANK``'s GPU, or the CPU (gloo) when there is none.
 Device handling, wrapping and checkpoint state are gpufleet's own
-(``devices.ops``, ``training.distributed``, ``training.checkpoint``).
+(``devices.ops``, ``engine.distributed``, ``engine.checkpoint``).
 
 ``loss_fn(model, batch)`` returns the loss tensor or a dict with ``loss`` and
 other (detached) metrics, as a recipe's does. Gradients are averaged over

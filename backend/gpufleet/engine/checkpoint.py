@@ -34,7 +34,7 @@ _ATTEMPT: int | None = None
 
 
 def set_attempt(attempt: int | None) -> None:
-    """Fence this process's checkpoint writes by ``attempt`` (see ``training.fence``)."""
+    """Fence this process's checkpoint writes by ``attempt`` (see ``engine.fence``)."""
     global _ATTEMPT
     _ATTEMPT = attempt
 

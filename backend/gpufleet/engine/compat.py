@@ -4,7 +4,7 @@ Newer torch APIs are used only where the installed torch has them; each check
 reads the real signature once (``inspect.signature``), never a version string,
 so a backport or a nightly is judged by what it offers. Everything that builds
 keyword arguments for a torch wrapper builds them here, where
-``tests/engine/test_compat.py`` checks them against the installed torch.
+``tests/training/test_compat.py`` checks them against the installed torch.
 """
 
 from __future__ import annotations

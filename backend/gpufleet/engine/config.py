@@ -158,7 +158,8 @@ class TrainConfig(BaseModel):
             raise ValueError(f"must be a number, got {value!r}")
         lists = [typing.get_args(a)[0] for a in args if typing.get_origin(a) in (list, tuple) and typing.get_args(a)]
         items = [typing.get_args(i)[0] if typing.get_origin(i) is Annotated else i for i in lists]
-        if isinstance(value, list) and any(i in (int, float) for i in items) and any(isinstance(v, bool) for v in value):
+        if isinstance(value, list) and any(i in (int, float) for i in items) \
+                and any(isinstance(v, bool) for v in value):
             raise ValueError(f"must be a list of numbers, got {value!r}")
         if isinstance(value, (int, float)) and not isinstance(value, bool) and str in args:
             return str(value)
@@ -211,7 +212,8 @@ class TrainConfig(BaseModel):
                 p.add("data_path", "must be a path under the data root, or null for synthetic data")
             longest = max((len(part) for part in self.data_path.split("/")), default=0)
             if longest > MAX_PATH_PART_CHARS:
-                p.add("data_path", f"has a part of {longest} characters; file and folder names have at most {MAX_PATH_PART_CHARS}")
+                p.add("data_path", f"has a part of {longest} characters; file and folder names have at most "
+                                   f"{MAX_PATH_PART_CHARS}")
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
         """(micro_batch_size per rank, grad_accum_steps) for ``world_size`` ranks.

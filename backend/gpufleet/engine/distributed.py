@@ -21,8 +21,10 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from gpufleet.devices.ops import backend_ops
+from gpufleet.engine import rankenv
 from gpufleet.engine.config import TrainingConfigError, TrainConfig
 from gpufleet.engine.data import BadDataError
+from gpufleet.rankpath.gpufleet_share import cap
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
@@ -115,6 +117,8 @@ class DistributedTrainer:
         self.device = torch.device(self.devices[rank])
         ops = backend_ops(self.device)
         ops.set_device()
+        if ops.is_accelerator and (share := rankenv.share_mb()) is not None:
+            cap(share, torch)  # before the recipe's first line: an overrun is this rank's OutOfMemoryError
         if clock is not None:
             if ops.is_accelerator:
                 torch.zeros(1, device=self.device)  # the context is made on first use: make it now

@@ -94,13 +94,19 @@ class Fault:
 
 @dataclass
 class Hold:
-    """Every rank waits before step ``step`` until ``path`` exists or a stop is asked for."""
+    """Every rank waits before step ``step`` until ``path`` exists or a stop is asked for.
+
+    A training resumed at that very step waited there already (a stop at the hold checkpoints at it), so its
+    next attempt goes on, as one that resumed past it does."""
 
     step: int
     path: str
+    start: int | None = None  # the step this process began at
 
     def before_step(self, trainer: Any) -> None:
-        if trainer.step == self.step:
+        if self.start is None:
+            self.start = trainer.step
+        if trainer.step == self.step and not 0 < self.start == self.step:
             while not os.path.exists(self.path) and not trainer.should_stop():
                 time.sleep(0.05)
 

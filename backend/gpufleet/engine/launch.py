@@ -199,7 +199,8 @@ def _check_devices(spec: LaunchSpec, run_devices: list[str]) -> None:
     mod = getattr(torch, kind, None)
     count = mod.device_count() if mod is not None and mod.is_available() else 0
     if count < spec.world_size:
-        raise TrainingConfigError("devices", f"{spec.devices} asked for, but only {count} {kind} device(s) are usable here")
+        raise TrainingConfigError("devices",
+                                  f"{spec.devices} asked for, but only {count} {kind} device(s) are usable here")
 
 
 def run(spec: LaunchSpec, echo: Any = None) -> int:

@@ -191,7 +191,8 @@ class RankSync:
             self.average(model)
 
     def average(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
-        """Replace parameters (and floating buffers; with ``optimizer``, its state too) by their mean over every rank."""
+        """Replace parameters (and floating buffers; with ``optimizer``, its state too) by their mean over every
+        rank."""
         tensors = [t for t in list(model.parameters()) + list(model.buffers()) if t.is_floating_point()]
         if optimizer is not None:
             for p in model.parameters():

@@ -61,6 +61,13 @@ def visible_devices(names: tuple[str, ...]) -> dict[str, str]:
     return {k: os.environ[k] for k in names if k in os.environ}
 
 
+def share_mb() -> int | None:
+    """The share of its GPU's memory this rank was given (MB), None for a whole GPU."""
+    from gpufleet.rankpath.gpufleet_share import share_of
+
+    return share_of(os.environ)
+
+
 def drill(name: str) -> str | None:
     """The raw value of a drill variable (``FAULT_ENV``, ``HOLD_ENV``, ``SPEED_ENV``), None when unset."""
     return os.environ.get(name) or None

@@ -39,7 +39,8 @@ class RungGate:
 
     def __init__(self, progress_file: str, steps: Iterable[int], should_stop: Callable[[], bool],
                  wait_s: float = WAIT_S):
-        self.progress_file, self.steps, self.should_stop, self.wait_s = progress_file, frozenset(steps), should_stop, wait_s
+        self.progress_file, self.steps = progress_file, frozenset(steps)
+        self.should_stop, self.wait_s = should_stop, wait_s
         self.waited: dict[int, float] = {}  # step -> seconds waited there
 
     def before_step(self, trainer: Any) -> None:

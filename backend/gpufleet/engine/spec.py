@@ -7,31 +7,29 @@ reads it. Torch-free.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.devices.device import Device, DeviceSet
 from gpufleet.engine.config import TrainingConfigError
+from gpufleet.rankpath.gpufleet_share import SHARE_ENV
 
-_DEVICE = re.compile(r"^(cpu|cuda|hip|xpu)(?::(\d+))?$")
 GPU_BACKENDS = ("cuda", "hip", "xpu")
-# Each backend's variable that narrows the GPUs a process sees.
-_VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
 
 def normalize_device(text: str) -> str:
-    """``"0"`` -> ``"cuda:0"``, ``"hip:1"`` stays, ``"cpu"`` stays; else TrainingConfigError."""
-    t = str(text).strip().lower()
-    if t.isdigit():
-        return f"cuda:{int(t)}"
-    m = _DEVICE.match(t)
-    if not m:
-        raise TrainingConfigError("devices", f"cannot read device {text!r}; use 0, cuda:0, hip:0, xpu:0 or cpu")
-    kind, idx = m.group(1), m.group(2)
-    if kind == "cpu":
+    """``"0"`` -> ``"cuda:0"``, ``"hip:1"`` stays, ``"cuda:MIG-…"`` stays, ``"cpu"`` stays; else TrainingConfigError."""
+    t = str(text).strip()
+    kind, sep, name = t.partition(":")
+    kind = kind.lower() if sep or kind.lower() in ("cpu", *GPU_BACKENDS) else ""
+    if kind == "cpu" and (name == "" or name.isdigit()):
         return "cpu"
-    return f"{kind}:{int(idx) if idx is not None else 0}"
+    try:
+        return Device.parse(f"{kind}:{name or 0}" if kind else t).label
+    except ValueError:
+        raise TrainingConfigError("devices", f"cannot read device {text!r}; use 0, cuda:0, hip:0, xpu:0, "
+                                             "cuda:MIG-<uuid> or cpu") from None
 
 
 def parse_devices(text: str, world_size: int | None = None) -> list[str]:
@@ -72,6 +70,8 @@ class LaunchSpec:
     gang: dict[str, Any] | None = None
     # A sweep's trial: the rung steps where it reports and waits for the sweep's verdict (engine/rungwait.py).
     rung_steps: list[int] | None = None
+    # A share of each GPU's memory, in MB (None: the GPUs are whole): the ranks cap PyTorch's allocator at it.
+    share_mb: int | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -128,7 +128,7 @@ class LaunchSpec:
         """The torch devices the ranks use.
 
         GPU indexes are renumbered 0..n-1 because the launcher narrows the
-        visible devices (``CUDA_VISIBLE_DEVICES``) to exactly this training's.
+        visible devices (the backend's visibility variable) to exactly this training's.
         HIP runs through torch's cuda device type. Across vendors each rank
         sees only its own GPU (:meth:`rank_visible_env`), so each is device 0
         of its backend.
@@ -149,21 +149,15 @@ class LaunchSpec:
         """
         if not self.mixed_vendors:
             return {}
-        kind, _, idx = self.devices[rank].partition(":")
-        env = {_VISIBLE[kind]: idx}
-        if kind == "cuda":
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        return env
+        return DeviceSet.from_labels([self.devices[rank]]).env()
 
     def visible_devices_env(self) -> dict[str, str]:
         if self.ranks_on_cpu or self.backend == "cpu" or self.mixed_vendors:
             return {}
-        ids = ",".join(d.split(":")[1] for d in self.devices)
-        env = {_VISIBLE[self.backend]: ids}
-        if self.backend == "cuda":
-            # gpufleet numbers NVIDIA GPUs as NVML does (PCI bus order); CUDA's
-            # default order is fastest-first, which differs on mixed boxes.
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        # For NVIDIA GPUs numbered as NVML does (PCI bus order); CUDA's default is fastest first.
+        env = DeviceSet.from_labels(self.devices).env()
+        if self.share_mb:
+            env[SHARE_ENV] = str(int(self.share_mb))
         return env
 
     def to_json(self) -> str:

@@ -15,7 +15,6 @@ Trainer directly.
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import sys
@@ -30,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from gpufleet.devices.device import VISIBILITY
 from gpufleet.devices.ops import backend_ops
 from gpufleet.engine import checkpoint as ckpt
 from gpufleet.engine.backend import make_backend
@@ -38,6 +38,7 @@ from gpufleet.engine.distributed import DistributedTrainer
 from gpufleet.engine.parallel import rank_layout, rank_precision, rank_sync
 from gpufleet.engine.progress import ProgressWriter, step_line
 from gpufleet.engine.recipes import Recipe
+from gpufleet.engine.schedule import lr_lambda
 from gpufleet.engine.startup import PHASES, StartupClock
 
 
@@ -58,22 +59,6 @@ class StepHook(Protocol):
         """This rank's own part of the step is done, ``seconds`` after the step began: before the
         gradient sum where the rank sums them itself (engine/parallel.py), after the optimizer
         step otherwise (DDP and FSDP sum inside the backward)."""
-
-
-def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
-    warm, total, kind = config.warmup_steps, config.max_steps, config.lr_schedule
-
-    def f(step: int) -> float:
-        if warm and step < warm:
-            return (step + 1) / warm
-        if kind == "constant":
-            return 1.0
-        progress = min(1.0, (step - warm) / max(1, total - warm))
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
 
 
 class Trainer:
@@ -152,8 +137,7 @@ class Trainer:
         self._setup_done = True
         if mixed:
             # Each rank says what it runs on (device, visibility variable, precision, process group).
-            layout = rank_layout(self.rank, self.device, self.precision,
-                                 ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"))
+            layout = rank_layout(self.rank, self.device, self.precision, tuple(VISIBILITY.values()))
             everyone = [None] * self.dt.world_size
             dist.all_gather_object(everyone, layout)
             if self.progress:
@@ -177,7 +161,8 @@ class Trainer:
         state = ckpt.load_checkpoint(path)
         recipe = state["meta"].get("recipe")
         if recipe != self.recipe.name:
-            raise TrainingConfigError("resume", f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
+            raise TrainingConfigError("resume",
+                                      f"checkpoint {path} is from recipe {recipe!r}, not {self.recipe.name!r}")
         s = state["state"]
         try:
             self.backend.load_state_dict({"model": state["model"], "optimizer": state["optimizer"],
@@ -248,9 +233,15 @@ class Trainer:
         t_window = time.perf_counter()
         status = "succeeded"
         first_report = True
+        reported: int | None = None  # the newest step whose metrics this attempt reported
         while self.step < cfg.max_steps:
             for hook in self.hooks:
                 hook.before_step(self)
+            if world == 1 and reported == self.step and self.should_stop():
+                # Stopped as a hook held it (pruned at its rung): it checkpoints there, no step past it.
+                status = "interrupted"
+                self.checkpoint()
+                break
             t0 = time.perf_counter()
             parts = self.train_step()
             if first_report and self.clock is not None and "first_step" not in self.clock.marks:
@@ -264,7 +255,7 @@ class Trainer:
             stop_here = self.should_stop() if world == 1 else False
             if self.step % cfg.log_every == 0 or self.step in self.report_at or self.step == cfg.max_steps or stop_here:
                 stop = self._report(names, window, step_times, t_window, first_report)
-                first_report = False
+                first_report, reported = False, self.step
                 window.zero_()
                 step_times.clear()
                 t_window = time.perf_counter()

@@ -12,16 +12,16 @@ import uuid
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPUAllocation
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import record_event
 from gpufleet.lifecycle.models import FINAL_STATUSES, Training
 
-WHY = {"user": "stopped by {by}", "idle": "stopped: it stayed idle", "time_limit": "stopped: its time limit was reached",
-       "failed": "ended: its process failed ({detail})"}
+WHY = {"user": "stopped by {by}", "idle": "stopped: it stayed idle",
+       "time_limit": "stopped: its time limit was reached", "failed": "ended: its process failed ({detail})"}
 
 
 def _reason(status: str, stop_reason: str | None) -> str:
@@ -36,7 +36,7 @@ def held_gpu_hours(sess: Session, tid: uuid.UUID) -> float:
     return round(sum(((end or now) - start).total_seconds() for start, end in rows) / 3600, 4)
 
 
-def record_ends(settings: Settings) -> int:
+def record_ends(settings: StoreSettings) -> int:
     """Record ``session_stopped`` for every ended session still without one; returns how many."""
     with session_scope(settings) as sess:
         ended = sess.execute(
@@ -50,7 +50,7 @@ def record_ends(settings: Settings) -> int:
             done = sess.execute(update(TrainingSession)
                                 .where(TrainingSession.training_id == tid, TrainingSession.ended_recorded.is_(False))
                                 .values(ended_recorded=True).execution_options(synchronize_session=False))
-            if not done.rowcount:
+            if not rows_changed(done):
                 continue
             hours = held_gpu_hours(sess, tid)
             text = WHY[why].format(by=by or "its owner", detail=detail or status)

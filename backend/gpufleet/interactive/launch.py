@@ -28,13 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.devices.device import DeviceSet
 from gpufleet.interactive.jupyter import activity, answers
 from gpufleet.engine import exitcodes as ec
 from gpufleet.engine.lifeline import die_with_parent, launcher_main
 from gpufleet.memberfs import write_new
 from gpufleet.engine.progress import ProgressWriter
 
-VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.2
 ALIVE_EVERY_S = 5.0
 TAIL_LINES = 20
@@ -56,6 +56,10 @@ class SessionSpec:
     start_timeout_s: float = 120.0
     stop_grace_s: float = 10.0
 
+    def devices(self) -> DeviceSet:
+        """The session's GPUs, as its process is to see them."""
+        return DeviceSet.of(self.backend, self.gpu_indexes)
+
     def write(self, path: Path) -> None:
         write_new(path, json.dumps(asdict(self)))  # the run dir is the training's account's: no link followed
 
@@ -68,8 +72,7 @@ def session_env(spec: SessionSpec, base: dict[str, str]) -> dict[str, str]:
     """The session process's environment: the GPUs made visible, numbered as NVML does, and its id."""
     env = dict(base)
     env.update({
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        VISIBILITY.get(spec.backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(i) for i in spec.gpu_indexes),
+        **spec.devices().env(),
         "GPUFLEET_SESSION_ID": spec.session_id,
         "GPUFLEET_TRAINING_ID": spec.session_id,  # how the telemetry agent knows the session's processes
         "PYTHONUNBUFFERED": "1",
@@ -189,8 +192,8 @@ def run(spec: SessionSpec) -> int:
     signal.signal(signal.SIGINT, on_term)
     argv = command(spec)
     progress.write("start", world_size=1, kind="session", jupyter=spec.jupyter, argv=argv,
-                   devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
-                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.simulated)
+                   devices=spec.devices().labels,
+                   visible_devices=spec.devices().value, simulated=spec.simulated)
     if spec.jupyter and notebook_app() is None:
         return _cannot_run(progress, "missing_file", f"No module named jupyter_server on this host: {NOTEBOOK_FIX}")
     Path(spec.workdir).mkdir(parents=True, exist_ok=True)

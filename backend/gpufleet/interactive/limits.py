@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SessionSettings
 from gpufleet.db.interactive import SessionLimit
 from gpufleet.db.models import User
 from gpufleet.db.sharing import Group, GroupMember
@@ -20,7 +20,7 @@ class MaxHours:
     source: str  # for messages: "set for user alice", "set for group vision", "GPUFLEET_SESSION_MAX_HOURS"
 
 
-def max_hours_for(sess: Session, settings: Settings, owner: str) -> MaxHours:
+def max_hours_for(sess: Session, settings: SessionSettings, owner: str) -> MaxHours:
     """The owner's own maximum, else their groups' highest, else ``session_max_hours``."""
     own = sess.scalar(select(SessionLimit.max_hours).where(SessionLimit.subject_kind == "user",
                                                            SessionLimit.subject == owner))

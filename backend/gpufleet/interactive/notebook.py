@@ -40,7 +40,7 @@ def notebook_target(sess: Session, session_id: uuid.UUID) -> NotebookTarget | No
         select(Training.owner, Training.status, Host.name, Host.address, TrainingSession.port, TrainingSession.token)
         .join(TrainingSession, TrainingSession.training_id == Training.id)
         .join(Host, Host.id == Training.host_id)
-        .where(Training.id == session_id, Training.kind == "session", TrainingSession.jupyter.is_(True))
+        .where(Training.id == session_id, TrainingSession.jupyter.is_(True))
     ).one_or_none()
     if row is None:
         return None

@@ -16,6 +16,7 @@ from sqlalchemy import or_, update
 from sqlalchemy.orm import Session
 
 from gpufleet.db.interactive import TrainingSession
+from gpufleet.db.session import rows_changed
 from gpufleet.db.types import utcnow
 from gpufleet.interactive.view import base_url
 from gpufleet.lifecycle.transitions import record_event
@@ -39,7 +40,7 @@ def apply(sess: Session, tid: uuid.UUID, lines: list[dict[str, Any]], host: str)
                                 .where(TrainingSession.training_id == tid, TrainingSession.ready_at.is_(None))
                                 .values(ready_at=utcnow(), active_at=utcnow())
                                 .execution_options(synchronize_session=False))
-            if done.rowcount:
+            if rows_changed(done):
                 jupyter = bool(line.get("jupyter"))
                 record_event(sess, tid, "session_ready", status="running",
                              reason=("notebook ready at " + base_url(tid)) if jupyter

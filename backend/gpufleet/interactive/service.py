@@ -13,7 +13,7 @@ from datetime import timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, SessionSettings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
@@ -29,7 +29,8 @@ KIND = "session"
 RECIPE = "session"  # the trainings row's recipe column: a session runs no recipe
 
 
-def create(sess: Session, settings: Settings, req: SessionCreate, owner: str) -> tuple[Training, TrainingSession]:
+def create(sess: Session, settings: SessionSettings, req: SessionCreate,
+           owner: str) -> tuple[Training, TrainingSession]:
     """Check ``req`` against the fleet and the owner's limits; queue the session."""
     host = _host(sess, req.host)
     _check_gpus(sess, req.gpus, host)
@@ -61,7 +62,7 @@ def create(sess: Session, settings: Settings, req: SessionCreate, owner: str) ->
     return row, side
 
 
-def check_priority(sess: Session, settings: Settings, priority: int, owner: str, role: str) -> None:
+def check_priority(sess: Session, settings: SchedulerSettings, priority: int, owner: str, role: str) -> None:
     """403 when a member asks for a priority above their cap (as for trainings)."""
     if role == "admin" or priority <= 0:
         return
@@ -98,7 +99,7 @@ def get(sess: Session, session_id: uuid.UUID) -> tuple[Training, TrainingSession
     """The session, read afresh; a 404 error when there is none."""
     t = sess.get(Training, session_id, populate_existing=True)
     side = sess.get(TrainingSession, session_id, populate_existing=True) if t is not None else None
-    if t is None or t.kind != KIND or side is None:
+    if t is None or side is None:  # a row with no session side is a training
         raise TrainingRequestError("id", f"session {session_id} does not exist", status=404)
     return t, side
 
@@ -127,7 +128,7 @@ def stop(sess: Session, session_id: uuid.UUID, user: str) -> tuple[Training, Tra
     return get(sess, session_id)
 
 
-def extend(sess: Session, settings: Settings, session_id: uuid.UUID, user: str,
+def extend(sess: Session, settings: SessionSettings, session_id: uuid.UUID, user: str,
            hours: float) -> tuple[Training, TrainingSession]:
     """Add ``hours`` to a session's time limit, up to its owner's maximum."""
     t, side = get(sess, session_id)

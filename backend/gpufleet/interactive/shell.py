@@ -8,16 +8,16 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings
 from gpufleet.db.models import GPU, GPUAllocation, Host
-from gpufleet.interactive.launch import VISIBILITY
+from gpufleet.devices.device import DeviceSet
 from gpufleet.interactive.service import get
 from gpufleet.wire.sessions import ShellTarget
 from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.users.runas import RunAsError, for_owner
 
 
-def target(sess: Session, settings: Settings, session_id: uuid.UUID) -> ShellTarget:
+def target(sess: Session, settings: CodeSettings, session_id: uuid.UUID) -> ShellTarget:
     t, _side = get(sess, session_id)
     if t.status != "running":
         raise TrainingRequestError("id", f"session {session_id} is {t.status}, not running; a shell opens in a "
@@ -36,8 +36,7 @@ def target(sess: Session, settings: Settings, session_id: uuid.UUID) -> ShellTar
     except RunAsError:
         account = t.owner
     env = {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        VISIBILITY.get(backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(r[3]) for r in rows),
+        **DeviceSet.of(backend, [r[3] for r in rows]).env(),
         "GPUFLEET_SESSION_ID": str(t.id),
         "GPUFLEET_TRAINING_ID": str(t.id),
     }

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SessionSettings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPUAllocation, Host
-from gpufleet.wire.sessions import SessionPublic
+from gpufleet.wire.sessions import EndReason, SessionPublic, SessionStatus
 from gpufleet.lifecycle.models import Training
 
 WAITING = ("queued", "scheduled", "preempted")
@@ -28,7 +28,7 @@ def base_url(session_id: uuid.UUID | str) -> str:
     return f"/sessions/{session_id}/"
 
 
-def status_of(t: Training, side: TrainingSession) -> tuple[str, str | None]:
+def status_of(t: Training, side: TrainingSession) -> tuple[SessionStatus, EndReason | None]:
     """The session's status and, once it ended, why (``end_reason``)."""
     if t.status in WAITING:
         return "queued", None
@@ -37,6 +37,7 @@ def status_of(t: Training, side: TrainingSession) -> tuple[str, str | None]:
             return "stopping", None
         return ("running" if side.ready_at else "starting"), None
     if side.stop_reason:
+        # A string column: what the stop wrote there is one of the reasons.
         return "stopped", side.stop_reason  # type: ignore[return-value]
     if t.status == "failed":
         return "failed", "failed"
@@ -65,7 +66,7 @@ def gpus_of(sess: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str | 
     return {tid: (h, sorted(g)) for tid, (h, g) in out.items()}
 
 
-def public(settings: Settings, t: Training, side: TrainingSession,
+def public(settings: SessionSettings, t: Training, side: TrainingSession,
            placed: tuple[str | None, list[int]] | None = None) -> SessionPublic:
     status, end = status_of(t, side)
     host, gpu_ids = placed or (None, [])
@@ -88,6 +89,7 @@ def public(settings: Settings, t: Training, side: TrainingSession,
     )
 
 
-def publics(sess: Session, settings: Settings, rows: list[tuple[Training, TrainingSession]]) -> list[SessionPublic]:
+def publics(sess: Session, settings: SessionSettings,
+            rows: list[tuple[Training, TrainingSession]]) -> list[SessionPublic]:
     placed = gpus_of(sess, [t.id for t, _ in rows])
     return [public(settings, t, side, placed.get(t.id)) for t, side in rows]

@@ -27,12 +27,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SessionSettings, StoreSettings, TelemetrySettings
 from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import GPUAllocation, GPUMetricsHistory
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling.idle import _fresh_after
+from gpufleet.scheduling.idle import fresh_after
 from gpufleet.interactive.ended import record_ends
 from gpufleet.lifecycle.transitions import record_event
 from gpufleet.lifecycle.models import Training
@@ -43,33 +43,37 @@ CHECK_EVERY_S = 2.0
 _last_check: dict[str, float] = {}
 
 
-def watch_due(settings: Settings) -> None:
+def watch_due(store_settings: StoreSettings, session_settings: SessionSettings,
+              telemetry_settings: TelemetrySettings) -> None:
     """:func:`watch`, at most every ``CHECK_EVERY_S`` per database."""
-    key = settings.effective_database_url
+    key = store_settings.effective_database_url
     if time.monotonic() - _last_check.get(key, 0.0) < CHECK_EVERY_S:
         return
     _last_check[key] = time.monotonic()
-    watch(settings)
+    watch(store_settings, session_settings, telemetry_settings)
 
 
-def watch(settings: Settings, now: datetime | None = None) -> None:
+def watch(store_settings: StoreSettings, session_settings: SessionSettings, telemetry_settings: TelemetrySettings,
+          now: datetime | None = None) -> None:
     now = now or utcnow()
-    with session_scope(settings) as sess:
+    with session_scope(store_settings) as sess:
         running = sess.execute(
             select(Training.id, Training.started_at, TrainingSession)
             .join(TrainingSession, TrainingSession.training_id == Training.id)
-            .where(Training.status == "running", Training.kind == "session", Training.cancel_requested.is_(False),
+            .where(Training.status == "running", Training.cancel_requested.is_(False),
                    TrainingSession.stop_reason.is_(None))).all()
-        readings = {tid: _gpu_reading(sess, tid, started, settings.session_idle_threshold_percent) for tid, started, _ in running if started}
+        readings = {tid: _gpu_reading(sess, tid, started, session_settings.session_idle_threshold_percent)
+                    for tid, started, _ in running if started}
     for tid, started, side in running:
         if started is None:
             continue
         if now >= started + timedelta(hours=side.hours):
-            _stop(settings, tid, "time_limit", f"its time limit of {side.hours:g}h was reached; stopping it "
+            _stop(store_settings, tid, "time_limit", f"its time limit of {side.hours:g}h was reached; stopping it "
                                                "and releasing its GPUs (`gpufleet session extend` adds time)")
-        elif settings.session_idle_action != "off" and side.ready_at is not None:
-            _judge_idle(settings, tid, started, side, readings.get(tid), now)
-    record_ends(settings)
+        elif session_settings.session_idle_action != "off" and side.ready_at is not None:
+            _judge_idle(store_settings, session_settings, telemetry_settings, tid, started, side, readings.get(tid),
+                        now)
+    record_ends(store_settings)
 
 
 def _gpu_reading(sess: Session, tid: uuid.UUID, since: datetime, threshold: float) -> tuple | None:
@@ -86,9 +90,9 @@ def _gpu_reading(sess: Session, tid: uuid.UUID, since: datetime, threshold: floa
     return (newest, last_busy) if newest is not None and n == len(held) else None
 
 
-def _judge_idle(settings: Settings, tid: uuid.UUID, started: datetime, side: TrainingSession,
-                reading: tuple | None, now: datetime) -> None:
-    if reading is None or now - reading[0] > _fresh_after(settings):
+def _judge_idle(store_settings: StoreSettings, settings: SessionSettings, telemetry_settings: TelemetrySettings,
+                tid: uuid.UUID, started: datetime, side: TrainingSession, reading: tuple | None, now: datetime) -> None:
+    if reading is None or now - reading[0] > fresh_after(telemetry_settings):
         return  # no fresh samples of every GPU: never idle for lack of data
     newest, last_busy = reading
     if last_busy is not None and last_busy >= newest:
@@ -98,25 +102,26 @@ def _judge_idle(settings: Settings, tid: uuid.UUID, started: datetime, side: Tra
     window = timedelta(seconds=settings.session_idle_window_s)
     if now - quiet_since < window:
         if side.idle_warned_at is not None:
-            _withdraw(settings, tid)
+            _withdraw(store_settings, tid)
         return
     if side.idle_warned_at is None:
-        _warn(settings, tid, quiet_since, now)
+        _warn(store_settings, settings, tid, quiet_since, now)
     elif settings.session_idle_action == "stop" and \
             now - side.idle_warned_at >= timedelta(seconds=settings.session_idle_grace_s):
-        _stop(settings, tid, "idle", f"idle since {quiet_since.isoformat(timespec='seconds')} and through the "
+        _stop(store_settings, tid, "idle", f"idle since {quiet_since.isoformat(timespec='seconds')} and through the "
                                      f"{settings.session_idle_grace_s:g}s grace after the warning; stopping it "
                                      "and releasing its GPUs")
 
 
-def _warn(settings: Settings, tid: uuid.UUID, idle_since: datetime, now: datetime) -> None:
+def _warn(store_settings: StoreSettings, settings: SessionSettings, tid: uuid.UUID, idle_since: datetime,
+          now: datetime) -> None:
     grace = settings.session_idle_grace_s
     stop_at = now + timedelta(seconds=grace) if settings.session_idle_action == "stop" else None
-    with write_session(settings) as sess:
+    with write_session(store_settings) as sess:
         done = sess.execute(update(TrainingSession)
                             .where(TrainingSession.training_id == tid, TrainingSession.idle_warned_at.is_(None))
                             .values(idle_warned_at=now).execution_options(synchronize_session=False))
-        if not done.rowcount:
+        if not rows_changed(done):
             return
         sess.execute(update(Training).where(Training.id == tid).values(idle_since=idle_since)
                      .execution_options(synchronize_session=False))
@@ -130,24 +135,24 @@ def _warn(settings: Settings, tid: uuid.UUID, idle_since: datetime, now: datetim
     log.warning("session %s: idle since %s, warned", tid, idle_since)
 
 
-def _withdraw(settings: Settings, tid: uuid.UUID) -> None:
+def _withdraw(settings: StoreSettings, tid: uuid.UUID) -> None:
     with write_session(settings) as sess:
         done = sess.execute(update(TrainingSession)
                             .where(TrainingSession.training_id == tid, TrainingSession.idle_warned_at.is_not(None))
                             .values(idle_warned_at=None).execution_options(synchronize_session=False))
-        if done.rowcount:
+        if rows_changed(done):
             sess.execute(update(Training).where(Training.id == tid).values(idle_since=None)
                          .execution_options(synchronize_session=False))
             record_event(sess, tid, "info", status="running", reason="the session is in use again; idle warning "
                                                                     "withdrawn")
 
 
-def _stop(settings: Settings, tid: uuid.UUID, why: str, text: str) -> None:
+def _stop(settings: StoreSettings, tid: uuid.UUID, why: str, text: str) -> None:
     with write_session(settings) as sess:
         done = sess.execute(update(TrainingSession)
                             .where(TrainingSession.training_id == tid, TrainingSession.stop_reason.is_(None))
                             .values(stop_reason=why).execution_options(synchronize_session=False))
-        if not done.rowcount:
+        if not rows_changed(done):
             return
         sess.execute(update(Training).where(Training.id == tid, Training.status == "running")
                      .values(cancel_requested=True).execution_options(synchronize_session=False))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from celery import Celery
 
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings
 
 TASK_RUN = "gpufleet.run_training"
 
@@ -27,7 +27,7 @@ def host_queue(host_name: str) -> str:
     return f"host.{host_name}"
 
 
-def broker_dir(settings: Settings) -> Path:
+def broker_dir(settings: StoreSettings) -> Path:
     return settings.data_dir / "broker"
 
 
@@ -35,7 +35,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("gpufleet", set_as_current=False)
     if settings.redis_url:
         broker = settings.redis_url
-        transport_options = {
+        transport_options: dict[str, object] = {
             # Short on purpose: a message lost with a dead worker comes back
             # soon. A redelivered message is harmless because the task claims
             # the row with a compare-and-set and skips rows it cannot claim.
@@ -79,6 +79,10 @@ def make_celery(settings: Settings) -> Celery:
         task_create_missing_queues=True,
     )
     return app
+
+
+# The app, made by __getattr__ below on first use (declared here, bound there).
+app: Celery
 
 
 def __getattr__(name: str) -> Celery:

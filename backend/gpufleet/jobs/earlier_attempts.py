@@ -42,7 +42,7 @@ def unmerged_reports(progress_path: Path) -> list[dict[str, Any]]:
     """
     from gpufleet.trainings.script_launch import step_fields
 
-    out = []
+    out: list[dict[str, Any]] = []
     raw = read_regular(f"{progress_path}.report.rank0")  # the training's account's file: never through a link
     if raw is None:
         return out

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def _secret_file(settings: Settings, name: str, value: str) -> Path:
+def _secret_file(settings: StoreSettings, name: str, value: str) -> Path:
     """The file that holds secret setting ``name``: the one it was given in, else one written now (0600)."""
     from gpufleet.secretfiles import file_for
 

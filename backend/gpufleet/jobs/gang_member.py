@@ -19,20 +19,20 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings, WorkerSettings
 from gpufleet.db.models import GPU, GangMember, GangRendezvous, Training
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import device_backend
 from gpufleet.jobs import procs
 from gpufleet.jobs.log_shipper import ShippedLog
+from gpufleet.jobs.reach import Reach
 from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.rendezvous import BEAT_S, launch_env, marker_path, spec_gang
 from gpufleet.lifecycle.transitions import get_training
@@ -44,7 +44,7 @@ STOP_GRACE_S = 2.0
 END_GRACE_S = 10.0
 
 
-def is_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID) -> bool:
+def is_follower(settings: StoreSettings, tid: uuid.UUID, host_id: uuid.UUID) -> bool:
     """Whether this host runs other ranks of training ``tid`` (not rank 0)."""
     with session_scope(settings) as sess:
         return sess.execute(select(GangMember.id).where(
@@ -52,11 +52,11 @@ def is_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID) -> bool:
         ).first() is not None
 
 
-def _await_rendezvous(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID
+def _await_rendezvous(store_settings: StoreSettings, worker_settings: WorkerSettings, tid: uuid.UUID, host_id: uuid.UUID
                       ) -> tuple[Training, GangMember, GangRendezvous] | None:
-    deadline = time.monotonic() + settings.rendezvous_timeout_s
+    deadline = time.monotonic() + worker_settings.rendezvous_timeout_s
     while time.monotonic() < deadline:
-        with session_scope(settings) as sess:
+        with session_scope(store_settings) as sess:
             t = get_training(sess, tid)
             m = sess.execute(select(GangMember).where(GangMember.training_id == tid,
                                                       GangMember.host_id == host_id)).scalar_one_or_none()
@@ -72,14 +72,14 @@ def _await_rendezvous(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID
     return None
 
 
-def _set_member(settings: Settings, m: GangMember, attempt: int, **values: Any) -> bool:
+def _set_member(settings: StoreSettings, m: GangMember, attempt: int, **values: Any) -> bool:
     with write_session(settings) as sess:
         res = sess.execute(update(GangMember).where(GangMember.id == m.id, GangMember.attempt == attempt)
                            .values(**values).execution_options(synchronize_session=False))
-        return res.rowcount == 1
+        return rows_changed(res) == 1
 
 
-def _join(settings: Settings, t: Training, m: GangMember, worker_id: str) -> bool:
+def _join(settings: StoreSettings, t: Training, m: GangMember, worker_id: str) -> bool:
     """Take this host's place in the running attempt, once (a redelivered task finds it taken)."""
     with write_session(settings) as sess:
         res = sess.execute(update(GangMember).where(
@@ -87,10 +87,10 @@ def _join(settings: Settings, t: Training, m: GangMember, worker_id: str) -> boo
             (GangMember.attempt.is_(None)) | (GangMember.attempt != t.attempt) | (GangMember.status == "reserved"),
         ).values(status="running", attempt=t.attempt, worker_id=worker_id, heartbeat_at=utcnow(), message=None)
             .execution_options(synchronize_session=False))
-        return res.rowcount == 1
+        return rows_changed(res) == 1
 
 
-def _local_devices(settings: Settings, host_id: uuid.UUID, gpu_ids: list[int]) -> list[str]:
+def _local_devices(settings: StoreSettings, host_id: uuid.UUID, gpu_ids: list[int]) -> list[str]:
     with session_scope(settings) as sess:
         gpus = {g.index: g for g in sess.execute(select(GPU).where(GPU.host_id == host_id)).scalars()}
         return [f"{gpus[i].backend}:{gpus[i].backend_device_id}" for i in gpu_ids]
@@ -115,7 +115,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
                  launch: Callable[..., tuple[subprocess.Popen, int]], run_dir: Path, checkpoint_dir: Path,
                  stopping: Callable[[], bool] = lambda: False) -> str:
     """This host's ranks of a training across hosts, for the running attempt; returns what happened."""
-    found = _await_rendezvous(settings, tid, host_id)
+    found = _await_rendezvous(settings, settings, tid, host_id)
     if found is None:
         return "skipped"
     t, m, rdzv = found
@@ -150,7 +150,7 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
     logf.line(f"[gpufleet] attempt {t.attempt}: ranks {m.first_rank}-{m.first_rank + len(devices) - 1} of "
               f"{t.world_size} on host {host_name}; rendezvous {rdzv.address}:{rdzv.port}")
     try:
-        proc, lifeline = launch(spec_path, logf, tid, env=launch_env(settings, tid))
+        proc, lifeline = launch(spec_path, logf, tid, env=launch_env(settings, settings, tid))
     except OSError as exc:
         _set_member(settings, m, t.attempt, status="failed", message=f"cannot start the launcher: {exc}")
         logf.close()
@@ -180,9 +180,8 @@ def run_follower(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_na
 def _supervise(settings: Settings, tid: uuid.UUID, m: GangMember, attempt: int, proc: subprocess.Popen,
                pgid: int, logf: BoundedLog, stopping: Callable[[], bool]) -> str | None:
     """Beat and watch until the launcher exits; returns why this host stopped it, if it did."""
-    last_ok = time.monotonic()
+    judge = LeaderJudge(settings, settings, tid, attempt)
     next_beat = 0.0
-    ended_at: float | None = None
     asked: str | None = None
     while proc.poll() is None:
         time.sleep(0.1)
@@ -198,31 +197,62 @@ def _supervise(settings: Settings, tid: uuid.UUID, m: GangMember, attempt: int, 
         if time.monotonic() < next_beat:
             continue
         next_beat = time.monotonic() + BEAT_S
-        why = None
         try:
             _set_member(settings, m, attempt, heartbeat_at=utcnow())
-            with session_scope(settings) as sess:
-                row = sess.execute(select(Training.status, Training.attempt, Training.cancel_requested,
-                                          Training.lease_expires_at).where(Training.id == tid)).first()
-            last_ok = time.monotonic()
-            if row is not None and row.status == "succeeded" and row.attempt == attempt:
-                # Rank 0 is done, so every rank passed the last step: let this host's ranks end on their own.
-                ended_at = ended_at or time.monotonic()
-                if time.monotonic() - ended_at > END_GRACE_S:
-                    why = f"the training succeeded on the rank-0 host and this host's ranks were still " \
-                          f"running {END_GRACE_S:.0f}s later"
-            elif row is None or row.status != "running" or row.attempt != attempt:
-                why = "the training is no longer running this attempt"
-            elif row.cancel_requested:
-                why = "cancel requested"
-            elif row.lease_expires_at is not None and \
-                    row.lease_expires_at < utcnow() - timedelta(seconds=LEASE_GRACE_S):
-                why = "the rank-0 host's worker stopped renewing its lease"
-        except Exception as exc:  # noqa: BLE001 - a database blip; one that outlasts the lease stops the ranks
-            if time.monotonic() - last_ok > settings.lease_s:
-                why = f"cannot reach the database ({type(exc).__name__})"
+            why = judge.look()
+        except Exception as exc:  # noqa: BLE001 - the database away: the same grace the rank-0 host's worker keeps
+            why = judge.unreachable(exc)
         if why:
             logf.line(f"[gpufleet] {why}; stopping this host's ranks")
             procs.stop_group(pgid, STOP_GRACE_S)
             return why
     return asked
+
+
+class LeaderJudge:
+    """Whether this host's ranks should stop, from what the rank-0 host's worker wrote.
+
+    The rank-0 host's lease is judged over time this host could reach the
+    database (gpufleet.jobs.reach), as the scheduler judges it: after an
+    outage both share, the lease looks lapsed by the wall clock until the
+    rank-0 host renews, and that is not its worker stopping. The database
+    away is waited out for ``GPUFLEET_DB_OUTAGE_GRACE_S``, as the rank-0
+    host's worker waits it out, so an outage costs the gang nothing.
+    """
+
+    def __init__(self, store_settings: StoreSettings, worker_settings: WorkerSettings, tid: uuid.UUID, attempt: int):
+        self.store_settings, self.worker_settings = store_settings, worker_settings
+        self.tid, self.attempt = tid, attempt
+        self.reach = Reach()
+        self.last_ok = time.monotonic()
+        self.ended_at: float | None = None
+
+    def look(self) -> str | None:
+        with session_scope(self.store_settings) as sess:
+            row = sess.execute(select(Training.status, Training.attempt, Training.cancel_requested,
+                                      Training.lease_expires_at).where(Training.id == self.tid)).first()
+        now = self.reach.reached()
+        self.last_ok = time.monotonic()
+        if row is not None and row.status == "succeeded" and row.attempt == self.attempt:
+            # Rank 0 is done, so every rank passed the last step: let this host's ranks end on their own.
+            self.ended_at = self.ended_at or time.monotonic()
+            if time.monotonic() - self.ended_at > END_GRACE_S:
+                return (f"the training succeeded on the rank-0 host and this host's ranks were still "
+                        f"running {END_GRACE_S:.0f}s later")
+            return None
+        if row is None or row.status != "running" or row.attempt != self.attempt:
+            return "the training is no longer running this attempt"
+        if row.cancel_requested:
+            return "cancel requested"
+        if row.lease_expires_at is not None and row.lease_expires_at < now and \
+                self.reach.reachable_since(row.lease_expires_at, now) > LEASE_GRACE_S:
+            return "the rank-0 host's worker stopped renewing its lease"
+        return None
+
+    def unreachable(self, exc: Exception) -> str | None:
+        self.reach.failed()
+        away = time.monotonic() - self.last_ok
+        if away > self.worker_settings.db_outage_grace_s:
+            return (f"cannot reach the database ({type(exc).__name__}) for {away:.0f}s, longer than "
+                    f"GPUFLEET_DB_OUTAGE_GRACE_S ({self.worker_settings.db_outage_grace_s:.0f}s)")
+        return None

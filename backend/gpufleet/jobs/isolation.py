@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, Settings, StoreSettings, WorkerSettings
 from gpufleet.jobs import sandbox
 from gpufleet.users.runas import RunAccount, RunAsError
 
@@ -99,7 +99,7 @@ def _add_search(d: Path) -> None:
         pass
 
 
-def services_without_password(settings: Settings) -> list[str]:
+def services_without_password(settings: StoreSettings) -> list[str]:
     """The fleet's services a member's code on this host could reach without a password, in words.
 
     PostgreSQL on a Unix socket is left out: its peer authentication knows the member's code as the
@@ -122,8 +122,8 @@ def services_without_password(settings: Settings) -> list[str]:
     return out
 
 
-def _refuse_open_services(settings: Settings) -> None:
-    open_ = [] if settings.allow_services_without_password else services_without_password(settings)
+def _refuse_open_services(store_settings: StoreSettings, worker_settings: WorkerSettings) -> None:
+    open_ = [] if worker_settings.allow_services_without_password else services_without_password(store_settings)
     if open_:
         raise IsolationRefused(
             f"members' code is not run on this worker: {' and '.join(open_)} take connections without a password, "
@@ -133,7 +133,7 @@ def _refuse_open_services(settings: Settings) -> None:
             "to accept the risk")
 
 
-def sandbox_available(settings: Settings) -> bool:
+def sandbox_available(settings: CodeSettings) -> bool:
     return settings.sandbox != "off" and sandbox.bwrap_path() is not None and sandbox.setpriv_path() is not None
 
 
@@ -145,7 +145,7 @@ def plan(settings: Settings, account: RunAccount, member_code: bool, run_dir: Pa
     if account.is_server:
         return Isolation(account=None, write=write)
     if member_code:
-        _refuse_open_services(settings)
+        _refuse_open_services(settings, settings)
     if settings.sandbox == "bwrap" and not sandbox_available(settings):
         raise IsolationRefused("GPUFLEET_SANDBOX=bwrap, but bwrap or setpriv is not installed on this host "
                                "(Debian: apt-get install bubblewrap util-linux)")
@@ -170,7 +170,7 @@ def plan(settings: Settings, account: RunAccount, member_code: bool, run_dir: Pa
                      hidden=hidden, home=home)
 
 
-def for_owner(settings: Settings, training_id: uuid.UUID, owner: str | None, member_code: bool, run_dir: Path,
+def for_owner(settings: Settings, training_id: uuid.UUID, owner: str, member_code: bool, run_dir: Path,
               checkpoint_dir: Path, work_dir: Path | None = None) -> Isolation:
     """:func:`plan` for a training's owner (the account ``gpufleet.users.runas`` maps them to)."""
     from gpufleet.db.session import session_scope
@@ -185,21 +185,22 @@ def for_owner(settings: Settings, training_id: uuid.UUID, owner: str | None, mem
     return iso
 
 
-def startup_warnings(settings: Settings) -> list[str]:
+def startup_warnings(store_settings: StoreSettings, worker_settings: WorkerSettings,
+                     code_settings: CodeSettings) -> list[str]:
     """What a worker says at start when members' code is less separated than it could be."""
     out = []
-    if settings.shared_account_runs:
+    if code_settings.shared_account_runs:
         out.append("GPUFLEET_SHARED_ACCOUNT_RUNS is on: where this worker cannot switch accounts, members' code "
                    "runs as the server's own account and can read its data dir and secrets")
     elif os.geteuid() != 0:
         out.append(f"this worker runs as uid {os.geteuid()}, not root: members' own code (script trainings) is "
                    "refused here; run the worker as root to run it as each owner's Unix account")
-    open_ = services_without_password(settings)
-    if open_ and not settings.allow_services_without_password:
+    open_ = services_without_password(store_settings)
+    if open_ and not worker_settings.allow_services_without_password:
         out.append(f"{' and '.join(open_)} take connections without a password: members' own code (scripts, "
                    "sessions) is refused here until they have one (GPUFLEET_ALLOW_SERVICES_WITHOUT_PASSWORD)")
-    if os.geteuid() == 0 and not sandbox_available(settings):
+    if os.geteuid() == 0 and not sandbox_available(code_settings):
         out.append("members' trainings run as their own Unix accounts but without a sandbox "
-                   f"(GPUFLEET_SANDBOX={settings.sandbox}; bwrap found: {sandbox.bwrap_path() is not None}): "
+                   f"(GPUFLEET_SANDBOX={code_settings.sandbox}; bwrap found: {sandbox.bwrap_path() is not None}): "
                    "their code sees the host's processes; install bubblewrap")
     return out

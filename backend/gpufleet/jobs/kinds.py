@@ -1,13 +1,17 @@
 """The kinds of work a worker runs (a recipe training, a member's script, an interactive session):
 one class each, found by the row's ``kind`` in one registry.
 
+What a kind *is* (its noun, whether it runs a member's code, where it may run) is described at the bottom
+of the house, in :mod:`gpufleet.workkinds`, where every layer reads it; this is what the worker *does*
+with one, registered under the same name.
+
 What differs between kinds lives here and nowhere else on the worker's side:
 which launcher module runs, what spec it reads, its environment, the folders
 its sandbox gives it, whether it runs a member's own code, how it is asked to
 stop, what is cleaned up after it and how an out-of-memory end is worded. The
 supervisor, the watch and the isolation ask the kind; they never test
-``kind == ...``. A new kind is one new :class:`WorkKind` subclass passed to
-:func:`register`.
+``kind == ...``. A new kind is one :func:`gpufleet.workkinds.describe` and one
+new :class:`WorkKind` subclass passed to :func:`register`.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from typing import ClassVar
 
 from sqlalchemy import select
 
-from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet import memberfs, workkinds
+from gpufleet.config import Settings, StoreSettings, WorkerSettings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.session import session_scope
-from gpufleet.jobs import isolation, rendezvous, script_attempt, session_attempt
+from gpufleet.jobs import isolation, rendezvous, script_attempt, session_attempt, share_watch
 from gpufleet.jobs.launch_config import launch_config
 from gpufleet.jobs.launcher import launch
 from gpufleet.trainings.environment import EnvPolicy
@@ -35,20 +39,21 @@ from gpufleet.lifecycle.transitions import get_training
 RECIPE_LAUNCHER = "gpufleet.engine.launch"
 
 
-def checkpoint_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+def checkpoint_dir(settings: WorkerSettings, training_id: uuid.UUID) -> Path:
     return Path(settings.checkpoint_root) / str(training_id)  # type: ignore[arg-type]
 
 
-def run_dir(settings: Settings, training_id: uuid.UUID) -> Path:
+def run_dir(settings: StoreSettings, training_id: uuid.UUID) -> Path:
     return settings.data_dir / "jobs" / str(training_id)
 
 
-def training_roots(settings: Settings) -> list[Path]:
+def training_roots(store_settings: StoreSettings, worker_settings: WorkerSettings) -> list[Path]:
     """The folders a training's own directories are made in: its run dir, checkpoints, a script's work dir
     and output dir."""
     some = uuid.UUID(int=0)
-    return [run_dir(settings, some).parent, checkpoint_dir(settings, some).parent,
-            script_attempt.work_dir(settings, some).parent, script_attempt.output_dir(settings, some).parent]
+    return [run_dir(store_settings, some).parent, checkpoint_dir(worker_settings, some).parent,
+            script_attempt.work_dir(store_settings, some).parent,
+            script_attempt.output_dir(store_settings, some).parent]
 
 
 @dataclass
@@ -85,15 +90,18 @@ class WorkKind:
 
     name: ClassVar[str]
     launcher: ClassVar[str]  # the module the worker runs as ``python -m``
-    # A member's own code: a worker that cannot switch accounts refuses it (gpufleet.jobs.isolation).
-    runs_member_code: ClassVar[bool] = True
     # Why an out-of-memory end is never retried with a smaller micro-batch; None: the row's allow_rebalance says.
     oom_refusal: ClassVar[str | None] = None
     # Whether it computes from its start: an interactive session waits for its person, so a simulated GPU
     # it holds idles (low utilisation and power) until something runs on it.
     busy_from_start: ClassVar[bool] = True
 
-    def work_dir(self, settings: Settings, training_id: uuid.UUID) -> Path | None:
+    @property
+    def runs_member_code(self) -> bool:
+        """A member's own code: a worker that cannot switch accounts refuses it (gpufleet.jobs.isolation)."""
+        return workkinds.of(self.name).runs_member_code
+
+    def work_dir(self, settings: StoreSettings, training_id: uuid.UUID) -> Path | None:
         """A folder of its own besides the run and checkpoint folders (a script's unpacked code)."""
         return None
 
@@ -117,7 +125,7 @@ class WorkKind:
     def ask_to_stop(self, progress_path: Path) -> None:
         """What comes before the SIGTERM the launcher's group gets when the attempt is asked to stop."""
 
-    def ended(self, settings: Settings, training_id: uuid.UUID) -> None:
+    def ended(self, settings: StoreSettings, training_id: uuid.UUID) -> None:
         """Clean up after the training's last attempt (not after one that is retried)."""
 
 
@@ -126,7 +134,6 @@ class RecipeKind(WorkKind):
 
     name = "recipe"
     launcher = RECIPE_LAUNCHER
-    runs_member_code = False
 
     def prepare(self, start: AttemptStart, sandbox: isolation.Isolation) -> Plan:
         gang = rendezvous.leader_prepare(start.settings, start.training, start.worker_id)
@@ -134,7 +141,7 @@ class RecipeKind(WorkKind):
         return Plan(sandbox, spec_path, progress_path, gang)
 
     def launch_env(self, settings: Settings, t: Training, plan: Plan) -> dict[str, str] | None:
-        return rendezvous.launch_env(settings, t.id) if plan.gang else None
+        return rendezvous.launch_env(settings, settings, t.id) if plan.gang else None
 
     def before_launch(self, sink: MetricsSink, ckpt_dir: Path, earlier: list[Path]) -> None:
         sink.trim_after_resume(ckpt_dir, earlier)
@@ -148,14 +155,14 @@ class ScriptKind(WorkKind):
     oom_refusal = ("not retried: an OOM rebalance does not apply to scripts (their batch size is set by their own "
                    "code); lower it or declare more memory")
 
-    def work_dir(self, settings: Settings, training_id: uuid.UUID) -> Path | None:
+    def work_dir(self, settings: StoreSettings, training_id: uuid.UUID) -> Path | None:
         return script_attempt.work_dir(settings, training_id)
 
     def prepare(self, start: AttemptStart, sandbox: isolation.Isolation) -> Plan:
         settings, t = start.settings, start.training
         sandbox.write.append(script_attempt.output_dir(settings, t.id))  # GPUFLEET_OUTPUT_DIR, the account's too
-        script_attempt.open_env_cache(settings, t, sandbox)
-        spec_path, progress_path = script_attempt.write_spec(settings, t, start.devices, start.ranks_on_cpu,
+        script_attempt.open_env_cache(settings, settings, t, sandbox)
+        spec_path, progress_path = script_attempt.write_spec(settings, settings, t, start.devices, start.ranks_on_cpu,
                                                              start.run_dir, start.checkpoint_dir,
                                                              settings.stop_grace_s)
         return Plan(sandbox, spec_path, progress_path)
@@ -169,7 +176,7 @@ class ScriptKind(WorkKind):
     def ask_to_stop(self, progress_path: Path) -> None:
         script_attempt.mark_stop(progress_path)  # the marker first, then the signal the ranks get
 
-    def ended(self, settings: Settings, training_id: uuid.UUID) -> None:
+    def ended(self, settings: StoreSettings, training_id: uuid.UUID) -> None:
         script_attempt.cleanup(settings, training_id)
 
 
@@ -181,8 +188,9 @@ class SessionKind(WorkKind):
     busy_from_start = False
 
     def prepare(self, start: AttemptStart, sandbox: isolation.Isolation) -> Plan:
-        return Plan(sandbox, *session_attempt.write_spec(start.settings, start.training, start.devices,
-                                                         start.ranks_on_cpu, start.run_dir, sandbox))
+        return Plan(sandbox, *session_attempt.write_spec(start.settings, start.settings, start.settings,
+                                                         start.training, start.devices, start.ranks_on_cpu,
+                                                         start.run_dir, sandbox))
 
     def launch_env(self, settings: Settings, t: Training, plan: Plan) -> dict[str, str] | None:
         return session_attempt.launch_env(settings, t.id)
@@ -192,7 +200,8 @@ _KINDS: dict[str, WorkKind] = {}
 
 
 def register(kind: WorkKind) -> WorkKind:
-    """Make ``kind`` the one that runs rows of ``kind.name``."""
+    """Make ``kind`` the one that runs rows of ``kind.name``, a described kind (gpufleet.workkinds)."""
+    workkinds.of(kind.name)
     _KINDS[kind.name] = kind
     return kind
 
@@ -227,7 +236,7 @@ def sandbox_for(settings: Settings, training_id: uuid.UUID) -> isolation.Isolati
                                checkpoint_dir(settings, training_id), kind.work_dir(settings, training_id))
 
 
-def retries_of(settings: Settings, tid: uuid.UUID, kind: str) -> int:
+def retries_of(settings: StoreSettings, tid: uuid.UUID, kind: str) -> int:
     with session_scope(settings) as sess:
         rows = sess.execute(
             select(TrainingEvent.data).where(TrainingEvent.training_id == tid, TrainingEvent.kind == "retry")
@@ -263,6 +272,7 @@ def _recipe_spec(start: AttemptStart, gang: dict | None) -> tuple[Path, Path]:
         gang=gang,
         # A sweep's trial waits at the rungs it has not yet been let past (engine/rungwait.py).
         rung_steps=[s for s in t.rung_steps or [] if s > (t.passed_rung_step or 0)] or None,
+        share_mb=share_watch.share_mb(t),  # on a share, the ranks cap PyTorch's allocator at it
     )
     path = rdir / f"spec-{t.attempt}.json"
     spec.write(path)

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, WorkerSettings
 from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope
 from gpufleet.jobs.logs import BoundedLog
@@ -26,7 +26,7 @@ from gpufleet.engine.modes import proportional_shares
 _UNKNOWN_TFLOPS = 60.0
 
 
-def launch_config(settings: Settings, t: Training) -> dict[str, Any]:
+def launch_config(settings: StoreSettings, t: Training) -> dict[str, Any]:
     config = dict(t.config)
     if config.get("parallel_mode") != "proportional" or config.get("rank_shares") or (t.world_size or 1) < 2:
         return config
@@ -42,7 +42,7 @@ def launch_config(settings: Settings, t: Training) -> dict[str, Any]:
     return config
 
 
-def seed_clone(settings: Settings, t: Training, ckpt_dir: Path, log: BoundedLog) -> None:
+def seed_clone(settings: WorkerSettings, t: Training, ckpt_dir: Path, log: BoundedLog) -> None:
     """A training started from another's checkpoint (``resumed_from``): copy that checkpoint in first."""
     if t.resumed_from is None:
         return

@@ -13,7 +13,8 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -30,9 +31,14 @@ from gpufleet.scheduling.types import fmt_bytes, fmt_bytes_apart
 from gpufleet.interactive import progress as session_progress
 from gpufleet.trainings.progress import ProgressReader, StragglerWatch
 
+if TYPE_CHECKING:
+    from gpufleet.events import Bus
+
 log = logging.getLogger(__name__)
 
 TOPIC_PROGRESS = "training.progress"
+# What a step may be: training_metrics.step is a 32-bit integer on every database.
+STEP_LIMIT = 2**31
 
 
 def _estimated_and_shared(t: Training) -> bool:
@@ -70,10 +76,13 @@ class MetricsSink:
         self._last_flush = 0.0
         self._wrote_metrics = False
         self._last_line = time.monotonic()
-        self._bus = None
+        self._skipped = 0  # progress lines that could not be read
+        self._bus: Bus | None = None
         self._checkpoint_step: int | None = None
         self.checkpoint_path: str | None = None  # the newest checkpoint a line of this attempt reported
         self.checkpoints = 0  # checkpoint lines of this attempt: did a stop's grace see a new one?
+        self.on_checkpoint: Callable[[dict[str, Any], float | None], None] | None = None  # the store's upload
+        self.loss: float | None = None  # the newest step's loss, which the upload records with a checkpoint
         # The training that asked this one to make room (read with the lease, like a cancel).
         self.preempted_by: uuid.UUID | None = None
         # Per-rank peak memory: NVML's per-process figure, with the ranks' own lines as breakdown.
@@ -143,6 +152,11 @@ class MetricsSink:
     def note_error(self, err: dict[str, Any]) -> None:
         self.last_error = err
 
+    def note_event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
+        """An event of the worker's own for the attempt (the share's limit methods, its watchdog), written with
+        the next flush."""
+        self._event(level, message, data)
+
     def force_exit_code(self, code: int) -> None:
         self.forced_exit_code = code
 
@@ -164,6 +178,8 @@ class MetricsSink:
         kind = line.get("type")
         if kind == "step":
             step = int(line["step"])
+            if not 0 <= step < STEP_LIMIT:  # the progress file is the training's account's: a step the column holds
+                raise ValueError(f"step {step} is outside 0..{STEP_LIMIT - 1}")
             metrics = {k: v for k, v in (line.get("parts") or {}).items()}
             total = metrics.pop("total_steps", None)  # report(total_steps=...): progress and ETA
             if isinstance(total, (int, float)) and 0 < total < 2**31:
@@ -172,14 +188,15 @@ class MetricsSink:
                 if line.get(k) is not None:
                     metrics[k] = line[k]
             times = line.get("rank_step_times")
+            loss = None if line.get("loss") is None else float(line["loss"])  # a number, before anything is kept
             self._metrics[step] = TrainingMetric(
-                training_id=self.tid, step=step, time=utcnow(), loss=line.get("loss"),
+                training_id=self.tid, step=step, time=utcnow(), loss=loss,
                 metrics=metrics, rank_step_times=times,
             )
             self._row["step"] = step
             self._step = step
-            if line.get("loss") is not None:
-                self._row["last_loss"] = float(line["loss"])
+            if loss is not None:
+                self._row["last_loss"] = self.loss = loss
             for rank, t, med in self.straggler.observe(times):
                 host = self.rank_hosts[rank] if self.rank_hosts and rank < len(self.rank_hosts) else None
                 where = f" (host {host})" if host else ""
@@ -195,6 +212,8 @@ class MetricsSink:
             note = f" ({line['note']})" if line.get("note") else ""
             self._event("checkpoint", f"checkpoint {at}: {Path(str(line.get('path'))).name}{note}",
                         {"step": line.get("step"), "path": line.get("path"), "source": line.get("source")})
+            if self.on_checkpoint is not None:
+                self.on_checkpoint(line, self.loss)
         elif kind == "stopped":  # a script's ranks ended on a stop request: not an error
             at = f"last reported step {line['step']}" if line.get("step") is not None else "no step reported"
             self._event("info", f"the ranks stopped on request ({at})",
@@ -205,10 +224,11 @@ class MetricsSink:
                 self._row.update(self.memory.ranks_reported(per_rank, line.get("device_kind")))
         elif kind == "error":
             self.last_error = line
-            rank = line.get("rank")
-            who = f"rank {rank}" if rank is not None else "launcher"
+            failed = line.get("rank")
+            who = f"rank {failed}" if failed is not None else "launcher"
             # A stop that ran out of grace is the stop's story, told by its end event; not an error of the code.
-            self._event("warning" if line.get("kind") == "interrupted" else "error", f"{who}: {line.get('kind')}: {line.get('message')}",
+            self._event("warning" if line.get("kind") == "interrupted" else "error",
+                        f"{who}: {line.get('kind')}: {line.get('message')}",
                         {k: line.get(k) for k in ("rank", "kind", "message")})
         elif kind == "start":
             self._event("info", f"launcher started {line.get('world_size', '?')} rank(s)",
@@ -222,10 +242,10 @@ class MetricsSink:
         elif kind == "warning":  # e.g. GPUs of several vendors sharing one gloo process group
             self._event("warning", str(line.get("message")), {k: v for k, v in line.items() if k != "type"})
         elif kind == "startup":  # where each rank's start-up went (engine/startup.py)
-            per_rank = line.get("per_rank") or []
-            slowest = max((sum(r) for r in per_rank), default=0.0)
+            phases_of = line.get("per_rank") or []
+            slowest = max((sum(r) for r in phases_of), default=0.0)
             self._event("info", f"start-up: {slowest:.1f} s to the first step (slowest rank)",
-                        {"startup": {"phases": line.get("phases"), "per_rank": per_rank}})
+                        {"startup": {"phases": line.get("phases"), "per_rank": phases_of}})
         elif kind in session_progress.LINES:  # a session's launcher: ready, notebook activity
             self._session_lines.append(line)
         elif kind == "layout":  # what each rank runs on: device, visibility variable, precision, process group
@@ -243,13 +263,18 @@ class MetricsSink:
         for line in lines:
             try:
                 self._handle(line)
-            except (KeyError, TypeError, ValueError):
-                log.warning("ignoring a malformed progress line for %s: %r", self.tid, line)
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                log.warning("ignoring a malformed progress line for %s: %r (%s)", self.tid, line, exc)
+                self._skipped += 1
+                if self._skipped == 1:  # once: a program that writes many would fill the events
+                    self._event("warning", f"a progress line was skipped ({exc}); later ones that cannot be "
+                                "read are skipped too, without a word here", {"line": str(line)[:200]})
         self._judge_reservation(final)
         now = time.monotonic()
         # The first step is written at once: it is what a person waits for.
         first_step = bool(self._metrics) and not self._wrote_metrics
-        if not final and not first_step and now - self._last_flush < self.rungs.flush_every(self._step, self.flush_every_s):
+        if not final and not first_step \
+                and now - self._last_flush < self.rungs.flush_every(self._step, self.flush_every_s):
             return "ok"
         self._last_flush = now
         return self._flush(final)

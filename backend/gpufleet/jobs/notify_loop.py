@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, WebhookSettings
 from gpufleet.notify import outbound, outbox
 
 log = logging.getLogger(__name__)
@@ -23,20 +23,22 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0
 
 
-def run_once(settings: Settings, http: httpx.Client, pool: ThreadPoolExecutor) -> int:
-    outbox.fan_out(settings)
-    return outbox.send_due(settings, http, pool)
+def run_once(store_settings: StoreSettings, webhook_settings: WebhookSettings, http: httpx.Client,
+             pool: ThreadPoolExecutor) -> int:
+    outbox.fan_out(store_settings)
+    return outbox.send_due(store_settings, webhook_settings, http, pool)
 
 
-def start(settings: Settings, stop: threading.Event, poll_s: float = POLL_S) -> threading.Thread:
+def start(store_settings: StoreSettings, webhook_settings: WebhookSettings, stop: threading.Event,
+          poll_s: float = POLL_S) -> threading.Thread:
     def run() -> None:
         warned = False
-        policy = outbound.Policy(settings.webhook_allowed_networks)
-        with outbound.client(policy, settings.webhook_timeout_s) as http, \
+        policy = outbound.Policy(webhook_settings.webhook_allowed_networks)
+        with outbound.client(policy, webhook_settings.webhook_timeout_s) as http, \
                 ThreadPoolExecutor(4, thread_name_prefix="gpufleet-webhook") as pool:
             while not stop.wait(poll_s):
                 try:
-                    run_once(settings, http, pool)
+                    run_once(store_settings, webhook_settings, http, pool)
                     warned = False
                 except Exception as exc:  # noqa: BLE001 - a database blip must not end notifications
                     if not warned:

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from gpufleet.config import Settings
 from gpufleet.db.pools import Pool
 from gpufleet.db.session import session_scope
+from gpufleet.jobs import ckpt_pools
 from gpufleet.jobs import pool_watch as watch
 from gpufleet.pools import submit
 
@@ -28,6 +29,7 @@ def step(settings: Settings) -> None:
     with session_scope(settings) as sess:
         if sess.scalar(select(Pool.id).limit(1)) is None:
             return
+    ckpt_pools.restore_waiting(settings, settings)  # the store's newest checkpoint, before the job is sent
     submit.submit_waiting(settings)
     watch.poll(settings)
 

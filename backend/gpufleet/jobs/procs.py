@@ -21,12 +21,12 @@ import time
 import uuid
 from pathlib import Path
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 
 log = logging.getLogger(__name__)
 
 
-def pid_dir(settings: Settings, host_name: str) -> Path:
+def pid_dir(settings: StoreSettings, host_name: str) -> Path:
     return settings.data_dir / "jobs" / "pids" / host_name
 
 
@@ -37,7 +37,7 @@ class HostTaken(RuntimeError):
     """Another live worker of this host runs on this machine."""
 
 
-def hold_host_lock(settings: Settings, host_name: str) -> None:
+def hold_host_lock(settings: StoreSettings, host_name: str) -> None:
     """Hold, until this process exits, the lock that says a worker of ``host_name`` runs here.
 
     Two workers of one host on one machine would each take the host's tasks,
@@ -66,7 +66,7 @@ def hold_host_lock(settings: Settings, host_name: str) -> None:
     _HOST_LOCKS[host_name] = fd
 
 
-def write_pidfile(settings: Settings, host_name: str, tid: uuid.UUID, pgid: int, worker_id: str) -> None:
+def write_pidfile(settings: StoreSettings, host_name: str, tid: uuid.UUID, pgid: int, worker_id: str) -> None:
     d = pid_dir(settings, host_name)
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{tid}.tmp"
@@ -74,7 +74,7 @@ def write_pidfile(settings: Settings, host_name: str, tid: uuid.UUID, pgid: int,
     os.replace(tmp, d / f"{tid}.json")
 
 
-def remove_pidfile(settings: Settings, host_name: str, tid: uuid.UUID) -> None:
+def remove_pidfile(settings: StoreSettings, host_name: str, tid: uuid.UUID) -> None:
     (pid_dir(settings, host_name) / f"{tid}.json").unlink(missing_ok=True)
 
 
@@ -181,7 +181,7 @@ def stop_group(pgid: int, grace_s: float) -> None:
     sweep_semaphores(min_age_s=0.0)
 
 
-def kill_orphans(settings: Settings, host_name: str) -> list[str]:
+def kill_orphans(settings: StoreSettings, host_name: str) -> list[str]:
     """Kill the launcher groups a previous worker of this host left; returns their training ids."""
     d = pid_dir(settings, host_name)
     if not d.is_dir():

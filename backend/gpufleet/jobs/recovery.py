@@ -16,14 +16,16 @@ import sys
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 
-from gpufleet.config import Settings
+from gpufleet.config import HostSettings, StoreSettings, WorkerSettings
 from gpufleet.db.models import Host, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs.reach import Reach
+from gpufleet.lifecycle import places
 from gpufleet.lifecycle.transitions import transition
 
 log = logging.getLogger(__name__)
@@ -34,14 +36,14 @@ log = logging.getLogger(__name__)
 LEASE_GRACE_S = 1.0
 
 
-def worker_beat(settings: Settings) -> None:
+def worker_beat(store_settings: StoreSettings, host_settings: HostSettings) -> None:
     """This host's worker is alive: say so, and clear a loss recorded while it was away."""
-    with write_session(settings) as sess:
-        sess.execute(update(Host).where(Host.name == settings.host_name).values(
+    with write_session(store_settings) as sess:
+        sess.execute(update(Host).where(Host.name == host_settings.host_name).values(
             worker_seen_at=utcnow(), worker_lost_at=None, worker_lost_reason=None))
 
 
-def mark_worker_lost(settings: Settings, host: str | uuid.UUID | None, reason: str) -> None:
+def mark_worker_lost(settings: StoreSettings, host: str | uuid.UUID | None, reason: str) -> None:
     """The worker of ``host`` (name or id) was found lost: no work goes there until it beats again.
 
     The host's agent may keep its heartbeat fresh all along, and a dead
@@ -57,7 +59,8 @@ def mark_worker_lost(settings: Settings, host: str | uuid.UUID | None, reason: s
     log.warning("host %s: its worker is lost (%s); no work goes there until it beats again", host, reason)
 
 
-def recover_expired(settings: Settings, reach: Reach | None = None) -> list[tuple[uuid.UUID, str]]:
+def recover_expired(store_settings: StoreSettings, worker_settings: WorkerSettings,
+                    reach: Reach | None = None) -> list[tuple[uuid.UUID, str]]:
     """Requeue or fail running trainings with an expired lease; returns (id, new status).
 
     ``reach``: the time this judge could reach the database (the scheduler
@@ -67,27 +70,29 @@ def recover_expired(settings: Settings, reach: Reach | None = None) -> list[tupl
     has just reached the database and vouches for the time before).
     """
     now = utcnow() - timedelta(seconds=LEASE_GRACE_S)
-    with session_scope(settings) as sess:
+    with session_scope(store_settings) as sess:
         rows = sess.execute(
             select(Training.id, Training.restarts, Training.max_restarts, Training.auto_select,
                    Training.cancel_requested, Training.cancel_as, Host.name, Training.lease_expires_at)
             .join(Host, Host.id == Training.host_id, isouter=True)
             .where(Training.status == "running", Training.lease_expires_at < now,
-                   Training.pool.is_(None))  # a pool job's end is Slurm's word (gpufleet.jobs.pool_watch)
+                   places.team_placed())  # a pool job's end is its pool's word (gpufleet.jobs.pool_watch)
         ).all()
     if reach is not None:
         now = reach.reached() - timedelta(seconds=LEASE_GRACE_S)
     out = []
     for tid, restarts, max_restarts, auto, cancel, cancel_as, host_name, expires in rows:
-        renewed = expires - timedelta(seconds=settings.lease_s)
-        if reach is not None and reach.reachable_since(renewed, now) <= settings.lease_s:
+        if expires is None:  # the statement reads only leases that expired
+            continue
+        renewed = expires - timedelta(seconds=worker_settings.lease_s)
+        if reach is not None and reach.reachable_since(renewed, now) <= worker_settings.lease_s:
             continue  # silent only while the database could not be reached (by this judge, at least)
         where = [Training.lease_expires_at <= expires]  # a renewal that lands first wins
         why = f"the worker on host {host_name} stopped renewing its lease (killed, or the host is lost)"
         if reach is not None and (away := reach.unreachable_since(renewed, now)) >= 1:
-            why += f"; {settings.lease_s:.0f}s without a renewal while the database could be reached, besides " \
+            why += f"; {worker_settings.lease_s:.0f}s without a renewal while the database could be reached, besides " \
                    f"{away:.0f}s it could not"
-        with write_session(settings) as sess:
+        with write_session(store_settings) as sess:
             if cancel:
                 # Cancelled while its worker was gone: nobody is left to stop, so it ends here.
                 status = cancel_as or "cancelled"  # "pruned": its sweep stopped it at a rung
@@ -98,8 +103,8 @@ def recover_expired(settings: Settings, reach: Reach | None = None) -> list[tupl
                                 reason=f"{why}; gave up after {restarts} restart(s)")
                 status = "failed"
             else:
-                values = {"restarts": Training.restarts + 1, "lease_owner": None, "lease_expires_at": None,
-                          "launcher_pid": None}
+                values: dict[str, Any] = {"restarts": Training.restarts + 1, "lease_owner": None,
+                                          "lease_expires_at": None, "launcher_pid": None}
                 if auto:
                     values.update(gpu_ids=None, host_id=None)
                 ok = transition(sess, tid, ["running"], "queued", kind="retry", extra_where=where,
@@ -109,7 +114,7 @@ def recover_expired(settings: Settings, reach: Reach | None = None) -> list[tupl
                 status = "queued"
         if ok:
             log.warning("training %s: lease expired on host %s -> %s", tid, host_name, status)
-            mark_worker_lost(settings, host_name, why)
+            mark_worker_lost(store_settings, host_name, why)
             out.append((tid, status))
     return out
 
@@ -127,7 +132,7 @@ def note_unsent(tid: uuid.UUID, host_name: str) -> None:
     _UNSENT[tid] = host_name
 
 
-def resend_unsent(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
+def resend_unsent(settings: StoreSettings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
     """Send the trainings whose send failed, while they are still scheduled; stop at the first failure."""
     if not _UNSENT:
         return []
@@ -155,7 +160,8 @@ def resend_unsent(settings: Settings, send: Callable[[uuid.UUID, str], None]) ->
     return sent
 
 
-def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
+def resend_stale(store_settings: StoreSettings, worker_settings: WorkerSettings,
+                 send: Callable[[uuid.UUID, str], None]) -> list[uuid.UUID]:
     """Send the task again for trainings scheduled long ago and never claimed.
 
     One whose host has not been seen (agent heartbeat) for a long while goes
@@ -163,9 +169,9 @@ def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> 
     a reservation forever.
     """
     now = utcnow()
-    every = timedelta(seconds=max(4 * settings.lease_s, 10))
-    give_up = timedelta(seconds=max(20 * settings.lease_s, 120))
-    with session_scope(settings) as sess:
+    every = timedelta(seconds=max(4 * worker_settings.lease_s, 10))
+    give_up = timedelta(seconds=max(20 * worker_settings.lease_s, 120))
+    with session_scope(store_settings) as sess:
         rows = sess.execute(
             select(Training.id, Training.scheduled_at, Training.auto_select, Host.name, Host.last_heartbeat)
             .join(Host, Host.id == Training.host_id)
@@ -173,13 +179,15 @@ def resend_stale(settings: Settings, send: Callable[[uuid.UUID, str], None]) -> 
         ).all()
     sent = []
     for tid, scheduled_at, auto, host_name, heartbeat in rows:
+        if scheduled_at is None:  # the statement reads only trainings scheduled a while ago
+            continue
         if scheduled_at < now - give_up and (heartbeat is None or heartbeat < now - give_up):
-            values = {"gpu_ids": None, "host_id": None} if auto else {}
-            with write_session(settings) as sess:
+            cleared: dict[str, Any] = {"gpu_ids": None, "host_id": None} if auto else {}
+            with write_session(store_settings) as sess:
                 transition(sess, tid, ["scheduled"], "queued", kind="retry",
                            reason=f"host {host_name} has not been seen for {give_up.total_seconds():.0f}s and "
                                   "did not start the training; back to the queue",
-                           data={"retry_kind": "host_lost", "host": host_name}, **values)
+                           data={"retry_kind": "host_lost", "host": host_name}, **cleared)
             _LAST_SENT.pop(tid, None)
             continue
         if _LAST_SENT.get(tid, scheduled_at) > now - every:

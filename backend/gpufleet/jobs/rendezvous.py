@@ -16,8 +16,8 @@ longer running this attempt, is cancelled, or the rank-0 host's lease runs
 out. The rank-0 host's worker (:class:`LeaderWatch`) stops its ranks as soon
 as a member fails, stops beating, or cannot join (its host's worker is lost:
 then the retry uses no restart, and the host is left out until its worker
-beats again), or does not join in time; the training is then requeued (from rank 0's newest checkpoint) or failed, and the status and
-the release of every host's GPUs are one transaction.
+beats again), or does not join in time; the training is then requeued (from rank 0's newest checkpoint) or
+failed, and the status and the release of every host's GPUs are one transaction.
 """
 
 from __future__ import annotations
@@ -29,16 +29,17 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import delete, select, update
 
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, HostSettings, Settings, StoreSettings, WorkerSettings
 from gpufleet.db.models import GangMember, GangRendezvous, Host, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.jobs import recovery
+from gpufleet.jobs.reach import Reach
 from gpufleet.lifecycle import outcome
 from gpufleet.trainings.environment import EnvPolicy, training_environment
 from gpufleet.trainings.gang_view import rank_hosts
@@ -52,7 +53,7 @@ LATE_S = 30.0
 BEAT_S = 0.5
 
 
-def members(settings: Settings, tid: uuid.UUID) -> list[GangMember]:
+def members(settings: StoreSettings, tid: uuid.UUID) -> list[GangMember]:
     with session_scope(settings) as sess:
         rows = list(sess.execute(select(GangMember).where(GangMember.training_id == tid)
                                  .order_by(GangMember.node_rank)).scalars())
@@ -60,11 +61,11 @@ def members(settings: Settings, tid: uuid.UUID) -> list[GangMember]:
         return rows
 
 
-def rank_hosts_of(settings: Settings, tid: uuid.UUID) -> list[str]:
+def rank_hosts_of(settings: StoreSettings, tid: uuid.UUID) -> list[str]:
     return rank_hosts(members(settings, tid))
 
 
-def advertised_address(settings: Settings) -> str:
+def advertised_address(settings: HostSettings) -> str:
     """The address other hosts reach this one at: the setting, else this host's name resolved."""
     if settings.advertise_address:
         return settings.advertise_address
@@ -80,19 +81,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def marker_path(settings: Settings, tid: uuid.UUID, attempt: int) -> Path:
+def marker_path(settings: WorkerSettings, tid: uuid.UUID, attempt: int) -> Path:
     return Path(settings.checkpoint_root) / ".gpufleet-shared" / f"{tid}-{attempt}"  # type: ignore[arg-type]
 
 
-def launch_env(settings: Settings, tid: uuid.UUID) -> dict[str, str]:
+def launch_env(host_settings: HostSettings, code_settings: CodeSettings, tid: uuid.UUID) -> dict[str, str]:
     """The launcher's environment: the allow-list, plus the NIC collectives use when one is set."""
     extra = {"PYTHONUNBUFFERED": "1", "GPUFLEET_TRAINING_ID": str(tid)}
-    if settings.network_interface:
-        extra.update(NCCL_SOCKET_IFNAME=settings.network_interface, GLOO_SOCKET_IFNAME=settings.network_interface)
-    return training_environment(os.environ, EnvPolicy.of(settings), **extra)
+    if host_settings.network_interface:
+        extra.update(NCCL_SOCKET_IFNAME=host_settings.network_interface,
+                     GLOO_SOCKET_IFNAME=host_settings.network_interface)
+    return training_environment(os.environ, EnvPolicy.of(code_settings), **extra)
 
 
-def spec_gang(settings: Settings, t: Training, rdzv: GangRendezvous, first_rank: int, master: bool) -> dict:
+def spec_gang(settings: WorkerSettings, t: Training, rdzv: GangRendezvous, first_rank: int, master: bool) -> dict:
     return {"world_size": t.world_size, "first_rank": first_rank, "master_addr": rdzv.address,
             "master_port": rdzv.port, "store_master": master, "rendezvous_timeout_s": settings.rendezvous_timeout_s}
 
@@ -141,20 +143,29 @@ class Verdict:
 class LeaderWatch:
     """What the rank-0 host's supervisor asks at each poll: has any other host gone?"""
 
-    def __init__(self, settings: Settings, t: Training):
-        self.settings, self.t = settings, t
+    def __init__(self, store_settings: StoreSettings, worker_settings: WorkerSettings, t: Training):
+        self.store_settings, self.worker_settings, self.t = store_settings, worker_settings, t
         self.started = time.monotonic()
         self.next_at = 0.0
         self.joined: dict[str, float] = {}  # member host -> seconds after this host's start it was seen joined
+        # The other hosts' beats are judged over time this host could reach the database (gpufleet.jobs.reach):
+        # after an outage every beat looks stale by the wall clock, and no host stopped.
+        self.reach = Reach()
 
     def check(self) -> Verdict | None:
         now_m = time.monotonic()
         if now_m < self.next_at:
             return None
         self.next_at = now_m + BEAT_S
-        with write_session(self.settings) as sess:
-            sess.execute(update(GangMember).where(GangMember.training_id == self.t.id, GangMember.node_rank == 0,
-                                                  GangMember.attempt == self.t.attempt).values(heartbeat_at=utcnow()))
+        try:
+            with write_session(self.store_settings) as sess:
+                sess.execute(update(GangMember).where(
+                    GangMember.training_id == self.t.id, GangMember.node_rank == 0,
+                    GangMember.attempt == self.t.attempt).values(heartbeat_at=utcnow()))
+        except Exception:
+            self.reach.failed()
+            raise
+        self.reach.reached()
         waited = now_m - self.started
         for m, host in self._others():
             mine = m.attempt == self.t.attempt
@@ -165,13 +176,13 @@ class LeaderWatch:
                 return Verdict(f"host {m.host_name}: {m.message or 'its ranks failed'}", fatal)
             if (lost := self.lost(m, host)) is not None:
                 return lost
-            if (not mine or m.status == "reserved") and waited > self.settings.rendezvous_timeout_s:
+            if (not mine or m.status == "reserved") and waited > self.worker_settings.rendezvous_timeout_s:
                 return Verdict(f"host {m.host_name} did not join the rendezvous within "
-                               f"{self.settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
+                               f"{self.worker_settings.rendezvous_timeout_s:.0f}s (is its worker running?)", False)
         return None
 
     def _others(self) -> list[tuple[GangMember, Host | None]]:
-        with session_scope(self.settings) as sess:
+        with session_scope(self.store_settings) as sess:
             rows = sess.execute(select(GangMember, Host).join(Host, Host.id == GangMember.host_id, isouter=True)
                                 .where(GangMember.training_id == self.t.id, GangMember.node_rank > 0)).all()
             sess.expunge_all()
@@ -182,19 +193,22 @@ class LeaderWatch:
         host until it beats again. A member that never joined this attempt costs the gang no restart: a
         gang never waits on a member that cannot join."""
         now = utcnow()
-        stale = timedelta(seconds=STALE_S)
+
+        def silent(since: datetime | None) -> float:  # seconds of reachable time without a word
+            return self.reach.reachable_since(since, now) if since is not None and since < now else 0.0
+
         joined = m.attempt == self.t.attempt and m.status != "reserved"
         if host is not None and host.worker_lost_at is not None:
             why = f"the worker on host {m.host_name} is lost ({host.worker_lost_reason or 'no beat'})"
-        elif host is not None and host.worker_seen_at is not None and now - host.worker_seen_at > stale:
+        elif host is not None and silent(host.worker_seen_at) > STALE_S:
             why = (f"the worker on host {m.host_name} stopped beating "
-                   f"({(now - host.worker_seen_at).total_seconds():.0f}s without a beat; killed or lost)")
-        elif joined and m.status == "running" and m.heartbeat_at is not None and now - m.heartbeat_at > stale:
+                   f"({silent(host.worker_seen_at):.0f}s without a beat; killed or lost)")
+        elif joined and m.status == "running" and silent(m.heartbeat_at) > STALE_S:
             why = (f"the worker on host {m.host_name} stopped answering "
-                   f"({(now - m.heartbeat_at).total_seconds():.0f}s without a heartbeat; killed or lost)")
+                   f"({silent(m.heartbeat_at):.0f}s without a heartbeat; killed or lost)")
         else:
             return None
-        recovery.mark_worker_lost(self.settings, m.host_id, why)
+        recovery.mark_worker_lost(self.store_settings, m.host_id, why)
         if joined:
             return Verdict(why, False)
         return Verdict(f"host {m.host_name} cannot join: {why}; the gang is placed again without it", False,
@@ -204,7 +218,7 @@ class LeaderWatch:
         """After the rank-0 host's ranks timed out: a member that had not joined, or joined late (``LATE_S``
         after this host started), is what they waited for. A host's fault, so it costs a restart as one
         (``gang_decision``), never one "with a longer collective timeout"."""
-        timeout = f"GPUFLEET_RENDEZVOUS_TIMEOUT_S is {self.settings.rendezvous_timeout_s:.0f}s"
+        timeout = f"GPUFLEET_RENDEZVOUS_TIMEOUT_S is {self.worker_settings.rendezvous_timeout_s:.0f}s"
         for m, _host in self._others():
             if m.attempt != self.t.attempt or m.status == "reserved":
                 return Verdict(f"host {m.host_name} had not joined the rendezvous when the other hosts' ranks "
@@ -249,7 +263,7 @@ def root_cause(watch: LeaderWatch, wait_s: float = 2.0) -> Verdict | None:
     within ``wait_s`` (its worker writes it as its launcher exits)."""
     deadline = time.monotonic() + wait_s
     while True:
-        with session_scope(watch.settings) as sess:
+        with session_scope(watch.store_settings) as sess:
             failed = sess.execute(select(GangMember.host_name, GangMember.message).where(
                 GangMember.training_id == watch.t.id, GangMember.node_rank > 0,
                 GangMember.attempt == watch.t.attempt, GangMember.status == "failed")).first()

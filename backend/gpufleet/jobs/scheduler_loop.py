@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, text
 
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings
 from gpufleet.db.session import engine_for
 from gpufleet.jobs.celery_app import send_training
 from gpufleet.jobs.reach import Reach
@@ -51,7 +51,7 @@ def wake() -> None:
         _RELAY.set()
 
 
-def _relay_wakes(settings: Settings, stop: threading.Event) -> Callable[[], None]:
+def _relay_wakes(settings: StoreSettings, stop: threading.Event) -> Callable[[], None]:
     """Hear wakes from other processes (when leading) and send this one's (when not), through Redis."""
     if not settings.redis_url:
         return lambda: None
@@ -96,10 +96,10 @@ def tick(settings: Settings, reach: Reach | None = None) -> PassResult:
     sweeps.advance_all(settings)
     # The queue next: a woken pass is usually a new training someone waits for.
     result = schedule_pending(settings, send_or_remember)
-    recover_expired(settings, reach)
-    resend_stale(settings, send)
+    recover_expired(settings, settings, reach)
+    resend_stale(settings, settings, send)
     idle.watch_due(settings)
-    session_watch.watch_due(settings)
+    session_watch.watch_due(settings, settings, settings)
     return result
 
 
@@ -137,7 +137,7 @@ class Outage:
 class Leader:
     """Holds the advisory lock on its own connection (PostgreSQL); SQLite always leads."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: StoreSettings):
         self.settings = settings
         self._conn: Connection | None = None
         self.outage = Outage("scheduler leadership lost")

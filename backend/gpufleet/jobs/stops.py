@@ -10,9 +10,10 @@ What differs is why, and so where the training goes next:
 | why | asked by | ends as |
 |---|---|---|
 | the worker is stopping (SIGTERM/SIGINT) | the worker process | ``queued`` (retry ``interrupted``, no restart) |
-| a higher-priority training needs the GPUs | ``preempted_by`` (scheduling.preemption) | ``preempted``, then ``queued`` |
+| a training of higher priority needs them | ``preempted_by`` (scheduling.preemption) | ``preempted``, then ``queued`` |
 | its GPUs stayed idle (policy ``stop``) | ``reclaim_requested`` (scheduling.idle) | ``reclaimed`` |
 | it ran past its ``max_runtime_s`` | the supervisor's own clock | ``failed`` |
+| its processes held more than its share | the share watchdog (jobs.share_watch) | ``queued``, peak as estimate |
 
 A training that succeeds, is cancelled or pruned during the grace keeps that end.
 """
@@ -24,16 +25,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.jobs import share_watch
 from gpufleet.lifecycle import outcome
 
 
 @dataclass
 class Stop:
-    kind: str  # worker | preempt | reclaim | runtime
+    kind: str  # worker | preempt | reclaim | runtime | share
     deadline: float
     note: str  # the line for the training's log
     preempted_by: uuid.UUID | None = None
     checkpoints_before: int = 0  # checkpoints the attempt had written when the stop was asked for
+    overrun: share_watch.Overrun | None = None  # what the share watchdog saw (kind share)
 
 
 def requested(*, stopping: bool, state: str, preempted_by: uuid.UUID | None, max_runtime_s: int | None,
@@ -79,6 +82,8 @@ def decide(stop: Stop, d: outcome.Decision, *, stopping: bool, step: int | None,
         # The worker goes away whatever else was asked: the training goes back to the queue.
         return outcome.Decision("queued", f"interrupted: the worker on host {host_name} was stopped; {saved}; "
                                           f"requeued, {resume} (not counted as a restart)", retry_kind="interrupted")
+    if stop.kind == "share" and stop.overrun is not None:
+        return share_watch.decision(stop.overrun, saved, resume)
     if stop.kind == "preempt":
         return outcome.Decision("preempted", f"preempted by training {stop.preempted_by}: {saved}; its GPUs go "
                                              f"to that training, then it is requeued and {resume} (not counted "

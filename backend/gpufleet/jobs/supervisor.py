@@ -33,12 +33,12 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings, WorkerSettings
 from gpufleet.db.models import GPU, GPUAllocation, Training
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.devices.backend import DeviceBackend, device_backend
-from gpufleet.jobs import checkpoint_found, gang_member, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, ckpt_restore, ckpt_uploads, gang_member, rendezvous, stops
 from gpufleet.jobs.kinds import AttemptStart, Plan, checkpoint_dir, retries_of, run_dir, sandbox_for, work_kind
 from gpufleet.jobs.launch_config import seed_clone
 from gpufleet.jobs.launcher import launch
@@ -58,9 +58,10 @@ OUTAGE_WAIT_S = 3600.0
 __all__ = ["attempt_fence", "begin_shutdown", "checkpoint_dir", "run_attempt", "run_dir"]
 
 
-def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: str, worker_id: str) -> Training | None:
+def _claim(store_settings: StoreSettings, worker_settings: WorkerSettings, tid: uuid.UUID, host_id: uuid.UUID,
+           host_name: str, worker_id: str) -> Training | None:
     """scheduled -> running for this host, or None (redelivery, cancel, other host)."""
-    with write_session(settings) as sess:
+    with write_session(store_settings) as sess:
         t = get_training(sess, tid)
         if t is None or t.status != "scheduled" or t.host_id != host_id:
             return None
@@ -71,7 +72,7 @@ def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: st
             data={"host": host_name, "worker": worker_id, "attempt": t.attempt + 1},
             extra_where=[Training.host_id == host_id, Training.cancel_requested.is_(False)],
             lease_owner=worker_id,
-            lease_expires_at=now + timedelta(seconds=settings.lease_s),
+            lease_expires_at=now + timedelta(seconds=worker_settings.lease_s),
             attempt=Training.attempt + 1,
             started_at=func.coalesce(Training.started_at, now),
             exit_code=None,
@@ -81,7 +82,7 @@ def _claim(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_name: st
         return get_training(sess, tid)
 
 
-def _devices(settings: Settings, t: Training) -> list[str]:
+def _devices(settings: StoreSettings, t: Training) -> list[str]:
     with session_scope(settings) as sess:
         gpus = {
             g.index: g
@@ -101,7 +102,7 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
     if gang_member.is_follower(settings, tid, host_id):  # other ranks of a training across hosts
         return _follow(settings, tid, host_id, host_name, worker_id)
     claimed_at = time.monotonic()
-    t = _claim(settings, tid, host_id, host_name, worker_id)
+    t = _claim(settings, settings, tid, host_id, host_name, worker_id)
     if t is None:
         return "skipped"
     backend = device_backend(settings)
@@ -123,10 +124,10 @@ def run_attempt(settings: Settings, tid: uuid.UUID, host_id: uuid.UUID, host_nam
                          plan.progress_path, claimed_at, plan.gang, ckpt_dir=ckpt_dir, ckpt_mark=ckpt_mark)
     code = watch.run()
     if watch.outage_s is not None:
-        return _end_after_outage(settings, t, worker_id, watch, code)
+        return _end_after_outage(settings, settings, t, worker_id, watch, code)
     if watch.lost:
         return "lost"
-    decision = _decide(settings, t, watch, code)
+    decision = _decide(settings, t, watch, code) if watch.sink_failure is None else _sink_failed(t, watch)
     _finish(settings, t, worker_id, decision, code, watch.stop.preempted_by if watch.stop else None)
     if decision.status != "queued":
         work_kind(t.kind).ended(settings, tid)
@@ -154,12 +155,13 @@ def _prepare(settings: Settings, t: Training, worker_id: str, backend: DeviceBac
     """The devices, the sandbox and the spec file of this attempt, as its kind writes them."""
     devices = _devices(settings, t)
     seed_clone(settings, t, checkpoint_dir(settings, t.id), logf)
+    ckpt_restore.restore(settings, t, checkpoint_dir(settings, t.id), logf)  # the store's, if newer than the host's
     # GPUs that cannot run kernels (a simulated fleet's) have their ranks run on the CPU.
     start = AttemptStart(settings, t, worker_id, devices, backend.ranks_run_on_cpu(devices))
     return work_kind(t.kind).prepare(start, sandbox_for(settings, t.id))
 
 
-def _fail_before_launch(settings: Settings, t: Training, worker_id: str, logf: BoundedLog, reason: str) -> str:
+def _fail_before_launch(settings: StoreSettings, t: Training, worker_id: str, logf: BoundedLog, reason: str) -> str:
     logf.line(f"[gpufleet] {reason}")
     logf.close()
     _finish(settings, t, worker_id, outcome.Decision("failed", reason), None)
@@ -169,6 +171,7 @@ def _fail_before_launch(settings: Settings, t: Training, worker_id: str, logf: B
 def _open_sink(settings: Settings, t: Training, worker_id: str, host_name: str, plan: Plan,
                claimed_at: float) -> MetricsSink:
     sink = MetricsSink(settings, t, worker_id, plan.progress_path, host_name)
+    sink.on_checkpoint = ckpt_uploads.on_checkpoint(t.id, checkpoint_dir(settings, t.id), t.attempt, host_name)
     sink.renewed_at = claimed_at
     if plan.gang:
         sink.rank_hosts = rendezvous.rank_hosts_of(settings, t.id)
@@ -183,7 +186,7 @@ def _start(settings: Settings, t: Training, plan: Plan, sink: MetricsSink, earli
     return work_kind(t.kind).start(settings, t, plan, sink, earlier, logf)
 
 
-def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> outcome.Decision:
+def _decide(settings: StoreSettings, t: Training, watch: AttemptWatch, code: int) -> outcome.Decision:
     """What the exit code, the errors the ranks reported, a cancel, a lost host or a stop make of the attempt."""
     sink = watch.sink
     with session_scope(settings) as sess:
@@ -221,7 +224,18 @@ def _decide(settings: Settings, t: Training, watch: AttemptWatch, code: int) -> 
     return decision
 
 
-def _end_after_outage(settings: Settings, t: Training, worker_id: str, watch: AttemptWatch, code: int) -> str:
+def _sink_failed(t: Training, watch: AttemptWatch) -> outcome.Decision:
+    """The worker stopped the ranks because it could not record their progress: the worker's fault, named,
+    and a restart (from the newest checkpoint) while the training has restarts left."""
+    why = f"the worker on host {watch.host_name} could not record the training's progress ({watch.sink_failure})"
+    if t.restarts < t.max_restarts:
+        return outcome.Decision("queued", f"{why}; restarting from the newest checkpoint", retry_kind="failure",
+                                counts_restart=True)
+    return outcome.Decision("failed", f"{why}, and no restarts are left (max_restarts {t.max_restarts})")
+
+
+def _end_after_outage(store_settings: StoreSettings, worker_settings: WorkerSettings, t: Training, worker_id: str,
+                      watch: AttemptWatch, code: int) -> str:
     """Requeue an attempt whose ranks were stopped because the database stayed away past the outage grace.
 
     Once the database is back: its judge counted none of the outage against
@@ -229,15 +243,15 @@ def _end_after_outage(settings: Settings, t: Training, worker_id: str, watch: At
     what happened. Not a restart: nothing was wrong with the training.
     """
     reason = (f"the database could not be reached for {watch.outage_s:.0f}s, longer than GPUFLEET_DB_OUTAGE_GRACE_S "
-              f"({settings.db_outage_grace_s:.0f}s): the worker on host {watch.host_name} stopped the ranks so that "
-              "no other attempt runs beside them; requeued to resume from the newest checkpoint (not counted as a "
+              f"({worker_settings.db_outage_grace_s:.0f}s): the worker on host {watch.host_name} stopped the ranks so "
+              "that no other attempt runs beside them; requeued to resume from the newest checkpoint (not counted as a "
               "restart)")
     give_up = time.monotonic() + OUTAGE_WAIT_S
     while True:
         try:
             if watch.sink.pump(final=True) == "lost":
                 return "lost"
-            _finish(settings, t, worker_id, outcome.Decision("queued", reason, retry_kind="db_outage"), code)
+            _finish(store_settings, t, worker_id, outcome.Decision("queued", reason, retry_kind="db_outage"), code)
             return "queued"
         except DBAPIError:
             if time.monotonic() > give_up:
@@ -245,7 +259,7 @@ def _end_after_outage(settings: Settings, t: Training, worker_id: str, watch: At
             time.sleep(1.0)
 
 
-def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,
+def _finish(settings: StoreSettings, t: Training, worker_id: str, d: outcome.Decision, code: int | None,
             preempted_by: uuid.UUID | None = None) -> None:
     """Write the end of the attempt; the reservation ends in the same transaction (a preempted
     training keeps it for its preemptor: gpufleet.scheduling.preemption)."""
@@ -270,6 +284,7 @@ def _finish(settings: Settings, t: Training, worker_id: str, d: outcome.Decision
             values["restarts"] = Training.restarts + 1
         if d.config is not None:
             values["config"] = d.config
+        values.update(d.row or {})
         if t.auto_select:
             # The server chose the GPUs; it may choose others for the retry.
             values.update(gpu_ids=None, host_id=None)

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.engine.warm import MODULES, RECIPE_MODULE  # the launchers a member becomes
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 # Set per training on top of the pool's environment; any other difference is another interpreter.
 PER_TRAINING = ("GPUFLEET_TRAINING_ID", "PYTHONUNBUFFERED")
 KEEP_S = 1.0  # how often the keeper looks for dead members
+# A member not ready this long after it started is replaced: alive but never ready (hung in an import, say),
+# it would hold its place in the pool for good, and every training would start cold.
+READY_S = 240.0
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Member:
     lifeline: int  # the write end; the member exits when it closes
     ready: threading.Event
     slots: Slots | None = None  # a sandboxed member's: where the training's directories will appear
+    started_at: float = field(default_factory=time.monotonic)  # when it was started
 
 
 def _base_env(environ: dict[str, str]) -> dict[str, str]:
@@ -179,12 +183,19 @@ class WarmPool:
                 for m in members:
                     _discard(m)
                 return
+            now = time.monotonic()
             with self._lock:
                 dead = [m for m in self.members if m.proc.poll() is not None]
-                self.members = [m for m in self.members if m not in dead]
+                stuck = [m for m in self.members if m not in dead and not m.ready.is_set()
+                         and now - m.started_at > READY_S]
+                self.members = [m for m in self.members if m not in dead and m not in stuck]
                 missing = self.size - len(self.members)
             for m in dead:
                 log.warning("warm launcher %d exited with %s; replacing it", m.proc.pid, m.proc.returncode)
+                _discard(m)
+            for m in stuck:
+                log.warning("warm launcher %d was not ready %.0f s after it started; replacing it",
+                            m.proc.pid, READY_S)
                 _discard(m)
             for _ in range(max(0, missing)):
                 if self._stop.is_set():
@@ -233,16 +244,20 @@ class WarmPool:
 
 
 def _await_ready(member: Member) -> None:
-    """Read the member's first line; its later output is the training's log (pumped by the launcher)."""
+    """Read the member's output up to its READY line; what follows is the training's log (pumped by the
+    launcher). A line before READY (a library's warning as it is imported, say) is logged, not taken for a
+    failed start: a member that took it so would stay in the pool alive and never ready."""
     from gpufleet.engine.warm import READY
 
     assert member.proc.stdout is not None
-    line = member.proc.stdout.readline()
-    if line.decode(errors="replace").strip() == READY:
-        member.ready.set()
-        log.info("warm launcher %d is ready", member.proc.pid)
-    else:
-        log.warning("warm launcher %d did not start: %s", member.proc.pid, line.decode(errors="replace").strip())
+    for raw in iter(member.proc.stdout.readline, b""):
+        line = raw.decode(errors="replace").strip()
+        if line == READY:
+            member.ready.set()
+            log.info("warm launcher %d is ready", member.proc.pid)
+            return
+        log.warning("warm launcher %d, before it was ready: %s", member.proc.pid, line)
+    log.warning("warm launcher %d ended before it was ready", member.proc.pid)
 
 
 def _discard(member: Member) -> None:

@@ -16,19 +16,19 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from gpufleet.config import Settings
 from gpufleet.db.models import Training
 from gpufleet.db.session import write_session
 from gpufleet.devices.backend import DeviceBackend
-from gpufleet.jobs import checkpoint_found, procs, rendezvous, stops
+from gpufleet.jobs import checkpoint_found, procs, rendezvous, share_watch, stops
 from gpufleet.jobs.kinds import work_kind
 from gpufleet.jobs.logs import BoundedLog, launcher_end
 from gpufleet.jobs.metrics_sink import MetricsSink
@@ -56,6 +56,13 @@ def begin_shutdown() -> None:
 
 def stopping() -> bool:
     return _STOPPING.is_set()
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a failed write means the database is away (or busy), which an attempt waits out, rather than a
+    write it refused, which waiting would not change."""
+    return isinstance(exc, (OperationalError, InterfaceError)) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 
 def attempt_fence(t: Training, worker_id: str) -> list[Any]:
@@ -104,6 +111,8 @@ class AttemptWatch:
     # Since when (monotonic) this worker's writes fail for want of the database, while they do.
     unreachable_since: float | None = None
     outage_s: float | None = None  # the outage that outlasted GPUFLEET_DB_OUTAGE_GRACE_S and stopped the ranks
+    sink_failure: str | None = None  # why this worker could not record the progress, when it could not
+    share: share_watch.ShareWatch | None = None  # the watchdog of work that does not hold its GPUs whole
 
     @property
     def pgid(self) -> int:
@@ -112,7 +121,7 @@ class AttemptWatch:
     def run(self) -> int:
         """Watch until the launcher exits and its processes are gone; its exit code (or the one forced)."""
         self._register()
-        self.leader = rendezvous.LeaderWatch(self.settings, self.t) if self.gang else None
+        self.leader = rendezvous.LeaderWatch(self.settings, self.settings, self.t) if self.gang else None
         done, fenced = threading.Event(), threading.Event()
         threading.Thread(target=_fence, args=(self.fence_deadline, self.pgid, done, fenced),
                          name=f"gpufleet-fence-{self.t.id}", daemon=True).start()
@@ -140,6 +149,12 @@ class AttemptWatch:
         self.backend.training_started(self.t.gpu_ids or [], self.proc.pid, str(self.t.id), self.t.memory_estimate,
                                       busy=work_kind(self.t.kind).busy_from_start)
         self.sink.memory.watch_processes(self.backend.nvml, self.t.gpu_ids or [], self.proc.pid)
+        if share_watch.held_to(self.t) is not None and self.sink.memory.reserved:
+            self.share = share_watch.ShareWatch(self.backend.nvml, self.t.gpu_ids or [], self.proc.pid,
+                                                share_watch.budget(self.sink.memory.reserved),
+                                                self.settings.share_over_s, self.settings.share_sample_s)
+            plan = share_watch.limit_plan(self.backend.nvml, (self.t.gpu_ids or [0])[0])
+            self.sink.note_event("info", plan.say(self.sink.memory.reserved // share_watch.MIB), plan.to_json())
         with write_session(self.settings) as sess:
             sess.execute(update(Training).where(*attempt_fence(self.t, self.worker_id))
                          .values(launcher_pid=self.proc.pid).execution_options(synchronize_session=False))
@@ -152,17 +167,23 @@ class AttemptWatch:
             self._enforce_stop()  # before the database: a worker's stop works while it is away
             try:
                 state = self._pump()
-            except DBAPIError as exc:
+            except Exception as exc:  # noqa: BLE001 - a fault of this worker ends the attempt as one, named
+                if not unreachable(exc):
+                    self._sink_failed(exc)
+                    break
                 # An outage must not kill a training; the lines wait in the
                 # sink. One that outlasts the grace ends in the fence thread.
+                if self.leader is not None:
+                    self.leader.reach.failed()  # the other hosts' silence meanwhile is not theirs
                 if self.unreachable_since is None:
                     self.unreachable_since = time.monotonic()
                     self.logf.line(f"[gpufleet] cannot reach the database; the ranks keep running for up to "
                                    f"{self.settings.db_outage_grace_s:.0f}s (GPUFLEET_DB_OUTAGE_GRACE_S)")
-                log.warning("training %s: cannot reach the database (%s); retrying", self.t.id, exc.orig)
+                log.warning("training %s: cannot reach the database (%s); retrying", self.t.id, exc)
                 continue
             if self.unreachable_since is not None and self.sink.renewed_at > self.unreachable_since:
-                self.logf.line(f"[gpufleet] the database is back after {time.monotonic() - self.unreachable_since:.0f}s; "
+                away = time.monotonic() - self.unreachable_since
+                self.logf.line(f"[gpufleet] the database is back after {away:.0f}s; "
                                "the lease is renewed and the training goes on")
                 self.unreachable_since = None
             if state == "lost":
@@ -181,8 +202,27 @@ class AttemptWatch:
             self.logf.line("[gpufleet] the lease ran out before this worker could renew it; the training was "
                            "stopped here so that no other attempt runs beside it")
 
+    def _sink_failed(self, exc: Exception) -> None:
+        """This worker cannot record the attempt's progress: stop the ranks now, while its lease still holds,
+        rather than let the lease lapse into a story of a lost host."""
+        self.sink_failure = f"{type(exc).__name__}: {exc}"[:300]
+        log.exception("training %s: the progress could not be recorded; stopping the ranks", self.t.id)
+        self.logf.line(f"[gpufleet] this worker could not record the training's progress ({self.sink_failure}); "
+                       "stopping the ranks")
+        procs.stop_group(self.pgid, CANCEL_GRACE_S)
+
     def _enforce_stop(self) -> None:
         self.stop = self._ask_to_stop("ok")
+        if self.stop is None and self.share is not None and not self.cancelled:
+            self.share.budget = share_watch.budget(self.sink.memory.reserved or self.share.budget)
+            if (over := self.share.check()) is not None:
+                self.stop = stops.Stop("share", time.monotonic() + self.settings.stop_grace_s,
+                                       over.note(self.settings.stop_grace_s), overrun=over,
+                                       checkpoints_before=self.sink.checkpoints)
+                self.logf.line(f"[gpufleet] {self.stop.note}")
+                self.sink.note_event("warning", f"share watchdog: {self.stop.note}", over.to_json())
+                work_kind(self.t.kind).ask_to_stop(self.progress_path)  # before the signal the ranks get
+                procs.signal_group(self.pgid, signal.SIGTERM)
         if self.stop is not None and time.monotonic() > self.stop.deadline:
             self.logf.line("[gpufleet] the training did not stop within the grace; killing it")
             procs.stop_group(self.pgid, 0.0)
@@ -238,8 +278,12 @@ class AttemptWatch:
             self.sink.take(found)
         try:
             self.sink.pump(final=True)
-        except DBAPIError:
+        except Exception:  # the attempt's end is still written (supervisor), whatever this was
             log.warning("training %s: the last progress could not be written", self.t.id, exc_info=True)
+        over, seen = self.stop.overrun if self.stop else None, self.sink.memory.watch
+        if over is not None and seen is not None and self.stop is not None:
+            # What it held until its processes were gone (a stop's checkpoint, the grace) counts too.
+            self.stop.overrun = replace(over, peak=max(over.peak, *seen.peaks))
         self.logf.line(f"[gpufleet] {launcher_end(code, self._stopped_why())}")
         self.logf.close()
         return code
@@ -252,6 +296,8 @@ class AttemptWatch:
             return self.verdict.reason
         if self.lost:
             return "the lease on this training was lost"
+        if self.sink_failure is not None:
+            return "its progress could not be recorded"
         if self.stop is not None:
             return self.stop.note.split(";")[0]
         if self.sink.forced_exit_code is not None:

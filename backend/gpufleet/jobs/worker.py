@@ -22,7 +22,8 @@ import uuid
 from celery.signals import worker_shutting_down
 from sqlalchemy import select
 
-from gpufleet.config import ConfigError, Settings, load_settings
+from gpufleet.config import ConfigError, HostSettings, Settings, StoreSettings, load_settings
+from gpufleet.ckptstore.client import StoreError
 from gpufleet.db.models import Host
 from gpufleet.db.session import prepare_database, session_scope
 from gpufleet.jobs.celery_app import TASK_RUN, host_queue, make_celery
@@ -49,13 +50,13 @@ def ensure_host(settings: Settings) -> uuid.UUID:
         return host.id
 
 
-def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
+def _heartbeat_loop(store_settings: StoreSettings, host_settings: HostSettings, stop: threading.Event) -> None:
     from gpufleet.telemetry.inventory import HEARTBEAT_S, heartbeat
 
     failing = False
     while not stop.wait(HEARTBEAT_S):
         try:
-            heartbeat(settings)
+            heartbeat(store_settings, host_settings)
             failing = False
         except Exception:  # the database may be away; say so once
             if not failing:
@@ -66,13 +67,13 @@ def _heartbeat_loop(settings: Settings, stop: threading.Event) -> None:
 WORKER_BEAT_S = 2.0
 
 
-def _worker_beat_loop(settings: Settings, stop: threading.Event) -> None:
+def _worker_beat_loop(store_settings: StoreSettings, host_settings: HostSettings, stop: threading.Event) -> None:
     """This worker's own beat: a host whose worker was lost gets work again only once it beats."""
     from gpufleet.jobs.recovery import worker_beat
 
     while True:
         try:
-            worker_beat(settings)
+            worker_beat(store_settings, host_settings)
         except Exception:  # the database may be away; the next beat tries again
             log.debug("cannot write this worker's beat", exc_info=True)
         if stop.wait(WORKER_BEAT_S):
@@ -130,7 +131,7 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     from gpufleet.secretfiles import scrub_environment
 
     scrub_environment()  # the settings hold them; no launcher or Celery child inherits them
-    for warning in startup_warnings(settings):
+    for warning in startup_warnings(settings, settings, settings):
         log.warning("%s", warning)
     # The embedded database is created on first use, as `serve` does; a
     # shared one must be at this version's schema (`gpufleet db upgrade`).
@@ -139,6 +140,9 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     # the launchers of a live worker of the same host.
     hold_host_lock(settings, settings.host_name)
     host_id = ensure_host(settings)
+    from gpufleet.jobs import ckpt_uploads
+
+    ckpt_uploads.start(settings, settings)  # a store set wrong is one clear error now (ckptstore.StoreError)
     killed = kill_orphans(settings, settings.host_name)
     if killed:
         log.warning("killed leftover launchers of trainings %s", ", ".join(killed))
@@ -153,9 +157,9 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
     else:
         # Without the agent this host would read as offline once its heartbeat
         # is stale; a worker that can take trainings keeps it fresh itself.
-        threading.Thread(target=_heartbeat_loop, args=(settings, stop), name="gpufleet-heartbeat",
+        threading.Thread(target=_heartbeat_loop, args=(settings, settings, stop), name="gpufleet-heartbeat",
                          daemon=True).start()
-    threading.Thread(target=_worker_beat_loop, args=(settings, stop), name="gpufleet-worker-beat",
+    threading.Thread(target=_worker_beat_loop, args=(settings, settings, stop), name="gpufleet-worker-beat",
                      daemon=True).start()
     worker_id = f"{settings.host_name}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     app = build_app(settings, host_id, worker_id)
@@ -176,7 +180,8 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, agent: boo
 
     # After scrub_environment: its members inherit no secret.
     warmpool.start(settings.warm_pool_size, EnvPolicy.of(settings), settings.member_warm_pool_size,
-                   settings.member_warm_keep_s, slots=(settings.data_dir / "warm-slots", training_roots(settings)))
+                   settings.member_warm_keep_s,
+                   slots=(settings.data_dir / "warm-slots", training_roots(settings, settings)))
     try:
         app.worker_main(argv)
     finally:
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     except HostTaken as exc:
         log.error("%s", exc)
         raise SystemExit(1) from None
-    except ConfigError as exc:
+    except (ConfigError, StoreError) as exc:
         log.error("%s", exc)
         raise SystemExit(2) from None
 

@@ -3,12 +3,15 @@
 | exit | handling |
 |---|---|
 | 0 | succeeded |
-| out of memory | resumed once with half the per-rank micro-batch and twice the gradient accumulation (same global batch, same results) when the training allows it; otherwise failed, no retry |
+| out of memory | resumed once on a smaller micro-batch (below) if the training allows it; else failed, no retry |
 | bad data / config | failed, no retry (a retry would fail the same way) |
 | the code cannot run (environment, import, syntax, missing file) | failed, no retry, that error as the reason |
 | collective timeout | retried with twice the timeout, up to max restarts |
 | interrupted (SIGTERM, not a cancel) | requeued to resume; not counted as a restart |
 | anything else | retried from the newest checkpoint with backoff up to max restarts, then failed |
+
+The out-of-memory resume halves the per-rank micro-batch and doubles the gradient accumulation: the same
+global batch, the same results.
 
 Pure: no database, no processes.
 """
@@ -49,6 +52,7 @@ class Decision:
     counts_restart: bool = False
     config: dict[str, Any] | None = None
     backoff_s: float = 0.0
+    row: dict[str, Any] | None = None  # other fields of the row a retry changes (the share watchdog's estimate)
 
 
 def describe_error(code: int, error: dict[str, Any] | None) -> str:

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import FINAL_STATUSES, GPUAllocation, Training, TrainingEvent
+from gpufleet.db.session import rows_changed
 from gpufleet.db.types import utcnow
 
 
@@ -111,7 +112,7 @@ def transition(
         .values(**cols)
         .execution_options(synchronize_session=False)
     )
-    if res.rowcount != 1:
+    if rows_changed(res) != 1:
         return False
     if to_status in FINAL_STATUSES or to_status == "queued":
         # The reservation ends in the same transaction as the status that ends it.
@@ -127,7 +128,7 @@ def release_allocations(sess: Session, training_id: uuid.UUID, when: datetime | 
         .values(released_at=when or utcnow())
         .execution_options(synchronize_session=False)
     )
-    return res.rowcount
+    return rows_changed(res)
 
 
 def get_training(sess: Session, training_id: uuid.UUID) -> Training | None:

@@ -50,6 +50,8 @@ def names_of(rel: str | PurePosixPath) -> list[str]:
 
 def _openat2(dirfd: int, rel: str, flags: int, mode: int) -> int | None:
     """The descriptor, or None when this kernel has no ``openat2`` (then never asked again)."""
+    if _SYS_OPENAT2 is None:  # no syscall number known for this machine
+        return None
     tmpfile = getattr(os, "O_TMPFILE", 0)
     creates = flags & os.O_CREAT or (tmpfile and flags & tmpfile == tmpfile)
     how = _OpenHow(flags, mode if creates else 0, _RESOLVE)

@@ -1,13 +1,15 @@
 """Which ``training_events`` rows are notifications, and what each is called.
 
 Trainings: their ``status`` events (``running``, ``succeeded``, ``failed``,
-``preempted``). Sessions (trainings rows of kind ``session``): the session's
+``preempted``). Sessions (rows whose kind a person calls a session): the session's
 own event kinds (``session_ready``, ``session_idle_warning``,
 ``session_stopped``), never their rows' status events, which say the same
 thing in a training's words.
 """
 
 from __future__ import annotations
+
+from gpufleet.workkinds import noun
 
 TRAINING_EVENTS = {
     "running": "training_started",
@@ -19,10 +21,18 @@ SESSION_EVENTS = ("session_ready", "session_idle_warning", "session_stopped")
 EVENTS: tuple[str, ...] = (*TRAINING_EVENTS.values(), *SESSION_EVENTS)
 
 
+def _as_training(event_kind: str, status: str | None) -> str | None:
+    return TRAINING_EVENTS.get(status) if event_kind == "status" and status is not None else None
+
+
+def _as_session(event_kind: str, status: str | None) -> str | None:
+    return event_kind if event_kind in SESSION_EVENTS else None
+
+
+# Which rows notify, by what a person calls the row's kind (gpufleet.workkinds.noun).
+BY_NOUN = {"training": _as_training, "session": _as_session}
+
+
 def notification(event_kind: str, status: str | None, training_kind: str | None) -> str | None:
     """The notification a ``training_events`` row is, or None."""
-    if training_kind == "session":
-        return event_kind if event_kind in SESSION_EVENTS else None
-    if event_kind == "status" and status is not None:
-        return TRAINING_EVENTS.get(status)
-    return None
+    return BY_NOUN.get(noun(training_kind), _as_training)(event_kind, status)

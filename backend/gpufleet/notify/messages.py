@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.workkinds import noun
+
 WORDS = {
     "training_started": "started",
     "training_succeeded": "succeeded",
@@ -48,7 +50,7 @@ class Notice:
 
     def as_text(self) -> str:
         t = self.training
-        what = "session" if t.get("kind") == "session" else "training"
+        what = noun(t.get("kind"))
         line = f"gpufleet: {what} {t.get('name')} ({str(t.get('id'))[:8]}) of {t.get('owner')} " \
                f"{WORDS.get(self.event, self.event)}"
         return f"{line}: {self.reason}" if self.reason else line

@@ -119,7 +119,7 @@ class Policy:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc.strerror or exc}") from None
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for address in addresses:
             why = self.refusal(ipaddress.ip_address(address.split("%", 1)[0]), host)
             if why is not None:

@@ -19,6 +19,7 @@ to a restart (the rows are the state).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -27,10 +28,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, WebhookSettings
 from gpufleet.db.models import Training, TrainingEvent
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.notify import messages, outbound
 from gpufleet.notify.events import notification
@@ -44,7 +45,7 @@ BATCH = 500
 MAX_BACKOFF_S = 3600.0
 
 
-def fan_out(settings: Settings) -> int:
+def fan_out(settings: StoreSettings) -> int:
     """Record the deliveries owed for events past the cursor; how many were new."""
     if not _has_news(settings):
         return 0  # most passes: no write transaction (SQLite's one write lock stays free)
@@ -82,7 +83,7 @@ def fan_out(settings: Settings) -> int:
         return made
 
 
-def _has_news(settings: Settings) -> bool:
+def _has_news(settings: StoreSettings) -> bool:
     """Whether a hook exists and an event came past the cursor (or there is no cursor yet)."""
     with session_scope(settings) as sess:
         if sess.execute(select(Webhook.id).limit(1)).first() is None:
@@ -92,7 +93,7 @@ def _has_news(settings: Settings) -> bool:
             select(TrainingEvent.id).where(TrainingEvent.id > cursor.last_event_id).limit(1)).first() is not None
 
 
-def _record(sess: Session, rows: list) -> int:
+def _record(sess: Session, rows: Sequence) -> int:
     wanted = [(eid, name, when, owner) for eid, kind, status, when, owner, tkind in rows
               if (name := notification(kind, status, tkind)) is not None]
     if not wanted:
@@ -111,23 +112,24 @@ def _record(sess: Session, rows: list) -> int:
     return made
 
 
-def _claim(settings: Settings, limit: int) -> dict[object, list[int]]:
+def _claim(store_settings: StoreSettings, webhook_settings: WebhookSettings, limit: int) -> dict[object, list[int]]:
     """Due deliveries taken by this server, per webhook, oldest first."""
     now = utcnow()
-    hold = now + timedelta(seconds=settings.webhook_timeout_s * 2 + 5)  # past this try, if this server dies in it
-    with session_scope(settings) as sess:
+    hold = now + timedelta(seconds=webhook_settings.webhook_timeout_s * 2 + 5)  # past this try, if this server dies
+    with session_scope(store_settings) as sess:
         due = sess.execute(select(WebhookDelivery.id, WebhookDelivery.next_at, WebhookDelivery.webhook_id).where(
             WebhookDelivery.delivered_at.is_(None), WebhookDelivery.gave_up_at.is_(None),
             WebhookDelivery.next_at <= now).order_by(WebhookDelivery.id).limit(limit)).all()
     if not due:
         return {}
     claimed: dict[object, list[int]] = {}
-    with write_session(settings) as sess:
+    with write_session(store_settings) as sess:
         for did, next_at, hook_id in due:
-            r = sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did, WebhookDelivery.next_at == next_at)
+            r = sess.execute(update(WebhookDelivery)
+                             .where(WebhookDelivery.id == did, WebhookDelivery.next_at == next_at)
                              .values(next_at=hold, attempts=WebhookDelivery.attempts + 1)
                              .execution_options(synchronize_session=False))
-            if r.rowcount:
+            if rows_changed(r):
                 claimed.setdefault(hook_id, []).append(did)
     return claimed
 
@@ -180,8 +182,8 @@ def failure(exc: httpx.HTTPError) -> str:
     return f"the request failed ({type(exc).__name__})"
 
 
-def _send_one(settings: Settings, http: httpx.Client, did: int) -> bool:
-    with session_scope(settings) as sess:
+def _send_one(store_settings: StoreSettings, webhook_settings: WebhookSettings, http: httpx.Client, did: int) -> bool:
+    with session_scope(store_settings) as sess:
         d = sess.get(WebhookDelivery, did)
         hook = sess.get(Webhook, d.webhook_id) if d is not None else None
         if d is None or hook is None:
@@ -190,36 +192,39 @@ def _send_one(settings: Settings, http: httpx.Client, did: int) -> bool:
         attempts = d.attempts
         sess.expunge(hook)
     ok, error = post(http, hook, notice) if hook.enabled else (False, "the webhook is disabled")
-    _record_try(settings, did, ok, error, attempts)
+    _record_try(store_settings, webhook_settings, did, ok, error, attempts)
     return ok
 
 
-def _record_try(settings: Settings, did: int, ok: bool, error: str | None, attempts: int) -> None:
+def _record_try(store_settings: StoreSettings, webhook_settings: WebhookSettings, did: int, ok: bool,
+                error: str | None, attempts: int) -> None:
     now = utcnow()
     values: dict[str, object] = {"last_error": error}
     if ok:
         values["delivered_at"] = now
-    elif attempts >= settings.webhook_max_attempts:
+    elif attempts >= webhook_settings.webhook_max_attempts:
         values["gave_up_at"] = now
         log.warning("webhook delivery %d failed %d times; giving up: %s", did, attempts, error)
     else:
-        values["next_at"] = now + timedelta(seconds=backoff_s(settings, attempts))
-    with write_session(settings) as sess:
+        values["next_at"] = now + timedelta(seconds=backoff_s(webhook_settings, attempts))
+    with write_session(store_settings) as sess:
         sess.execute(update(WebhookDelivery).where(WebhookDelivery.id == did).values(**values)
                      .execution_options(synchronize_session=False))
 
 
-def backoff_s(settings: Settings, attempts: int) -> float:
+def backoff_s(settings: WebhookSettings, attempts: int) -> float:
     return min(settings.webhook_backoff_s * 2 ** max(0, attempts - 1), MAX_BACKOFF_S)
 
 
-def send_due(settings: Settings, http: httpx.Client, pool: ThreadPoolExecutor, limit: int = 16) -> int:
+def send_due(store_settings: StoreSettings, webhook_settings: WebhookSettings, http: httpx.Client,
+             pool: ThreadPoolExecutor, limit: int = 16) -> int:
     """Send what is due now; how many were delivered.
 
     Webhooks are served side by side, each one's deliveries one after another
     in the order of their events, so a receiver sees a training start before it ends
     (a retried delivery comes after the ones sent meanwhile).
     """
-    claimed = _claim(settings, limit)
-    return sum(pool.map(lambda ids: sum(_send_one(settings, http, did) for did in ids), claimed.values()))
+    claimed = _claim(store_settings, webhook_settings, limit)
+    return sum(pool.map(lambda ids: sum(_send_one(store_settings, webhook_settings, http, did) for did in ids),
+                        claimed.values()))
 

@@ -3,49 +3,44 @@
 A pool is a place an existing scheduler owns (a Slurm partition). A training
 sent there is an ordinary ``trainings`` row with ``pool`` set: the team's own
 scheduler leaves it alone, and :mod:`gpufleet.pools.submit` and
-:mod:`gpufleet.jobs.pool_watch` carry it through the pool's scheduler.
+:mod:`gpufleet.jobs.pool_watch` carry it through the pool's scheduler. What
+differs between schedulers is the pool's kind (:mod:`gpufleet.pools.place`);
+nothing here asks which one it is.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, Settings, StoreSettings
 from gpufleet.db.pools import Pool
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_first_event
-from gpufleet.pools import slurm
-from gpufleet.trainings.admission.checks import FleetCannotHold, TrainingRequestError
+from gpufleet.pools.attempt import layout
+from gpufleet.pools.kinds import place_kind
+from gpufleet.pools.place import NodeReport, PlaceError, PlaceKind
+from gpufleet.pools.errors import PoolError
+from gpufleet.trainings.admission.checks import TrainingRequestError
 from gpufleet.wire.training_requests import TrainingCreate
-from gpufleet.trainings import service as trainings
-from gpufleet.trainings.service import TrainingView, prepare
+from gpufleet.trainings.service import prepare
 from gpufleet.users import runas
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
-class PoolError(ValueError):
-    """A pool request that cannot be met; the message says what to fix. ``status``: the HTTP answer."""
-
-    def __init__(self, message: str, status: int = 422, field: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.field = field
-
-
 @dataclass(frozen=True)
 class PoolSpec:
     name: str
-    partition: str
-    account: str | None = None
+    kind: str = "slurm"
+    options: dict[str, Any] = field(default_factory=dict)  # the kind's own settings (Slurm: partition, account)
     gpus_per_node: int | None = None
     gpu_model: str | None = None
     gpu_memory: int | None = None
@@ -53,8 +48,23 @@ class PoolSpec:
     python: str | None = None
 
 
-def add(sess: Session, settings: Settings, spec: PoolSpec) -> Pool:
-    """Add a Slurm pool after checking that the cluster answers and has the partition."""
+def kind_of(pool: Pool) -> PlaceKind:
+    """The pool's kind of place; a pool of a kind this server no longer knows is refused, saying so."""
+    try:
+        return place_kind(pool.kind)
+    except PlaceError as exc:
+        raise PoolError(f"pool {pool.name!r}: {exc}", status=409) from None
+
+
+def add(sess: Session, settings: StoreSettings, spec: PoolSpec) -> Pool:
+    """Add a pool after checking its kind's settings and that its scheduler answers (Slurm: has the partition)."""
+    try:
+        kind = place_kind(spec.kind)
+        options = kind.options(spec.options)
+    except PlaceError as exc:
+        raise PoolError(str(exc), field="kind") from None
+    except ValueError as exc:
+        raise PoolError(str(exc), field="options") from None
     if not _NAME.match(spec.name):
         raise PoolError(f"pool name {spec.name!r}: use 1-63 lowercase letters, digits, '-' or '_'", field="name")
     if sess.scalar(select(Pool.id).where(Pool.name == spec.name)) is not None:
@@ -65,17 +75,17 @@ def add(sess: Session, settings: Settings, spec: PoolSpec) -> Pool:
         raise PoolError(f"checkpoint root {root!r} must be an absolute path on the cluster's shared file system",
                         field="checkpoint_root")
     try:
-        known = slurm.partition_exists(spec.partition)
-    except slurm.SlurmError as exc:
-        raise PoolError(f"cannot reach the Slurm cluster from this host: {exc}", status=409) from None
-    if not known:
-        raise PoolError(f"Slurm has no partition {spec.partition!r} (sinfo lists the partitions)", field="partition")
+        kind.check(options)
+    except PlaceError as exc:
+        raise PoolError(str(exc), status=409) from None
+    except ValueError as exc:
+        raise PoolError(str(exc), field="options") from None
     python = spec.python or sys.executable
     check_python(python)
     Path(root).mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o755)
-    pool = Pool(name=spec.name, kind="slurm", partition=spec.partition, account=spec.account,
-                gpus_per_node=spec.gpus_per_node, gpu_model=spec.gpu_model, gpu_memory=spec.gpu_memory,
+    pool = Pool(name=spec.name, kind=kind.name, options=options, gpus_per_node=spec.gpus_per_node,
+                gpu_model=spec.gpu_model, gpu_memory=spec.gpu_memory,
                 checkpoint_root=root, python=python)
     sess.add(pool)
     sess.flush()
@@ -93,7 +103,7 @@ def check_python(python: str) -> None:
     import pwd
     import subprocess
 
-    as_whom: dict[str, object] = {}
+    as_whom: dict[str, Any] = {}
     who = "this account"
     if os.geteuid() == 0:
         try:
@@ -106,7 +116,7 @@ def check_python(python: str) -> None:
     try:
         done = subprocess.run([python, "-c", "import gpufleet.pools.node"], capture_output=True, text=True,
                               timeout=60, cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-                              check=False, **as_whom)  # type: ignore[arg-type]
+                              check=False, **as_whom)
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1] if done.returncode else ""
     except OSError as exc:
         why = exc.strerror or str(exc)
@@ -127,7 +137,7 @@ def get(sess: Session, name: str) -> Pool:
     pool = sess.scalar(select(Pool).where(Pool.name == name))
     if pool is None:
         have = ", ".join(p.name for p in listed(sess)) or "none"
-        raise PoolError(f"no pool named {name!r} (pools: {have}); an admin adds one with `gpufleet pools add slurm`",
+        raise PoolError(f"no pool named {name!r} (pools: {have}); an admin adds one with `gpufleet pools add`",
                         status=404, field="pool")
     return pool
 
@@ -140,11 +150,11 @@ class DeclaredGpus:
     gpu_model: str | None
     gpu_memory: int
     gpus_per_node: int
-    nodes: int = 1  # the partition's nodes, as sinfo counts them (1 when Slurm does not answer)
-    node_states: tuple[slurm.NodeState, ...] | None = None  # sinfo's lines for them (None: Slurm did not answer)
+    nodes: int = 1  # the pool's nodes, as its scheduler counts them (1 when it does not answer)
+    node_states: tuple[NodeReport, ...] | None = None  # its word on them (None: it did not answer)
 
 
-def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
+def declared_gpus(settings: StoreSettings, name: str) -> DeclaredGpus:
     """Pool ``name``'s GPU model, memory and GPUs per node; a 422 naming the flags it lacks."""
     from gpufleet.db.session import session_scope
 
@@ -155,12 +165,13 @@ def declared_gpus(settings: Settings, name: str) -> DeclaredGpus:
         if missing:
             raise PoolError(f"pool {name} does not declare its GPUs ({' and '.join(missing)}), so what fits there "
                             f"cannot be worked out; an admin adds it again with them: `gpufleet pools rm {name}`, "
-                            f"then `gpufleet pools add slurm {name} --partition {p.partition} "
+                            f"then `gpufleet pools add {p.kind} {name} "
                             f"{' '.join(f + ' N' for f in missing)} ...`", field="pool")
         try:
-            states: tuple[slurm.NodeState, ...] | None = tuple(slurm.nodes(p.partition))
-            count = len({n.name for n in states}) or 1
-        except slurm.SlurmError:
+            nodes = tuple(kind_of(p).nodes(p))
+            states: tuple[NodeReport, ...] | None = nodes
+            count = len({n.name for n in nodes}) or 1
+        except PlaceError:
             states, count = None, 1  # the fit stays within one node, which every pool has
         return DeclaredGpus(p.name, p.gpu_model, int(p.gpu_memory or 0), int(p.gpus_per_node or 0), count, states)
 
@@ -175,7 +186,7 @@ class PoolFit:
     reason: str
 
 
-def fit_on(settings: Settings, name: str, memory: int, count: int) -> PoolFit:
+def fit_on(settings: StoreSettings, name: str, memory: int, count: int) -> PoolFit:
     """Whether pool ``name``'s declared GPUs hold ``count`` ranks of ``memory`` bytes each, and over how many
     nodes; a 422 saying why they never can. Slurm owns the queue, so when it starts is Slurm's answer."""
     from gpufleet.scheduling.fit import pool_placer
@@ -197,7 +208,7 @@ def training_home(sess: Session, t: Training) -> Path | None:
     return None if pool is None else Path(pool.checkpoint_root) / str(t.id)
 
 
-def get_root(settings: Settings, name: str) -> str:
+def get_root(settings: StoreSettings, name: str) -> str:
     """Pool ``name``'s checkpoint root."""
     from gpufleet.db.session import session_scope
 
@@ -215,41 +226,22 @@ def remove(sess: Session, name: str) -> None:
     sess.delete(pool)
 
 
-def layout(pool: Pool, world_size: int) -> tuple[int, int]:
-    """How a training of ``world_size`` GPUs is laid out on the pool: (nodes, GPUs per node).
-
-    One node while one holds it; else the fewest nodes that do, each with the same share (one launcher per
-    node, the ranks' rendezvous taken from Slurm's environment). A share that is not even is refused, naming
-    the sizes that are.
-    """
-    per = pool.gpus_per_node
-    if not per or world_size <= per:
-        return 1, world_size
-    count = math.ceil(world_size / per)
-    if world_size % count:
-        lower, upper = count * (world_size // count), count * math.ceil(world_size / count)
-        raise PoolError(f"pool {pool.name!r} has {per} GPUs per node, so {world_size} GPUs need {count} nodes, and "
-                        f"a training over several nodes takes the same number of GPUs on each: ask for {lower} or "
-                        f"{upper} GPUs", field="world_size")
-    return count, world_size // count
-
-
-def nodes(pool: Pool) -> list[slurm.NodeState]:
+def nodes(pool: Pool) -> list[NodeReport]:
     try:
-        return slurm.nodes(pool.partition)
-    except slurm.SlurmError as exc:
+        return kind_of(pool).nodes(pool)
+    except PlaceError as exc:
         raise PoolError(f"cannot read pool {pool.name!r}'s nodes: {exc}", status=503) from None
 
 
-def member_account(sess: Session, settings: Settings, owner: str) -> runas.RunAccount:
+def member_account(sess: Session, settings: CodeSettings, owner: str) -> runas.RunAccount:
     """The member's own Unix account, which the cluster runs their jobs as; refused when there is none."""
     try:
         acct = runas.for_owner(sess, settings.run_account, owner)
     except runas.RunAsError as exc:
-        raise PoolError(f"{exc}; a Slurm pool runs a training as its owner's own account", status=403) from None
+        raise PoolError(f"{exc}; a pool runs a training as its owner's own account", status=403) from None
     if acct.source not in ("mapped", "same-name") or acct.uid == 0:
         raise PoolError(
-            f"user {owner!r} has no Unix account of their own on this host, and a Slurm pool submits as the "
+            f"user {owner!r} has no Unix account of their own on this host, and a pool submits as the "
             "member (never as the server or a shared account): create a login account with the user's name, or "
             f"map the user to their cluster account (`gpufleet users map {owner} --unix ACCOUNT`)", status=403)
     return acct
@@ -262,13 +254,17 @@ def check_request(sess: Session, settings: Settings, req: TrainingCreate, owner:
     if req.host or req.gpu_ids:
         raise PoolError("a training in a pool gets its nodes and GPUs from the pool's scheduler: give world_size, "
                         "not host or gpu_ids", field="host" if req.host else "gpu_ids")
+    kind = kind_of(pool)
+    if req.kind not in kind.works:
+        raise PoolError(f"a {kind.label} pool runs {' and '.join(kind.works)} trainings, not {req.kind}s",
+                        field="kind")
     member_account(sess, settings, owner)
     count = req.world_size or 1
     node_count, _per_node = layout(pool, count)
     if node_count > 1:
         _check_node_count(pool, node_count, count)
     try:
-        row, config = prepare(sess, settings, req, owner, admin=admin)
+        row, config = prepare(sess, settings, req, owner, admin=admin, on_hosts=False)
     except TrainingRequestError as exc:
         raise PoolError(str(exc), field=exc.field) from None
     if pool.gpu_memory and row.memory_estimate and row.memory_estimate > pool.gpu_memory:
@@ -289,47 +285,17 @@ def create_training(sess: Session, settings: Settings, req: TrainingCreate, owne
     sess.add(row)
     sess.flush()
     record_first_event(sess, row, "status", status="queued", user=owner,
-                       reason=f"submitted for {row.world_size} GPU(s) in Slurm pool {pool.name} "
-                              f"(partition {pool.partition}){why}")
+                       reason=f"submitted for {row.world_size} GPU(s) in {kind_of(pool).where(pool)}{why}")
     return row
 
 
-def create_placed(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-                  admin: bool = False) -> TrainingView:
-    """Where a training request goes: its pool, the team's hosts, or, when those can never hold it and the
-    request allows it (``or_pool``), that pool. The caller commits; a refusal writes nothing."""
-    if req.pool:
-        return create(sess, settings, req, owner, admin=admin)
-    if req.or_pool is None:
-        return trainings.create(sess, settings, req, owner, admin=admin)
-    try:  # a pool that does not exist is a mistake to say now, not when the hosts fall short
-        get(sess, req.or_pool)
-    except PoolError as exc:
-        raise PoolError(str(exc), exc.status, "or_pool") from None
-    try:
-        return trainings.create(sess, settings, req, owner, admin=admin)
-    except FleetCannotHold as exc:
-        there = req.model_copy(update={"pool": req.or_pool, "or_pool": None})
-        try:
-            row = create_training(sess, settings, there, owner, admin=admin,
-                                  why=f", as the request allowed: the team's hosts can never hold it ({exc})")
-        except PoolError as refused:
-            raise PoolError(f"the team's hosts can never hold it ({exc}), and pool {req.or_pool!r} cannot either: "
-                            f"{refused}", refused.status, refused.field) from None
-        return TrainingView(training=row)
-
-
 def _check_node_count(pool: Pool, wanted: int, world_size: int) -> None:
-    """Refuse a layout wider than the partition (when Slurm answers; else Slurm's sbatch says it)."""
+    """Refuse a layout wider than the pool (when its scheduler answers; else its own submit says it)."""
+    kind = kind_of(pool)
     try:
-        have = len({n.name for n in slurm.nodes(pool.partition)})
-    except slurm.SlurmError:
+        have = len({n.name for n in kind.nodes(pool)})
+    except PlaceError:
         return
     if have and wanted > have:
-        raise PoolError(f"{world_size} GPUs need {wanted} nodes of pool {pool.name!r}, and its partition "
-                        f"{pool.partition} has {have}", field="world_size")
-
-
-def create(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *, admin: bool = False) -> TrainingView:
-    """:func:`create_training`, as the trainings API answers it."""
-    return TrainingView(training=create_training(sess, settings, req, owner, admin=admin))
+        raise PoolError(f"{world_size} GPUs need {wanted} nodes of pool {pool.name!r}, and its "
+                        f"{kind.queue(pool) or 'scheduler'} has {have}", field="world_size")

@@ -240,7 +240,8 @@ def accounted(job_id: str) -> JobState | None:
 
 
 def nodes(partition: str) -> list[NodeState]:
-    out = _run(["sinfo", "-h", "-N", "-p", partition, "-O", "NodeList:|,StateLong:|,Partition:|,Gres:|,GresUsed:|,CPUsState:"])
+    out = _run(["sinfo", "-h", "-N", "-p", partition,
+                "-O", "NodeList:|,StateLong:|,Partition:|,Gres:|,GresUsed:|,CPUsState:"])
     found = []
     for line in out.splitlines():
         parts = _split(line.rstrip(), 6)

@@ -1,54 +1,47 @@
-"""A queued pool training becomes one Slurm job, submitted as its owner.
+"""A queued pool training becomes one job of the pool's scheduler, submitted as its owner.
 
 Each attempt gets a folder under the pool's checkpoint root (a path both this
 host and the nodes see), owned by the member's account: the launch spec, the
-batch script, the job's output, the ranks' progress lines and the checkpoints.
-The job runs ``srun`` over :mod:`gpufleet.pools.node`, which takes the GPUs
-Slurm granted and starts gpufleet's own launcher, as on a team host.
+job's own files (Slurm: its batch script), the job's output, the ranks'
+progress lines and the checkpoints. The job runs :mod:`gpufleet.pools.node` on
+each of its nodes, which takes the GPUs the scheduler granted and starts
+gpufleet's own launcher, as on a team host. How the job is sent is the pool's
+kind's (:meth:`gpufleet.pools.place.PlaceKind.submit`).
 
 The pool is a place, not a kind of work: a recipe and a member's script both
 run there. What differs between them on a pool (the spec their node reads, what
 comes before the stop signal) is one :class:`OnPool` per kind, found by the
-row's ``kind``; what a pool does with any job (sbatch, the layout over nodes,
-the folder) is written once.
+row's ``kind``; what a pool does with any job (the layout over nodes, the
+folder, the submit) is written once.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import shlex
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
 from sqlalchemy import select, update
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, Settings, StoreSettings
 from gpufleet.db.pools import Pool, PoolJob
 from gpufleet.db.session import session_scope, write_session
+from gpufleet.lifecycle import places
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import record_event, transition
-from gpufleet.pools import slurm
-from gpufleet.pools.service import PoolError, layout, member_account
+from gpufleet.pools.attempt import Attempt, layout, progress_file
+from gpufleet.pools.place import PlaceError
+from gpufleet.pools.errors import PoolError
+from gpufleet.pools.service import kind_of, member_account
 from gpufleet.scheduling.quotas import over_quota
 from gpufleet.engine.spec import LaunchSpec
 from gpufleet.trainings import code, script
 from gpufleet.users.runas import RunAccount
 
 log = logging.getLogger(__name__)
-
-JOB_NAME = "gpufleet-{tid}"
-
-
-def training_dir(pool: Pool, training_id: uuid.UUID | str) -> Path:
-    return Path(pool.checkpoint_root) / str(training_id)
-
-
-def progress_file(pool: Pool, training_id: uuid.UUID | str, attempt: int) -> Path:
-    return training_dir(pool, training_id) / f"progress-{attempt}.jsonl"
 
 
 def _own(root: memberfs.Dir, rel: str, acct: RunAccount, mode: int = 0o755) -> None:
@@ -61,68 +54,22 @@ def _own(root: memberfs.Dir, rel: str, acct: RunAccount, mode: int = 0o755) -> N
                         f"{exc.strerror}); remove it and resubmit") from None
 
 
-def _unpack(settings: Settings, a: Attempt, root: memberfs.Dir, work: str) -> None:
+def _unpack(store_settings: StoreSettings, code_settings: CodeSettings, a: Attempt, root: memberfs.Dir,
+            work: str) -> None:
     """The code as uploaded, as ``work``: unpacked where only this host's root writes, given to the member,
     then moved into the member's folder (where nothing is written through a name the member controls)."""
     root.make_dir(".staging", mode=0o700)
     fresh = f".staging/{a.training.id}-{a.number}"
     root.remove(fresh)
     try:
-        with session_scope(settings) as sess:
+        with session_scope(store_settings) as sess:
             # .staging is root's alone (0700): the path is resolved where no member can put a link.
-            code.prepare_workdir(settings, sess, a.training.code_hash or "", root.path / fresh)
+            code.prepare_workdir(store_settings, code_settings, sess, a.training.code_hash or "", root.path / fresh)
         root.give_tree(fresh, a.account.uid, a.account.gid)
         root.remove(work)  # the last attempt's copy: every attempt starts from the code as uploaded
         root.move(fresh, work)
     finally:
         root.remove(fresh)
-
-
-def sbatch_args(settings: Settings, pool: Pool, t: Training, output: Path) -> list[str]:
-    """What the job asks Slurm for: its nodes and GPUs on each, its time limit and the stop signal."""
-    grace = max(1, int(settings.stop_grace_s))
-    node_count, per_node = layout(pool, t.world_size)
-    # One task per node: gpufleet's launcher there starts one rank per GPU it was granted.
-    args = [f"--job-name={JOB_NAME.format(tid=t.id)}", f"--partition={pool.partition}", f"--nodes={node_count}",
-            "--ntasks-per-node=1", f"--gres=gpu:{per_node}", f"--output={output}", "--export=NONE",
-            # Slurm's stop contract as gpufleet's: SIGTERM (checkpoint and stop) before the time limit's kill.
-            f"--signal=TERM@{grace}"]
-    if pool.account:
-        args.append(f"--account={pool.account}")
-    if t.max_runtime_s:
-        args.append(f"--time={math.ceil(t.max_runtime_s / 60)}")
-    return args
-
-
-def _batch_script(pool: Pool, kind: str, spec: Path) -> str:
-    node = f"{shlex.quote(pool.python)} -m gpufleet.pools.node {kind} {shlex.quote(str(spec))}"
-    return ("#!/bin/sh\n"
-            "# One task per node; gpufleet's launcher starts one rank per GPU Slurm granted.\n"
-            "export SLURM_EXPORT_ENV=ALL PYTHONUNBUFFERED=1\n"
-            f"exec srun --kill-on-bad-exit=1 {node}\n")
-
-
-@dataclass
-class Attempt:
-    """One attempt of a pool training: where its files go and whose they are."""
-
-    settings: Settings
-    pool: Pool
-    training: Training
-    number: int
-    account: RunAccount
-
-    @property
-    def home(self) -> Path:
-        return training_dir(self.pool, self.training.id)
-
-    @property
-    def progress(self) -> Path:
-        return progress_file(self.pool, self.training.id, self.number)
-
-    def rel(self, path: Path) -> str:
-        """``path`` (in this attempt's files) as named below the pool's root."""
-        return memberfs.beneath(self.pool.checkpoint_root, path)
 
 
 class OnPool:
@@ -134,7 +81,7 @@ class OnPool:
         raise NotImplementedError
 
     def ask_to_stop(self, pool: Pool, training_id: uuid.UUID, attempt: int) -> None:
-        """What comes before the TERM Slurm sends the job's steps when the training is asked to stop."""
+        """What comes before the TERM the pool sends the job's ranks when the training is asked to stop."""
 
 
 class RecipeOnPool(OnPool):
@@ -147,7 +94,7 @@ class RecipeOnPool(OnPool):
         node_count, per_node = layout(a.pool, t.world_size)
         gang = None
         if node_count > 1:
-            # Filled in on each node from Slurm's environment (gpufleet.pools.node): this task's first rank,
+            # Filled in on each node from the job's environment (gpufleet.pools.node): this task's first rank,
             # the batch host's address, a port from the job's id, and which task opens the store.
             gang = {"world_size": t.world_size, "first_rank": 0, "master_addr": "", "master_port": 0,
                     "store_master": False, "rendezvous_timeout_s": settings.rendezvous_timeout_s}
@@ -170,7 +117,7 @@ class ScriptOnPool(OnPool):
         if not t.code_hash or not t.argv:
             raise PoolError("the training has no code or argv")
         work, output = a.home / "work", a.home / "output"
-        _unpack(settings, a, root, a.rel(work))
+        _unpack(settings, settings, a, root, a.rel(work))
         _own(root, a.rel(output), a.account)
         cache = None
         if (t.env or {}).get(script.REQUIREMENTS_KEY):
@@ -179,11 +126,11 @@ class ScriptOnPool(OnPool):
             _own(root, a.rel(cache), a.account)
         node_count, per_node = layout(a.pool, t.world_size)
         spec = script.attempt_spec(
-            settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
+            settings, settings, t, workdir=work, progress=a.progress, checkpoint_dir=a.home / "checkpoints",
             output_dir=output, gpu_indexes=list(range(per_node)), backend="cuda", ranks_on_cpu=False,
             stop_grace_s=settings.stop_grace_s, env_cache=cache, files_root=Path(a.pool.checkpoint_root),
             python=a.pool.python)  # the nodes' interpreter (`pools add --python`), never this host's
-        # Over several nodes each node's task takes its share and the rendezvous from Slurm (pools/node.py).
+        # Over several nodes each node's task takes its share and the rendezvous from the job (pools/node.py).
         root.write_new(a.rel(path), replace(spec, world_size=t.world_size, nnodes=node_count).to_json())
 
     def ask_to_stop(self, pool: Pool, training_id: uuid.UUID, attempt: int) -> None:
@@ -198,13 +145,13 @@ def on_pool(kind: str) -> OnPool:
     try:
         return ON_POOL[kind]
     except KeyError:
-        raise PoolError(f"a Slurm pool runs {' and '.join(sorted(ON_POOL))} trainings, not {kind}s",
+        raise PoolError(f"a pool runs {' and '.join(sorted(ON_POOL))} trainings, not {kind}s",
                         field="kind") from None
 
 
 def write_attempt(settings: Settings, t: Training, pool: Pool, acct: RunAccount) -> tuple[Attempt, Path]:
-    """The next attempt's folder and files (spec, batch script), the member's; the attempt and its batch
-    script. Every name below the pool's root is reached through no link (gpufleet.memberfs)."""
+    """The next attempt's folder and spec, the member's; the attempt and its spec. Every name below the pool's
+    root is reached through no link (gpufleet.memberfs)."""
     attempt = Attempt(settings, pool, t, t.attempt + 1, acct)
     home, tid = attempt.home, str(t.id)
     with memberfs.Dir.root(pool.checkpoint_root) as root:
@@ -213,29 +160,31 @@ def write_attempt(settings: Settings, t: Training, pool: Pool, acct: RunAccount)
         spec_path = home / f"spec-{attempt.number}.json"
         on_pool(t.kind).write_spec(attempt, root, spec_path)
         root.give(attempt.rel(spec_path), acct.uid, acct.gid, 0o644)
-        batch = home / f"job-{attempt.number}.sh"
-        root.write_new(attempt.rel(batch), _batch_script(pool, t.kind, spec_path), 0o755)
-        root.give(attempt.rel(batch), acct.uid, acct.gid, 0o755)
-    return attempt, batch
+    return attempt, spec_path
 
 
 def submit_one(settings: Settings, t: Training, pool: Pool, acct: RunAccount) -> PoolJob:
-    """Write the attempt's files and ``sbatch`` them as the member; the job's row (not added)."""
-    attempt, batch = write_attempt(settings, t, pool, acct)
-    home = attempt.home
-    output = home / f"slurm-{attempt.number}.out"
-    job_id = slurm.submit(str(batch), acct.name, sbatch_args(settings, pool, t, output), str(home))
+    """Write the attempt's files and send them to the pool's scheduler as the member; the job's row (not added)."""
+    kind = kind_of(pool)
+    attempt, spec = write_attempt(settings, t, pool, acct)
+    output = attempt.home / kind.output_name(attempt.number)
+    job_id = kind.submit(attempt, t.kind, spec, output)
     return PoolJob(training_id=t.id, pool_id=pool.id, attempt=attempt.number, job_id=job_id, account=acct.name,
-                   state="PENDING", output=str(output), output_offset=0)
+                   state="pending", output=str(output), output_offset=0)
 
 
-def waiting(settings: Settings) -> list[uuid.UUID]:
+def lease_owner(pool: Pool, job_id: str) -> str:
+    """Who holds a pool training's lease while its job lives: the pool's kind and the job (``slurm:42``)."""
+    return f"{pool.kind}:{job_id}"
+
+
+def waiting(settings: StoreSettings) -> list[uuid.UUID]:
     """Queued pool trainings whose current attempt has no live job."""
     with session_scope(settings) as sess:
         live = select(PoolJob.id).where(PoolJob.training_id == Training.id, PoolJob.attempt == Training.attempt,
                                         PoolJob.ended_at.is_(None))
         return list(sess.scalars(select(Training.id).where(
-            Training.pool.is_not(None), Training.status == "queued", ~live.exists())
+            places.elsewhere(), Training.status == "queued", ~live.exists())
             .order_by(Training.priority.desc(), Training.created_at)))
 
 
@@ -251,7 +200,7 @@ def submit_waiting(settings: Settings) -> int:
                 continue  # cancelled meanwhile, or another API process sent it
             if (why := over_quota(sess, t)) is not None:
                 # Past its owner's quota: it stays queued, saying why, and is sent once GPUs are given back.
-                # (No borrowing: gpufleet cannot take back what Slurm runs.)
+                # (No borrowing: gpufleet cannot take back what a pool runs.)
                 if t.wait_reason != why:
                     t.wait_reason = why
                 continue
@@ -260,17 +209,18 @@ def submit_waiting(settings: Settings) -> int:
                 if pool is None:
                     raise PoolError(f"pool {t.pool!r} was removed")
                 job = submit_one(settings, t, pool, member_account(sess, settings, t.owner))
-            except (PoolError, slurm.SlurmError, OSError) as exc:
-                transition(sess, t.id, ["queued"], "failed", reason=f"could not submit to Slurm pool {t.pool}: {exc}",
+            except (PoolError, PlaceError, OSError) as exc:
+                transition(sess, t.id, ["queued"], "failed", reason=f"could not submit to pool {t.pool}: {exc}",
                            kind="error")
                 continue
+            label = kind_of(pool).label
             sess.add(job)
             sess.execute(update(Training).where(Training.id == t.id)
-                         .values(attempt=job.attempt, lease_owner=f"slurm:{job.job_id}",
-                                 wait_reason=f"submitted to Slurm as job {job.job_id} (account {job.account})")
+                         .values(attempt=job.attempt, lease_owner=lease_owner(pool, job.job_id),
+                                 wait_reason=f"submitted to {label} as job {job.job_id} (account {job.account})")
                          .execution_options(synchronize_session=False))
             record_event(sess, t.id, "info", status="queued",
-                         reason=f"attempt {job.attempt}: submitted to Slurm pool {pool.name} as job {job.job_id}, "
+                         reason=f"attempt {job.attempt}: submitted to {label} pool {pool.name} as job {job.job_id}, "
                                 f"as Unix account {job.account}",
                          data={"pool": pool.name, "job_id": job.job_id, "account": job.account})
             sent += 1

@@ -26,10 +26,12 @@ from typing import Any
 
 from gpufleet.scheduling.types import (
     AvailabilityPolicy,
+    AvailabilityState,
     GPUAvailability,
     GPUObservation,
     fmt_bytes,
 )
+from gpufleet.workkinds import noun
 
 
 def _reservation_holders(obs: GPUObservation) -> list[dict[str, Any]]:
@@ -67,7 +69,7 @@ def _who(holder: dict[str, Any]) -> str:
         return f"pid {holder['pid']}{cmd} of {user}"
     name = holder.get("name") or holder.get("training_id")
     owner = f" of {holder['owner']}" if holder.get("owner") else ""
-    return f"{'session' if holder.get('kind') == 'session' else 'training'} {name}{owner}"
+    return f"{noun(holder.get('kind'))} {name}{owner}"
 
 
 def unreserved_free_memory(obs: GPUObservation) -> int:
@@ -128,11 +130,11 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
     reserved = sum(r.reserved_memory or 0 for r in obs.reservations)
     free = unreserved_free_memory(obs)
 
-    def result(state: str, reason: str, free_memory: int = free) -> GPUAvailability:
+    def result(state: AvailabilityState, reason: str, free_memory: int = free) -> GPUAvailability:
         return GPUAvailability(
             host=obs.host,
             index=obs.index,
-            state=state,  # type: ignore[arg-type]
+            state=state,
             reason=reason,
             vendor=obs.vendor,
             backend=obs.backend,
@@ -186,5 +188,6 @@ def assess_gpu(obs: GPUObservation, policy: AvailabilityPolicy | None = None) ->
 
     if obs.memory_free is None:
         return result("free", "no reservation; no live sample, so free memory is the GPU's size")
-    note = f"; small foreign processes use {fmt_bytes(sum(h.get('used_memory') or 0 for h in foreign))}" if foreign else ""
+    foreign_bytes = sum(h.get("used_memory") or 0 for h in foreign)
+    note = f"; small foreign processes use {fmt_bytes(foreign_bytes)}" if foreign else ""
     return result("free", f"no reservation, {fmt_bytes(free)} free{note}")

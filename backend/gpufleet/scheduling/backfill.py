@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import WorkerSettings
 from gpufleet.db.models import (
     GPU,
     GPUAllocation,
@@ -65,7 +65,7 @@ def _fmt_wait(delta: timedelta) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def expected_ends(sess: Session, settings: Settings, holders: Sequence[Training],
+def expected_ends(sess: Session, settings: WorkerSettings, holders: Sequence[Training],
                   now: datetime) -> dict[uuid.UUID, datetime | None]:
     """When each GPU-holding training is expected to end (None: cannot say)."""
     ids = [h.id for h in holders]
@@ -99,7 +99,7 @@ def expected_ends(sess: Session, settings: Settings, holders: Sequence[Training]
     return out
 
 
-def reservation(sess: Session, settings: Settings, t: Training, hosts: Sequence[Host],
+def reservation(sess: Session, settings: WorkerSettings, t: Training, hosts: Sequence[Host],
                 now: datetime) -> Reservation | None:
     """Where and when ``t`` can start soonest, with the GPUs it will take; None when it needs no reservation."""
     count = t.requested_count or t.world_size or 1
@@ -126,15 +126,15 @@ def reservation(sess: Session, settings: Settings, t: Training, hosts: Sequence[
         free_at: dict[int, datetime | None] = {}
         for g in usable:
             holders = [h for h in holders_of.get(g.id, []) if h.id != t.id]
-            times = [ends.get(h.id) for h in holders]
+            times = [e for e in (ends.get(h.id) for h in holders) if e is not None]
             # Kept for a preemptor: those GPUs are its, never this one's to count on.
             kept = any(h.status == "preempted" and h.preempted_by != t.id for h in holders)
-            free_at[g.index] = None if kept or None in times else max(times, default=now)
+            free_at[g.index] = None if kept or len(times) < len(holders) else max(times, default=now)
         if len(free_at) < count or sum(1 for v in free_at.values() if v == now) >= count:
             continue  # can never fit here, or it waits for something other than GPUs (it would be placed)
         order = sorted(free_at, key=lambda i: (free_at[i] is None, free_at[i] or now, i))[:count]
-        times = [free_at[i] for i in order]
-        when = None if None in times else max(times)  # type: ignore[type-var]
+        known = [w for w in (free_at[i] for i in order) if w is not None]
+        when = max(known) if len(known) == len(order) else None  # None: some GPU's end is not known
         r = Reservation(t.id, t.name, t.priority, count, host.id, frozenset(order), when)
         if best is None or (best.free_at is None and r.free_at is not None) or (
                 r.free_at is not None and best.free_at is not None and r.free_at < best.free_at):
@@ -146,7 +146,7 @@ def reservation(sess: Session, settings: Settings, t: Training, hosts: Sequence[
 class Pass:
     """The reservations of one scheduling pass, worked out when first needed."""
 
-    settings: Settings
+    settings: WorkerSettings
     hosts_for: Callable[[Session, Training], list[Host]]
     now: datetime = field(default_factory=utcnow)
     _waiting: list[Training] = field(default_factory=list)

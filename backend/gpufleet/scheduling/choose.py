@@ -19,7 +19,7 @@ from gpufleet.scheduling.types import FleetState, HostState, SelectionRequest
 def _scheduler_view(free: list[int], count: int, memory: int | None, host_name: str,
                     settings: Settings) -> tuple[SelectionRequest, FleetState] | None:
     with session_scope(settings) as sess:
-        fleet = fleet_state(sess, settings, host=host_name)
+        fleet = fleet_state(sess, settings, settings, settings, settings, host=host_name)
     host = fleet.host(host_name)
     if host is None:
         return None

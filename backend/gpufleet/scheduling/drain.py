@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
+from gpufleet.devices.device import index_list
 
 
 class DrainError(ValueError):
@@ -43,7 +44,7 @@ def set_drained(sess: Session, host: str, indexes: list[int], drained: bool, rea
     gpus = {g.index: g for g in sess.scalars(select(GPU).where(GPU.host_id == h.id))}
     missing = [i for i in indexes if i not in gpus]
     if missing:
-        have = ", ".join(map(str, sorted(gpus))) or "none"
+        have = index_list(sorted(gpus), ", ") or "none"
         raise DrainError(f"GPU {missing[0]} does not exist on host {host}; it has GPUs {have}")
     for i in indexes:
         gpus[i].drained = drained

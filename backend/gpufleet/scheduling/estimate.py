@@ -202,7 +202,8 @@ def estimate_memory_requirement(
     if runs:
         method += f"; corrected by {ratio:.2f}x from {runs} measured run(s)"
     if margin:
-        method += (f"; {spread:.0%} margin for the {'spread of the measured runs' if runs else 'shape not yet measured'}")
+        method += (f"; {spread:.0%} margin for the "
+                   f"{'spread of the measured runs' if runs else 'shape not yet measured'}")
     return MemoryEstimate(
         total=corrected + context + margin,
         parameters=parts.parameters,

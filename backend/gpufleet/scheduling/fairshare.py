@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, StoreSettings
 from gpufleet.db.models import GPUAllocation, Training
 from gpufleet.db.session import session_scope
 from gpufleet.db.types import utcnow
@@ -73,11 +73,12 @@ def factors(usage: dict[str, float], shares: dict[str, float], owners: Iterable[
     return out
 
 
-def _recent_usage(sess: Session, settings: Settings, now: datetime | None) -> dict[str, float]:
-    half_life = settings.fair_share_half_life_h * 3600.0
+def _recent_usage(sess: Session, scheduler_settings: SchedulerSettings, store_settings: StoreSettings,
+                  now: datetime | None) -> dict[str, float]:
+    half_life = scheduler_settings.fair_share_half_life_h * 3600.0
     if now is not None:
         return decayed_usage(sess, half_life, now)
-    key = (settings.effective_database_url, half_life)
+    key = (store_settings.effective_database_url, half_life)
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None and time.monotonic() - hit[0] < min(USAGE_CACHE_S, half_life / 50):
@@ -88,22 +89,23 @@ def _recent_usage(sess: Session, settings: Settings, now: datetime | None) -> di
     return usage
 
 
-def owner_factors(sess: Session, settings: Settings, owners: Iterable[str],
-                  now: datetime | None = None) -> dict[str, float]:
-    usage = _recent_usage(sess, settings, now)
+def owner_factors(sess: Session, scheduler_settings: SchedulerSettings, store_settings: StoreSettings,
+                  owners: Iterable[str], now: datetime | None = None) -> dict[str, float]:
+    usage = _recent_usage(sess, scheduler_settings, store_settings, now)
     shares = {name: q.share for name, q in user_quotas(sess).items()}
     return factors(usage, shares, owners)
 
 
-def over_share(sess: Session, settings: Settings, owners: Iterable[str]) -> dict[str, float]:
+def over_share(sess: Session, scheduler_settings: SchedulerSettings, store_settings: StoreSettings,
+               owners: Iterable[str]) -> dict[str, float]:
     """Owner -> how far their recent usage is over their share: U/S - 1, or 0 at or under it.
 
     The order in which preemption picks victims of equal priority (furthest
     over first); empty with fair share off.
     """
-    if not settings.fair_share:
+    if not scheduler_settings.fair_share:
         return {}
-    f = owner_factors(sess, settings, owners)
+    f = owner_factors(sess, scheduler_settings, store_settings, owners)
     # F = 2**(-U/S), so U/S = -log2(F); F is never 0 (U/S is finite).
     return {o: max(0.0, -math.log2(v) - 1.0) for o, v in f.items() if v > 0}
 
@@ -113,9 +115,10 @@ def order(rows: list[Training], f: dict[str, float]) -> list[Training]:
     return sorted(rows, key=lambda t: (-t.priority, -f.get(t.owner, 1.0), t.created_at, t.id))
 
 
-def in_order(settings: Settings, pages: Iterator[list[Training]]) -> Iterator[Training]:
+def in_order(scheduler_settings: SchedulerSettings, store_settings: StoreSettings,
+             pages: Iterator[list[Training]]) -> Iterator[Training]:
     """The scheduler's queue in fair-share order; the whole queue is read before the first is placed."""
-    if not settings.fair_share:
+    if not scheduler_settings.fair_share:
         for page in pages:
             yield from page
         return
@@ -123,6 +126,6 @@ def in_order(settings: Settings, pages: Iterator[list[Training]]) -> Iterator[Tr
     if len({t.owner for t in rows}) < 2:
         yield from rows
         return
-    with session_scope(settings) as sess:
-        f = owner_factors(sess, settings, {t.owner for t in rows})
+    with session_scope(store_settings) as sess:
+        f = owner_factors(sess, scheduler_settings, store_settings, {t.owner for t in rows})
     yield from order(rows, f)

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpufleet.devices.device import index_list
+
 Fits = Literal["now", "later", "never"]
 _LEVEL = {"never": 0, "later": 1, "now": 2}
 
@@ -158,7 +160,7 @@ def _why(pick: FitOption | None, never: list[str], where: str) -> str:
                else "the largest micro-batch that fits its GPUs")
         return f"{layout} fits pool {pick.placement.pool}'s GPUs ({how}); Slurm decides when it starts"
     if pick.placement.fits == "now":
-        at = f"on {pick.placement.host} GPU(s) {', '.join(map(str, pick.placement.gpu_indexes))}"
+        at = f"on {pick.placement.host} GPU(s) {index_list(pick.placement.gpu_indexes, ', ')}"
         how = ("the whole per-rank batch in one pass" if pick.grad_accum_steps == 1
                else "the largest micro-batch that fits one GPU" if pick.world_size == 1
                else "the largest micro-batch that fits; fewer GPUs do not hold it now")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import TelemetrySettings
 from gpufleet.db.models import GangMember, GangRendezvous, GPUAllocation, Host, Training
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import transition
@@ -44,6 +44,8 @@ def plan(free: dict[str, list[int]], world_size: int, request: dict) -> tuple[li
     per_host = request.get("gpus_per_host")
     n_hosts = request.get("hosts")
     if names:
+        if per_host is None:  # admission stores the count with the names; a request without it cannot be placed
+            return None, f"names hosts {', '.join(names)} but not how many GPUs on each (gpus_per_host)"
         short = [h for h in names if len(free.get(h, [])) < per_host]
         if short:
             return None, f"needs {len(names)} hosts × {per_host} free GPUs; " + _have(free, names, per_host)
@@ -86,8 +88,8 @@ def _have(free: dict[str, list[int]], names: list[str], per_host: int) -> str:
     return "; ".join(words) or "no host online"
 
 
-def schedule_gang(sess: Session, settings: Settings, t: Training) -> tuple[str | None, str | None, uuid.UUID | None,
-                                                                        list[int]]:
+def schedule_gang(sess: Session, settings: TelemetrySettings,
+                  t: Training) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     """Place gang training ``t`` (locked, queued) now, or record why it waits; as ``_schedule_one`` answers."""
     online = [h for h in sess.execute(select(Host).order_by(Host.name)).scalars()
               if not host_offline(h.status, h.last_heartbeat, settings)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from gpufleet.scheduling.recommend import _fits, recommend
+from gpufleet.scheduling.recommend import fits, recommend
 from gpufleet.scheduling.types import Candidate, FleetState, SelectionRequest, fmt_bytes
 from gpufleet.scheduling.validate import validate_selection
 from gpufleet.scheduling.vendormix import mixed_vendor_message
@@ -48,7 +48,7 @@ def _split(count: int, free: list[int]) -> list[int] | None:
 
 def recommend_across(request: SelectionRequest, fleet: FleetState) -> tuple[list[AcrossCandidate], str | None]:
     """Sets on the fewest hosts that hold ``request.count`` GPUs now; or none and why."""
-    free = {h.name: [g for g in h.gpus if _fits(g, request)] for h in fleet.hosts}
+    free = {h.name: [g for g in h.gpus if fits(g, request)] for h in fleet.hosts}
     total = sum(len(v) for v in free.values())
     each = ", ".join(f"{h}: {len(v)}" for h, v in sorted(free.items()))
     if total < request.count:

@@ -26,11 +26,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import and_, case, func, or_, select, update
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, Settings, StoreSettings, TelemetrySettings
 from gpufleet.db.models import GPUAllocation, GPUMetricsHistory, Training, TrainingEvent
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import record_event
+from gpufleet.workkinds import names
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ CHECK_EVERY_S = 5.0
 _last_check: dict[str, float] = {}
 
 
-def _fresh_after(settings: Settings) -> timedelta:
+def fresh_after(settings: TelemetrySettings) -> timedelta:
     """How old the newest sample may be and still say what the GPU does now."""
     return timedelta(seconds=max(30.0, 5 * settings.sample_interval_s))
 
@@ -49,23 +50,25 @@ def watch_due(settings: Settings) -> list[tuple[uuid.UUID, str]]:
     if time.monotonic() - _last_check.get(key, 0.0) < CHECK_EVERY_S:
         return []
     _last_check[key] = time.monotonic()
-    return watch(settings)
+    return watch(settings, settings, settings)
 
 
-def watch(settings: Settings, now: datetime | None = None) -> list[tuple[uuid.UUID, str]]:
+def watch(scheduler_settings: SchedulerSettings, store_settings: StoreSettings, telemetry_settings: TelemetrySettings,
+          now: datetime | None = None) -> list[tuple[uuid.UUID, str]]:
     """Track idle GPUs of running trainings; returns (training, what was done) for warnings and reclaims."""
-    if settings.idle_action == "off":
+    if scheduler_settings.idle_action == "off":
         return []
     now = now or utcnow()
     done = []
-    with session_scope(settings) as sess:
+    with session_scope(store_settings) as sess:
         gpus: dict[uuid.UUID, list[tuple[uuid.UUID, int]]] = {}
         marks: dict[uuid.UUID, tuple] = {}
         for tid, host_id, index, *mark in sess.execute(
             select(Training.id, GPUAllocation.host_id, GPUAllocation.gpu_index, Training.idle_since,
                    Training.idle_warned_at, Training.reclaim_requested)
             .join(GPUAllocation, GPUAllocation.training_id == Training.id)
-            .where(Training.status == "running", Training.kind != "session",  # sessions: gpufleet.interactive.watch
+            # Sessions are watched by interactive.watch.
+            .where(Training.status == "running", Training.kind.in_(names(lambda k: k.idle_reclaim)),
                    GPUAllocation.released_at.is_(None))):
             gpus.setdefault(tid, []).append((host_id, index))
             marks[tid] = tuple(mark)
@@ -83,23 +86,23 @@ def watch(settings: Settings, now: datetime | None = None) -> list[tuple[uuid.UU
             h = GPUMetricsHistory
             newest, last_busy, n_gpus = sess.execute(
                 select(func.max(h.timestamp),
-                       func.max(case((h.utilization >= settings.idle_threshold_percent, h.timestamp))),
+                       func.max(case((h.utilization >= scheduler_settings.idle_threshold_percent, h.timestamp))),
                        func.count(func.distinct(h.gpu_index)))
                 .where(or_(*(and_(h.host_id == host_id, h.gpu_index == i) for host_id, i in held)),
                        h.timestamp >= since)).one()
             readings[tid] = (since, newest, last_busy, n_gpus == len(held))
     for tid, (since, newest, last_busy, every_gpu) in readings.items():
-        if newest is None or not every_gpu or now - newest > _fresh_after(settings):
+        if newest is None or not every_gpu or now - newest > fresh_after(telemetry_settings):
             continue
-        if not _changes(settings, marks[tid], since, newest, last_busy, now):
+        if not _changes(scheduler_settings, marks[tid], since, newest, last_busy, now):
             continue  # the common case: no write (and no write lock on SQLite)
-        what = _judge(settings, tid, since, newest, last_busy, now)
+        what = _judge(scheduler_settings, store_settings, tid, since, newest, last_busy, now)
         if what:
             done.append((tid, what))
     return done
 
 
-def _changes(settings: Settings, mark: tuple, since: datetime, newest: datetime, last_busy: datetime | None,
+def _changes(settings: SchedulerSettings, mark: tuple, since: datetime, newest: datetime, last_busy: datetime | None,
              now: datetime) -> bool:
     idle_since, warned, reclaim = mark
     if last_busy is not None and last_busy >= newest:
@@ -110,10 +113,10 @@ def _changes(settings: Settings, mark: tuple, since: datetime, newest: datetime,
             or (settings.idle_action == "stop" and warned is not None and not reclaim))
 
 
-def _judge(settings: Settings, tid: uuid.UUID, since: datetime, newest: datetime, last_busy: datetime | None,
-           now: datetime) -> str | None:
-    window = timedelta(seconds=settings.idle_window_s)
-    with write_session(settings) as sess:
+def _judge(scheduler_settings: SchedulerSettings, store_settings: StoreSettings, tid: uuid.UUID, since: datetime,
+           newest: datetime, last_busy: datetime | None, now: datetime) -> str | None:
+    window = timedelta(seconds=scheduler_settings.idle_window_s)
+    with write_session(store_settings) as sess:
         t = sess.execute(select(Training).where(Training.id == tid, Training.status == "running")
                          .execution_options(populate_existing=True)).scalar_one_or_none()
         if t is None:
@@ -131,19 +134,20 @@ def _judge(settings: Settings, tid: uuid.UUID, since: datetime, newest: datetime
         what = None
         if now - idle_since >= window and t.idle_warned_at is None:
             values["idle_warned_at"] = now
-            stop = settings.idle_action == "stop"
+            stop = scheduler_settings.idle_action == "stop"
             idle_for = int((now - idle_since).total_seconds())
             record_event(
                 sess, tid, "warning", status="running",
-                reason=f"its GPUs have been below {settings.idle_threshold_percent:g}% utilisation for "
-                       f"{idle_for}s (idle window {settings.idle_window_s:g}s); "
+                reason=f"its GPUs have been below {scheduler_settings.idle_threshold_percent:g}% utilisation for "
+                       f"{idle_for}s (idle window {scheduler_settings.idle_window_s:g}s); "
                        + ("reclaiming them: the training is checkpointed and stopped" if stop
                           else "they are still held (idle_action: warn)"),
-                data={"idle_since": idle_since.isoformat(), "threshold_percent": settings.idle_threshold_percent,
-                      "action": settings.idle_action})
+                data={"idle_since": idle_since.isoformat(),
+                      "threshold_percent": scheduler_settings.idle_threshold_percent,
+                      "action": scheduler_settings.idle_action})
             what = "warned"
-        if settings.idle_action == "stop" and (t.idle_warned_at is not None or "idle_warned_at" in values) \
-                and not t.reclaim_requested:
+        if scheduler_settings.idle_action == "stop" \
+                and (t.idle_warned_at is not None or "idle_warned_at" in values) and not t.reclaim_requested:
             values["reclaim_requested"] = True
             what = "reclaim"
         if values:

@@ -15,7 +15,7 @@ from statistics import median
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import HostSettings, SchedulerSettings, StoreSettings, TelemetrySettings
 from gpufleet.db.models import GPU, GPUAllocation, GPULink, GPUMetricsHistory, Host, Training, TrainingMetric
 from gpufleet.db.types import utcnow
 from gpufleet.scheduling.availability import assess_gpu
@@ -57,12 +57,12 @@ def _new_errors(host: str, gpu_key: str, ecc: int | None, xid: int | None) -> tu
     return max(ecc - base[0], 0), max(xid - base[1], 0)
 
 
-def _stale_after_s(settings: Settings) -> float:
+def _stale_after_s(settings: TelemetrySettings) -> float:
     # Three missed heartbeats, and never less than half a minute.
     return max(3 * float(HEARTBEAT_S), 30.0, 5 * settings.sample_interval_s)
 
 
-def host_offline(status: str | None, last_heartbeat: datetime | None, settings: Settings,
+def host_offline(status: str | None, last_heartbeat: datetime | None, settings: TelemetrySettings,
                  now: datetime | None = None) -> bool:
     """A host is offline when marked so, or when its heartbeat is older than a few intervals."""
     if (status or "").lower() in _OFFLINE:
@@ -72,15 +72,15 @@ def host_offline(status: str | None, last_heartbeat: datetime | None, settings: 
     return (now or utcnow()) - last_heartbeat > timedelta(seconds=_stale_after_s(settings))
 
 
-def policy_from_settings(settings: Settings) -> AvailabilityPolicy:
+def policy_from_settings(scheduler_settings: SchedulerSettings, host_settings: HostSettings) -> AvailabilityPolicy:
     return AvailabilityPolicy(
-        foreign_memory_threshold=settings.foreign_memory_threshold_mb * MiB,
-        max_models_per_gpu=settings.gpu.max_models_per_gpu,
+        foreign_memory_threshold=scheduler_settings.foreign_memory_threshold_mb * MiB,
+        max_models_per_gpu=host_settings.gpu.max_models_per_gpu,
     )
 
 
 def _recent_utilization(
-    sess: Session, settings: Settings, samples: int, host: str | None = None
+    sess: Session, settings: TelemetrySettings, samples: int, host: str | None = None
 ) -> dict[tuple[object, int], list[float]]:
     # Twice the window the samples should span, so one late sample does not
     # make sustained load look like a blip.
@@ -102,13 +102,12 @@ def _recent_utilization(
 
 
 def gather_observations(
-    sess: Session, settings: Settings, *, host: str | None = None,
-    policy: AvailabilityPolicy | None = None,
+    sess: Session, store_settings: StoreSettings, telemetry_settings: TelemetrySettings, *,
+    policy: AvailabilityPolicy, host: str | None = None,
 ) -> tuple[list[GPUObservation], dict[str, dict[tuple[int, int], LinkInfo]]]:
-    """Every GPU of the fleet (or of ``host``) as an observation, and each host's links."""
+    """Every GPU of the fleet (or of ``host``) as an observation under ``policy``, and each host's links."""
     from gpufleet.telemetry.live import read_live_samples
 
-    policy = policy or policy_from_settings(settings)
     q = (
         select(GPU, Host.name, Host.status, Host.last_heartbeat)
         .join(Host, GPU.host_id == Host.id)
@@ -119,10 +118,10 @@ def gather_observations(
     gpu_rows = sess.execute(q).all()
     links = _links(sess, host)
     reservations = _reservations(sess, host)
-    live = {s.key: s for s in read_live_samples(settings)}
-    recent = _recent_utilization(sess, settings, policy.sustained_samples, host)
+    live = {s.key: s for s in read_live_samples(store_settings)}
+    recent = _recent_utilization(sess, telemetry_settings, policy.sustained_samples, host)
     now = utcnow()
-    stale = timedelta(seconds=_stale_after_s(settings))
+    stale = timedelta(seconds=_stale_after_s(telemetry_settings))
     out = [
         _observation(gpu, hname, live.get((hname, gpu.index)), tuple(reservations.get(gpu.id, ())),
                      tuple(recent.get((gpu.host_id, gpu.index), ())),
@@ -215,11 +214,12 @@ def _observation(gpu: GPU, hname: str, s: GPUSample | None, reservations: tuple[
 
 
 def availability_by_gpu(
-    sess: Session, settings: Settings, *, host: str | None = None
+    sess: Session, scheduler_settings: SchedulerSettings, host_settings: HostSettings,
+    store_settings: StoreSettings, telemetry_settings: TelemetrySettings, *, host: str | None = None
 ) -> dict[tuple[str, int], GPUAvailability]:
     """Each GPU's availability keyed by (host, index), for ``GET /system/gpus``."""
-    policy = policy_from_settings(settings)
-    observations, _ = gather_observations(sess, settings, host=host, policy=policy)
+    policy = policy_from_settings(scheduler_settings, host_settings)
+    observations, _ = gather_observations(sess, store_settings, telemetry_settings, host=host, policy=policy)
     return {(o.host, o.index): assess_gpu(o, policy) for o in observations}
 
 
@@ -258,11 +258,13 @@ def measured_speed(sess: Session, estimate_key: str | None, limit: int = 50) -> 
 
 
 def fleet_state(
-    sess: Session, settings: Settings, *, host: str | None = None, estimate_key: str | None = None
+    sess: Session, scheduler_settings: SchedulerSettings, host_settings: HostSettings,
+    store_settings: StoreSettings, telemetry_settings: TelemetrySettings, *,
+    host: str | None = None, estimate_key: str | None = None
 ) -> FleetState:
     """The whole fleet (or one host) as ``recommend`` and ``validate`` take it."""
-    policy = policy_from_settings(settings)
-    observations, links = gather_observations(sess, settings, host=host, policy=policy)
+    policy = policy_from_settings(scheduler_settings, host_settings)
+    observations, links = gather_observations(sess, store_settings, telemetry_settings, host=host, policy=policy)
     by_host: dict[str, list[GPUAvailability]] = {}
     for o in observations:
         by_host.setdefault(o.host, []).append(assess_gpu(o, policy))

@@ -199,11 +199,11 @@ def _trace(recipe_obj: Any, config: Any, micro: int, accum: int, key: str, data_
             # key (traces are cached); .npy files are memory-mapped.
             import torch
 
-            from gpufleet.scheduling.memtrace import _example_batch
+            from gpufleet.scheduling.memtrace import example_batch
 
             with torch.device("meta"):
                 _model, dataset, loss_fn = recipe_obj.build(config, data_root)
-            batch = _example_batch(dataset, micro)
+            batch = example_batch(dataset, micro)
             trace = trace_step(lambda: (recipe_obj.build_model(config), None, loss_fn), micro,
                                batch=batch, **kw)
             trace = dataclasses.replace(trace, dataset_size=len(dataset))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from gpufleet.scheduling.memory import (
     TRACE_FORMAT,
@@ -49,6 +49,20 @@ log = logging.getLogger(__name__)
 STARTUP_S = 180.0
 
 
+
+def over_budget_advice(load: float | None = None, cores: int | None = None) -> str:
+    """What to do about a trace that ran out of time: on a busy machine the model is seldom the cause."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    cores = cores or os.cpu_count() or 1
+    if load > cores:
+        return (f"the server is busy (load {load:.1f} on {cores} cores), so try again in a moment, "
+                "or ask an admin to raise the budget")
+    return "a model this large takes long to trace: make it smaller, or ask an admin to raise the budget"
+
 class EstimateBusy(Exception):
     """Too many estimates are waiting; ``retry_after_s`` says when to try again."""
 
@@ -57,12 +71,12 @@ class EstimateBusy(Exception):
         self.retry_after_s = retry_after_s
 
 
-def _write(stream: BinaryIO, obj: Any) -> None:
+def _write(stream: IO[bytes], obj: Any) -> None:
     stream.write(json.dumps(obj).encode("utf-8") + b"\n")
     stream.flush()
 
 
-def _read(stream: BinaryIO) -> Any:
+def _read(stream: IO[bytes]) -> Any:
     line = stream.readline()
     if not line:
         raise EOFError("the estimate process closed its pipe")
@@ -85,7 +99,14 @@ def _decode_trace(data: dict[str, Any]) -> Any:
 
 @dataclass
 class _Worker:
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def pipes(self) -> tuple[IO[bytes], IO[bytes]]:
+        """The process's stdin and stdout, which ``_start`` pipes."""
+        if self.proc.stdin is None or self.proc.stdout is None:
+            raise RuntimeError("the estimate process was started without pipes")
+        return self.proc.stdin, self.proc.stdout
 
     @property
     def alive(self) -> bool:
@@ -221,15 +242,16 @@ class EstimatePool:
             worker = self._start()
             # Starting (importing torch) is not the config's fault: it has a budget of its own.
             try:
-                await asyncio.wait_for(asyncio.to_thread(_read, worker.proc.stdout), timeout=STARTUP_S)
+                await asyncio.wait_for(asyncio.to_thread(_read, worker.pipes[1]), timeout=STARTUP_S)
             except BaseException:
                 worker.kill()
                 raise
         job = (recipe, dict(config), world_size, None if data_root is None else str(data_root))
 
         def exchange() -> Any:
-            _write(worker.proc.stdin, job)  # type: ignore[arg-type]
-            return _read(worker.proc.stdout)  # type: ignore[arg-type]
+            stdin, stdout = worker.pipes
+            _write(stdin, job)
+            return _read(stdout)
 
         try:
             answer = await asyncio.wait_for(asyncio.to_thread(exchange), timeout=self.budget_s)
@@ -238,7 +260,7 @@ class EstimatePool:
             worker.kill()
             raise EstimateError(
                 f"estimating this config's memory took longer than {self.budget_s:g} s, the most the server"
-                " spends on one estimate (GPUFLEET_ESTIMATE_BUDGET_S); make the model smaller"
+                f" spends on one estimate (GPUFLEET_ESTIMATE_BUDGET_S); {over_budget_advice()}"
             ) from None
         except (EOFError, OSError, ValueError) as exc:
             worker.kill()

@@ -100,7 +100,7 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-def _example_batch(dataset: Any, n: int) -> Any:
+def example_batch(dataset: Any, n: int) -> Any:
     idx = list(range(min(n, len(dataset))))
     if hasattr(dataset, "__getitems__"):
         batch = dataset.__getitems__(idx)
@@ -203,7 +203,7 @@ def _tag_model_and_batch(tracker: MemoryTracker, model: torch.nn.Module, dataset
     for p in params:
         p.register_post_accumulate_grad_hook(lambda q: tracker.tag([q.grad], "gradients"))
     if batch is None:
-        batch = _example_batch(dataset, micro_batch)
+        batch = example_batch(dataset, micro_batch)
     tracker.tag(tree_flatten(batch)[0], "batch")
     # What else exists now is the dataset and leftovers of building:
     # host memory in a real run (only the batch goes to the device).

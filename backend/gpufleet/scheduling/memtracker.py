@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -82,6 +82,10 @@ class MemoryTracker(TorchDispatchMode):
         """Record allocations from now on, starting with what lives on the device (in creation order)."""
         self.events = [(self._eid[key], size) for key, (size, cat) in self.live.items() if cat != "host"]
 
+    def _free_when_dead(self, key: int) -> Callable[[weakref.ref], None]:
+        """The callback of the weak reference to storage ``key``: its bytes are freed when it dies."""
+        return lambda _r: self._free(key)
+
     def _free(self, key: int) -> None:
         if self._pending is not None and key == self._pending[1]:
             # The first gradient died with the sum: autograd added in place, one storage throughout.
@@ -139,7 +143,7 @@ class MemoryTracker(TorchDispatchMode):
             self._note(key, category)
             self.current += size
             self.by_category[category] = self.by_category.get(category, 0) + size
-            self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
+            self._refs[key] = weakref.ref(st, self._free_when_dead(key))
         if self.current > self.peak:
             self.peak = self.current
             self.peak_by_category = dict(self.by_category)
@@ -173,7 +177,7 @@ class MemoryTracker(TorchDispatchMode):
         self.live[key] = self.live[first]
         self._eid[key] = self._eid[first]
         self._born[key] = self._node
-        self._refs[key] = weakref.ref(st, lambda _r, k=key: self._free(k))
+        self._refs[key] = weakref.ref(st, self._free_when_dead(key))
         self._pending = (key, first, len(self.events or ()), self.current)
         return True
 

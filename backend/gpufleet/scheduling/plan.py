@@ -8,7 +8,7 @@ and its reasons go to ``trainings.memory_estimate``/``estimate``/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ def estimate_for(
     )
 
 
-def _gpu_rows(sess: Session) -> list[Any]:
+def _gpu_rows(sess: Session) -> Sequence[Any]:
     """Every GPU's host name, backend, memory and measured context, read once per session.
 
     A create needs them twice (the context for its estimate, the memory for the
@@ -74,7 +74,7 @@ def plan_selection(
     max_candidates: int = 5,
 ) -> SelectionPlan:
     est = estimate_for(sess, recipe, config, world_size=count, data_root=settings.data_root)
-    fleet = fleet_state(sess, settings, host=host, estimate_key=est.key)
+    fleet = fleet_state(sess, settings, settings, settings, settings, host=host, estimate_key=est.key)
     req = SelectionRequest(memory_bytes=est.total, count=count, host=host, exclusive=exclusive,
                            policy=policy, max_candidates=max_candidates)
     return SelectionPlan(estimate=est, recommendation=recommend(req, fleet))

@@ -38,13 +38,14 @@ from datetime import datetime
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, StoreSettings, WorkerSettings
 from gpufleet.db.models import Host, Training, TrainingEvent
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import record_event, transition
-from gpufleet.scheduling import fairshare, quotas
+from gpufleet.scheduling import bookings, fairshare, quotas
 from gpufleet.scheduling.reservation import GPUState
+from gpufleet.workkinds import noun
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +96,12 @@ class Hints:
                     or (self.lowest_borrower_priority is not None and t.priority >= self.lowest_borrower_priority))
 
 
-def hints(sess: Session, settings: Settings) -> Hints:
+def hints(sess: Session) -> Hints:
     h = Hints()
-    h.preemptors = set(sess.execute(
+    h.preemptors = {p for p in sess.execute(
         select(Training.preempted_by).where(Training.preempted_by.is_not(None),
-                                            Training.status.in_(("running", "preempted")))).scalars())
+                                            Training.status.in_(("running", "preempted")))).scalars()
+                    if p is not None}
     victims = list(sess.execute(
         select(Training.owner, func.min(Training.priority)).where(
             Training.status == "running", Training.preemptible.is_(True), Training.exclusive.is_(True),
@@ -196,7 +198,8 @@ def _work_since_checkpoint(sess: Session, ids: list[uuid.UUID]) -> dict[uuid.UUI
     return dict(rows.all())
 
 
-def victim_order(sess: Session, candidates: Sequence[Training], settings: Settings | None = None) -> list[Training]:
+def victim_order(sess: Session, candidates: Sequence[Training], scheduler_settings: SchedulerSettings | None = None,
+                 store_settings: StoreSettings | None = None) -> list[Training]:
     """Lowest priority, then furthest over share, then least work lost."""
     if not candidates:
         return []
@@ -204,8 +207,8 @@ def victim_order(sess: Session, candidates: Sequence[Training], settings: Settin
     saved = _work_since_checkpoint(sess, [c.id for c in candidates])
     if share_excess is not None:
         excess = share_excess(sess, candidates)
-    elif settings is not None:
-        over = fairshare.over_share(sess, settings, {c.owner for c in candidates})
+    elif scheduler_settings is not None and store_settings is not None:
+        over = fairshare.over_share(sess, scheduler_settings, store_settings, {c.owner for c in candidates})
         excess = {c.id: over.get(c.owner, 0.0) for c in candidates}
     else:
         excess = {}
@@ -246,7 +249,7 @@ def _pick_on_host(t: Training, host: Host, states: list[GPUState], eligible: lis
     have = free | coming
     if len(have) >= count:
         return None, bool(coming)
-    chosen: list[Training] = []
+    chosen = []
     for v in eligible:
         gain = freed_by.get(v.id, set()) - have
         if not gain:
@@ -265,8 +268,8 @@ def _pick_on_host(t: Training, host: Host, states: list[GPUState], eligible: lis
     return _Choice(host, chosen, set().union(*(freed_by[c.id] for c in chosen))), False
 
 
-def plan(sess: Session, settings: Settings, t: Training,
-         locked: list[tuple[Host, list[GPUState]]]) -> str | None:
+def plan(sess: Session, worker_settings: WorkerSettings, scheduler_settings: SchedulerSettings,
+         store_settings: StoreSettings, t: Training, locked: list[tuple[Host, list[GPUState]]]) -> str | None:
     """Ask preemptible lower-priority trainings to make room for ``t``; returns its wait reason, or None.
 
     Called by the scheduler with the GPUs of ``locked`` hosts locked, after
@@ -290,7 +293,7 @@ def plan(sess: Session, settings: Settings, t: Training,
         may_stop = or_(may_stop, and_(Training.priority == t.priority, Training.owner.in_(taking_back)))
     candidates = list(sess.execute(
         select(Training).where(*running, may_stop).execution_options(populate_existing=True)).scalars())
-    ordered = victim_order(sess, candidates, settings)
+    ordered = victim_order(sess, candidates, scheduler_settings, store_settings)
     best: _Choice | None = None
     for host, states in locked:
         mine = [v for v in ordered if v.host_id == host.id]
@@ -309,11 +312,11 @@ def plan(sess: Session, settings: Settings, t: Training,
             update(Training).where(Training.id == v.id, Training.status == "running",
                                    Training.preempted_by.is_(None), Training.cancel_requested.is_(False))
             .values(preempted_by=t.id).execution_options(synchronize_session=False))
-        if done.rowcount != 1:
+        if rows_changed(done) != 1:
             continue
         borrowed = v.priority == t.priority
         # A member's interactive session preempts as a training does; the reason names which it was.
-        what = "session" if t.kind == "session" else "training"
+        what = noun(t.kind)
         because = (f"its GPUs were borrowed beyond {v.owner}'s quota and {what} {short(t)}, within its quota, "
                    f"needs {count} GPU(s)" if borrowed else
                    f"preempted by {what} {short(t)} (priority {t.priority}, needs {count} GPU(s))")
@@ -326,7 +329,7 @@ def plan(sess: Session, settings: Settings, t: Training,
                  data={"victims": [str(v.id) for v in best.victims], "host": best.host.name, "gpu_ids": gpus})
     log.info("training %s preempts %s on %s", t.id, [str(v.id) for v in best.victims], best.host.name)
     return (f"preempting {names} on host {best.host.name}; starts once they have checkpointed "
-            f"(up to {settings.stop_grace_s:.0f}s)")
+            f"(up to {worker_settings.stop_grace_s:.0f}s)")
 
 
 def _cost(c: _Choice) -> tuple:
@@ -343,7 +346,7 @@ def _give_back(sess: Session, t: Training, pending: list[Training]) -> None:
 # -- settling requests whose preemptor moved on -------------------------------------
 
 
-def settle(settings: Settings) -> int:
+def settle(settings: StoreSettings) -> int:
     """Requeue victims kept for a preemptor that no longer waits; withdraw its pending requests."""
     p = aliased(Training)
     stmt = (select(Training).outerjoin(p, p.id == Training.preempted_by)
@@ -356,10 +359,17 @@ def settle(settings: Settings) -> int:
             return 0
     with write_session(settings) as sess:
         stale = list(sess.execute(stmt).scalars())
+        # Stopped ahead of a booking (scheduling.bookings.stop_ahead): asked by no training.
+        booked = bookings.live_holds(sess, [v.preempted_by for v in stale if v.preempted_by is not None])
         n = 0
         for v in stale:
+            if v.preempted_by is None:  # the statement reads only trainings a preemptor holds
+                continue
+            if v.status == "running" and v.preempted_by in booked:
+                continue  # still checkpointing ahead of the booking
             if v.status == "preempted":
-                n += requeue_victim(sess, v, f"training {short(v.preempted_by)} no longer waits for its GPUs")
+                n += requeue_victim(sess, v, booked.get(v.preempted_by)
+                                    or f"training {short(v.preempted_by)} no longer waits for its GPUs")
             else:
                 # Not acted on yet (or acted on: then it ends preempted and is requeued next pass).
                 sess.execute(update(Training).where(Training.id == v.id, Training.status == "running")

@@ -18,6 +18,7 @@ from functools import lru_cache
 from itertools import combinations
 from math import comb
 
+from gpufleet.devices.device import index_list
 from gpufleet.scheduling.setbound import CLASS_BASE, RANK_CLASS, host_bound, host_order, link_score
 from gpufleet.scheduling.types import (
     Candidate,
@@ -31,6 +32,7 @@ from gpufleet.scheduling.types import (
     fmt_bytes,
     link_rank,
 )
+from gpufleet.devices.limits import refusal as share_refusal
 from gpufleet.scheduling.vendormix import mixed_vendor_message, unsupported_backend_reason
 from gpufleet.scheduling.weights import selection_weights
 
@@ -55,10 +57,11 @@ def pair_class(link: LinkInfo | None) -> int:
     return link_rank(link)
 
 
-def _fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
+def fits(gpu: GPUAvailability, request: SelectionRequest) -> bool:
     # The cheap tests first: most GPUs of a busy fleet fail on their state.
     if gpu.state == "free" or (gpu.state == "shared" and not request.exclusive):
-        return gpu.free_memory >= request.memory_bytes and _backend_ok(gpu.backend, gpu.vendor)
+        return (gpu.free_memory >= request.memory_bytes and _backend_ok(gpu.backend, gpu.vendor)
+                and (request.exclusive or share_refusal(gpu.backend or "cuda") is None))
     return False
 
 
@@ -200,9 +203,11 @@ def _candidate(view: _HostView, members: tuple[int, ...]) -> Candidate:
     if count == 1:
         connection: Connection = "single"
         reasons = [f"GPU {gpus[0].index} has {fmt_bytes(gpus[0].free_memory)} free"]
+        if not view.request.exclusive:
+            reasons.insert(0, _as_share(gpus[0], view.request.memory_bytes))
     else:
-        connection = _RANK_CLASS[cls]  # type: ignore[assignment]
-        idx = ", ".join(str(g.index) for g in gpus)
+        connection = _RANK_CLASS[cls]
+        idx = index_list((g.index for g in gpus), ", ")
         reasons = [f"GPUs {idx} {_CLASS_WORDS[connection]}"]
     if no_peer:
         missing = [
@@ -214,9 +219,9 @@ def _candidate(view: _HostView, members: tuple[int, ...]) -> Candidate:
     if view.request.policy == "pack":
         if broken == 0 and len(view.usable) > count:
             reasons.append("keeps the other free GPUs' NVLink groups whole")
-        reasons.append(f"best fit: leaves {mean_left:.0%} of each GPU's memory idle on average")
+        reasons.append(f"best fit: {_memory_left(mean_left, count)}")
     else:
-        reasons.append(f"spread: leaves {mean_left:.0%} of each GPU's memory free on average")
+        reasons.append(f"spread: {_memory_left(mean_left, count)}")
     weights = selection_weights(gpus, view.measured) if len({g.name for g in gpus}) > 1 else ()
     if weights:
         reasons.append(
@@ -232,6 +237,23 @@ def _candidate(view: _HostView, members: tuple[int, ...]) -> Candidate:
         free_memory=tuple(g.free_memory for g in gpus),
         weights=weights,
     )
+
+
+def _as_share(gpu: GPUAvailability, memory: int) -> str:
+    """``fits as a share of 10 GiB beside 2 others``: the GPU's other holders (shares and foreign processes)."""
+    others = len(gpu.holders)
+    beside = "alone, for now" if others == 0 else f"beside {others} other{'s' if others > 1 else ''}"
+    return f"fits as a share of {fmt_bytes(memory)} {beside}"
+
+
+def _memory_left(mean_left: float, count: int) -> str:
+    """What the job leaves of its GPUs' memory, in words (the share still free beside it once it runs)."""
+    each = "the GPU's" if count == 1 else "each GPU's"
+    if mean_left >= 0.995:
+        return f"it needs under 1% of {each} memory"
+    if mean_left < 0.005:
+        return f"it fills {each} memory"
+    return f"{mean_left:.0%} of {each} memory stays free beside it" + ("" if count == 1 else " on average")
 
 
 def never_fits(request: SelectionRequest, fleet: FleetState) -> str | None:
@@ -278,7 +300,7 @@ def _wait_reason(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str
     )
     best: tuple[int, HostState] | None = None
     for h in hosts:
-        n = sum(1 for g in h.gpus if _fits(g, request))
+        n = sum(1 for g in h.gpus if fits(g, request))
         if best is None or n > best[0]:
             best = (n, h)
     if best is None:
@@ -287,9 +309,10 @@ def _wait_reason(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str
     have = "none" if n == 0 else ("one" if n == 1 else str(n))
     blocked = [
         f"GPU {g.index} {g.state}: {g.reason}" if not g.usable else
+        f"GPU {g.index}: {refused}" if not request.exclusive and (refused := share_refusal(g.backend or "cuda")) else
         f"GPU {g.index} has {fmt_bytes(g.free_memory)} free"
         for g in host.gpus
-        if not _fits(g, request)
+        if not fits(g, request)
     ]
     detail = "; ".join(blocked[:3]) + ("; …" if len(blocked) > 3 else "")
     return f"{need}; host {host.name} has {have} free" + (f" ({detail})" if detail else "")
@@ -298,10 +321,11 @@ def _wait_reason(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str
 def _nothing_fits(request: SelectionRequest, hosts: tuple[HostState, ...]) -> str:
     """Why no host has ``request.count`` usable GPUs of one vendor, in words."""
     for host in hosts:
-        usable = [g for g in host.gpus if _fits(g, request)]
+        usable = [g for g in host.gpus if fits(g, request)]
         if len(usable) >= request.count:  # enough GPUs, but of several vendors
             return (f"host {host.name} has {request.count} free GPUs only across vendors; "
-                    f"{mixed_vendor_message([g.vendor for g in usable])}. To run across vendors, name the GPUs (gpu_ids)")
+                    f"{mixed_vendor_message([g.vendor for g in usable])}. "
+                    "To run across vendors, name the GPUs (gpu_ids)")
     return _wait_reason(request, hosts)
 
 
@@ -315,7 +339,8 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     refused = never_fits(request, fleet)
     if refused is not None:
         return Recommendation(request=request, refused=refused)
-    hosts = fleet.hosts if request.host is None else (fleet.host(request.host),)  # type: ignore[assignment]
+    # A host the request names is in the fleet (never_fits refused any other).
+    hosts = fleet.hosts if request.host is None else tuple(h for h in fleet.hosts if h.name == request.host)
     measured = dict(fleet.measured_speed)
     # Each host's best possible score bounds what its sets can reach; hosts
     # are scored best bound first, and once the k-th best set beats a host's
@@ -329,7 +354,7 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     for first_bound, name, host in host_order(hosts, request):
         if len(best) >= k and best[0][0] > first_bound:
             break  # sorted by this bound: no later host can place a set among the best k
-        usable = [g for g in host.gpus if _fits(g, request)]
+        usable = [g for g in host.gpus if fits(g, request)]
         # A set the server picks is of one vendor (scheduling/vendormix.py): each vendor's GPUs are their
         # own view. Across vendors a training runs only where the request names the GPUs.
         for vendor in sorted({g.vendor for g in usable}):
@@ -353,7 +378,8 @@ def recommend(request: SelectionRequest, fleet: FleetState) -> Recommendation:
     if not any_view:
         return Recommendation(request=request, wait_reason=_nothing_fits(request, hosts))
     ranked = sorted(best, key=lambda e: e[:2], reverse=True)
-    return Recommendation(request=request, candidates=tuple(_candidate(view, members) for _, _, members, view in ranked))
+    return Recommendation(request=request,
+                          candidates=tuple(_candidate(view, members) for _, _, members, view in ranked))
 
 
 class _Rev:

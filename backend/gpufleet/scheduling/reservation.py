@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -25,6 +26,7 @@ from gpufleet.db.models import GPU, GPUAllocation, Host, Training
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import transition
+from gpufleet.workkinds import noun
 
 # The reservation's transaction takes the write lock first (SQLite).
 reservation_session = write_session
@@ -40,9 +42,10 @@ class GPUState:
     shared_reserved: int = 0
     shared_recipes: list[str] = field(default_factory=list)
     kinds: dict[uuid.UUID, str] = field(default_factory=dict)  # each holder's kind: a session is called one
+    booked: str | None = None  # why a booking keeps it from the training being placed (scheduling.bookings)
 
     def holder(self, training_id: uuid.UUID) -> str:
-        return f"{'session' if self.kinds.get(training_id) == 'session' else 'training'} {training_id}"
+        return f"{noun(self.kinds.get(training_id))} {training_id}"
 
     @property
     def index(self) -> int:
@@ -50,7 +53,7 @@ class GPUState:
 
     @property
     def usable(self) -> bool:
-        return self.gpu.enabled and not self.gpu.drained and self.gpu.status == "ok"
+        return self.gpu.enabled and not self.gpu.drained and self.gpu.status == "ok" and self.booked is None
 
     @property
     def idle(self) -> bool:
@@ -81,6 +84,8 @@ class GPUState:
         return None
 
     def unusable_reason(self) -> str:
+        if self.booked is not None:
+            return self.booked
         if not self.gpu.enabled:
             return f"GPU {self.index} is disabled"
         if self.gpu.drained:
@@ -132,6 +137,8 @@ def reserve(
     """
     now = utcnow()
     indexes = [st.index for st in chosen]
+    # Without a selection to record the column keeps what it holds.
+    recorded: dict[str, Any] = {"selection": selection} if selection is not None else {}
     moved = transition(
         sess,
         training.id,
@@ -146,7 +153,7 @@ def reserve(
         scheduled_at=now,
         wait_reason=None,
         cancel_requested=False,
-        **({"selection": selection} if selection is not None else {}),
+        **recorded,
     )
     if not moved:
         return False

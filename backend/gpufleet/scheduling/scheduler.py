@@ -13,17 +13,19 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, Settings, StoreSettings, TelemetrySettings, WorkerSettings
 from gpufleet.db.models import GPU, GPUAllocation, Host, Training
-from gpufleet.db.session import session_scope
+from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import backfill, batch, fairshare, gang, preemption
+from gpufleet.lifecycle import places
+from gpufleet.scheduling import backfill, batch, bookings, fairshare, gang, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
 from gpufleet.scheduling.quotas import PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
@@ -72,8 +74,8 @@ class _Snapshot:
         self._most_free = None
 
 
-def _snapshot(sess: Session, settings: Settings) -> _Snapshot:
-    snap = _Snapshot(preempt=preemption.hints(sess, settings))
+def _snapshot(sess: Session) -> _Snapshot:
+    snap = _Snapshot(preempt=preemption.hints(sess))
     for host_id, index, ok in sess.execute(
         select(GPU.host_id, GPU.index, (GPU.enabled & ~GPU.drained & (GPU.status == "ok")))
     ):
@@ -115,14 +117,14 @@ def queued(sess: Session, limit: int) -> list[Any]:
     now = utcnow()
     stmt = select(*_QUEUE_COLUMNS).where(
         Training.status == "queued",
-        Training.pool.is_(None),  # a pool's own scheduler places those (gpufleet.pools)
+        places.team_placed(),  # a pool's own scheduler places the others (gpufleet.pools)
         or_(Training.not_before.is_(None), Training.not_before <= now),
     )
     stmt = stmt.order_by(Training.priority.desc(), Training.created_at, Training.id).limit(limit)
     return list(sess.execute(stmt).all())
 
 
-def _queue_pages(settings: Settings, page: int, max_rows: int) -> Iterator[list[Any]]:
+def _queue_pages(settings: StoreSettings, page: int, max_rows: int) -> Iterator[list[Any]]:
     """The queue in order, in pages. Every pass sees the whole queue (up to
     ``max_rows``, rounded up to whole pages): reading only its head would let a
     few hundred trainings that cannot be placed now starve one behind them that
@@ -144,16 +146,21 @@ def schedule_pending(
     *,
     limit: int = 200,
     max_rows: int = 10_000,
+    clock: Callable[[], datetime] = utcnow,
 ) -> PassResult:
-    """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit."""
+    """One scheduling pass over the queue; ``send(training_id, host_name)`` after each commit.
+
+    ``clock``: the pass's now (bookings and backfill read it), a test's own clock instead of the wall's."""
     result = PassResult()
+    now = clock()
+    _bookings_step(settings, settings, settings, now)
     preemption.settle(settings)
     with session_scope(settings) as sess:
-        snap = _snapshot(sess, settings)
-    rows = fairshare.in_order(settings, _queue_pages(settings, limit, max_rows))
+        snap = _snapshot(sess)
+    rows = fairshare.in_order(settings, settings, _queue_pages(settings, limit, max_rows))
     quota_memo = PassMemo()
     # Higher-priority trainings that wait keep the GPUs they will need from lower ones.
-    bf = backfill.Pass(settings, lambda sess, t: candidate_hosts(sess, settings, t))
+    bf = backfill.Pass(settings, lambda sess, t: candidate_hosts(sess, settings, t), now=now)
     for row in rows:
         if quota_memo.skip(row):
             continue  # waits for its owner's quota: it keeps no GPUs from anyone
@@ -163,7 +170,7 @@ def schedule_pending(
         tid = row.id
         try:
             with reservation_session(settings) as sess:
-                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, bf, quota_memo)
+                placed, reason, host_id, gpus = _schedule_one(sess, settings, tid, bf, quota_memo, now)
         except IntegrityError:
             # The exclusive-holder index refused a double booking that raced
             # past the lock; the training simply waits for the next pass.
@@ -173,7 +180,8 @@ def schedule_pending(
             log.warning("reservation for %s failed: %s", tid, exc)
             continue
         if placed:
-            snap.hold(host_id, gpus)  # type: ignore[arg-type]
+            if host_id is not None:  # a placed training names its host: the pass counts its GPUs as taken
+                snap.hold(host_id, gpus)
             result.scheduled.append((tid, placed))
             if send is not None:
                 try:
@@ -189,9 +197,18 @@ def schedule_pending(
     return result
 
 
+def _bookings_step(store: StoreSettings, scheduler: SchedulerSettings, worker: WorkerSettings, now: datetime) -> None:
+    """Release unused bookings, then ask stoppable work on GPUs a booking soon takes to stop."""
+    with write_session(store) as sess:
+        for b in bookings.release_unused(sess, now, scheduler.booking_release_grace_s):
+            log.info("booking %s of %s released: %s", b.id, b.owner, b.release_reason)
+        for t, b in bookings.stop_ahead(sess, now, worker.stop_grace_s):
+            log.info("training %s asked to stop ahead of booking %s of %s", t.id, b.id, b.owner)
+
+
 def _schedule_one(
     sess: Session, settings: Settings, tid: uuid.UUID, bf: backfill.Pass | None = None,
-    quota_memo: PassMemo | None = None,
+    quota_memo: PassMemo | None = None, now: datetime | None = None,
 ) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
     stmt = select(Training).where(Training.id == tid, Training.status == "queued")
     if sess.get_bind().dialect.name == "postgresql":
@@ -217,6 +234,8 @@ def _schedule_one(
     locked: list[tuple[Host, list[GPUState]]] = []
     for host in hosts:
         states = lock_host_gpus(sess, host.id)
+        # GPUs booked by another (or for maintenance) over the time this training would run are not its.
+        bookings.mark(states, bookings.booked_away(sess, t, host.id, now or utcnow(), settings.stop_grace_s))
         # GPUs that trainings preempted for this one keep for it come first: they are its already.
         taken = preemption.take_over(sess, t, host, states)
         chosen, why, selection = taken or _choose(settings, t, host, states)
@@ -228,12 +247,12 @@ def _schedule_one(
             return None, None, None, []
         locked.append((host, states))
         reasons.append(why if len(hosts) == 1 else f"{host.name}: {why}")
-    reason = preemption.plan(sess, settings, t, locked) or "; ".join(reasons)
+    reason = preemption.plan(sess, settings, settings, settings, t, locked) or "; ".join(reasons)
     _set_wait(sess, t, reason)
     return None, reason, None, []
 
 
-def candidate_hosts(sess: Session, settings: Settings, t: Any) -> list[Any]:
+def candidate_hosts(sess: Session, settings: TelemetrySettings, t: Any) -> list[Any]:
     """The hosts ``t`` may be placed on: its own, the one it names, or every online one.
 
     Rows with the host's ``id`` and ``name`` (all that placing needs), not ORM objects: every
@@ -313,7 +332,8 @@ def _auto_select(
         by_index = {s.index: s for s in free}
         if len(chosen_idx) == count and all(i in by_index for i in chosen_idx):
             return [by_index[i] for i in chosen_idx], "", {"chosen": list(chosen_idx), "reason": why, "by": "recommend"}
-        log.error("GPU recommendation %s is not %d of the free GPUs %s; using the first free", chosen_idx, count, indexes)
+        log.error("GPU recommendation %s is not %d of the free GPUs %s; using the first free",
+                  chosen_idx, count, indexes)
     except Exception:  # a selection bug must not stop the queue
         log.exception("GPU recommendation failed for %s; using the first free GPUs", t.id)
     chosen = list(free[:count])

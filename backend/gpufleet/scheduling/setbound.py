@@ -19,7 +19,7 @@ from math import comb
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpufleet.scheduling.types import GPUAvailability, HostState, PairMatrix, SelectionRequest
+    from gpufleet.scheduling.types import Connection, GPUAvailability, HostState, PairMatrix, SelectionRequest
 
 # Connection classes with the base of their score (see recommend's module doc).
 CLASS_BASE: dict[str, float] = {
@@ -29,7 +29,7 @@ CLASS_BASE: dict[str, float] = {
     "numa": 400.0,
     "system": 100.0,
 }
-RANK_CLASS = {0: "nvlink", 1: "pcie-switch", 2: "numa", 3: "system"}
+RANK_CLASS: dict[int, Connection] = {0: "nvlink", 1: "pcie-switch", 2: "numa", 3: "system"}
 # Tables of every set are built up to this many sets of one size (8 GPUs: at most 70).
 MAX_TABLE = 256
 # Rounding: a bound is summed in another order than the score it bounds.

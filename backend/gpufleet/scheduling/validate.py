@@ -49,7 +49,7 @@ def _ranges(indexes: Sequence[int]) -> str:
     if not idx:
         return "none"
     parts, start, prev = [], idx[0], idx[0]
-    for i in idx[1:] + [None]:  # type: ignore[list-item]
+    for i in [*idx[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue
@@ -74,14 +74,14 @@ def validate_selection(
     pairs without peer access or without NVLink are warnings.
     """
     indexes = tuple(gpu_indexes)
-    host, hstate, refusal = _find_host(fleet, host)
-    if refusal is not None:
-        return Validation(False, host, indexes, (refusal,))
+    host, hstate = _find_host(fleet, host)
+    if isinstance(hstate, Problem):
+        return Validation(False, host, indexes, (hstate,))
     if not indexes:
         return Validation(False, host, indexes,
                           (Problem("unknown-gpu", "no GPU given; name at least one GPU index"),))
     problems = _duplicates(indexes)
-    chosen = _chosen_gpus(hstate, host, indexes, memory_bytes, exclusive, problems)
+    chosen = _chosen_gpus(hstate, hstate.name, indexes, memory_bytes, exclusive, problems)
     warnings = _vendor_warnings(chosen) + _link_warnings(hstate, chosen)
     weights: tuple[float, ...] = ()
     if len({g.name for g in chosen}) > 1:
@@ -98,17 +98,17 @@ def validate_selection(
     )
 
 
-def _find_host(fleet: FleetState, host: str | None) -> tuple[str | None, HostState | None, Problem | None]:
-    """The host a selection is on (the only one when none is named), or the problem naming it."""
+def _find_host(fleet: FleetState, host: str | None) -> tuple[str | None, HostState | Problem]:
+    """The host's name and the host a selection is on (the only one when none is named), or the problem naming it."""
     names = ", ".join(sorted(h.name for h in fleet.hosts)) or "none"
     if host is None:
         if len(fleet.hosts) != 1:
-            return None, None, Problem("unknown-host", f"name the host: the fleet has several ({names})")
+            return None, Problem("unknown-host", f"name the host: the fleet has several ({names})")
         host = fleet.hosts[0].name
     hstate = fleet.host(host)
     if hstate is None:
-        return host, None, Problem("unknown-host", f"host {host!r} is not in the fleet; known hosts: {names}")
-    return host, hstate, None
+        return host, Problem("unknown-host", f"host {host!r} is not in the fleet; known hosts: {names}")
+    return host, hstate
 
 
 def _duplicates(indexes: Sequence[int]) -> list[Problem]:
@@ -167,7 +167,8 @@ def _link_warnings(hstate: HostState, chosen: Sequence[GPUAvailability]) -> list
         link = hstate.link(a.index, b.index)
         if link is None or not link.peer_access:
             warnings.append(Problem(
-                "no-peer-access", f"GPUs {a.index} and {b.index} have no peer access: gradients go through host memory"))
+                "no-peer-access",
+                f"GPUs {a.index} and {b.index} have no peer access: gradients go through host memory"))
         elif pair_class(link) >= 2:
             warnings.append(Problem(
                 "slow-link",
@@ -209,7 +210,8 @@ def world_size_never_fits(world_size: int, gpus_per_host: Mapping[str, int], hos
             f"{fleet} GPU(s); ask for at most {largest}")
 
 
-def memory_never_fits(memory_bytes: int | None, gpu_memory: Sequence[int | None], where: str = "the fleet") -> str | None:
+def memory_never_fits(memory_bytes: int | None, gpu_memory: Sequence[int | None],
+                      where: str = "the fleet") -> str | None:
     """Why one rank needing ``memory_bytes`` can never run on any of these GPUs (their total memory), or None.
 
     The never-fit rule at create: a training whose memory is beyond the

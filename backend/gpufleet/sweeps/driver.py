@@ -36,7 +36,7 @@ from gpufleet.config import Settings
 from gpufleet.db.session import session_scope, write_session
 from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
-from gpufleet.pools import service as pools
+from gpufleet.pools import placement
 from gpufleet.sweeps import rungs, study as studies
 from gpufleet.sweeps.service import stop_trials
 from gpufleet.wire.sweep_requests import SweepCreate
@@ -159,7 +159,8 @@ class Round:
                 continue
             trial.metric_step, trial.metric = step, value
             t.passed_rung_step = step  # its ranks, waiting at the rung's step, go on (jobs/rung_gate.py)
-            trial.reason = f"promoted at rung {k} (step {step}, {self.spec.metric} {value:.4g}): goes on as it runs"
+            trial.reason = f"promoted at rung {k} (step {step}, {self.spec.metric} {value:.4g}): " \
+                           f"{_among(rungs.reached(self.study, k), asha.reduction_factor)}; goes on as it runs"
             record_event(self.sess, t.id, "info", reason=trial.reason, user=self.sweep.owner,
                          data={"sweep": str(self.sweep.id), "promoted_at_rung": k})
         return None
@@ -221,21 +222,19 @@ class Round:
             trial.rung = 0 if rungs.rung_steps(asha.min_steps, asha.reduction_factor, full) else None
             if asha.sync:  # it stops at its rung; asynchronous, it runs its whole length unless pruned
                 max_steps = rungs.target_steps(trial.rung, asha.min_steps, asha.reduction_factor, full)
-            elif self.spec.recipe is not None and not self.spec.pool:
+            elif self.spec.recipe is not None:
                 # Its ranks wait at each rung's step for the verdict, so a pruned trial runs no step past it.
                 waits_at = rungs.rung_steps(asha.min_steps, asha.reduction_factor, full) or None
         req = trial_request(self.spec, f"{self.sweep.name}-{number}", params, max_steps=max_steps)
+        place = placement.where(req)
+        if not place.waits_at_rungs:  # a pool's job, say: a stop at a rung cancels it
+            waits_at = None
         try:
             with self.sess.begin_nested():
-                if self.spec.pool:  # a Slurm job of the owner's; a stop at a rung cancels it (scancel)
-                    row = pools.create_training(self.sess, self.settings, req, self.sweep.owner,
-                                                admin=self.sweep.admin)
-                else:
-                    # Scripts hold their GPUs exclusively (gpufleet's rule for a user's code); recipes share them.
-                    [row] = trainings.create_trainings(
-                        self.sess, self.settings, [req], self.sweep.owner, exclusive=self.spec.script is not None,
-                        admin=self.sweep.admin,
-                        selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
+                # Scripts hold their GPUs exclusively (gpufleet's rule for a user's code); recipes share them.
+                row = place.create(self.sess, self.settings, req, self.sweep.owner, admin=self.sweep.admin,
+                                   exclusive=self.spec.script is not None,
+                                   selection={"strategy": "load_balance", "sweep": str(self.sweep.id)})
                 row.sweep_id, row.rung_steps, trial.training_id = self.sweep.id, waits_at, row.id
         except Exception as exc:  # noqa: BLE001 - a trial that cannot start fails alone, with the reason
             trial.state, trial.reason = "failed", f"could not start: {exc}"
@@ -276,4 +275,11 @@ def advance(settings: Settings, sweep_id: uuid.UUID) -> int:
         r.start_trials()
         r.finish()
         return r.started
+
+
+def _among(seen: int, reduction_factor: int) -> str:
+    """Why an asynchronous promotion went the way it did: it is judged among the trials there so far."""
+    if seen <= 1:
+        return "the first trial to get there, so none to compare with yet (later ones are held to it)"
+    return f"in the best 1/{reduction_factor} of the {seen} trials that had got there so far"
 

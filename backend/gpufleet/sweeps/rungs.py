@@ -85,3 +85,9 @@ def decide(study: optuna.Study, pruner: optuna.pruners.BasePruner, waiting: dict
     for number, frozen in before.items():  # every value at the rung is on record before any is judged
         storage.set_trial_system_attr(frozen._trial_id, key, waiting[number][1])
     return {n: bool(pruner.prune(_Peers(study, n), before[n])) for n in sorted(before)}  # type: ignore[arg-type]
+
+
+def reached(study: optuna.Study, rung: int) -> int:
+    """How many trials have a value on record at ``rung``: what a promotion there was judged among."""
+    key = f"completed_rung_{rung}"
+    return sum(1 for t in study.get_trials(deepcopy=False) if key in t.system_attrs)

@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import Settings, StoreSettings
 from gpufleet.db.sweeps import Sweep, SweepTrial
 from gpufleet.db.types import utcnow
-from gpufleet.pools import service as pools
+from gpufleet.pools import placement, service as pools
 from gpufleet.sweeps import study as studies
 from gpufleet.wire.sweep_requests import SpaceRange, SweepCreate
 from gpufleet.sweeps.trials import trial_request
@@ -61,10 +61,9 @@ def check(sess: Session, settings: Settings, spec: SweepCreate, owner: str, admi
             req = trial_request(spec, f"{spec.name}-check", params, max_steps=None)
             if spec.recipe is not None:
                 get_recipe(spec.recipe).resolve_config(req.config)
-            if i == 0 and spec.pool:  # the pool's side (its nodes, the member's account) is the same for every trial
-                pools.check_request(sess, settings, req, owner, admin=admin)
-            elif i == 0:  # the fleet's side (host, code, memory) is the same for every trial
-                trainings.prepare(sess, settings, req, owner, exclusive=spec.script is not None, admin=admin)
+            if i == 0:  # the place's side (host or pool, code, memory, account) is the same for every trial
+                placement.where(req).check(sess, settings, req, owner, exclusive=spec.script is not None,
+                                           admin=admin)
         except (TrainingConfigError, ValidationError) as exc:
             where = ", ".join(f"{n}={v!r}" for n, v in params.items())
             raise SweepRequestError("space", f"the trial with {where} is not a valid config: {exc}") from None
@@ -111,7 +110,7 @@ def cancel(sess: Session, sweep_id: uuid.UUID, user: str) -> Sweep:
     return row
 
 
-def stop_trials(settings: Settings, sweep_id: uuid.UUID, user: str) -> int:
+def stop_trials(settings: StoreSettings, sweep_id: uuid.UUID, user: str) -> int:
     """Cancel every training of a cancelled sweep that has not ended, each in its own transaction."""
     from gpufleet.db.session import session_scope, write_session
     from gpufleet.lifecycle.models import FINAL_STATUSES

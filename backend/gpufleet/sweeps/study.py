@@ -19,7 +19,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.wire.sweep_requests import SpaceRange, SweepCreate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -30,7 +30,7 @@ _STORAGES: dict[str, optuna.storages.RDBStorage] = {}
 _LOCK = threading.Lock()
 
 
-def storage_for(settings: Settings) -> optuna.storages.RDBStorage:
+def storage_for(settings: StoreSettings) -> optuna.storages.RDBStorage:
     """The process's Optuna storage for this database (tables made on first use)."""
     url = settings.effective_database_url
     with _LOCK:
@@ -39,7 +39,7 @@ def storage_for(settings: Settings) -> optuna.storages.RDBStorage:
         return _STORAGES[url]
 
 
-def _open(settings: Settings) -> optuna.storages.RDBStorage:
+def _open(settings: StoreSettings) -> optuna.storages.RDBStorage:
     if settings.is_sqlite:
         return optuna.storages.RDBStorage(f"sqlite:///{settings.data_dir / 'optuna.db'}",
                                           engine_kwargs={"connect_args": {"timeout": 30}})
@@ -70,12 +70,12 @@ def pruner_for(spec: SweepCreate) -> optuna.pruners.BasePruner:
                                                   reduction_factor=spec.asha.reduction_factor)
 
 
-def create(settings: Settings, name: str, spec: SweepCreate) -> None:
+def create(settings: StoreSettings, name: str, spec: SweepCreate) -> None:
     optuna.create_study(storage=storage_for(settings), study_name=name, direction=spec.direction,
                         sampler=sampler_for(spec), pruner=pruner_for(spec), load_if_exists=True)
 
 
-def load(settings: Settings, name: str, spec: SweepCreate) -> optuna.Study:
+def load(settings: StoreSettings, name: str, spec: SweepCreate) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage_for(settings), sampler=sampler_for(spec),
                              pruner=pruner_for(spec))
 

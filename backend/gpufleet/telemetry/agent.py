@@ -43,7 +43,7 @@ class Agent:
         self.settings = settings
         self.stop_event = stop or threading.Event()
         self.host_id: uuid.UUID | None = None
-        self.owners = TrainingOwners(settings)
+        self.owners = TrainingOwners(settings, settings, settings)
         self.sampler: Any = None
         self.writer: MetricsWriter | None = None
         self.rounds = 0
@@ -92,7 +92,7 @@ class Agent:
 
         while not self.stop_event.is_set():
             try:
-                maintain(self.settings)
+                maintain(self.settings, self.settings)
             except Exception as exc:  # noqa: BLE001 - try again next time
                 log.warning("metrics retention failed: %s", exc)
             self.stop_event.wait(MAINTENANCE_S)
@@ -110,7 +110,7 @@ class Agent:
         LOCAL.put_health(host, health)
         if self.settings.redis_url:
             try:
-                write_live_redis(self.settings, host, samples, health)
+                write_live_redis(self.settings, self.settings, host, samples, health)
             except Exception as exc:  # noqa: BLE001 - live view only; history still goes to the database
                 log.warning("cannot write live samples to Redis: %s", exc)
         get_bus(self.settings).publish(TELEMETRY_SAMPLES, {
@@ -143,7 +143,7 @@ class Agent:
                 if ready and time.monotonic() - last_beat >= HEARTBEAT_S:
                     last_beat = time.monotonic()
                     try:
-                        heartbeat(self.settings)
+                        heartbeat(self.settings, self.settings)
                     except Exception as exc:  # noqa: BLE001
                         log.warning("heartbeat failed: %s", exc)
                 # Fixed cadence: a slow round shortens the next wait, it does not shift the grid.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.models import GPU, Host
 from gpufleet.db.session import write_session
 from gpufleet.telemetry.sample import GPUSample
@@ -57,7 +57,7 @@ class _Seen:
 
 
 class HealthWatch:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
         self.seen: dict[int, _Seen] = {}
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, select, text
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, TelemetrySettings
 from gpufleet.db.models import Host
 from gpufleet.db.session import engine_for
 from gpufleet.telemetry.retention import sqlite_ts
@@ -223,8 +223,8 @@ def _rolled_until(engine: Engine, lo: datetime, hi: datetime) -> datetime | None
     return v + timedelta(minutes=1)
 
 
-def query_history(settings: Settings, q: HistoryQuery, *, engine: Engine | None = None,
-                  now: datetime | None = None) -> HistoryResult:
+def query_history(store_settings: StoreSettings, telemetry_settings: TelemetrySettings, q: HistoryQuery, *,
+                  engine: Engine | None = None, now: datetime | None = None) -> HistoryResult:
     """Downsample the history.
 
     ``source="auto"`` answers a bucket of a minute or more from the one-minute
@@ -232,13 +232,13 @@ def query_history(settings: Settings, q: HistoryQuery, *, engine: Engine | None 
     minutes are rolled up a few minutes late), merging the bucket that holds
     both; finer buckets come from raw samples only.
     """
-    engine = engine or engine_for(settings)
+    engine = engine or engine_for(store_settings)
     now = now or datetime.now(timezone.utc)
     by_id, _ = _resolve_hosts(engine, q)
     name_to_id = {v: k for k, v in by_id.items()}
     coarse = q.step(False) >= timedelta(minutes=1)
     use_rollup = q.source == "rollup" or (q.source == "auto" and (
-        coarse or q.start < now - timedelta(days=settings.retention_days)))
+        coarse or q.start < now - timedelta(days=telemetry_settings.retention_days)))
     step = q.step(use_rollup)
     # Rollup buckets are whole minutes, so their grid starts on a minute.
     origin = q.start.replace(second=0, microsecond=0) if use_rollup else q.start

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet import __version__
-from gpufleet.config import Settings
+from gpufleet.config import HostSettings, Settings, StoreSettings
 from gpufleet.db.models import GPU, GPULink, Host
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
@@ -119,10 +119,10 @@ def _write_links(sess: Session, host_id: uuid.UUID, topology) -> None:
         sess.delete(stale)
 
 
-def heartbeat(settings: Settings) -> None:
+def heartbeat(store_settings: StoreSettings, host_settings: HostSettings) -> None:
     """Mark this host alive now."""
-    with write_session(settings) as sess:
-        host = sess.scalar(select(Host).where(Host.name == settings.host_name))
+    with write_session(store_settings) as sess:
+        host = sess.scalar(select(Host).where(Host.name == host_settings.host_name))
         if host is not None:
             host.last_heartbeat = utcnow()
             host.status = "online"

@@ -18,11 +18,12 @@ import threading
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, TelemetrySettings
 from gpufleet.telemetry.sample import GPUSample
 
 if TYPE_CHECKING:
     import redis
+    from redis.typing import EncodableT, FieldT
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ LIVE_KEY_PREFIX = "gpufleet:live:host:"
 HEALTH_KEY_PREFIX = "gpufleet:live:health:"
 
 
-def live_ttl_s(settings: Settings) -> int:
+def live_ttl_s(settings: TelemetrySettings) -> int:
     # Long enough to survive a slow sample or two, short enough that a dead
     # host disappears within seconds.
     return max(5, int(settings.sample_interval_s * 5) + 1)
@@ -80,23 +81,24 @@ def redis_client(url: str) -> redis.Redis:
     return redis_mod.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
 
 
-def write_live_redis(settings: Settings, host: str, samples: list[GPUSample],
-                     health: dict | None = None) -> None:
-    """Publish ``host``'s newest samples (and its agent's health) for every API process to read."""
-    assert settings.redis_url
+def write_live_redis(store_settings: StoreSettings, telemetry_settings: TelemetrySettings, host: str,
+                     samples: list[GPUSample], health: dict | None = None) -> None:
+    """Publish ``host``'s newest samples (and its agent's health) for every API process to read, for a few
+    sampling intervals."""
+    assert store_settings.redis_url
     key = LIVE_KEY_PREFIX + host
-    mapping = {str(s.index): json.dumps(s.to_dict()) for s in samples}
-    pipe = redis_client(settings.redis_url).pipeline(transaction=True)
+    mapping: dict[FieldT, EncodableT] = {str(s.index): json.dumps(s.to_dict()) for s in samples}
+    pipe = redis_client(store_settings.redis_url).pipeline(transaction=True)
     pipe.delete(key)
     if mapping:
         pipe.hset(key, mapping=mapping)
-        pipe.expire(key, live_ttl_s(settings))
+        pipe.expire(key, live_ttl_s(telemetry_settings))
     if health is not None:
-        pipe.set(HEALTH_KEY_PREFIX + host, json.dumps(health, default=str), ex=live_ttl_s(settings))
+        pipe.set(HEALTH_KEY_PREFIX + host, json.dumps(health, default=str), ex=live_ttl_s(telemetry_settings))
     pipe.execute()
 
 
-def read_agent_health(settings: Settings) -> dict[str, dict]:
+def read_agent_health(settings: StoreSettings) -> dict[str, dict]:
     """Each reporting agent's sampler and writer health, by host name."""
     if settings.redis_url:
         try:
@@ -129,7 +131,7 @@ def _read_redis(url: str) -> list[GPUSample]:
     return sorted(out, key=lambda s: s.key)
 
 
-def read_live_samples(settings: Settings) -> list[GPUSample]:
+def read_live_samples(settings: StoreSettings) -> list[GPUSample]:
     """The newest sample of every GPU, sorted by (host, index).
 
     In a fleet this reads Redis; if Redis cannot be reached it falls back to

@@ -28,7 +28,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, HostSettings, StoreSettings
+from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import ACTIVE_STATUSES, GPUAllocation, Host, Training
 from gpufleet.db.session import session_scope
 from gpufleet.users.runas import RunAsError, for_owner
@@ -92,8 +93,9 @@ def env_training_id(pid: int) -> uuid.UUID | None:
 class TrainingOwners:
     """Maps pids to trainings; refreshes the launcher pids from the database."""
 
-    def __init__(self, settings: Settings, refresh_s: float = 5.0) -> None:
-        self.settings = settings
+    def __init__(self, store_settings: StoreSettings, host_settings: HostSettings, code_settings: CodeSettings,
+                 refresh_s: float = 5.0) -> None:
+        self.store_settings, self.host_settings, self.code_settings = store_settings, host_settings, code_settings
         self.refresh_s = refresh_s
         self._launchers: dict[int, uuid.UUID] = {}
         self._session_gpus: dict[int, tuple[uuid.UUID, str]] = {}  # GPU index -> (session, its Unix account)
@@ -106,15 +108,15 @@ class TrainingOwners:
             return
         self._loaded_at = now
         try:
-            with session_scope(self.settings) as sess:
+            with session_scope(self.store_settings) as sess:
                 rows = sess.execute(
                     select(Training.launcher_pid, Training.id)
                     .join(Host, Host.id == Training.host_id)
-                    .where(Host.name == self.settings.host_name, Training.status.in_(ACTIVE_STATUSES),
+                    .where(Host.name == self.host_settings.host_name, Training.status.in_(ACTIVE_STATUSES),
                            Training.launcher_pid.is_not(None))
                 ).all()
-                self._session_gpus = _session_gpus(sess, self.settings)
-            self._launchers = {int(pid): tid for pid, tid in rows}
+                self._session_gpus = _session_gpus(sess, self.host_settings, self.code_settings)
+            self._launchers = {int(pid): tid for pid, tid in rows if pid is not None}
             self._warned = False
         except Exception as exc:  # noqa: BLE001 - keep the last known map while the database is away
             if not self._warned:
@@ -152,18 +154,20 @@ class TrainingOwners:
         return None
 
 
-def _session_gpus(sess: Session, settings: Settings) -> dict[int, tuple[uuid.UUID, str]]:
+def _session_gpus(sess: Session, host_settings: HostSettings,
+                  code_settings: CodeSettings) -> dict[int, tuple[uuid.UUID, str]]:
     """The GPUs of this host's running sessions, with each session's Unix account (gpufleet.users.runas)."""
     rows = sess.execute(
         select(GPUAllocation.gpu_index, Training.id, Training.owner)
         .join(Training, Training.id == GPUAllocation.training_id)
         .join(Host, Host.id == GPUAllocation.host_id)
-        .where(Host.name == settings.host_name, Training.kind == "session", Training.status == "running",
+        .join(TrainingSession, TrainingSession.training_id == Training.id)  # a session: a row with its side
+        .where(Host.name == host_settings.host_name, Training.status == "running",
                GPUAllocation.released_at.is_(None))).all()
     out: dict[int, tuple[uuid.UUID, str]] = {}
     for index, tid, owner in rows:
         try:
-            out[index] = (tid, for_owner(sess, settings.run_account, owner).name)
+            out[index] = (tid, for_owner(sess, code_settings.run_account, owner).name)
         except RunAsError:
             continue
     return out

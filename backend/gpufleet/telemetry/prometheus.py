@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import func, select
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.models import TRAINING_STATUSES, Training, TrainingSession
 from gpufleet.db.session import session_scope
 from gpufleet.telemetry.live import read_agent_health, read_live_samples
@@ -98,7 +98,7 @@ def _labels(s: GPUSample) -> list[str]:
 class FleetCollector:
     """Reads the live view (and the database for trainings) on every scrape."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
 
     def collect(self) -> Iterator[Metric]:
@@ -111,12 +111,12 @@ class FleetCollector:
                     fam.add_metric(_labels(s), float(v))
             yield fam
         for name, help_, get in DCGM_COUNTERS:
-            fam = _dcgm_counter(name, help_)
+            counter = _dcgm_counter(name, help_)
             for s in samples:
                 v = None if s.lost else get(s)
                 if v is not None:
-                    fam.add_sample(name, dict(zip(GPU_LABELS, _labels(s), strict=True)), float(v))
-            yield fam
+                    counter.add_sample(name, dict(zip(GPU_LABELS, _labels(s), strict=True)), float(v))
+            yield counter
         yield from self._gpufleet_gpu(samples)
         yield from self._trainings()
         yield from self._usage()
@@ -182,8 +182,8 @@ class FleetCollector:
         counts = {(state, mode): 0.0 for state in ("queued", "running") for mode in ("shell", "jupyter")}
         for status, jupyter, n in rows:
             counts[("running" if status == "running" else "queued", "jupyter" if jupyter else "shell")] += n
-        for (state, mode), n in counts.items():
-            fam.add_metric([state, mode], n)
+        for (state, mode), value in counts.items():
+            fam.add_metric([state, mode], value)
         yield fam
 
     def _usage(self) -> Iterator[Metric]:
@@ -231,7 +231,7 @@ class FleetCollector:
             yield fam
 
 
-def render(settings: Settings) -> bytes:
+def render(settings: StoreSettings) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(settings))
     return _dcgm_counter_names(generate_latest(registry))

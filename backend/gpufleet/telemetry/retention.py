@@ -22,7 +22,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Connection, Engine, text
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, TelemetrySettings
 from gpufleet.db.session import engine_for
 
 log = logging.getLogger(__name__)
@@ -152,13 +152,13 @@ class RetentionResult:
     deleted_rollups: int
 
 
-def expire(settings: Settings, *, now: datetime | None = None, engine: Engine | None = None,
-           chunk: int = 5000) -> RetentionResult:
+def expire(store_settings: StoreSettings, telemetry_settings: TelemetrySettings, *, now: datetime | None = None,
+           engine: Engine | None = None, chunk: int = 5000) -> RetentionResult:
     """Drop raw samples older than ``retention_days`` and rollups older than ``rollup_retention_days``."""
-    engine = engine or engine_for(settings)
+    engine = engine or engine_for(store_settings)
     now = now or datetime.now(timezone.utc)
-    raw_cutoff = now - timedelta(days=settings.retention_days)
-    rollup_cutoff = now - timedelta(days=settings.rollup_retention_days)
+    raw_cutoff = now - timedelta(days=telemetry_settings.retention_days)
+    rollup_cutoff = now - timedelta(days=telemetry_settings.rollup_retention_days)
     dropped: list[str] = []
     deleted = 0
     if engine.dialect.name == "postgresql":
@@ -204,7 +204,7 @@ def floor_minute(t: datetime) -> datetime:
     return t.replace(second=0, microsecond=0)
 
 
-def maintain(settings: Settings, *, now: datetime | None = None,
+def maintain(store_settings: StoreSettings, telemetry_settings: TelemetrySettings, *, now: datetime | None = None,
              lookback: timedelta = timedelta(minutes=30)) -> None:
     """One maintenance pass: partitions ahead, rollups of the recent minutes, expiry.
 
@@ -212,10 +212,10 @@ def maintain(settings: Settings, *, now: datetime | None = None,
     minute, so rows that arrive late (buffered through a database outage of
     up to that long) are counted; the upsert makes recomputing harmless.
     """
-    engine = engine_for(settings)
+    engine = engine_for(store_settings)
     now = now or datetime.now(timezone.utc)
     if engine.dialect.name != "postgresql":
-        _maintain(settings, engine, now, lookback)
+        _maintain(store_settings, telemetry_settings, engine, now, lookback)
         return
     # Every fleet agent runs this; one pass at a time is enough.
     with engine.connect() as lock_conn:
@@ -223,34 +223,35 @@ def maintain(settings: Settings, *, now: datetime | None = None,
             lock_conn.rollback()
             return
         try:
-            _maintain(settings, engine, now, lookback)
+            _maintain(store_settings, telemetry_settings, engine, now, lookback)
         finally:
             lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ADVISORY_LOCK_KEY + 1})
             lock_conn.commit()
 
 
-def _maintain(settings: Settings, engine: Engine, now: datetime, lookback: timedelta) -> None:
+def _maintain(store_settings: StoreSettings, telemetry_settings: TelemetrySettings, engine: Engine, now: datetime,
+              lookback: timedelta) -> None:
     ensure_partitions(engine, today=now.date())
     hi = floor_minute(now)
     with engine.connect() as conn:
         last = conn.execute(text("SELECT max(bucket) FROM gpu_metrics_rollup")).scalar()
     if isinstance(last, str):  # SQLite hands back text
         last = datetime.fromisoformat(last).replace(tzinfo=timezone.utc)
-    floor = floor_minute(now - timedelta(days=settings.retention_days))
+    floor = floor_minute(now - timedelta(days=telemetry_settings.retention_days))
     lo = max(floor, floor_minute(last - lookback) if last else floor)
     # In day-sized steps, so a first pass over a week of samples stays a series of short transactions.
     while lo < hi:
         step_hi = min(hi, lo + timedelta(days=1))
         rollup(engine, lo, step_hi)
         lo = step_hi
-    _store_usage(settings, now)
-    expire(settings, now=now, engine=engine)
+    _store_usage(store_settings, now)
+    expire(store_settings, telemetry_settings, now=now, engine=engine)
     from gpufleet.users.idempotency import forget_expired
 
-    forget_expired(settings)  # creates' idempotency keys past their window
+    forget_expired(store_settings)  # creates' idempotency keys past their window
 
 
-def _store_usage(settings: Settings, now: datetime) -> None:
+def _store_usage(settings: StoreSettings, now: datetime) -> None:
     """Keep yesterday's and today's usage per training (gpufleet.users.usage) beside the rollups."""
     from gpufleet.db.session import write_session
     from gpufleet.users.usage import store_usage

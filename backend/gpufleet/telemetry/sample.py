@@ -9,6 +9,7 @@ second. A field the GPU cannot report (or refused once) is ``None``.
 from __future__ import annotations
 
 import uuid
+from uuid import UUID
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -103,7 +104,7 @@ class GPUSample:
         return (self.host, self.index)
 
     @property
-    def job_id(self) -> uuid.UUID | None:
+    def job_id(self) -> UUID | None:  # the field ``uuid`` hides the module in this class
         """The training that holds this GPU (the seed's ``job_id``), if any."""
         for p in self.processes:
             if p.training_id is not None:

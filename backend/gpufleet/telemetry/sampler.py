@@ -21,9 +21,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Callable
 
-from gpufleet.config import Settings
+from gpufleet.config import HostSettings, TelemetrySettings
 from gpufleet.devices.backend import DeviceBackend
 from gpufleet.telemetry.gpu_health import FATAL_XIDS
 from gpufleet.telemetry.nvml_health import read_health
@@ -111,9 +112,9 @@ class _Slow:
 class NvmlSampler:
     """Samples the NVIDIA GPUs of this host through NVML."""
 
-    def __init__(self, settings: Settings, backend: DeviceBackend, owners: TrainingOwners | None = None,
-                 reopen_lost_s: float = 30.0) -> None:
-        self.settings = settings
+    def __init__(self, telemetry_settings: TelemetrySettings, host_settings: HostSettings, backend: DeviceBackend,
+                 owners: TrainingOwners | None = None, reopen_lost_s: float = 30.0) -> None:
+        self.telemetry_settings, self.host_settings = telemetry_settings, host_settings
         self.backend = backend
         self.nvml = nvml = backend.nvml
         self.owners = owners
@@ -177,8 +178,8 @@ class NvmlSampler:
             log.info("XID events are not available: %s", exc)
             return
         for i, h in self.handles.items():
-            self.guard.read(i, "events", lambda h=h: n.nvmlDeviceRegisterEvents(
-                h, n.nvmlEventTypeXidCriticalError, self._events))
+            self.guard.read(i, "events", partial(n.nvmlDeviceRegisterEvents,
+                                                 h, n.nvmlEventTypeXidCriticalError, self._events))
             self.xid_counts.setdefault(i, 0)
 
     def _drain_xids(self) -> None:
@@ -213,7 +214,7 @@ class NvmlSampler:
     def sample(self, ts: datetime | None = None) -> list[GPUSample]:
         ts = ts or datetime.now(timezone.utc)
         now = time.monotonic()
-        slow_due = now - self._last_slow >= self.settings.slow_sample_interval_s
+        slow_due = now - self._last_slow >= self.telemetry_settings.slow_sample_interval_s
         if slow_due:
             self._last_slow = now
         self._drain_xids()
@@ -243,7 +244,7 @@ class NvmlSampler:
 
     def _sample_one(self, i: int, ts: datetime, slow_due: bool) -> GPUSample:
         info = self.info.get(i, {})
-        s = GPUSample(host=self.settings.host_name, index=i, timestamp=ts, uuid=info.get("uuid"),
+        s = GPUSample(host=self.host_settings.host_name, index=i, timestamp=ts, uuid=info.get("uuid"),
                       name=info.get("name"), vendor="nvidia", simulated=self.backend.simulated,
                       driver_version=self.driver_version)
         h = self.handles.get(i)

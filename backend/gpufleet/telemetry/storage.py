@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.models import GPUMetricsHistory
 from gpufleet.db.session import engine_for
 from gpufleet.telemetry.sample import GPUSample
@@ -116,8 +116,10 @@ def samples_to_rows(host_id: uuid.UUID, samples: list[GPUSample]) -> tuple[list[
 def copy_rows(engine: Engine, rows: list[Row]) -> None:
     """Write rows with one binary COPY in one transaction (PostgreSQL)."""
     raw = engine.raw_connection()
+    conn = raw.driver_connection
     try:
-        conn = raw.driver_connection
+        if conn is None:  # a connection the pool hands out is open
+            raise RuntimeError("the pool gave a closed connection")
         with conn.cursor() as cur, cur.copy(COPY_SQL) as copy:
             copy.set_types(list(COPY_TYPES))
             for r in rows:
@@ -125,7 +127,8 @@ def copy_rows(engine: Engine, rows: list[Row]) -> None:
         conn.commit()
     except BaseException:
         try:
-            raw.driver_connection.rollback()
+            if conn is not None:
+                conn.rollback()
         except Exception:  # noqa: BLE001 - the connection may be gone; the pool drops it
             raw.invalidate()
         raise
@@ -139,7 +142,7 @@ def insert_rows_ignoring_duplicates(engine: Engine, rows: list[Row]) -> None:
     if engine.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        stmt = pg_insert(GPUMetricsHistory).on_conflict_do_nothing()
+        stmt: Insert = pg_insert(GPUMetricsHistory).on_conflict_do_nothing()
     else:
         stmt = sqlite_insert(GPUMetricsHistory).on_conflict_do_nothing()
     with engine.begin() as conn:
@@ -184,7 +187,7 @@ class MetricsWriter:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: StoreSettings,
         host_id: uuid.UUID,
         *,
         max_buffer: int = 200_000,
@@ -275,7 +278,8 @@ class MetricsWriter:
                 self.flush()
                 delay = interval_s
             except Exception as exc:  # noqa: BLE001 - keep buffering; the database may come back
-                log.warning("cannot write metrics (%d rows waiting): %s", self.stats.buffered, self.stats.last_error or exc)
+                log.warning("cannot write metrics (%d rows waiting): %s", self.stats.buffered,
+                            self.stats.last_error or exc)
                 delay = min(10.0, max(interval_s, delay * 2))
             stop.wait(delay)
         try:

@@ -39,7 +39,8 @@ from gpufleet.telemetry.sample import GPUSample
 
 log = logging.getLogger(__name__)
 
-CHANNEL_RE = re.compile(r"^(aggregate|gpu:(?P<gh>[^:\s]+):(?P<gi>\d+)|host:(?P<h>[^:\s]+)|training:(?P<t>[0-9a-fA-F-]{32,36}))$")
+CHANNEL_RE = re.compile(r"^(aggregate|gpu:(?P<gh>[^:\s]+):(?P<gi>\d+)|host:(?P<h>[^:\s]+)"
+                        r"|training:(?P<t>[0-9a-fA-F-]{32,36}))$")
 CHANNEL_HELP = "channels are gpu:<host>:<index>, host:<name>, aggregate and training:<id>"
 
 
@@ -273,7 +274,7 @@ class Hub:
             since is not None and (epoch is None or epoch == self.epoch) and 0 <= since <= ch.seq
             and (since == ch.seq or (ch.buffer and ch.buffer[0][0] <= since + 1))
         )
-        if resumable:
+        if resumable and since is not None:
             for seq, text in ch.buffer:
                 if seq > since:
                     client.enqueue(name, text)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.models import GPU, Host, Training, TrainingEvent, TrainingMetric
 from gpufleet.db.session import session_factory
 from gpufleet.telemetry.stream import ChannelError, Hub, parse_channel
@@ -73,7 +73,7 @@ def _load_since(sess: Session, tid: uuid.UUID, seq: int, step: int) -> dict[str,
 
 
 class TrainingFeed:
-    def __init__(self, hub: Hub, settings: Settings, poll_s: float = 1.0) -> None:
+    def __init__(self, hub: Hub, settings: StoreSettings, poll_s: float = 1.0) -> None:
         self.hub = hub
         self.settings = settings
         self.poll_s = poll_s

@@ -106,7 +106,7 @@ class HostSampler:
         self._amd: _AmdSmi | None = None
         self._xpu: Any = None
         try:
-            self.nvml_sampler = NvmlSampler(settings, self.backend, owners)
+            self.nvml_sampler = NvmlSampler(settings, settings, self.backend, owners)
         except Exception as exc:  # noqa: BLE001 - no NVIDIA driver here: sample the other vendors
             log.info("no NVIDIA GPUs to sample (%s)", exc)
         self._find_others()
@@ -179,7 +179,8 @@ class HostSampler:
                 user, command, noted_tid = user or note.user, command or note.command, note.training_id
             command = command or (name if isinstance(name, str) and name != "N/A" else None)
             tid = self.owners.owner(pid, noted_tid, index, user) if self.owners else None
-            out.append(GPUProcess(pid=pid, user=user, command=command, used_memory=int(mem) if mem is not None else None,
+            out.append(GPUProcess(pid=pid, user=user, command=command,
+                                  used_memory=int(mem) if mem is not None else None,
                                   training_id=tid, job_type="training" if tid else None, foreign=tid is None))
         return sorted(out, key=lambda p: p.pid)
 

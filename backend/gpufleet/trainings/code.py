@@ -9,14 +9,14 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, defer
 
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, StoreSettings
 from gpufleet.db.models import CodeBlob
 from gpufleet.trainings.archive import ArchiveError, ArchiveInfo, Limits, check_archive, content_hash, unpack
 
 HASH_LEN = 64
 
 
-def limits_of(settings: Settings) -> Limits:
+def limits_of(settings: CodeSettings) -> Limits:
     return Limits(max_bytes=settings.code_max_bytes, max_unpacked_bytes=settings.code_max_unpacked_bytes,
                   max_files=settings.code_max_files)
 
@@ -35,7 +35,7 @@ def get_blob_info(sess: Session, code_hash: str) -> CodeBlob | None:
     ).scalar_one_or_none()
 
 
-def store(sess: Session, settings: Settings, data: bytes, user: str,
+def store(sess: Session, settings: CodeSettings, data: bytes, user: str,
           expected_hash: str | None = None) -> tuple[ArchiveInfo, bool]:
     """Check ``data`` and store it unless that hash is stored already; returns (info, created).
 
@@ -55,17 +55,17 @@ def store(sess: Session, settings: Settings, data: bytes, user: str,
     return info, True
 
 
-def code_cache(settings: Settings, code_hash: str) -> Path:
+def code_cache(settings: StoreSettings, code_hash: str) -> Path:
     return settings.data_dir / "code" / f"{code_hash}.tar.gz"
 
 
-def fetch(settings: Settings, sess: Session, code_hash: str) -> bytes:
+def fetch(settings: StoreSettings, sess: Session, code_hash: str) -> bytes:
     """The archive's bytes, from this host's cache or the database (then cached)."""
     path = code_cache(settings, code_hash)
     if path.is_file():
-        data = path.read_bytes()
-        if content_hash(data) == code_hash:
-            return data
+        cached = path.read_bytes()
+        if content_hash(cached) == code_hash:
+            return cached
     data = sess.execute(select(CodeBlob.content).where(CodeBlob.hash == code_hash)).scalar_one_or_none()
     if data is None:
         raise ArchiveError(f"code {code_hash} is not stored on the server", status=404)
@@ -76,10 +76,11 @@ def fetch(settings: Settings, sess: Session, code_hash: str) -> bytes:
     return data
 
 
-def prepare_workdir(settings: Settings, sess: Session, code_hash: str, dest: Path) -> ArchiveInfo:
+def prepare_workdir(store_settings: StoreSettings, code_settings: CodeSettings, sess: Session, code_hash: str,
+                    dest: Path) -> ArchiveInfo:
     """Unpack the code into ``dest`` (emptied first: every attempt starts from the code as uploaded)."""
     import shutil
 
     if dest.exists():
         shutil.rmtree(dest)
-    return unpack(fetch(settings, sess, code_hash), dest, limits_of(settings))
+    return unpack(fetch(store_settings, sess, code_hash), dest, limits_of(code_settings))

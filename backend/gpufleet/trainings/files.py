@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings, WorkerSettings
 from gpufleet.engine.resumepoint import OWN_FILES
 
 MAX_LISTED = 10000
@@ -47,22 +47,24 @@ class TrainingFile:
     modified: datetime
 
 
-def checkpoint_dir(settings: Settings, training_id: uuid.UUID | str) -> Path:
+def checkpoint_dir(settings: WorkerSettings, training_id: uuid.UUID | str) -> Path:
     return Path(settings.checkpoint_root) / str(training_id)  # type: ignore[arg-type]
 
 
-def output_dir(settings: Settings, training_id: uuid.UUID | str) -> Path:
+def output_dir(settings: StoreSettings, training_id: uuid.UUID | str) -> Path:
     return settings.data_dir / "outputs" / str(training_id)
 
 
 POOL_FOLDERS = {"checkpoints": "checkpoints", "outputs": "output"}  # under a pool training's home
 
 
-def roots(settings: Settings, training_id: uuid.UUID | str, home: Path | None = None) -> dict[str, Path]:
+def roots(store_settings: StoreSettings, worker_settings: WorkerSettings, training_id: uuid.UUID | str,
+          home: Path | None = None) -> dict[str, Path]:
     """The training's folders by the name its file paths start with; ``home``: a pool training's folder."""
     if home is not None:
         return {name: home / leaf for name, leaf in POOL_FOLDERS.items()}
-    return {"checkpoints": checkpoint_dir(settings, training_id), "outputs": output_dir(settings, training_id)}
+    return {"checkpoints": checkpoint_dir(worker_settings, training_id),
+            "outputs": output_dir(store_settings, training_id)}
 
 
 def _open_root(root: Path, home: Path | None) -> memberfs.Dir:
@@ -78,10 +80,11 @@ def _own(root_name: str, rel: Path) -> bool:
     return root_name == "checkpoints" and len(rel.parts) == 1 and rel.name in OWN_FILES
 
 
-def list_files(settings: Settings, training_id: uuid.UUID, home: Path | None = None) -> list[TrainingFile]:
+def list_files(store_settings: StoreSettings, worker_settings: WorkerSettings, training_id: uuid.UUID,
+               home: Path | None = None) -> list[TrainingFile]:
     """Every regular file under the training's folders (symbolic links are not followed), sorted by path."""
     out: list[TrainingFile] = []
-    for name, root in roots(settings, training_id, home).items():
+    for name, root in roots(store_settings, worker_settings, training_id, home).items():
         try:
             folder = _open_root(root, home)
         except OSError:
@@ -97,13 +100,14 @@ def list_files(settings: Settings, training_id: uuid.UUID, home: Path | None = N
     return out
 
 
-def named(settings: Settings, training_id: uuid.UUID, path: str, home: Path | None) -> tuple[Path, Path]:
+def named(store_settings: StoreSettings, worker_settings: WorkerSettings, training_id: uuid.UUID, path: str,
+          home: Path | None) -> tuple[Path, Path]:
     """The training's folder ``path`` starts in and the rest of ``path``; :class:`FileRefused` (422) for a
     path that leaves its folder, 404 for one of gpufleet's own files."""
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if path.startswith("/") or ".." in parts or "\\" in path:
         raise FileRefused(f"{path!r}: a path relative to the training's files, without '..'", 422)
-    folders = roots(settings, training_id, home)
+    folders = roots(store_settings, worker_settings, training_id, home)
     if not parts or parts[0] not in folders:
         raise FileRefused(f"{path!r}: paths start with checkpoints/ or outputs/", 422)
     rel = Path(*parts[1:]) if len(parts) > 1 else Path()
@@ -112,7 +116,7 @@ def named(settings: Settings, training_id: uuid.UUID, path: str, home: Path | No
     return folders[parts[0]], rel
 
 
-def open_file(settings: Settings, training_id: uuid.UUID, path: str,
+def open_file(store_settings: StoreSettings, worker_settings: WorkerSettings, training_id: uuid.UUID, path: str,
               home: Path | None = None) -> tuple[BinaryIO, os.stat_result, str]:
     """The file ``path`` names, open, its stat and its name.
 
@@ -121,7 +125,7 @@ def open_file(settings: Settings, training_id: uuid.UUID, path: str,
     read: the file is opened from the training's folder through no link at
     any component (gpufleet.memberfs), and only if it is a regular file.
     """
-    root, rel = named(settings, training_id, path, home)
+    root, rel = named(store_settings, worker_settings, training_id, path, home)
     try:
         with _open_root(root, home) as folder:
             fd = folder.open_regular(rel.as_posix())

@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy import case, delete, func, insert, select, text
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.logchunks import TrainingLogChunk as Chunk
 from gpufleet.db.models import Training
 from gpufleet.engine.logtext import collapse_cr
@@ -91,12 +91,12 @@ def read_log(path: Path, offset: int | None = None, tail: int | None = None, lim
         return from_offset(fh.read(limit), start, size)
 
 
-def log_path(settings: Settings, training_id: uuid.UUID | str) -> Path:
+def log_path(settings: StoreSettings, training_id: uuid.UUID | str) -> Path:
     """This machine's file of a training's log (gpufleet.jobs.logs writes it)."""
     return settings.logs_dir / "trainings" / f"{training_id}.log"
 
 
-def read_training_log(session: Session, settings: Settings, training_id: uuid.UUID, offset: int | None = None,
+def read_training_log(session: Session, settings: StoreSettings, training_id: uuid.UUID, offset: int | None = None,
                       tail: int | None = None) -> LogChunk:
     """What the training's hosts shipped; a log no host shipped yet may be this machine's own file."""
     return read(session, training_id, offset=offset, tail=tail) \

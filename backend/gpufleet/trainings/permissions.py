@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings
 from gpufleet.db.models import User
 from gpufleet.wire.training_requests import TrainingCreate
 from gpufleet.users.groups import priority_cap
@@ -37,7 +37,7 @@ def may_run_code(sess: Session, name: str, role: str) -> tuple[bool, str]:
                    f"permission, which an admin grants with `gpufleet users grant {name} run_code`")
 
 
-def rank_refusal(sess: Session, settings: Settings, reqs: Sequence[TrainingCreate], owner: str,
+def rank_refusal(sess: Session, settings: SchedulerSettings, reqs: Sequence[TrainingCreate], owner: str,
                  role: str) -> str | None:
     """Why ``owner`` may not ask for these priorities or for no preemption, or None.
 

@@ -9,7 +9,7 @@ exactly as after a preemption. Nothing is copied and nothing new to find.
 A clone with changes (``from_training``) is a new training: other arguments
 or config, its own curve; it records ``resumed_from`` and its first attempt
 starts from a copy of the source's newest checkpoint
-(``training.resumepoint.seed_from``), so the source stays as it was.
+(``engine.resumepoint.seed_from``), so the source stays as it was.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from gpufleet import workkinds
 from gpufleet.lifecycle.models import Training
 from gpufleet.lifecycle.transitions import get_training, transition
 from gpufleet.engine.config import TrainingConfigError
@@ -40,8 +41,8 @@ def source_of(sess: Session, req: TrainingCreate, owner: str, admin: bool) -> uu
     if src.owner != owner and not admin:
         raise TrainingRequestError("from_training", f"training {src.id} belongs to {src.owner!r}; only its owner "
                                    "and admins may start from its checkpoints", status=403)
-    if src.kind != req.kind or (req.kind == "recipe" and src.recipe != req.recipe):
-        what = f"a {src.kind} training" + (f" of recipe {src.recipe}" if src.kind == "recipe" else "")
+    if src.kind != req.kind or (workkinds.of(req.kind).runs_recipe and src.recipe != req.recipe):
+        what = f"a {src.kind} training" + (f" of recipe {src.recipe}" if workkinds.of(src.kind).runs_recipe else "")
         raise TrainingRequestError("from_training", f"training {src.id} is {what}; a new training starts from a "
                                    "checkpoint of its own kind and recipe")
     return src.id
@@ -50,8 +51,8 @@ def source_of(sess: Session, req: TrainingCreate, owner: str, admin: bool) -> uu
 def _config_with(t: Training, changes: dict[str, Any]) -> dict[str, Any]:
     if not changes:
         return {}
-    if t.kind == "script":
-        raise TrainingRequestError("config", "a script training has no config to change: its arguments are its "
+    if not workkinds.of(t.kind).runs_recipe:
+        raise TrainingRequestError("config", f"a {t.kind} training has no config to change: its arguments are its "
                                    "argv; start a new one from its checkpoint instead (`gpufleet run --from ID`)")
     try:
         cfg = get_recipe(t.recipe).resolve_config({**t.config, **changes})

@@ -19,8 +19,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet import memberfs
-from gpufleet.config import Settings
+from gpufleet.config import CodeSettings, StoreSettings
 from gpufleet.db.models import CodeBlob, Training
+from gpufleet.devices.device import DEVICE_ENV
 from gpufleet.engine import resumepoint
 
 if TYPE_CHECKING:
@@ -35,11 +36,12 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
           "KI": 1024, "MI": 1024**2, "GI": 1024**3, "TI": 1024**4}
-# What the launcher sets for every rank; a request can never override these.
+# What the launcher sets for every rank, and every variable that picks or renumbers GPUs; a request can
+# never override these.
 RESERVED_ENV = frozenset({
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
-    "CUDA_DEVICE_ORDER", "TORCHELASTIC_RUN_ID", "PYTHONPATH", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH",
+    "MASTER_ADDR", "MASTER_PORT", *DEVICE_ENV,
+    "TORCHELASTIC_RUN_ID", "PYTHONPATH", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH",
 })
 SCRIPT_RECIPE = "script"
 # The requirement file a training's environment is built from travels in the row's env under this
@@ -89,7 +91,7 @@ def check_argv(argv: list[str] | None) -> list[str]:
     return list(argv)
 
 
-def check_env(settings: Settings, env: Mapping[str, str] | None) -> dict[str, str]:
+def check_env(settings: CodeSettings, env: Mapping[str, str] | None) -> dict[str, str]:
     """Only variables matching ``GPUFLEET_SCRIPT_ENV_ALLOW`` may be set by a request."""
     env = dict(env or {})
     if len(env) > MAX_ENV:
@@ -109,7 +111,7 @@ def check_env(settings: Settings, env: Mapping[str, str] | None) -> dict[str, st
     return env
 
 
-def check_python(settings: Settings, name: str | None) -> str | None:
+def check_python(settings: CodeSettings, name: str | None) -> str | None:
     if name is None or name == "default":
         return None
     if name not in settings.pythons:
@@ -118,7 +120,7 @@ def check_python(settings: Settings, name: str | None) -> str | None:
     return name
 
 
-def check_requirements(settings: Settings, sess: Session, code_hash: str, rel: str | None) -> str | None:
+def check_requirements(settings: StoreSettings, sess: Session, code_hash: str, rel: str | None) -> str | None:
     """The requirement file, relative to the code's root, if the uploaded code holds it."""
     import io
     import tarfile
@@ -146,7 +148,7 @@ def check_requirements(settings: Settings, sess: Session, code_hash: str, rel: s
 def measured_peak(sess: Session, code_hash: str) -> int | None:
     """The largest per-rank peak measured by earlier runs of the same code."""
     return sess.scalar(select(func.max(Training.measured_peak_memory)).where(
-        Training.code_hash == code_hash, Training.kind == "script"))
+        Training.code_hash == code_hash))  # only a script's row holds code
 
 
 @dataclass
@@ -159,7 +161,8 @@ class ScriptFields:
     estimate: dict[str, Any] | None
 
 
-def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[str] | None,
+def resolve(sess: Session, store_settings: StoreSettings, settings: CodeSettings, *, code: str | None,
+            argv: list[str] | None,
             env: Mapping[str, str] | None, memory: str | int | None, python: str | None,
             requirements: str | None = None) -> ScriptFields:
     """Validate a script request; nothing is written."""
@@ -180,7 +183,7 @@ def resolve(sess: Session, settings: Settings, *, code: str | None, argv: list[s
     if py is not None:
         env = {**env}  # the interpreter's name travels in the row's env under a reserved key
         env["GPUFLEET_PYTHON"] = py
-    req_file = check_requirements(settings, sess, code_hash, requirements)
+    req_file = check_requirements(store_settings, sess, code_hash, requirements)
     if req_file:
         env = {**env, REQUIREMENTS_KEY: req_file}
     declared = parse_memory(memory)
@@ -217,7 +220,7 @@ def process_env(base: Mapping[str, str], policy: EnvPolicy | None = None) -> dic
     return training_environment(base, policy or DEFAULT_POLICY)
 
 
-def interpreter(settings: Settings, env: Mapping[str, str] | None) -> str:
+def interpreter(settings: CodeSettings, env: Mapping[str, str] | None) -> str:
     import sys
 
     name = (env or {}).get("GPUFLEET_PYTHON")
@@ -234,7 +237,8 @@ def resolve_argv(argv: list[str], python: str) -> list[str]:
 newest_resume_point = resumepoint.newest_resume_point
 
 
-def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Path, checkpoint_dir: Path,
+def attempt_spec(store_settings: StoreSettings, settings: CodeSettings, t: Training, *, workdir: Path, progress: Path,
+                 checkpoint_dir: Path,
                  output_dir: Path, gpu_indexes: list[int], backend: str, ranks_on_cpu: bool, stop_grace_s: float,
                  env_cache: Path | None = None, files_root: Path | None = None,
                  python: str | None = None) -> ScriptSpec:
@@ -254,7 +258,8 @@ def attempt_spec(settings: Settings, t: Training, *, workdir: Path, progress: Pa
     python = python or interpreter(settings, env)
     env.pop("GPUFLEET_PYTHON", None)
     # Built by the launcher, in the training's own process context, before its ranks start.
-    environment = venv.request_for(settings, env.pop(REQUIREMENTS_KEY, None), python, t.owner or "local")
+    environment = venv.request_for(store_settings, settings, env.pop(REQUIREMENTS_KEY, None), python,
+                                   t.owner or "local")
     if environment is not None and env_cache is not None:
         environment["cache_dir"] = str(env_cache)
     return ScriptSpec(

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpufleet.devices.device import DeviceSet
 from gpufleet.engine import exitcodes as ec
 from gpufleet.engine.lifeline import die_with_parent, launcher_main
 from gpufleet.engine.logtext import LineSplitter
@@ -62,7 +63,6 @@ from gpufleet.trainings.script_errors import ErrorWatch
 from gpufleet.trainings.script_reports import CheckpointWatch, ReportMerger, step_fields  # noqa: F401 - step_fields: the sink's
 from gpufleet.trainings.script_tensorboard import TensorBoardWatch
 
-VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "hip": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 POLL_S = 0.05
 PEAK_EVERY_S = 5.0
 FAILED_PEER_GRACE_S = 2.0  # after a rank failed, the others get this long to exit on SIGTERM
@@ -100,6 +100,10 @@ class ScriptSpec:
         """The ranks this launcher starts."""
         return self.world_size // self.nnodes
 
+    def devices(self) -> DeviceSet:
+        """This launcher's GPUs, one rank each, as its ranks are to see them."""
+        return DeviceSet.of(self.backend, self.gpu_indexes)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
@@ -133,8 +137,7 @@ def rank_env(spec: ScriptSpec, base: dict[str, str], local: int, port: int) -> d
         "MASTER_ADDR": spec.master_addr or "127.0.0.1", "MASTER_PORT": str(port),
         "TORCHELASTIC_RUN_ID": spec.training_id,
         # cuda:N in the script is the N-th of its GPUs, numbered as NVML does.
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        VISIBILITY.get(spec.backend, "CUDA_VISIBLE_DEVICES"): ",".join(str(i) for i in spec.gpu_indexes),
+        **spec.devices().env(),
         "GPUFLEET_TRAINING_ID": spec.training_id,
         "GPUFLEET_CHECKPOINT_DIR": spec.checkpoint_dir,
         "GPUFLEET_RESUME_FROM": spec.resume_from,
@@ -303,8 +306,8 @@ def _write_start(progress: ProgressWriter, spec: ScriptSpec, port: int) -> None:
     across = {"nnodes": spec.nnodes, "node_rank": spec.node_rank, "first_rank": spec.first_rank,
               "master_addr": spec.master_addr} if spec.nnodes > 1 else {}
     progress.write("start", world_size=spec.world_size, **across,
-                   devices=[f"{spec.backend}:{i}" for i in spec.gpu_indexes],
-                   visible_devices=",".join(str(i) for i in spec.gpu_indexes), simulated=spec.ranks_on_cpu,
+                   devices=spec.devices().labels,
+                   visible_devices=spec.devices().value, simulated=spec.ranks_on_cpu,
                    kind="script", argv=spec.argv, master_port=port, resume_from=spec.resume_from or None,
                    note="simulated GPUs: the ranks run on CPU" if spec.ranks_on_cpu else None)
 

@@ -26,12 +26,15 @@ before, and the launcher's log says why.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
 import sys
 from collections.abc import Mapping
 from typing import IO, Any
+
+from gpufleet.rankpath import gpufleet_share
 
 # Variables a request may set that an interpreter, or a library the rank server has imported, reads
 # when it starts: a forked rank would not see its own value.
@@ -132,17 +135,28 @@ def rank_main(argv: list[str], workdir: str, env: dict[str, str], out: Any, err:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(workdir)
-    # As PYTHONUNBUFFERED gives a spawned rank: every write reaches the launcher as it is made.
-    sys.stdout = sys.__stdout__ = _unbuffered(1, sys.__stdout__)
-    sys.stderr = sys.__stderr__ = _unbuffered(2, sys.__stderr__)
+    # As PYTHONUNBUFFERED gives a spawned rank: every write reaches the launcher as it is made. The
+    # interpreter's own streams (typed Final) are replaced too, so a script that restores them keeps that.
+    sys.stdout = sys.__stdout__ = _unbuffered(1, sys.__stdout__)  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = _unbuffered(2, sys.__stderr__)  # type: ignore[misc]
+    if (share := gpufleet_share.share_of(env)) is not None:
+        gpufleet_share.cap(share)  # torch is imported already: capped before the script's first line
     os._exit(_run(argv, workdir))
 
 
-def _unbuffered(fd: int, like: IO[str] | None) -> IO[str]:
-    import io
+def _unbuffered(fd: int, like: IO[str] | None) -> io.TextIOWrapper:
 
     return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=getattr(like, "encoding", None) or "utf-8",
                             errors=getattr(like, "errors", None), line_buffering=True, write_through=True)
+
+
+# What the script left (its globals, or the exception that ended it, whose frames hold them), kept until the
+# rank's os._exit. Freed when the script returns, its objects' destructors would run on this thread while it
+# holds the GIL, in a process that is not shutting down: torch's gloo process group, freed with a DDP
+# model, joins its worker thread there, and that thread may need the GIL to finish its last work — both
+# ranks had trained every step, and one waited on the other for good. An interpreter's own exit does not
+# wait so (threads that ask for the GIL then are ended), nor does Python promise destructors at exit.
+_KEPT: list[object] = []
 
 
 def _run(argv: list[str], workdir: str) -> int:
@@ -155,14 +169,16 @@ def _run(argv: list[str], workdir: str) -> int:
         if argv[1] == "-m":
             sys.argv = ["-m", *argv[3:]]  # run_module puts the module's file first, as -m does
             sys.path[0] = workdir
-            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+            _KEPT.append(runpy.run_module(argv[2], run_name="__main__", alter_sys=True))
         else:
             sys.argv = argv[1:]
             sys.path[0] = os.path.dirname(os.path.join(workdir, argv[1]))
-            runpy.run_path(argv[1], run_name="__main__")
+            _KEPT.append(runpy.run_path(argv[1], run_name="__main__"))
     except SystemExit as exc:
+        _KEPT.append(exc)  # its traceback holds the script's frames, and so its globals
         code = _exit_status(exc.code)
-    except BaseException:  # noqa: BLE001 - as the interpreter: the traceback on stderr, status 1
+    except BaseException as exc:  # noqa: BLE001 - as the interpreter: the traceback on stderr, status 1
+        _KEPT.append(exc)
         traceback.print_exc()
         code = 1
     try:

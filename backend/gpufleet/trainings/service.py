@@ -9,6 +9,7 @@ leaves the commit to it, so one request is one session and one transaction.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 from sqlalchemy import String, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import SchedulerSettings, Settings, WorkerSettings
 from gpufleet.db.models import Host
+from gpufleet.db.session import rows_changed
 from gpufleet.lifecycle.models import (
     FINAL_STATUSES,
     TRAINING_STATUSES,
@@ -50,6 +52,7 @@ from gpufleet.trainings.admission.gang import gang_request
 from gpufleet.trainings.admission.standing import standing
 from gpufleet.trainings.gang_view import add_hosts
 from gpufleet.wire.training_requests import TrainingBatchCreate, TrainingCreate
+from gpufleet import workkinds
 
 __all__ = ["TrainingRequestError", "TrainingView", "cancel", "create", "create_batch", "create_trainings",
            "events", "get", "metrics", "page", "views"]
@@ -113,20 +116,21 @@ def create_trainings(
     return rows
 
 
-def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *,
-            exclusive: bool = True, admin: bool = False) -> tuple[Training, TrainConfig | None]:
-    """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config."""
+def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, *, exclusive: bool = True,
+            admin: bool = False, on_hosts: bool = True) -> tuple[Training, TrainConfig | None]:
+    """Validate ``req`` against the recipe and the fleet; the row (not added) and its recipe config.
+    ``on_hosts=False``: it runs in a pool, whose own GPUs its place checks (gpufleet.pools), not the team's."""
     count = check_request(req)
     gang, count = gang_request(sess, req, count)
     if not exclusive and count != 1:
         raise TrainingRequestError("world_size", "a shared (batch) training runs on exactly one GPU")
     host = resolve_host(sess, req)
     if req.gpu_ids and host is not None:
-        check_gpus(sess, host, req.gpu_ids, script=req.kind == "script")
-    if not req.gpu_ids and count > 1 and gang is None and not req.pool:
-        # A pool's training is checked against the pool's nodes (pools/service.py), not the team's hosts.
+        check_gpus(sess, host, req.gpu_ids, one_vendor=not workkinds.of(req.kind).mixes_vendors)
+    if not req.gpu_ids and count > 1 and gang is None and on_hosts:
+        # A pool's training is checked against the pool's nodes (its place), not the team's hosts.
         check_world_size(sess, count, req.host)
-    common = dict(
+    common: dict[str, Any] = dict(
         owner=owner, name=req.name, world_size=count, priority=req.priority,
         preemptible=preemptible_default(settings, admin) if req.preemptible is None else req.preemptible,
         gpu_ids=list(req.gpu_ids) if req.gpu_ids else None, distributed=count > 1,
@@ -134,10 +138,22 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
         auto_select=not req.gpu_ids, max_restarts=req.max_restarts, gang=gang,
         max_runtime_s=req.max_runtime_s, resumed_from=resume.source_of(sess, req, owner, admin),
     )
-    if req.kind == "script":
-        return _prepare_script(sess, settings, req, count, host, exclusive, common), None
-    config = _resolve_config(settings, req, count)
-    if gang is not None and config.parallel_mode != "equal":
+    return PREPARE.of(req.kind)(sess, settings, req, host, exclusive, common, on_hosts)
+
+
+# What a request makes, by its kind: the row (not added) and, for a recipe, its resolved config.
+# on_hosts: False for a pool's training, whose GPUs its place checks (gpufleet.pools), not the team's.
+PREPARE: workkinds.Hooks[Callable[[Session, Settings, TrainingCreate, Host | None, bool, dict[str, Any], bool],
+                                  tuple[Training, TrainConfig | None]]] = workkinds.Hooks("training request")
+
+
+@PREPARE.add("recipe")
+def _prepare_recipe(sess: Session, settings: WorkerSettings, req: TrainingCreate, host: Host | None, exclusive: bool,
+                    common: dict[str, Any], on_hosts: bool) -> tuple[Training, TrainConfig | None]:
+    if req.recipe is None:  # check_request refuses it first
+        raise TrainingRequestError("recipe", "recipe: a training of kind 'recipe' needs the recipe's name")
+    config = _resolve_config(settings, req, common["world_size"])
+    if common["gang"] is not None and config.parallel_mode != "equal":
         # Unequal shares and vendor groups are laid out over one host's ranks.
         raise TrainingRequestError("config.parallel_mode", f"parallel_mode {config.parallel_mode} runs on one "
                                    "host; a training across hosts takes equal shares (parallel_mode equal)")
@@ -149,7 +165,7 @@ def prepare(sess: Session, settings: Settings, req: TrainingCreate, owner: str, 
     ), config
 
 
-def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) -> TrainConfig:
+def _resolve_config(settings: WorkerSettings, req: TrainingCreate, world_size: int) -> TrainConfig:
     values = dict(req.config or {})
     if req.checkpoint_every is not None:
         values["checkpoint_every"] = req.checkpoint_every
@@ -168,28 +184,29 @@ def _resolve_config(settings: Settings, req: TrainingCreate, world_size: int) ->
     return cfg
 
 
-def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, count: int, host: Host | None,
-                    exclusive: bool, common: dict[str, Any]) -> Training:
+@PREPARE.add("script")
+def _prepare_script(sess: Session, settings: Settings, req: TrainingCreate, host: Host | None, exclusive: bool,
+                    common: dict[str, Any], on_hosts: bool) -> tuple[Training, TrainConfig | None]:
     if not exclusive:
         raise TrainingRequestError("exclusive", "a script training holds its GPUs exclusively")
     try:
-        f = script.resolve(sess, settings, code=req.code, argv=req.argv, env=req.env,
+        f = script.resolve(sess, settings, settings, code=req.code, argv=req.argv, env=req.env,
                            memory=req.memory if req.memory is not None else
                            (req.memory_mb * 2**20 if req.memory_mb else None),
                            python=req.python, requirements=req.requirements)
     except script.ScriptError as exc:
         raise TrainingRequestError(exc.field, str(exc), exc.status) from None
-    if f.memory_estimate and not req.pool:  # a pool's GPUs are not the team's: pools/service.py checks those
+    if f.memory_estimate and on_hosts:  # a pool's GPUs are not the team's: its place checks those
         refuse_never_fits(sess, f.memory_estimate, host)
     return new_training(
         **common, recipe=script.SCRIPT_RECIPE, kind="script", code_hash=f.code_hash, argv=f.argv, env=f.env,
         memory_declared=f.memory_declared, config={}, exclusive=True, memory_estimate=f.memory_estimate,
         estimate=f.estimate, estimate_key=f"script:{f.code_hash}", allow_rebalance=False,
         checkpoint_every=None, max_steps=None,
-    )
+    ), None
 
 
-def preemptible_default(settings: Settings, admin: bool) -> bool:
+def preemptible_default(settings: SchedulerSettings, admin: bool) -> bool:
     """Whether a training that does not say may be preempted: the settings' default, per role."""
     return settings.admin_trainings_preemptible if admin else settings.preemptible_default
 
@@ -223,7 +240,7 @@ def cancel(sess: Session, training_id: uuid.UUID, user: str, *, end_as: str = "c
                 .values(cancel_requested=True, cancel_as=end_as)
                 .execution_options(synchronize_session=False)
             )
-            if res.rowcount == 1:
+            if rows_changed(res) == 1:
                 record_event(sess, t.id, "cancel", status="running", user=user,
                              reason=f"cancel requested by {user}; stopping every rank")
                 return get_training(sess, t.id)  # type: ignore[return-value]
@@ -326,7 +343,7 @@ def with_standing(sess: Session, settings: Settings, views: list[TrainingView]) 
     return views
 
 
-def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset: int,
+def page(sess: Session, *, statuses: Sequence[str] | None, owner: str | None, offset: int,
          limit: int, ref: str | None = None, sessions: bool = False) -> tuple[list[TrainingView], int]:
     """One page of trainings, newest first, and how many match in all (only those ``ref`` names, when given).
 
@@ -335,7 +352,7 @@ def page(sess: Session, *, statuses: list[str] | None, owner: str | None, offset
     """
     where = [named_by(ref)] if ref else []
     if not sessions and not ref:
-        where.append(Training.kind != "session")
+        where.append(Training.kind.in_(workkinds.names(lambda k: k.lists_as_training)))
     if statuses:
         bad = [s for s in statuses if s not in TRAINING_STATUSES]
         if bad:

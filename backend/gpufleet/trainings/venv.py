@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.engine import exitcodes as ec
+from gpufleet.rankpath.gpufleet_share import share_of
 from gpufleet.trainings import venvcache
 from gpufleet.trainings.venv_reqs import EnvError, check_torch, requirement_files
 
 if TYPE_CHECKING:
-    from gpufleet.config import Settings
+    from gpufleet.config import CodeSettings, StoreSettings
     from gpufleet.engine.progress import ProgressWriter
 
 RANK_PATH = Path(__file__).resolve().parents[1] / "rankpath"  # gpufleet_report.py, dependency-free
@@ -70,22 +71,23 @@ class EnvRequest:
     native_tls: bool = False  # uv trusts the system's certificate store (a lab's CA installed there)
 
 
-def request_for(settings: Settings, requirements: str | None, python: str, owner: str) -> dict[str, Any] | None:
+def request_for(store_settings: StoreSettings, settings: CodeSettings, requirements: str | None, python: str,
+                owner: str) -> dict[str, Any] | None:
     """The worker's part: what the launcher needs to build the environment (None: no environment)."""
     if not requirements:
         return None
     import uv
 
     return asdict(EnvRequest(
-        requirements=requirements, python=python, cache_dir=str(owner_cache_dir(settings, owner)),
+        requirements=requirements, python=python, cache_dir=str(owner_cache_dir(store_settings, settings, owner)),
         max_bytes=settings.env_cache_max_bytes, uv=uv.find_uv_bin(), index_url=settings.env_index_url or "",
         find_links=list(settings.env_find_links), no_index=settings.env_no_index,
         extra_index_urls=list(settings.env_extra_index_urls), native_tls=settings.env_native_tls))
 
 
-def owner_cache_dir(settings: Settings, owner: str) -> Path:
+def owner_cache_dir(store_settings: StoreSettings, code_settings: CodeSettings, owner: str) -> Path:
     """Per owner: an environment one member built is never code another member runs."""
-    return Path(settings.env_cache_dir or settings.data_dir / "envs") / owner  # filled in by Settings
+    return Path(code_settings.env_cache_dir or store_settings.data_dir / "envs") / owner  # filled in by Settings
 
 
 def probe(python: str) -> dict[str, Any]:
@@ -239,7 +241,9 @@ def prepare_launch(spec: Any, progress: ProgressWriter, stopped: Callable[[], bo
     Returns ``SUCCEEDED`` (``spec.argv`` and this process's environment now
     point at the environment), ``CANNOT_RUN`` or ``INTERRUPTED``.
     """
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(RANK_PATH), os.environ.get("PYTHONPATH")) if p)
+    # On a share, share/sitecustomize.py caps PyTorch's allocator in every rank before the script's first line.
+    share = str(RANK_PATH / "share") if share_of(spec.env) is not None else None
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (share, str(RANK_PATH), os.environ.get("PYTHONPATH")) if p)
     if not spec.environment:
         return ec.SUCCEEDED
     req = EnvRequest(**spec.environment)

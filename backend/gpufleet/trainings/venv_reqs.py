@@ -48,7 +48,8 @@ def requirement_files(workdir: Path, rel: str) -> list[ReqFile]:
         if not lock.is_file():
             raise EnvError(f"{rel} has no uv.lock beside it; run `uv lock`, or give a requirements.txt")
         return [ReqFile(rel, path.read_bytes()), ReqFile(str(Path(rel).parent / "uv.lock"), lock.read_bytes())]
-    out, todo = [], [rel]
+    out: list[ReqFile] = []
+    todo = [rel]
     while todo and len(out) < MAX_INCLUDES:
         name = todo.pop()
         data = _inside(workdir, name).read_bytes()

@@ -62,7 +62,9 @@ def check_role(role: str) -> str:
 def get_user(session: Session, name: str) -> User:
     user = session.scalars(select(User).where(User.name == name)).one_or_none()
     if user is None:
-        raise UserError(f"no user named {name!r}; add one with `gpufleet users add {name}`")
+        raise UserError(f"no user named {name!r} yet: one with an account on this machine is made on their first "
+                        f"call (they run any gpufleet command, such as `gpufleet whoami`); or add one with "
+                        f"`gpufleet users add {name}`")
     return user
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.bounds import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_PRIORITY, MAX_SHARE
 from gpufleet.db.models import Group, GroupMember, Quota, User
+from gpufleet.db.session import rows_changed
 from gpufleet.users.accounts import UserError, check_name, get_user
 
 DEFAULT_SHARE = 1.0
@@ -56,7 +57,8 @@ def check_limits(limits: Limits) -> Limits:
         raise UserError(f"max GPUs must be between 0 and {MAX_GPUS_LIMIT} (or no limit), not {limits.max_gpus}")
     hours = limits.gpu_hours_per_week
     if hours is not None and not (math.isfinite(hours) and 0 <= hours <= MAX_GPU_HOURS_LIMIT):
-        raise UserError(f"GPU-hours per week must be between 0 and {MAX_GPU_HOURS_LIMIT:.0f} (or no limit), not {hours}")
+        raise UserError(f"GPU-hours per week must be between 0 and {MAX_GPU_HOURS_LIMIT:.0f} (or no limit), "
+                        f"not {hours}")
     if not (math.isfinite(limits.share) and 0 < limits.share <= MAX_SHARE):
         raise UserError(f"share must be above 0 and at most {MAX_SHARE:.0f}, not {limits.share}")
     if limits.max_priority is not None and not 0 <= limits.max_priority <= MAX_PRIORITY:
@@ -104,9 +106,9 @@ def add_member(session: Session, group_name: str, user_name: str) -> None:
 def remove_member(session: Session, group_name: str, user_name: str) -> None:
     group = get_group(session, group_name)
     user = get_user(session, user_name)
-    gone = session.execute(
+    gone = rows_changed(session.execute(
         delete(GroupMember).where(GroupMember.group_id == group.id, GroupMember.user_id == user.id)
-    ).rowcount
+    ))
     if not gone:
         raise UserError(f"user {user_name!r} is not in group {group_name!r}")
 
@@ -162,7 +164,7 @@ def priority_cap(session: Session, user_name: str, default: int) -> PriorityCap:
     """
     own = session.execute(select(Quota.max_priority, Quota.max_priority_set_by).join(User, User.id == Quota.user_id)
                           .where(User.name == user_name, Quota.max_priority.is_not(None))).first()
-    if own is not None:
+    if own is not None and own[0] is not None:
         return PriorityCap(own[0], f"the cap of user {user_name!r}", own[1])
     best = session.execute(
         select(Quota.max_priority, Quota.max_priority_set_by, Group.name)
@@ -171,7 +173,7 @@ def priority_cap(session: Session, user_name: str, default: int) -> PriorityCap:
         .where(User.name == user_name, Quota.max_priority.is_not(None))
         .order_by(Quota.max_priority.desc(), Group.name).limit(1)
     ).first()
-    if best is not None:
+    if best is not None and best[0] is not None:
         return PriorityCap(best[0], f"the cap of group {best[2]!r}", best[1])
     return PriorityCap(default, "the default for members (GPUFLEET_MEMBER_MAX_PRIORITY)")
 
@@ -188,7 +190,8 @@ def list_groups(session: Session) -> list[GroupView]:
     ):
         groups[gid].members.append(uname)
     for q in session.scalars(select(Quota).where(Quota.group_id.is_not(None))):
-        groups[q.group_id].limits = _limits(q)
+        if q.group_id is not None:
+            groups[q.group_id].limits = _limits(q)
     return list(groups.values())
 
 

@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gpufleet.config import Settings
+from gpufleet.config import StoreSettings
 from gpufleet.db.idempotency import IdempotencyKey
-from gpufleet.db.session import session_scope, write_session
+from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
 
 # How long a key answers a retry with the first answer: Stripe's 24 hours.
@@ -40,7 +40,7 @@ class Claim:
     response: Any = None
 
 
-def claim(settings: Settings, owner: str, endpoint: str, key: str, fingerprint: str) -> Claim:
+def claim(settings: StoreSettings, owner: str, endpoint: str, key: str, fingerprint: str) -> Claim:
     now = utcnow()
     window = timedelta(seconds=WINDOW_S)
     with write_session(settings) as sess:
@@ -70,7 +70,7 @@ def claim(settings: Settings, owner: str, endpoint: str, key: str, fingerprint: 
         return Claim("done", row.status_code, row.response)
 
 
-def keep(settings: Settings, owner: str, endpoint: str, key: str, status_code: int, response: Any) -> None:
+def keep(settings: StoreSettings, owner: str, endpoint: str, key: str, status_code: int, response: Any) -> None:
     """The first request succeeded: its answer is what a retry gets."""
     with write_session(settings) as sess:
         sess.execute(update(IdempotencyKey).where(
@@ -79,7 +79,7 @@ def keep(settings: Settings, owner: str, endpoint: str, key: str, status_code: i
         ).values(status_code=status_code, response=response, completed_at=utcnow()))
 
 
-def release(settings: Settings, owner: str, endpoint: str, key: str) -> None:
+def release(settings: StoreSettings, owner: str, endpoint: str, key: str) -> None:
     """The first request was refused or failed: nothing was created, and the key may run again."""
     with write_session(settings) as sess:
         sess.execute(delete(IdempotencyKey).where(
@@ -87,8 +87,8 @@ def release(settings: Settings, owner: str, endpoint: str, key: str) -> None:
             IdempotencyKey.status_code.is_(None)))
 
 
-def forget_expired(settings: Settings) -> int:
+def forget_expired(settings: StoreSettings) -> int:
     """Delete keys past the window (the retention loop calls it); how many."""
     cutoff = utcnow() - timedelta(seconds=WINDOW_S)
     with write_session(settings) as sess:
-        return sess.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < cutoff)).rowcount or 0
+        return rows_changed(sess.execute(delete(IdempotencyKey).where(IdempotencyKey.created_at < cutoff)))

@@ -24,6 +24,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.db.models import APIToken, BrowserSession, User
+from gpufleet.db.session import rows_changed
 from gpufleet.db.types import utcnow
 
 
@@ -105,7 +106,7 @@ def end_session(sess: Session, session_id: uuid.UUID) -> bool:
     """End one session (signing out); whether it was live."""
     res = sess.execute(update(BrowserSession).where(BrowserSession.id == session_id,
                                                     BrowserSession.revoked_at.is_(None)).values(revoked_at=utcnow()))
-    return bool(res.rowcount)
+    return bool(rows_changed(res))
 
 
 def end_sessions(sess: Session, *, user_id: uuid.UUID | None = None, token_id: uuid.UUID | None = None) -> int:
@@ -115,4 +116,4 @@ def end_sessions(sess: Session, *, user_id: uuid.UUID | None = None, token_id: u
         stmt = stmt.where(BrowserSession.user_id == user_id)
     if token_id is not None:
         stmt = stmt.where(BrowserSession.token_id == token_id)
-    return sess.execute(stmt.values(revoked_at=utcnow())).rowcount or 0
+    return rows_changed(sess.execute(stmt.values(revoked_at=utcnow())))

@@ -114,6 +114,8 @@ def _add_pool_seconds(session: Session, out: dict[Key, TrainingUsage], lo: datet
     if owners is not None:
         stmt = stmt.where(Training.owner.in_(owners))
     for tid, owner, start, end, gpus in session.execute(stmt):
+        if start is None:  # the statement reads only jobs Slurm started
+            continue
         a, b = max(start, lo), min(end or now, hi)
         for day, seconds in _split_by_day(a, b):
             u = out.setdefault((day, tid), TrainingUsage(owner))

@@ -9,10 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gpufleet.wire.trainings import TrainingStatus
-from gpufleet.db.statuses import SWEEP_STATUSES, TRIAL_STATES
-
-SweepStatus = Literal[SWEEP_STATUSES]  # type: ignore[valid-type]
-TrialState = Literal[TRIAL_STATES]  # type: ignore[valid-type]
+from gpufleet.db.statuses import SweepStatus, TrialState
 
 
 class SweepTrialPublic(BaseModel):

@@ -117,7 +117,7 @@ def installed_recipes(schema: dict[str, Any]) -> None:
 
 
 # The recipe's config: free-form, with bounds on what the server stores or opens.
-RecipeConfig = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
+RecipeConfig: dict[str, Any] = Field(default_factory=dict, json_schema_extra=CONFIG_SCHEMA)
 
 
 # A training across hosts names how many hosts it wants, or which.
@@ -127,7 +127,8 @@ HostNames = Annotated[list[Annotated[str, Field(min_length=1, max_length=255)]],
 
 class TrainingCreate(RequestBody):
     name: str = Field(min_length=1, max_length=255)
-    kind: Literal["recipe", "script"] = Field(default="recipe", description="a built-in/plugin recipe, or your own code")
+    kind: Literal["recipe", "script"] = Field(default="recipe",
+                                              description="a built-in/plugin recipe, or your own code")
     recipe: str | None = Field(default=None, min_length=1, max_length=128, description="kind recipe: its name",
                                json_schema_extra=installed_recipes)
     config: dict[str, Any] = RecipeConfig

@@ -47,7 +47,8 @@ class TrainingPublic(BaseModel):
     owner: str
     kind: str = "recipe"
     recipe: str
-    pool: str | None = Field(default=None, description="the pool (a Slurm partition) it runs in; null: the team's hosts")
+    pool: str | None = Field(default=None,
+                             description="the pool (a Slurm partition) it runs in; null: the team's hosts")
     code_hash: str | None = None
     argv: list[str] | None = None
     env: dict[str, str] | None = None

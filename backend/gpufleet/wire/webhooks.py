@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 from gpufleet.bounds import MAX_URL, RequestBody
 from gpufleet.notify.events import EVENTS
 
+# The notifier builds EVENTS from its tables: pydantic reads the names from the tuple, mypy reads no Literal from one.
 EventName = Literal[EVENTS]  # type: ignore[valid-type]
 Format = Literal["json", "slack"]
 EVENTS_HELP = f"which notifications to send: {', '.join(EVENTS)} (default: all)"

@@ -14,6 +14,8 @@ export class ApiError extends Error {
   readonly status: number;
   /** Per-field problems from a 422, keyed by dotted field path. */
   readonly fields: Record<string, string>;
+  /** The refusal's whole body as the server sent it (a 409's booking in the way, say). */
+  body: unknown = null;
 
   constructor(status: number, message: string, fields: Record<string, string> = {}) {
     super(message);
@@ -202,7 +204,9 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
   }
   if (!res.ok) {
     if (res.status === 401) authListeners.forEach((fn) => fn());
-    throw describeError(res.status, parsed);
+    const err = describeError(res.status, parsed);
+    err.body = parsed;
+    throw err;
   }
   return parsed as T;
 }

@@ -5,6 +5,7 @@
  */
 import { call } from './client';
 import type {
+  BookingCreate,
   FitBody,
   GroupQuota,
   RecommendBody,
@@ -130,6 +131,18 @@ export const endpoints = {
   createWebhook: (body: WebhookCreate) => call('post', '/api/v1/webhooks', { body }),
   deleteWebhook: (id: string) => call('delete', '/api/v1/webhooks/{hook_id}', { path: { hook_id: id } }),
   testWebhook: (id: string) => call('post', '/api/v1/webhooks/{hook_id}/test', { path: { hook_id: id } }),
+  /** Bookings meeting `since`..`until` (ISO instants), start and end also shown in `tz`. */
+  bookings: (q: { since: string; until: string; tz?: string }, signal?: AbortSignal) =>
+    call('get', '/api/v1/bookings', { query: q, signal }),
+  /** Book GPUs; a 409's body names the booking in the way and the next free window (docs/bookings.md). */
+  createBooking: (body: Partial<BookingCreate> & Pick<BookingCreate, 'start' | 'gpus'>) =>
+    call('post', '/api/v1/bookings', { body: body as BookingCreate }),
+  cancelBooking: (id: string) => call('delete', '/api/v1/bookings/{booking_id}', { path: { booking_id: id } }),
+  /** A new secret iCalendar feed address of one's own (or a group's) bookings; the feed's old address ends. */
+  createBookingFeed: (group?: string) => call('post', '/api/v1/booking-feeds', { body: group ? { group } : {} }),
+  /** The next window of `hours` in which `gpus` GPUs on one host are free. */
+  freeWindow: (q: { gpus: number; hours: number; host?: string; after?: string }, signal?: AbortSignal) =>
+    call('get', '/api/v1/free-window', { query: q, signal }),
   /** Start a sweep: the sweep file's content as JSON (docs/sweeps.md). */
   createSweep: (body: SweepCreate) => call('post', '/api/v1/sweeps', { body }),
 };

@@ -159,6 +159,91 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/booking-feeds": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create Feed
+         * @description A (new) secret feed address for a calendar app; it replaces the feed's previous token.
+         */
+        post: operations["bookings-feed-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/bookings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Bookings
+         * @description Bookings not yet over (or from ``since``), by start.
+         */
+        get: operations["bookings-list"];
+        put?: never;
+        /**
+         * Create Booking
+         * @description Book GPUs from start to end: on a host, exactly some of its GPUs, of a model, or anywhere they fit.
+         */
+        post: operations["bookings-create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/bookings.ics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Bookings Feed
+         * @description The feed's bookings not yet over and of the last 30 days, as iCalendar text.
+         */
+        get: operations["bookings-feed"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/bookings/{booking_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get Booking */
+        get: operations["bookings-get"];
+        put?: never;
+        post?: never;
+        /**
+         * Cancel Booking
+         * @description Cancel a booking: its GPUs are free from now (all of it, when it has not begun).
+         */
+        delete: operations["bookings-cancel"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/code": {
         parameters: {
             query?: never;
@@ -191,6 +276,26 @@ export interface paths {
          * @description Whether the server holds this code (200) or not (404): a client uploads only what is missing.
          */
         get: operations["code-get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/free-window": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Next Free
+         * @description The next window of ``hours`` in which ``gpus`` GPUs (on one host) are free.
+         */
+        get: operations["bookings-free"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1359,6 +1464,180 @@ export interface components {
              */
             recipe: "mlp" | "sae";
         };
+        /** BookedGPU */
+        BookedGPU: {
+            /** Host */
+            host: string;
+            /** Index */
+            index: number;
+        };
+        /**
+         * BookingConflictPublic
+         * @description A 409: the booking in the way, and the next window as long that is free for the same ask.
+         */
+        BookingConflictPublic: {
+            /** Detail */
+            detail: string;
+            in_the_way?: components["schemas"]["BookingInTheWay"] | null;
+            next_free?: components["schemas"]["BookingWindow"] | null;
+        };
+        /** BookingCreate */
+        BookingCreate: {
+            /**
+             * End
+             * @description when it ends (or give hours): ISO 8601, e.g. 2026-12-04T14:00; without an offset it is read in time_zone; whole minutes only
+             */
+            end?: string | null;
+            /**
+             * Gpu Indices
+             * @description exactly these GPUs of the host
+             */
+            gpu_indices?: number[] | null;
+            /**
+             * Gpus
+             * @description how many GPUs, all on one host
+             */
+            gpus: number;
+            /**
+             * Host
+             * @description on this host (else any)
+             */
+            host?: string | null;
+            /**
+             * Hours
+             * @description how long, instead of end
+             */
+            hours?: number | null;
+            /**
+             * Kind
+             * @description maintenance blocks the GPUs for everyone (admins only)
+             * @default booking
+             * @enum {string}
+             */
+            kind: "booking" | "maintenance";
+            /**
+             * Model
+             * @description GPUs of this model's name
+             */
+            model?: string | null;
+            /**
+             * Owner
+             * @description for whom (admins only)
+             */
+            owner?: string | null;
+            /**
+             * Reason
+             * @description what it is for, shown to everyone
+             */
+            reason?: string | null;
+            /**
+             * Start
+             * @description when it starts: ISO 8601, e.g. 2026-12-04T14:00; without an offset it is read in time_zone; whole minutes only
+             */
+            start: string;
+            /**
+             * Time Zone
+             * @description the IANA zone start and end are given in (Europe/Berlin); UTC by default
+             * @default UTC
+             */
+            time_zone: string;
+        };
+        /** BookingInTheWay */
+        BookingInTheWay: {
+            /**
+             * End
+             * Format: date-time
+             */
+            end: string;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Kind */
+            kind: string;
+            /** Owner */
+            owner: string;
+            /**
+             * Start
+             * Format: date-time
+             */
+            start: string;
+        };
+        /** BookingPublic */
+        BookingPublic: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /**
+             * End
+             * Format: date-time
+             */
+            end: string;
+            /** End Local */
+            end_local: string;
+            /** Gpu Count */
+            gpu_count: number;
+            /** Gpus */
+            gpus: components["schemas"]["BookedGPU"][];
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Kind */
+            kind: string;
+            /** Model */
+            model?: string | null;
+            /** Owner */
+            owner: string;
+            /** Reason */
+            reason?: string | null;
+            /** Release Reason */
+            release_reason?: string | null;
+            /** Released At */
+            released_at?: string | null;
+            /** Shown In */
+            shown_in: string;
+            /**
+             * Start
+             * Format: date-time
+             */
+            start: string;
+            /** Start Local */
+            start_local: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "upcoming" | "active" | "ended" | "released";
+            /** Time Zone */
+            time_zone: string;
+        };
+        /** BookingWindow */
+        BookingWindow: {
+            /**
+             * End
+             * Format: date-time
+             */
+            end: string;
+            /**
+             * Start
+             * Format: date-time
+             */
+            start: string;
+        };
+        /** BookingsPublic */
+        BookingsPublic: {
+            /** Count */
+            count: number;
+            /** Data */
+            data: components["schemas"]["BookingPublic"][];
+        };
         /** CandidatePublic */
         CandidatePublic: {
             /** Connection */
@@ -1480,6 +1759,26 @@ export interface components {
             uncalibrated_total: number;
             /** World Size */
             world_size: number;
+        };
+        /** FeedCreate */
+        FeedCreate: {
+            /**
+             * Group
+             * @description a team's bookings (a group you are in); else your own
+             */
+            group?: string | null;
+        };
+        /**
+         * FeedCreated
+         * @description A secret iCalendar feed address; asking again for the same feed gives a new one and ends this one.
+         */
+        FeedCreated: {
+            /** Group */
+            group?: string | null;
+            /** Token */
+            token: string;
+            /** Url */
+            url: string;
         };
         /**
          * FinalStatus
@@ -1606,6 +1905,10 @@ export interface components {
             recipe: string;
             /** Why */
             why: string;
+        };
+        /** FreeWindowPublic */
+        FreeWindowPublic: {
+            window?: components["schemas"]["BookingWindow"] | null;
         };
         /** GPUAvailabilityPublic */
         GPUAvailabilityPublic: {
@@ -2160,43 +2463,6 @@ export interface components {
              */
             url: string;
         };
-        /** PoolCreate */
-        PoolCreate: {
-            /**
-             * Account
-             * @description the Slurm account (--account) its jobs are charged to
-             */
-            account?: string | null;
-            /**
-             * Checkpoint Root
-             * @description a folder on the cluster's shared file system that this host sees at the same path: each training's checkpoints, progress and job output
-             */
-            checkpoint_root?: string | null;
-            /**
-             * Gpu Memory Mb
-             * @description memory of one of its GPUs
-             */
-            gpu_memory_mb?: number | null;
-            /** Gpu Model */
-            gpu_model?: string | null;
-            /** Gpus Per Node */
-            gpus_per_node?: number | null;
-            /**
-             * Kind
-             * @description the pool's scheduler: slurm
-             * @default slurm
-             */
-            kind: string;
-            /** Name */
-            name: string;
-            /** Partition */
-            partition: string;
-            /**
-             * Python
-             * @description the Python with gpufleet installed on the nodes (default: this server's)
-             */
-            python?: string | null;
-        };
         /**
          * PoolFitPublic
          * @description A recommendation on a Slurm pool: the job's layout over the pool's declared GPUs. Slurm owns its queue,
@@ -2246,53 +2512,12 @@ export interface components {
             /** State */
             state: string;
         };
-        /** PoolPublic */
-        PoolPublic: {
-            /** Account */
-            account?: string | null;
-            /** Checkpoint Root */
-            checkpoint_root: string;
-            /**
-             * Created At
-             * Format: date-time
-             */
-            created_at: string;
-            /**
-             * Error
-             * @description why the nodes could not be read
-             */
-            error?: string | null;
-            /** Gpu Memory */
-            gpu_memory?: number | null;
-            /** Gpu Model */
-            gpu_model?: string | null;
-            /** Gpus Per Node */
-            gpus_per_node?: number | null;
-            /**
-             * Id
-             * Format: uuid
-             */
-            id: string;
-            /** Kind */
-            kind: string;
-            /** Name */
-            name: string;
-            /**
-             * Nodes
-             * @description the partition's nodes now; null when Slurm did not answer
-             */
-            nodes?: components["schemas"]["PoolNode"][] | null;
-            /** Partition */
-            partition: string;
-            /** Python */
-            python: string;
-        };
         /** PoolsPublic */
         PoolsPublic: {
             /** Count */
             count: number;
             /** Data */
-            data: components["schemas"]["PoolPublic"][];
+            data: components["schemas"]["SlurmPoolPublic"][];
         };
         /** ProblemPublic */
         ProblemPublic: {
@@ -2660,6 +2885,89 @@ export interface components {
         SignedOut: {
             /** Signed Out */
             signed_out: boolean;
+        };
+        /** SlurmPoolCreate */
+        SlurmPoolCreate: {
+            /**
+             * Account
+             * @description the Slurm account (--account) its jobs are charged to
+             */
+            account?: string | null;
+            /**
+             * Checkpoint Root
+             * @description a folder on the cluster's shared file system that this host sees at the same path: each training's checkpoints, progress and job output
+             */
+            checkpoint_root?: string | null;
+            /**
+             * Gpu Memory Mb
+             * @description memory of one of its GPUs
+             */
+            gpu_memory_mb?: number | null;
+            /** Gpu Model */
+            gpu_model?: string | null;
+            /** Gpus Per Node */
+            gpus_per_node?: number | null;
+            /**
+             * Kind
+             * @description the pool's scheduler: slurm
+             * @default slurm
+             * @constant
+             */
+            kind: "slurm";
+            /** Name */
+            name: string;
+            /** Partition */
+            partition: string;
+            /**
+             * Python
+             * @description the Python with gpufleet installed on the nodes (default: this server's)
+             */
+            python?: string | null;
+        };
+        /** SlurmPoolPublic */
+        SlurmPoolPublic: {
+            /** Account */
+            account?: string | null;
+            /** Checkpoint Root */
+            checkpoint_root: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Error
+             * @description why the nodes could not be read
+             */
+            error?: string | null;
+            /** Gpu Memory */
+            gpu_memory?: number | null;
+            /** Gpu Model */
+            gpu_model?: string | null;
+            /** Gpus Per Node */
+            gpus_per_node?: number | null;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /**
+             * Kind
+             * @default slurm
+             * @constant
+             */
+            kind: "slurm";
+            /** Name */
+            name: string;
+            /**
+             * Nodes
+             * @description the partition's nodes now; null when Slurm did not answer
+             */
+            nodes?: components["schemas"]["PoolNode"][] | null;
+            /** Partition */
+            partition: string;
+            /** Python */
+            python: string;
         };
         /**
          * SpaceRange
@@ -4565,6 +4873,549 @@ export interface operations {
             };
         };
     };
+    "bookings-feed-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FeedCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FeedCreated"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not a group you are in */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-list": {
+        parameters: {
+            query?: {
+                /** @description show times in this IANA zone (the viewer's) */
+                tz?: string | null;
+                /** @description only your own */
+                mine?: boolean;
+                /** @description meeting this instant or later */
+                since?: string | null;
+                /** @description starting before this instant */
+                until?: string | null;
+                /** @description cancelled and released ones too */
+                released?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingsPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BookingCreate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingPublic"];
+                };
+            };
+            /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Members book for themselves only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Those GPUs are booked over the window */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingConflictPublic"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-feed": {
+        parameters: {
+            query: {
+                /** @description the feed's secret token */
+                feed: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description an RFC 5545 calendar */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "text/calendar": unknown;
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such feed */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-get": {
+        parameters: {
+            query?: {
+                /** @description show times in this IANA zone (the viewer's) */
+                tz?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description a booking's id */
+                booking_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such booking */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a booking's id */
+                booking_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BookingPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not your booking */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description No such booking */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
     "code-upload": {
         parameters: {
             query?: {
@@ -4700,6 +5551,91 @@ export interface operations {
             };
             /** @description What the path names does not exist */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description The server is serving as many requests as it takes; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description The database is unavailable now; nothing was done; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    /** @description seconds to wait before sending the request again; nothing was done */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+        };
+    };
+    "bookings-free": {
+        parameters: {
+            query: {
+                gpus: number;
+                hours: number;
+                host?: string | null;
+                model?: string | null;
+                /** @description from this instant (default: now) */
+                after?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FreeWindowPublic"];
+                };
+            };
+            /** @description The Host header names a host this server does not answer to */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorDetail"];
+                };
+            };
+            /** @description Not signed in, or the credentials are not valid */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5461,7 +6397,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["PoolCreate"];
+                "application/json": components["schemas"]["SlurmPoolCreate"];
             };
         };
         responses: {
@@ -5471,7 +6407,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PoolPublic"];
+                    "application/json": components["schemas"]["SlurmPoolPublic"];
                 };
             };
             /** @description The body could not be read: it is not UTF-8 text (or the Host header names a host this server does not answer to) */
@@ -5570,7 +6506,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["PoolPublic"];
+                    "application/json": components["schemas"]["SlurmPoolPublic"];
                 };
             };
             /** @description The Host header names a host this server does not answer to */
@@ -11234,6 +12170,8 @@ export const pathsApiV1TrainingsPostResponses201HeadersIdempotentReplayedValues:
 export const pathsApiV1TrainingsBatchPostResponses201HeadersIdempotentReplayedValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/trainings/batch"]["post"]["responses"]["201"]["headers"]["Idempotent-Replayed"]> = ["true"];
 export const pathsApiV1UsageGetParametersQueryByValues: ReadonlyArray<FlattenedDeepRequired<paths>["/api/v1/usage"]["get"]["parameters"]["query"]["by"]> = ["user", "group", "training"];
 export const batchItemRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BatchItem"]["recipe"]> = ["mlp", "sae"];
+export const bookingCreateKindValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BookingCreate"]["kind"]> = ["booking", "maintenance"];
+export const bookingPublicStateValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["BookingPublic"]["state"]> = ["upcoming", "active", "ended", "released"];
 export const finalStatusValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FinalStatus"]> = ["succeeded", "failed", "cancelled", "reclaimed", "pruned"];
 export const fitBodyRecipeValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitBody"]["recipe"]> = ["mlp", "sae"];
 export const fitOptionPublicFitsValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["FitOptionPublic"]["fits"]> = ["now", "later"];

@@ -52,12 +52,16 @@ export type GroupQuota = S['GroupQuota'];
 export type UserQuota = S['UserQuota'];
 export type UserQuotaPublic = S['UserQuotaPublic'];
 export type Webhook = S['WebhookPublic'];
-export type Pool = S['PoolPublic'];
+export type Pool = S['SlurmPoolPublic'];
 export type PoolNode = S['PoolNode'];
 export type WebhookCreate = S['WebhookCreate'];
 export type WebhookCreated = S['WebhookCreated'];
 
 export type Usage = S['UsagePublic'];
+export type Booking = S['BookingPublic'];
+export type BookingCreate = S['BookingCreate'];
+export type BookingConflict = S['BookingConflictPublic'];
+export type BookingWindow = S['BookingWindow'];
 export type UsageRow = S['UsageRowPublic'];
 export type RecipeField = S['RecipeFieldPublic'];
 export type RecipesPublic = S['RecipesPublic'];

@@ -9,6 +9,8 @@ export interface SeriesSpec {
   /** Fill under the line (mini charts). */
   fill?: boolean;
   width?: number;
+  /** uPlot's dash pattern (drawn, gap, ... in pixels); solid when left out. */
+  dash?: number[];
 }
 
 export interface ChartProps {
@@ -89,7 +91,7 @@ export function Chart({ series, data: given, height, mini, time = true, yMin, yM
   const plot = useRef<uPlot | null>(null);
   const dataRef = useRef(data);
   dataRef.current = data;
-  const seriesKey = series.map((s) => `${s.label}:${s.color}`).join('|');
+  const seriesKey = series.map((s) => `${s.label}:${s.color}:${s.dash ?? ''}`).join('|');
 
   useEffect(() => {
     const el = box.current;
@@ -139,6 +141,7 @@ export function Chart({ series, data: given, height, mini, time = true, yMin, yM
           label: s.label,
           stroke: s.color,
           width: s.width ?? (mini ? 1.5 : 2),
+          dash: s.dash,
           fill: s.fill ? `${s.color}33` : undefined,
           // Dots only where data is sparse (uPlot decides), never on mini charts.
           points: mini ? { show: false } : {},

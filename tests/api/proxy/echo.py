@@ -22,7 +22,8 @@ async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:
             break
     if scope["path"].endswith("/redirect"):
         await send({"type": "http.response.start", "status": 302,
-                    "headers": [(b"location", f"http://127.0.0.1:{scope['server'][1]}{scope['path'].rsplit('/', 1)[0]}/tree".encode())]})
+                    "headers": [(b"location", f"http://127.0.0.1:{scope['server'][1]}"
+                                              f"{scope['path'].rsplit('/', 1)[0]}/tree".encode())]})
         await send({"type": "http.response.body", "body": b""})
         return
     answer = json.dumps({

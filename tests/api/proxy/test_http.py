@@ -59,8 +59,8 @@ def test_a_browser_gets_in_once_with_the_dashboards_ticket_and_never_with_its_co
         assert httpx.get(link, timeout=60).status_code == 403
         # A ticket for one session opens no other.
         assert httpx.get(link.replace(sid, ECHO), timeout=60).status_code == 403
-    opened = let_in(httpx.Client(timeout=60, cookies=alice.cookies, headers=alice.headers), gpufleet, sid, proxy_settings,
-                    jupyter.token)
+    opened = let_in(httpx.Client(timeout=60, cookies=alice.cookies, headers=alice.headers), gpufleet, sid,
+                    proxy_settings, jupyter.token)
     with httpx.Client(timeout=60) as browser:
         # The cookie alone: the notebook's API refuses (forwarded as no one), writes are refused here...
         alone = {"Cookie": opened.cookie}

@@ -66,7 +66,8 @@ def test_allowed_hosts_limit_a_server_with_sign_in(tmp_path: Path) -> None:
     token = make_token(tmp_path / "data", "ops", "admin", **env)
     with serve_process(tmp_path / "data", **env) as srv:
         auth = {"Authorization": f"Bearer {token}"}
-        assert httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={**auth, "Host": "gpus.example.org"}).status_code == 200
+        assert httpx.get(f"{srv.url}/api/v1/auth/whoami",
+                         headers={**auth, "Host": "gpus.example.org"}).status_code == 200
         r = httpx.get(f"{srv.url}/api/v1/auth/whoami", headers={**auth, "Host": "other.example.org"})
         assert r.status_code == 400 and "GPUFLEET_ALLOWED_HOSTS" in r.json()["detail"]
 
@@ -115,7 +116,8 @@ def test_training_processes_get_no_secrets_and_the_data_dir_is_private(tmp_path:
             "GPUFLEET_SESSION_TTL_S": "3600"}
     with serve_process(data, **leak) as srv:
         body = {"name": "env-probe", "recipe": "mlp",
-                "config": {"max_steps": 1_000_000, "global_batch_size": 8, "log_every": 1, "checkpoint_every": 1_000_000}}
+                "config": {"max_steps": 1_000_000, "global_batch_size": 8, "log_every": 1,
+                           "checkpoint_every": 1_000_000}}
         r = httpx.post(f"{srv.url}/api/v1/trainings", json=body, timeout=60)
         assert r.status_code == 201, r.text
         tid = r.json()["id"]
@@ -288,6 +290,7 @@ def test_who_may_read_a_trainings_config_events_and_logs(tmp_path: Path, visibil
             listed = next(t for t in get(who, "/api/v1/trainings").json()["data"] if t["id"] == tid)
             # Everyone sees that it exists and whose it is; the config only where allowed.
             assert one["owner"] == listed["owner"] == "ann"
-            assert (one["config"].get("max_steps") == 7) is readable and (listed["config"].get("max_steps") == 7) is readable
+            assert (one["config"].get("max_steps") == 7) is readable
+            assert (listed["config"].get("max_steps") == 7) is readable
             for path in (f"/api/v1/trainings/{tid}/events", f"/api/v1/trainings/{tid}/logs"):
                 assert get(who, path).status_code == (200 if readable else 403), (who, path)

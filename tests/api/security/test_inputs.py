@@ -91,7 +91,8 @@ def test_nul_characters_are_refused_before_any_route(client, people) -> None:
     assert r.status_code == 422
     assert client.app.state.created == []
     # The six characters \u0000 written out (an escaped backslash) are text, not NUL.
-    r = client.post("/api/v1/echo", content=b'{"a": "\\\\u0000", "b": 2}', headers={**h, "Content-Type": "application/json"})
+    r = client.post("/api/v1/echo", content=b'{"a": "\\\\u0000", "b": 2}',
+                    headers={**h, "Content-Type": "application/json"})
     assert r.status_code == 200 and r.json() == {"keys": 2}
     # A body read in pieces arrives whole after the check.
     def chunks():

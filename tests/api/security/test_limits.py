@@ -81,7 +81,8 @@ def test_request_body_over_the_limit_is_refused(client: TestClient, people: Peop
             yield b"x" * 65536
         yield b'"}'
 
-    r = client.post("/api/v1/echo", content=chunks(), headers={**bearer(people.alice), "Content-Type": "application/json"})
+    r = client.post("/api/v1/echo", content=chunks(),
+                    headers={**bearer(people.alice), "Content-Type": "application/json"})
     assert r.status_code == 413
     ok = client.post("/api/v1/echo", json={"a": 1, "b": 2}, headers=bearer(people.alice))
     assert ok.status_code == 200 and ok.json() == {"keys": 2}

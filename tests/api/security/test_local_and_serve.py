@@ -1,4 +1,5 @@
-"""Safe defaults: sign-in unless single-user mode is asked for, single-user mode on loopback, and what `serve` refuses."""
+"""Safe defaults: sign-in unless single-user mode is asked for, single-user mode on loopback, and what `serve`
+refuses."""
 
 from __future__ import annotations
 

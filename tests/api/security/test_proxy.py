@@ -148,7 +148,8 @@ def test_shipped_proxy_config_in_front_of_serve(tmp_path: Path) -> None:
             # The cookie alone opens no socket, from the dashboard's origin or any other.
             cookie_header = {"Cookie": f"__Host-gpufleet_session={cookie}"}
             assert asyncio.run(_ws(ws_url, origin=origin, additional_headers=cookie_header)) == "rejected 403"
-            assert asyncio.run(_ws(ws_url, origin="https://evil.example", additional_headers=cookie_header)) == "rejected 403"
+            assert asyncio.run(_ws(ws_url, origin="https://evil.example",
+                                   additional_headers=cookie_header)) == "rejected 403"
             assert asyncio.run(_ws(ws_url, origin=origin)) == "rejected 403"
 
             r = client.post("/api/v1/trainings", content=b"x" * (2 << 20), headers={"Content-Type": "application/json"})

@@ -67,7 +67,8 @@ def test_configured_origin_is_allowed(on_settings: Settings, people: People) -> 
     with TestClient(build_app(settings)) as client:
         browser_sign_in(client, people.vic, headers={"Origin": "https://dash.example.org"})
         ticket = client.post("/api/v1/auth/ws-ticket", headers={"Origin": "https://dash.example.org"}).json()["ticket"]
-        with client.websocket_connect(f"/api/v1/ws?ticket={ticket}", headers={"Origin": "https://dash.example.org"}) as ws:
+        with client.websocket_connect(f"/api/v1/ws?ticket={ticket}",
+                                      headers={"Origin": "https://dash.example.org"}) as ws:
             assert ws.receive_json() == {"user": people.names["vic"]}
         # CORS answers the configured origin only, with credentials.
         r = client.get("/api/v1/auth/whoami", headers={"Origin": "https://dash.example.org"})

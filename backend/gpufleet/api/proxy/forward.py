@@ -174,9 +174,9 @@ async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive
                                     " stopped); try again in a moment")
         return
     scrub = Scrubber(answer.secret, answer.replacement)
-    headers = [(n, v.replace(scrub.secret, b"0" * len(scrub.secret)) if scrub.secret else v)
-               for n, v in response_headers(response.headers.raw, upstream)]
-    elsewhere = answer.instead(response.status_code, headers) if answer.instead is not None else None
+    answer_headers = [(n, v.replace(scrub.secret, b"0" * len(scrub.secret)) if scrub.secret else v)
+                      for n, v in response_headers(response.headers.raw, upstream)]
+    elsewhere = answer.instead(response.status_code, answer_headers) if answer.instead is not None else None
     if elsewhere is not None:
         await response.aclose()
         await send({"type": "http.response.start", "status": 303,
@@ -185,9 +185,9 @@ async def forward_http(client: httpx.AsyncClient, scope: Scope, receive: Receive
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         return
     if answer.shape is not None:
-        headers = answer.shape(response.status_code, headers)
+        answer_headers = answer.shape(response.status_code, answer_headers)
     try:
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.start", "status": response.status_code, "headers": answer_headers})
         async for chunk in response.aiter_raw():
             await send({"type": "http.response.body", "body": scrub.feed(chunk), "more_body": True})
         await send({"type": "http.response.body", "body": scrub.flush(), "more_body": False})

@@ -277,7 +277,8 @@ def _page_load(scope: Scope, headers: Headers) -> bool:
 def _from_here(scope: Scope, headers: Headers) -> bool:
     if headers.get("sec-fetch-site") in ("cross-site", "same-site"):
         return False
-    scheme = {"ws": "http", "wss": "https"}.get(scope.get("scheme", "http"), scope.get("scheme", "http"))
+    asked: str = scope.get("scheme", "http")
+    scheme = {"ws": "http", "wss": "https"}.get(asked, asked)
     return same_origin(headers.get("origin"), scheme, headers.get("host"))
 
 

@@ -85,8 +85,12 @@ def start_relay(settings: Settings, stop: threading.Event) -> threading.Thread |
                                            port=settings.session_relay_port, log_level="warning",
                                            lifespan="off", ws_per_message_deflate=False))
 
+    def exit_on_stop() -> None:
+        stop.wait()
+        server.should_exit = True
+
     def run() -> None:
-        threading.Thread(target=lambda: (stop.wait(), setattr(server, "should_exit", True)), daemon=True).start()
+        threading.Thread(target=exit_on_stop, daemon=True).start()
         server.run()
 
     thread = threading.Thread(target=run, name="gpufleet-session-relay", daemon=True)

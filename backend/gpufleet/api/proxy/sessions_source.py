@@ -8,6 +8,7 @@ from typing import Any
 
 from gpufleet.api.proxy.notebooks import Notebook
 from gpufleet.config import Settings
+from gpufleet.db.interactive import TrainingSession
 from gpufleet.db.models import Training
 from gpufleet.db.session import session_scope
 
@@ -32,7 +33,7 @@ def notebook_of_session(settings: Settings, session_id: str) -> Notebook | None:
             return Notebook(str(sid), target.owner, "running", target.host, target.port, target.token,
                             target.host_address)
         row = sess.get(Training, sid)
-        if row is None or row.kind != "session":
+        if row is None or sess.get(TrainingSession, sid) is None:  # none, or a training's
             return None
         status = row.status if row.status != "running" else "running without a notebook"
         return Notebook(str(sid), row.owner, status)

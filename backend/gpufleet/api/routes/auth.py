@@ -32,7 +32,9 @@ from gpufleet.api.auth import (
 )
 from gpufleet.api import pagekey
 from gpufleet.api.deps import CurrentUser, SettingsDep, ensure_second_step
-from gpufleet.wire.auth import DownloadTicket, DownloadTicketAsk, SignedIn, SignedOut, SignIn, SignInLink, WhoAmI, WSTicket
+from gpufleet.wire.auth import (
+    DownloadTicket, DownloadTicketAsk, SignedIn, SignedOut, SignIn, SignInLink, WhoAmI, WSTicket,
+)
 from gpufleet.api.security.asgi import LINK_PATH
 from gpufleet.api.security.openapi import error_response
 from gpufleet.config import Settings

@@ -60,7 +60,7 @@ def metrics_history(
             if ref.index > MAX_GPU_INDEX:
                 raise HistoryError(f"gpu index {ref.index} is out of range; GPU indexes are 0 to {MAX_GPU_INDEX}")
         q = HistoryQuery(start=start, end=end, points=points, gpus=refs, host=host, aggregate=aggregate)
-        res = query_history(settings, q)
+        res = query_history(settings, settings, q)
     except HistoryError as exc:
         raise HTTPException(422, str(exc)) from None
     # Thousands of points: validating each through pydantic would cost more

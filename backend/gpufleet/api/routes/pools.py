@@ -18,7 +18,7 @@ NamePath = Annotated[str, Path(min_length=1, max_length=63, description="a pool'
 
 
 def _public(pool: Pool, with_nodes: bool) -> PoolPublic:
-    pub = PoolPublic.model_validate(pool)
+    pub = PoolPublic.of(pool)
     if with_nodes:
         try:
             pub.nodes = [PoolNode(name=n.name, state=n.state, gres=n.gres, gres_used=n.gres_used, cpus=n.cpus)
@@ -53,7 +53,7 @@ def create_pool(body: PoolCreate, settings: SettingsDep, user: AdminUser) -> Poo
     """Add a Slurm partition as a pool (admins only, with the token or the CLI: not the browser's sign-in
     alone); the cluster must answer and have the partition."""
     ensure_second_step(user, "adding a pool")
-    spec = service.PoolSpec(name=body.name, partition=body.partition, account=body.account,
+    spec = service.PoolSpec(name=body.name, kind=body.kind, options=body.options(),
                             gpus_per_node=body.gpus_per_node, gpu_model=body.gpu_model,
                             gpu_memory=body.gpu_memory_mb * 2**20 if body.gpu_memory_mb else None,
                             checkpoint_root=body.checkpoint_root, python=body.python)
@@ -66,7 +66,8 @@ def create_pool(body: PoolCreate, settings: SettingsDep, user: AdminUser) -> Poo
 
 @router.delete("/{name}", status_code=204, operation_id="pools-delete",
                responses={404: error_response("No such pool"), 409: error_response("It still has trainings"),
-                          403: error_response("Asked with the browser's sign-in alone: send the token, or use the CLI")})
+                          403: error_response(
+                              "Asked with the browser's sign-in alone: send the token, or use the CLI")})
 def delete_pool(name: NamePath, settings: SettingsDep, user: AdminUser) -> None:
     ensure_second_step(user, "removing a pool")
     try:

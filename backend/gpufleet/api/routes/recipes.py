@@ -16,7 +16,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 
 from gpufleet.api.deps import CurrentUser
-from gpufleet.wire.recipes import RecipeFieldPublic, RecipePublic, RecipesPublic
+from gpufleet.wire.recipes import FieldKind, RecipeFieldPublic, RecipePublic, RecipesPublic
 from gpufleet.engine import recipes as registry
 from gpufleet.engine.config import TrainConfig
 
@@ -37,7 +37,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def _kind(hint: Any) -> tuple[str, list[str] | None, bool]:
+def _kind(hint: Any) -> tuple[FieldKind, list[str] | None, bool]:
     """(kind, choices, optional) of a config field's annotation."""
     optional = False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):

@@ -171,7 +171,7 @@ def _fleet(settings: Any, estimate_key: str | None, fn: Any) -> Any:
     from gpufleet.scheduling.inputs import fleet_state
 
     with session_factory(settings)() as sess:
-        return fn(fleet_state(sess, settings, estimate_key=estimate_key))
+        return fn(fleet_state(sess, settings, settings, settings, settings, estimate_key=estimate_key))
 
 
 def _known_host(settings: Any, host: str | None) -> None:
@@ -370,7 +370,7 @@ async def validate_gpus(
         return await run_in_threadpool(_validate_across, settings, body, memory, estimate)
     v = await run_in_threadpool(
         _fleet, settings, estimate.key if estimate else None,
-        lambda fleet: validate_selection(fleet, body.gpu_ids, host=body.host, memory_bytes=memory,
+        lambda fleet: validate_selection(fleet, body.gpu_ids or (), host=body.host, memory_bytes=memory,
                                          exclusive=body.exclusive),
     )
     return ValidationPublic(

@@ -7,7 +7,7 @@ rules and who used it).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, HTTPException, Path, Query, Response
 
@@ -35,7 +35,8 @@ from gpufleet.users.usage import UsageError, parse_day, usage_report
 router = APIRouter(prefix="/api/v1", tags=["sharing"])
 NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user or group name")]
 T = TypeVar("T")
-REFUSALS = {404: error_response("No such group or user"), 409: error_response("Already so, or not so")}
+REFUSALS: dict[int | str, dict[str, Any]] = {404: error_response("No such group or user"),
+                                             409: error_response("Already so, or not so")}
 
 
 

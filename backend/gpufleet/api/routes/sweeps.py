@@ -109,7 +109,8 @@ def sweep_curves(sweep_id: uuid.UUID, session: SessionDep, _user: ViewerUser) ->
     ids = {t.training_id: t.number for t in v.trials if t.training_id}
     got = curves(session, list(ids), v.sweep.spec["metric"])
     return SweepCurvesPublic(metric=v.sweep.spec["metric"],
-                             data=[SweepCurve(number=ids[tid], training_id=tid, points=pts) for tid, pts in got.items()])
+                             data=[SweepCurve(number=ids[tid], training_id=tid, points=pts)
+                                   for tid, pts in got.items()])
 
 
 @router.post("/{sweep_id:uuid}/cancel", response_model=SweepDetail, operation_id="sweeps-cancel")

@@ -52,7 +52,7 @@ def _availability_by_gpu(sess, settings) -> dict[tuple[str, int], GPUAvailabilit
         key: GPUAvailabilityPublic(
             state=a.state, reason=a.reason, free_memory=a.free_memory, holders=list(a.holders)
         )
-        for key, a in availability_by_gpu(sess, settings).items()
+        for key, a in availability_by_gpu(sess, settings, settings, settings, settings).items()
     }
 
 
@@ -123,7 +123,8 @@ def undrain_gpu(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user
 
 
 @router.post("/gpus/{host}/{index}/clear-health", response_model=HealthClearedPublic, operation_id="gpus-clear-health")
-def clear_gpu_health(host: HostPath, index: GPUIndexPath, settings: SettingsDep, user: AdminUser) -> HealthClearedPublic:
+def clear_gpu_health(host: HostPath, index: GPUIndexPath, settings: SettingsDep,
+                     user: AdminUser) -> HealthClearedPublic:
     """Put a GPU its samples marked unhealthy (fatal XID, pending row remap, ECC) back in scheduling (admins only)."""
     try:
         with write_session(settings) as sess:

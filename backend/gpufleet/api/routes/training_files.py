@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse
 
+from gpufleet.api import stored_files as stored
 from gpufleet.api.deps import CreatorUser, SessionDep, SettingsDep, ViewerUser, ensure_can_cancel, ensure_can_run_code
 from gpufleet.api.training_answers import http_error, load, publics
 from gpufleet.wire.trainings import TrainingFilePublic, TrainingFilesPublic, TrainingPublic
 from gpufleet.api.security.openapi import error_response
+from gpufleet import workkinds
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
 from gpufleet.pools import service as pools
@@ -40,7 +43,7 @@ def resume_training(
     """
     t = load(session, training_id)
     ensure_can_cancel(user, t.owner)  # the same rule: its owner or an admin
-    if t.kind == "script":
+    if workkinds.of(t.kind).runs_member_code:
         ensure_can_run_code(session, user)
     try:
         with write_in(session, settings) as sess:
@@ -52,7 +55,8 @@ def resume_training(
     return out
 
 
-OWNER_ONLY = {403: error_response("Another member's training: only its owner and admins read its files")}
+OWNER_ONLY: dict[int | str, dict[str, Any]] = {
+    403: error_response("Another member's training: only its owner and admins read its files")}
 
 
 @router.get("/{training_id}/files", response_model=TrainingFilesPublic, operation_id="trainings-files",
@@ -64,7 +68,9 @@ def list_files(
     t = load(session, training_id)
     _ensure_owner_or_admin(user, t.owner)
     data = [TrainingFilePublic(path=f.path, size=f.size, modified=f.modified)
-            for f in files.list_files(settings, training_id, pools.training_home(session, t))]
+            for f in files.list_files(settings, settings, training_id, pools.training_home(session, t))]
+    data += [TrainingFilePublic(path=f.path, size=f.size, modified=f.modified)
+             for f in stored.listed(training_id)]  # what the checkpoint store holds (store/…), if one is set
     return TrainingFilesPublic(data=data, count=len(data))
 
 
@@ -82,8 +88,10 @@ def download_file(
     """One file, streamed; a ``Range: bytes=a-b`` header gets those bytes (206)."""
     t = load(session, training_id)
     _ensure_owner_or_admin(user, t.owner)
+    if path.startswith(f"{stored.PREFIX}/"):
+        return stored.download(training_id, path)  # type: ignore[return-value]
     try:
-        fh, st, name = files.open_file(settings, training_id, path, pools.training_home(session, t))
+        fh, st, name = files.open_file(settings, settings, training_id, path, pools.training_home(session, t))
     except files.FileRefused as exc:
         raise HTTPException(exc.status, str(exc)) from None
     # Served from the file opened above (the name may lead elsewhere by now); it closes with the response.

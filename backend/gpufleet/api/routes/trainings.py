@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
 
@@ -34,16 +34,19 @@ from gpufleet.wire.trainings import (
     TrainingStatus,
 )
 from gpufleet.api.security.openapi import error_response
+from gpufleet import workkinds
 from gpufleet.bounds import MAX_OFFSET
 from gpufleet.db.session import write_in
 from gpufleet.jobs.scheduler_loop import wake
-from gpufleet.pools import service as pools
+from gpufleet.pools import placement, service as pools
 from gpufleet.trainings import log_store, service
 from gpufleet.wire.training_requests import TrainingBatchCreate, TrainingCreate
 
 router = APIRouter(prefix="/api/v1/trainings", tags=["trainings"])
 # Under GPUFLEET_TRAINING_VISIBILITY=owner (the default) another user's training's events and logs are a 403.
-OWNER_ONLY = {403: error_response("The training is another user's; its events and logs are its owner's and the admins'")}
+OWNER_ONLY: dict[int | str, dict[str, Any]] = {
+    403: error_response("The training is another user's; its events and logs are its owner's and the admins'"),
+}
 
 
 @router.post("", response_model=TrainingPublic, status_code=201, operation_id="trainings-create",
@@ -51,7 +54,7 @@ OWNER_ONLY = {403: error_response("The training is another user's; its events an
 def create_training(
     body: TrainingCreate, session: SessionDep, settings: SettingsDep, user: CreatorUser
 ) -> TrainingPublic:
-    if body.kind == "script":
+    if workkinds.of(body.kind).runs_member_code:
         ensure_can_run_code(session, user)
     ensure_may_rank(session, settings, user, [body])
     try:
@@ -59,8 +62,7 @@ def create_training(
         # through it): a burst never holds one connection while waiting for another.
         with write_in(session, settings) as sess:
             # The team's scheduler; or a pool's, asked for, or when the team's hosts can never hold it (or_pool).
-            made = pools.create_placed if body.pool or body.or_pool else service.create
-            [out] = publics([made(sess, settings, body, user.name, admin=user.is_admin)])
+            [out] = publics([placement.create_placed(sess, settings, body, user.name, admin=user.is_admin)])
     except service.TrainingRequestError as exc:
         raise http_error(exc) from None
     except pools.PoolError as exc:

@@ -8,7 +8,7 @@ fix, and nothing is written. Unix-account mappings have their own route
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query
 
@@ -32,8 +32,10 @@ from gpufleet.wire.users import (
 router = APIRouter(prefix="/api/v1", tags=["users"])
 NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user name")]
 T = TypeVar("T")
-REFUSALS = {404: error_response("No such user or token"), 409: error_response("Already so, or the last admin"),
-            403: error_response("Asked with the browser's sign-in alone: send the admin's token, or use the CLI")}
+REFUSALS: dict[int | str, dict[str, Any]] = {404: error_response("No such user or token"),
+                                             409: error_response("Already so, or the last admin"),
+                                             403: error_response("Asked with the browser's sign-in alone: send the "
+                                                                 "admin's token, or use the CLI")}
 
 
 

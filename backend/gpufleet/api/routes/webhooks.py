@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Path, Response
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["webhooks"])
 HookPath = Annotated[uuid.UUID, Path(description="a webhook's id")]
 T = TypeVar("T")
-NOT_FOUND = {404: error_response("You have no such webhook")}
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: error_response("You have no such webhook")}
 
 
 def _public(h: Webhook) -> WebhookPublic:
@@ -95,7 +95,8 @@ def delete_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -
 
 
 @router.post("/webhooks/{hook_id}/test", response_model=WebhookTestPublic, operation_id="webhooks-test",
-             responses={**NOT_FOUND, 502: error_response("Sending the test failed in a way the server did not foresee")})
+             responses={**NOT_FOUND,
+                        502: error_response("Sending the test failed in a way the server did not foresee")})
 def test_webhook(hook_id: HookPath, settings: SettingsDep, user: MemberUser) -> WebhookTestPublic:
     """Send a ``test`` notification to the webhook now, signed as every delivery; says whether it was taken.
 

@@ -9,8 +9,11 @@ from starlette.types import Send
 SIGN_IN_PATH = "/api/v1/auth/sign-in"
 # Where a browser follows a sign-in link from `gpufleet open` (the link is its credential).
 LINK_PATH = "/api/v1/auth/link"
+# A calendar app's poll of a bookings feed: its secret feed token (a query parameter) is read by that route
+# alone, for that one feed, and signs no one in (gpufleet.bookings.feeds).
+FEED_PATH = "/api/v1/bookings.ics"
 # Reachable without credentials: signing in needs none, signing out must always work.
-OPEN_PATHS = frozenset({SIGN_IN_PATH, LINK_PATH, "/api/v1/auth/sign-out"})
+OPEN_PATHS = frozenset({SIGN_IN_PATH, LINK_PATH, "/api/v1/auth/sign-out", FEED_PATH})
 
 
 def is_gated(path: str) -> bool:

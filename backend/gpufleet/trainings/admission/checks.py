@@ -6,6 +6,8 @@ fix; none writes anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -18,6 +20,7 @@ from gpufleet.scheduling.vendormix import (
     unsupported_backend_reason,
 )
 from gpufleet.wire.training_requests import TrainingCreate
+from gpufleet.workkinds import Hooks
 
 
 class TrainingRequestError(ValueError):
@@ -40,18 +43,28 @@ class FleetCannotHold(TrainingRequestError):
     that allows a pool (``or_pool``) is sent there instead (``gpufleet.pools.service.create_placed``)."""
 
 
+# The fields only some kinds take, checked by the request's kind (a script's are read by trainings.script).
+FIELDS: Hooks[Callable[[TrainingCreate], None]] = Hooks("check of its request's own fields")
+
+
+@FIELDS.add("recipe")
+def _recipe_fields(req: TrainingCreate) -> None:
+    if req.recipe is None:
+        raise TrainingRequestError("recipe", "recipe: a training of kind 'recipe' needs the recipe's name")
+    if any(v is not None for v in (req.code, req.argv, req.env, req.memory, req.requirements)):
+        raise TrainingRequestError("kind", "code, argv, env, memory and requirements belong to kind 'script'")
+
+
 def check_request(req: TrainingCreate) -> int:
     """The request's fields against each other; returns how many GPUs (ranks) it asks for."""
-    if req.kind == "recipe" and req.recipe is None:
-        raise TrainingRequestError("recipe", "recipe: a training of kind 'recipe' needs the recipe's name")
+    check_fields = FIELDS.get(req.kind)
+    if check_fields is not None:
+        check_fields(req)
     if not req.name.strip():
         raise TrainingRequestError("name", "name must not be empty")
     if req.or_pool and (req.pool or req.host or req.gpu_ids):
         raise TrainingRequestError("or_pool", "or_pool is where the server sends a training the team's hosts can "
                                               "never hold: give it without pool, host or gpu_ids")
-    if req.kind == "recipe" and any(v is not None for v in (req.code, req.argv, req.env, req.memory,
-                                                            req.requirements)):
-        raise TrainingRequestError("kind", "code, argv, env, memory and requirements belong to kind 'script'")
     ids = req.gpu_ids
     if ids is not None:
         if not ids:
@@ -92,7 +105,8 @@ def resolve_host(sess: Session, req: TrainingCreate) -> Host | None:
     if req.gpu_ids:
         if not hosts:
             raise TrainingRequestError(
-                "gpu_ids", "no GPU host has registered yet, so gpu_ids cannot be checked; start a worker or omit gpu_ids"
+                "gpu_ids",
+                "no GPU host has registered yet, so gpu_ids cannot be checked; start a worker or omit gpu_ids",
             )
         if len(hosts) > 1:
             raise TrainingRequestError("host", f"gpu_ids are per host; say which host ({names})")
@@ -100,7 +114,7 @@ def resolve_host(sess: Session, req: TrainingCreate) -> Host | None:
     return None
 
 
-def check_gpus(sess: Session, host: Host, gpu_ids: list[int], *, script: bool = False) -> None:
+def check_gpus(sess: Session, host: Host, gpu_ids: list[int], *, one_vendor: bool = False) -> None:
     """Every GPU exists on ``host`` and can hold a rank; a script's set is of one vendor
     (a recipe training runs across vendors: ``engine/parallel.py``)."""
     have = sorted(sess.execute(select(GPU.index).where(GPU.host_id == host.id)).scalars())
@@ -116,7 +130,7 @@ def check_gpus(sess: Session, host: Host, gpu_ids: list[int], *, script: bool = 
         why = unsupported_backend_reason(backend, vendor)
         if why:
             raise TrainingRequestError("gpu_ids", f"GPU {index} on host {host.name} cannot hold a rank: {why}")
-    mixed = script_mixed_reason([vendor for _, _, vendor in rows]) if script else None
+    mixed = script_mixed_reason([vendor for _, _, vendor in rows]) if one_vendor else None
     if mixed:
         raise TrainingRequestError("gpu_ids", mixed)
 

@@ -6,7 +6,7 @@ import logging
 
 from sqlalchemy.orm import Session
 
-from gpufleet.config import Settings
+from gpufleet.config import WorkerSettings
 from gpufleet.lifecycle.models import Training
 from gpufleet.scheduling.memory import EstimateLimitError
 from gpufleet.scheduling.plan import estimate_training, never_fit_reason
@@ -16,7 +16,7 @@ from gpufleet.trainings.admission.checks import FleetCannotHold, TrainingRequest
 log = logging.getLogger(__name__)
 
 
-def check_estimate(sess: Session, settings: Settings, row: Training, config: TrainConfig) -> None:
+def check_estimate(sess: Session, settings: WorkerSettings, row: Training, config: TrainConfig) -> None:
     """Store the memory estimate (what the scheduler reserves and checks) on the new row.
 
     A figure the person gave is kept as what to reserve. An estimator that

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet import workkinds
 from gpufleet.db.models import GPU, Host
 from gpufleet.scheduling.hosts import UnknownHost
 from gpufleet.trainings.admission.checks import TrainingRequestError
@@ -22,7 +23,7 @@ from gpufleet.wire.training_requests import TrainingCreate
 def gang_request(sess: Session, req: TrainingCreate, count: int) -> tuple[dict[str, Any] | None, int]:
     """The stored gang request (None: one host, as before) and the world size it implies."""
     names = list(req.hosts) if isinstance(req.hosts, list) else None
-    n_hosts = len(names) if names is not None else req.hosts
+    n_hosts = len(req.hosts) if isinstance(req.hosts, list) else req.hosts
     per_host = req.gpus_per_host
     if n_hosts is None and per_host is None and req.spread is None:
         return None, count
@@ -35,8 +36,9 @@ def gang_request(sess: Session, req: TrainingCreate, count: int) -> tuple[dict[s
     if req.host:
         raise TrainingRequestError("host", "host names one host; to pin a training across hosts give "
                                            "hosts as a list of host names")
-    if req.kind == "script":
-        raise TrainingRequestError("hosts", "a script training runs on one host; only recipe trainings "
+    if not workkinds.of(req.kind).spans_hosts:
+        spanning = " and ".join(workkinds.names(lambda k: k.spans_hosts))
+        raise TrainingRequestError("hosts", f"a {req.kind} training runs on one host; only {spanning} trainings "
                                             "can span hosts")
     if req.world_size is None and n_hosts is not None and per_host is not None:
         count = n_hosts * per_host

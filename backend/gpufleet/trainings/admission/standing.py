@@ -20,5 +20,6 @@ from gpufleet.scheduling.queue_position import expected_start, queue_positions
 def standing(sess: Session, settings: Settings,
              queued: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[int, datetime | None]]:
     """Each queued training's place (1 is next) and, for the next one, when it is expected to start."""
-    positions = queue_positions(sess, settings, list(queued))
-    return {tid: (pos, expected_start(sess, settings, tid) if pos == 1 else None) for tid, pos in positions.items()}
+    positions = queue_positions(sess, settings, settings, list(queued))
+    return {tid: (pos, expected_start(sess, settings, settings, tid) if pos == 1 else None)
+            for tid, pos in positions.items()}

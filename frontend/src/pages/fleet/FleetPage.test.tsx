@@ -216,4 +216,28 @@ describe('aggregate', () => {
     const a = aggregate([{ utilization: 50, temperature: null, power_draw: 100, memory_used: 1, memory_total: 4 }, { lost: true }, null]);
     expect(a).toMatchObject({ gpu_count: 3, reporting_count: 1, lost_count: 2, average_utilization: 50, max_temperature: null, total_power_draw: 100 });
   });
+
+  it("shows a GPU's booking on its card: who, and from when (or until when, while it runs)", async () => {
+    fleetOf([gpu('h1', 0), gpu('h1', 1), gpu('h1', 2)]);
+    vi.spyOn(endpoints, 'history').mockResolvedValue(history());
+    const soon = new Date(Date.now() + 3 * 3_600_000);
+    soon.setSeconds(0, 0);
+    const later = new Date(soon.getTime() + 86_400_000);
+    const running = { start: new Date(Date.now() - 3_600_000).toISOString(), end: soon.toISOString() };
+    const row = (id: string, owner: string, w: { start: string; end: string }, gpus: { host: string; index: number }[]) =>
+      ({ id, owner, kind: 'booking', ...w, gpus, gpu_count: gpus.length, state: 'upcoming' }) as never;
+    const list = vi.spyOn(endpoints, 'bookings').mockResolvedValue({ count: 3, data: [
+      row('b0', 'erik', running, [{ host: 'h1', index: 1 }]),
+      row('b1', 'dana', { start: soon.toISOString(), end: later.toISOString() }, [{ host: 'h1', index: 0 }, { host: 'h1', index: 1 }]),
+      row('b2', 'zoe', { start: later.toISOString(), end: new Date(later.getTime() + 3_600_000).toISOString() }, [{ host: 'h1', index: 0 }]),
+    ] });
+    renderPage();
+    const card0 = screen.getByTestId('gpu-card-h1-0');
+    const hh = `${String(soon.getHours()).padStart(2, '0')}:${String(soon.getMinutes()).padStart(2, '0')}`;
+    await waitFor(() => expect(within(card0).getByTestId('gpu-next-booking')).toHaveTextContent(`Next booking: dana from`));
+    expect(within(card0).getByTestId('gpu-next-booking')).toHaveTextContent(hh); // the first by start, not zoe's
+    expect(within(screen.getByTestId('gpu-card-h1-1')).getByTestId('gpu-next-booking')).toHaveTextContent(`Booked: erik until`);
+    expect(within(screen.getByTestId('gpu-card-h1-2')).queryByTestId('gpu-next-booking')).toBeNull();
+    expect(list).toHaveBeenCalledTimes(1);
+  });
 });

@@ -1,7 +1,7 @@
 import { useMemo } from 'react';
 import { useSearchParams } from 'react-router-dom';
 import { endpoints } from '../../api/endpoints';
-import type { HistorySeries } from '../../api/types';
+import type { Booking, HistorySeries } from '../../api/types';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading } from '../../components/States';
 import { AggregateView } from './AggregateView';
@@ -39,6 +39,20 @@ function useRecentHistory(enabled: boolean): Map<string, HistorySeries> {
   return useMemo(() => new Map((q.data?.series ?? []).map((s) => [`${s.host}:${s.gpu_index}`, s])), [q.data]);
 }
 
+/** Each GPU's booking now or next (within the booking horizon), by host:index. */
+function useNextBookings(enabled: boolean): Map<string, Booking> {
+  const q = useQuery(enabled ? 'fleet-bookings' : null, (signal) => {
+    const now = new Date();
+    return endpoints.bookings({ since: now.toISOString(), until: new Date(now.getTime() + 28 * 86_400_000).toISOString() }, signal);
+  }, 60_000);
+  return useMemo(() => {
+    const next = new Map<string, Booking>();
+    for (const b of q.data?.data ?? []) // by start: the first one met is the next
+      for (const g of b.gpus) if (!next.has(`${g.host}:${g.index}`)) next.set(`${g.host}:${g.index}`, b);
+    return next;
+  }, [q.data]);
+}
+
 /** The seed's SystemMonitor: the whole fleet, per GPU or aggregated, live. */
 export function FleetPage() {
   const [params, setParams] = useSearchParams();
@@ -46,6 +60,7 @@ export function FleetPage() {
   const fleet = useFleet();
   const setView = (v: View) => setParams(v === 'gpus' ? {} : { view: v }, { replace: true });
   const seeds = useRecentHistory(view === 'gpus' && fleet.gpus.length > 0);
+  const booked = useNextBookings(view === 'gpus' && fleet.gpus.length > 0);
   const me = useQuery('whoami', (signal) => endpoints.whoami(signal));
   const admin = me.data?.role === 'admin';
 
@@ -71,7 +86,8 @@ export function FleetPage() {
             </h3>
             <div className="gpu-grid">
               {gpus.map((g) => (
-                <GpuCard key={g.id} gpu={g} seed={seeds.get(`${g.host}:${g.index}`)} admin={admin} onChanged={fleet.reload} />
+                <GpuCard key={g.id} gpu={g} seed={seeds.get(`${g.host}:${g.index}`)} admin={admin} onChanged={fleet.reload}
+                         nextBooking={booked.get(`${g.host}:${g.index}`)} />
               ))}
             </div>
           </section>

@@ -1,13 +1,14 @@
 import { useMemo, useRef, useState } from 'react';
 import { endpoints } from '../../api/endpoints';
 import { Link } from 'react-router-dom';
-import type { GPU, GPULive, GPUProcess, Holder, HistorySeries } from '../../api/types';
+import type { Booking, GPU, GPULive, GPUProcess, Holder, HistorySeries } from '../../api/types';
 import { Bar } from '../../components/Bar';
 import { Chart } from '../../components/Chart';
 import { Pill } from '../../components/States';
 import { fmtBytes, fmtPct, fmtTemp, fmtWatts, shortId } from '../../lib/format';
 import { useVisible } from '../../lib/useVisible';
 import { useGpuStream } from './useGpuStream';
+import { fmtDay, fmtTime } from '../calendar/calendar';
 
 /** How each vendor's GPUs are named and which runtime drives them. */
 const VENDOR_NAMES: Record<string, string> = { nvidia: 'NVIDIA', amd: 'AMD', intel: 'Intel' };
@@ -101,7 +102,20 @@ export function ClearHealthButton({ gpu, onChanged }: { gpu: GPU; onChanged?: ()
 /** How the server marks a GPU's status reason when its samples took it out of scheduling (telemetry/gpu_health.py). */
 export const HEALTH_PREFIX = 'health: ';
 
-export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: HistorySeries; admin?: boolean; onChanged?: () => void }) {
+/** The GPU's booking now or next (who, from or until when), in the viewer's zone. */
+function NextBooking({ booking }: { booking: Booking }) {
+  const start = new Date(booking.start);
+  const end = new Date(booking.end);
+  const who = booking.kind === 'maintenance' ? 'maintenance' : booking.owner;
+  const text = start.getTime() <= Date.now() ? `Booked: ${who} until ${fmtDay(end)} ${fmtTime(end)}` : `Next booking: ${who} from ${fmtDay(start)} ${fmtTime(start)}`;
+  return (
+    <div className="gpu-booking muted" data-testid="gpu-next-booking">
+      <Link to="/calendar">{text}</Link>
+    </div>
+  );
+}
+
+export function GpuCard({ gpu, seed, admin, onChanged, nextBooking }: { gpu: GPU; seed?: HistorySeries; admin?: boolean; onChanged?: () => void; nextBooking?: Booking }) {
   const ref = useRef<HTMLElement>(null);
   const visible = useVisible(ref);
   const { live, util, mem, version } = useGpuStream(gpu.host, gpu.index, gpu.live, visible, seed, gpu.memory_total);
@@ -164,6 +178,7 @@ export function GpuCard({ gpu, seed, admin, onChanged }: { gpu: GPU; seed?: Hist
         <Chart series={MINI_SERIES} data={data} height={48} mini yMin={0} yMax={100} windowSec={300} testId={`gpu-chart-${gpu.index}`} />
       </div>
       <Holders gpu={gpu} live={live} />
+      {nextBooking && <NextBooking booking={nextBooking} />}
       <footer className="gpu-card-foot">
         <span className="foot-actions">
           <Link to={`/history?gpu=${encodeURIComponent(`${gpu.host}:${gpu.index}`)}`}>History</Link>

@@ -4,7 +4,7 @@ import { MemoryRouter, Route, Routes } from 'react-router-dom';
 import { describe, expect, it, vi } from 'vitest';
 import { endpoints } from '../../api/endpoints';
 import type { SweepCurves, SweepDetail, SweepTrial } from '../../api/types';
-import { overlay, scatter } from './sweeps';
+import { BEST_COLOR, colorOf, dashOf, overlay, parallelText, scatter } from './sweeps';
 import { SweepDetailPage } from './SweepDetailPage';
 
 function trial(number: number, lr: number, hidden: number[], state: SweepTrial['state'], metric: number | null): SweepTrial {
@@ -85,5 +85,32 @@ describe('SweepDetailPage', () => {
     expect(s.ticks).toEqual(['[8]', '[16]']);
     expect(s.points.map((p) => p.x)).toEqual([0, 0, 1]);
     expect(scatter(TRIALS, 'lr').log).toBe(true);
+  });
+
+  it('gives every trial of a large sweep its own colour, none the best one\'s green', () => {
+    const colours = Array.from({ length: 200 }, (_, i) => colorOf(i));
+    expect(new Set(colours).size).toBe(200);
+    expect(colours[10]).not.toBe(colours[0]); // a palette of ten came round again here
+    // Trials eight apart have near hues: their lightness differs.
+    expect(colours[8].split(',')[2]).not.toBe(colours[0].split(',')[2]);
+    for (const c of colours) {
+      const hue = Number(c.match(/^hsl\(([\d.]+),/)![1]);
+      expect(hue < 85 || hue >= 180).toBe(true); // greens (the best line's #16a34a is 142) are left out
+    }
+    expect(colours).not.toContain(BEST_COLOR);
+    expect([dashOf(0), dashOf(1), dashOf(2)]).toEqual([undefined, [6, 3], [2, 3]]);
+  });
+
+  it('says a sweep whose parallel is not below its trial count runs them all at once', async () => {
+    expect(parallelText(3, 8)).toBe('3 trials, all at once');
+    expect(parallelText(3, 3)).toBe('3 trials, all at once');
+    expect(parallelText(32, 8)).toBe('32 trials, 8 at a time');
+    expect(parallelText(1, 4)).toBe('1 trial');
+    vi.spyOn(endpoints, 'sweep').mockResolvedValue(detail({ parallel: 8 }));
+    vi.spyOn(endpoints, 'sweepCurves').mockResolvedValue(CURVES);
+    show();
+    const page = await screen.findByTestId('sweep-page');
+    expect(page).toHaveTextContent('3 trials, all at once');
+    expect(page).not.toHaveTextContent('at a time');
   });
 });

@@ -7,7 +7,7 @@ import { Chart } from '../../components/Chart';
 import { ErrorState, Loading, Pill } from '../../components/States';
 import { fmtLoss } from '../../lib/format';
 import { ParamScatter } from './ParamScatter';
-import { colorOf, overlay, paramNames, paramText, rungText } from './sweeps';
+import { BEST_COLOR, colorOf, dashOf, overlay, paramNames, paramText, parallelText, rungText } from './sweeps';
 
 /** One sweep: its trials (parameters, state, metric, GPU), their curves together, the best, metric by parameter. */
 export function SweepDetailPage() {
@@ -42,13 +42,14 @@ export function SweepDetailPage() {
         )}
       </div>
       <p className="field-help">
-        {s.method + (s.early_stopping ? ' + ASHA' : '')} · {s.metric} ({s.direction}) · {s.total_trials} trials,{' '}
-        {s.parallel} at a time{s.status_reason ? ` · ${s.status_reason}` : ''}
+        {s.method + (s.early_stopping ? ' + ASHA' : '')} · {s.metric} ({s.direction}) ·{' '}
+        {parallelText(s.total_trials, s.parallel)}{s.status_reason ? ` · ${s.status_reason}` : ''}
       </p>
       <Best sweep={s} />
       {lines && lines.numbers.length > 0 && (
         <Chart testId="sweep-curves" title={`${s.metric} by step, every trial`} time={false} height={260}
-          series={lines.numbers.map((n, i) => ({ label: `trial ${n}`, color: n === s.best_trial ? '#16a34a' : colorOf(i), width: n === s.best_trial ? 3 : 1 }))}
+          series={lines.numbers.map((n, i) =>
+            n === s.best_trial ? { label: `trial ${n}`, color: BEST_COLOR, width: 3 } : { label: `trial ${n}`, color: colorOf(i), dash: dashOf(i), width: 1 })}
           data={lines.data} yFormat={fmtLoss} />
       )}
       <div className="scatters">

@@ -1,10 +1,32 @@
 import type { SweepCurves, SweepTrial } from '../../api/types';
 
-/** Every trial's line; green is kept for the best one. */
-const PALETTE = ['#2563eb', '#dc2626', '#0891b2', '#9333ea', '#ea580c', '#a16207', '#ca8a04', '#db2777', '#4b5563', '#65a30d'];
+/** The best trial's line (and green nowhere else): the other trials' hues leave green out. */
+export const BEST_COLOR = '#16a34a';
+const GOLDEN_ANGLE = 137.508;
+const LIGHTNESS = [52, 72, 62];
+const DASHES: (number[] | undefined)[] = [undefined, [6, 3], [2, 3]];
 
+/**
+ * The i-th trial's line colour. Hues step by the golden angle, which never comes back to a hue it
+ * gave, across the 265 degrees that leave the best trial's greens out; a sweep's trials so never share
+ * a colour (a fixed palette of ten came round again at the eleventh). Lightness steps in threes, so trials
+ * eight apart (whose hues come within 15 degrees) and neighbours differ in it too.
+ */
 export function colorOf(i: number): string {
-  return PALETTE[i % PALETTE.length];
+  const hue = (180 + ((i * GOLDEN_ANGLE) % 360) * (265 / 360)) % 360;
+  return `hsl(${hue.toFixed(1)}, 75%, ${LIGHTNESS[i % LIGHTNESS.length]}%)`;
+}
+
+/** The i-th trial's dash pattern (solid, dashed, dotted in turn), so lines of near hues still differ. */
+export function dashOf(i: number): number[] | undefined {
+  return DASHES[i % DASHES.length];
+}
+
+/** How many trials run at once, in words: "all at once" when `parallel` is not below the trial count. */
+export function parallelText(total: number, parallel: number): string {
+  const trials = `${total} ${total === 1 ? 'trial' : 'trials'}`;
+  if (parallel >= total) return total === 1 ? trials : `${trials}, all at once`;
+  return `${trials}, ${parallel} at a time`;
 }
 
 /** The trials' curves on one step axis: [steps, ...one column per trial (null where it has no point)]. */

@@ -7,7 +7,7 @@ import { endpoints } from '../../api/endpoints';
 import { candidate, gpu, recipe, recipeField, recipes, recommendation, training, validation } from '../../test/factories';
 import type { FitResponse, Pool, Recipe } from '../../api/types';
 import { useFleet } from '../fleet/useFleet';
-import { CreateTrainingPage } from './CreateTrainingPage';
+import { CreateTrainingPage, EstimateLine } from './CreateTrainingPage';
 
 vi.mock('../fleet/useFleet', () => ({ useFleet: vi.fn() }));
 const GiB = 1024 ** 3;
@@ -243,5 +243,21 @@ describe('CreateTrainingPage', () => {
     await act(async () => lateAnswer(recommendation(30 * GiB, [])));
     expect(screen.getByTestId('estimate-need')).toHaveTextContent('20.0 GiB');
     expect(screen.getByTestId('estimate')).not.toHaveTextContent('30.0 GiB');
+  });
+});
+
+describe('EstimateLine', () => {
+  it('says how long a slow estimate has taken, and shows the answer once it comes', () => {
+    vi.useFakeTimers();
+    try {
+      const { rerender } = render(<EstimateLine text="estimating…" />);
+      expect(screen.getByText('estimating…')).toBeInTheDocument();
+      act(() => vi.advanceTimersByTime(5000));
+      expect(screen.getByText(/estimating… 5 s \(the server traces this config once; a busy server takes longer\)/)).toBeInTheDocument();
+      rerender(<EstimateLine text="2.0 GiB" />);
+      expect(screen.getByText('2.0 GiB')).toBeInTheDocument();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

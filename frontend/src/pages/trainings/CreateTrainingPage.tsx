@@ -52,8 +52,27 @@ function estimateText(advice: Advice, ok: boolean): string {
   if (advice.estimateNote) return advice.estimateNote;
   if (advice.needBytes != null) return fmtBytes(advice.needBytes);
   if (advice.refused) return 'none: the server refuses this request (see below)';
-  if (advice.adviceError) return 'not available';
+  if (advice.adviceError) return `not available: ${advice.adviceError}`;
   return 'estimating…';
+}
+
+/** The memory line while the server traces the config: how long it has been, so a busy server's wait reads as
+ * one rather than as a page that hangs (a trace takes a few seconds, more on a loaded machine). */
+export function EstimateLine({ text }: { text: string }) {
+  const waiting = text === 'estimating…';
+  const [since, setSince] = useState(() => Date.now());
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    if (!waiting) return;
+    const began = Date.now();
+    setSince(began);
+    setNow(began);
+    const tick = window.setInterval(() => setNow(Date.now()), 1000);
+    return () => window.clearInterval(tick);
+  }, [waiting]);
+  const s = Math.floor((now - since) / 1000);
+  if (!waiting || s < 3) return <>{text}</>;
+  return <>{`estimating… ${s} s (the server traces this config once; a busy server takes longer)`}</>;
 }
 
 const stamp = () => new Date().toISOString().slice(5, 16).replace('T', '-').replace(':', '');
@@ -246,7 +265,7 @@ export function CreateTrainingPage() {
               {/* The server's own words and number, so the page and the API never disagree by a rounding. */}
               Memory per GPU:{' '}
               <b data-testid="estimate-need">
-                {estimateText(advice, ok)}
+                <EstimateLine text={estimateText(advice, ok)} />
               </b>
             </span>
             {advice.needBytes != null && (

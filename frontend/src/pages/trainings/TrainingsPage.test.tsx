@@ -34,6 +34,15 @@ describe('TrainingsPage', () => {
     expect(screen.getByRole('progressbar')).toHaveAttribute('aria-valuemax', '400');
   });
 
+  it('counts a finished script that numbered its steps from 0 as all done, and a running one as it reported', () => {
+    const { rerender } = render(<Progress t={{ step: 599, max_steps: 600, status: 'running' }} />);
+    expect(screen.getByText('599 / 600')).toBeInTheDocument();
+    rerender(<Progress t={{ step: 599, max_steps: 600, status: 'succeeded' }} />);
+    expect(screen.getByText('600 / 600')).toBeInTheDocument();
+    rerender(<Progress t={{ step: 300, max_steps: 600, status: 'succeeded' }} />);
+    expect(screen.getByText('300 / 600')).toBeInTheDocument();
+  });
+
   it('says when nothing matches', async () => {
     vi.spyOn(endpoints, 'trainings').mockResolvedValue({ data: [], count: 0 });
     render(

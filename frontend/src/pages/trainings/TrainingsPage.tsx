@@ -24,14 +24,16 @@ export function Progress({ t }: { t: Pick<Training, 'step' | 'max_steps' | 'stat
   }
   // A run that did not say its total (gpufleet.report(total_steps=…)) and ended well ran all its steps.
   const max = t.max_steps ?? (t.status === 'succeeded' ? (t.step ?? 0) : 0);
-  const frac = max ? Math.min(1, (t.step ?? 0) / max) : t.status === 'succeeded' ? 1 : 0;
+  // A finished run that counted from 0 (range(N)) reports N-1 last: it is N of N, not one short.
+  const step = t.status === 'succeeded' && max && t.step === max - 1 ? max : (t.step ?? 0);
+  const frac = max ? Math.min(1, step / max) : t.status === 'succeeded' ? 1 : 0;
   return (
-    <div title={`step ${t.step ?? 0} of ${max || '?'}`} style={{ minWidth: 110 }}>
-      <div className="progress" role="progressbar" aria-valuemin={0} aria-valuemax={max || 100} aria-valuenow={t.step ?? 0}>
+    <div title={`step ${step} of ${max || '?'}`} style={{ minWidth: 110 }}>
+      <div className="progress" role="progressbar" aria-valuemin={0} aria-valuemax={max || 100} aria-valuenow={step}>
         <div style={{ width: `${(frac * 100).toFixed(1)}%` }} />
       </div>
       <span className="muted" style={{ fontSize: '0.78rem' }}>
-        {t.step ?? 0} / {max || '?'}
+        {step} / {max || '?'}
       </span>
     </div>
   );
