@@ -5,18 +5,25 @@ checked that the user may read the training's files; a path is served only if it
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from urllib.parse import quote
 
 from fastapi import HTTPException
 from fastapi.responses import StreamingResponse
 
-from gpufleet.ckptstore.listing import PREFIX, StoredFile, find, read, stored_files
+from gpufleet.ckptstore.listing import PREFIX, StoredFile, bytes_by_training, find, read, stored_files
 from gpufleet.jobs import ckpt_uploads
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PREFIX", "download", "listed"]
+__all__ = ["PREFIX", "StoredBytes", "download", "listed", "stored_bytes"]
+
+# The usage page asks for the store's bytes each minute per open page: one listing serves them all for a while.
+STORED_BYTES_TTL_S = 60.0
+_bytes_lock = threading.Lock()
+_bytes_cache: tuple[float, str, dict[str, int]] | None = None
 
 
 def listed(training_id: uuid.UUID) -> list[StoredFile]:
@@ -40,3 +47,37 @@ def download(training_id: uuid.UUID, path: str) -> StreamingResponse:
                              headers={"Content-Length": str(f.size),
                                       # the name is the member's: quoted, never raw in a header
                                       "Content-Disposition": f"attachment; filename*=utf-8''{quote(name)}"})
+
+
+class StoredBytes:
+    """What the usage page says of the store: its address, its bytes per training id, or why it cannot."""
+
+    def __init__(self, url: str | None, per_training: dict[str, int] | None, error: str | None = None):
+        self.url, self.per_training, self.error = url, per_training, error
+
+
+def stored_bytes() -> StoredBytes:
+    """The checkpoint store's bytes per training id, listed at most once a minute (None: no store is set)."""
+    global _bytes_cache
+    uploads = ckpt_uploads.current()
+    if uploads is None:
+        return StoredBytes(None, None)
+    store = uploads.store
+    with _bytes_lock:
+        if _bytes_cache is not None and _bytes_cache[1] == store.url and \
+                time.monotonic() - _bytes_cache[0] < STORED_BYTES_TTL_S:
+            return StoredBytes(store.url, _bytes_cache[2])
+        try:
+            sizes = bytes_by_training(store)
+        except Exception as exc:  # noqa: BLE001 - the store away: GPU time is still shown, and why bytes are not
+            log.warning("listing the checkpoint store %s for usage: %s", store.url, exc)
+            return StoredBytes(store.url, None, f"the checkpoint store {store.url} did not answer a listing ({exc})")
+        _bytes_cache = (time.monotonic(), store.url, sizes)
+        return StoredBytes(store.url, sizes)
+
+
+def forget_stored_bytes() -> None:
+    """The next usage request lists the store again (a test that just uploaded)."""
+    global _bytes_cache
+    with _bytes_lock:
+        _bytes_cache = None

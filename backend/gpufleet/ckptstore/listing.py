@@ -35,6 +35,20 @@ def stored_files(store: Store, training: str) -> list[StoredFile]:
     return out
 
 
+def bytes_by_training(store: Store) -> dict[str, int]:
+    """Bytes the store holds now under each training's folder (by training id): every object there, its
+    checkpoints' files, their manifests and its ``latest``. One listing of the prefix, a page per 1000 keys."""
+    base = store.key()
+    lead = f"{base}/" if base else ""
+    sizes: dict[str, int] = {}
+    for page in store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=lead):
+        for obj in page.get("Contents", []):
+            training, below, _ = obj["Key"][len(lead):].partition("/")
+            if below:  # not a key of the prefix's own (the start-up probe)
+                sizes[training] = sizes.get(training, 0) + int(obj["Size"])
+    return sizes
+
+
 def find(store: Store, training: str, path: str) -> StoredFile | None:
     """The stored file ``path`` names exactly (as listed), or None: no key is ever built from ``path``."""
     return next((f for f in stored_files(store, training) if f.path == path), None)
@@ -48,4 +62,4 @@ def read(store: Store, f: StoredFile) -> Iterator[bytes]:
         body.close()
 
 
-__all__ = ["PREFIX", "FileEntry", "StoredFile", "find", "read", "stored_files"]
+__all__ = ["PREFIX", "FileEntry", "StoredFile", "bytes_by_training", "find", "read", "stored_files"]

@@ -222,6 +222,27 @@ def usage(
                       for r in report["data"]])
     if not report["data"]:
         err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)
+    _print_stored(report, by)
+
+
+def _print_stored(report: dict[str, Any], by: str) -> None:
+    """What the checkpoint store holds now, by the same rows, when the server has one."""
+    if report.get("stored_error"):
+        err.print(report["stored_error"], highlight=False)
+    if report.get("stored") is None or not report.get("store"):
+        return
+    typer.echo(f"\ncheckpoints stored now in {report['store']}:")
+    users.emit_table((by, "bytes", "size"), [(_row_name(r), str(r["bytes"]), _size(r["bytes"]))
+                                            for r in report["stored"]])
+    if not report["stored"]:
+        err.print("the store holds no checkpoint yet", highlight=False)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
 
 
 def _row_name(row: dict[str, Any]) -> str:

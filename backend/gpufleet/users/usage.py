@@ -234,6 +234,40 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
             for (day, name), (h, u, n, p) in sorted(sums.items())]
 
 
+UNKNOWN_TRAINING = "(no such training)"
+
+
+def stored_by(session: Session, by: str, per_training: dict[str, int]) -> list[tuple[str, int]]:
+    """The checkpoint store's bytes per user (or group, or training id), largest first, from its bytes per
+    training id: a training's bytes count for its owner, and for each group of the owner's (as GPU time
+    does); a folder that names no training here counts as UNKNOWN_TRAINING."""
+    from gpufleet.users.groups import groups_of_users
+
+    if by not in BY:
+        raise UsageError(f"by={by!r} is not one of {', '.join(BY)}")
+    ids = {}
+    for key in per_training:
+        try:
+            ids[uuid.UUID(key)] = key
+        except ValueError:
+            continue
+    owners = {ids[tid]: owner for tid, owner in session.execute(
+        select(Training.id, Training.owner).where(Training.id.in_(list(ids))))} if ids else {}
+    groups = groups_of_users(session, sorted(set(owners.values()))) if by == "group" else {}
+    sums: dict[str, int] = defaultdict(int)
+    for key, size in per_training.items():
+        owner = owners.get(key)
+        if by == "training":
+            names = [key]
+        elif owner is None:
+            names = [UNKNOWN_TRAINING]
+        else:
+            names = [owner] if by == "user" else groups.get(owner) or [NO_GROUP]
+        for name in names:
+            sums[name] += size
+    return sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def totals_by_user(session: Session) -> dict[str, tuple[float, float]]:
     """Every user's stored GPU-seconds (held, used) over all days, for the Prometheus counters."""
     rows = session.execute(select(UsageDaily.owner, func.sum(UsageDaily.gpu_seconds_held),

@@ -74,11 +74,24 @@ class UsageRowPublic(BaseModel):
     training_name: str | None = Field(default=None, description="by training: the training's name")
 
 
+class StoredPublic(BaseModel):
+    name: str = Field(description="the user, the group ('(no group)' for users in none), or the training id; "
+                      "'(no such training)' for store folders that name no training of this server")
+    bytes: int = Field(description="bytes the checkpoint store holds now: checkpoints' files, manifests, latest")
+    training_name: str | None = Field(default=None, description="by training: the training's name")
+
+
 class UsagePublic(BaseModel):
     by: Literal["user", "group", "training"]
     from_day: date = Field(alias="from")
     to_day: date = Field(alias="to")
     data: list[UsageRowPublic]
     count: int
+    store: str | None = Field(default=None, description="the checkpoint store (GPUFLEET_CHECKPOINT_STORE); null "
+                              "when none is set")
+    stored: list[StoredPublic] | None = Field(
+        default=None, description="what the checkpoint store holds now (not per day), by the same rows as data, "
+        "largest first; null when no store is set or it did not answer (stored_error says why)")
+    stored_error: str | None = None
 
     model_config = ConfigDict(populate_by_name=True)

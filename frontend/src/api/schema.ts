@@ -2995,6 +2995,24 @@ export interface components {
              */
             step?: (number) | null;
         };
+        /** StoredPublic */
+        StoredPublic: {
+            /**
+             * Bytes
+             * @description bytes the checkpoint store holds now: checkpoints' files, manifests, latest
+             */
+            bytes: number;
+            /**
+             * Name
+             * @description the user, the group ('(no group)' for users in none), or the training id; '(no such training)' for store folders that name no training of this server
+             */
+            name: string;
+            /**
+             * Training Name
+             * @description by training: the training's name
+             */
+            training_name?: string | null;
+        };
         /** SweepCreate */
         SweepCreate: {
             asha?: components["schemas"]["Asha"] | null;
@@ -3894,6 +3912,18 @@ export interface components {
              * Format: date
              */
             from: string;
+            /**
+             * Store
+             * @description the checkpoint store (GPUFLEET_CHECKPOINT_STORE); null when none is set
+             */
+            store?: string | null;
+            /**
+             * Stored
+             * @description what the checkpoint store holds now (not per day), by the same rows as data, largest first; null when no store is set or it did not answer (stored_error says why)
+             */
+            stored?: components["schemas"]["StoredPublic"][] | null;
+            /** Stored Error */
+            stored_error?: string | null;
             /**
              * To
              * Format: date

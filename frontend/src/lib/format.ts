@@ -9,6 +9,7 @@ export function fmtBytes(n: number | null | undefined): string {
   if (n === 0) return '0 B';
   if (Math.abs(n) >= GiB) return `${(n / GiB).toFixed(1)} GiB`;
   if (Math.abs(n) >= MiB) return `${Math.round(n / MiB)} MiB`;
+  if (Math.abs(n) < 1024) return `${n} B`;
   return `${Math.round(n / 1024)} KiB`;
 }
 

@@ -18,6 +18,7 @@ from gpufleet.wire.sharing import (
     GroupQuota,
     GroupQuotaPublic,
     GroupsPublic,
+    StoredPublic,
     UsagePublic,
     UsageRowPublic,
     UserQuota,
@@ -25,12 +26,13 @@ from gpufleet.wire.sharing import (
     UserQuotasPublic,
 )
 from gpufleet.api.security.openapi import error_response
+from gpufleet.api.stored_files import stored_bytes
 from gpufleet.api.user_writes import write
 from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.trainings.service import training_names
 from gpufleet.users import groups as g
-from gpufleet.users.usage import UsageError, parse_day, usage_report
+from gpufleet.users.usage import UsageError, parse_day, stored_by, usage_report
 
 router = APIRouter(prefix="/api/v1", tags=["sharing"])
 NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user or group name")]
@@ -147,4 +149,11 @@ def get_usage(
                            gpu_seconds_pool=r.gpu_seconds_pool, gpu_hours_pool=round(r.gpu_seconds_pool / 3600, 4),
                            training_name=names.get(r.name))
             for r in rows]
-    return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data))
+    held = stored_bytes()
+    stored = None
+    if held.per_training is not None:
+        sums = stored_by(sess, by, held.per_training)
+        names = {**names, **training_names(sess, [n for n, _ in sums if n not in names])} if by == "training" else {}
+        stored = [StoredPublic(name=n, bytes=b, training_name=names.get(n)) for n, b in sums]
+    return UsagePublic(by=by, from_day=first, to_day=last, data=data, count=len(data), store=held.url, stored=stored,
+                       stored_error=held.error)

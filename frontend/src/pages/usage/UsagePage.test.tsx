@@ -56,6 +56,50 @@ describe('UsagePage', () => {
     expect([...alice.querySelectorAll('td')].map((td) => td.textContent)).toEqual([to, 'alice', '3.00', '0.75', '2', '2.00']);
   });
 
+  it('lists what the checkpoint store holds per user, and says why when the store did not answer', async () => {
+    const { to } = rangeOf(7);
+    vi.spyOn(endpoints, 'usage').mockResolvedValue({
+      ...answer('user', [row(to, 'alice', 3)]), store: 's3://ckpts/team',
+      stored: [{ name: 'alice', bytes: 3 * 1024 ** 3 }, { name: 'bob', bytes: 700 }],
+    });
+    const { unmount } = render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    const stored = await screen.findByTestId('stored-table');
+    expect(screen.getByText('s3://ckpts/team')).toBeInTheDocument();
+    const cells = (name: string) => [...stored.querySelector(`tr[data-name="${name}"]`)!.querySelectorAll('td')].map((td) => td.textContent);
+    expect(cells('alice')).toEqual(['alice', '3.0 GiB']);
+    expect(cells('bob')).toEqual(['bob', '700 B']);
+    unmount();
+
+    vi.spyOn(endpoints, 'usage').mockResolvedValue({
+      ...answer('user', [row(to, 'alice', 3)]), store: 's3://ckpts/team', stored: null,
+      stored_error: 'the checkpoint store s3://ckpts/team did not answer a listing (timeout)',
+    });
+    render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    expect(await screen.findByRole('alert')).toHaveTextContent('did not answer a listing');
+    expect(screen.queryByTestId('stored-table')).not.toBeInTheDocument();
+    expect(screen.getByTestId('usage-table')).toBeInTheDocument(); // GPU time is still shown
+  });
+
+  it('shows no store section when the server has no store', async () => {
+    const { to } = rangeOf(7);
+    vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', [row(to, 'alice', 3)]));
+    render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    await screen.findByTestId('usage-table');
+    expect(screen.queryByText('Checkpoints stored')).not.toBeInTheDocument();
+  });
+
   it('says so when nobody held a GPU', async () => {
     vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', []));
     render(

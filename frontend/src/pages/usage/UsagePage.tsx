@@ -2,6 +2,8 @@ import { useSearchParams } from 'react-router-dom';
 import { endpoints } from '../../api/endpoints';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading } from '../../components/States';
+import type { Usage } from '../../api/types';
+import { fmtBytes } from '../../lib/format';
 import { UsageChart } from './UsageChart';
 import { fmtHours, RANGE_DAYS, rangeOf, toGrid, type Measure, type RangeDays } from './usage';
 
@@ -77,7 +79,42 @@ export function UsagePage() {
           </table>
         </>
       )}
+      {q.data && <Stored usage={q.data} by={by} />}
     </div>
+  );
+}
+
+/** What the checkpoint store holds now, per user or group: shown when the server has a store. */
+function Stored({ usage, by }: { usage: Usage; by: 'user' | 'group' }) {
+  if (!usage.store) return null;
+  return (
+    <section aria-label="Checkpoints stored" className="usage-stored">
+      <h3>Checkpoints stored</h3>
+      <p className="field-help">
+        What <code>{usage.store}</code> holds now (not per day): each training&apos;s checkpoints, counted for its owner
+        {by === 'group' ? ' and each of the owner\'s groups' : ''}.
+      </p>
+      {usage.stored_error && <p className="error" role="alert">{usage.stored_error}</p>}
+      {usage.stored && usage.stored.length === 0 && <Empty title="The store holds no checkpoint yet." />}
+      {usage.stored && usage.stored.length > 0 && (
+        <table className="table" data-testid="stored-table">
+          <thead>
+            <tr>
+              <th>{by === 'group' ? 'Group' : 'User'}</th>
+              <th>Stored</th>
+            </tr>
+          </thead>
+          <tbody>
+            {usage.stored.map((r) => (
+              <tr key={r.name} data-name={r.name}>
+                <td>{r.name}</td>
+                <td title={`${r.bytes} bytes`}>{fmtBytes(r.bytes)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
   );
 }
 
