@@ -75,9 +75,3 @@ def stored_bytes() -> StoredBytes:
         _bytes_cache = (time.monotonic(), store.url, sizes)
         return StoredBytes(store.url, sizes)
 
-
-def forget_stored_bytes() -> None:
-    """The next usage request lists the store again (a test that just uploaded)."""
-    global _bytes_cache
-    with _bytes_lock:
-        _bytes_cache = None
