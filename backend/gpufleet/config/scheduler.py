@@ -32,8 +32,8 @@ class SchedulerSettings(BaseModel):
     estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
     estimate_warm: bool = True
     # Bookings (gpufleet.bookings, docs/bookings.md): a member's limits (an admin books past them), the grace
-    # after a booking's start within which the booker's work must run on it or the rest is released, and
-    # whether a booking's GPU-hours count against quotas as booked or as used.
+    # after a booking's start within which the booker's work must run on it or the rest is released. (Quotas
+    # count GPU time used only: bookings do not count against them yet, docs/bookings.md.)
     booking_max_ahead_days: float = Field(default=28.0, gt=0, le=366)
     booking_max_hours: float = Field(default=72.0, gt=0, le=24 * 366)
     booking_hours_per_week: float = Field(default=336.0, ge=0)  # GPU-hours per ISO week (UTC) of the start
