@@ -37,8 +37,11 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path: Path) -> None:
     data = tmp_path / "data"
+    # Ten of the fifty are let through a minute (the default is 30): the estimate pool is kept busy by ten
+    # worst-case traces as it would be by thirty, and the machine is not (each one over budget costs a new
+    # tracing process, torch and all).
     env = {"GPUFLEET_AUTH": "on", "GPUFLEET_SECRET_KEY": STRONG_SECRET, "GPUFLEET_EMBEDDED_WORKER": "false",
-           "GPUFLEET_ESTIMATE_BUDGET_S": "4"}
+           "GPUFLEET_ESTIMATE_BUDGET_S": "4", "GPUFLEET_ESTIMATE_RATE_PER_MINUTE": "10"}
     viewer = make_token(data, "vic", "viewer", **env)
     cli(data, "users", "add", "ann", "--role", "member", **env)
     ann = {"Authorization": "Bearer " + cli(data, "tokens", "create", "ann", **env).strip().splitlines()[-1].strip()}
@@ -84,8 +87,8 @@ def test_fifty_concurrent_worst_case_estimates_leave_the_api_responsive(tmp_path
         answers = json.loads(out.stdout)
         codes = [code for code, _ in answers]
         assert set(codes) <= {200, 422, 429}, [a for a in answers if a[0] >= 500]
-        # Past the per-user rate (30 a minute) or the queue, the rest are told to come back.
-        assert codes.count(429) >= 20, codes
+        # Past the per-user rate (10 a minute here) or the queue, the rest are told to come back.
+        assert codes.count(429) >= 38, codes
         refused = [detail for code, detail in answers if code == 422]
         assert all("GPUFLEET_ESTIMATE_BUDGET_S" in d or "layers" in d for d in refused), refused
         print(f"estimate burst: {len(answered)} probes answered; answers "
