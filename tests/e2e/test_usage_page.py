@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from sqlalchemy import select
+
 from gpufleet.config import load_settings
+from gpufleet.db.bookings import Booking, BookingGPU
+from gpufleet.db.models import GPU
 from gpufleet.db.session import write_session
 from gpufleet.users.accounts import add_user
 from gpufleet.users.groups import add_member, create_group
@@ -49,6 +53,21 @@ def test_usage_page_shows_each_users_gpu_hours_per_day(page, server, screenshots
     bar = page.get_by_test_id("usage-chart").locator(f'g[data-day="{yesterday}"]')
     assert bar.locator(f'rect[data-name="{alice}"]').get_attribute("data-hours") == "6"
     assert bar.locator(f'rect[data-name="{bob}"]').get_attribute("data-hours") == "2"
+    # Alice's booking of GPU 0 yesterday 08:00-12:00: 4 GPU-hours booked, 3 of them used by her training there.
+    with write_session(settings) as sess:
+        gpu = sess.scalars(select(GPU).where(GPU.host_id == host, GPU.index == 0)).one()
+        b = Booking(owner=alice, start_at=at(yesterday, 8), end_at=at(yesterday, 12), gpu_count=1, created_by=alice)
+        sess.add(b)
+        sess.flush()
+        sess.add(BookingGPU(booking_id=b.id, gpu_id=gpu.id, host_id=host, gpu_index=0, start_at=b.start_at,
+                            end_at=b.end_at))
+    page.reload()
+    table = page.get_by_test_id("usage-table")
+    table.wait_for()
+    heads = [h.strip().lower() for h in table.locator("thead th").all_inner_texts()]
+    row = table.locator(f'tr[data-name="{alice}"]').first
+    cells = row.locator("td").all_inner_texts()
+    assert (cells[heads.index("booked")], cells[heads.index("of booked, used")]) == ("4.00", "3.00"), (heads, cells)
     page.screenshot(path=str(screenshots / "usage-by-user.png"), full_page=True)
 
     page.get_by_role("button", name="By group").click()

@@ -44,7 +44,7 @@ def _round(s, sampler, watch) -> dict[int, tuple[str, str | None]]:
 def _usable(s) -> set[int]:
     with session_scope(s) as sess:
         hid = sess.scalar(select(Host.id).where(Host.name == s.host_name))
-        return _snapshot(sess).usable.get(hid, set())
+        return _snapshot(sess, "used").usable.get(hid, set())
 
 
 def test_faults_take_a_gpu_out_until_it_recovers_or_an_admin_clears_it(host):

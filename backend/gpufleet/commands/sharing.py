@@ -186,6 +186,9 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
          "gpu_seconds_used": r.gpu_seconds_used, "gpu_hours_held": round(r.gpu_seconds_held / 3600, 4),
          "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings,
          "gpu_seconds_pool": r.gpu_seconds_pool, "gpu_hours_pool": round(r.gpu_seconds_pool / 3600, 4),
+         "gpu_seconds_booked": r.gpu_seconds_booked, "gpu_hours_booked": round(r.gpu_seconds_booked / 3600, 4),
+         "gpu_seconds_booked_used": r.gpu_seconds_booked_used,
+         "gpu_hours_booked_used": round(r.gpu_seconds_booked_used / 3600, 4),
          "training_name": names.get(r.name)} for r in rows]}
 
 
@@ -215,10 +218,14 @@ def usage(
         return
     # Beside the team's hosts, what ran on Slurm pools (part of held; Slurm reports no utilisation).
     pools = any(r.get("gpu_seconds_pool") for r in report["data"])
+    # Bookings: the GPU time booked, and the part of it the booker's own work used.
+    booked = any(r.get("gpu_seconds_booked") for r in report["data"])
     users.emit_table(("day", by, "GPU-hours held", "GPU-hours used", "trainings",
-                      *(["of held, on pools"] if pools else [])),
+                      *(["of held, on pools"] if pools else []), *(["booked", "of booked, used"] if booked else [])),
                      [(r["day"], _row_name(r), f"{r['gpu_hours_held']:.2f}", f"{r['gpu_hours_used']:.2f}",
-                       str(r["trainings"]), *([f"{r.get('gpu_hours_pool', 0):.2f}"] if pools else []))
+                       str(r["trainings"]), *([f"{r.get('gpu_hours_pool', 0):.2f}"] if pools else []),
+                       *([f"{r.get('gpu_hours_booked', 0):.2f}", f"{r.get('gpu_hours_booked_used', 0):.2f}"]
+                         if booked else []))
                       for r in report["data"]])
     if not report["data"]:
         err.print(f"no GPU was held from {report['from']} to {report['to']}", highlight=False)

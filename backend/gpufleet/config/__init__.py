@@ -74,7 +74,7 @@ READS: dict[str, tuple[str, ...]] = {
     "scheduling": ("scheduler", "telemetry", "host", "worker", "store"),
     "trainings": ("code", "worker", "scheduler", "store"),
     "interactive": ("sessions", "scheduler", "code", "store", "telemetry"),
-    "pools": ("worker", "code", "store"),
+    "pools": ("worker", "code", "store", "scheduler"),  # scheduler: the quotas its submitter holds work to
     "sweeps": ("store",),
     "bookings": ("scheduler", "store"),
     "ckptstore": ("checkpoints",),

@@ -32,10 +32,12 @@ class SchedulerSettings(BaseModel):
     estimate_rate_per_minute: int = Field(default=30, ge=1, le=10000)
     estimate_warm: bool = True
     # Bookings (gpufleet.bookings, docs/bookings.md): a member's limits (an admin books past them), the grace
-    # after a booking's start within which the booker's work must run on it or the rest is released. (Quotas
-    # count GPU time used only: bookings do not count against them yet, docs/bookings.md.)
+    # after a booking's start within which the booker's work must run on it or the rest is released, and how
+    # a booking counts against weekly GPU-hour quotas: "booked" adds its booked time that the booker's own work
+    # did not use to the time held (so a booking costs what it kept from others), "used" counts only what ran.
     booking_max_ahead_days: float = Field(default=28.0, gt=0, le=366)
     booking_max_hours: float = Field(default=72.0, gt=0, le=24 * 366)
     booking_hours_per_week: float = Field(default=336.0, ge=0)  # GPU-hours per ISO week (UTC) of the start
     booking_max_gpus: int = Field(default=8, ge=1)  # GPUs one member's bookings hold at once
     booking_release_grace_s: float = Field(default=1800.0, ge=0, le=7 * 86400)
+    booking_quota_counts: Literal["booked", "used"] = "booked"

@@ -198,7 +198,7 @@ def submit_waiting(settings: Settings) -> int:
             if t is None or sess.scalar(select(PoolJob.id).where(
                     PoolJob.training_id == t.id, PoolJob.attempt == t.attempt, PoolJob.ended_at.is_(None))):
                 continue  # cancelled meanwhile, or another API process sent it
-            if (why := over_quota(sess, t)) is not None:
+            if (why := over_quota(sess, t, settings.booking_quota_counts)) is not None:
                 # Past its owner's quota: it stays queued, saying why, and is sent once GPUs are given back.
                 # (No borrowing: gpufleet cannot take back what a pool runs.)
                 if t.wait_reason != why:

@@ -96,7 +96,7 @@ class Hints:
                     or (self.lowest_borrower_priority is not None and t.priority >= self.lowest_borrower_priority))
 
 
-def hints(sess: Session) -> Hints:
+def hints(sess: Session, counting: quotas.Counting) -> Hints:
     h = Hints()
     h.preemptors = {p for p in sess.execute(
         select(Training.preempted_by).where(Training.preempted_by.is_not(None),
@@ -109,20 +109,20 @@ def hints(sess: Session) -> Hints:
         .group_by(Training.owner)))
     if victims:
         h.lowest_victim_priority = min(p for _, p in victims)
-        borrowed = [p for owner, p in victims if quotas.borrowing(sess, owner)]
+        borrowed = [p for owner, p in victims if quotas.borrowing(sess, owner, counting)]
         h.lowest_borrower_priority = min(borrowed) if borrowed else None
     return h
 
 
-def borrowers(sess: Session, t: Training, owners: Sequence[str]) -> set[str]:
+def borrowers(sess: Session, t: Training, owners: Sequence[str], counting: quotas.Counting) -> set[str]:
     """Owners among ``owners`` whose trainings run on borrowed GPUs that ``t`` may take back.
 
     Only a training within its own quota takes GPUs back; a borrower never
     preempts another borrower.
     """
-    if quotas.over_quota(sess, t) is not None:
+    if quotas.over_quota(sess, t, counting) is not None:
         return set()
-    return {o for o in set(owners) if o != t.owner and quotas.borrowing(sess, o)}
+    return {o for o in set(owners) if o != t.owner and quotas.borrowing(sess, o, counting)}
 
 
 # -- giving reserved GPUs to the preemptor ---------------------------------------
@@ -287,7 +287,7 @@ def plan(sess: Session, worker_settings: WorkerSettings, scheduler_settings: Sch
                Training.preemptible.is_(True), Training.preempted_by.is_(None),
                Training.cancel_requested.is_(False))
     peers = sess.execute(select(Training.owner).where(*running, Training.priority == t.priority)).scalars().all()
-    taking_back = borrowers(sess, t, peers) if peers else set()
+    taking_back = borrowers(sess, t, peers, scheduler_settings.booking_quota_counts) if peers else set()
     may_stop = Training.priority < t.priority
     if taking_back:
         may_stop = or_(may_stop, and_(Training.priority == t.priority, Training.owner.in_(taking_back)))

@@ -13,12 +13,15 @@ as one GPU) and the GPUs of every job sent to a Slurm pool and not ended
 (pending there or running): one cap over all gpufleet runs for them, which
 is also how the pool's submitter (:mod:`gpufleet.pools.submit`) holds back a
 training past it. GPU-hours per week counts held time over the last 7 days
-on the team's hosts (a pool's own accounting is not read yet).
+on the team's hosts and pools, and, where bookings count as booked
+(``GPUFLEET_BOOKING_QUOTA_COUNTS``, ``Counting``), the booked time of the
+subject's bookings that its own work did not use.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Literal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -26,9 +29,11 @@ from sqlalchemy.orm import Session
 from gpufleet.db.models import GPUAllocation, Group, GroupMember, Quota, Training, User
 from gpufleet.db.pools import PoolJob
 from gpufleet.db.types import utcnow
-from gpufleet.users.usage import held_seconds
+from gpufleet.users.usage import held_seconds, unused_booked_seconds
 
 WEEK = timedelta(days=7)
+# How a booking counts against a weekly quota (SchedulerSettings.booking_quota_counts).
+Counting = Literal["booked", "used"]
 
 
 def gpus_needed(t: Training) -> int:
@@ -52,13 +57,14 @@ def may_borrow(training: Training) -> bool:
     return bool(training.preemptible)
 
 
-def borrowing(sess: Session, owner: str, now: datetime | None = None) -> bool:
+def borrowing(sess: Session, owner: str, counting: Counting, now: datetime | None = None) -> bool:
     """Whether ``owner`` (or a group of theirs) holds more than its quota now, i.e. runs on borrowed GPUs."""
     now = now or utcnow()
     for _subject, quota, members in _limits_of(sess, owner):
         if quota.max_gpus is not None and _held_gpus(sess, members) > quota.max_gpus:
             return True
-        if quota.gpu_hours_per_week is not None and _week_hours(sess, members, now) >= quota.gpu_hours_per_week:
+        if quota.gpu_hours_per_week is not None and \
+                _week_hours(sess, members, now, counting) >= quota.gpu_hours_per_week:
             return True
     return False
 
@@ -103,8 +109,15 @@ def _held_gpus(sess: Session, owners: list[str]) -> int:
     return int(team) + int(sent)
 
 
-def _week_hours(sess: Session, owners: list[str], now: datetime) -> float:
-    return sum(u.held for u in held_seconds(sess, now - WEEK, now, now, owners).values()) / 3600.0
+def _week_hours(sess: Session, owners: list[str], now: datetime, counting: Counting) -> float:
+    return sum(_week_parts(sess, owners, now, counting)) / 3600.0
+
+
+def _week_parts(sess: Session, owners: list[str], now: datetime, counting: Counting) -> tuple[float, float]:
+    """GPU-seconds of the last 7 days: held, and booked but unused (0 where bookings count as used)."""
+    held = sum(u.held for u in held_seconds(sess, now - WEEK, now, now, owners).values())
+    unused = unused_booked_seconds(sess, now - WEEK, now, owners, now) if counting == "booked" else 0.0
+    return held, unused
 
 
 class PassMemo:
@@ -135,9 +148,9 @@ class PassMemo:
             self._refused[t.owner] = (need, reason)
 
 
-def quota_wait(sess: Session, t: Training, memo: PassMemo | None = None) -> str | None:
+def quota_wait(sess: Session, t: Training, counting: Counting, memo: PassMemo | None = None) -> str | None:
     """The scheduler's hook: the reason ``t`` waits for a quota, unless it may borrow idle GPUs."""
-    why = over_quota(sess, t)
+    why = over_quota(sess, t, counting)
     if why is None or may_borrow(t):
         return None
     why += "; a preemptible training may borrow idle GPUs beyond it"
@@ -146,7 +159,7 @@ def quota_wait(sess: Session, t: Training, memo: PassMemo | None = None) -> str 
     return why
 
 
-def over_quota(sess: Session, t: Training, now: datetime | None = None) -> str | None:
+def over_quota(sess: Session, t: Training, counting: Counting, now: datetime | None = None) -> str | None:
     """Why ``t`` must wait for its owner's (or a group's) quota, or None when it may be placed."""
     limits = _limits_of(sess, t.owner)
     if not limits:
@@ -161,8 +174,10 @@ def over_quota(sess: Session, t: Training, now: datetime | None = None) -> str |
                 more = f"; this training needs {need} more" if held < quota.max_gpus else ""
                 return f"{subject} holds {held} of {quota.max_gpus} GPUs in {whose} quota{more}"
         if quota.gpu_hours_per_week is not None:
-            hours = _week_hours(sess, members, now)
+            held, unused = _week_parts(sess, members, now, counting)
+            hours = (held + unused) / 3600.0
             if hours >= quota.gpu_hours_per_week:
+                booked = f", with {unused / 3600.0:.1f} booked and unused" if unused > 0 else ""
                 return (f"{subject} held {hours:.1f} of {quota.gpu_hours_per_week:g} GPU-hours in the last 7 days"
-                        f" ({whose} weekly quota); it waits until older use leaves the week")
+                        f" ({whose} weekly quota{booked}); it waits until older use leaves the week")
     return None

@@ -27,7 +27,7 @@ from gpufleet.db.types import utcnow
 from gpufleet.lifecycle import places
 from gpufleet.scheduling import backfill, batch, bookings, fairshare, gang, preemption
 from gpufleet.scheduling.choose import choose_for_scheduler, scheduler_wait_reason
-from gpufleet.scheduling.quotas import PassMemo, quota_wait
+from gpufleet.scheduling.quotas import Counting, PassMemo, quota_wait
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reservation_session, reserve
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,8 @@ class _Snapshot:
         self._most_free = None
 
 
-def _snapshot(sess: Session) -> _Snapshot:
-    snap = _Snapshot(preempt=preemption.hints(sess))
+def _snapshot(sess: Session, counting: Counting) -> _Snapshot:
+    snap = _Snapshot(preempt=preemption.hints(sess, counting))
     for host_id, index, ok in sess.execute(
         select(GPU.host_id, GPU.index, (GPU.enabled & ~GPU.drained & (GPU.status == "ok")))
     ):
@@ -156,7 +156,7 @@ def schedule_pending(
     _bookings_step(settings, settings, settings, now)
     preemption.settle(settings)
     with session_scope(settings) as sess:
-        snap = _snapshot(sess)
+        snap = _snapshot(sess, settings.booking_quota_counts)
     rows = fairshare.in_order(settings, settings, _queue_pages(settings, limit, max_rows))
     quota_memo = PassMemo()
     # Higher-priority trainings that wait keep the GPUs they will need from lower ones.
@@ -217,7 +217,7 @@ def _schedule_one(
     t = sess.execute(stmt.execution_options(populate_existing=True)).scalar_one_or_none()
     if t is None:
         return None, None, None, []
-    if over := quota_wait(sess, t, quota_memo):
+    if over := quota_wait(sess, t, settings.booking_quota_counts, quota_memo):
         _set_wait(sess, t, over)
         return None, over, None, []
     if t.gang is not None:  # across hosts: gpufleet.scheduling.gang (no preemption or backfill for gangs yet)

@@ -31,6 +31,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from sqlalchemy import Interval, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
+from gpufleet.db.bookings import Booking, BookingGPU
 from gpufleet.db.models import GPUAllocation, GPUMetricsRollup, Training, UsageDaily
 from gpufleet.db.pools import PoolJob
 from gpufleet.db.types import utcnow
@@ -64,6 +65,8 @@ class UsageRow:
     gpu_seconds_used: float
     trainings: int
     gpu_seconds_pool: float = 0.0
+    gpu_seconds_booked: float = 0.0  # GPU time the name's bookings held (up to now)
+    gpu_seconds_booked_used: float = 0.0  # of it, what the booker's own work held on those GPUs then
 
 
 def day_start(d: date) -> datetime:
@@ -126,6 +129,65 @@ def _add_pool_seconds(session: Session, out: dict[Key, TrainingUsage], lo: datet
 def _minute_before(col, dialect: str):
     """``col`` less one minute, in SQL (SQLite keeps timestamps as text)."""
     return func.datetime(col, "-60 seconds") if dialect == "sqlite" else col - literal(BUCKET, Interval())
+
+
+@dataclass
+class Booked:
+    booked: float = 0.0  # GPU-seconds booked
+    used: float = 0.0  # of them, GPU-seconds the booker's own work held on the booked GPUs
+
+
+def booked_seconds(session: Session, lo: datetime, hi: datetime, now: datetime | None = None,
+                   owners: list[str] | None = None) -> dict[tuple[date, str], Booked]:
+    """Booked GPU-seconds per (day, owner) within [lo, hi) and up to now, and the part of them the owner's own
+    work used: each booked GPU's window (ended at its cancel or release, so what was given back is not
+    booked) against the owner's allocations of that GPU in it, two of hers at once on a shared GPU counted
+    once. Maintenance windows are nobody's."""
+    now = now or utcnow()
+    hi = min(hi, now)
+    if hi <= lo:
+        return {}
+    b, g = Booking, BookingGPU
+    stmt = (select(b.owner, g.gpu_id, g.start_at, g.end_at).join(b, b.id == g.booking_id)
+            .where(b.kind == "booking", g.start_at < hi, g.end_at > lo, g.end_at > g.start_at))
+    if owners is not None:
+        stmt = stmt.where(b.owner.in_(owners))
+    windows = list(session.execute(stmt))
+    out: dict[tuple[date, str], Booked] = {}
+    for owner, _gpu, start, end in windows:
+        for day, seconds in _split_by_day(max(start, lo), min(end, hi)):
+            out.setdefault((day, owner), Booked()).booked += seconds
+    if not windows:
+        return out
+    a = GPUAllocation
+    spans: dict[tuple[str, uuid.UUID], list[tuple[datetime, datetime]]] = defaultdict(list)
+    for owner, gpu, began, ended in session.execute(
+            select(Training.owner, a.gpu_id, a.allocated_at, a.released_at).join(Training, Training.id == a.training_id)
+            .where(a.gpu_id.in_({w.gpu_id for w in windows}), _overlapping(lo, hi))):
+        spans[(owner, gpu)].append((began, ended or now))
+    for owner, gpu, start, end in windows:
+        w0, w1 = max(start, lo), min(end, hi)
+        for s, e in _merged([(max(s, w0), min(e, w1)) for s, e in spans.get((owner, gpu), []) if s < w1 and e > w0]):
+            for day, seconds in _split_by_day(s, e):
+                out.setdefault((day, owner), Booked()).used += seconds
+    return out
+
+
+def _merged(spans: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    out: list[tuple[datetime, datetime]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def unused_booked_seconds(session: Session, lo: datetime, hi: datetime, owners: list[str],
+                          now: datetime | None = None) -> float:
+    """Booked GPU-seconds of ``owners`` in [lo, hi) that their own work did not use (what a quota counting
+    bookings as booked adds to the GPU time held)."""
+    return sum(max(0.0, x.booked - x.used) for x in booked_seconds(session, lo, hi, now, owners).values())
 
 
 def add_used_seconds(session: Session, usage: dict[Key, TrainingUsage], lo: datetime, hi: datetime,
@@ -220,8 +282,11 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
 
     check_range(by, first, last)
     per = merged_usage(session, first, last, now)
-    groups = groups_of_users(session, sorted({u.owner for u in per.values()})) if by == "group" else {}
-    sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    booked = booked_seconds(session, day_start(first), day_start(last + timedelta(days=1)), now) \
+        if by != "training" else {}
+    owners = {u.owner for u in per.values()} | {o for _, o in booked}
+    groups = groups_of_users(session, sorted(owners)) if by == "group" else {}
+    sums: dict[tuple[date, str], list[float]] = defaultdict(lambda: [0.0] * 6)
     for (day, tid), u in per.items():
         names = {"user": [u.owner], "training": [str(tid)]}.get(by) or groups.get(u.owner) or [NO_GROUP]
         for name in names:
@@ -230,8 +295,13 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
             s[1] += u.used
             s[2] += 1
             s[3] += u.pool
-    return [UsageRow(day, name, round(h, 3), round(u, 3), int(n), round(p, 3))
-            for (day, name), (h, u, n, p) in sorted(sums.items())]
+    for (day, owner), x in booked.items():  # a booking is its owner's (and each group's of theirs), no training's
+        for name in ([owner] if by == "user" else groups.get(owner) or [NO_GROUP]):
+            s = sums[(day, name)]
+            s[4] += x.booked
+            s[5] += x.used
+    return [UsageRow(day, name, round(h, 3), round(u, 3), int(n), round(p, 3), round(bk, 3), round(bu, 3))
+            for (day, name), (h, u, n, p, bk, bu) in sorted(sums.items())]
 
 
 UNKNOWN_TRAINING = "(no such training)"

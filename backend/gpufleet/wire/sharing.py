@@ -71,6 +71,13 @@ class UsageRowPublic(BaseModel):
     gpu_seconds_pool: float = Field(default=0.0, description="the part of gpu_seconds_held on Slurm pools, from "
                                     "Slurm's own accounting (its job's GPUs from its start to its end)")
     gpu_hours_pool: float = 0.0
+    gpu_seconds_booked: float = Field(default=0.0, description="GPU-seconds the user's (or the group's members') "
+                                      "bookings held that day, up to now: a cancelled or released booking only "
+                                      "until then; none by training (a booking is a person's)")
+    gpu_hours_booked: float = 0.0
+    gpu_seconds_booked_used: float = Field(default=0.0, description="the part of gpu_seconds_booked that the "
+                                           "booker's own work held on the booked GPUs")
+    gpu_hours_booked_used: float = 0.0
     training_name: str | None = Field(default=None, description="by training: the training's name")
 
 

@@ -3937,6 +3937,16 @@ export interface components {
              * Format: date
              */
             day: string;
+            /**
+             * Gpu Hours Booked
+             * @default 0
+             */
+            gpu_hours_booked: number;
+            /**
+             * Gpu Hours Booked Used
+             * @default 0
+             */
+            gpu_hours_booked_used: number;
             /** Gpu Hours Held */
             gpu_hours_held: number;
             /**
@@ -3946,6 +3956,18 @@ export interface components {
             gpu_hours_pool: number;
             /** Gpu Hours Used */
             gpu_hours_used: number;
+            /**
+             * Gpu Seconds Booked
+             * @description GPU-seconds the user's (or the group's members') bookings held that day, up to now: a cancelled or released booking only until then; none by training (a booking is a person's)
+             * @default 0
+             */
+            gpu_seconds_booked: number;
+            /**
+             * Gpu Seconds Booked Used
+             * @description the part of gpu_seconds_booked that the booker's own work held on the booked GPUs
+             * @default 0
+             */
+            gpu_seconds_booked_used: number;
             /**
              * Gpu Seconds Held
              * @description GPU-seconds reserved (allocation time)

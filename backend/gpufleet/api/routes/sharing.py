@@ -147,6 +147,10 @@ def get_usage(
                            gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
                            gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings,
                            gpu_seconds_pool=r.gpu_seconds_pool, gpu_hours_pool=round(r.gpu_seconds_pool / 3600, 4),
+                           gpu_seconds_booked=r.gpu_seconds_booked,
+                           gpu_hours_booked=round(r.gpu_seconds_booked / 3600, 4),
+                           gpu_seconds_booked_used=r.gpu_seconds_booked_used,
+                           gpu_hours_booked_used=round(r.gpu_seconds_booked_used / 3600, 4),
                            training_name=names.get(r.name))
             for r in rows]
     held = stored_bytes()

@@ -7,9 +7,10 @@ import type { Usage, UsageRow } from '../../api/types';
 import { rangeOf } from './usage';
 import { UsagePage } from './UsagePage';
 
-function row(day: string, name: string, held: number, pool = 0): UsageRow {
+function row(day: string, name: string, held: number, pool = 0, booked = 0, bookedUsed = 0): UsageRow {
   return { day, name, gpu_hours_held: held, gpu_hours_used: held / 4, gpu_seconds_held: held * 3600, gpu_seconds_used: held * 900, trainings: 2,
-           gpu_hours_pool: pool, gpu_seconds_pool: pool * 3600 };
+           gpu_hours_pool: pool, gpu_seconds_pool: pool * 3600, gpu_hours_booked: booked, gpu_seconds_booked: booked * 3600,
+           gpu_hours_booked_used: bookedUsed, gpu_seconds_booked_used: bookedUsed * 3600 };
 }
 
 function answer(by: 'user' | 'group', data: UsageRow[]): Usage {
@@ -40,6 +41,7 @@ describe('UsagePage', () => {
     await waitFor(() => expect(usage.mock.lastCall![0]).toMatchObject({ by: 'group' }));
     await waitFor(() => expect(within(screen.getByTestId('usage-table')).getByText('vision')).toBeInTheDocument());
     expect(screen.queryByText('Of held, on pools')).not.toBeInTheDocument(); // no pool use: no column
+    expect(screen.queryByText('Booked')).not.toBeInTheDocument(); // no bookings: no columns
   });
 
   it('shows the part held on Slurm pools when there is some', async () => {
@@ -98,6 +100,21 @@ describe('UsagePage', () => {
     );
     await screen.findByTestId('usage-table');
     expect(screen.queryByText('Checkpoints stored')).not.toBeInTheDocument();
+  });
+
+  it('shows booked hours and the part used when there are bookings', async () => {
+    const { to } = rangeOf(7);
+    vi.spyOn(endpoints, 'usage').mockResolvedValue(answer('user', [row(to, 'alice', 3, 0, 8, 2.5), row(to, 'bob', 1)]));
+    render(
+      <MemoryRouter initialEntries={['/usage']}>
+        <UsagePage />
+      </MemoryRouter>,
+    );
+    const table = await screen.findByTestId('usage-table');
+    expect(within(table).getByText('Booked')).toBeInTheDocument();
+    const cells = (name: string) => [...table.querySelector(`tr[data-name="${name}"]`)!.querySelectorAll('td')].map((td) => td.textContent);
+    expect(cells('alice')).toEqual([to, 'alice', '3.00', '0.75', '2', '8.00', '2.50']);
+    expect(cells('bob')).toEqual([to, 'bob', '1.00', '0.25', '2', '0', '0']);
   });
 
   it('says so when nobody held a GPU', async () => {

@@ -26,6 +26,8 @@ export function UsagePage() {
   const grid = q.data ? toGrid(q.data.data, q.data.from, q.data.to, measure) : null;
   // Beside the team's hosts, what ran on Slurm pools (a part of held: Slurm reports no utilisation).
   const onPools = !!q.data?.data.some((r) => r.gpu_seconds_pool > 0);
+  // Bookings: the GPU time booked, and the part the booker's own work used.
+  const booked = !!q.data?.data.some((r) => r.gpu_seconds_booked > 0);
 
   return (
     <div className="page">
@@ -39,7 +41,7 @@ export function UsagePage() {
       </div>
       <p className="field-help">
         GPU-hours per UTC day. Held: the time GPUs were reserved for a training. Used: held time weighted by the GPUs'
-        utilisation.
+        utilisation. Booked, where there are bookings: the time they held GPUs, and how much of it the booker used.
       </p>
       {q.error && <ErrorState error={q.error} onRetry={q.reload} />}
       {!grid && !q.error && <Loading what="usage" />}
@@ -56,6 +58,8 @@ export function UsagePage() {
                 <th>GPU-hours used</th>
                 <th>Trainings</th>
                 {onPools && <th title="The part of held that ran on Slurm pools, from Slurm's own accounting">Of held, on pools</th>}
+                {booked && <th title="GPU time the bookings held (a cancelled or released one until then)">Booked</th>}
+                {booked && <th title="The part of booked that the booker's own work held on the booked GPUs">Of booked, used</th>}
               </tr>
             </thead>
             <tbody>
@@ -67,13 +71,15 @@ export function UsagePage() {
                   <td>{fmtHours(r.gpu_hours_used)}</td>
                   <td>{r.trainings}</td>
                   {onPools && <td>{fmtHours(r.gpu_hours_pool)}</td>}
+                  {booked && <td>{fmtHours(r.gpu_hours_booked)}</td>}
+                  {booked && <td>{fmtHours(r.gpu_hours_booked_used)}</td>}
                 </tr>
               ))}
             </tbody>
             <tfoot>
               <tr>
                 <th colSpan={2}>Total ({MEASURES[measure].toLowerCase()})</th>
-                <th colSpan={onPools ? 4 : 3}>{fmtHours(grid.totals.reduce((a, b) => a + b, 0))} GPU-hours</th>
+                <th colSpan={3 + (onPools ? 1 : 0) + (booked ? 2 : 0)}>{fmtHours(grid.totals.reduce((a, b) => a + b, 0))} GPU-hours</th>
               </tr>
             </tfoot>
           </table>

@@ -5,7 +5,8 @@ import { daysBetween, rangeOf, toGrid } from './usage';
 
 function row(day: string, name: string, held: number, used = held / 2): UsageRow {
   return { day, name, gpu_hours_held: held, gpu_hours_used: used, gpu_seconds_held: held * 3600, gpu_seconds_used: used * 3600, trainings: 1,
-           gpu_hours_pool: 0, gpu_seconds_pool: 0 };
+           gpu_hours_pool: 0, gpu_seconds_pool: 0, gpu_hours_booked: 0, gpu_seconds_booked: 0, gpu_hours_booked_used: 0,
+           gpu_seconds_booked_used: 0 };
 }
 
 describe('usage grid', () => {
