@@ -174,8 +174,8 @@ def over_quota(sess: Session, t: Training, counting: Counting, now: datetime | N
                 more = f"; this training needs {need} more" if held < quota.max_gpus else ""
                 return f"{subject} holds {held} of {quota.max_gpus} GPUs in {whose} quota{more}"
         if quota.gpu_hours_per_week is not None:
-            held, unused = _week_parts(sess, members, now, counting)
-            hours = (held + unused) / 3600.0
+            held_s, unused = _week_parts(sess, members, now, counting)
+            hours = (held_s + unused) / 3600.0
             if hours >= quota.gpu_hours_per_week:
                 booked = f", with {unused / 3600.0:.1f} booked and unused" if unused > 0 else ""
                 return (f"{subject} held {hours:.1f} of {quota.gpu_hours_per_week:g} GPU-hours in the last 7 days"
