@@ -34,10 +34,24 @@ start)
   as_pg "$pg_bin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname='gpufleet_test'" | grep -q 1 ||
     as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres gpufleet_test
-  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
-    redis-server --port "$redis_port" --bind 127.0.0.1 --daemonize yes \
+  if redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    # Someone's Redis answers there: ours from an earlier start of this directory, or another run's, which
+    # this one must neither use nor, at its stop, shut down.
+    if [ ! -f "$dir/redis.pid" ] || ! kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
+      echo "services: port $redis_port has a Redis this run did not start; set GPUFLEET_REDIS_PORT to a free port" >&2
+      exit 1
+    fi
+  else
+    redis-server --port "$redis_port" --bind 127.0.0.1 --daemonize yes --pidfile "$dir/redis.pid" \
       --dir "$dir" --logfile "$dir/redis.log" --save "" --appendonly no >&2
-    for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    # Daemonized, it can fail after the start returned (a port taken meanwhile): say so now, not as a
+    # worker that cannot reach its broker minutes later.
+    if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+      echo "services: Redis did not start on 127.0.0.1:$redis_port; its log ($dir/redis.log) ends:" >&2
+      tail -n 5 "$dir/redis.log" >&2 2>/dev/null || true
+      exit 1
+    fi
   fi
   echo "export GPUFLEET_TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:$pg_port/gpufleet_test"
   echo "export GPUFLEET_TEST_REDIS_URL=redis://127.0.0.1:$redis_port/0"
@@ -45,7 +59,10 @@ start)
   ;;
 stop)
   as_pg "$pg_bin/pg_ctl" -D "$dir/pg" -m fast stop >/dev/null 2>&1 || true
-  redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+  # Only the Redis this directory started (its pid file): never another run's on the same port.
+  if [ -f "$dir/redis.pid" ] && kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
+    redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
+  fi
   ;;
 *) echo "usage: $0 start|stop [dir]" >&2; exit 2 ;;
 esac

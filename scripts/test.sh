@@ -14,12 +14,25 @@
 # With arguments (a file, -k …) it is one ordinary pytest run.
 #
 # The throwaway servers listen on loopback at GPUFLEET_PG_PORT and GPUFLEET_REDIS_PORT (shard i at the
-# port + 10 i); unset, each takes a port the kernel finds free, so two people's runs on one box never meet.
+# port + 10 i); unset, each takes a free port below the range for outgoing connections (where no connection's
+# local end can take it first), so two people's runs on one box never meet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GPUFLEET_EXTRAS=test bash scripts/install.sh
+# A free port below the kernel's range for outgoing connections, where no connection's local end can take
+# it before the server binds it.
 free_port() {
-  .venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  .venv/bin/python -c 'import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+while True:
+    port = random.randrange(10000, low - 1)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break'
 }
 
 cores=$(nproc 2>/dev/null || echo 1)
@@ -33,10 +46,11 @@ if [ "$shards" -le 1 ]; then
   fi
   if [ -z "${GPUFLEET_TEST_DATABASE_URL:-}" ] || [ -z "${GPUFLEET_TEST_REDIS_URL:-}" ]; then
     services_dir=$(mktemp -d "${TMPDIR:-/tmp}/gpufleet-services.XXXXXX")
-    eval "$(GPUFLEET_PG_PORT=${GPUFLEET_PG_PORT:-$(free_port)} GPUFLEET_REDIS_PORT=${GPUFLEET_REDIS_PORT:-$(free_port)} \
-      bash .ci/services.sh start "$services_dir")"
     # Stop the servers and remove their data (tens of MB per run).
     trap 'bash .ci/services.sh stop "$services_dir"; rm -rf "$services_dir"' EXIT
+    services_env=$(GPUFLEET_PG_PORT=${GPUFLEET_PG_PORT:-$(free_port)} \
+      GPUFLEET_REDIS_PORT=${GPUFLEET_REDIS_PORT:-$(free_port)} bash .ci/services.sh start "$services_dir")
+    eval "$services_env"
   fi
   .venv/bin/python -m pytest --durations=25 "$@" || status=$?
   exit $status
@@ -75,7 +89,9 @@ for i in $(seq 1 "$shards"); do
   (
     pg_port=$([ -n "$pg_base" ] && echo $((pg_base + 10 * i)) || free_port)
     redis_port=$([ -n "$redis_base" ] && echo $((redis_base + 10 * i)) || free_port)
-    eval "$(GPUFLEET_PG_PORT=$pg_port GPUFLEET_REDIS_PORT=$redis_port bash .ci/services.sh start "$dir")"
+    # An assignment: a services start that fails ends this shard here, saying why, not in every test.
+    services_env=$(GPUFLEET_PG_PORT=$pg_port GPUFLEET_REDIS_PORT=$redis_port bash .ci/services.sh start "$dir")
+    eval "$services_env"
     # -c: pytest looks for its settings before plugins name their options, so it takes
     # --durations-path's value for a test path, looks in /tmp and would run without
     # pyproject.toml's settings (markers, the per-test timeout); --rootdir alone does not help.

@@ -48,9 +48,25 @@ def _script_copy() -> Path:
     return root
 
 
+def _free_base() -> int:
+    """A port free with the shards' ports beside it (the port + 10 i): none of them another run's server."""
+    while True:
+        port = free_port()
+        socks = [socket.socket() for _ in range(3)]
+        try:
+            for i, sock in enumerate(socks):
+                sock.bind(("127.0.0.1", port + 10 * i))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+
+
 def _run(root: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
-    env.update(TMPDIR=str(root / "tmp"), GPUFLEET_PG_PORT=str(free_port()), GPUFLEET_REDIS_PORT=str(free_port()))
+    env.update(TMPDIR=str(root / "tmp"), GPUFLEET_PG_PORT=str(_free_base()), GPUFLEET_REDIS_PORT=str(_free_base()))
     env.update(extra)
     return subprocess.run(["bash", str(root / "scripts" / "test.sh"), *args], env=env, cwd=root,
                           capture_output=True, text=True, timeout=300)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -38,9 +39,28 @@ STRONG_SECRET = "Jx4q-7TnV0pLr2sWcY9eHb1KmUa8ZgQd3FoXi6NtB5yE"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now whose next port is free too (`serve` listens for notebooks on its port + 1
+    unless told otherwise), taken below the kernel's range for outgoing connections: a port picked from
+    that range can be taken by any connection's local end in the minutes before a server binds it (a
+    start.sh install's notebooks port was, and the start failed)."""
+    low, _ = _ephemeral_range()
+    while True:
+        port = random.randrange(10_000, max(10_002, low - 1))
+        with socket.socket() as s, socket.socket() as after:
+            try:
+                s.bind(("127.0.0.1", port))
+                after.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def gpufleet() -> list[str]:
