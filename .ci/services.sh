@@ -38,7 +38,8 @@ start)
     # Someone's Redis answers there: ours from an earlier start of this directory, or another run's, which
     # this one must neither use nor, at its stop, shut down.
     if [ ! -f "$dir/redis.pid" ] || ! kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
-      echo "services: port $redis_port has a Redis this run did not start; set GPUFLEET_REDIS_PORT to a free port" >&2
+      echo "services: port $redis_port has a Redis this run did not start (no live pid file in $dir); set" \
+        "GPUFLEET_REDIS_PORT to a free port, or stop that one (redis-cli -p $redis_port shutdown) if it is yours" >&2
       exit 1
     fi
   else

@@ -120,3 +120,11 @@ def test_the_judge_counts_only_time_it_could_reach_the_database():
     assert reach.reachable_since(t0, now) == pytest.approx(10)
     assert reach.unreachable_since(t0 + timedelta(seconds=3), now) == pytest.approx(30)
     assert reach.reachable_since(t0 + timedelta(seconds=36), now) == pytest.approx(4)
+    # Others reconnecting after the outage: its first 3 s count as unreachable too, and stretches that the
+    # settling joins are not counted twice.
+    assert reach.reachable_since(t0, now, settle_s=3) == pytest.approx(7)
+    reach.failed()
+    reach.reached(t0 + timedelta(seconds=37))  # a second stretch, t0+35..37, inside the first one's settling
+    later = t0 + timedelta(seconds=50)
+    assert reach.unreachable_since(t0, later, settle_s=3) == pytest.approx(40 - 5)  # t0+5 .. t0+40
+

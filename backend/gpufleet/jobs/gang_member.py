@@ -19,6 +19,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -244,8 +245,14 @@ class LeaderJudge:
             return "the training is no longer running this attempt"
         if row.cancel_requested:
             return "cancel requested"
+        # As the scheduler's recovery counts it: a lease's whole term of reachable time since its last renewal
+        # (and a moment), not reachable time since it lapsed. After an outage the lease lapsed long ago by the
+        # wall clock, and the rank-0 host's worker gets its term to renew from the database's return; counted
+        # from the lapse it had one second, which a loaded machine's worker, flushing the outage's progress,
+        # missed, and this host stopped a gang that had lost nothing.
+        lease = timedelta(seconds=self.worker_settings.lease_s)
         if row.lease_expires_at is not None and row.lease_expires_at < now and \
-                self.reach.reachable_since(row.lease_expires_at, now) > LEASE_GRACE_S:
+                self.reach.reachable_since(row.lease_expires_at - lease, now) > lease.total_seconds() + LEASE_GRACE_S:
             return "the rank-0 host's worker stopped renewing its lease"
         return None
 

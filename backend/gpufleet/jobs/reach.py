@@ -51,15 +51,19 @@ class Reach:
         self.gaps = [g for g in self.gaps if g[1] > now - KEEP]
         return now
 
-    def unreachable_since(self, since: datetime, now: datetime) -> float:
-        """Seconds between ``since`` and ``now`` this process could not vouch for the database."""
-        out = 0.0
-        for start, end in self.gaps:
-            lo, hi = max(start or since, since), min(end, now)
+    def unreachable_since(self, since: datetime, now: datetime, settle_s: float = 0.0) -> float:
+        """Seconds between ``since`` and ``now`` this process could not vouch for the database; with
+        ``settle_s``, the first seconds after each stretch count too (others reconnecting after an outage)."""
+        out, counted = 0.0, since
+        for start, end in self.gaps:  # oldest first, so a stretch stretched by settle_s is not counted twice
+            settle = timedelta(seconds=settle_s if start is not None else 0.0)  # not after this process's start
+            lo, hi = max(start or since, counted), min(end + settle, now)
             if hi > lo:
                 out += (hi - lo).total_seconds()
+                counted = hi
         return out
 
-    def reachable_since(self, since: datetime, now: datetime) -> float:
-        """Seconds between ``since`` and ``now`` during which this process could reach the database."""
-        return max(0.0, (now - since).total_seconds() - self.unreachable_since(since, now))
+    def reachable_since(self, since: datetime, now: datetime, settle_s: float = 0.0) -> float:
+        """Seconds between ``since`` and ``now`` during which this process could reach the database (less the
+        first ``settle_s`` after each stretch it could not)."""
+        return max(0.0, (now - since).total_seconds() - self.unreachable_since(since, now, settle_s))

@@ -195,7 +195,10 @@ class LeaderWatch:
         now = utcnow()
 
         def silent(since: datetime | None) -> float:  # seconds of reachable time without a word
-            return self.reach.reachable_since(since, now) if since is not None and since < now else 0.0
+            # After an outage this host shared, the member's worker gets a lease's term to reconnect and beat
+            # before its silence counts: the stretch is everyone's, and a loaded worker reconnects slowly.
+            return self.reach.reachable_since(since, now, settle_s=self.worker_settings.lease_s) \
+                if since is not None and since < now else 0.0
 
         joined = m.attempt == self.t.attempt and m.status != "reserved"
         if host is not None and host.worker_lost_at is not None:
