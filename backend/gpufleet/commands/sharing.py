@@ -163,7 +163,7 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
     from gpufleet.db.session import missing_sqlite_file, session_scope
     from gpufleet.db.types import utcnow
     from gpufleet.trainings.service import training_names
-    from gpufleet.users.usage import UsageError, parse_day, usage_report
+    from gpufleet.users.usage import UsageError, parse_day, row_fields, usage_report
 
     try:
         settings = get_settings()
@@ -182,14 +182,7 @@ def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[s
     except UsageError as exc:
         _fail(str(exc))
     return {"by": by, "from": str(from_day), "to": str(to_day), "data": [
-        {"day": str(r.day), "name": r.name, "gpu_seconds_held": r.gpu_seconds_held,
-         "gpu_seconds_used": r.gpu_seconds_used, "gpu_hours_held": round(r.gpu_seconds_held / 3600, 4),
-         "gpu_hours_used": round(r.gpu_seconds_used / 3600, 4), "trainings": r.trainings,
-         "gpu_seconds_pool": r.gpu_seconds_pool, "gpu_hours_pool": round(r.gpu_seconds_pool / 3600, 4),
-         "gpu_seconds_booked": r.gpu_seconds_booked, "gpu_hours_booked": round(r.gpu_seconds_booked / 3600, 4),
-         "gpu_seconds_booked_used": r.gpu_seconds_booked_used,
-         "gpu_hours_booked_used": round(r.gpu_seconds_booked_used / 3600, 4),
-         "training_name": names.get(r.name)} for r in rows]}
+        {"day": str(r.day), **row_fields(r), "training_name": names.get(r.name)} for r in rows]}
 
 
 def _usage_from_server(server: str | None, by: str, first: str | None, last: str | None) -> dict[str, Any]:

@@ -304,6 +304,15 @@ def usage_report(session: Session, by: str, first: date, last: date, now: dateti
             for (day, name), (h, u, n, p, bk, bu) in sorted(sums.items())]
 
 
+def row_fields(r: UsageRow) -> dict[str, str | int | float]:
+    """A row's name and figures as the API and the CLI give them: each figure in GPU-seconds and GPU-hours."""
+    out: dict[str, str | int | float] = {"name": r.name, "trainings": r.trainings}
+    for part, seconds in (("held", r.gpu_seconds_held), ("used", r.gpu_seconds_used), ("pool", r.gpu_seconds_pool),
+                          ("booked", r.gpu_seconds_booked), ("booked_used", r.gpu_seconds_booked_used)):
+        out[f"gpu_seconds_{part}"], out[f"gpu_hours_{part}"] = seconds, round(seconds / 3600, 4)
+    return out
+
+
 UNKNOWN_TRAINING = "(no such training)"
 
 

@@ -32,7 +32,7 @@ from gpufleet.db.session import write_session
 from gpufleet.db.types import utcnow
 from gpufleet.trainings.service import training_names
 from gpufleet.users import groups as g
-from gpufleet.users.usage import UsageError, parse_day, stored_by, usage_report
+from gpufleet.users.usage import UsageError, parse_day, row_fields, stored_by, usage_report
 
 router = APIRouter(prefix="/api/v1", tags=["sharing"])
 NamePath = Annotated[str, Path(min_length=1, max_length=64, description="a user or group name")]
@@ -143,15 +143,7 @@ def get_usage(
         # A query value that is not what it should be, like any other: 422.
         raise HTTPException(422, str(exc)) from None
     names = training_names(sess, [r.name for r in rows]) if by == "training" else {}
-    data = [UsageRowPublic(day=r.day, name=r.name, gpu_seconds_held=r.gpu_seconds_held,
-                           gpu_seconds_used=r.gpu_seconds_used, gpu_hours_held=round(r.gpu_seconds_held / 3600, 4),
-                           gpu_hours_used=round(r.gpu_seconds_used / 3600, 4), trainings=r.trainings,
-                           gpu_seconds_pool=r.gpu_seconds_pool, gpu_hours_pool=round(r.gpu_seconds_pool / 3600, 4),
-                           gpu_seconds_booked=r.gpu_seconds_booked,
-                           gpu_hours_booked=round(r.gpu_seconds_booked / 3600, 4),
-                           gpu_seconds_booked_used=r.gpu_seconds_booked_used,
-                           gpu_hours_booked_used=round(r.gpu_seconds_booked_used / 3600, 4),
-                           training_name=names.get(r.name))
+    data = [UsageRowPublic.model_validate({"day": r.day, **row_fields(r), "training_name": names.get(r.name)})
             for r in rows]
     held = stored_bytes()
     stored = None
