@@ -153,6 +153,31 @@ def page(browser, server: ServedProcess) -> Iterator[object]:
     assert not errors, f"the dashboard threw in the browser: {errors}"
 
 
+def sign_in(page: object, token: str) -> None:
+    """Sign in with ``token`` from the dialog and wait until the page has reloaded signed in.
+
+    Clicking on before the dialog has gone races the sign-in's reload: a click that lands on the
+    old document while it reloads is lost with it.
+    """
+    dialog = page.get_by_role("dialog", name="Sign in")  # type: ignore[attr-defined]
+    dialog.wait_for()
+    page.get_by_label("Token").fill(token)  # type: ignore[attr-defined]
+    page.get_by_role("button", name="Sign in").click()  # type: ignore[attr-defined]
+    dialog.wait_for(state="detached", timeout=60_000)
+
+
+def wait_shown(page: object, testid: str, srv: ServedProcess, timeout_ms: int = 60_000) -> None:
+    """Wait for an element of the page; if it never shows, fail with what the page and the server said."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.get_by_test_id(testid).wait_for(timeout=timeout_ms)  # type: ignore[attr-defined]
+    except PlaywrightTimeout:
+        shown = page.locator("main").inner_text(timeout=5_000)  # type: ignore[attr-defined]
+        pytest.fail(f"{testid} not shown in {timeout_ms / 1000:.0f} s at {page.url}; "  # type: ignore[attr-defined]
+                    f"the page showed:\n{shown}\n--- the server's log ends:\n{srv.log_tail()}")
+
+
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

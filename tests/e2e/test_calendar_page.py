@@ -15,6 +15,8 @@ from gpufleet.config import load_settings
 from gpufleet.db.session import write_session
 from gpufleet.users.accounts import add_user
 
+from .conftest import sign_in, wait_shown
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -44,10 +46,9 @@ def test_a_member_books_from_the_calendar_and_a_conflict_shows_who_is_in_the_way
     page.set_default_timeout(20_000)
     try:
         page.goto("/")
-        page.get_by_label("Token").fill(token)
-        page.get_by_role("button", name="Sign in").click()
+        sign_in(page, token)
         page.get_by_role("link", name="Calendar").click()
-        page.get_by_test_id("calendar-grid").wait_for()
+        wait_shown(page, "calendar-grid", srv)
         assert "Europe/Berlin" in page.get_by_test_id("calendar-range").inner_text()
         theirs = page.locator(f'[data-booking="{bobs}"][data-testid="booking-bar"]')
         assert theirs.count() == 4 and theirs.first.get_attribute("data-mark") == "other"

@@ -4,7 +4,7 @@ import { MINI_POINTS, useGpuStream } from '../pages/fleet/useGpuStream';
 import { installFakeLive } from '../test/fakeSocket';
 import { ApiError } from './client';
 import { useChannel } from './useLive';
-import { useQuery } from './useQuery';
+import { ERROR_RETRY_MS, useQuery } from './useQuery';
 
 describe('useQuery', () => {
   it('keeps the last good answer on screen when a refresh fails, with the error beside it', async () => {
@@ -14,6 +14,31 @@ describe('useQuery', () => {
     act(() => result.current.reload());
     await waitFor(() => expect(result.current.error?.message).toBe('unreachable'));
     expect(result.current.data).toEqual({ n: 1 });
+  });
+
+  it('tries a failed first load again soon, not a whole refresh interval later', async () => {
+    vi.useFakeTimers();
+    try {
+      const fetcher = vi.fn().mockRejectedValueOnce(new ApiError(503, 'away')).mockResolvedValue({ n: 2 });
+      const { result } = renderHook(() => useQuery('k', fetcher, 60_000));
+      await act(async () => {
+        await vi.advanceTimersByTimeAsync(0);
+      });
+      expect(result.current.error?.message).toBe('away');
+      await act(async () => {
+        await vi.advanceTimersByTimeAsync(ERROR_RETRY_MS);
+      });
+      expect(fetcher).toHaveBeenCalledTimes(2);
+      expect(result.current.data).toEqual({ n: 2 });
+      expect(result.current.error).toBeNull();
+      // Once it answers, it refreshes at its own interval again.
+      await act(async () => {
+        await vi.advanceTimersByTimeAsync(ERROR_RETRY_MS * 2);
+      });
+      expect(fetcher).toHaveBeenCalledTimes(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('fetches nothing for a null key and aborts when the key changes', async () => {

@@ -1,6 +1,10 @@
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { ApiError } from './client';
 
+/** A refresh that failed is tried again this soon (or at its interval, if shorter): a page whose first
+ * load met a passing error does not sit on that error for a whole refresh interval. */
+export const ERROR_RETRY_MS = 5000;
+
 export interface QueryState<T> {
   data: T | undefined;
   error: ApiError | null;
@@ -11,7 +15,7 @@ export interface QueryState<T> {
 /**
  * Fetch `key` with `fetcher`, again every `intervalMs` when given. The last
  * good answer stays on screen while a refresh fails, with the error beside it.
- * A null key fetches nothing.
+ * A failed fetch is tried again after `ERROR_RETRY_MS` at most. A null key fetches nothing.
  */
 export function useQuery<T>(
   key: string | null,
@@ -38,6 +42,7 @@ export function useQuery<T>(
     const ctrl = new AbortController();
     let timer: ReturnType<typeof setTimeout> | null = null;
     const run = async () => {
+      let failed = false;
       try {
         const d = await fetchRef.current(ctrl.signal);
         if (ctrl.signal.aborted) return;
@@ -45,11 +50,12 @@ export function useQuery<T>(
         setError(null);
       } catch (e) {
         if (ctrl.signal.aborted || (e as Error).name === 'AbortError') return;
+        failed = true;
         setError(e instanceof ApiError ? e : new ApiError(0, String(e)));
       } finally {
         if (!ctrl.signal.aborted) {
           setLoading(false);
-          if (intervalMs) timer = setTimeout(run, intervalMs);
+          if (intervalMs) timer = setTimeout(run, failed ? Math.min(intervalMs, ERROR_RETRY_MS) : intervalMs);
         }
       }
     };
