@@ -52,6 +52,9 @@ MAX_URL = 2000
 MAX_GPUS_LIMIT = 100_000
 MAX_GPU_HOURS_LIMIT = 10_000_000.0
 MAX_SHARE = 1_000_000.0
+# A booking's own limits: the longest one and the furthest ahead (a year and a day).
+MAX_BOOKING_HOURS = 24.0 * 366
+MAX_BOOKING_AHEAD_DAYS = 366.0
 
 
 class RequestBody(BaseModel):

@@ -37,6 +37,10 @@ def api(product: Settings) -> Iterator[TestClient]:
         yield c
 
 
+# A quota no admin gave booking limits: the server's defaults for a user, none for a group.
+NO_BOOKING_LIMITS = {"booking_hours_per_week": None, "booking_max_gpus": None, "booking_max_hours": None,
+                     "booking_max_ahead_days": None}
+
 def _rows(settings: Settings) -> tuple[int, ...]:
     with session_scope(settings) as sess:
         return tuple(sess.scalar(select(func.count()).select_from(m)) for m in (Group, GroupMember, Quota))
@@ -52,10 +56,12 @@ def test_admin_manages_groups_and_quotas(api: TestClient, team: People) -> None:
     assert sorted(r.json()["members"]) == sorted([alice, bob])
     r = api.put(f"/api/v1/groups/{name}/quota", headers=admin, json={"max_gpus": 8, "gpu_hours_per_week": 500})
     assert r.status_code == 200 and r.json()["quota"] == {"max_gpus": 8, "gpu_hours_per_week": 500.0,
-                                                          "max_priority": None, "max_priority_set_by": None}
+                                                          "max_priority": None, "max_priority_set_by": None,
+                                                          **NO_BOOKING_LIMITS}
     r = api.put(f"/api/v1/users/{alice}/quota", headers=admin, json={"max_gpus": 4, "share": 2})
     assert r.status_code == 200 and r.json() == {"user": alice, "max_gpus": 4, "gpu_hours_per_week": None,
-                                                 "share": 2.0, "max_priority": None, "max_priority_set_by": None}
+                                                 "share": 2.0, "max_priority": None, "max_priority_set_by": None,
+                                                 **NO_BOOKING_LIMITS}
     listed = {q["user"]: q for q in api.get("/api/v1/quotas", headers=admin).json()["data"]}
     assert listed[alice]["max_gpus"] == 4
     groups = {g["name"]: g for g in api.get("/api/v1/groups", headers=admin).json()["data"]}

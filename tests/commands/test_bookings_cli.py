@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from support.accounts import run_as, unix_accounts
-from support.servers import serve_process, socket_path
+from support.servers import cli, serve_process, socket_path
 
 pytestmark = pytest.mark.slow
 
@@ -54,3 +54,15 @@ def test_two_accounts_book_the_same_gpus_from_the_command_line(tmp_path) -> None
         _ok(run_as(ana, "bookings", "cancel", booking_id, env=env))
         assert "released" in _ok(run_as(bo, "bookings", "show", booking_id, env=env))
         _ok(run_as(bo, "book", "--gpus", "1", "--start", later, "--hours", "1", env=env))
+
+        # The admin puts both in a group whose bookings hold 2 GPUs at once: with bo's one over that hour,
+        # ana may book one more, not two, and is told whose limit it is.
+        group = f"lab{ana.name[-4:]}"
+        cli(tmp_path / "data", "groups", "create", group)
+        cli(tmp_path / "data", "groups", "add", group, ana.name, bo.name)
+        cli(tmp_path / "data", "groups", "set-quota", group, "--book-max-gpus", "2")
+        over = run_as(ana, "book", "--gpus", "2", "--start", later, "--hours", "1", env=env)
+        said = " ".join(over.stderr.split())
+        assert over.returncode == 2 and "--gpus" in said, over.stdout + over.stderr
+        assert f"group {group}'s bookings would hold 3 GPUs at once; its limit is 2" in said, said
+        _ok(run_as(ana, "book", "--gpus", "1", "--start", later, "--hours", "1", env=env))

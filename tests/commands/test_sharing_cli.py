@@ -39,7 +39,7 @@ def test_groups_and_quotas_from_the_command_line(cli_db: str) -> None:
     r = run("groups", "set-quota", group, "--max-gpus", "8", "--gpu-hours-week", "500")
     assert r.exit_code == 0 and "at most 8 GPUs at once, 500 GPU-hours a week" in r.output
     rows = [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
-    assert [group, f"{alice},{bob}", "8", "500", "-"] in rows
+    assert [group, f"{alice},{bob}", "8", "500", "-", "-"] in rows
     assert run("users", "set-quota", alice, "--max-gpus", "4", "--share", "2").exit_code == 0
     assert run("users", "set-quota", alice, "--gpu-hours-week", "10").exit_code == 0  # keeps the rest
     with session_scope(get_settings()) as sess:
@@ -70,10 +70,33 @@ def test_bad_input_is_an_error_and_nothing_is_written(cli_db: str) -> None:
         (("users", "set-quota", alice, "--max-priority", "1001"), "max priority must be between 0 and 1000"),
         (("groups", "set-quota", group, "--max-priority", "-1"), "max priority must be between 0 and 1000"),
         (("users", "set-quota", alice, "--max-priority", "high"), "is not a whole number"),
+        (("users", "set-quota", alice, "--book-max-gpus", "-1"), "booked GPUs at once must be between 0"),
+        (("groups", "set-quota", group, "--book-ahead-days", "400"), "furthest ahead a booking starts (days)"),
+        (("groups", "set-quota", group, "--book-max-hours", "long"), "--book-max-hours 'long' is not a number"),
     ]:
         r = run(*args)
         assert r.exit_code == 2 and why in r.output, (args, r.output)
     assert _rows() == before
+
+
+def test_booking_limits_from_the_command_line_keep_what_is_not_given(cli_db: str) -> None:
+    from gpufleet.users.groups import BookingLimits
+
+    alice, group = cli_db + "a", cli_db + "g"
+    assert run("users", "add", alice).exit_code == 0
+    assert run("groups", "create", group).exit_code == 0
+    assert run("groups", "add", group, alice).exit_code == 0
+    r = run("groups", "set-quota", group, "--book-max-gpus", "6", "--book-hours-week", "40")
+    assert r.exit_code == 0 and "bookings: 6 GPUs at once, 40 GPU-hours a week" in r.output, r.output
+    assert run("groups", "set-quota", group, "--max-gpus", "8").exit_code == 0  # keeps the booking limits
+    rows = [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
+    assert [group, alice, "8", "-", "-", "6 GPUs at once, 40 GPU-hours a week"] in rows
+    r = run("users", "set-quota", alice, "--book-max-hours", "120", "--book-ahead-days", "60")
+    assert r.exit_code == 0 and "bookings: 120 h longest, 60 days ahead" in r.output, r.output
+    assert run("users", "set-quota", alice, "--book-ahead-days", "none", "--share", "3").exit_code == 0
+    with session_scope(get_settings()) as sess:
+        assert user_limits(sess, alice).bookings == BookingLimits(max_hours=120.0)
+        assert user_limits(sess, alice).share == 3.0
 
 
 def test_priority_caps_from_the_command_line_record_who_set_them(cli_db: str) -> None:
@@ -87,7 +110,8 @@ def test_priority_caps_from_the_command_line_record_who_set_them(cli_db: str) ->
     assert run("groups", "add", group, alice).exit_code == 0
     r = run("groups", "set-quota", group, "--max-priority", "20")
     assert r.exit_code == 0 and "priority at most 20" in r.output
-    assert [group, alice, "-", "-", "20"] in [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
+    listed = [line.split("\t") for line in run("groups", "list").stdout.splitlines()]
+    assert [group, alice, "-", "-", "20", "-"] in listed
     with session_scope(get_settings()) as sess:
         cap = priority_cap(sess, alice, 0)
         assert (cap.value, cap.set_by) == (20, f"{getpass.getuser()} (command line)")

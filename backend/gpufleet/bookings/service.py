@@ -20,7 +20,8 @@ from gpufleet.bookings import windows
 from gpufleet.bookings.times import FieldError
 from gpufleet.config import SchedulerSettings
 from gpufleet.db.bookings import OVERLAP, Booking, BookingGPU, release_rows
-from gpufleet.db.models import Host, User
+from gpufleet.db.models import Group, GroupMember, Host, Quota, User
+from gpufleet.users.groups import BookingLimits, booking_limits
 
 
 class Forbidden(PermissionError):
@@ -91,24 +92,78 @@ def ask_for(sess: Session, w: Wanted) -> windows.Ask:
     return windows.Ask(w.gpus, host_id, w.model, w.gpu_indices)
 
 
-def _check_limits(sess: Session, owner: str, w: Wanted, limits: SchedulerSettings, now: datetime) -> None:
-    if w.start > now + timedelta(days=limits.booking_max_ahead_days):
-        raise FieldError("start", f"members book at most {limits.booking_max_ahead_days:g} days ahead")
+@dataclass(frozen=True)
+class Bound:
+    """One subject's booking limits, whose bookings they count, and how a refusal names it."""
+
+    limits: BookingLimits
+    members: tuple[str, ...]
+    group: str | None = None  # None: the owner's own
+
+    @property
+    def yours(self) -> str:
+        return "your bookings" if self.group is None else f"group {self.group}'s bookings"
+
+    @property
+    def whose(self) -> str:
+        return "the limit" if self.group is None else "its limit"
+
+    @property
+    def of(self) -> str:
+        return "" if self.group is None else f" for group {self.group}"
+
+
+def bounds_of(sess: Session, owner: str, defaults: SchedulerSettings) -> list[Bound]:
+    """The owner's own booking limits (their quota's, else the server's defaults), then each group's that sets any."""
+    own = sess.scalars(select(Quota).join(User, User.id == Quota.user_id).where(User.name == owner)).one_or_none()
+    mine = booking_limits(own) if own is not None else BookingLimits()
+    out = [Bound(BookingLimits(
+        defaults.booking_hours_per_week if mine.hours_per_week is None else mine.hours_per_week,
+        defaults.booking_max_gpus if mine.max_gpus is None else mine.max_gpus,
+        defaults.booking_max_hours if mine.max_hours is None else mine.max_hours,
+        defaults.booking_max_ahead_days if mine.max_ahead_days is None else mine.max_ahead_days,
+    ), (owner,))]
+    rows = sess.execute(select(Group.id, Group.name, Quota).join(Quota, Quota.group_id == Group.id)
+                        .join(GroupMember, GroupMember.group_id == Group.id)
+                        .join(User, User.id == GroupMember.user_id)
+                        .where(User.name == owner).order_by(Group.name)).all()
+    for gid, gname, quota in rows:
+        limits = booking_limits(quota)
+        if not limits.any():
+            continue
+        members = tuple(sess.scalars(select(User.name).join(GroupMember, GroupMember.user_id == User.id)
+                                     .where(GroupMember.group_id == gid)))
+        out.append(Bound(limits, members, gname))
+    return out
+
+
+def _check_limits(sess: Session, owner: str, w: Wanted, defaults: SchedulerSettings, now: datetime) -> None:
+    """Refuse a member's booking past her own limits or a group's of hers, naming the field and whose limit."""
     hours = (w.end - w.start).total_seconds() / 3600
-    if hours > limits.booking_max_hours:
-        raise FieldError("end", f"a booking lasts at most {limits.booking_max_hours:g} h, not {hours:g} h")
-    mine = list(sess.scalars(select(Booking).where(Booking.owner == owner, Booking.released_at.is_(None),
-                                                   Booking.kind == "booking", Booking.end_at > now)))
-    at_once = w.gpus + sum(b.gpu_count for b in mine if b.start_at < w.end and b.end_at > w.start)
-    if at_once > limits.booking_max_gpus:
-        raise FieldError("gpus", f"your bookings would hold {at_once} GPUs at once; the limit is "
-                                 f"{limits.booking_max_gpus}")
+    for bound in bounds_of(sess, owner, defaults):
+        _check_bound(sess, bound, w, hours, now)
+
+
+def _check_bound(sess: Session, bound: Bound, w: Wanted, hours: float, now: datetime) -> None:
+    lim, whose, group = bound.limits, bound.whose, bound.of
+    if lim.max_ahead_days is not None and w.start > now + timedelta(days=lim.max_ahead_days):
+        raise FieldError("start", f"bookings start at most {lim.max_ahead_days:g} days ahead{group}")
+    if lim.max_hours is not None and hours > lim.max_hours:
+        raise FieldError("end", f"a booking lasts at most {lim.max_hours:g} h{group}, not {hours:g} h")
+    if lim.max_gpus is None and lim.hours_per_week is None:
+        return
+    theirs = list(sess.scalars(select(Booking).where(Booking.owner.in_(bound.members),
+                                                     Booking.released_at.is_(None),
+                                                     Booking.kind == "booking", Booking.end_at > now)))
+    at_once = w.gpus + sum(b.gpu_count for b in theirs if b.start_at < w.end and b.end_at > w.start)
+    if lim.max_gpus is not None and at_once > lim.max_gpus:
+        raise FieldError("gpus", f"{bound.yours} would hold {at_once} GPUs at once; {whose} is {lim.max_gpus}")
     week = w.start - timedelta(days=w.start.weekday(), hours=w.start.hour, minutes=w.start.minute)
-    booked = hours * w.gpus + sum((b.end_at - b.start_at).total_seconds() / 3600 * b.gpu_count for b in mine
+    booked = hours * w.gpus + sum((b.end_at - b.start_at).total_seconds() / 3600 * b.gpu_count for b in theirs
                                   if week <= b.start_at < week + timedelta(days=7))
-    if booked > limits.booking_hours_per_week:
-        raise FieldError("end", f"your bookings that week would hold {booked:g} GPU-hours; the limit is "
-                                f"{limits.booking_hours_per_week:g}")
+    if lim.hours_per_week is not None and booked > lim.hours_per_week:
+        raise FieldError("end", f"{bound.yours} that week would hold {booked:g} GPU-hours; {whose} is "
+                                f"{lim.hours_per_week:g}")
 
 
 def create(sess: Session, actor: Actor, w: Wanted, limits: SchedulerSettings, now: datetime) -> Booking:
@@ -119,7 +174,7 @@ def create(sess: Session, actor: Actor, w: Wanted, limits: SchedulerSettings, no
         raise FieldError("owner", f"no user is called {owner!r}")
     ask = ask_for(sess, w)
     if not actor.admin:
-        _check_limits(sess, owner, w, limits, now)
+        _check_limits(sess, owner, w, limits, now)  # (owner is the actor: members book for themselves)
     gpus = windows.pick(sess, ask, w.start, w.end)
     if gpus is None:
         if not windows.candidates(sess, ask):

@@ -25,6 +25,13 @@ HoursOpt = Annotated[str | None, typer.Option("--gpu-hours-week",
                                               help="GPU-hours held over a rolling 7 days, or 'none'")]
 PriorityOpt = Annotated[str | None, typer.Option(
     "--max-priority", help="the highest priority a member may give a training (0-1000), or 'none' for the default")]
+# A booking limit's 'none': for a user the server's default (GPUFLEET_BOOKING_*), for a group no limit.
+BookHoursOpt = Annotated[str | None, typer.Option(
+    "--book-hours-week", help="GPU-hours of bookings starting in one week, or 'none'")]
+BookGpusOpt = Annotated[str | None, typer.Option("--book-max-gpus", help="GPUs bookings hold at once, or 'none'")]
+BookLongestOpt = Annotated[str | None, typer.Option("--book-max-hours", help="the longest booking (hours), or 'none'")]
+BookAheadOpt = Annotated[str | None, typer.Option(
+    "--book-ahead-days", help="how many days ahead a booking may start, or 'none'")]
 
 
 def _admin_here() -> str:
@@ -37,6 +44,16 @@ def _admin_here() -> str:
 def _fail(message: str) -> NoReturn:
     err.print(labelled("error:", message), highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _bookings(have: Any, hours: str | None, gpus: str | None, longest: str | None, ahead: str | None) -> Any:
+    """The booking limits asked for, each one not given kept as it was."""
+    from gpufleet.users.groups import BookingLimits
+
+    return BookingLimits(_number("--book-hours-week", hours, float, have.hours_per_week),
+                         _number("--book-max-gpus", gpus, int, have.max_gpus),
+                         _number("--book-max-hours", longest, float, have.max_hours),
+                         _number("--book-ahead-days", ahead, float, have.max_ahead_days))
 
 
 def _number(option: str, value: str | None, kind: type, current: Any) -> Any:
@@ -71,9 +88,9 @@ def groups_list() -> None:
     def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:g}"
 
-    users.emit_table(("name", "members", "max GPUs", "GPU-hours/week", "max priority"),
+    users.emit_table(("name", "members", "max GPUs", "GPU-hours/week", "max priority", "bookings"),
                      [(v.name, ",".join(v.members) or "-", fmt(v.limits.max_gpus), fmt(v.limits.gpu_hours_per_week),
-                       fmt(v.limits.max_priority)) for v in views])
+                       fmt(v.limits.max_priority), describe_bookings(v.limits.bookings)) for v in views])
     if not views:
         err.print("no groups yet; create one with `gpufleet groups create NAME`")
 
@@ -114,15 +131,19 @@ def groups_remove(name: str, member: str) -> None:
 
 @groups_app.command("set-quota")
 def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None,
-                     max_priority: PriorityOpt = None) -> None:
-    """Set a group's quota and priority cap (options not given keep their value)."""
+                     max_priority: PriorityOpt = None, book_hours: BookHoursOpt = None, book_gpus: BookGpusOpt = None,
+                     book_longest: BookLongestOpt = None, book_ahead: BookAheadOpt = None) -> None:
+    """Set a group's quota, priority cap and booking limits (options not given keep their value).
+
+    A group's booking limits count all its members' bookings together; 'none' is no limit."""
     from gpufleet.users.groups import Limits, list_groups, set_group_quota
 
     def work(sess) -> Limits:
         have = next((v.limits for v in list_groups(sess) if v.name == name), Limits())
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
                         _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
-                        max_priority=_number("--max-priority", max_priority, int, have.max_priority))
+                        max_priority=_number("--max-priority", max_priority, int, have.max_priority),
+                        bookings=_bookings(have.bookings, book_hours, book_gpus, book_longest, book_ahead))
         return set_group_quota(sess, name, limits, set_by=_admin_here())
 
     done = users.run_in_session(work)
@@ -132,9 +153,12 @@ def groups_set_quota(name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = N
 def users_set_quota(
     name: str, max_gpus: MaxGpusOpt = None, hours: HoursOpt = None,
     share: Annotated[float | None, typer.Option("--share", help="fair-share weight (default 1)")] = None,
-    max_priority: PriorityOpt = None,
+    max_priority: PriorityOpt = None, book_hours: BookHoursOpt = None, book_gpus: BookGpusOpt = None,
+    book_longest: BookLongestOpt = None, book_ahead: BookAheadOpt = None,
 ) -> None:
-    """Set a user's quota, fair share and priority cap (options not given keep their value)."""
+    """Set a user's quota, fair share, priority cap and booking limits (options not given keep their value).
+
+    A booking limit's 'none' is the server's default for members (GPUFLEET_BOOKING_*)."""
     from gpufleet.users.groups import Limits, set_user_quota, user_limits
 
     def work(sess) -> Limits:
@@ -142,7 +166,8 @@ def users_set_quota(
         limits = Limits(_number("--max-gpus", max_gpus, int, have.max_gpus),
                         _number("--gpu-hours-week", hours, float, have.gpu_hours_per_week),
                         have.share if share is None else share,
-                        _number("--max-priority", max_priority, int, have.max_priority))
+                        _number("--max-priority", max_priority, int, have.max_priority),
+                        bookings=_bookings(have.bookings, book_hours, book_gpus, book_longest, book_ahead))
         return set_user_quota(sess, name, limits, set_by=_admin_here())
 
     done = users.run_in_session(work)
@@ -153,7 +178,17 @@ def _describe(limits: Any) -> str:
     gpus = "no GPU limit" if limits.max_gpus is None else f"at most {limits.max_gpus} GPUs at once"
     hours = "" if limits.gpu_hours_per_week is None else f", {limits.gpu_hours_per_week:g} GPU-hours a week"
     prio = "" if limits.max_priority is None else f", priority at most {limits.max_priority}"
-    return gpus + hours + prio
+    booked = describe_bookings(limits.bookings)
+    return gpus + hours + prio + (f"; bookings: {booked}" if booked != "-" else "")
+
+
+def describe_bookings(b: Any) -> str:
+    """A quota's booking limits in words ('-' for none set)."""
+    parts = [f"{b.max_gpus} GPUs at once" if b.max_gpus is not None else "",
+             f"{b.hours_per_week:g} GPU-hours a week" if b.hours_per_week is not None else "",
+             f"{b.max_hours:g} h longest" if b.max_hours is not None else "",
+             f"{b.max_ahead_days:g} days ahead" if b.max_ahead_days is not None else ""]
+    return ", ".join(p for p in parts if p) or "-"
 
 
 def _usage_from_database(by: str, first: str | None, last: str | None) -> dict[str, Any]:

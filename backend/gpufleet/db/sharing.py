@@ -50,6 +50,12 @@ class Quota(Base):
     # The highest priority its trainings may ask for (None: the default for members), and who set it.
     max_priority: Mapped[int | None] = mapped_column(Integer)
     max_priority_set_by: Mapped[str | None] = mapped_column(String(128))
+    # What bookings may hold (gpufleet.bookings.service): for a user, None is the server's default
+    # (GPUFLEET_BOOKING_*); for a group, None is no limit, and the limit counts all its members' bookings.
+    booking_hours_per_week: Mapped[float | None] = mapped_column(Float)  # GPU-hours booked per week of start
+    booking_max_gpus: Mapped[int | None] = mapped_column(Integer)  # GPUs booked at once
+    booking_max_hours: Mapped[float | None] = mapped_column(Float)  # the longest one booking
+    booking_max_ahead_days: Mapped[float | None] = mapped_column(Float)  # the furthest ahead a booking starts
 
 
 class UsageDaily(Base):

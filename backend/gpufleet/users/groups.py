@@ -5,7 +5,8 @@ limits one user or one group: the GPUs it may hold at once, optionally the
 GPU-hours it may hold over a rolling week, and the highest priority its
 trainings may ask for (:func:`priority_cap`; the quota records which admin set
 it). A user's quota also carries its fair-share weight (``share``, default 1). The scheduler reads these in
-:mod:`gpufleet.scheduling.quotas` and :mod:`gpufleet.scheduling.fairshare`.
+:mod:`gpufleet.scheduling.quotas` and :mod:`gpufleet.scheduling.fairshare`. A quota's booking limits
+(:class:`BookingLimits`) are what :mod:`gpufleet.bookings.service` lets a member book.
 
 Every function takes an open session and leaves committing to the caller; a
 refused change raises :class:`UserError` before anything is written.
@@ -19,12 +20,35 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from gpufleet.bounds import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_PRIORITY, MAX_SHARE
+from gpufleet.bounds import (
+    MAX_BOOKING_AHEAD_DAYS,
+    MAX_BOOKING_HOURS,
+    MAX_GPU_HOURS_LIMIT,
+    MAX_GPUS_LIMIT,
+    MAX_PRIORITY,
+    MAX_SHARE,
+)
 from gpufleet.db.models import Group, GroupMember, Quota, User
 from gpufleet.db.session import rows_changed
 from gpufleet.users.accounts import UserError, check_name, get_user
 
 DEFAULT_SHARE = 1.0
+
+
+@dataclass(frozen=True)
+class BookingLimits:
+    """What a user's or a group's bookings may hold; ``None``: for a user the server's default, for a group none.
+
+    A group's limit counts the bookings of all its members together, as its quota counts their work.
+    """
+
+    hours_per_week: float | None = None  # GPU-hours booked in one week (UTC, Monday on) of the bookings' starts
+    max_gpus: int | None = None  # GPUs booked at once
+    max_hours: float | None = None  # the longest one booking
+    max_ahead_days: float | None = None  # the furthest ahead a booking starts
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.hours_per_week, self.max_gpus, self.max_hours, self.max_ahead_days))
 
 
 @dataclass(frozen=True)
@@ -38,6 +62,7 @@ class Limits:
     max_priority: int | None = None
     # Who set max_priority (read back; what a change records is the caller's name).
     max_priority_set_by: str | None = None
+    bookings: BookingLimits = field(default_factory=BookingLimits)
 
 
 @dataclass
@@ -64,7 +89,18 @@ def check_limits(limits: Limits) -> Limits:
     if limits.max_priority is not None and not 0 <= limits.max_priority <= MAX_PRIORITY:
         raise UserError(f"max priority must be between 0 and {MAX_PRIORITY} (or none: the default for members),"
                         f" not {limits.max_priority}")
+    _check_booking_limits(limits.bookings)
     return limits
+
+
+def _check_booking_limits(b: BookingLimits) -> None:
+    if b.max_gpus is not None and not 0 <= b.max_gpus <= MAX_GPUS_LIMIT:
+        raise UserError(f"booked GPUs at once must be between 0 and {MAX_GPUS_LIMIT} (or none), not {b.max_gpus}")
+    for what, value, top in (("booked GPU-hours per week", b.hours_per_week, MAX_GPU_HOURS_LIMIT),
+                             ("the longest booking (hours)", b.max_hours, MAX_BOOKING_HOURS),
+                             ("the furthest ahead a booking starts (days)", b.max_ahead_days, MAX_BOOKING_AHEAD_DAYS)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= top):
+            raise UserError(f"{what} must be between 0 and {top:g} (or none), not {value}")
 
 
 def get_group(session: Session, name: str) -> Group:
@@ -117,7 +153,11 @@ def _limits(q: Quota | None) -> Limits:
     if q is None:
         return Limits()
     return Limits(q.max_gpus, q.gpu_hours_per_week, q.share if q.share is not None else DEFAULT_SHARE,
-                  q.max_priority, q.max_priority_set_by)
+                  q.max_priority, q.max_priority_set_by, booking_limits(q))
+
+
+def booking_limits(q: Quota) -> BookingLimits:
+    return BookingLimits(q.booking_hours_per_week, q.booking_max_gpus, q.booking_max_hours, q.booking_max_ahead_days)
 
 
 def _set(session: Session, where: dict, limits: Limits, set_by: str | None) -> Limits:
@@ -127,6 +167,9 @@ def _set(session: Session, where: dict, limits: Limits, set_by: str | None) -> L
         q = Quota(**where)
         session.add(q)
     q.max_gpus, q.gpu_hours_per_week, q.share = limits.max_gpus, limits.gpu_hours_per_week, limits.share
+    b = limits.bookings
+    q.booking_hours_per_week, q.booking_max_gpus = b.hours_per_week, b.max_gpus
+    q.booking_max_hours, q.booking_max_ahead_days = b.max_hours, b.max_ahead_days
     if q.max_priority != limits.max_priority:
         # Who raised (or lowered) a cap is what a refused member is told.
         q.max_priority, q.max_priority_set_by = limits.max_priority, set_by if limits.max_priority is not None else None

@@ -7,7 +7,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.bounds import MAX_GPU_HOURS_LIMIT, MAX_GPUS_LIMIT, MAX_PRIORITY, MAX_SHARE, RequestBody
+from gpufleet.bounds import (
+    MAX_BOOKING_AHEAD_DAYS,
+    MAX_BOOKING_HOURS,
+    MAX_GPU_HOURS_LIMIT,
+    MAX_GPUS_LIMIT,
+    MAX_PRIORITY,
+    MAX_SHARE,
+    RequestBody,
+)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 
@@ -26,6 +34,23 @@ class GroupQuota(RequestBody):
         default=None, ge=0, le=MAX_PRIORITY,
         description="the highest priority a member may give a training (a user's own cap wins over their groups',"
                     " else the highest of their groups'); null: the server's default for members")
+    # What bookings may hold. A group's counts all its members' bookings together; a member books within her own
+    # and every group's of hers. Null: for a user, the server's default (GPUFLEET_BOOKING_*); for a group, none.
+    booking_hours_per_week: float | None = Field(
+        default=None, ge=0, le=MAX_GPU_HOURS_LIMIT, allow_inf_nan=False,
+        description="GPU-hours of bookings starting in one week (UTC, from Monday); null: for a user the server's "
+                    "default (GPUFLEET_BOOKING_HOURS_PER_WEEK), for a group no limit")
+    booking_max_gpus: int | None = Field(
+        default=None, ge=0, le=MAX_GPUS_LIMIT,
+        description="GPUs bookings hold at once; null: for a user GPUFLEET_BOOKING_MAX_GPUS, for a group no limit")
+    booking_max_hours: float | None = Field(
+        default=None, ge=0, le=MAX_BOOKING_HOURS, allow_inf_nan=False,
+        description="the longest one booking, in hours; null: for a user GPUFLEET_BOOKING_MAX_HOURS, for a group "
+                    "no limit")
+    booking_max_ahead_days: float | None = Field(
+        default=None, ge=0, le=MAX_BOOKING_AHEAD_DAYS, allow_inf_nan=False,
+        description="how many days ahead a booking may start; null: for a user GPUFLEET_BOOKING_MAX_AHEAD_DAYS, "
+                    "for a group no limit")
 
 
 class GroupQuotaPublic(GroupQuota):

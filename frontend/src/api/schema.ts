@@ -2051,6 +2051,26 @@ export interface components {
          */
         GroupQuota: {
             /**
+             * Booking Hours Per Week
+             * @description GPU-hours of bookings starting in one week (UTC, from Monday); null: for a user the server's default (GPUFLEET_BOOKING_HOURS_PER_WEEK), for a group no limit
+             */
+            booking_hours_per_week?: number | null;
+            /**
+             * Booking Max Ahead Days
+             * @description how many days ahead a booking may start; null: for a user GPUFLEET_BOOKING_MAX_AHEAD_DAYS, for a group no limit
+             */
+            booking_max_ahead_days?: number | null;
+            /**
+             * Booking Max Gpus
+             * @description GPUs bookings hold at once; null: for a user GPUFLEET_BOOKING_MAX_GPUS, for a group no limit
+             */
+            booking_max_gpus?: number | null;
+            /**
+             * Booking Max Hours
+             * @description the longest one booking, in hours; null: for a user GPUFLEET_BOOKING_MAX_HOURS, for a group no limit
+             */
+            booking_max_hours?: number | null;
+            /**
              * Gpu Hours Per Week
              * @description GPU-hours held over a rolling 7 days
              */
@@ -2068,6 +2088,26 @@ export interface components {
         };
         /** GroupQuotaPublic */
         GroupQuotaPublic: {
+            /**
+             * Booking Hours Per Week
+             * @description GPU-hours of bookings starting in one week (UTC, from Monday); null: for a user the server's default (GPUFLEET_BOOKING_HOURS_PER_WEEK), for a group no limit
+             */
+            booking_hours_per_week?: number | null;
+            /**
+             * Booking Max Ahead Days
+             * @description how many days ahead a booking may start; null: for a user GPUFLEET_BOOKING_MAX_AHEAD_DAYS, for a group no limit
+             */
+            booking_max_ahead_days?: number | null;
+            /**
+             * Booking Max Gpus
+             * @description GPUs bookings hold at once; null: for a user GPUFLEET_BOOKING_MAX_GPUS, for a group no limit
+             */
+            booking_max_gpus?: number | null;
+            /**
+             * Booking Max Hours
+             * @description the longest one booking, in hours; null: for a user GPUFLEET_BOOKING_MAX_HOURS, for a group no limit
+             */
+            booking_max_hours?: number | null;
             /**
              * Gpu Hours Per Week
              * @description GPU-hours held over a rolling 7 days
@@ -4051,6 +4091,26 @@ export interface components {
          */
         UserQuota: {
             /**
+             * Booking Hours Per Week
+             * @description GPU-hours of bookings starting in one week (UTC, from Monday); null: for a user the server's default (GPUFLEET_BOOKING_HOURS_PER_WEEK), for a group no limit
+             */
+            booking_hours_per_week?: number | null;
+            /**
+             * Booking Max Ahead Days
+             * @description how many days ahead a booking may start; null: for a user GPUFLEET_BOOKING_MAX_AHEAD_DAYS, for a group no limit
+             */
+            booking_max_ahead_days?: number | null;
+            /**
+             * Booking Max Gpus
+             * @description GPUs bookings hold at once; null: for a user GPUFLEET_BOOKING_MAX_GPUS, for a group no limit
+             */
+            booking_max_gpus?: number | null;
+            /**
+             * Booking Max Hours
+             * @description the longest one booking, in hours; null: for a user GPUFLEET_BOOKING_MAX_HOURS, for a group no limit
+             */
+            booking_max_hours?: number | null;
+            /**
              * Gpu Hours Per Week
              * @description GPU-hours held over a rolling 7 days
              */
@@ -4074,6 +4134,26 @@ export interface components {
         };
         /** UserQuotaPublic */
         UserQuotaPublic: {
+            /**
+             * Booking Hours Per Week
+             * @description GPU-hours of bookings starting in one week (UTC, from Monday); null: for a user the server's default (GPUFLEET_BOOKING_HOURS_PER_WEEK), for a group no limit
+             */
+            booking_hours_per_week?: number | null;
+            /**
+             * Booking Max Ahead Days
+             * @description how many days ahead a booking may start; null: for a user GPUFLEET_BOOKING_MAX_AHEAD_DAYS, for a group no limit
+             */
+            booking_max_ahead_days?: number | null;
+            /**
+             * Booking Max Gpus
+             * @description GPUs bookings hold at once; null: for a user GPUFLEET_BOOKING_MAX_GPUS, for a group no limit
+             */
+            booking_max_gpus?: number | null;
+            /**
+             * Booking Max Hours
+             * @description the longest one booking, in hours; null: for a user GPUFLEET_BOOKING_MAX_HOURS, for a group no limit
+             */
+            booking_max_hours?: number | null;
             /**
              * Gpu Hours Per Week
              * @description GPU-hours held over a rolling 7 days

@@ -43,15 +43,27 @@ REFUSALS: dict[int | str, dict[str, Any]] = {404: error_response("No such group 
 
 
 
+def _booking_fields(b: g.BookingLimits) -> dict[str, Any]:
+    return {"booking_hours_per_week": b.hours_per_week, "booking_max_gpus": b.max_gpus,
+            "booking_max_hours": b.max_hours, "booking_max_ahead_days": b.max_ahead_days}
+
+
+def _booking_limits(body: GroupQuota) -> g.BookingLimits:
+    return g.BookingLimits(body.booking_hours_per_week, body.booking_max_gpus, body.booking_max_hours,
+                           body.booking_max_ahead_days)
+
+
 def _group_public(v: g.GroupView) -> GroupPublic:
     q = GroupQuotaPublic(max_gpus=v.limits.max_gpus, gpu_hours_per_week=v.limits.gpu_hours_per_week,
-                         max_priority=v.limits.max_priority, max_priority_set_by=v.limits.max_priority_set_by)
+                         max_priority=v.limits.max_priority, max_priority_set_by=v.limits.max_priority_set_by,
+                         **_booking_fields(v.limits.bookings))
     return GroupPublic(name=v.name, members=v.members, quota=q)
 
 
 def _user_public(name: str, q: g.Limits) -> UserQuotaPublic:
     return UserQuotaPublic(user=name, max_gpus=q.max_gpus, gpu_hours_per_week=q.gpu_hours_per_week, share=q.share,
-                           max_priority=q.max_priority, max_priority_set_by=q.max_priority_set_by)
+                           max_priority=q.max_priority, max_priority_set_by=q.max_priority_set_by,
+                           **_booking_fields(q.bookings))
 
 
 @router.get("/groups", response_model=GroupsPublic, operation_id="groups-list")
@@ -101,7 +113,8 @@ def remove_member(name: NamePath, member: NamePath, settings: SettingsDep, user:
             responses=REFUSALS)
 def set_group_quota(name: NamePath, body: GroupQuota, settings: SettingsDep, user: AdminUser) -> GroupPublic:
     """Replace a group's quota; a null field is no limit, a null max_priority the default (admins only)."""
-    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, max_priority=body.max_priority)
+    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, max_priority=body.max_priority,
+                      bookings=_booking_limits(body))
     write(settings, lambda s: g.set_group_quota(s, name, limits, set_by=user.name))
     return _one(settings, name)
 
@@ -117,7 +130,8 @@ def list_user_quotas(sess: SessionDep, user: ViewerUser) -> UserQuotasPublic:
             responses=REFUSALS)
 def set_user_quota(name: NamePath, body: UserQuota, settings: SettingsDep, user: AdminUser) -> UserQuotaPublic:
     """Replace a user's quota and share; a null limit is no limit, a null max_priority the default (admins only)."""
-    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share, body.max_priority)
+    limits = g.Limits(body.max_gpus, body.gpu_hours_per_week, body.share, body.max_priority,
+                      bookings=_booking_limits(body))
     return _user_public(name, write(settings, lambda s: g.set_user_quota(s, name, limits, set_by=user.name)))
 
 

@@ -4,7 +4,7 @@ import type { Group } from '../../api/types';
 import { useAction } from '../../api/useAction';
 import { useQuery } from '../../api/useQuery';
 import { ErrorState } from '../../components/States';
-import { limitValue, Refusal, Section } from './parts';
+import { BookingLimitInputs, limitValue, Refusal, Section, useBookingLimits } from './parts';
 
 function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
   const act = useAction(onChanged);
@@ -12,6 +12,7 @@ function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
   const [maxGpus, setMaxGpus] = useState(g.quota.max_gpus == null ? '' : String(g.quota.max_gpus));
   const [hours, setHours] = useState(g.quota.gpu_hours_per_week == null ? '' : String(g.quota.gpu_hours_per_week));
   const [cap, setCap] = useState(g.quota.max_priority == null ? '' : String(g.quota.max_priority));
+  const bookings = useBookingLimits(g.quota);
   return (
     <div className="group-card" data-testid={`group-${g.name}`}>
       <div className="group-head">
@@ -39,7 +40,7 @@ function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
           Add member
         </button>
       </form>
-      <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.setGroupQuota(g.name, { max_gpus: limitValue(maxGpus), gpu_hours_per_week: limitValue(hours), max_priority: limitValue(cap) })); }}>
+      <form className="inline-form" onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.setGroupQuota(g.name, { max_gpus: limitValue(maxGpus), gpu_hours_per_week: limitValue(hours), max_priority: limitValue(cap), ...bookings.values() })); }}>
         <label>
           GPUs <input aria-label={`GPU limit of group ${g.name}`} value={maxGpus} placeholder="∞" size={3} onChange={(e) => setMaxGpus(e.target.value)} />
         </label>
@@ -49,6 +50,7 @@ function GroupCard({ g, onChanged }: { g: Group; onChanged: () => void }) {
         <label>
           priority cap <input aria-label={`priority cap of group ${g.name}`} value={cap} placeholder="default" size={5} onChange={(e) => setCap(e.target.value)} />
         </label>
+        <BookingLimitInputs of={`group ${g.name}`} limits={bookings} blank="no limit" />
         <button type="submit" className="btn-small" disabled={act.busy}>
           Save quota
         </button>
@@ -63,7 +65,7 @@ export function GroupsSection() {
   const act = useAction(groups.reload);
   const [name, setName] = useState('');
   return (
-    <Section title="Groups and quotas" help={<>A group shares one quota: GPUs held at once and GPU-hours over a rolling week. A user's own cap wins over their groups'.</>}>
+    <Section title="Groups and quotas" help={<>A group shares one quota: GPUs held at once and GPU-hours over a rolling week. A user's own cap wins over their groups'. Its booking limits count all its members' bookings together.</>}>
       <form className="inline-form" aria-label="Create a group"
         onSubmit={(e) => { e.preventDefault(); void act.run(() => endpoints.createGroup(name.trim())).then((ok) => ok && setName('')); }}>
         <input aria-label="new group name" value={name} placeholder="group, e.g. vision" onChange={(e) => setName(e.target.value)} />

@@ -15,9 +15,9 @@ const user = (over: Partial<TeamUser> = {}): TeamUser => ({
 function stubTeam(role: 'admin' | 'member') {
   vi.spyOn(endpoints, 'whoami').mockResolvedValue({ name: role === 'admin' ? 'root' : 'alice', role, via: 'token', auth_required: true } as never);
   vi.spyOn(endpoints, 'users').mockResolvedValue({ data: [user(), user({ name: 'root', role: 'admin', groups: [] })], count: 2 } as never);
-  vi.spyOn(endpoints, 'quotas').mockResolvedValue({ data: [{ user: 'alice', max_gpus: 2, gpu_hours_per_week: null, share: 1, max_priority: 10, max_priority_set_by: 'root' }], count: 1 } as never);
+  vi.spyOn(endpoints, 'quotas').mockResolvedValue({ data: [{ user: 'alice', max_gpus: 2, gpu_hours_per_week: null, share: 1, max_priority: 10, max_priority_set_by: 'root', booking_max_gpus: 3 }], count: 1 } as never);
   vi.spyOn(endpoints, 'tokens').mockResolvedValue({ data: [], count: 0 } as never);
-  vi.spyOn(endpoints, 'groups').mockResolvedValue({ data: [{ name: 'vision', members: ['alice'], quota: { max_gpus: 4, gpu_hours_per_week: null, max_priority: null } }], count: 1 } as never);
+  vi.spyOn(endpoints, 'groups').mockResolvedValue({ data: [{ name: 'vision', members: ['alice'], quota: { max_gpus: 4, gpu_hours_per_week: null, max_priority: null, booking_hours_per_week: 40 } }], count: 1 } as never);
   vi.spyOn(endpoints, 'webhooks').mockResolvedValue({ data: [], count: 0 } as never);
 }
 
@@ -58,7 +58,29 @@ describe('TeamPage', () => {
     await userEvent.type(within(row).getByLabelText('priority cap of alice'), '50');
     await userEvent.clear(within(row).getByLabelText('GPU limit of alice'));
     await userEvent.click(within(row).getByRole('button', { name: 'Save' }));
-    expect(put).toHaveBeenCalledWith('alice', { max_gpus: null, gpu_hours_per_week: null, max_priority: 50, share: 1 });
+    expect(put).toHaveBeenCalledWith('alice', {
+      max_gpus: null, gpu_hours_per_week: null, max_priority: 50, share: 1,
+      booking_max_gpus: 3, booking_hours_per_week: null, booking_max_hours: null, booking_max_ahead_days: null,
+    });
+  });
+
+  it("sets a user's and a group's booking limits, and a save keeps the ones already set", async () => {
+    stubTeam('admin');
+    const putUser = vi.spyOn(endpoints, 'setUserQuota').mockResolvedValue({} as never);
+    const putGroup = vi.spyOn(endpoints, 'setGroupQuota').mockResolvedValue({} as never);
+    page();
+    const row = await screen.findByTestId('user-alice');
+    await userEvent.type(within(row).getByLabelText('longest booking in hours of alice'), '120');
+    await userEvent.click(within(row).getByRole('button', { name: 'Save' }));
+    expect(putUser).toHaveBeenCalledWith('alice', expect.objectContaining({ booking_max_gpus: 3, booking_max_hours: 120 }));
+    const group = await screen.findByTestId('group-vision');
+    expect(within(group).getByLabelText('booked GPU-hours per week of group vision')).toHaveValue('40');
+    await userEvent.clear(within(group).getByLabelText('GPU limit of group vision'));
+    await userEvent.click(within(group).getByRole('button', { name: 'Save quota' }));
+    expect(putGroup).toHaveBeenCalledWith('vision', {
+      max_gpus: null, gpu_hours_per_week: null, max_priority: null,
+      booking_max_gpus: null, booking_hours_per_week: 40, booking_max_hours: null, booking_max_ahead_days: null,
+    });
   });
 
   it("shows the server's refusal beside the user, in its words", async () => {

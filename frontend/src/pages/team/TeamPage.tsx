@@ -5,7 +5,7 @@ import { useAction } from '../../api/useAction';
 import { useQuery } from '../../api/useQuery';
 import { Empty, ErrorState, Loading, Pill } from '../../components/States';
 import { GroupsSection } from './GroupsSection';
-import { limitValue, Refusal, Section } from './parts';
+import { BookingLimitInputs, limitValue, Refusal, Section, useBookingLimits } from './parts';
 import { WebhooksSection } from './WebhooksSection';
 
 const ROLES = ['admin', 'member', 'viewer'] as const;
@@ -71,6 +71,7 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
   const [cap, setCap] = useState(quota?.max_priority == null ? '' : String(quota.max_priority));
   const [maxGpus, setMaxGpus] = useState(quota?.max_gpus == null ? '' : String(quota.max_gpus));
   const [hours, setHours] = useState(quota?.gpu_hours_per_week == null ? '' : String(quota.gpu_hours_per_week));
+  const bookings = useBookingLimits(quota);
   const saveQuota = () =>
     act.run(() =>
       endpoints.setUserQuota(u.name, {
@@ -78,6 +79,7 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
         gpu_hours_per_week: limitValue(hours),
         max_priority: limitValue(cap),
         share: quota?.share ?? 1,
+        ...bookings.values(),
       }),
     );
   return (
@@ -125,6 +127,7 @@ function UserRow({ u, quota, onChanged }: { u: TeamUser; quota?: UserQuotaPublic
               onChange={(e) => setHours(e.target.value)} title="GPU-hours over a rolling 7 days; blank: no limit" />
             <input aria-label={`priority cap of ${u.name}`} value={cap} placeholder="default" size={5} inputMode="numeric"
               onChange={(e) => setCap(e.target.value)} title="the highest priority they may give a training; blank: the server's default" />
+            <BookingLimitInputs of={u.name} limits={bookings} blank="the server's default" />
             <button type="submit" className="btn-small" disabled={act.busy}>
               Save
             </button>
@@ -187,7 +190,7 @@ function UsersSection() {
               <th>State</th>
               <th>Permissions</th>
               <th>Unix account</th>
-              <th title="GPUs at once · GPU-hours a week · priority cap">Limits (GPUs · GPU-h/week · priority cap)</th>
+              <th title="GPUs at once · GPU-hours a week · priority cap; then what their bookings may hold (blank: the server's default)">Limits (GPUs · GPU-h/week · priority cap) and bookings</th>
               <th>Tokens</th>
             </tr>
           </thead>
