@@ -20,8 +20,8 @@ from gpufleet.bookings import windows
 from gpufleet.bookings.times import FieldError
 from gpufleet.config import SchedulerSettings
 from gpufleet.db.bookings import OVERLAP, Booking, BookingGPU, release_rows
-from gpufleet.db.models import Group, GroupMember, Host, Quota, User
-from gpufleet.users.groups import BookingLimits, booking_limits
+from gpufleet.db.models import Host, Quota, User
+from gpufleet.users.groups import BookingLimits, booking_limits, group_quotas_of
 
 
 class Forbidden(PermissionError):
@@ -123,17 +123,10 @@ def bounds_of(sess: Session, owner: str, defaults: SchedulerSettings) -> list[Bo
         defaults.booking_max_hours if mine.max_hours is None else mine.max_hours,
         defaults.booking_max_ahead_days if mine.max_ahead_days is None else mine.max_ahead_days,
     ), (owner,))]
-    rows = sess.execute(select(Group.id, Group.name, Quota).join(Quota, Quota.group_id == Group.id)
-                        .join(GroupMember, GroupMember.group_id == Group.id)
-                        .join(User, User.id == GroupMember.user_id)
-                        .where(User.name == owner).order_by(Group.name)).all()
-    for gid, gname, quota in rows:
+    for gname, quota, members in group_quotas_of(sess, owner):
         limits = booking_limits(quota)
-        if not limits.any():
-            continue
-        members = tuple(sess.scalars(select(User.name).join(GroupMember, GroupMember.user_id == User.id)
-                                     .where(GroupMember.group_id == gid)))
-        out.append(Bound(limits, members, gname))
+        if limits.any():
+            out.append(Bound(limits, tuple(members), gname))
     return out
 
 

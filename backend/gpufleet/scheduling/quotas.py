@@ -26,9 +26,10 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.db.models import GPUAllocation, Group, GroupMember, Quota, Training, User
+from gpufleet.db.models import GPUAllocation, Quota, Training, User
 from gpufleet.db.pools import PoolJob
 from gpufleet.db.types import utcnow
+from gpufleet.users.groups import group_quotas_of
 from gpufleet.users.usage import held_seconds, unused_booked_seconds
 
 WEEK = timedelta(days=7)
@@ -78,19 +79,9 @@ def _limits_of(sess: Session, owner: str) -> list[tuple[str, Quota, list[str]]]:
     own = sess.scalars(select(Quota).where(Quota.user_id == user_id)).one_or_none()
     if own is not None and (own.max_gpus is not None or own.gpu_hours_per_week is not None):
         out.append((owner, own, [owner]))
-    rows = sess.execute(
-        select(Group.id, Group.name, Quota)
-        .join(GroupMember, GroupMember.group_id == Group.id)
-        .join(Quota, Quota.group_id == Group.id)
-        .where(GroupMember.user_id == user_id)
-        .order_by(Group.name)
-    ).all()
-    for gid, gname, quota in rows:
+    for gname, quota, members in group_quotas_of(sess, owner):
         if quota.max_gpus is None and quota.gpu_hours_per_week is None:
             continue
-        members = list(sess.scalars(
-            select(User.name).join(GroupMember, GroupMember.user_id == User.id).where(GroupMember.group_id == gid)
-        ))
         out.append((f"group {gname}", quota, members))
     return out
 

@@ -238,6 +238,21 @@ def list_groups(session: Session) -> list[GroupView]:
     return list(groups.values())
 
 
+def group_quotas_of(session: Session, user_name: str) -> list[tuple[str, Quota, list[str]]]:
+    """(group name, its quota, its members' names) for each group of ``user_name`` that has a quota, by name."""
+    rows = session.execute(
+        select(Group.id, Group.name, Quota)
+        .join(GroupMember, GroupMember.group_id == Group.id)
+        .join(User, User.id == GroupMember.user_id)
+        .join(Quota, Quota.group_id == Group.id)
+        .where(User.name == user_name)
+        .order_by(Group.name)
+    ).all()
+    return [(gname, quota, list(session.scalars(
+        select(User.name).join(GroupMember, GroupMember.user_id == User.id).where(GroupMember.group_id == gid))))
+        for gid, gname, quota in rows]
+
+
 def user_quotas(session: Session) -> dict[str, Limits]:
     """User name -> its quota, for every user that has one."""
     rows = session.execute(select(User.name, Quota).join(Quota, Quota.user_id == User.id))
