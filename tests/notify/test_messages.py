@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpufleet.notify import hooks, messages
-from gpufleet.notify.events import EVENTS, SESSION_EVENTS, TRAINING_EVENTS
+from gpufleet.notify.events import BOOKING_EVENTS, EVENTS, SESSION_EVENTS, TRAINING_EVENTS
 
 TRAINING = {"id": "5f0c3a9e-1111-2222-3333-444455556666", "name": "lr-sweep", "owner": "alice", "kind": "recipe",
             "status": "failed"}
@@ -46,7 +46,27 @@ def test_a_session_is_called_a_session(event: str, words: str) -> None:
 def test_every_event_a_hook_may_choose_has_words_of_its_own() -> None:
     # A new notification without its words would read "... of alice session_new" in a chat.
     assert set(EVENTS) <= set(messages.WORDS)
-    assert len(EVENTS) == len(set(EVENTS)) == len(TRAINING_EVENTS) + len(SESSION_EVENTS)
+    assert len(EVENTS) == len(set(EVENTS)) == len(TRAINING_EVENTS) + len(SESSION_EVENTS) + len(BOOKING_EVENTS)
+
+
+BOOKING = {"id": "9a8b7c6d-1111-2222-3333-444455556666", "owner": "dana", "kind": "booking",
+           "start": "2026-12-04T13:00:00+00:00", "end": "2026-12-04T19:00:00+00:00", "time_zone": "Europe/Berlin",
+           "gpu_count": 2, "gpus": [{"host": "gpu-01", "index": 0}, {"host": "gpu-01", "index": 1}],
+           "reason": "paper deadline", "released_at": None}
+
+
+@pytest.mark.parametrize(("event", "words"), [("booking_starting", "starts soon"),
+                                              ("booking_released", "was released")])
+def test_a_booking_is_named_as_a_booking_with_its_owner(event: str, words: str) -> None:
+    notice = _notice(event, training={}, booking=BOOKING, reason="why")
+    assert notice.as_text() == f"gpufleet: booking 9a8b7c6d of dana {words}: why"
+    assert json.loads(messages.body(notice, "slack")) == {"text": notice.as_text()}
+
+
+def test_a_bookings_json_body_carries_the_booking_and_a_trainings_carries_none() -> None:
+    body = json.loads(messages.body(_notice("booking_starting", training={}, booking=BOOKING), "json"))
+    assert body["booking"] == BOOKING and body["training"] == {} and body["event"] == "booking_starting"
+    assert "booking" not in json.loads(messages.body(_notice(), "json"))
 
 
 def test_the_reason_follows_the_sentence_and_only_when_there_is_one() -> None:

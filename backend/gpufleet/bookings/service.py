@@ -221,9 +221,9 @@ def held_gpus(sess: Session, b: Booking) -> list[BookingGPU]:
     return list(sess.scalars(select(BookingGPU).where(BookingGPU.booking_id == b.id).order_by(BookingGPU.gpu_index)))
 
 
-def release(sess: Session, b: Booking, now: datetime, reason: str) -> Booking:
+def release(sess: Session, b: Booking, now: datetime, reason: str, user: str | None = None) -> Booking:
     """End the booking now: its GPUs are free from ``now`` (all of it, when it had not begun)."""
-    release_rows(sess, b, now, reason)
+    release_rows(sess, b, now, reason, user)
     return b
 
 
@@ -231,4 +231,4 @@ def cancel(sess: Session, actor: Actor, booking_id: uuid.UUID, now: datetime) ->
     b = get(sess, booking_id)
     if not actor.admin and b.owner != actor.name:
         raise Forbidden("you may cancel your own bookings only")
-    return release(sess, b, now, f"cancelled by {actor.name}")
+    return release(sess, b, now, f"cancelled by {actor.name}", actor.name)

@@ -40,4 +40,6 @@ class SchedulerSettings(BaseModel):
     booking_hours_per_week: float = Field(default=336.0, ge=0)  # GPU-hours per ISO week (UTC) of the start
     booking_max_gpus: int = Field(default=8, ge=1)  # GPUs one member's bookings hold at once
     booking_release_grace_s: float = Field(default=1800.0, ge=0, le=7 * 86400)
+    # How long before a booking starts its owner is told (a booking_starting event, which webhooks send).
+    booking_notice_lead_s: float = Field(default=900.0, ge=0, le=7 * 86400)
     booking_quota_counts: Literal["booked", "used"] = "booked"

@@ -7,7 +7,8 @@ PostgreSQL an exclusion constraint (btree_gist) over ``gpu_id`` and
 ``tstzrange(start_at, end_at)``, on SQLite a trigger made by the migration
 (``booking_gpus_no_overlap``). A booking cancelled or released gives its GPUs
 back by ending their rows' windows at that moment (an empty window overlaps
-nothing), so the rows stay as the record of what was held.
+nothing), so the rows stay as the record of what was held. ``booking_events`` is what its owner is told
+of (it starts soon; it was released), read by the webhooks' outbox (gpufleet.notify.outbox).
 """
 
 from __future__ import annotations
@@ -15,8 +16,22 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, Integer, String, Text, Uuid, func, literal_column, select
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ExcludeConstraint
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from gpufleet.db.base import Base
@@ -25,6 +40,9 @@ from gpufleet.db.types import UTCDateTime, utcnow
 # The message SQLite's trigger aborts with (and the name of PostgreSQL's constraint): how a conflict is known.
 OVERLAP = "booking_gpus_no_overlap"
 KINDS = ("booking", "maintenance")
+# What a booking's owner is told of: it starts within GPUFLEET_BOOKING_NOTICE_LEAD_S; it was released (by a
+# person, or unused).
+STARTING, RELEASED = "booking_starting", "booking_released"
 
 
 class Booking(Base):
@@ -69,15 +87,48 @@ class BookingGPU(Base):
     end_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-def release_rows(sess: Session, b: Booking, now: datetime, reason: str) -> None:
-    """End ``b`` now: cancelled, or released unused. Its GPUs' windows end at ``now`` (at their start, when it
-    had not begun), so they are free from then and the rows keep what was held."""
+class BookingEvent(Base):
+    """One thing a booking's owner is told of, at most once per booking and kind.
+
+    The unique pair is what makes it once: two schedulers that see a booking start soon at the same moment
+    both try, and one row is written (:func:`record`). Webhooks are sent from these rows after the fact."""
+
+    __tablename__ = "booking_events"
+    __table_args__ = (UniqueConstraint("booking_id", "kind"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    booking_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("bookings.id", ondelete="CASCADE"))
+    owner: Mapped[str] = mapped_column(String(64))  # the booking's, whose webhooks hear of it
+    kind: Mapped[str] = mapped_column(String(32))  # booking_starting | booking_released
+    # When it was written, by the server's own clock (never a pass's injected one): the outbox reads in this order.
+    time: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    reason: Mapped[str | None] = mapped_column(Text)
+    user: Mapped[str | None] = mapped_column(String(64))  # who did it; None for the server itself
+
+
+def record(sess: Session, b: Booking, kind: str, reason: str, user: str | None = None) -> bool:
+    """Write ``b``'s ``kind`` event unless it is written already; whether this call wrote it."""
+    if sess.scalar(select(BookingEvent.id).where(BookingEvent.booking_id == b.id, BookingEvent.kind == kind)):
+        return False
+    try:
+        with sess.begin_nested():  # another server writing the same one now: its row stands, ours goes
+            sess.add(BookingEvent(booking_id=b.id, owner=b.owner, kind=kind, time=utcnow(), reason=reason, user=user))
+    except IntegrityError:
+        return False
+    return True
+
+
+def release_rows(sess: Session, b: Booking, now: datetime, reason: str, user: str | None = None) -> None:
+    """End ``b`` now: cancelled (by ``user``), or released unused. Its GPUs' windows end at ``now`` (at their
+    start, when it had not begun), so they are free from then and the rows keep what was held; its owner
+    is told (a ``booking_released`` event)."""
     if b.released_at is not None:
         return
     b.released_at, b.release_reason = now, reason
     for row in sess.scalars(select(BookingGPU).where(BookingGPU.booking_id == b.id)):
         row.end_at = min(row.end_at, max(row.start_at, now))
     sess.flush()
+    record(sess, b, RELEASED, reason, user)
 
 
 class BookingFeed(Base):

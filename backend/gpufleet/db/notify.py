@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Boolean, ForeignKey, Integer, String, Text, UniqueConstraint, Uuid
+from sqlalchemy import BigInteger, Boolean, CheckConstraint, ForeignKey, Integer, String, Text, UniqueConstraint, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpufleet.db.base import Base
@@ -35,15 +35,24 @@ class Webhook(Base):
 
 
 class WebhookDelivery(Base):
-    """One event owed to one webhook: tried until delivered or out of attempts."""
+    """One event owed to one webhook: tried until delivered or out of attempts.
+
+    The event is a training's (``event_id``) or a booking's (``booking_event_id``), exactly one of them."""
 
     __tablename__ = "webhook_deliveries"
-    __table_args__ = (UniqueConstraint("webhook_id", "event_id"),)
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "event_id"),
+        UniqueConstraint("webhook_id", "booking_event_id"),
+        CheckConstraint("(event_id IS NULL) <> (booking_event_id IS NULL)", name="one_event"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     webhook_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
-    event_id: Mapped[int] = mapped_column(ForeignKey("training_events.id", ondelete="CASCADE"), index=True)
-    event: Mapped[str] = mapped_column(String(32))  # the notification's name: training_succeeded, session_ready ...
+    event_id: Mapped[int | None] = mapped_column(ForeignKey("training_events.id", ondelete="CASCADE"), index=True)
+    booking_event_id: Mapped[int | None] = mapped_column(ForeignKey("booking_events.id", ondelete="CASCADE"),
+                                                         index=True)
+    # The notification's name: training_succeeded, session_ready, booking_starting ...
+    event: Mapped[str] = mapped_column(String(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     # When it may be tried next; a sender claims it by moving this past its own try.
     next_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
@@ -54,7 +63,8 @@ class WebhookDelivery(Base):
 
 
 class NotifyCursor(Base):
-    """How far the outbox has read ``training_events`` (one row)."""
+    """How far an outbox has been read: ``webhooks`` (``training_events``), ``webhooks-bookings``
+    (``booking_events``)."""
 
     __tablename__ = "notify_cursor"
 

@@ -4,11 +4,14 @@ Trainings: their ``status`` events (``running``, ``succeeded``, ``failed``,
 ``preempted``). Sessions (rows whose kind a person calls a session): the session's
 own event kinds (``session_ready``, ``session_idle_warning``,
 ``session_stopped``), never their rows' status events, which say the same
-thing in a training's words.
+thing in a training's words. Bookings: ``booking_starting`` (within
+``GPUFLEET_BOOKING_NOTICE_LEAD_S`` of its start) and ``booking_released``
+(cancelled, or given back unused), the kinds of ``booking_events`` rows.
 """
 
 from __future__ import annotations
 
+from gpufleet.db.bookings import RELEASED, STARTING
 from gpufleet.workkinds import noun
 
 TRAINING_EVENTS = {
@@ -18,7 +21,8 @@ TRAINING_EVENTS = {
     "preempted": "training_preempted",
 }
 SESSION_EVENTS = ("session_ready", "session_idle_warning", "session_stopped")
-EVENTS: tuple[str, ...] = (*TRAINING_EVENTS.values(), *SESSION_EVENTS)
+BOOKING_EVENTS = (STARTING, RELEASED)
+EVENTS: tuple[str, ...] = (*TRAINING_EVENTS.values(), *SESSION_EVENTS, *BOOKING_EVENTS)
 
 
 def _as_training(event_kind: str, status: str | None) -> str | None:

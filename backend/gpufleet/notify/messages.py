@@ -28,27 +28,37 @@ WORDS = {
     "session_ready": "is ready",
     "session_idle_warning": "is idle and will be stopped",
     "session_stopped": "stopped",
+    "booking_starting": "starts soon",
+    "booking_released": "was released",
     "test": "sent a test notification",
 }
 
 
 @dataclass(frozen=True)
 class Notice:
-    """One notification, whatever the format it is sent in."""
+    """One notification, whatever the format it is sent in: of a training (or session), or of a booking."""
 
     key: str  # the idempotency key
     event: str
     time: str
-    training: dict[str, Any]  # id, name, owner, kind, status
+    training: dict[str, Any]  # id, name, owner, kind, status; {} for a booking's
     reason: str | None = None
     user: str | None = None
     data: dict[str, Any] | None = None
+    booking: dict[str, Any] | None = None  # id, owner, kind, start, end, time_zone, gpu_count, gpus, reason
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.key, "event": self.event, "time": self.time, "training": self.training,
-                "reason": self.reason, "user": self.user, "data": self.data or {}}
+        out = {"id": self.key, "event": self.event, "time": self.time, "training": self.training,
+               "reason": self.reason, "user": self.user, "data": self.data or {}}
+        if self.booking is not None:
+            out["booking"] = self.booking
+        return out
 
     def as_text(self) -> str:
+        if self.booking is not None:
+            b = self.booking
+            line = f"gpufleet: booking {str(b.get('id'))[:8]} of {b.get('owner')} {WORDS.get(self.event, self.event)}"
+            return f"{line}: {self.reason}" if self.reason else line
         t = self.training
         what = noun(t.get("kind"))
         line = f"gpufleet: {what} {t.get('name')} ({str(t.get('id'))[:8]}) of {t.get('owner')} " \

@@ -1,7 +1,7 @@
-"""Deliveries from ``training_events``: an outbox read after the fact, sent with retries.
+"""Deliveries from ``training_events`` and ``booking_events``: outboxes read after the fact, sent with retries.
 
-Nothing that writes a training's event knows of webhooks. :func:`fan_out`
-reads the events past ``notify_cursor`` and records one ``webhook_deliveries``
+Nothing that writes a training's or a booking's event knows of webhooks. :func:`fan_out`
+reads each table's events past its ``notify_cursor`` row and records one ``webhook_deliveries``
 row per (event, hook that wants it) — a unique pair, so reading an event twice
 owes nothing twice — then moves the cursor, compare-and-set, so two servers
 reading at once agree. The cursor never passes an event younger than
@@ -19,9 +19,11 @@ to a restart (the rows are the state).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select, update
@@ -29,7 +31,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpufleet.config import StoreSettings, WebhookSettings
-from gpufleet.db.models import Training, TrainingEvent
+from gpufleet.db.bookings import Booking, BookingEvent, BookingGPU
+from gpufleet.db.models import Host, Training, TrainingEvent
 from gpufleet.db.notify import NotifyCursor, Webhook, WebhookDelivery
 from gpufleet.db.session import rows_changed, session_scope, write_session
 from gpufleet.db.types import utcnow
@@ -45,68 +48,100 @@ BATCH = 500
 MAX_BACKOFF_S = 3600.0
 
 
+@dataclass(frozen=True)
+class Outbox:
+    """A table of events read for webhooks: its cursor's name, the delivery column that names its rows, and
+    how a batch past the cursor is read as ``(id, time, notification or None, owner)``."""
+
+    cursor: str
+    table: Any  # TrainingEvent | BookingEvent: has ``id`` and ``time``
+    column: Any  # WebhookDelivery.event_id | WebhookDelivery.booking_event_id
+    read: Callable[[Session, int], Sequence[tuple[int, datetime, str | None, str]]]
+
+
+def _trainings(sess: Session, start: int) -> list[tuple[int, datetime, str | None, str]]:
+    rows = sess.execute(
+        select(TrainingEvent.id, TrainingEvent.time, TrainingEvent.kind, TrainingEvent.status, Training.owner,
+               Training.kind)
+        .join(Training, Training.id == TrainingEvent.training_id)
+        .where(TrainingEvent.id > start).order_by(TrainingEvent.id).limit(BATCH)).all()
+    return [(eid, when, notification(kind, status, tkind), owner) for eid, when, kind, status, owner, tkind in rows]
+
+
+def _bookings(sess: Session, start: int) -> list[tuple[int, datetime, str | None, str]]:
+    rows = sess.execute(select(BookingEvent.id, BookingEvent.time, BookingEvent.kind, BookingEvent.owner)
+                        .where(BookingEvent.id > start).order_by(BookingEvent.id).limit(BATCH)).all()
+    return [(eid, when, kind, owner) for eid, when, kind, owner in rows]
+
+
+OUTBOXES = (
+    Outbox(CURSOR, TrainingEvent, WebhookDelivery.event_id, _trainings),
+    Outbox("webhooks-bookings", BookingEvent, WebhookDelivery.booking_event_id, _bookings),
+)
+
+
 def fan_out(settings: StoreSettings) -> int:
-    """Record the deliveries owed for events past the cursor; how many were new."""
-    if not _has_news(settings):
+    """Record the deliveries owed for events past the cursors; how many were new."""
+    return sum(_fan_out(settings, box) for box in OUTBOXES)
+
+
+def _fan_out(settings: StoreSettings, box: Outbox) -> int:
+    if not _has_news(settings, box):
         return 0  # most passes: no write transaction (SQLite's one write lock stays free)
     with write_session(settings) as sess:
         first_hook = sess.execute(select(func.min(Webhook.created_at))).scalar()
         if first_hook is None:
             return 0  # no hook anywhere: nothing to read for
-        cursor = sess.get(NotifyCursor, CURSOR)
+        cursor = sess.get(NotifyCursor, box.cursor)
         if cursor is None:
             # Start just before the first hook: older events were owed to nobody.
-            start = sess.execute(select(func.max(TrainingEvent.id)).where(
-                TrainingEvent.time < first_hook - timedelta(seconds=LAG_S))).scalar() or 0
-            cursor = NotifyCursor(name=CURSOR, last_event_id=start)
+            start = sess.execute(select(func.max(box.table.id)).where(
+                box.table.time < first_hook - timedelta(seconds=LAG_S))).scalar() or 0
+            cursor = NotifyCursor(name=box.cursor, last_event_id=start)
             sess.add(cursor)
             try:
                 sess.flush()
             except IntegrityError:
                 return 0  # another server made it; the next pass reads
         start = cursor.last_event_id
-        rows = sess.execute(
-            select(TrainingEvent.id, TrainingEvent.kind, TrainingEvent.status, TrainingEvent.time,
-                   Training.owner, Training.kind)
-            .join(Training, Training.id == TrainingEvent.training_id)
-            .where(TrainingEvent.id > start).order_by(TrainingEvent.id).limit(BATCH)).all()
-        made = _record(sess, rows)
+        rows = box.read(sess, start)
+        made = _record(sess, box, rows)
         settled = utcnow() - timedelta(seconds=LAG_S)
         end = start
-        for row in rows:
-            if row[3] >= settled:
+        for eid, when, _name, _owner in rows:
+            if when >= settled:
                 break
-            end = row[0]
+            end = eid
         if end != start:
-            sess.execute(update(NotifyCursor).where(NotifyCursor.name == CURSOR, NotifyCursor.last_event_id == start)
+            sess.execute(update(NotifyCursor).where(NotifyCursor.name == box.cursor,
+                                                    NotifyCursor.last_event_id == start)
                          .values(last_event_id=end).execution_options(synchronize_session=False))
         return made
 
 
-def _has_news(settings: StoreSettings) -> bool:
+def _has_news(settings: StoreSettings, box: Outbox) -> bool:
     """Whether a hook exists and an event came past the cursor (or there is no cursor yet)."""
     with session_scope(settings) as sess:
         if sess.execute(select(Webhook.id).limit(1)).first() is None:
             return False
-        cursor = sess.get(NotifyCursor, CURSOR)
+        cursor = sess.get(NotifyCursor, box.cursor)
         return cursor is None or sess.execute(
-            select(TrainingEvent.id).where(TrainingEvent.id > cursor.last_event_id).limit(1)).first() is not None
+            select(box.table.id).where(box.table.id > cursor.last_event_id).limit(1)).first() is not None
 
 
-def _record(sess: Session, rows: Sequence) -> int:
-    wanted = [(eid, name, when, owner) for eid, kind, status, when, owner, tkind in rows
-              if (name := notification(kind, status, tkind)) is not None]
+def _record(sess: Session, box: Outbox, rows: Sequence[tuple[int, datetime, str | None, str]]) -> int:
+    wanted = [(eid, name, when, owner) for eid, when, name, owner in rows if name is not None]
     if not wanted:
         return 0
     hooks = sess.execute(select(Webhook).where(Webhook.owner.in_({w[3] for w in wanted}),
                                                Webhook.enabled.is_(True))).scalars().all()
-    have = set(sess.execute(select(WebhookDelivery.webhook_id, WebhookDelivery.event_id).where(
-        WebhookDelivery.event_id.in_([w[0] for w in wanted]))).all())
+    have = set(sess.execute(select(WebhookDelivery.webhook_id, box.column).where(
+        box.column.in_([w[0] for w in wanted]))).all())
     made = 0
     for eid, name, when, owner in wanted:
         for hook in hooks:
             if hook.owner == owner and name in hook.events and when >= hook.created_at and (hook.id, eid) not in have:
-                sess.add(WebhookDelivery(webhook_id=hook.id, event_id=eid, event=name, next_at=utcnow()))
+                sess.add(WebhookDelivery(webhook_id=hook.id, event=name, next_at=utcnow(), **{box.column.key: eid}))
                 made += 1
     sess.flush()
     return made
@@ -135,6 +170,8 @@ def _claim(store_settings: StoreSettings, webhook_settings: WebhookSettings, lim
 
 
 def notice_for(sess: Session, d: WebhookDelivery) -> messages.Notice:
+    if d.booking_event_id is not None:
+        return _booking_notice(sess, d)
     ev = sess.get(TrainingEvent, d.event_id)
     t = sess.get(Training, ev.training_id) if ev is not None else None
     training = {"id": str(t.id), "name": t.name, "owner": t.owner, "kind": t.kind,
@@ -143,6 +180,22 @@ def notice_for(sess: Session, d: WebhookDelivery) -> messages.Notice:
                            time=ev.time.isoformat() if ev else utcnow().isoformat(), training=training,
                            reason=ev.reason if ev else None, user=ev.user if ev else None,
                            data=ev.data if ev else None)
+
+
+def _booking_notice(sess: Session, d: WebhookDelivery) -> messages.Notice:
+    ev = sess.get(BookingEvent, d.booking_event_id)
+    b = sess.get(Booking, ev.booking_id) if ev is not None else None
+    booking: dict[str, Any] = {}
+    if b is not None:
+        gpus = sess.execute(select(Host.name, BookingGPU.gpu_index).join(Host, Host.id == BookingGPU.host_id)
+                            .where(BookingGPU.booking_id == b.id).order_by(Host.name, BookingGPU.gpu_index)).all()
+        booking = {"id": str(b.id), "owner": b.owner, "kind": b.kind, "start": b.start_at.isoformat(),
+                   "end": b.end_at.isoformat(), "time_zone": b.time_zone, "gpu_count": b.gpu_count,
+                   "gpus": [{"host": host, "index": index} for host, index in gpus], "reason": b.reason,
+                   "released_at": b.released_at.isoformat() if b.released_at else None}
+    return messages.Notice(key=f"{d.webhook_id}:b{d.booking_event_id}", event=d.event,
+                           time=ev.time.isoformat() if ev else utcnow().isoformat(), training={},
+                           reason=ev.reason if ev else None, user=ev.user if ev else None, booking=booking)
 
 
 def post(http: httpx.Client, hook: Webhook, notice: messages.Notice) -> tuple[bool, str | None]:

@@ -7,7 +7,8 @@ start to its end the GPU takes only the booker's own work. Stoppable work (preem
 the GPUs until ``stop_lead`` before the start: then it is asked to stop, as a preemption asks (the stop
 contract: it checkpoints within the stop grace), and is requeued, not failed (``stop_ahead``). Other work
 with no known end is not placed on a GPU with any booking of another's ahead. The rows are
-gpufleet.db.bookings' (the bookings package writes them); ``release_unused`` gives back unused ones.
+gpufleet.db.bookings' (the bookings package writes them); ``release_unused`` gives back unused ones, and
+``starting_soon`` tells a booker that her booking starts (both as ``booking_events``, which webhooks send).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
-from gpufleet.db.bookings import Booking, BookingGPU, release_rows
+from gpufleet.db.bookings import STARTING, Booking, BookingEvent, BookingGPU, record, release_rows
 from gpufleet.db.models import GPUAllocation, Training
 from gpufleet.db.session import rows_changed
 from gpufleet.lifecycle.transitions import record_event
@@ -104,6 +106,31 @@ def release_unused(sess: Session, now: datetime, grace_s: float) -> list[Booking
                                        f"{grace_s / 60:g} min")
             released.append(b)
     return released
+
+
+def starting_soon(sess: Session, now: datetime, lead_s: float, grace_s: float) -> list[Booking]:
+    """Tell each booker whose booking starts within ``lead_s`` (or has started, and is not over) that it does:
+    one ``booking_starting`` event per booking, however many passes or servers see it. Returns those told."""
+    told = select(BookingEvent.booking_id).where(BookingEvent.kind == STARTING)
+    due = sess.scalars(select(Booking).where(
+        Booking.kind == "booking", Booking.released_at.is_(None), Booking.end_at > now,
+        Booking.start_at <= now + timedelta(seconds=lead_s), Booking.id.not_in(told)).order_by(Booking.start_at))
+    return [b for b in due if record(sess, b, STARTING, starts_at(b, now, grace_s))]
+
+
+def starts_at(b: Booking, now: datetime, grace_s: float) -> str:
+    """When ``b`` starts (or started) and ends, in the zone it was booked in (and UTC), and when it is
+    released if unused."""
+    try:
+        tz = ZoneInfo(b.time_zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        tz = ZoneInfo("UTC")
+    local = f"{b.start_at.astimezone(tz):%Y-%m-%d %H:%M} {tz.key}"
+    utc = "" if tz.key == "UTC" else f" ({b.start_at:%H:%M} UTC)"
+    verb = "started" if b.start_at <= now else "starts"
+    return (f"{b.gpu_count} GPU{'s' if b.gpu_count != 1 else ''} {verb} at {local}{utc}, held until "
+            f"{b.end_at.astimezone(tz):%Y-%m-%d %H:%M}; if none of {b.owner}'s work runs on them in its first "
+            f"{grace_s / 60:g} min, the rest is released")
 
 
 def stop_ahead(sess: Session, now: datetime, stop_grace_s: float) -> list[tuple[Training, Booking]]:

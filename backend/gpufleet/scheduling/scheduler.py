@@ -198,8 +198,11 @@ def schedule_pending(
 
 
 def _bookings_step(store: StoreSettings, scheduler: SchedulerSettings, worker: WorkerSettings, now: datetime) -> None:
-    """Release unused bookings, then ask stoppable work on GPUs a booking soon takes to stop."""
+    """Tell bookers whose bookings start soon, release unused bookings, then ask stoppable work on GPUs a
+    booking soon takes to stop."""
     with write_session(store) as sess:
+        for b in bookings.starting_soon(sess, now, scheduler.booking_notice_lead_s, scheduler.booking_release_grace_s):
+            log.info("booking %s of %s starts at %s: its owner is told", b.id, b.owner, b.start_at)
         for b in bookings.release_unused(sess, now, scheduler.booking_release_grace_s):
             log.info("booking %s of %s released: %s", b.id, b.owner, b.release_reason)
         for t, b in bookings.stop_ahead(sess, now, worker.stop_grace_s):

@@ -4322,9 +4322,9 @@ export interface components {
         WebhookCreate: {
             /**
              * Events
-             * @description which notifications to send: training_started, training_succeeded, training_failed, training_preempted, session_ready, session_idle_warning, session_stopped (default: all)
+             * @description which notifications to send: training_started, training_succeeded, training_failed, training_preempted, session_ready, session_idle_warning, session_stopped, booking_starting, booking_released (default: all)
              */
-            events?: ("training_started" | "training_succeeded" | "training_failed" | "training_preempted" | "session_ready" | "session_idle_warning" | "session_stopped")[] | null;
+            events?: ("training_started" | "training_succeeded" | "training_failed" | "training_preempted" | "session_ready" | "session_idle_warning" | "session_stopped" | "booking_starting" | "booking_released")[] | null;
             /**
              * Format
              * @description json: the generic body, signed with HMAC-SHA256; slack: {"text": ...} for Slack or Mattermost
@@ -4410,7 +4410,7 @@ export interface components {
             /** Enabled */
             enabled?: boolean | null;
             /** Events */
-            events?: ("training_started" | "training_succeeded" | "training_failed" | "training_preempted" | "session_ready" | "session_idle_warning" | "session_stopped")[] | null;
+            events?: ("training_started" | "training_succeeded" | "training_failed" | "training_preempted" | "session_ready" | "session_idle_warning" | "session_stopped" | "booking_starting" | "booking_released")[] | null;
             /** Format */
             format?: ("json" | "slack") | null;
             /** Url */
@@ -12344,10 +12344,10 @@ export const userCreateRoleValues: ReadonlyArray<FlattenedDeepRequired<component
 export const userPublicRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UserPublic"]["role"]> = ["admin", "member", "viewer"];
 export const userUpdateRoleAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["UserUpdate"]["role"]> = ["admin", "member", "viewer"];
 export const validateBodyRecipeAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["ValidateBody"]["recipe"]> = ["mlp", "sae"];
-export const webhookCreateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped"];
+export const webhookCreateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped", "booking_starting", "booking_released"];
 export const webhookCreateFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreate"]["format"]> = ["json", "slack"];
 export const webhookCreatedFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookCreated"]["format"]> = ["json", "slack"];
 export const webhookPublicFormatValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookPublic"]["format"]> = ["json", "slack"];
-export const webhookUpdateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookUpdate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped"];
+export const webhookUpdateEventsAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookUpdate"]["events"]> = ["training_started", "training_succeeded", "training_failed", "training_preempted", "session_ready", "session_idle_warning", "session_stopped", "booking_starting", "booking_released"];
 export const webhookUpdateFormatAnyOf0Values: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WebhookUpdate"]["format"]> = ["json", "slack"];
 export const whoAmIRoleValues: ReadonlyArray<FlattenedDeepRequired<components>["schemas"]["WhoAmI"]["role"]> = ["admin", "member", "viewer"];
