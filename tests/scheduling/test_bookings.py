@@ -14,6 +14,7 @@ from gpufleet.db.session import session_scope, write_session
 from gpufleet.lifecycle.transitions import transition
 from gpufleet.scheduling import bookings
 from gpufleet.db.types import utcnow
+from gpufleet.scheduling.queue_position import expected_start
 from gpufleet.scheduling.scheduler import schedule_pending
 from gpufleet.users.accounts import add_user
 
@@ -143,3 +144,22 @@ def _last_reason(s, tid) -> str:
     with session_scope(s) as sess:
         return sess.scalars(select(TrainingEvent.reason).where(TrainingEvent.training_id == tid)
                             .order_by(TrainingEvent.seq.desc()).limit(1)).one()
+
+
+@BOTH
+def test_the_expected_start_of_work_a_booking_keeps_waiting_is_after_that_booking(sim_host):
+    s = sim_host("nvlink-all", "4xH100-80GB")
+    begins = _minute(utcnow()) + timedelta(hours=1)
+    _book(s, "dana", begins, 2)
+    # Four idle GPUs, but its two hours would run into dana's: it starts when her booking ends, and says so.
+    long = submit(s, "long", gpus=4, max_runtime_s=2 * 3600, preemptible=False)
+    assert long in schedule_pending(s).waiting
+    with session_scope(s) as sess:
+        when = expected_start(sess, s, s, long)
+    assert when == begins + timedelta(hours=2), when
+    # Her own work is not kept from her booking: placed now, on the GPUs it runs on into her window.
+    hers = submit(s, "hers", gpus=4, max_runtime_s=2 * 3600, preemptible=False, owner="dana", priority=-1)
+    placed = schedule_pending(s)
+    assert hers in dict(placed.scheduled), placed.waiting.get(hers)
+    with session_scope(s) as sess:  # and the one waiting now waits for hers as well as the booking
+        assert expected_start(sess, s, s, long) == begins + timedelta(hours=2)

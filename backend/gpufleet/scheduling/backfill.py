@@ -11,7 +11,10 @@ a busy GPU frees up is the expected end of every training holding it:
 - its measured progress: the steps left at the rate of the last few minutes,
 
 whichever comes first; a training with neither never frees its GPUs as far as
-the reservation can tell. A lower-priority training may take GPUs of a
+the reservation can tell. A GPU that another's booking holds (or a maintenance
+window) frees up for the waiting training only where its run fits around
+that booking, by the rules the scheduler places by (``scheduling.bookings``):
+so a training's expected start counts the bookings in its way. A lower-priority training may take GPUs of a
 reservation only if it will end before they are all free: by its own
 ``max_runtime_s``, which the supervisor enforces. Otherwise it waits, and its
 ``wait_reason`` says behind whom and why. GPUs outside every reservation are
@@ -42,6 +45,7 @@ from gpufleet.db.models import (
     TrainingMetric,
 )
 from gpufleet.db.types import utcnow
+from gpufleet.scheduling import bookings
 
 # Reservations per pass; a queue waits behind its head, not behind every row.
 MAX_RESERVATIONS = 8
@@ -115,6 +119,7 @@ def reservation(sess: Session, settings: WorkerSettings, t: Training, hosts: Seq
     for gpu_id, holder in allocs:
         holders_of.setdefault(gpu_id, []).append(holder)
     ends = expected_ends(sess, settings, list({h.id: h for _, h in allocs}.values()), now)
+    booked = bookings.windows_of_others(sess, t, host_ids, now)
     best: Reservation | None = None
     for host in hosts:
         usable = [g for g in gpus if g.host_id == host.id and g.enabled and not g.drained and g.status == "ok"
@@ -129,7 +134,10 @@ def reservation(sess: Session, settings: WorkerSettings, t: Training, hosts: Seq
             times = [e for e in (ends.get(h.id) for h in holders) if e is not None]
             # Kept for a preemptor: those GPUs are its, never this one's to count on.
             kept = any(h.status == "preempted" and h.preempted_by != t.id for h in holders)
-            free_at[g.index] = None if kept or len(times) < len(holders) else max(times, default=now)
+            when = None if kept or len(times) < len(holders) else max(times, default=now)
+            if when is not None and (host.id, g.index) in booked:
+                when = bookings.past_bookings(t, when, booked[(host.id, g.index)], now, settings.stop_grace_s)
+            free_at[g.index] = when
         if len(free_at) < count or sum(1 for v in free_at.values() if v == now) >= count:
             continue  # can never fit here, or it waits for something other than GPUs (it would be placed)
         order = sorted(free_at, key=lambda i: (free_at[i] is None, free_at[i] or now, i))[:count]

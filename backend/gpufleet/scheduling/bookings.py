@@ -80,6 +80,46 @@ def booked_away(sess: Session, t: Any, host_id: uuid.UUID, now: datetime, stop_g
     return out
 
 
+def windows_of_others(sess: Session, t: Any, host_ids: Sequence[uuid.UUID],
+                      now: datetime) -> dict[tuple[uuid.UUID, int], list[tuple[datetime, datetime]]]:
+    """The windows, by start, that bookings of others (and maintenance) hold GPUs of ``host_ids`` from now on,
+    per (host, GPU index): what ``t`` must not run into."""
+    if not host_ids:
+        return {}
+    rows = sess.execute(
+        select(BookingGPU.host_id, BookingGPU.gpu_index, BookingGPU.start_at, BookingGPU.end_at, Booking.kind,
+               Booking.owner).join(Booking, Booking.id == BookingGPU.booking_id)
+        .where(BookingGPU.host_id.in_(list(host_ids)), BookingGPU.start_at < BookingGPU.end_at,
+               BookingGPU.end_at > now).order_by(BookingGPU.start_at)).all()
+    out: dict[tuple[uuid.UUID, int], list[tuple[datetime, datetime]]] = {}
+    for host_id, index, start, end, kind, owner in rows:
+        if not (kind == "booking" and owner == t.owner):
+            out.setdefault((host_id, index), []).append((start, end))
+    return out
+
+
+def past_bookings(t: Any, free_at: datetime, windows: Sequence[tuple[datetime, datetime]], now: datetime,
+                  stop_grace_s: float) -> datetime:
+    """The first moment from ``free_at`` at which ``t`` may take a GPU held by ``windows`` (others' bookings,
+    by start), by the rules the scheduler places by: known to end before the next one, or stoppable until its
+    stop lead before it; work of neither kind only after the last."""
+    ends = expected_end(t, now, stop_grace_s)
+    length = ends - now if ends is not None else None
+    stoppable = bool(t.preemptible and t.exclusive)
+    lead = stop_lead(stop_grace_s)
+    when = free_at
+    for start, end in windows:
+        if end <= when:
+            continue
+        if length is not None:
+            clash = when + length > start
+        else:
+            clash = not stoppable or when + lead >= start
+        if clash:
+            when = end
+    return when
+
+
 def mark(states: Sequence[Any], away: dict[int, str]) -> None:
     """Each GPU state the bookings keep from this training says so (reservation.GPUState.booked)."""
     for st in states:
