@@ -189,3 +189,32 @@ def test_a_gang_waiting_to_be_placed_again_names_a_host_it_ran_on_that_went_offl
     assert why.startswith("needs 2 hosts × 4 free GPUs"), why
     assert f"host {b.host_name}, where it ran, is offline" in why, why
     assert c.get(f"/api/v1/trainings/{gid}").json()["wait_reason"] == why
+
+
+def test_a_gang_does_not_take_gpus_booked_by_another_and_says_whose(fleet, client_for):
+    from datetime import timedelta
+
+    from gpufleet.bookings import service
+    from gpufleet.db.session import write_session
+    from gpufleet.db.types import utcnow
+    from gpufleet.users.accounts import add_user
+
+    a, b, _ = fleet
+    now = utcnow().replace(second=0, microsecond=0)
+    with write_session(a) as sess:  # dana's booking of two of b's GPUs, from now for two hours
+        add_user(sess, "dana", "member")
+        booking = service.create(sess, service.Actor("admin", admin=True), service.Wanted(
+            now, now + timedelta(hours=2), 2, host=b.host_name, gpu_indices=(2, 3), owner="dana"), a, utcnow())
+    c = client_for(a)
+    r = c.post("/api/v1/trainings", json={"name": "g", "recipe": "mlp", "config": MLP,
+                                          "hosts": [a.host_name, b.host_name], "gpus_per_host": 4})
+    assert r.status_code == 201, r.text
+    gid = uuid.UUID(r.json()["id"])
+    why = schedule_pending(a).waiting[gid]
+    assert f"host {b.host_name} has 2 free" in why and "booked by dana until" in why, why
+    with session_scope(a) as sess:
+        assert sess.scalar(select(func.count()).select_from(GPUAllocation)
+                           .where(GPUAllocation.training_id == gid)) == 0
+    with write_session(a) as sess:
+        service.cancel(sess, service.Actor("dana", admin=False), booking.id, utcnow())
+    assert gid in dict(schedule_pending(a).scheduled)

@@ -8,13 +8,16 @@ does), which is the order the one-host path takes them in too, so two
 schedulers never deadlock. The allocations of every host, the member rows and
 the move to ``scheduled`` are one transaction: a gang never holds part of its
 GPUs, and the exclusive-holder unique index guards each GPU as it does for any
-training. What a gang waits for is said in words.
+training. A GPU that a booking keeps from the training (another's, or a
+maintenance window, over the time it would run: ``scheduling.bookings``) is
+not free for any of its hosts. What a gang waits for is said in words.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
@@ -23,6 +26,7 @@ from gpufleet.config import TelemetrySettings
 from gpufleet.db.models import GangMember, GangRendezvous, GPUAllocation, Host, Training
 from gpufleet.db.types import utcnow
 from gpufleet.lifecycle.transitions import transition
+from gpufleet.scheduling import bookings
 from gpufleet.scheduling.inputs import host_offline
 from gpufleet.scheduling.reservation import GPUState, lock_host_gpus, reserve
 
@@ -88,9 +92,10 @@ def _have(free: dict[str, list[int]], names: list[str], per_host: int) -> str:
     return "; ".join(words) or "no host online"
 
 
-def schedule_gang(sess: Session, settings: TelemetrySettings,
-                  t: Training) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
-    """Place gang training ``t`` (locked, queued) now, or record why it waits; as ``_schedule_one`` answers."""
+def schedule_gang(sess: Session, settings: TelemetrySettings, t: Training, now: datetime | None = None,
+                  stop_grace_s: float = 0.0) -> tuple[str | None, str | None, uuid.UUID | None, list[int]]:
+    """Place gang training ``t`` (locked, queued) now, or record why it waits; as ``_schedule_one`` answers.
+    ``now`` and ``stop_grace_s`` are what the bookings are judged by (``scheduling.bookings.booked_away``)."""
     online = [h for h in sess.execute(select(Host).order_by(Host.name)).scalars()
               if not host_offline(h.status, h.last_heartbeat, settings)]
     wanted = t.gang.get("host_names") if t.gang else None
@@ -108,6 +113,8 @@ def schedule_gang(sess: Session, settings: TelemetrySettings,
     by_name = {h.name: h for h in hosts}
     # Every candidate host's GPU rows, locked in name order, before anything is read.
     states = {h.name: lock_host_gpus(sess, h.id) for h in hosts}
+    for h in hosts:
+        bookings.mark(states[h.name], bookings.booked_away(sess, t, h.id, now or utcnow(), stop_grace_s))
     free = {name: [s.index for s in st if s.why_not_exclusive() is None] for name, st in states.items()}
     parts, why = plan(free, t.world_size, t.gang or {})
     if parts is None:

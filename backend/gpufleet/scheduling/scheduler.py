@@ -224,7 +224,7 @@ def _schedule_one(
         _set_wait(sess, t, over)
         return None, over, None, []
     if t.gang is not None:  # across hosts: gpufleet.scheduling.gang (no preemption or backfill for gangs yet)
-        return gang.schedule_gang(sess, settings, t)
+        return gang.schedule_gang(sess, settings, t, now, settings.stop_grace_s)
     hosts = candidate_hosts(sess, settings, t)
     if not hosts:
         reason = (
