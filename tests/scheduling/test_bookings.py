@@ -48,7 +48,8 @@ def test_before_a_booking_only_work_that_ends_first_is_placed_and_the_wait_names
     said = row(s, long).wait_reason
     assert f"booked by dana from {begins:%Y-%m-%d %H:%M} UTC" in said and "this training's 6 h would run into it" \
         in said, said
-    assert "has no max_runtime_s, so it cannot be shown to end before" in row(s, unbounded).wait_reason
+    assert "has no max_runtime_s and no earlier run of its shape, so it cannot be shown to end before" in \
+        row(s, unbounded).wait_reason
     assert row(s, long).gpu_ids is None and row(s, unbounded).status == "queued"
 
 
@@ -163,3 +164,27 @@ def test_the_expected_start_of_work_a_booking_keeps_waiting_is_after_that_bookin
     assert hers in dict(placed.scheduled), placed.waiting.get(hers)
     with session_scope(s) as sess:  # and the one waiting now waits for hers as well as the booking
         assert expected_start(sess, s, s, long) == begins + timedelta(hours=2)
+
+
+@BOTH
+def test_work_with_no_limit_is_judged_by_the_walltime_its_shape_needed_before(sim_host):
+    from gpufleet.db.models import Training
+
+    s = sim_host("nvlink-all", "4xH100-80GB")
+    begins = _minute(utcnow()) + timedelta(hours=3)
+    _book(s, "dana", begins, 2)
+    # Two earlier runs of the shape succeeded: 1,000 steps in 40 and in 60 minutes (the slower one counts).
+    for name, minutes in (("before-1", 40), ("before-2", 60)):
+        done = submit(s, name, gpus=4, max_steps=1000, preemptible=False)
+        with write_session(s) as sess:
+            sess.execute(update(Training).where(Training.id == done).values(
+                status="succeeded", started_at=utcnow() - timedelta(hours=5),
+                finished_at=utcnow() - timedelta(hours=5) + timedelta(minutes=minutes)))
+    short = submit(s, "short", gpus=4, max_steps=2000, preemptible=False)  # 2 h at that rate, 2.5 h with the factor
+    long = submit(s, "long", gpus=4, max_steps=4000, preemptible=False)  # 5 h: into dana's
+    assert row(s, short).estimate_key == row(s, long).estimate_key is not None
+    result = schedule_pending(s)
+    assert short in dict(result.scheduled), result.waiting.get(short)
+    said = row(s, long).wait_reason
+    assert long in result.waiting and "this training's shape needed up to 5 h before (with a margin), which would " \
+        "run into it" in said, said

@@ -45,7 +45,7 @@ from gpufleet.db.models import (
     TrainingMetric,
 )
 from gpufleet.db.types import utcnow
-from gpufleet.scheduling import bookings
+from gpufleet.scheduling import bookings, walltime
 
 # Reservations per pass; a queue waits behind its head, not behind every row.
 MAX_RESERVATIONS = 8
@@ -120,6 +120,7 @@ def reservation(sess: Session, settings: WorkerSettings, t: Training, hosts: Seq
         holders_of.setdefault(gpu_id, []).append(holder)
     ends = expected_ends(sess, settings, list({h.id: h for _, h in allocs}.values()), now)
     booked = bookings.windows_of_others(sess, t, host_ids, now)
+    needed = walltime.needed_s(sess, t) if booked and not t.max_runtime_s else None
     best: Reservation | None = None
     for host in hosts:
         usable = [g for g in gpus if g.host_id == host.id and g.enabled and not g.drained and g.status == "ok"
@@ -136,7 +137,7 @@ def reservation(sess: Session, settings: WorkerSettings, t: Training, hosts: Seq
             kept = any(h.status == "preempted" and h.preempted_by != t.id for h in holders)
             when = None if kept or len(times) < len(holders) else max(times, default=now)
             if when is not None and (host.id, g.index) in booked:
-                when = bookings.past_bookings(t, when, booked[(host.id, g.index)], now, settings.stop_grace_s)
+                when = bookings.past_bookings(t, when, booked[(host.id, g.index)], now, settings.stop_grace_s, needed)
             free_at[g.index] = when
         if len(free_at) < count or sum(1 for v in free_at.values() if v == now) >= count:
             continue  # can never fit here, or it waits for something other than GPUs (it would be placed)

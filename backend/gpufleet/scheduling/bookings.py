@@ -2,7 +2,8 @@
 
 A GPU booked by someone else (or blocked for maintenance) is not given to work that would still run when
 that booking starts: work may take it before only when it is known to end first, by its ``max_runtime_s``
-plus the stop grace (the time it has to checkpoint once it runs past) plus ``MARGIN``. From the booking's
+plus the stop grace (the time it has to checkpoint once it runs past) plus ``MARGIN`` — or, without one, by
+the walltime its shape needed before (``scheduling.walltime``) plus ``MARGIN``. From the booking's
 start to its end the GPU takes only the booker's own work. Stoppable work (preemptible, exclusive) may take
 the GPUs until ``stop_lead`` before the start: then it is asked to stop, as a preemption asks (the stop
 contract: it checkpoints within the stop grace), and is requeued, not failed (``stop_ahead``). Other work
@@ -26,17 +27,21 @@ from gpufleet.db.bookings import STARTING, Booking, BookingEvent, BookingGPU, re
 from gpufleet.db.models import GPUAllocation, Training
 from gpufleet.db.session import rows_changed
 from gpufleet.lifecycle.transitions import record_event
+from gpufleet.scheduling import walltime
 from gpufleet.workkinds import noun
 
 # Slack on a training's own limit before a booking: the scheduler's pass, the launch, the stop itself.
 MARGIN = timedelta(minutes=2)
 
 
-def expected_end(t: Any, now: datetime, stop_grace_s: float) -> datetime | None:
-    """When ``t``, started now, will have stopped at the latest; None when nothing bounds it."""
-    if not t.max_runtime_s:
-        return None
-    return now + timedelta(seconds=t.max_runtime_s + stop_grace_s) + MARGIN
+def expected_end(t: Any, now: datetime, stop_grace_s: float, needed_s: float | None = None) -> datetime | None:
+    """When ``t``, started now, will have stopped at the latest: by its ``max_runtime_s``, else by what its
+    shape needed before (``needed_s``, scheduling.walltime); None when nothing bounds it."""
+    if t.max_runtime_s:
+        return now + timedelta(seconds=t.max_runtime_s + stop_grace_s) + MARGIN
+    if needed_s is not None:
+        return now + timedelta(seconds=needed_s) + MARGIN
+    return None
 
 
 def stop_lead(stop_grace_s: float) -> timedelta:
@@ -45,38 +50,43 @@ def stop_lead(stop_grace_s: float) -> timedelta:
     return timedelta(seconds=stop_grace_s) + MARGIN
 
 
-def _hours(t: Any) -> str:
-    return f"{t.max_runtime_s / 3600:.3g} h"
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3g} h"
 
 
-def _why(b: Booking, index: int, t: Any, now: datetime) -> str:
+def _why(b: Booking, index: int, t: Any, now: datetime, needed_s: float | None) -> str:
     who = "blocked for maintenance" if b.kind == "maintenance" else f"booked by {b.owner}"
     if b.start_at <= now:
         return f"GPU {index} is {who} until {b.end_at:%Y-%m-%d %H:%M} UTC"
-    if not t.max_runtime_s:
-        return (f"GPU {index} is {who} from {b.start_at:%Y-%m-%d %H:%M} UTC; this {noun(t.kind)} has no "
-                f"max_runtime_s, so it cannot be shown to end before")
-    return (f"GPU {index} is {who} from {b.start_at:%Y-%m-%d %H:%M} UTC; this {noun(t.kind)}'s "
-            f"{_hours(t)} would run into it")
+    if t.max_runtime_s:
+        return (f"GPU {index} is {who} from {b.start_at:%Y-%m-%d %H:%M} UTC; this {noun(t.kind)}'s "
+                f"{_hours(t.max_runtime_s)} would run into it")
+    if needed_s is not None:
+        return (f"GPU {index} is {who} from {b.start_at:%Y-%m-%d %H:%M} UTC; this {noun(t.kind)}'s shape needed "
+                f"up to {_hours(needed_s)} before (with a margin), which would run into it")
+    return (f"GPU {index} is {who} from {b.start_at:%Y-%m-%d %H:%M} UTC; this {noun(t.kind)} has no "
+            f"max_runtime_s and no earlier run of its shape, so it cannot be shown to end before")
 
 
 def booked_away(sess: Session, t: Any, host_id: uuid.UUID, now: datetime, stop_grace_s: float) -> dict[int, str]:
     """The GPUs (by index) of ``host_id`` that bookings keep from ``t`` now, each with why."""
-    until = expected_end(t, now, stop_grace_s)
     q = (select(BookingGPU.gpu_index, Booking).join(Booking, Booking.id == BookingGPU.booking_id)
          .where(BookingGPU.host_id == host_id, BookingGPU.start_at < BookingGPU.end_at, BookingGPU.end_at > now)
          .order_by(BookingGPU.start_at))
-    if until is not None:
-        q = q.where(BookingGPU.start_at < until)
+    rows = [(index, b) for index, b in sess.execute(q).all() if not (b.kind == "booking" and b.owner == t.owner)]
+    if not rows:
+        return {}  # none of another's: nothing to judge (and no history to read)
+    needed = walltime.needed_s(sess, t) if not t.max_runtime_s else None
+    until = expected_end(t, now, stop_grace_s, needed)
     stoppable = bool(t.preemptible and t.exclusive)
     lead = stop_lead(stop_grace_s)
     out: dict[int, str] = {}
-    for index, b in sess.execute(q).all():
-        if b.kind == "booking" and b.owner == t.owner:
-            continue  # the booker's own work
+    for index, b in rows:
+        if until is not None and b.start_at >= until:
+            continue  # it ends first
         if stoppable and now + lead < b.start_at:
             continue  # it is asked to stop ahead (stop_ahead), its checkpoint written before the start
-        out.setdefault(index, _why(b, index, t, now))
+        out.setdefault(index, _why(b, index, t, now, needed))
     return out
 
 
@@ -99,11 +109,11 @@ def windows_of_others(sess: Session, t: Any, host_ids: Sequence[uuid.UUID],
 
 
 def past_bookings(t: Any, free_at: datetime, windows: Sequence[tuple[datetime, datetime]], now: datetime,
-                  stop_grace_s: float) -> datetime:
+                  stop_grace_s: float, needed_s: float | None = None) -> datetime:
     """The first moment from ``free_at`` at which ``t`` may take a GPU held by ``windows`` (others' bookings,
     by start), by the rules the scheduler places by: known to end before the next one, or stoppable until its
     stop lead before it; work of neither kind only after the last."""
-    ends = expected_end(t, now, stop_grace_s)
+    ends = expected_end(t, now, stop_grace_s, needed_s)
     length = ends - now if ends is not None else None
     stoppable = bool(t.preemptible and t.exclusive)
     lead = stop_lead(stop_grace_s)

@@ -109,6 +109,7 @@ _QUEUE_COLUMNS = (
     Training.wait_reason, Training.gang, Training.exclusive, Training.host_id, Training.requested_host,
     Training.gpu_ids, Training.auto_select, Training.requested_count, Training.world_size,
     Training.memory_estimate, Training.max_runtime_s, Training.preemptible, Training.preempted_by,
+    Training.estimate_key, Training.max_steps,  # what bookings judge work with no max_runtime_s by (walltime)
 )
 
 
